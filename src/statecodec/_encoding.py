@@ -1,0 +1,82 @@
+"""Strict base64url and size caps shared by every token format.
+
+Lenient decoding is an attack surface: `base64.urlsafe_b64decode` silently
+drops characters outside the alphabet, accepts padding, and ignores non-zero
+trailing bits, so many strings decode to the same bytes. Here only the exact
+canonical, unpadded encoding of some byte string decodes; everything else is
+`InvalidToken(MALFORMED)`. Length caps are checked before any decoding.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from statecodec.errors import InvalidToken, Reason
+
+__all__ = [
+    "DEFAULT_MAX_TOKEN_LENGTH",
+    "b64u_decode",
+    "b64u_encode",
+    "b64u_len",
+    "check_token_text",
+]
+
+DEFAULT_MAX_TOKEN_LENGTH = 128 * 1024
+"""Default cap, in characters, on any token a codec will look at.
+
+Large enough for a 64 KiB payload under every format here (a 64 KiB payload
+encodes to 87,382 characters), small enough that a hostile token costs
+nothing but a length comparison.
+"""
+
+_b64encode = binascii.b2a_base64
+_b64decode = binascii.a2b_base64
+# Translation tables between the standard and URL-safe alphabets, built once.
+_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
+_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
+_MALFORMED = Reason.MALFORMED
+
+
+def b64u_encode(data: bytes) -> str:
+    """Unpadded base64url, the only encoding `b64u_decode` accepts."""
+    return _b64encode(data, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode("ascii")
+
+
+def b64u_len(n: int) -> int:
+    """Length in characters of `b64u_encode` of `n` bytes."""
+    return (4 * n + 2) // 3
+
+
+def b64u_decode(text: str) -> bytes:
+    """Decode canonical unpadded base64url, or raise `InvalidToken(MALFORMED)`.
+
+    Canonical means: only ``A-Z a-z 0-9 - _``, no padding, a length that is not
+    1 mod 4, and zero trailing bits. The check is a re-encode and compare, which
+    is exact by construction rather than by enumerating the ways to be lenient.
+    """
+    try:
+        raw = text.encode("ascii")
+    except (UnicodeEncodeError, AttributeError):
+        raise InvalidToken(_MALFORMED) from None
+    pad = -len(raw) % 4
+    if pad == 3:
+        raise InvalidToken(_MALFORMED)
+    try:
+        data = _b64decode(raw.translate(_FROM_URLSAFE) + b"=" * pad)
+    except binascii.Error:
+        raise InvalidToken(_MALFORMED) from None
+    # a2b_base64 skips characters outside the alphabet and ignores trailing bits;
+    # re-encoding catches both, and '+' or '/' in the input (translated above).
+    if _b64encode(data, newline=False).translate(_TO_URLSAFE).rstrip(b"=") != raw:
+        raise InvalidToken(_MALFORMED)
+    return data
+
+
+def check_token_text(token: object, max_length: int) -> str:
+    """Accept only a `str` no longer than `max_length`; checked before any decoding."""
+    if type(token) is not str:
+        raise InvalidToken(_MALFORMED)
+    if len(token) > max_length:
+        raise InvalidToken(Reason.OVERSIZED)
+    return token

@@ -1,0 +1,1 @@
+"""The `statecodec` command line; see `statecodec --help`."""

@@ -1,0 +1,109 @@
+"""One exception family; a rejected token never says more than a reason code.
+
+Tokens arrive from the client, so every way a token can be wrong is an
+attacker's probe. `InvalidToken` is the only exception `unseal` raises: its
+message is a short, log-only reason code from the closed set `Reason`, and
+neither the message nor the `repr` ever holds key material, payload or token
+text. The wire should carry one fixed message for every cause (the MCP SDK
+answers -32602 "Invalid or expired requestState"); the reason is for the log.
+
+Hierarchy::
+
+    StatecodecError
+    ├── InvalidToken          unseal refused a token (also the SDK's InvalidRequestState)
+    ├── ConfigurationError    bad construction arguments; also a ValueError
+    ├── ProviderError         a KMS or Vault call failed (start-up, or per-token transit seal)
+    └── SealError             seal could not produce a token (payload over the cap)
+
+When the `mcp` package is installed, `InvalidToken` is a subclass of
+`mcp.server.request_state.InvalidRequestState`, so the SDK's boundary catches
+it as a verification failure and logs our reason code; without `mcp` the
+library imports and behaves the same.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.util
+from typing import TYPE_CHECKING
+
+__all__ = [
+    "ConfigurationError",
+    "InvalidToken",
+    "ProviderError",
+    "Reason",
+    "SealError",
+    "StatecodecError",
+]
+
+
+class Reason(str, enum.Enum):
+    """Closed set of log-only reason codes carried by `InvalidToken`."""
+
+    MALFORMED = "malformed"  # not a token of this format: bad type, alphabet, encoding, length, layout
+    OVERSIZED = "oversized"  # longer than the codec's cap; refused before any decoding
+    FORMAT = "format"  # well-formed, but a format version this codec does not accept
+    UNKNOWN_KEY = "unknown_key"  # key id not in the ring (retired, foreign, or never known)
+    SEAL = "seal"  # authentication tag or signature did not verify
+    ALG = "alg"  # JOSE: algorithm or encryption not the configured pair
+    HEADER = "header"  # JOSE: forbidden, unknown or duplicated header member
+    EXPIRED = "expired"  # binding: now is at or past the expiry claim
+    NOT_YET_VALID = "not_yet_valid"  # binding: issued further in the future than the skew allows
+    AUDIENCE = "audience"  # binding: minted for another service
+    PRINCIPAL = "principal"  # binding: minted for another principal, or principal drift
+    BINDING = "binding"  # binding: minted for another request context
+    PURPOSE = "purpose"  # binding: minted for another purpose
+    PROVIDER = "provider"  # a remote provider (Vault transit) could not answer; fail closed
+
+    def __str__(self) -> str:
+        return self.value
+
+
+if TYPE_CHECKING:
+    _SDKInvalidRequestState = Exception
+elif importlib.util.find_spec("mcp") is not None:
+    try:
+        from mcp.server.request_state import InvalidRequestState as _SDKInvalidRequestState
+    except ImportError:  # an mcp too old to have request_state: behave as without it
+        _SDKInvalidRequestState = Exception
+else:
+    _SDKInvalidRequestState = Exception
+
+
+class StatecodecError(Exception):
+    """Base of every exception this library raises on purpose."""
+
+
+class InvalidToken(StatecodecError, _SDKInvalidRequestState):
+    """A token was refused. `reason` is a log-only code from `Reason`.
+
+    `str(exc)` is the reason code and nothing else, so the SDK's boundary, which
+    logs `str(exc)`, records the cause without the token or any secret.
+    """
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: Reason) -> None:
+        super().__init__(reason.value)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.reason.value
+
+    def __repr__(self) -> str:
+        return f"InvalidToken({self.reason.value!r})"
+
+    def __reduce__(self) -> tuple[type[InvalidToken], tuple[Reason]]:
+        return (InvalidToken, (self.reason,))
+
+
+class ConfigurationError(StatecodecError, ValueError):
+    """Construction arguments cannot make a safe codec; the message says how to fix them."""
+
+
+class ProviderError(StatecodecError):
+    """A key provider (KMS, Vault) failed. Names the key and the cause, never secrets."""
+
+
+class SealError(StatecodecError):
+    """`seal` could not produce a token, for example a payload over the size cap."""

@@ -1,0 +1,235 @@
+"""Key material, key ids and key rings; loading keys from the environment or a file.
+
+Threat: a weak, duplicated or leaked secret undoes every guarantee above it.
+A ring refuses secrets shorter than 32 bytes or with almost no variety (a
+password, a repeated byte), refuses duplicates, and never shows a secret in
+its `repr`. Each secret is stretched with HKDF-SHA256 under a statecodec
+label per use, so the same bytes used elsewhere (another library, another
+codec here) yield unrelated keys.
+
+Text format (``STATECODEC_KEYS``, key files, ``statecodec keygen``): keys are
+unpadded base64url of at least 32 bytes, separated by commas or newlines;
+the first key seals, every key unseals. In files, blank lines and lines
+starting with ``#`` are ignored. Example with two keys (rotation phase 2)::
+
+    STATECODEC_KEYS=k1Gx...43 chars...,Zt0q...43 chars...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from statecodec._encoding import b64u_decode, b64u_encode
+from statecodec.errors import ConfigurationError, InvalidToken
+
+__all__ = [
+    "DEFAULT_KEYS_ENV",
+    "KEY_ID_LENGTH",
+    "MIN_KEY_LENGTH",
+    "KeyRing",
+    "derive_key",
+    "fingerprint",
+    "format_keys",
+    "generate_key",
+    "parse_keys",
+]
+
+MIN_KEY_LENGTH = 32
+KEY_ID_LENGTH = 4
+DEFAULT_KEYS_ENV = "STATECODEC_KEYS"
+_KEY_ID_INFO = b"statecodec/v1/key-id"
+_MIN_DISTINCT_BYTES = 8
+_HOW_TO_GENERATE = (
+    "Generate one with `statecodec keygen` or "
+    "python -c \"import secrets; print(secrets.token_urlsafe(32))\""
+)
+
+
+def generate_key() -> bytes:
+    """A fresh 32-byte secret from the OS CSPRNG."""
+    return secrets.token_bytes(MIN_KEY_LENGTH)
+
+
+def derive_key(secret: bytes, info: bytes, length: int = 32) -> bytes:
+    """HKDF-SHA256 of `secret` under a statecodec label: one key per use of a secret."""
+    return HKDF(algorithm=SHA256(), length=length, salt=None, info=info).derive(secret)
+
+
+def _key_id(secret: bytes) -> bytes:
+    # A non-secret fingerprint: HKDF output under its own label reveals nothing
+    # about the AEAD subkeys, which are derived under other labels.
+    return derive_key(secret, _KEY_ID_INFO, KEY_ID_LENGTH)
+
+
+def _check_secret(index: int, secret: object) -> bytes:
+    if not isinstance(secret, (bytes, bytearray, memoryview)):
+        # Never coerce: bytes(32) is 32 zero bytes, and a str has no single meaning.
+        hint = " (parse text keys with statecodec.parse_keys or KeyRing.from_env)" if isinstance(
+            secret, str
+        ) else ""
+        raise ConfigurationError(f"keys[{index}] must be bytes, got {type(secret).__name__}{hint}")
+    material = bytes(secret)
+    if len(material) < MIN_KEY_LENGTH:
+        raise ConfigurationError(
+            f"keys[{index}] is {len(material)} bytes; keys must be at least {MIN_KEY_LENGTH} bytes "
+            f"of secret randomness. {_HOW_TO_GENERATE}"
+        )
+    if len(set(material)) < _MIN_DISTINCT_BYTES:
+        raise ConfigurationError(
+            f"keys[{index}] has fewer than {_MIN_DISTINCT_BYTES} distinct byte values, which no "
+            f"random secret has; it looks like a password or a placeholder. {_HOW_TO_GENERATE}"
+        )
+    return material
+
+
+class KeyRing(Sequence[bytes]):
+    """An ordered, validated list of secrets: `ring[0]` seals, every key unseals.
+
+    The ring holds copies of the secrets and shows only key ids (4-byte,
+    non-secret HKDF fingerprints, hex) in its `repr` and in `key_ids`, which is
+    what an instance may report to a fleet check.
+    """
+
+    __slots__ = ("_ids", "_secrets")
+
+    def __init__(self, keys: Iterable[bytes]) -> None:
+        if isinstance(keys, (bytes, bytearray, str)):
+            raise ConfigurationError(
+                "keys must be a list of secrets, not a single key: write keys=[key]"
+            )
+        material = [_check_secret(i, k) for i, k in enumerate(keys)]
+        if not material:
+            raise ConfigurationError(f"a key ring needs at least one key. {_HOW_TO_GENERATE}")
+        ids: list[bytes] = []
+        for i, secret in enumerate(material):
+            kid = _key_id(secret)
+            if kid in ids:
+                first = ids.index(kid)
+                raise ConfigurationError(
+                    f"keys[{i}] duplicates keys[{first}]; list each key once (rotation is "
+                    "[old, new] -> [new, old] -> [new])"
+                )
+            ids.append(kid)
+        self._secrets = tuple(material)
+        self._ids = tuple(ids)
+
+    @classmethod
+    def generate(cls) -> KeyRing:
+        """A ring of one fresh random key (single-process use)."""
+        return cls([generate_key()])
+
+    @classmethod
+    def parse(cls, text: str) -> KeyRing:
+        """A ring from the text format (see the module docstring)."""
+        return cls(parse_keys(text))
+
+    @classmethod
+    def from_env(cls, var: str = DEFAULT_KEYS_ENV, environ: Mapping[str, str] | None = None) -> KeyRing:
+        """A ring from an environment variable in the text format."""
+        env = os.environ if environ is None else environ
+        text = env.get(var)
+        if text is None or not text.strip():
+            raise ConfigurationError(
+                f"environment variable {var} is not set; set it to one or more comma-separated "
+                f"base64url keys. {_HOW_TO_GENERATE}"
+            )
+        try:
+            return cls.parse(text)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{var}: {exc}") from None
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> KeyRing:
+        """A ring from a file in the text format (one key per line or comma-separated)."""
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigurationError(f"cannot read key file {p}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise ConfigurationError(f"key file {p} is not UTF-8 text in the key format") from None
+        try:
+            return cls.parse(text)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{p}: {exc}") from None
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        """Hex key ids in ring order; the first is the id new tokens carry."""
+        return tuple(kid.hex() for kid in self._ids)
+
+    @property
+    def raw_key_ids(self) -> tuple[bytes, ...]:
+        return self._ids
+
+    def subkeys(self, info: bytes) -> list[tuple[bytes, bytes]]:
+        """(key id, HKDF subkey under `info`) for every key, in ring order."""
+        return [(kid, derive_key(s, info)) for kid, s in zip(self._ids, self._secrets)]
+
+    def to_text(self) -> str:
+        """The ring in the text format. Secret: for writing a key file or an env value."""
+        return format_keys(self._secrets)
+
+    def __getitem__(self, index: int) -> bytes:  # type: ignore[override]
+        return self._secrets[index]
+
+    def __len__(self) -> int:
+        return len(self._secrets)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._secrets)
+
+    def __repr__(self) -> str:
+        return f"KeyRing(key_ids={list(self.key_ids)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, KeyRing):
+            return NotImplemented
+        return self._ids == other._ids
+
+    def __hash__(self) -> int:
+        return hash(self._ids)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("KeyRing holds secrets and is not picklable")
+
+
+def parse_keys(text: str) -> list[bytes]:
+    """Parse the text format into secrets; errors name the key by position, never by value."""
+    items: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        items.extend(part.strip() for part in stripped.split(","))
+    out: list[bytes] = []
+    for i, item in enumerate(items):
+        if not item:
+            raise ConfigurationError(f"key {i} is empty (stray comma?)")
+        try:
+            out.append(b64u_decode(item))
+        except InvalidToken:
+            raise ConfigurationError(
+                f"key {i} is not unpadded base64url (alphabet A-Z a-z 0-9 - _, no '='). "
+                f"{_HOW_TO_GENERATE}"
+            ) from None
+    if not out:
+        raise ConfigurationError(f"no keys found. {_HOW_TO_GENERATE}")
+    return out
+
+
+def format_keys(keys: Iterable[bytes]) -> str:
+    """The text format of `keys`, comma-separated (secret)."""
+    return ",".join(b64u_encode(bytes(k)) for k in keys)
+
+
+def fingerprint(data: bytes, label: bytes) -> bytes:
+    """A KEY_ID_LENGTH-byte, non-secret id of a public blob (e.g. a wrapped data key)."""
+    return hashlib.sha256(label + data).digest()[:KEY_ID_LENGTH]

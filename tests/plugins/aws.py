@@ -1,0 +1,1 @@
+"""Session fixtures for the aws service used by integration tests."""

@@ -1,0 +1,1 @@
+"""Session fixtures for the gcp service used by integration tests."""

@@ -1,0 +1,1 @@
+"""Session fixtures for the vault service used by integration tests."""
