@@ -7,6 +7,7 @@ the MCP SDK's `RequestStateSecurity(codec=...)` as they are.
 """
 
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
+from statecodec.envelope import EnvelopeCodec, KeyWrapper
 from statecodec.errors import (
     ConfigurationError,
     InvalidToken,
@@ -22,8 +23,10 @@ __version__ = "0.1.0"
 __all__ = [
     "AESGCMCodec",
     "ConfigurationError",
+    "EnvelopeCodec",
     "InvalidToken",
     "KeyRing",
+    "KeyWrapper",
     "ProviderError",
     "Reason",
     "SealError",

@@ -1,0 +1,324 @@
+"""Envelope encryption: data keys wrapped by a KMS, unwrapped once, tokens sealed locally.
+
+Threat: a codec that calls a KMS per token stalls the server's event loop for
+every request (KMS calls take tens to hundreds of milliseconds) and makes the
+KMS a per-request dependency. `EnvelopeCodec` asks its `KeyWrapper` to unwrap
+each data key exactly once, at construction; after that seal and unseal are
+local AES-256-GCM with zero provider calls, and keep working if the KMS goes
+away. The data keys live only in this process's memory: the configuration
+holds wrapped blobs, which are useless without the KMS key and its context.
+
+A wrapped-key ring is written like a key ring: unpadded base64url blobs,
+comma-separated, the primary (sealing) key first::
+
+    STATECODEC_WRAPPED_KEYS=AQIDAHh...,AQIDAHj...
+
+Rotation is the same three phases as for `AESGCMCodec`: ``[old, new]``, then
+``[new, old]``, then ``[new]`` after one token lifetime.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Protocol, runtime_checkable
+
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode
+from statecodec.aead import AESGCMCodec
+from statecodec.errors import ConfigurationError, InvalidToken, ProviderError
+from statecodec.keys import MIN_KEY_LENGTH, derive_key, fingerprint
+
+__all__ = [
+    "DEFAULT_CONTEXT",
+    "ENVELOPE_KEY_ID_LABEL",
+    "ENVELOPE_KEY_INFO",
+    "MAX_WRAPPED_KEY_LENGTH",
+    "EnvelopeCodec",
+    "KeyWrapper",
+    "canonical_context",
+    "default_context",
+    "envelope_key_id",
+    "format_wrapped_keys",
+    "new_wrapped_key",
+    "parse_wrapped_keys",
+]
+
+MAX_WRAPPED_KEY_LENGTH = 4096
+"""Largest wrapped data key, in bytes, handed to a provider.
+
+AWS KMS ciphertext blobs for a 32-byte key are under 200 bytes, Cloud KMS
+under 150, Vault transit strings under 120: the cap leaves ample room while
+keeping a hostile configuration from shipping megabytes to the KMS.
+"""
+
+ENVELOPE_KEY_INFO = b"statecodec/v1/envelope/aes-256-gcm"
+ENVELOPE_KEY_ID_LABEL = b"statecodec/v1/envelope/key-id"
+DEFAULT_CONTEXT: Mapping[str, str] = MappingProxyType({"purpose": "statecodec-envelope"})
+"""Context bound to every wrapped key unless the caller supplies one."""
+
+_MAX_CONTEXT_PAIRS = 16
+_MAX_CONTEXT_TEXT = 256
+
+
+@runtime_checkable
+class KeyWrapper(Protocol):
+    """A KMS key that wraps and unwraps data keys under a bound context.
+
+    Duties of an implementation:
+
+    - `unwrap(blob, context)` returns the data key only if `blob` was produced
+      by this key under exactly `context` (the provider authenticates the
+      context: AWS encryption context, Cloud KMS additional authenticated
+      data, Vault associated data); anything else raises `ProviderError`.
+    - Every failure is a `ProviderError` whose message names the key and the
+      cause (unreachable, throttled, access denied, wrong key, wrong context,
+      corrupted wrapped key), with bounded retries where retrying can help,
+      and never contains key material.
+    - `name` is the short provider name (``aws-kms``); `describe()` names the
+      key (ARN, resource name, mount and key) and nothing secret.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def describe(self) -> str:
+        """The provider and key, for messages and `repr`; nothing secret."""
+        ...
+
+    def wrap(self, data_key: bytes, context: Mapping[str, str]) -> bytes:
+        """Encrypt `data_key` under the KMS key, binding `context`."""
+        ...
+
+    def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
+        """Decrypt a wrapped data key, checking `context`; `ProviderError` otherwise."""
+        ...
+
+    def new_wrapped_key(self, context: Mapping[str, str]) -> bytes:
+        """A fresh random 32-byte data key, returned only in wrapped form."""
+        ...
+
+
+def default_context(audience: str | None = None) -> dict[str, str]:
+    """The default bound context: names statecodec and, when given, the audience."""
+    ctx = dict(DEFAULT_CONTEXT)
+    if audience is not None:
+        ctx["audience"] = audience
+    return ctx
+
+
+def _check_context(context: Mapping[str, str] | None) -> Mapping[str, str]:
+    if context is None:
+        return DEFAULT_CONTEXT
+    if not isinstance(context, Mapping):
+        raise ConfigurationError("context must be a mapping of str to str, e.g. {'audience': 'billing'}")
+    if not context:
+        raise ConfigurationError(
+            "context must not be empty: it binds each wrapped key to its use; omit it for the default"
+        )
+    if len(context) > _MAX_CONTEXT_PAIRS:
+        raise ConfigurationError(f"context has {len(context)} entries; at most {_MAX_CONTEXT_PAIRS}")
+    for k, v in context.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise ConfigurationError("context keys and values must be str")
+        if not k or len(k) > _MAX_CONTEXT_TEXT or len(v) > _MAX_CONTEXT_TEXT:
+            raise ConfigurationError(
+                f"context keys must be non-empty and keys and values at most {_MAX_CONTEXT_TEXT} characters"
+            )
+    return MappingProxyType(dict(context))
+
+
+def canonical_context(context: Mapping[str, str]) -> bytes:
+    """One byte string per context, for providers that bind bytes (Cloud KMS AAD, Vault).
+
+    Compact JSON with sorted keys: two mappings with the same pairs give the
+    same bytes, and no two different mappings do.
+    """
+    return json.dumps(dict(context), sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def envelope_key_id(blob: bytes) -> bytes:
+    """The non-secret 4-byte key id of a wrapped data key, derived from the blob."""
+    return fingerprint(blob, ENVELOPE_KEY_ID_LABEL)
+
+
+def _check_blob(index: int, blob: object) -> bytes:
+    if isinstance(blob, str):
+        try:
+            blob = b64u_decode(blob.strip())
+        except InvalidToken:
+            raise ConfigurationError(
+                f"wrapped_keys[{index}] is not unpadded base64url (alphabet A-Z a-z 0-9 - _, no '='); "
+                "print one with `statecodec kms new-data-key`"
+            ) from None
+    if not isinstance(blob, (bytes, bytearray, memoryview)):
+        raise ConfigurationError(f"wrapped_keys[{index}] must be bytes or base64url text")
+    raw = bytes(blob)
+    if not raw:
+        raise ConfigurationError(f"wrapped_keys[{index}] is empty")
+    if len(raw) > MAX_WRAPPED_KEY_LENGTH:
+        raise ConfigurationError(
+            f"wrapped_keys[{index}] is {len(raw)} bytes, over the {MAX_WRAPPED_KEY_LENGTH}-byte "
+            "maximum for a wrapped data key; is it the right value?"
+        )
+    return raw
+
+
+def parse_wrapped_keys(text: str) -> list[bytes]:
+    """Wrapped blobs from the text form: base64url, comma- or newline-separated, primary first."""
+    if not isinstance(text, str):
+        raise ConfigurationError("wrapped keys text must be str")
+    items = [p.strip() for line in text.splitlines() for p in line.split(",")]
+    items = [p for p in items if p and not p.startswith("#")]
+    if not items:
+        raise ConfigurationError("no wrapped keys found; create one with `statecodec kms new-data-key`")
+    return [_check_blob(i, item) for i, item in enumerate(items)]
+
+
+def format_wrapped_keys(blobs: Iterable[bytes]) -> str:
+    """The text form of wrapped blobs (not secret without the KMS key)."""
+    return ",".join(b64u_encode(bytes(b)) for b in blobs)
+
+
+class _EnvelopeAESGCM(AESGCMCodec):
+    """The `AESGCMCodec` token layout under version 0x03, over unwrapped data keys."""
+
+    VERSION = 0x03
+    __slots__ = ()
+
+
+class EnvelopeCodec:
+    """AES-256-GCM tokens under KMS-wrapped data keys; the KMS is called only at start-up.
+
+    Wire format (version 0x03), unpadded base64url of::
+
+        0x03 | key_id (4) | nonce (12, random) | ciphertext (len(payload)) | tag (16)
+
+    ``key_id = SHA-256("statecodec/v1/envelope/key-id" || wrapped_blob)[:4]``
+    (derived from the wrapped blob, so an instance can report it without
+    unwrapping); the AES key is HKDF-SHA256(data_key, info=
+    ``statecodec/v1/envelope/aes-256-gcm``); the associated data is
+    ``0x03 | key_id``. The layout and checks are `AESGCMCodec`'s; only the
+    version byte differs, so a token never crosses between a local ring and
+    an envelope ring. Overhead: 33 bytes, 44 characters.
+
+    Construction unwraps each blob exactly once through `wrapper` under
+    `context`; a failure raises `ProviderError` naming the ring position, key
+    id, provider key and cause. Seal and unseal never call the provider.
+    Usage bound per data key: as `AESGCMCodec`, 2^32 tokens.
+    """
+
+    def __init__(
+        self,
+        wrapper: KeyWrapper,
+        wrapped_keys: Sequence[bytes | str],
+        *,
+        context: Mapping[str, str] | None = None,
+        max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
+    ) -> None:
+        if isinstance(wrapped_keys, (bytes, bytearray, str)):
+            raise ConfigurationError(
+                "wrapped_keys must be a list, not a single value: write wrapped_keys=[blob], "
+                "or parse the text form with parse_wrapped_keys(text)"
+            )
+        for attr in ("unwrap", "describe"):
+            if not callable(getattr(wrapper, attr, None)):
+                raise ConfigurationError(f"wrapper must implement KeyWrapper (missing {attr}())")
+        blobs = [_check_blob(i, b) for i, b in enumerate(wrapped_keys)]
+        if not blobs:
+            raise ConfigurationError("an envelope ring needs at least one wrapped data key")
+        ctx = _check_context(context)
+        ids: list[bytes] = []
+        for i, blob in enumerate(blobs):
+            kid = envelope_key_id(blob)
+            if kid in ids:
+                raise ConfigurationError(
+                    f"wrapped_keys[{i}] duplicates wrapped_keys[{ids.index(kid)}]; list each key once"
+                )
+            ids.append(kid)
+        entries = [
+            (kid, self._unwrap_one(wrapper, i, kid, blob, ctx))
+            for i, (kid, blob) in enumerate(zip(ids, blobs, strict=True))
+        ]
+        codec = _EnvelopeAESGCM._from_entries(entries, max_token_length=max_token_length)
+        del entries  # only the AEAD objects keep key material from here on
+        self._codec = codec
+        self._wrapper = wrapper
+        self._wrapped = tuple(blobs)
+        self._context = ctx
+        # Bound methods of the inner codec, set on the instance: a token costs
+        # exactly what an AESGCMCodec token costs, with no delegation frame.
+        vars(self)["seal"] = codec.seal
+        vars(self)["unseal"] = codec.unseal
+
+    @staticmethod
+    def _unwrap_one(
+        wrapper: KeyWrapper, index: int, kid: bytes, blob: bytes, context: Mapping[str, str]
+    ) -> bytes:
+        where = f"wrapped_keys[{index}] (key id {kid.hex()}) via {wrapper.describe()}"
+        try:
+            data_key = wrapper.unwrap(blob, context)
+        except ProviderError as exc:
+            raise ProviderError(f"cannot unwrap {where}: {exc}") from None
+        except Exception as exc:  # a provider bug must still fail as a named start-up error
+            raise ProviderError(f"cannot unwrap {where}: {type(exc).__name__}") from exc
+        if not isinstance(data_key, bytes) or len(data_key) < MIN_KEY_LENGTH:
+            raise ProviderError(
+                f"cannot unwrap {where}: the provider returned a data key that is not "
+                f"{MIN_KEY_LENGTH}+ bytes; the wrapped blob is not a statecodec data key"
+            )
+        return derive_key(data_key, ENVELOPE_KEY_INFO)
+
+    def seal(self, payload: bytes) -> str:
+        """Encrypt and authenticate `payload` under the primary data key (no provider call)."""
+        return self._codec.seal(payload)
+
+    def unseal(self, token: str) -> bytes:
+        """Return the payload of a token this ring sealed, or raise `InvalidToken` (no provider call)."""
+        return self._codec.unseal(token)
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        """Hex key ids in ring order; the first is carried by every new token."""
+        return self._codec.key_ids
+
+    @property
+    def primary_key_id(self) -> str:
+        return self._codec.primary_key_id
+
+    @property
+    def max_token_length(self) -> int:
+        return self._codec.max_token_length
+
+    @property
+    def wrapper(self) -> KeyWrapper:
+        return self._wrapper
+
+    @property
+    def context(self) -> Mapping[str, str]:
+        """The context every wrapped key of this ring is bound to (read-only)."""
+        return self._context
+
+    @property
+    def wrapped_keys(self) -> tuple[bytes, ...]:
+        return self._wrapped
+
+    def wrapped_keys_text(self) -> str:
+        """The ring in the configuration text form (wrapped, so not secret)."""
+        return format_wrapped_keys(self._wrapped)
+
+    def __repr__(self) -> str:
+        return f"EnvelopeCodec(provider={self._wrapper.describe()!r}, key_ids={list(self.key_ids)!r})"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("EnvelopeCodec holds unwrapped keys and is not picklable")
+
+
+def new_wrapped_key(wrapper: KeyWrapper, context: Mapping[str, str] | None = None) -> bytes:
+    """Ask `wrapper` for a fresh data key in wrapped form, checked against the length bound."""
+    ctx = _check_context(context)
+    blob = wrapper.new_wrapped_key(ctx)
+    if not isinstance(blob, bytes) or not blob or len(blob) > MAX_WRAPPED_KEY_LENGTH:
+        raise ProviderError(f"{wrapper.describe()} returned a wrapped key of unexpected size")
+    return blob
+
