@@ -24,7 +24,6 @@ library imports and behaves the same.
 from __future__ import annotations
 
 import enum
-import importlib.util
 from typing import TYPE_CHECKING
 
 __all__ = [
@@ -61,13 +60,13 @@ class Reason(str, enum.Enum):
 
 if TYPE_CHECKING:
     _SDKInvalidRequestState = Exception
-elif importlib.util.find_spec("mcp") is not None:
+else:
+    # Import, don't probe: find_spec raises when an import hook refuses `mcp`, and
+    # ImportError covers absent, refused, and too old to have request_state alike.
     try:
         from mcp.server.request_state import InvalidRequestState as _SDKInvalidRequestState
-    except ImportError:  # an mcp too old to have request_state: behave as without it
+    except ImportError:
         _SDKInvalidRequestState = Exception
-else:
-    _SDKInvalidRequestState = Exception
 
 
 class StatecodecError(Exception):
