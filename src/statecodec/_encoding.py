@@ -9,7 +9,6 @@ canonical, unpadded encoding of some byte string decodes; everything else is
 
 from __future__ import annotations
 
-import base64
 import binascii
 
 from statecodec.errors import InvalidToken, Reason

@@ -100,9 +100,14 @@ class KeyRing(Sequence[bytes]):
     __slots__ = ("_ids", "_secrets")
 
     def __init__(self, keys: Iterable[bytes]) -> None:
-        if isinstance(keys, (bytes, bytearray, str)):
+        if isinstance(keys, (bytes, bytearray, memoryview, str)):
             raise ConfigurationError(
                 "keys must be a list of secrets, not a single key: write keys=[key]"
+            )
+        if not isinstance(keys, Iterable):
+            raise ConfigurationError(
+                f"keys must be a list of byte-string secrets, got {type(keys).__name__}. "
+                f"{_HOW_TO_GENERATE}"
             )
         material = [_check_secret(i, k) for i, k in enumerate(keys)]
         if not material:
@@ -171,7 +176,7 @@ class KeyRing(Sequence[bytes]):
 
     def subkeys(self, info: bytes) -> list[tuple[bytes, bytes]]:
         """(key id, HKDF subkey under `info`) for every key, in ring order."""
-        return [(kid, derive_key(s, info)) for kid, s in zip(self._ids, self._secrets)]
+        return [(kid, derive_key(s, info)) for kid, s in zip(self._ids, self._secrets, strict=True)]
 
     def to_text(self) -> str:
         """The ring in the text format. Secret: for writing a key file or an env value."""
