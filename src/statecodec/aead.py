@@ -29,6 +29,10 @@ __all__ = ["AESGCMCodec", "XAESGCMCodec"]
 
 _TAG_LENGTH = 16
 _HEADER_LENGTH = 1 + KEY_ID_LENGTH
+_AEAD_KEY_LENGTH = 32
+# cryptography's AES-GCM raises OverflowError on 2**31 bytes or more; a cap below that
+# keeps every token the codec accepts to look at inside what the AEAD can answer.
+_TOKEN_LENGTH_LIMIT = 2**31 - 1
 _R_MALFORMED = Reason.MALFORMED
 _R_OVERSIZED = Reason.OVERSIZED
 _R_FORMAT = Reason.FORMAT
@@ -60,12 +64,21 @@ class _AEADRing:
                 f"max_token_length={max_token_length} is below the smallest token "
                 f"({b64u_len(overhead)} characters)"
             )
+        if max_token_length > _TOKEN_LENGTH_LIMIT:
+            raise ConfigurationError(
+                f"max_token_length={max_token_length} is above {_TOKEN_LENGTH_LIMIT} characters, "
+                "more than AES-GCM here can process; the default is "
+                f"{DEFAULT_MAX_TOKEN_LENGTH}"
+            )
         version = bytes([self.VERSION])
         aeads: dict[bytes, object] = {}
         ids: list[bytes] = []
         for kid, key in entries:
             if len(kid) != KEY_ID_LENGTH:
                 raise ConfigurationError(f"key ids are {KEY_ID_LENGTH} bytes")
+            if len(key) != _AEAD_KEY_LENGTH:
+                # AESGCM would quietly accept a 16- or 24-byte key and run AES-128/192.
+                raise ConfigurationError(f"ring keys are {_AEAD_KEY_LENGTH} bytes (AES-256)")
             if kid in aeads:
                 raise ConfigurationError("two ring entries share a key id; list each key once")
             aeads[kid] = self._make_aead(key)
@@ -215,7 +228,7 @@ class AESGCMCodec(_AEADRing):
 
     def seal(self, payload: bytes) -> str:
         """Encrypt and authenticate `payload` under the primary key; a fresh nonce each call."""
-        if len(payload) > self._max_payload or not isinstance(payload, bytes):
+        if not isinstance(payload, bytes) or len(payload) > self._max_payload:
             self._check_payload(payload)
         header = self._primary_header
         nonce = os.urandom(12)
