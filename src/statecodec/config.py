@@ -176,6 +176,8 @@ def _resolve(kind: str, builder: Builder | str) -> Builder:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
+        if "statecodec[" in str(exc):  # the provider module's own guard names its extra
+            raise ConfigurationError(f"{CODEC_VAR}={kind}: {exc}") from None
         missing = exc.name or module_name
         raise ConfigurationError(
             f"{CODEC_VAR}={kind} needs the Python package {missing!r}, which is not installed; "
@@ -224,7 +226,7 @@ def _setting_text(name: str, value: object) -> str:
         return str(value)
     if name == KEYS_VAR and isinstance(value, list) and all(isinstance(v, str) for v in value):
         return ",".join(value)
-    raise ConfigurationError(f"{name} must be a string in the config file, got {type(value).__name__}")
+    raise ConfigurationError(f"{name} must be a JSON string, got {type(value).__name__}")
 
 
 def codec_from_file(path: str | os.PathLike[str]) -> Codec:
@@ -246,17 +248,20 @@ def codec_from_file(path: str | os.PathLike[str]) -> Codec:
         raise ConfigurationError(f"config file {p} is not valid JSON") from None
     if not isinstance(doc, dict):
         raise ConfigurationError(f"config file {p} must hold a JSON object of {_PREFIX}* settings")
-    settings: dict[str, str] = {}
-    for name, value in doc.items():
-        if not name.startswith(_PREFIX):
-            raise ConfigurationError(
-                f"config file {p}: member {name!r} is not a setting; every member starts with {_PREFIX}"
-            )
-        text = _setting_text(name, value)
-        if name.endswith("_FILE") and text.strip() and not Path(text.strip()).is_absolute():
-            text = str(p.parent / text.strip())
-        settings[name] = text
     try:
+        settings = _settings_from_document(doc, p.parent)
         return build_codec(_kind(settings), settings)
     except ConfigurationError as exc:
         raise ConfigurationError(f"config file {p}: {exc}") from None
+
+
+def _settings_from_document(doc: dict[str, object], base: Path) -> dict[str, str]:
+    settings: dict[str, str] = {}
+    for name, value in doc.items():
+        if not name.startswith(_PREFIX):
+            raise ConfigurationError(f"member {name!r} is not a setting; every member starts with {_PREFIX}")
+        text = _setting_text(name, value)
+        if name.endswith("_FILE") and text.strip() and not Path(text.strip()).is_absolute():
+            text = str(base / text.strip())
+        settings[name] = text
+    return settings

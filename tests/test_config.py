@@ -1,0 +1,197 @@
+"""Configuration from the environment and from JSON files: every mistake fails at start-up."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from statecodec import AESGCMCodec, ConfigurationError, XAESGCMCodec, format_keys, generate_key
+from statecodec import config as cfg
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH
+
+KEY_A = generate_key()
+KEY_B = generate_key()
+KEYS_TEXT = format_keys([KEY_A, KEY_B])
+
+
+def test_default_kind_is_aesgcm_when_keys_are_set() -> None:
+    codec = cfg.codec_from_env({"STATECODEC_KEYS": KEYS_TEXT})
+    assert type(codec) is AESGCMCodec
+    assert codec.key_ids == AESGCMCodec([KEY_A, KEY_B]).key_ids
+    assert codec.max_token_length == DEFAULT_MAX_TOKEN_LENGTH
+    # keys[0] seals, every key unseals: a token of the second key alone verifies.
+    assert codec.unseal(AESGCMCodec([KEY_B]).seal(b"x")) == b"x"
+
+
+def test_xaesgcm_kind_and_max_token_length() -> None:
+    env = {"STATECODEC_CODEC": "XAESGCM", "STATECODEC_KEYS": KEYS_TEXT, "STATECODEC_MAX_TOKEN_LENGTH": "4096"}
+    codec = cfg.codec_from_env(env)
+    assert type(codec) is XAESGCMCodec
+    assert codec.max_token_length == 4096
+    assert codec.unseal(codec.seal(b"payload")) == b"payload"
+
+
+def test_keys_from_file(tmp_path: Path) -> None:
+    path = tmp_path / "keys.txt"
+    path.write_text(f"# primary first\n{format_keys([KEY_B])}\n\n{format_keys([KEY_A])}\n")
+    codec = cfg.codec_from_env({"STATECODEC_KEYS_FILE": str(path)})
+    assert isinstance(codec, AESGCMCodec)
+    assert codec.key_ids == AESGCMCodec([KEY_B, KEY_A]).key_ids
+
+
+def test_codec_from_env_reads_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATECODEC_KEYS", KEYS_TEXT)
+    monkeypatch.delenv("STATECODEC_CODEC", raising=False)
+    monkeypatch.delenv("STATECODEC_KEYS_FILE", raising=False)
+    assert isinstance(cfg.codec_from_env(), AESGCMCodec)
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ({}, "no codec configured"),
+        ({"STATECODEC_KEYS": "  "}, "no codec configured"),
+        ({"STATECODEC_CODEC": "aesgcm"}, "no keys configured"),
+        ({"STATECODEC_CODEC": "rot13", "STATECODEC_KEYS": KEYS_TEXT}, "valid kinds: "),
+        ({"STATECODEC_KEYS": KEYS_TEXT, "STATECODEC_KEYS_FILE": "/k"}, "set exactly one"),
+        ({"STATECODEC_KEYS": KEYS_TEXT, "STATECODEC_MAX_TOKEN_LENGTH": "+5"}, "positive decimal integer"),
+        ({"STATECODEC_KEYS": KEYS_TEXT, "STATECODEC_MAX_TOKEN_LENGTH": "0"}, "positive decimal integer"),
+        ({"STATECODEC_KEYS": KEYS_TEXT, "STATECODEC_MAX_TOKEN_LENGTH": "10"}, "below the smallest token"),
+        ({"STATECODEC_KEYS": "not base64!"}, "STATECODEC_KEYS: key 0 is not unpadded base64url"),
+        ({"STATECODEC_KEYS_FILE": "/nonexistent/statecodec-keys"}, "cannot read key file"),
+    ],
+)
+def test_configuration_errors_say_what_to_fix(env: Mapping[str, str], fragment: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        cfg.codec_from_env(env)
+    message = str(info.value)
+    assert fragment in message
+    assert format_keys([KEY_A]) not in message
+    assert format_keys([KEY_B]) not in message
+
+
+def test_unknown_kind_lists_every_registered_kind() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        cfg.codec_from_env({"STATECODEC_CODEC": "nope"})
+    for kind in cfg.BUILDERS:
+        assert kind in str(info.value)
+
+
+def test_a_short_key_is_refused_without_echoing_it() -> None:
+    short = format_keys([bytes(range(16))])
+    with pytest.raises(ConfigurationError) as info:
+        cfg.codec_from_env({"STATECODEC_KEYS": short})
+    assert "at least 32 bytes" in str(info.value)
+    assert short not in str(info.value)
+
+
+def test_registry_entry_by_import_path_is_resolved_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Mapping[str, str]] = []
+
+    def build(settings: Mapping[str, str]) -> AESGCMCodec:
+        seen.append(settings)
+        return AESGCMCodec([KEY_A])
+
+    monkeypatch.setitem(cfg.BUILDERS, "callable-kind", build)
+    monkeypatch.setitem(cfg.BUILDERS, "path-kind", "statecodec.aead:AESGCMCodec.ephemeral")
+    monkeypatch.setitem(cfg.BUILDERS, "missing-dep", "statecodec_no_such_module.sub:build")
+    monkeypatch.setitem(cfg.BUILDERS, "missing-attr", "statecodec.aead:no_such_builder")
+
+    env = {"STATECODEC_CODEC": "callable-kind", "STATECODEC_EXTRA": "1"}
+    assert isinstance(cfg.codec_from_env(env), AESGCMCodec)
+    assert seen == [env]
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        cfg.codec_from_env({"STATECODEC_CODEC": "path-kind"})
+    with pytest.raises(ConfigurationError, match=r"'statecodec_no_such_module'.*not installed"):
+        cfg.codec_from_env({"STATECODEC_CODEC": "missing-dep"})
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        cfg.codec_from_env({"STATECODEC_CODEC": "missing-attr"})
+
+
+def test_a_guarded_provider_import_passes_its_extra_hint_through(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "statecodec_guarded_provider.py").write_text(
+        "raise ImportError(\"this codec needs boto3: pip install 'statecodec[aws]'\")\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(cfg.BUILDERS, "guarded", "statecodec_guarded_provider:build")
+    with pytest.raises(ConfigurationError, match=r"STATECODEC_CODEC=guarded: .*statecodec\[aws\]"):
+        cfg.codec_from_env({"STATECODEC_CODEC": "guarded"})
+
+
+def test_registry_entry_by_import_path_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(cfg.BUILDERS, "xaes-by-path", "statecodec.config:_build_xaesgcm")
+    codec = cfg.codec_from_env({"STATECODEC_CODEC": "xaes-by-path", "STATECODEC_KEYS": KEYS_TEXT})
+    assert type(codec) is XAESGCMCodec
+
+
+def test_a_builder_returning_a_non_codec_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(cfg.BUILDERS, "broken", lambda settings: object())
+    with pytest.raises(ConfigurationError, match="did not return a codec"):
+        cfg.codec_from_env({"STATECODEC_CODEC": "broken"})
+
+
+def test_setting_helper() -> None:
+    assert cfg.setting({"STATECODEC_X": " v "}, "STATECODEC_X") == "v"
+    assert cfg.setting({}, "STATECODEC_X", required=False) is None
+    with pytest.raises(ConfigurationError, match="STATECODEC_X is not set"):
+        cfg.setting({"STATECODEC_X": ""}, "STATECODEC_X")
+
+
+def _write(path: Path, doc: object) -> Path:
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_codec_from_file(tmp_path: Path) -> None:
+    (tmp_path / "keys.txt").write_text(KEYS_TEXT)
+    conf = _write(
+        tmp_path / "statecodec.json",
+        {"STATECODEC_CODEC": "xaesgcm", "STATECODEC_KEYS_FILE": "keys.txt", "STATECODEC_MAX_TOKEN_LENGTH": 2048},
+    )
+    codec = cfg.codec_from_file(conf)
+    assert type(codec) is XAESGCMCodec
+    assert codec.max_token_length == 2048
+    assert codec.key_ids == XAESGCMCodec([KEY_A, KEY_B]).key_ids
+
+
+def test_codec_from_file_accepts_a_key_list(tmp_path: Path) -> None:
+    conf = _write(tmp_path / "c.json", {"STATECODEC_KEYS": [format_keys([KEY_B]), format_keys([KEY_A])]})
+    codec = cfg.codec_from_file(conf)
+    assert isinstance(codec, AESGCMCodec)
+    assert codec.key_ids == AESGCMCodec([KEY_B, KEY_A]).key_ids
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (f'{{"STATECODEC_KEYS": "{KEYS_TEXT}",}}', "is not valid JSON"),
+        ("[1, 2]", "must hold a JSON object"),
+        (json.dumps({"STATECODEC_KEYS": KEYS_TEXT, "STATECODEC_CODE": "aesgcm", "codec": "x"}), "'codec'"),
+        (json.dumps({"STATECODEC_KEYS": True}), "must be a JSON string"),
+        (json.dumps({"STATECODEC_CODEC": ["aesgcm"]}), "must be a JSON string"),
+        (json.dumps({"STATECODEC_CODEC": "aesgcm"}), "no keys configured"),
+        ("[" * 100_000, "is not valid JSON"),
+    ],
+)
+def test_codec_from_file_errors(tmp_path: Path, content: str, fragment: str) -> None:
+    conf = tmp_path / "c.json"
+    conf.write_text(content)
+    with pytest.raises(ConfigurationError) as info:
+        cfg.codec_from_file(conf)
+    assert fragment in str(info.value)
+    assert str(conf) in str(info.value)
+    assert format_keys([KEY_A]) not in str(info.value)
+
+
+def test_codec_from_file_missing_and_oversized(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="cannot read config file"):
+        cfg.codec_from_file(tmp_path / "absent.json")
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (1024 * 1024 + 1))
+    with pytest.raises(ConfigurationError, match="is over"):
+        cfg.codec_from_file(big)
