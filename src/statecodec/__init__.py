@@ -7,6 +7,7 @@ the MCP SDK's `RequestStateSecurity(codec=...)` as they are.
 """
 
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
+from statecodec.binding import BoundCodec
 from statecodec.envelope import EnvelopeCodec, KeyWrapper
 from statecodec.errors import (
     ConfigurationError,
@@ -22,6 +23,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AESGCMCodec",
+    "BoundCodec",
     "ConfigurationError",
     "EnvelopeCodec",
     "InvalidToken",
