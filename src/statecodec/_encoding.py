@@ -10,6 +10,7 @@ canonical, unpadded encoding of some byte string decodes; everything else is
 from __future__ import annotations
 
 import binascii
+import sys
 
 from statecodec.errors import InvalidToken, Reason
 
@@ -34,6 +35,12 @@ _b64decode = binascii.a2b_base64
 # Translation tables between the standard and URL-safe alphabets, built once.
 _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
+_FROM_URLSAFE_STRICT = bytes.maketrans(b"-_+/=", b"+/!!!")
+_STRICT_DECODER = sys.version_info >= (3, 11)  # binascii strict_mode
+_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+_VALUES = bytes(_ALPHABET.index(c) if c in _ALPHABET else 0 for c in range(256))
+_TRAILING_MASK = (0, 0, 0x0F, 0x03)  # by length mod 4: bits the last character must not set
+_PAD = (b"", b"", b"==", b"=")
 _MALFORMED = Reason.MALFORMED
 
 
@@ -51,22 +58,31 @@ def b64u_decode(text: str) -> bytes:
     """Decode canonical unpadded base64url, or raise `InvalidToken(MALFORMED)`.
 
     Canonical means: only ``A-Z a-z 0-9 - _``, no padding, a length that is not
-    1 mod 4, and zero trailing bits. The check is a re-encode and compare, which
-    is exact by construction rather than by enumerating the ways to be lenient.
+    1 mod 4, and zero trailing bits, so exactly one string decodes to given bytes.
     """
     try:
         raw = text.encode("ascii")
     except (UnicodeEncodeError, AttributeError):
         raise InvalidToken(_MALFORMED) from None
-    pad = -len(raw) % 4
-    if pad == 3:
+    rem = len(raw) & 3
+    if rem == 1:
         raise InvalidToken(_MALFORMED)
+    if _STRICT_DECODER:
+        # One pass: '+', '/' and '=' become '!', which strict_mode refuses along with
+        # any other character outside the alphabet; the last character may not
+        # carry bits beyond the encoded bytes.
+        if rem and _VALUES[raw[-1]] & _TRAILING_MASK[rem]:
+            raise InvalidToken(_MALFORMED)
+        try:
+            return _b64decode(raw.translate(_FROM_URLSAFE_STRICT) + _PAD[rem], strict_mode=True)
+        except binascii.Error:
+            raise InvalidToken(_MALFORMED) from None
     try:
-        data = _b64decode(raw.translate(_FROM_URLSAFE) + b"=" * pad)
+        data = _b64decode(raw.translate(_FROM_URLSAFE) + _PAD[rem])
     except binascii.Error:
         raise InvalidToken(_MALFORMED) from None
-    # a2b_base64 skips characters outside the alphabet and ignores trailing bits;
-    # re-encoding catches both, and '+' or '/' in the input (translated above).
+    # Without strict_mode (Python 3.10), a2b_base64 skips characters outside the
+    # alphabet and ignores trailing bits; re-encoding catches both, and '+' or '/'.
     if _b64encode(data, newline=False).translate(_TO_URLSAFE).rstrip(b"=") != raw:
         raise InvalidToken(_MALFORMED)
     return data
