@@ -36,7 +36,6 @@ _b64decode = binascii.a2b_base64
 _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 _FROM_URLSAFE_STRICT = bytes.maketrans(b"-_+/=", b"+/!!!")
-_STRICT_DECODER = sys.version_info >= (3, 11)  # binascii strict_mode
 _ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 _VALUES = bytes(_ALPHABET.index(c) if c in _ALPHABET else 0 for c in range(256))
 _TRAILING_MASK = (0, 0, 0x0F, 0x03)  # by length mod 4: bits the last character must not set
@@ -67,25 +66,31 @@ def b64u_decode(text: str) -> bytes:
     rem = len(raw) & 3
     if rem == 1:
         raise InvalidToken(_MALFORMED)
-    if _STRICT_DECODER:
-        # One pass: '+', '/' and '=' become '!', which strict_mode refuses along with
-        # any other character outside the alphabet; the last character may not
-        # carry bits beyond the encoded bytes.
-        if rem and _VALUES[raw[-1]] & _TRAILING_MASK[rem]:
-            raise InvalidToken(_MALFORMED)
-        try:
-            return _b64decode(raw.translate(_FROM_URLSAFE_STRICT) + _PAD[rem], strict_mode=True)
-        except binascii.Error:
-            raise InvalidToken(_MALFORMED) from None
     try:
-        data = _b64decode(raw.translate(_FROM_URLSAFE) + _PAD[rem])
+        return _decode_canonical(raw, rem)
     except binascii.Error:
         raise InvalidToken(_MALFORMED) from None
-    # Without strict_mode (Python 3.10), a2b_base64 skips characters outside the
-    # alphabet and ignores trailing bits; re-encoding catches both, and '+' or '/'.
-    if _b64encode(data, newline=False).translate(_TO_URLSAFE).rstrip(b"=") != raw:
-        raise InvalidToken(_MALFORMED)
-    return data
+
+
+if sys.version_info >= (3, 11):
+
+    def _decode_canonical(raw: bytes, rem: int) -> bytes:
+        # One pass: '+', '/' and '=' become '!', which strict_mode refuses along
+        # with every other character outside the alphabet; the last character
+        # may not carry bits beyond the encoded bytes.
+        if rem and _VALUES[raw[-1]] & _TRAILING_MASK[rem]:
+            raise binascii.Error("non-zero trailing bits")
+        return _b64decode(raw.translate(_FROM_URLSAFE_STRICT) + _PAD[rem], strict_mode=True)
+
+else:
+
+    def _decode_canonical(raw: bytes, rem: int) -> bytes:
+        # Without strict_mode, a2b_base64 skips characters outside the alphabet
+        # and ignores trailing bits; re-encoding catches both, and '+' or '/'.
+        data = _b64decode(raw.translate(_FROM_URLSAFE) + _PAD[rem])
+        if _b64encode(data, newline=False).translate(_TO_URLSAFE).rstrip(b"=") != raw:
+            raise binascii.Error("non-canonical base64url")
+        return data
 
 
 def check_token_text(token: object, max_length: int) -> str:
