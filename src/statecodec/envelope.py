@@ -255,16 +255,16 @@ class EnvelopeCodec:
     def _unwrap_one(
         wrapper: KeyWrapper, index: int, kid: bytes, blob: bytes, context: Mapping[str, str]
     ) -> bytes:
-        where = f"wrapped_keys[{index}] (key id {kid.hex()}) via {wrapper.describe()}"
+        where = f"wrapped_keys[{index}] (key id {kid.hex()})"
         try:
             data_key = wrapper.unwrap(blob, context)
-        except ProviderError as exc:
+        except ProviderError as exc:  # the provider's message already names its key
             raise ProviderError(f"cannot unwrap {where}: {exc}") from None
         except Exception as exc:  # a provider bug must still fail as a named start-up error
-            raise ProviderError(f"cannot unwrap {where}: {type(exc).__name__}") from exc
+            raise ProviderError(f"cannot unwrap {where} via {wrapper.describe()}: {type(exc).__name__}") from exc
         if not isinstance(data_key, bytes) or len(data_key) < MIN_KEY_LENGTH:
             raise ProviderError(
-                f"cannot unwrap {where}: the provider returned a data key that is not "
+                f"cannot unwrap {where} via {wrapper.describe()}: the provider returned a data key that is not "
                 f"{MIN_KEY_LENGTH}+ bytes; the wrapped blob is not a statecodec data key"
             )
         return derive_key(data_key, ENVELOPE_KEY_INFO)

@@ -1,0 +1,57 @@
+"""Bounded retries with capped, jittered exponential backoff for provider calls.
+
+Threat: unbounded retries turn a KMS outage into a server that never starts
+and never says why; no retries turn one throttled call into a failed deploy.
+Calls here are retried only for causes where waiting can help (throttling,
+transient server or network errors), a fixed number of times, and the last
+cause is reported.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from statecodec.errors import ConfigurationError
+
+__all__ = ["RetryPolicy", "call_with_retries"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """At most `attempts` calls; sleep ``uniform(0, min(max_delay, base_delay * 2**n))`` between them."""
+
+    attempts: int = 4
+    base_delay: float = 0.2
+    max_delay: float = 2.0
+    sleep: Callable[[float], None] = time.sleep
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.attempts, int) and 1 <= self.attempts <= 10):
+            raise ConfigurationError("retry attempts must be an int from 1 to 10")
+        if not (0 <= self.base_delay <= self.max_delay <= 30):
+            raise ConfigurationError("retry delays must satisfy 0 <= base_delay <= max_delay <= 30 seconds")
+
+    def delay(self, retry: int) -> float:
+        # Full jitter: fleets restarting together do not retry in lockstep.
+        return random.uniform(0, min(self.max_delay, self.base_delay * (2**retry)))
+
+
+def call_with_retries(
+    fn: Callable[[], T], *, transient: Callable[[BaseException], bool], policy: RetryPolicy
+) -> tuple[T, int]:
+    """(result, attempts used); re-raises the last exception when it is not transient or attempts run out."""
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return fn(), attempt
+        except Exception as exc:
+            if attempt >= policy.attempts or not transient(exc):
+                raise
+            policy.sleep(policy.delay(attempt - 1))
