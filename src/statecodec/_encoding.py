@@ -60,9 +60,13 @@ def b64u_decode(text: str) -> bytes:
     1 mod 4, and zero trailing bits, so exactly one string decodes to given bytes.
     """
     try:
-        raw = text.encode("ascii")
+        raw: bytes | None = text.encode("ascii")
     except (UnicodeEncodeError, AttributeError):
-        raise InvalidToken(_MALFORMED) from None
+        # Raised below, outside the handler: a UnicodeEncodeError holds the whole
+        # token text, and `from None` would still keep it reachable as __context__.
+        raw = None
+    if raw is None:
+        raise InvalidToken(_MALFORMED)
     rem = len(raw) & 3
     if rem == 1:
         raise InvalidToken(_MALFORMED)
