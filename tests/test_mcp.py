@@ -1,0 +1,228 @@
+"""statecodec codecs as the MCP SDK's request-state codec, with a real MCPServer and Client."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import sys
+from typing import Any
+
+import pytest
+from mcp.server.mcpserver import RequestStateSecurity
+from mcp.server.request_state import InvalidRequestState, authenticated_principal
+
+from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, XAESGCMCodec, format_keys, generate_key
+from statecodec._encoding import b64u_decode, b64u_encode
+from statecodec.mcp import security, security_from_env
+from tests.mcp_flows import (
+    SERVER_NAME,
+    accept_token,
+    assert_mcp_rejects,
+    mint_token,
+    run_mcp_flows,
+    submit_token,
+)
+
+KEY = generate_key()
+OTHER_KEY = generate_key()
+
+
+def _flip_last_byte(token: str) -> str:
+    raw = bytearray(b64u_decode(token))
+    raw[-1] ^= 0x01
+    return b64u_encode(bytes(raw))
+
+
+def _flip_body_byte(token: str) -> str:
+    raw = bytearray(b64u_decode(token))
+    raw[len(raw) // 2] ^= 0x80
+    return b64u_encode(bytes(raw))
+
+
+@pytest.mark.parametrize("codec_cls", [AESGCMCodec, XAESGCMCodec])
+def test_flows_complete_through_the_codec(codec_cls: type[AESGCMCodec | XAESGCMCodec]) -> None:
+    report = run_mcp_flows(codec_cls([KEY]))
+    assert len(report.questions) == 6
+    for token in report.sealed:
+        assert b64u_decode(token)[0] == codec_cls.VERSION
+
+
+def test_invalid_token_is_the_sdks_invalid_request_state() -> None:
+    assert issubclass(InvalidToken, InvalidRequestState)
+
+
+@pytest.mark.parametrize(
+    ("tamper", "reason"),
+    [
+        (_flip_last_byte, "seal"),
+        (_flip_body_byte, "seal"),
+        (lambda t: t[:10], "malformed"),
+        (lambda t: t[:-1], ("malformed", "seal")),  # one char short may still be canonical
+        (lambda t: t + "=", "malformed"),
+        (lambda t: t[:5] + "+" + t[6:], "malformed"),
+        (lambda t: t + "A" * 200_000, "oversized"),
+        (lambda t: b64u_encode(bytes([0x7F]) + b64u_decode(t)[1:]), "format"),
+    ],
+    ids=["tag", "body", "truncated", "one-char-short", "padded", "std-alphabet", "oversized", "version"],
+)
+def test_tampered_tokens_get_the_frozen_error_and_our_reason(tamper: Any, reason: str | tuple[str]) -> None:
+    codec = AESGCMCodec([KEY])
+    assert assert_mcp_rejects(codec, tamper, reason=reason) in reason
+
+
+def test_foreign_key_token_is_unknown_key() -> None:
+    assert_mcp_rejects(AESGCMCodec([KEY]), lambda t: t, minted_by=AESGCMCodec([OTHER_KEY]), reason="unknown_key")
+
+
+def test_other_format_token_is_refused_by_version() -> None:
+    assert_mcp_rejects(AESGCMCodec([KEY]), lambda t: t, minted_by=XAESGCMCodec([KEY]), reason="format")
+
+
+def test_rotation_phases_over_the_wire() -> None:
+    old_only, phase2, new_only = AESGCMCodec([OTHER_KEY]), AESGCMCodec([KEY, OTHER_KEY]), AESGCMCodec([KEY])
+    in_flight = mint_token(old_only)
+    accept_token(phase2, in_flight)  # the new key seals, the old one still verifies
+    minted_in_phase2 = mint_token(phase2)
+    accept_token(new_only, minted_in_phase2)
+    assert_mcp_rejects(new_only, in_flight, reason="unknown_key")  # old key retired
+
+
+def test_other_server_same_key_is_refused_by_audience() -> None:
+    codec = AESGCMCodec([KEY])
+    assert_mcp_rejects(codec, lambda t: t, minted_on="another-service", reason="audience")
+    shared = RequestStateSecurity(codec=codec, audience="shared-audience")
+    assert_mcp_rejects(
+        codec, lambda t: t, minted_by=shared, minted_on="another-service", reason="audience"
+    )
+
+
+def test_token_replayed_against_other_arguments_is_refused() -> None:
+    codec = AESGCMCodec([KEY])
+    rejection = submit_token(codec, mint_token(codec), arguments={"name": "payments"})
+    assert rejection.reason == "request binding"
+
+
+@pytest.mark.parametrize("junk", ["", "x", "not a token", "v1.AAAA", "\u00e9" * 40, "A" * 64])
+def test_junk_tokens_are_refused_with_our_reason(junk: str) -> None:
+    reason = assert_mcp_rejects(AESGCMCodec([KEY]), junk)
+    assert reason in {"malformed", "format", "unknown_key"}
+
+
+def test_rejection_is_logged_through_caplog(caplog: pytest.LogCaptureFixture) -> None:
+    codec = AESGCMCodec([KEY])
+    token = _flip_last_byte(mint_token(codec))
+    caplog.set_level("WARNING", logger="mcp.server.request_state")
+    submit_token(codec, token)
+    messages = [r.getMessage() for r in caplog.records if r.name == "mcp.server.request_state"]
+    assert messages == ["requestState rejected on tools/call: seal"]
+    assert all(r.exc_info is None for r in caplog.records)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {"STATECODEC_KEYS": format_keys([KEY, OTHER_KEY]), **extra}
+
+
+def test_security_from_env_builds_the_configured_codec() -> None:
+    policy = security_from_env(environ=_env(STATECODEC_CODEC="xaesgcm"), ttl=30.0, audience="billing")
+    assert isinstance(policy, RequestStateSecurity)
+    assert isinstance(policy.codec, XAESGCMCodec)
+    assert policy.codec.key_ids == XAESGCMCodec([KEY, OTHER_KEY]).key_ids
+    assert policy.ttl == 30.0
+    assert policy.audience == "billing"
+    assert policy.bind_principal is authenticated_principal
+
+
+def test_security_from_env_principal_binding_override() -> None:
+    assert security_from_env(environ=_env(), bind_principal=None).bind_principal is None
+
+    def principal(ctx: Any) -> str | None:
+        return "alice"
+
+    assert security_from_env(environ=_env(), bind_principal=principal).bind_principal is principal
+
+
+def test_security_from_env_reads_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATECODEC_KEYS", format_keys([KEY]))
+    monkeypatch.delenv("STATECODEC_CODEC", raising=False)
+    monkeypatch.delenv("STATECODEC_KEYS_FILE", raising=False)
+    policy = security_from_env()
+    assert isinstance(policy.codec, AESGCMCodec)
+
+
+def test_security_from_env_drives_a_server_across_instances() -> None:
+    # Two instances configured from the same environment accept each other's tokens.
+    first, second = security_from_env(environ=_env()), security_from_env(environ=_env())
+    assert first.codec is not second.codec
+    token = mint_token(first)
+    accept_token(second, token)
+    run_mcp_flows(second)
+    assert_mcp_rejects(second, token, server_name="elsewhere", reason="audience")
+
+
+def test_security_from_env_configuration_errors() -> None:
+    with pytest.raises(ConfigurationError, match="no codec configured"):
+        security_from_env(environ={})
+    with pytest.raises(ValueError, match="ttl"):
+        security_from_env(environ=_env(), ttl=float("nan"))
+
+
+def test_security_helper_wraps_any_codec() -> None:
+    codec = AESGCMCodec([KEY])
+    policy = security(codec, ttl=5.0)
+    assert policy.codec is codec
+    assert policy.ttl == 5.0
+    assert policy.bind_principal is authenticated_principal
+    assert security(codec, bind_principal=None).bind_principal is None
+
+
+def test_without_the_sdk_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_import = builtins.__import__
+
+    def no_mcp(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "mcp" or name.startswith("mcp."):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_mcp)
+    with pytest.raises(ImportError, match=r"pip install 'statecodec\[mcp\]'"):
+        security_from_env(environ=_env())
+    with pytest.raises(ImportError, match=r"statecodec\[mcp\]"):
+        security(AESGCMCodec([KEY]))
+
+
+def test_statecodec_mcp_module_does_not_need_the_sdk_to_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [m for m in sys.modules if m == "statecodec.mcp"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "mcp", None)
+    import statecodec.mcp as reloaded
+
+    assert callable(reloaded.security_from_env)
+
+
+def test_envelope_in_flight_is_json_with_our_state() -> None:
+    codec = AESGCMCodec([KEY])
+    envelope = json.loads(codec.unseal(mint_token(codec)))
+    assert envelope["aud"] == SERVER_NAME
+    assert set(envelope) >= {"v", "iat", "exp", "m", "t", "a", "s", "aud"}
+
+
+class _LeakyCodec:
+    """Integrity without confidentiality and a careless unseal: what the helpers must catch."""
+
+    def seal(self, payload: bytes) -> str:
+        return b64u_encode(payload)
+
+    def unseal(self, token: str) -> bytes:
+        return b64u_decode(token) if token.isascii() else bytes.fromhex(token)
+
+
+def test_helpers_catch_a_codec_that_leaks_state_or_raises_the_wrong_error() -> None:
+    leaky = _LeakyCodec()
+    with pytest.raises(AssertionError, match="handler state is readable"):
+        run_mcp_flows(RequestStateSecurity(codec=leaky))
+    run_mcp_flows(leaky, confidential=False)
+    with pytest.raises(AssertionError, match="traceback logged"):
+        assert_mcp_rejects(leaky, "\u00e9t\u00e9")
+    with pytest.raises(AssertionError, match="accepted"):
+        assert_mcp_rejects(leaky, lambda t: t)
+
