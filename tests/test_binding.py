@@ -1,0 +1,368 @@
+"""BoundCodec: every claim refuses the attack it is there for, and nothing else escapes."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import pickle
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken, KeyRing, SealError, XAESGCMCodec
+from statecodec._encoding import b64u_decode, b64u_encode
+from statecodec.binding import MAX_TTL, encode_context, mcp_request_context
+from statecodec.testing import assert_conformant
+
+CODEC_KEY = bytes(range(32))
+BINDING_KEY = bytes(range(100, 132))
+OTHER_BINDING_KEY = bytes(range(200, 232))
+T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
+PRINCIPAL = "alice@example.com"
+CONTEXT = {"method": "tools/call", "target": "provision", "args": "9f86d081"}
+
+
+class Clock:
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Plain:
+    """A transparent codec (no integrity, no secrecy): shows exactly what the claims reveal."""
+
+    def seal(self, payload: bytes) -> str:
+        return b64u_encode(payload)
+
+    def unseal(self, token: str) -> bytes:
+        return b64u_decode(token)
+
+
+def bound(
+    clock: Clock | None = None, *, codec: Any = None, binding_key: bytes | KeyRing = BINDING_KEY, **kw: Any
+) -> BoundCodec:
+    return BoundCodec(
+        codec if codec is not None else AESGCMCodec([CODEC_KEY]),
+        audience=kw.pop("audience", "billing"),
+        binding_key=binding_key,
+        clock=clock or Clock(),
+        **kw,
+    )
+
+
+def reason_of(codec: BoundCodec, token: str, **kw: Any) -> str:
+    with pytest.raises(InvalidToken) as info:
+        codec.unseal(token, **kw)
+    return info.value.reason.value
+
+
+# --- the codec contract -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("inner", [AESGCMCodec, XAESGCMCodec])
+def test_bound_codec_is_conformant(inner: type[AESGCMCodec | XAESGCMCodec]) -> None:
+    codec = BoundCodec(inner([CODEC_KEY]), audience="billing", binding_key=BINDING_KEY)
+    foreign = BoundCodec(inner([bytes(range(50, 82))]), audience="billing", binding_key=BINDING_KEY)
+    assert_conformant(codec, error_type=InvalidToken, foreign=foreign, max_examples=20, max_mutations=2_000)
+
+
+def test_plain_round_trip_and_claims_overhead() -> None:
+    seen: list[bytes] = []
+
+    class Spy(Plain):
+        def seal(self, payload: bytes) -> str:
+            seen.append(payload)
+            return super().seal(payload)
+
+    codec = bound(codec=Spy())
+    assert codec.unseal(codec.seal(b"state")) == b"state"
+    codec.seal(b"state", principal=PRINCIPAL, context=CONTEXT)
+    assert [len(p) - len(b"state") for p in seen] == [32, 48]
+
+
+def test_bound_round_trip_with_principal_and_context() -> None:
+    codec = bound()
+    token = codec.seal(b"s", principal=PRINCIPAL, context=CONTEXT)
+    assert codec.unseal(token, principal=PRINCIPAL, context=dict(reversed(list(CONTEXT.items())))) == b"s"
+
+
+# --- time ------------------------------------------------------------------------------------
+
+
+def test_expiry_is_iat_plus_ttl_and_restamped_on_each_seal() -> None:
+    clock = Clock(T0 + 0.9)
+    codec = bound(clock, ttl=100)
+    token = codec.seal(b"s")
+    clock.now = T0 + 99.999
+    assert codec.unseal(token) == b"s"
+    clock.now = T0 + 100
+    assert reason_of(codec, token) == "expired"
+    assert codec.unseal(codec.seal(b"t")) == b"t"  # a new seal gets a new lifetime
+
+
+def test_clock_ahead_of_the_verifier_within_skew_is_accepted_beyond_is_not() -> None:
+    minting, verifying = Clock(T0 + 60), Clock(T0)
+    token = bound(minting, future_skew=60).seal(b"s")
+    assert bound(verifying, future_skew=60).unseal(token) == b"s"
+    assert reason_of(bound(verifying, future_skew=59), token) == "not_yet_valid"
+
+
+def test_nan_clock_rejects_on_unseal_and_refuses_to_seal() -> None:
+    token = bound().seal(b"s")
+    assert reason_of(bound(Clock(math.nan)), token) == "not_yet_valid"
+    for bad in (math.nan, math.inf, -1.0, float(1 << 41)):
+        with pytest.raises(SealError):
+            bound(Clock(bad)).seal(b"s")
+
+
+# --- audience, purpose -------------------------------------------------------------------------
+
+
+def test_state_from_another_audience_or_purpose_is_refused() -> None:
+    token = bound(audience="billing", purpose="mcp").seal(b"s")
+    assert reason_of(bound(audience="shipping", purpose="mcp"), token) == "audience"
+    assert reason_of(bound(audience="billing", purpose="oauth-state"), token) == "purpose"
+
+
+# --- principal ---------------------------------------------------------------------------------
+
+
+def test_principal_mismatch_and_drift_both_ways() -> None:
+    codec = bound()
+    mine = codec.seal(b"s", principal=PRINCIPAL)
+    anonymous = codec.seal(b"s")
+    assert reason_of(codec, mine, principal="mallory@example.com") == "principal"
+    assert reason_of(codec, mine) == "principal"  # minted with, presented without
+    assert reason_of(codec, anonymous, principal=PRINCIPAL) == "principal"  # minted without, presented with
+    assert codec.unseal(mine, principal=PRINCIPAL) == b"s"
+
+
+def test_principal_tag_is_keyed_and_reveals_nothing_under_a_readable_codec() -> None:
+    readable = bound(codec=Plain())
+    payload = b64u_decode(readable.seal(b"", principal=PRINCIPAL))
+    assert PRINCIPAL.encode() not in payload
+    for digest in (hashlib.sha256, hashlib.sha1, hashlib.md5):
+        assert digest(PRINCIPAL.encode()).digest()[:16] not in payload
+    # Without the binding key the tag cannot be recomputed: another key gives another tag.
+    other = b64u_decode(bound(codec=Plain(), binding_key=OTHER_BINDING_KEY).seal(b"", principal=PRINCIPAL))
+    assert payload[32:48] != other[32:48]
+    assert reason_of(bound(codec=Plain(), binding_key=OTHER_BINDING_KEY), b64u_encode(payload),
+                     principal=PRINCIPAL) == "principal"
+
+
+# --- request binding ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "presented",
+    [
+        None,
+        {**CONTEXT, "args": "00000000"},
+        {**CONTEXT, "extra": ""},
+        {k: v for k, v in CONTEXT.items() if k != "args"},
+        {"method": "tools/call", "target": "provisionargs", "args": ""},
+    ],
+    ids=["absent", "other-args", "extra-key", "missing-key", "shifted-boundary"],
+)
+def test_any_other_context_is_refused(presented: dict[str, str] | None) -> None:
+    codec = bound()
+    token = codec.seal(b"s", principal=PRINCIPAL, context=CONTEXT)
+    assert reason_of(codec, token, principal=PRINCIPAL, context=presented) == "binding"
+    assert reason_of(codec, codec.seal(b"s", context=presented), context=CONTEXT) == "binding"
+
+
+def test_context_values_are_keyed_too() -> None:
+    token = bound(codec=Plain()).seal(b"s", context=CONTEXT)
+    assert reason_of(bound(codec=Plain(), binding_key=OTHER_BINDING_KEY), token, context=CONTEXT) == "binding"
+
+
+_texts = st.text(max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(_texts, _texts, max_size=4), st.dictionaries(_texts, _texts, max_size=4))
+def test_context_encoding_is_injective(a: dict[str, str], b: dict[str, str]) -> None:
+    assert (encode_context(a) == encode_context(b)) == (a == b)
+
+
+def test_context_must_map_str_to_str() -> None:
+    with pytest.raises(TypeError):
+        bound().seal(b"s", context={"n": 1})  # type: ignore[dict-item]
+
+
+def test_binding_key_ring_rotates_without_dropping_bound_tokens() -> None:
+    old_ring = bound(binding_key=BINDING_KEY)
+    new_ring = bound(binding_key=KeyRing([OTHER_BINDING_KEY, BINDING_KEY]))
+    token = old_ring.seal(b"s", principal=PRINCIPAL, context=CONTEXT)
+    assert new_ring.unseal(token, principal=PRINCIPAL, context=CONTEXT) == b"s"
+    assert reason_of(new_ring, token, principal=PRINCIPAL, context={}) == "binding"
+    fresh = new_ring.seal(b"s", principal=PRINCIPAL, context=CONTEXT)
+    assert reason_of(old_ring, fresh, principal=PRINCIPAL, context=CONTEXT) == "principal"
+
+
+# --- bounded parsing ---------------------------------------------------------------------------
+
+
+def _claims(version: int = 1, flags: int = 0, iat: int = T0, lifetime: int = 600) -> bytes:
+    codec = bound(codec=Plain())
+    genuine = b64u_decode(codec.seal(b""))
+    head = ((version << 72) | (flags << 64) | (iat << 24) | lifetime).to_bytes(10, "big")
+    return head + genuine[10:32]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"",
+        b"\x01",
+        _claims()[:31],
+        _claims(version=2),
+        _claims(version=0),
+        _claims(flags=2),
+        _claims(flags=0x81),
+        _claims(flags=1),  # flagged principal-bound, but the 16-byte tag is missing
+        _claims(flags=1) + b"\x00" * 15,
+    ],
+    ids=["empty", "one-byte", "short", "v2", "v0", "flag2", "high-flag", "no-tag", "short-tag"],
+)
+def test_malformed_claims_are_malformed(payload: bytes) -> None:
+    assert reason_of(bound(codec=Plain()), b64u_encode(payload)) == "malformed"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=80), st.none() | st.just(PRINCIPAL), st.none() | st.just(CONTEXT))
+def test_arbitrary_inner_payloads_raise_only_invalid_token(
+    payload: bytes, principal: str | None, context: dict[str, str] | None
+) -> None:
+    codec = bound(codec=Plain())
+    try:
+        codec.unseal(b64u_encode(payload), principal=principal, context=context)
+    except InvalidToken:
+        return
+    raise AssertionError("a payload without genuine tags was accepted")
+
+
+def test_zero_lifetime_claims_are_already_expired() -> None:
+    assert reason_of(bound(codec=Plain()), b64u_encode(_claims(lifetime=0))) == "expired"
+
+
+def test_foreign_inner_codec_errors_fail_closed() -> None:
+    class Broken(Plain):
+        def unseal(self, token: str) -> bytes:
+            raise ValueError("kaboom")
+
+    assert reason_of(bound(codec=Broken()), "AAAA") == "seal"
+
+
+def test_inner_codec_reasons_pass_through() -> None:
+    token = bound().seal(b"s")
+    assert reason_of(bound(codec=AESGCMCodec([bytes(range(50, 82))])), token) == "unknown_key"
+    assert reason_of(bound(), token[:-2] + ("A" if token[-2] != "A" else "B") + token[-1]) in ("seal", "malformed")
+    assert reason_of(bound(), 42) == "malformed"  # type: ignore[arg-type]
+
+
+# --- nothing leaks -----------------------------------------------------------------------------
+
+
+def test_no_principal_or_context_in_messages_reprs_or_logs(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    codec = bound()
+    token = codec.seal(b"s", principal=PRINCIPAL, context=CONTEXT)
+    texts: list[str] = [repr(codec), str(codec)]
+    for kw in ({"principal": "mallory"}, {"principal": PRINCIPAL, "context": {"method": "secret-value"}}, {}):
+        with pytest.raises(InvalidToken) as info:
+            codec.unseal(token, **kw)
+        texts += [str(info.value), repr(info.value), repr(info.value.args)]
+    texts += [r.getMessage() for r in caplog.records]
+    joined = "\n".join(texts)
+    for secret in (PRINCIPAL, "mallory", "secret-value", *CONTEXT.values(), token):
+        assert secret not in joined
+    assert BINDING_KEY.hex() not in joined
+
+
+def test_bound_codec_is_not_picklable() -> None:
+    with pytest.raises(TypeError):
+        pickle.dumps(bound())
+
+
+# --- configuration -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kw", "fragment"),
+    [
+        ({"binding_key": b"short"}, "at least 32 bytes"),
+        ({"binding_key": b"a" * 40}, "distinct byte values"),
+        ({"binding_key": "text-key-" * 5}, "binding_key must be bytes"),
+        ({"ttl": 0}, "ttl=0"),
+        ({"ttl": MAX_TTL + 1}, "ttl="),
+        ({"ttl": True}, "ttl must be an int"),
+        ({"ttl": 1.5}, "ttl must be an int"),
+        ({"future_skew": -1}, "future_skew=-1"),
+        ({"audience": ""}, "audience must be a non-empty str"),
+        ({"purpose": None}, "purpose must be a non-empty str"),
+    ],
+)
+def test_misconfiguration_fails_at_construction_saying_how_to_fix(kw: dict[str, Any], fragment: str) -> None:
+    args: dict[str, Any] = {"audience": "billing", "binding_key": BINDING_KEY, **kw}
+    with pytest.raises(ConfigurationError, match=fragment):
+        BoundCodec(AESGCMCodec([CODEC_KEY]), **args)
+
+
+def test_not_a_codec_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="seal"):
+        BoundCodec(object(), audience="a", binding_key=BINDING_KEY)  # type: ignore[arg-type]
+
+
+# --- key ids and reseal ------------------------------------------------------------------------
+
+
+def test_key_ids_come_from_the_inner_codec() -> None:
+    inner = AESGCMCodec([CODEC_KEY, bytes(range(50, 82))])
+    codec = bound(codec=inner)
+    assert codec.key_ids == inner.key_ids
+    assert codec.primary_key_id == inner.primary_key_id
+    assert bound(codec=Plain()).key_ids == ()
+
+
+def test_reseal_keeps_claims_so_expiry_does_not_restart() -> None:
+    new_key = bytes(range(50, 82))
+    clock = Clock()
+    before = bound(clock, codec=AESGCMCodec([CODEC_KEY]), ttl=100)
+    during = bound(clock, codec=AESGCMCodec([new_key, CODEC_KEY]), ttl=100)
+    after = bound(clock, codec=AESGCMCodec([new_key]), ttl=100)
+    token = before.seal(b"s", principal=PRINCIPAL, context=CONTEXT)
+    clock.now = T0 + 90
+    moved = during.reseal(token)
+    assert reason_of(after, token, principal=PRINCIPAL, context=CONTEXT) == "unknown_key"
+    assert after.unseal(moved, principal=PRINCIPAL, context=CONTEXT) == b"s"
+    clock.now = T0 + 100
+    assert reason_of(after, moved, principal=PRINCIPAL, context=CONTEXT) == "expired"
+    assert reason_of(during, token) in ("expired",)  # reseal refuses what has lapsed
+    with pytest.raises(InvalidToken):
+        during.reseal(token)
+
+
+def test_reseal_refuses_another_audience() -> None:
+    token = bound(audience="shipping").seal(b"s")
+    with pytest.raises(InvalidToken) as info:
+        bound(audience="billing").reseal(token)
+    assert info.value.reason.value == "audience"
+
+
+# --- MCP request context -----------------------------------------------------------------------
+
+
+def test_mcp_request_context_binds_method_target_and_arguments() -> None:
+    call = mcp_request_context("tools/call", {"name": "t", "arguments": {"a": 1, "b": [2]}, "requestState": "x"})
+    same = mcp_request_context("tools/call", {"arguments": {"b": [2], "a": 1}, "name": "t", "inputResponses": {}})
+    assert call == same
+    assert call != mcp_request_context("tools/call", {"name": "t", "arguments": {"a": 2, "b": [2]}})
+    assert call != mcp_request_context("prompts/get", {"name": "t", "arguments": {"a": 1, "b": [2]}})
+    assert mcp_request_context("resources/read", {"uri": "report://2026"})["target"] == "report://2026"
+    assert mcp_request_context("tools/call", None) == mcp_request_context("tools/call", {"arguments": None})
