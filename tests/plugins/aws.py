@@ -1,1 +1,218 @@
-"""Session fixtures for the aws service used by integration tests."""
+"""AWS KMS for integration tests: a real `moto_server` over HTTP on 127.0.0.1.
+
+`moto_server` (session) runs for the whole test session and is stopped at
+exit; `moto_server_fn` is a separate server per test, for tests that stop
+the KMS mid-test. `kms_proxy` is a small HTTP proxy in front of the session
+server that counts requests per KMS operation and can answer the next
+requests with an error response of KMS's own JSON shape (throttling, access
+denied, internal error), for faults moto cannot produce on its own.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+REGION = "us-east-1"
+_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+_START_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def kms_client(endpoint: str, **config: Any) -> Any:
+    """A boto3 KMS client for `endpoint`, botocore's own retries off (the wrapper retries)."""
+    cfg = Config(retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=2, read_timeout=5, **config)
+    return boto3.session.Session(region_name=REGION, **_CREDENTIALS).client(
+        "kms", endpoint_url=endpoint, config=cfg
+    )
+
+
+class MotoServer:
+    """One `moto_server` process on a free loopback port; `stop()` / `start()` at will."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        exe = Path(sys.executable).with_name("moto_server")
+        self._proc = subprocess.Popen(
+            [str(exe), "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + _START_TIMEOUT
+        while True:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"moto_server exited with {self._proc.returncode}")
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
+            try:
+                conn.request("GET", "/moto-api/")
+                conn.getresponse().read()
+                return  # any HTTP answer means it is serving
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("moto_server did not answer within 30 s") from None
+                time.sleep(0.05)
+            finally:
+                conn.close()
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def client(self) -> Any:
+        return kms_client(self.endpoint)
+
+    def create_key(self) -> tuple[str, str]:
+        """(key ARN, bare key id) of a new symmetric key."""
+        client = self.client()
+        try:
+            meta = client.create_key(Description="statecodec test key")["KeyMetadata"]
+        finally:
+            client.close()
+        return str(meta["Arn"]), str(meta["KeyId"])
+
+
+class KmsProxy:
+    """HTTP proxy to a moto server: counts KMS operations, injects KMS error responses."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self._upstream = upstream_port
+        self.calls: Counter[str] = Counter()
+        self._faults: list[tuple[int, str, str]] = []
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                op = self.headers.get("X-Amz-Target", "").rpartition(".")[2]
+                fault = proxy._take(op)
+                if fault is not None:
+                    status, code, message = fault
+                    self._send(status, json.dumps({"__type": code, "message": message}).encode(), {})
+                    return
+                conn = http.client.HTTPConnection("127.0.0.1", proxy._upstream, timeout=10)
+                try:
+                    headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                    conn.request("POST", self.path, body=body, headers=headers)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                    extra = {k: v for k, v in resp.getheaders() if k.lower() in ("x-amzn-requestid",)}
+                    self._send(resp.status, data, extra)
+                finally:
+                    conn.close()
+
+            def _send(self, status: int, data: bytes, extra: dict[str, str]) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/x-amz-json-1.1")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in extra.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def _take(self, op: str) -> tuple[int, str, str] | None:
+        with self._lock:
+            self.calls[op] += 1
+            return self._faults.pop(0) if self._faults else None
+
+    def fail_next(self, n: int, code: str, *, status: int = 400, message: str = "injected") -> None:
+        """Answer the next `n` requests with KMS error `code`."""
+        with self._lock:
+            self._faults.extend([(status, code, message)] * n)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._faults.clear()
+            self.calls.clear()
+
+    def client(self) -> Any:
+        return kms_client(self.endpoint)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoServer]:
+    server = MotoServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def moto_server_fn() -> Iterator[MotoServer]:
+    """A moto server of this test's own, which the test may stop."""
+    server = MotoServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def _kms_proxy_session(moto_server: MotoServer) -> Iterator[KmsProxy]:
+    proxy = KmsProxy(moto_server.port)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+@pytest.fixture
+def kms_proxy(_kms_proxy_session: KmsProxy) -> Iterator[KmsProxy]:
+    """The counting, fault-injecting proxy, with no faults queued and counters at zero."""
+    _kms_proxy_session.reset()
+    yield _kms_proxy_session
+    _kms_proxy_session.reset()

@@ -1,1 +1,303 @@
-"""Session fixtures for the gcp service used by integration tests."""
+"""Google Cloud KMS for integration tests: a loopback gRPC server speaking the Cloud KMS API.
+
+Cloud KMS has no emulator, so this server implements the two methods an
+envelope needs, ``Encrypt`` and ``Decrypt`` of
+``google.cloud.kms.v1.KeyManagementService``, with gRPC generic handlers and
+the ``google.cloud.kms_v1`` request and response types, so the real
+``KeyManagementServiceClient`` talks to it over an insecure channel. It does
+real AES-256-GCM with the additional authenticated data bound, keeps key
+versions (rotate, disable), verifies the request CRC32C fields and fills the
+response ones as Cloud KMS does, and can, on demand, corrupt a checksum,
+deny access, or fail the next calls with a gRPC status.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any
+
+import google_crc32c
+import grpc
+import pytest
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import kms_v1
+from google.cloud.kms_v1.services.key_management_service.transports import KeyManagementServiceGrpcTransport
+
+_SERVICE = "google.cloud.kms.v1.KeyManagementService"
+_MAGIC = b"SCKMS"
+_DECRYPT_FAILED = "Decryption failed: verify that 'name' refers to the correct CryptoKey."
+CORRUPTIONS = (
+    "encrypt.verified_plaintext",  # verified_plaintext_crc32c comes back false
+    "encrypt.verified_aad",  # verified_additional_authenticated_data_crc32c comes back false
+    "encrypt.ciphertext_crc32c",  # ciphertext_crc32c does not match the ciphertext
+    "encrypt.name",  # the response names a version of another key
+    "decrypt.plaintext_crc32c",  # plaintext_crc32c does not match the plaintext
+    "request",  # the server saw a request whose checksum did not match (INVALID_ARGUMENT)
+)
+
+
+def crc(data: bytes) -> int:
+    return int(google_crc32c.value(data))
+
+
+def key_name(project: str, ring: str, key: str) -> str:
+    return f"projects/{project}/locations/global/keyRings/{ring}/cryptoKeys/{key}"
+
+
+class _Abort(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class _CryptoKey:
+    versions: list[bytes] = field(default_factory=list)  # version n is versions[n - 1]
+    primary: int = 1
+    disabled: set[int] = field(default_factory=set)
+    denied: bool = False
+
+    @property
+    def fingerprint(self) -> bytes:
+        return hashlib.sha256(self.versions[0]).digest()[:8]
+
+
+class FakeCloudKms:
+    """State and behaviour of the test Cloud KMS; `start()` / `stop()` the gRPC server at will."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, _CryptoKey] = {}
+        self.calls: Counter[str] = Counter()
+        self._faults: list[grpc.StatusCode] = []
+        self._corrupt: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._server: grpc.Server | None = None
+        self.port = 0
+
+    # --- administration -------------------------------------------------
+    def create_key(self, name: str) -> str:
+        with self._lock:
+            self.keys[name] = _CryptoKey(versions=[os.urandom(32)])
+        return name
+
+    def rotate(self, name: str) -> int:
+        """Add a version and make it primary; returns its number."""
+        with self._lock:
+            key = self.keys[name]
+            key.versions.append(os.urandom(32))
+            key.primary = len(key.versions)
+            return key.primary
+
+    def disable_version(self, name: str, version: int) -> None:
+        with self._lock:
+            self.keys[name].disabled.add(version)
+
+    def deny(self, name: str) -> None:
+        """Every call on `name` answers PERMISSION_DENIED, as for a caller without the role."""
+        with self._lock:
+            self.keys[name].denied = True
+
+    def fail_next(self, n: int, code: grpc.StatusCode) -> None:
+        with self._lock:
+            self._faults.extend([code] * n)
+
+    def corrupt_next(self, mode: str, n: int = 1) -> None:
+        assert mode in CORRUPTIONS, mode
+        with self._lock:
+            self._corrupt[mode] += n
+
+    def reset(self) -> None:
+        with self._lock:
+            self._faults.clear()
+            self._corrupt.clear()
+            self.calls.clear()
+
+    def _take_corruption(self, mode: str) -> bool:
+        if self._corrupt[mode] > 0:
+            self._corrupt[mode] -= 1
+            return True
+        return False
+
+    # --- the API ----------------------------------------------------------
+    def _enter(self, method: str, name: str) -> _CryptoKey:
+        self.calls[method] += 1
+        if self._faults:
+            code = self._faults.pop(0)
+            raise _Abort(code, f"injected {code.name}")
+        key = self.keys.get(name)
+        if key is None:
+            raise _Abort(grpc.StatusCode.NOT_FOUND, f"CryptoKey {name} not found.")
+        if key.denied:
+            raise _Abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"Permission 'cloudkms.cryptoKeyVersions.useTo{method}' denied on resource '{name}'",
+            )
+        return key
+
+    @staticmethod
+    def _check_crc(data: bytes, checksum: int | None, field_name: str, corrupt: bool) -> bool:
+        if checksum is None:
+            return False
+        if corrupt or checksum != crc(data):
+            raise _Abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"The checksum in field {field_name}_crc32c did not match the data in field {field_name}.",
+            )
+        return True
+
+    def encrypt(self, request: Any) -> Any:
+        with self._lock:
+            key = self._enter("Encrypt", request.name)
+            corrupt_request = self._take_corruption("request")
+            plaintext, aad = bytes(request.plaintext), bytes(request.additional_authenticated_data)
+            v_pt = self._check_crc(plaintext, request.plaintext_crc32c, "plaintext", corrupt_request)
+            v_aad = self._check_crc(
+                aad, request.additional_authenticated_data_crc32c, "additional_authenticated_data", False
+            )
+            version = key.primary
+            if version in key.disabled:
+                raise _Abort(grpc.StatusCode.FAILED_PRECONDITION, f"{request.name} primary version is DISABLED")
+            nonce = os.urandom(12)
+            header = _MAGIC + key.fingerprint + struct.pack(">I", version)
+            ciphertext = header + nonce + AESGCM(key.versions[version - 1]).encrypt(nonce, plaintext, header + aad)
+            checksum = crc(ciphertext)
+            if self._take_corruption("encrypt.ciphertext_crc32c"):
+                checksum ^= 1
+            name = f"{request.name}/cryptoKeyVersions/{version}"
+            if self._take_corruption("encrypt.name"):
+                name = f"{request.name}-other/cryptoKeyVersions/1"
+            return kms_v1.EncryptResponse(
+                name=name,
+                ciphertext=ciphertext,
+                ciphertext_crc32c=checksum,
+                verified_plaintext_crc32c=v_pt and not self._take_corruption("encrypt.verified_plaintext"),
+                verified_additional_authenticated_data_crc32c=v_aad
+                and not self._take_corruption("encrypt.verified_aad"),
+                protection_level=kms_v1.ProtectionLevel.SOFTWARE,
+            )
+
+    def decrypt(self, request: Any) -> Any:
+        with self._lock:
+            key = self._enter("Decrypt", request.name)
+            corrupt_request = self._take_corruption("request")
+            ciphertext, aad = bytes(request.ciphertext), bytes(request.additional_authenticated_data)
+            self._check_crc(ciphertext, request.ciphertext_crc32c, "ciphertext", corrupt_request)
+            self._check_crc(aad, request.additional_authenticated_data_crc32c, "additional_authenticated_data", False)
+            head = len(_MAGIC) + 8 + 4
+            if len(ciphertext) < head + 12 + 16 or not ciphertext.startswith(_MAGIC + key.fingerprint):
+                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, _DECRYPT_FAILED)
+            (version,) = struct.unpack(">I", ciphertext[head - 4 : head])
+            if not 1 <= version <= len(key.versions):
+                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, _DECRYPT_FAILED)
+            if version in key.disabled:
+                raise _Abort(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"{request.name}/cryptoKeyVersions/{version} is not enabled, current state is: DISABLED.",
+                )
+            nonce = ciphertext[head : head + 12]
+            try:
+                plaintext = AESGCM(key.versions[version - 1]).decrypt(
+                    nonce, ciphertext[head + 12 :], ciphertext[:head] + aad
+                )
+            except InvalidTag:
+                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, _DECRYPT_FAILED) from None
+            checksum = crc(plaintext)
+            if self._take_corruption("decrypt.plaintext_crc32c"):
+                checksum ^= 1
+            return kms_v1.DecryptResponse(
+                plaintext=plaintext,
+                plaintext_crc32c=checksum,
+                used_primary=version == key.primary,
+                protection_level=kms_v1.ProtectionLevel.SOFTWARE,
+            )
+
+    # --- the gRPC server ----------------------------------------------------
+    def _handler(self, fn: Callable[[Any], Any], req_type: Any, resp_type: Any) -> Any:
+        def call(request: Any, context: grpc.ServicerContext) -> Any:
+            try:
+                return fn(request)
+            except _Abort as exc:
+                context.abort(exc.code, exc.message)
+
+        return grpc.unary_unary_rpc_method_handler(
+            call, request_deserializer=req_type.deserialize, response_serializer=resp_type.serialize
+        )
+
+    def start(self) -> None:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        handlers = {
+            "Encrypt": self._handler(self.encrypt, kms_v1.EncryptRequest, kms_v1.EncryptResponse),
+            "Decrypt": self._handler(self.decrypt, kms_v1.DecryptRequest, kms_v1.DecryptResponse),
+        }
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, handlers),))
+        self.port = server.add_insecure_port(f"127.0.0.1:{self.port}")
+        if not self.port:
+            raise RuntimeError("cannot bind the Cloud KMS test server")
+        server.start()
+        self._server = server
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(grace=None).wait()
+            self._server = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def client(self) -> Any:
+        """The real KeyManagementServiceClient over an insecure channel to this server."""
+        channel = grpc.insecure_channel(self.address)
+        transport = KeyManagementServiceGrpcTransport(
+            channel=channel,
+            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+        )
+        return kms_v1.KeyManagementServiceClient(transport=transport)
+
+
+@pytest.fixture(scope="session")
+def _gcp_kms_session() -> Iterator[FakeCloudKms]:
+    server = FakeCloudKms()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def gcp_kms(_gcp_kms_session: FakeCloudKms) -> Iterator[FakeCloudKms]:
+    """The session Cloud KMS test server with no faults queued and counters at zero."""
+    _gcp_kms_session.reset()
+    yield _gcp_kms_session
+    _gcp_kms_session.reset()
+
+
+@pytest.fixture
+def gcp_kms_fn() -> Iterator[FakeCloudKms]:
+    """A Cloud KMS test server of this test's own, which the test may stop."""
+    server = FakeCloudKms()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def gcp_client(gcp_kms: FakeCloudKms) -> Iterator[Any]:
+    client = gcp_kms.client()
+    try:
+        yield client
+    finally:
+        client.transport.close()

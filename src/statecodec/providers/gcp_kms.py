@@ -78,8 +78,14 @@ def crc32c(data: bytes) -> int:
     return int(google_crc32c.value(data))
 
 
+def _checksum_refused(exc: BaseException) -> bool:
+    # Cloud KMS answers INVALID_ARGUMENT when a request checksum does not match the
+    # bytes it received; Google's guidance is a limited number of retries.
+    return isinstance(exc, gexc.InvalidArgument) and "checksum" in str(getattr(exc, "message", "")).lower()
+
+
 def _transient(exc: BaseException) -> bool:
-    return isinstance(exc, (*_TRANSIENT, _Corrupted))
+    return isinstance(exc, (*_TRANSIENT, _Corrupted)) or _checksum_refused(exc)
 
 
 class GcpKmsWrapper:
@@ -167,6 +173,8 @@ class GcpKmsWrapper:
             return f"Cloud KMS unreachable after {attempts} attempts ({type(exc).__name__})"
         if isinstance(exc, _TRANSIENT):
             return f"Cloud KMS unavailable after {attempts} attempts ({type(exc).__name__})"
+        if _checksum_refused(exc):
+            return f"Cloud KMS refused the request checksum after {attempts} attempts (data corrupted in transit)"
         if isinstance(exc, gexc.PermissionDenied):
             return (
                 "access denied (grant roles/cloudkms.cryptoKeyDecrypter on this key for start-up, "
