@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import pickle
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -366,3 +368,45 @@ def test_mcp_request_context_binds_method_target_and_arguments() -> None:
     assert call != mcp_request_context("prompts/get", {"name": "t", "arguments": {"a": 1, "b": [2]}})
     assert mcp_request_context("resources/read", {"uri": "report://2026"})["target"] == "report://2026"
     assert mcp_request_context("tools/call", None) == mcp_request_context("tools/call", {"arguments": None})
+
+
+# --- frozen vectors ----------------------------------------------------------------------------
+
+VECTORS: dict[str, Any] = json.loads((Path(__file__).parent / "vectors" / "binding.json").read_text("utf-8"))
+_BY_NAME: dict[str, dict[str, Any]] = {v["name"]: v for v in VECTORS["valid"]}
+
+
+def _vector_codec(v: dict[str, Any], now: float, **over: Any) -> BoundCodec:
+    return BoundCodec(
+        AESGCMCodec.from_env(environ={"STATECODEC_KEYS": VECTORS["codec_keys"]}),
+        audience=over.get("audience", v["audience"]),
+        purpose=over.get("purpose", v["purpose"]),
+        ttl=v["ttl"],
+        future_skew=v["future_skew"],
+        binding_key=b64u_decode(VECTORS["binding_key"]),
+        clock=Clock(now),
+    )
+
+
+@pytest.mark.parametrize("vector", VECTORS["valid"], ids=lambda v: v["name"])
+def test_vectors_rederive_exactly_and_unseal(vector: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    codec = _vector_codec(vector, vector["now"])
+    state = vector["state"].encode()
+    assert codec.unseal(vector["token"], principal=vector["principal"], context=vector["context"]) == state
+    payload = codec.codec.unseal(vector["token"])
+    assert payload == bytes.fromhex(vector["claims"]) + state
+    nonce = bytes.fromhex(vector["nonce"])
+    monkeypatch.setattr("statecodec.aead.os.urandom", lambda n: nonce)
+    assert codec.seal(state, principal=vector["principal"], context=vector["context"]) == vector["token"]
+
+
+@pytest.mark.parametrize("case", VECTORS["refusals"], ids=lambda c: f"{c['vector']}-{c['reason']}")
+def test_vector_refusals(case: dict[str, Any]) -> None:
+    v = _BY_NAME[case["vector"]]
+    over = {k: case[k] for k in ("audience", "purpose") if k in case}
+    codec = _vector_codec(v, case["now"], **over)
+    context = v["context"] if case["context"] == "same" else case["context"]
+    if case["reason"] is None:
+        assert codec.unseal(v["token"], principal=case["principal"], context=context) == v["state"].encode()
+    else:
+        assert reason_of(codec, v["token"], principal=case["principal"], context=context) == case["reason"]
