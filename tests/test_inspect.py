@@ -1,0 +1,137 @@
+"""Token descriptions: right for every format, and nothing but InvalidToken on junk."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jwt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jwcrypto import jwe, jwk
+
+from statecodec import AESGCMCodec, InvalidToken, Reason, XAESGCMCodec, generate_key
+from statecodec._encoding import b64u_decode, b64u_encode
+from statecodec.inspect import BINARY_FORMATS, TokenInfo, describe_token
+
+KEY = generate_key()
+
+
+@pytest.mark.parametrize(("codec_cls", "name", "nonce"), [(AESGCMCodec, "aesgcm", 12), (XAESGCMCodec, "xaesgcm", 24)])
+@pytest.mark.parametrize("size", [0, 1, 300, 5000])
+def test_ring_formats(codec_cls: type[AESGCMCodec | XAESGCMCodec], name: str, nonce: int, size: int) -> None:
+    codec = codec_cls([KEY])
+    payload = os.urandom(size)
+    token = codec.seal(payload)
+    info = describe_token(token)
+    assert info.format == name
+    assert info.version == codec_cls.VERSION
+    assert info.key_id == codec.primary_key_id
+    assert info.token_length == len(token)
+    assert info.decoded_length == len(b64u_decode(token))
+    assert info.nonce_length == nonce
+    assert info.tag_length == 16
+    assert info.payload_length == size
+    assert info.encrypted
+    assert payload.hex() not in repr(info) or size == 0
+
+
+def test_envelope_layout() -> None:
+    kid = bytes.fromhex("a1b2c3d4")
+    token = b64u_encode(bytes([0x03]) + kid + os.urandom(12 + 40 + 16))
+    info = describe_token(token)
+    assert (info.format, info.key_id, info.payload_length) == ("envelope", "a1b2c3d4", 40)
+
+
+def test_jwe_header_is_described() -> None:
+    key = jwk.JWK.generate(kty="oct", size=256)
+    header = {"alg": "dir", "enc": "A256GCM", "kid": "ring-1"}
+    obj = jwe.JWE(b"x" * 50, json.dumps(header))
+    obj.add_recipient(key)
+    token = obj.serialize(compact=True)
+    info = describe_token(token)
+    assert info.format == "jwe"
+    assert (info.algorithm, info.encryption, info.key_id) == ("dir", "A256GCM", "ring-1")
+    assert info.payload_length == 50
+    assert info.nonce_length == 12
+    assert info.tag_length == 16
+    assert info.encrypted
+
+
+def test_jws_header_is_described() -> None:
+    token = jwt.encode({"s": "state"}, "k" * 32, algorithm="HS256", headers={"kid": "k1"})
+    info = describe_token(token)
+    assert info.format == "jws"
+    assert (info.algorithm, info.encryption, info.key_id) == ("HS256", None, "k1")
+    assert not info.encrypted
+    assert info.payload_length == len(json.dumps({"s": "state"}, separators=(",", ":")))
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        ("", Reason.MALFORMED),
+        ("A", Reason.MALFORMED),
+        ("AA", Reason.FORMAT),  # one zero byte: version 0 is no format
+        (b64u_encode(bytes([0x01]) + bytes(20)), Reason.MALFORMED),  # shorter than a header + nonce + tag
+        (b64u_encode(bytes([0x7F]) + bytes(60)), Reason.FORMAT),
+        ("A" * 200_000, Reason.OVERSIZED),
+        ("a.b", Reason.MALFORMED),
+        ("a.b.c.d", Reason.MALFORMED),
+        (b64u_encode(b"[]") + ".e30.AA", Reason.HEADER),
+        (b64u_encode(b'{"alg": 1}') + ".e30.AA", Reason.HEADER),
+        (b64u_encode(b'{"alg": "x", "kid": "\\u0000"}') + ".e30.AA", Reason.HEADER),
+        (b64u_encode(b'{"alg": "x", "enc": "A256GCM"}') + ".e30.AA", Reason.HEADER),
+        (b64u_encode(b'{"alg": "dir"}') + "....", Reason.HEADER),
+        (b64u_encode(b"{" * 600) + ".e30.AA", Reason.MALFORMED),
+        ("A" * 2000 + ".e30.AA", Reason.OVERSIZED),
+        (b64u_encode(b"\xff\xfe") + ".e30.AA", Reason.MALFORMED),
+    ],
+)
+def test_junk_is_refused_with_a_reason(token: str, reason: Reason) -> None:
+    with pytest.raises(InvalidToken) as info:
+        describe_token(token)
+    assert info.value.reason is reason
+    if len(token) > 8:
+        assert token not in str(info.value)
+
+
+@pytest.mark.parametrize("value", [None, b"AAAA", 5, ["AAAA"], bytearray(b"x")])
+def test_non_str_is_malformed(value: object) -> None:
+    with pytest.raises(InvalidToken) as info:
+        describe_token(value)
+    assert info.value.reason is Reason.MALFORMED
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=300), st.text(alphabet="ABCdef-_.0123", max_size=300)))
+def test_any_text_is_described_or_refused(text: str) -> None:
+    try:
+        info = describe_token(text)
+    except InvalidToken:
+        return
+    assert isinstance(info, TokenInfo)
+    assert info.payload_length >= 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=1, max_size=200), st.sampled_from(sorted(BINARY_FORMATS)))
+def test_any_bytes_under_a_known_version(body: bytes, version: int) -> None:
+    token = b64u_encode(bytes([version]) + body)
+    layout = BINARY_FORMATS[version]
+    if len(body) < 4 + layout.nonce_length + layout.tag_length:
+        with pytest.raises(InvalidToken, match="^malformed$"):
+            describe_token(token)
+        return
+    info = describe_token(token)
+    assert info.version == version
+    assert info.key_id == body[:4].hex()
+    assert info.decoded_length == len(body) + 1
+
+
+def test_custom_cap() -> None:
+    token = AESGCMCodec([KEY]).seal(b"x" * 100)
+    with pytest.raises(InvalidToken, match="oversized"):
+        describe_token(token, max_length=len(token) - 1)
+    assert describe_token(token, max_length=len(token)).payload_length == 100
