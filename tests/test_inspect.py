@@ -121,7 +121,7 @@ def test_any_bytes_under_a_known_version(body: bytes, version: int) -> None:
     token = b64u_encode(bytes([version]) + body)
     layout = BINARY_FORMATS[version]
     if len(body) < 4 + layout.nonce_length + layout.tag_length:
-        with pytest.raises(InvalidToken, match="^malformed$"):
+        with pytest.raises(InvalidToken, match=r"^malformed$"):
             describe_token(token)
         return
     info = describe_token(token)
