@@ -1,0 +1,887 @@
+"""HashiCorp Vault / OpenBao transit: a data-key wrapper and a per-token transit codec.
+
+Threat: the transit key never leaves Vault, so whoever reaches Vault with the
+right token can mint or open state, and whoever makes Vault unreachable stops
+every per-token call. Two modes answer different policies:
+
+- `VaultKeyWrapper` for `EnvelopeCodec` (recommended): data keys come from
+  ``transit/datakey/wrapped`` and are unwrapped with ``transit/decrypt`` once at
+  start-up; tokens are then sealed locally, and a Vault outage after start-up
+  changes nothing.
+- `VaultTransitCodec`: every seal is one ``transit/encrypt`` call and every
+  unseal one ``transit/decrypt`` call, for teams whose policy says key material
+  never leaves Vault. Each call is one HTTP round trip over a pooled connection
+  with bounded timeouts; when Vault cannot answer, `unseal` fails closed with
+  `InvalidToken(Reason.PROVIDER)` and `seal` raises `ProviderError`, quickly.
+
+Tokens are parsed strictly (type, length cap, canonical base64url, layout)
+before any network call, so junk never reaches Vault. Messages name the mount,
+key and cause; they never hold a Vault token, key material, payload or token.
+
+Requires ``pip install 'statecodec[vault]'`` (hvac).
+
+Settings for `statecodec.config` (``STATECODEC_CODEC=vault-envelope`` or
+``vault-transit``); each ``STATECODEC_VAULT_*`` variable falls back to the
+standard Vault variable in brackets when read from the environment:
+
+``STATECODEC_VAULT_ADDR`` [``VAULT_ADDR``]
+    Vault's address, ``https://vault.example:8200``. Required.
+``STATECODEC_VAULT_TOKEN`` [``VAULT_TOKEN``] / ``STATECODEC_VAULT_TOKEN_FILE``
+    Token auth: the token, or a file holding it. Secret.
+``STATECODEC_VAULT_ROLE_ID``, ``STATECODEC_VAULT_SECRET_ID`` / ``STATECODEC_VAULT_SECRET_ID_FILE``
+    AppRole auth (instead of a token); ``STATECODEC_VAULT_APPROLE_MOUNT``
+    names the auth mount (default ``approle``). The secret id is secret.
+``STATECODEC_VAULT_NAMESPACE`` [``VAULT_NAMESPACE``]
+    Namespace (Vault Enterprise, OpenBao namespaces). Optional.
+``STATECODEC_VAULT_CACERT`` [``VAULT_CACERT``]
+    TLS: a CA bundle to verify Vault's certificate against.
+``STATECODEC_VAULT_CLIENT_CERT`` [``VAULT_CLIENT_CERT``], ``STATECODEC_VAULT_CLIENT_KEY`` [``VAULT_CLIENT_KEY``]
+    Mutual TLS: client certificate and key files (both or neither).
+``STATECODEC_VAULT_SKIP_VERIFY`` [``VAULT_SKIP_VERIFY``]
+    ``true`` skips TLS verification (development only).
+``STATECODEC_VAULT_MOUNT``
+    Transit mount path (default ``transit``).
+``STATECODEC_VAULT_KEY``
+    Transit key name. Required.
+``STATECODEC_VAULT_TIMEOUT``
+    Per-call read timeout in seconds (default 2; connect timeout is at most 1).
+``STATECODEC_VAULT_CONTEXT``
+    Transit mode only: the context bound to every token (``k=v,k=v`` or a
+    JSON object); default ``purpose=statecodec-vault-transit``.
+
+Envelope mode also reads ``STATECODEC_WRAPPED_KEYS`` (or ``..._FILE``) and
+``STATECODEC_KMS_CONTEXT`` / ``STATECODEC_KMS_AUDIENCE`` as every envelope
+provider does (see `statecodec.providers`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from statecodec.providers import missing_extra
+
+try:
+    import hvac
+    import hvac.exceptions
+    import requests
+    import requests.adapters
+except ImportError as _exc:  # pragma: no cover - exercised only without the extra
+    raise missing_extra("hvac", "vault") from _exc
+
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
+from statecodec.envelope import MAX_WRAPPED_KEY_LENGTH, EnvelopeCodec, canonical_context
+from statecodec.errors import ConfigurationError, InvalidToken, ProviderError, Reason, SealError
+from statecodec.keys import MIN_KEY_LENGTH
+from statecodec.providers import context_from_settings, parse_context, wrapped_keys_from_settings
+from statecodec.providers._retry import RetryPolicy, call_with_retries
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "DEFAULT_TRANSIT_CONTEXT",
+    "PROVIDER_NAME",
+    "TRANSIT_VERSION",
+    "VaultKeyWrapper",
+    "VaultTransitCodec",
+    "envelope_codec_from_settings",
+    "transit_codec_from_settings",
+    "vault_client",
+    "vault_client_from_settings",
+    "wrapper_from_settings",
+]
+
+PROVIDER_NAME = "vault"
+TRANSIT_VERSION = 0x05
+"""Version byte of `VaultTransitCodec` tokens."""
+DEFAULT_TIMEOUT = (1.0, 2.0)
+"""(connect, read) seconds for every Vault call: a stalled Vault costs at most this per token."""
+DEFAULT_TRANSIT_CONTEXT: Mapping[str, str] = MappingProxyType({"purpose": "statecodec-vault-transit"})
+
+# Vault names: GenericNameRegex for keys, slash-separated segments for mounts.
+_KEY_NAME = re.compile(r"\w(?:[\w.-]*\w)?", re.ASCII)
+_MOUNT = re.compile(r"[\w.-]+(?:/[\w.-]+)*", re.ASCII)
+_VAULT_CIPHERTEXT = re.compile(rb"vault:v([1-9][0-9]{0,9}):([A-Za-z0-9+/]+={0,2})")
+_MAX_KEY_VERSION = 2**32 - 1
+_GCM_OVERHEAD = 12 + 16  # Vault's AEAD ciphertext: nonce | ciphertext | tag
+_HEADER = 1 + 4
+_TRANSIT_LABEL = b"statecodec/v1/vault-transit\x00"
+_R_MALFORMED = Reason.MALFORMED
+_R_PROVIDER = Reason.PROVIDER
+
+
+# ---------------------------------------------------------------------------
+# Connection
+
+
+def vault_client(
+    url: str,
+    *,
+    token: str | None = None,
+    role_id: str | None = None,
+    secret_id: str | None = None,
+    approle_mount_point: str = "approle",
+    namespace: str | None = None,
+    verify: bool | str = True,
+    cert: tuple[str, str] | None = None,
+    timeout: float | tuple[float, float] = DEFAULT_TIMEOUT,
+    pool_size: int = 10,
+) -> hvac.Client:
+    """An authenticated hvac client with a pooled session, bounded timeouts and no redirects.
+
+    Exactly one of `token` or (`role_id`, `secret_id`) for AppRole, whose login
+    happens here (a failure is a `ProviderError`). `verify` is True, False or a
+    CA bundle path; `cert` is (certificate, key) paths for mutual TLS. Redirects
+    are refused so the Vault token header never follows a redirect elsewhere.
+    The caller owns the client: ``client.adapter.close()`` closes its pool.
+    """
+    if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/?#]+/?", url):
+        raise ConfigurationError(
+            "the Vault address must be http(s)://host[:port], e.g. https://vault.example:8200 "
+            "(set STATECODEC_VAULT_ADDR or VAULT_ADDR)"
+        )
+    approle = role_id is not None or secret_id is not None
+    if (token is not None) == approle:
+        raise ConfigurationError(
+            "give exactly one Vault auth method: a token (STATECODEC_VAULT_TOKEN) or an AppRole "
+            "role id and secret id (STATECODEC_VAULT_ROLE_ID, STATECODEC_VAULT_SECRET_ID)"
+        )
+    if approle and not (role_id and secret_id):
+        raise ConfigurationError("AppRole auth needs both a role id and a secret id")
+    if token is not None and not token.strip():
+        raise ConfigurationError("the Vault token is empty")
+    timeout = _check_timeout(timeout)
+    if not (isinstance(pool_size, int) and 1 <= pool_size <= 1000):
+        raise ConfigurationError("pool_size must be an int from 1 to 1000")
+    session = requests.Session()
+    # No urllib3 retries: a retried call would multiply the bounded timeout.
+    adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=pool_size, max_retries=0)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    client = hvac.Client(
+        url=url.rstrip("/"),
+        token=token,
+        verify=verify,
+        cert=cert,
+        timeout=timeout,
+        namespace=namespace or None,
+        session=session,
+        allow_redirects=False,
+    )
+    if approle:
+        try:
+            client.auth.approle.login(role_id=role_id, secret_id=secret_id, mount_point=approle_mount_point)
+        except Exception as exc:
+            failure = _classify(exc)
+        else:
+            return client
+        client.adapter.close()
+        raise ProviderError(f"AppRole login at {url} (auth mount {approle_mount_point!r}) failed: {failure.detail}")
+    return client
+
+
+def _check_timeout(timeout: object) -> tuple[float, float]:
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        pair: tuple[object, ...] = (min(float(timeout), 1.0), float(timeout))
+    elif isinstance(timeout, tuple) and len(timeout) == 2:
+        pair = timeout
+    else:
+        raise ConfigurationError("timeout must be seconds or a (connect, read) pair of seconds")
+    out: list[float] = []
+    for t in pair:
+        # Positive and bounded: an unbounded timeout would let one call stall the event loop forever.
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not (0 < t <= 60):
+            raise ConfigurationError("Vault timeouts must be numbers of seconds in (0, 60]")
+        out.append(float(t))
+    return out[0], out[1]
+
+
+# ---------------------------------------------------------------------------
+# Calls and failures
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """Why a Vault call failed, in words safe for a log (no token, key or payload)."""
+
+    kind: str
+    detail: str
+
+    @property
+    def outage(self) -> bool:
+        """Vault could not answer at all: worth backing off, not a verdict on the token."""
+        return self.kind in {"unreachable", "timeout", "sealed", "server", "throttled"}
+
+
+_VAULT_ERRORS: tuple[tuple[str, str, str], ...] = (
+    # (substring of Vault's error text, kind, detail)
+    ("message authentication failed", "bad_ciphertext", "the ciphertext or its bound context did not verify"),
+    ("invalid ciphertext length", "bad_ciphertext", "the ciphertext is too short"),
+    ("too old", "retired", "the key version is below min_decryption_version (retired)"),
+    ("too new", "retired", "the key version does not exist yet"),
+    ("not found", "key_missing", "the transit key does not exist (deleted, or a wrong name or mount)"),
+    ("missing 'context'", "rejected", "the key is derived and needs a context"),
+)
+
+
+def _classify(exc: BaseException) -> _Failure:
+    """Map an hvac/requests exception to a `_Failure`; texts are fixed, never Vault's echo of input."""
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return _Failure("unreachable", "connection timed out")
+    if isinstance(exc, requests.exceptions.Timeout):
+        return _Failure("timeout", "Vault did not answer within the read timeout")
+    if isinstance(exc, requests.exceptions.SSLError):
+        return _Failure("unreachable", "TLS handshake failed (check the CA bundle and client certificate)")
+    if isinstance(exc, requests.exceptions.ConnectionError):
+        return _Failure("unreachable", "cannot connect to Vault")
+    if isinstance(exc, hvac.exceptions.VaultError):
+        text = " ".join(str(e) for e in (exc.errors or [])).lower() if isinstance(exc.errors, list) else ""
+        if isinstance(exc, hvac.exceptions.InvalidRequest):
+            for needle, kind, detail in _VAULT_ERRORS:
+                if needle in text:
+                    return _Failure(kind, detail)
+            return _Failure("rejected", "Vault rejected the request (400)")
+        if isinstance(exc, hvac.exceptions.Forbidden):
+            return _Failure("denied", "permission denied (the Vault token's policy does not allow this path)")
+        if isinstance(exc, hvac.exceptions.Unauthorized):
+            return _Failure("denied", "unauthorized (the Vault token is missing or expired)")
+        if isinstance(exc, hvac.exceptions.InvalidPath):
+            return _Failure("key_missing", "no such path (check the transit mount and key name)")
+        if isinstance(exc, hvac.exceptions.VaultDown):
+            return _Failure("sealed", "Vault is sealed or in standby (503)")
+        if isinstance(exc, hvac.exceptions.RateLimitExceeded):
+            return _Failure("throttled", "Vault rate limit exceeded (429)")
+        if isinstance(exc, hvac.exceptions.VaultNotInitialized):
+            return _Failure("sealed", "Vault is not initialized (501)")
+        if isinstance(exc, (hvac.exceptions.InternalServerError, hvac.exceptions.BadGateway)):
+            return _Failure("server", "Vault answered with a server error")
+        return _Failure("server", "Vault answered with an unexpected status")
+    return _Failure("unexpected", f"unexpected {type(exc).__name__} from the Vault client")
+
+
+class _Transit:
+    """One transit key on one mount: POSTs JSON and returns the response's ``data``."""
+
+    __slots__ = ("_paths", "_post", "client", "key", "mount")
+
+    def __init__(self, client: Any, key: str, mount_point: str) -> None:
+        if not isinstance(key, str) or not _KEY_NAME.fullmatch(key):
+            raise ConfigurationError(
+                "the transit key name must be letters, digits, '_', '-' or '.', e.g. statecodec "
+                "(set STATECODEC_VAULT_KEY)"
+            )
+        if not isinstance(mount_point, str) or not _MOUNT.fullmatch(mount_point.strip("/")):
+            raise ConfigurationError("the transit mount must be a path such as 'transit' (STATECODEC_VAULT_MOUNT)")
+        adapter: Any = getattr(client, "adapter", None)
+        if not callable(getattr(adapter, "post", None)):
+            raise ConfigurationError("client must be an hvac.Client (build one with vault_client(...))")
+        self.client = client
+        self.key = key
+        self.mount = mount_point.strip("/")
+        self._post: Callable[..., Any] = adapter.post
+        self._paths = {op: f"/v1/{self.mount}/{op}/{key}" for op in ("encrypt", "decrypt", "rewrap", "datakey/wrapped")}
+        self._paths["keys"] = f"/v1/{self.mount}/keys/{key}"
+
+    def describe(self) -> str:
+        ns = getattr(self.client.adapter, "namespace", None)
+        where = getattr(self.client, "url", "?")
+        return f"vault transit key {self.mount}/{self.key}" + (f" (namespace {ns})" if ns else "") + f" at {where}"
+
+    def call(self, op: str, body: dict[str, Any]) -> Mapping[str, Any]:
+        """One round trip; raises whatever hvac/requests raise, or ValueError on a malformed reply."""
+        reply = self._post(self._paths[op], json=body)
+        data = reply.get("data") if isinstance(reply, dict) else None
+        if not isinstance(data, dict):
+            raise ValueError("reply without a data object")
+        return data
+
+    def read_key(self) -> Mapping[str, Any]:
+        reply = self.client.adapter.get(self._paths["keys"])
+        data = reply.get("data") if isinstance(reply, dict) else None
+        if not isinstance(data, dict):
+            raise ValueError("reply without a data object")
+        return data
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: object) -> bytes:
+    """Strict standard base64 from a Vault reply; ValueError otherwise."""
+    if not isinstance(text, str):
+        raise ValueError("not a string")
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError) as exc:
+        raise ValueError("not base64") from exc
+
+
+def _parse_vault_ciphertext(text: object) -> tuple[int, bytes]:
+    """(key version, raw ciphertext) of ``vault:vN:<base64>``; ValueError otherwise."""
+    if not isinstance(text, str):
+        raise ValueError("not a Vault ciphertext")
+    m = _VAULT_CIPHERTEXT.fullmatch(text.encode("ascii", "replace"))
+    if m is None:
+        raise ValueError("not a Vault ciphertext")
+    version = int(m.group(1))
+    if version > _MAX_KEY_VERSION:
+        raise ValueError("key version out of range")
+    return version, _unb64(m.group(2).decode("ascii"))
+
+
+def _hint(failure: _Failure, transit: _Transit, ops: str) -> str:
+    if failure.kind == "denied":
+        return f"; grant the token 'update' on {', '.join(f'{transit.mount}/{op}/{transit.key}' for op in ops.split())}"
+    if failure.kind == "key_missing":
+        return f"; create it with: bao write -f {transit.mount}/keys/{transit.key} derived=true"
+    if failure.kind == "sealed":
+        return "; unseal Vault"
+    return ""
+
+
+# ---------------------------------------------------------------------------
+# Envelope mode
+
+
+class VaultKeyWrapper:
+    """A Vault transit key as a `KeyWrapper`: data keys wrapped by Vault, bound to a context.
+
+    The context (a str-to-str mapping, see `statecodec.envelope`) is bound as
+    AES-GCM associated data on every call and, on a derived key
+    (``derived=true``, recommended), also as the key-derivation context, so a
+    wrapped key opens only under the context it was made for. A wrapped blob
+    is Vault's ciphertext text, ``vault:vN:<base64>``, as ASCII bytes.
+
+    Vault policy: ``update`` on ``<mount>/datakey/wrapped/<key>`` (provisioning)
+    and ``<mount>/decrypt/<key>`` (start-up); nothing else at run time.
+    """
+
+    __slots__ = ("_owns_client", "_retry", "_transit")
+
+    name = PROVIDER_NAME
+
+    def __init__(
+        self,
+        client: Any,
+        key: str,
+        *,
+        mount_point: str = "transit",
+        retry: RetryPolicy | None = None,
+        owns_client: bool = False,
+    ) -> None:
+        self._transit = _Transit(client, key, mount_point)
+        self._retry = retry or RetryPolicy(attempts=3, base_delay=0.1, max_delay=1.0)
+        self._owns_client = owns_client
+
+    def describe(self) -> str:
+        return self._transit.describe()
+
+    def close(self) -> None:
+        """Close the HTTP connection pool when this wrapper owns the client (built from settings)."""
+        if self._owns_client:
+            self._transit.client.adapter.close()
+
+    def __enter__(self) -> VaultKeyWrapper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"VaultKeyWrapper({self.describe()!r})"
+
+    @staticmethod
+    def _binding(context: Mapping[str, str]) -> dict[str, str]:
+        bound = _b64(canonical_context(context))
+        # `context` derives the key on a derived transit key and is ignored otherwise;
+        # `associated_data` is authenticated by AES-GCM on every key type.
+        return {"context": bound, "associated_data": bound}
+
+    def _call(self, op: str, body: dict[str, Any], ops: str) -> Mapping[str, Any]:
+        def transient(exc: BaseException) -> bool:
+            return _classify(exc).kind in {"unreachable", "timeout", "server", "throttled"}
+
+        try:
+            data, _ = call_with_retries(lambda: self._transit.call(op, body), transient=transient, policy=self._retry)
+        except Exception as exc:
+            failure = _classify(exc) if not isinstance(exc, ValueError) else _Failure("reply", "malformed Vault reply")
+        else:
+            return data
+        t = self._transit
+        raise ProviderError(f"transit {op} on {t.mount}/{t.key} failed: {failure.detail}{_hint(failure, t, ops)}")
+
+    def wrap(self, data_key: bytes, context: Mapping[str, str]) -> bytes:
+        """Encrypt `data_key` with ``transit/encrypt``, binding `context`."""
+        if not isinstance(data_key, bytes) or len(data_key) < MIN_KEY_LENGTH:
+            raise ConfigurationError(f"data keys are at least {MIN_KEY_LENGTH} bytes")
+        data = self._call("encrypt", {"plaintext": _b64(data_key), **self._binding(context)}, "encrypt")
+        return self._blob(data.get("ciphertext"))
+
+    def new_wrapped_key(self, context: Mapping[str, str]) -> bytes:
+        """A fresh 256-bit data key from ``transit/datakey/wrapped``; Vault never returns it in clear."""
+        data = self._call("datakey/wrapped", {"bits": 256, **self._binding(context)}, "datakey/wrapped")
+        return self._blob(data.get("ciphertext"))
+
+    def _blob(self, ciphertext: object) -> bytes:
+        try:
+            _parse_vault_ciphertext(ciphertext)
+        except ValueError:
+            raise ProviderError(f"{self.describe()}: Vault returned a malformed ciphertext") from None
+        assert isinstance(ciphertext, str)
+        return ciphertext.encode("ascii")
+
+    def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
+        """The data key in `blob`, via ``transit/decrypt`` under `context`; `ProviderError` otherwise."""
+        if not isinstance(blob, bytes) or len(blob) > MAX_WRAPPED_KEY_LENGTH:
+            raise ProviderError(f"{self.describe()}: the wrapped key is not a Vault ciphertext")
+        try:
+            _parse_vault_ciphertext(blob.decode("ascii"))
+        except (ValueError, UnicodeDecodeError):
+            raise ProviderError(
+                f"{self.describe()}: the wrapped key is not a Vault transit ciphertext (vault:vN:...); "
+                "was it made by another provider?"
+            ) from None
+        data = self._call("decrypt", {"ciphertext": blob.decode("ascii"), **self._binding(context)}, "decrypt")
+        try:
+            key = _unb64(data.get("plaintext"))
+        except ValueError:
+            raise ProviderError(f"{self.describe()}: Vault returned a malformed plaintext") from None
+        return key
+
+
+# ---------------------------------------------------------------------------
+# Per-token transit mode
+
+
+class VaultTransitCodec:
+    """Every seal is one Vault ``transit/encrypt`` call, every unseal one ``transit/decrypt``.
+
+    Wire format (version 0x05), unpadded base64url of::
+
+        0x05 | key_version (4, big-endian, >= 1) | nonce (12) | ciphertext | tag (16)
+
+    The last three fields are Vault's ``vault:vN:`` ciphertext, decoded from
+    standard base64; ``key_version`` is N, so the key id of a token is N as 8
+    hex digits (``00000003`` for ``vault:v3:``). Vault's AES-256-GCM (or
+    ChaCha20-Poly1305) authenticates it under the transit key's version N.
+
+    The token's prefix is bound with ``"statecodec/v1/vault-transit" 0x00 0x05
+    0x00 || canonical_context(context)``: on a derived key (``derived=true``,
+    recommended) as the key-derivation context, which ``transit/rewrap``
+    carries, so `reseal` is one ``rewrap`` call; on a non-derived key as
+    AES-GCM associated data, which ``rewrap`` cannot carry, so `reseal` is
+    ``decrypt`` then ``encrypt`` there. The binding kind is detected at start-up.
+
+    Checks in order, all before any network call: type str, length cap
+    (OVERSIZED), canonical base64url and minimum length (MALFORMED), version
+    byte (FORMAT), key version >= 1 (MALFORMED). Then Vault: tag or context
+    mismatch -> SEAL; version below ``min_decryption_version`` or not yet
+    created -> UNKNOWN_KEY; Vault unreachable, sealed, slow, denied or the key
+    gone -> PROVIDER. Overhead: 33 bytes, 44 characters.
+
+    Rotation happens in Vault (``rotate``, then ``min_decryption_version``
+    after one token lifetime). Construction checks the key with one
+    encrypt/decrypt round trip (`ProviderError` naming the cause). After a
+    failure that means Vault cannot answer (unreachable, timeout, sealed,
+    5xx), calls fail at once for `outage_backoff` seconds instead of each
+    waiting for the timeout, so an outage costs the event loop little.
+
+    Vault policy: ``update`` on ``<mount>/encrypt/<key>``, ``<mount>/decrypt/<key>``
+    and ``<mount>/rewrap/<key>``; ``read`` on ``<mount>/keys/<key>`` is optional
+    (reports `key_ids`).
+    """
+
+    VERSION = TRANSIT_VERSION
+
+    def __init__(
+        self,
+        client: Any,
+        key: str,
+        *,
+        mount_point: str = "transit",
+        context: Mapping[str, str] | None = None,
+        max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
+        outage_backoff: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        owns_client: bool = False,
+    ) -> None:
+        self._transit = _Transit(client, key, mount_point)
+        if isinstance(max_token_length, bool) or not isinstance(max_token_length, int):
+            raise ConfigurationError("max_token_length must be an int (characters)")
+        overhead = _HEADER + _GCM_OVERHEAD
+        if max_token_length < b64u_len(overhead):
+            raise ConfigurationError(f"max_token_length must be at least {b64u_len(overhead)} characters")
+        if isinstance(outage_backoff, bool) or not isinstance(outage_backoff, (int, float)):
+            raise ConfigurationError("outage_backoff must be seconds (0 to 60)")
+        if not (0 <= outage_backoff <= 60):
+            raise ConfigurationError("outage_backoff must be seconds (0 to 60)")
+        ctx = DEFAULT_TRANSIT_CONTEXT if context is None else context
+        if not isinstance(ctx, Mapping) or not ctx:
+            raise ConfigurationError("context must be a non-empty mapping of str to str, e.g. {'audience': 'billing'}")
+        bound = _b64(_TRANSIT_LABEL + bytes([self.VERSION, 0]) + canonical_context(ctx))
+        self._max_length = max_token_length
+        self._min_raw = overhead
+        self._max_payload = (max_token_length * 3) // 4 - overhead
+        self._backoff = float(outage_backoff)
+        self._clock = clock
+        self._down_until = 0.0
+        self._down_cause = ""
+        self._owns_client = owns_client
+        self._context = MappingProxyType(dict(ctx))
+        self._derived, self._primary = self._start(bound)
+        # Derived keys bind through `context` (carried by rewrap); others through associated data.
+        self._binding = {"context": bound} if self._derived else {"context": bound, "associated_data": bound}
+        self._key_ids = self._read_key_ids()
+
+    # -- start-up ---------------------------------------------------------
+
+    def _fail_start(self, what: str, failure: _Failure) -> ProviderError:
+        ops = "encrypt decrypt rewrap"
+        return ProviderError(
+            f"cannot use {self.describe()}: {what} failed: {failure.detail}{_hint(failure, self._transit, ops)}"
+        )
+
+    def _start_call(self, op: str, body: dict[str, Any]) -> Mapping[str, Any]:
+        try:
+            return self._transit.call(op, body)
+        except Exception as exc:
+            failure = _classify(exc) if not isinstance(exc, ValueError) else _Failure("reply", "malformed reply")
+        raise self._fail_start(op, failure)
+
+    def _start(self, bound: str) -> tuple[bool, int]:
+        """Probe the key: detect derivation, prove encrypt and decrypt work. (derived, latest version)."""
+        probe = b"statecodec start-up probe"
+        enc = self._start_call("encrypt", {"plaintext": _b64(probe), "context": bound})
+        ciphertext = enc.get("ciphertext")
+        try:
+            version, _ = _parse_vault_ciphertext(ciphertext)
+        except ValueError:
+            raise self._fail_start("encrypt", _Failure("reply", "Vault returned a malformed ciphertext")) from None
+        # A non-derived key ignores `context`, so decrypting under another context succeeds only there.
+        other = _b64(_TRANSIT_LABEL + b"\x00probe-other-context")
+        try:
+            self._transit.call("decrypt", {"ciphertext": ciphertext, "context": other})
+        except hvac.exceptions.InvalidRequest as exc:
+            if _classify(exc).kind != "bad_ciphertext":
+                raise self._fail_start("decrypt", _classify(exc)) from None
+            derived = True
+        except Exception as exc:
+            failure = _classify(exc) if not isinstance(exc, ValueError) else _Failure("reply", "malformed reply")
+            raise self._fail_start("decrypt", failure) from None
+        else:
+            derived = False
+        binding = {"context": bound} if derived else {"context": bound, "associated_data": bound}
+        if not derived:
+            enc = self._start_call("encrypt", {"plaintext": _b64(probe), **binding})
+        dec = self._start_call("decrypt", {"ciphertext": enc.get("ciphertext"), **binding})
+        try:
+            ok = _unb64(dec.get("plaintext")) == probe
+        except ValueError:
+            ok = False
+        if not ok:
+            raise self._fail_start("decrypt", _Failure("reply", "the start-up probe did not round-trip"))
+        return derived, version
+
+    def _read_key_ids(self) -> tuple[int, ...]:
+        """Decryptable versions, newest first, when the token may read the key; else the primary alone."""
+        try:
+            data = self._transit.read_key()
+            versions = sorted((int(v) for v in data.get("keys", {})), reverse=True)
+            floor = int(data.get("min_decryption_version", 1))
+        except Exception:  # reading the key is optional: the policy may not grant it
+            return (self._primary,)
+        ids = tuple(v for v in versions if v >= floor and 1 <= v <= _MAX_KEY_VERSION)
+        return ids or (self._primary,)
+
+    # -- properties -------------------------------------------------------
+
+    def describe(self) -> str:
+        return self._transit.describe()
+
+    @property
+    def derived(self) -> bool:
+        """Whether the transit key is derived (the context binds by key derivation)."""
+        return self._derived
+
+    @property
+    def context(self) -> Mapping[str, str]:
+        return self._context
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        """Key versions (8 hex digits) that could decrypt at start-up, newest first."""
+        return tuple(f"{v:08x}" for v in self._key_ids)
+
+    @property
+    def primary_key_id(self) -> str:
+        """The version of the latest seal (Vault seals under its latest version)."""
+        return f"{self._primary:08x}"
+
+    @property
+    def max_token_length(self) -> int:
+        return self._max_length
+
+    def __repr__(self) -> str:
+        return f"VaultTransitCodec({self.describe()!r}, primary_key_id={self.primary_key_id!r})"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("VaultTransitCodec holds a Vault session and is not picklable")
+
+    def close(self) -> None:
+        """Close the HTTP connection pool when this codec built the client (from settings)."""
+        if self._owns_client:
+            self._transit.client.adapter.close()
+
+    def __enter__(self) -> VaultTransitCodec:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- per token --------------------------------------------------------
+
+    def _outage(self) -> str | None:
+        if self._down_until and self._clock() < self._down_until:
+            return self._down_cause
+        return None
+
+    def _note(self, failure: _Failure) -> None:
+        if failure.outage and self._backoff:
+            self._down_until = self._clock() + self._backoff
+            self._down_cause = failure.detail
+
+    def _parse(self, token: str) -> str:
+        """Strict local checks, then the Vault ciphertext text; no network."""
+        if type(token) is not str:
+            raise InvalidToken(_R_MALFORMED)
+        if len(token) > self._max_length:
+            raise InvalidToken(Reason.OVERSIZED)
+        raw = b64u_decode(token)
+        if len(raw) < self._min_raw:
+            raise InvalidToken(_R_MALFORMED)
+        if raw[0] != self.VERSION:
+            raise InvalidToken(Reason.FORMAT)
+        version = int.from_bytes(raw[1:_HEADER], "big")
+        if version == 0:
+            raise InvalidToken(_R_MALFORMED)
+        return f"vault:v{version}:{_b64(raw[_HEADER:])}"
+
+    def _token(self, ciphertext: object) -> str | None:
+        try:
+            version, raw = _parse_vault_ciphertext(ciphertext)
+        except ValueError:
+            return None
+        if len(raw) < _GCM_OVERHEAD:
+            return None
+        self._primary = version
+        return b64u_encode(bytes([self.VERSION]) + version.to_bytes(4, "big") + raw)
+
+    def seal(self, payload: bytes) -> str:
+        """One ``transit/encrypt`` call; `ProviderError` when Vault cannot seal."""
+        if not isinstance(payload, bytes):
+            raise TypeError(f"seal takes bytes, got {type(payload).__name__}")
+        if len(payload) > self._max_payload:
+            raise SealError(
+                f"payload of {len(payload)} bytes exceeds the {self._max_payload}-byte maximum "
+                f"for max_token_length={self._max_length}"
+            )
+        down = self._outage()
+        if down is not None:
+            raise ProviderError(f"cannot seal with {self.describe()}: {down} (backing off)")
+        try:
+            data = self._transit.call("encrypt", {"plaintext": _b64(payload), **self._binding})
+        except Exception as exc:
+            failure = _classify(exc) if not isinstance(exc, ValueError) else _Failure("reply", "malformed reply")
+        else:
+            token = self._token(data.get("ciphertext"))
+            if token is not None:
+                return token
+            failure = _Failure("reply", "Vault returned a malformed ciphertext")
+        self._note(failure)
+        raise ProviderError(f"cannot seal with {self.describe()}: {failure.detail}")
+
+    def unseal(self, token: str) -> bytes:
+        """One ``transit/decrypt`` call after strict local checks; only `InvalidToken` escapes."""
+        ciphertext = self._parse(token)
+        if self._outage() is not None:
+            raise InvalidToken(_R_PROVIDER)
+        try:
+            data = self._transit.call("decrypt", {"ciphertext": ciphertext, **self._binding})
+            return _unb64(data.get("plaintext"))
+        except Exception as exc:
+            failure = _classify(exc) if not isinstance(exc, ValueError) else _Failure("reply", "malformed reply")
+        # Raised outside the handler so no Vault exception rides along as __context__.
+        self._note(failure)
+        raise InvalidToken(_reason(failure))
+
+    def reseal(self, token: str) -> str:
+        """The same payload under Vault's latest key version, without it leaving Vault when derived.
+
+        Derived key: one ``transit/rewrap`` call. Non-derived key: ``rewrap``
+        cannot carry associated data, so ``decrypt`` then ``encrypt``. A bad
+        token raises `InvalidToken`; Vault failing raises `ProviderError`.
+        """
+        ciphertext = self._parse(token)
+        if not self._derived:
+            return self.seal(self.unseal(token))
+        down = self._outage()
+        if down is not None:
+            raise ProviderError(f"cannot rewrap with {self.describe()}: {down} (backing off)")
+        try:
+            data = self._transit.call("rewrap", {"ciphertext": ciphertext, **self._binding})
+        except Exception as exc:
+            failure = _classify(exc) if not isinstance(exc, ValueError) else _Failure("reply", "malformed reply")
+        else:
+            new = self._token(data.get("ciphertext"))
+            if new is not None:
+                return new
+            failure = _Failure("reply", "Vault returned a malformed ciphertext")
+        self._note(failure)
+        reason = _reason(failure)
+        if reason is _R_PROVIDER:
+            raise ProviderError(f"cannot rewrap with {self.describe()}: {failure.detail}")
+        raise InvalidToken(reason)
+
+
+def _reason(failure: _Failure) -> Reason:
+    if failure.kind == "bad_ciphertext":
+        return Reason.SEAL
+    if failure.kind == "retired":
+        return Reason.UNKNOWN_KEY
+    return _R_PROVIDER
+
+
+# ---------------------------------------------------------------------------
+# Configuration
+
+
+def _get(settings: Mapping[str, str], name: str, fallback: str | None = None) -> str | None:
+    for var in (name, fallback):
+        if var is None:
+            continue
+        value = settings.get(var)
+        if value is not None and value.strip():
+            return value.strip()
+    return None
+
+
+def _secret(settings: Mapping[str, str], name: str, fallback: str | None = None) -> str | None:
+    """A secret from `name`, or from the file named by `name`_FILE (not both)."""
+    value = _get(settings, name, fallback)
+    path = _get(settings, name + "_FILE")
+    if value is not None and path is not None:
+        raise ConfigurationError(f"both {name} and {name}_FILE are set; set exactly one")
+    if path is None:
+        return value
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        raise ConfigurationError(f"cannot read {name}_FILE {path}") from None
+    if not text:
+        raise ConfigurationError(f"{name}_FILE {path} is empty")
+    return text
+
+
+def vault_client_from_settings(settings: Mapping[str, str]) -> hvac.Client:
+    """An authenticated client from ``STATECODEC_VAULT_*`` settings (see the module docstring)."""
+    url = _get(settings, "STATECODEC_VAULT_ADDR", "VAULT_ADDR")
+    if url is None:
+        raise ConfigurationError("STATECODEC_VAULT_ADDR (or VAULT_ADDR) is not set; e.g. https://vault.example:8200")
+    role_id = _get(settings, "STATECODEC_VAULT_ROLE_ID")
+    secret_id = _secret(settings, "STATECODEC_VAULT_SECRET_ID")
+    token = None if role_id or secret_id else _secret(settings, "STATECODEC_VAULT_TOKEN", "VAULT_TOKEN")
+    if token is None and not (role_id or secret_id):
+        raise ConfigurationError(
+            "no Vault credentials: set STATECODEC_VAULT_TOKEN (or VAULT_TOKEN, or STATECODEC_VAULT_TOKEN_FILE), "
+            "or STATECODEC_VAULT_ROLE_ID and STATECODEC_VAULT_SECRET_ID for AppRole"
+        )
+    skip = _get(settings, "STATECODEC_VAULT_SKIP_VERIFY", "VAULT_SKIP_VERIFY")
+    if skip is not None and skip.lower() not in {"true", "false", "1", "0"}:
+        raise ConfigurationError("STATECODEC_VAULT_SKIP_VERIFY must be true or false")
+    cacert = _get(settings, "STATECODEC_VAULT_CACERT", "VAULT_CACERT")
+    verify: bool | str = cacert if cacert is not None else True
+    if skip is not None and skip.lower() in {"true", "1"}:
+        verify = False
+    cert_path = _get(settings, "STATECODEC_VAULT_CLIENT_CERT", "VAULT_CLIENT_CERT")
+    key_path = _get(settings, "STATECODEC_VAULT_CLIENT_KEY", "VAULT_CLIENT_KEY")
+    if (cert_path is None) != (key_path is None):
+        raise ConfigurationError("set both STATECODEC_VAULT_CLIENT_CERT and STATECODEC_VAULT_CLIENT_KEY, or neither")
+    cert = (cert_path, key_path) if cert_path is not None and key_path is not None else None
+    timeout_text = _get(settings, "STATECODEC_VAULT_TIMEOUT")
+    timeout: float | tuple[float, float] = DEFAULT_TIMEOUT
+    if timeout_text is not None:
+        try:
+            timeout = float(timeout_text)
+        except ValueError:
+            raise ConfigurationError("STATECODEC_VAULT_TIMEOUT must be seconds, e.g. 2") from None
+    return vault_client(
+        url,
+        token=token,
+        role_id=role_id,
+        secret_id=secret_id,
+        approle_mount_point=_get(settings, "STATECODEC_VAULT_APPROLE_MOUNT") or "approle",
+        namespace=_get(settings, "STATECODEC_VAULT_NAMESPACE", "VAULT_NAMESPACE"),
+        verify=verify,
+        cert=cert,
+        timeout=timeout,
+    )
+
+
+def _key_settings(settings: Mapping[str, str]) -> tuple[str, str]:
+    key = _get(settings, "STATECODEC_VAULT_KEY")
+    if key is None:
+        raise ConfigurationError("STATECODEC_VAULT_KEY is not set; name the transit key, e.g. statecodec")
+    return key, _get(settings, "STATECODEC_VAULT_MOUNT") or "transit"
+
+
+def _max_length(settings: Mapping[str, str]) -> int:
+    from statecodec.config import max_token_length_setting
+
+    return max_token_length_setting(settings)
+
+
+def wrapper_from_settings(settings: Mapping[str, str]) -> VaultKeyWrapper:
+    """A `VaultKeyWrapper` that owns its client, from ``STATECODEC_VAULT_*`` settings; close it after use."""
+    key, mount = _key_settings(settings)
+    client = vault_client_from_settings(settings)
+    try:
+        return VaultKeyWrapper(client, key, mount_point=mount, owns_client=True)
+    except BaseException:
+        client.adapter.close()
+        raise
+
+
+def envelope_codec_from_settings(settings: Mapping[str, str]) -> EnvelopeCodec:
+    """``STATECODEC_CODEC=vault-envelope``: wrapped keys unwrapped once through Vault at start-up."""
+    blobs = wrapped_keys_from_settings(settings)
+    context = context_from_settings(settings)
+    max_length = _max_length(settings)
+    # Envelope mode needs Vault only at start-up: the connection pool is closed on return.
+    with wrapper_from_settings(settings) as wrapper:
+        return EnvelopeCodec(wrapper, blobs, context=context, max_token_length=max_length)
+
+
+def transit_codec_from_settings(settings: Mapping[str, str]) -> VaultTransitCodec:
+    """``STATECODEC_CODEC=vault-transit``: one Vault call per seal and per unseal."""
+    key, mount = _key_settings(settings)
+    text = _get(settings, "STATECODEC_VAULT_CONTEXT")
+    try:
+        context = parse_context(text) if text is not None else None
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"STATECODEC_VAULT_CONTEXT: {exc}") from None
+    max_length = _max_length(settings)
+    client = vault_client_from_settings(settings)
+    try:
+        return VaultTransitCodec(
+            client, key, mount_point=mount, context=context, max_token_length=max_length, owns_client=True
+        )
+    except BaseException:
+        client.adapter.close()
+        raise
