@@ -110,6 +110,8 @@ def _build_xaesgcm(settings: Mapping[str, str]) -> XAESGCMCodec:
 BUILDERS: dict[str, Builder | str] = {
     "aesgcm": _build_aesgcm,
     "xaesgcm": _build_xaesgcm,
+    "aws-kms": "statecodec.providers.aws_kms:build_codec",
+    "gcp-kms": "statecodec.providers.gcp_kms:build_codec",
 }
 """Codec kinds (values of ``STATECODEC_CODEC``) and their builders or import paths."""
 

@@ -19,6 +19,7 @@ from statecodec.errors import StatecodecError
 COMMANDS: tuple[str, ...] = (
     "statecodec.cli.keys",
     "statecodec.cli.rotate",
+    "statecodec.cli.kms",
 )
 
 
