@@ -6,6 +6,8 @@ anything else raises `InvalidToken` with a log-only reason code. Codecs fit
 the MCP SDK's `RequestStateSecurity(codec=...)` as they are.
 """
 
+from typing import TYPE_CHECKING
+
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
 from statecodec.binding import BoundCodec
 from statecodec.envelope import EnvelopeCodec, KeyWrapper
@@ -17,6 +19,7 @@ from statecodec.errors import (
     SealError,
     StatecodecError,
 )
+from statecodec.jose import JWECodec, JWSCodec
 from statecodec.keys import KeyRing, format_keys, generate_key, parse_keys
 
 __version__ = "0.1.0"
@@ -27,15 +30,30 @@ __all__ = [
     "ConfigurationError",
     "EnvelopeCodec",
     "InvalidToken",
+    "JWECodec",
+    "JWSCodec",
     "KeyRing",
     "KeyWrapper",
     "ProviderError",
     "Reason",
     "SealError",
     "StatecodecError",
+    "VaultTransitCodec",
     "XAESGCMCodec",
     "__version__",
     "format_keys",
     "generate_key",
     "parse_keys",
 ]
+
+if TYPE_CHECKING:
+    from statecodec.providers.vault import VaultTransitCodec
+
+
+def __getattr__(name: str) -> object:
+    # Optional-dependency codecs load on first use, so `import statecodec` needs only cryptography.
+    if name == "VaultTransitCodec":
+        from statecodec.providers.vault import VaultTransitCodec
+
+        return VaultTransitCodec
+    raise AttributeError(f"module 'statecodec' has no attribute {name!r}")
