@@ -169,7 +169,7 @@ class AESGCMCodec(_AEADRing):
 
     def __init__(
         self,
-        keys: KeyRing | Iterable[bytes],
+        keys: KeyRing | Iterable[bytes | bytearray | memoryview],
         *,
         max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
     ) -> None:
@@ -269,7 +269,7 @@ class XAESGCMCodec(_AEADRing):
 
     def __init__(
         self,
-        keys: KeyRing | Iterable[bytes],
+        keys: KeyRing | Iterable[bytes | bytearray | memoryview],
         *,
         max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
     ) -> None:

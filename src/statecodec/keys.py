@@ -99,7 +99,7 @@ class KeyRing(Sequence[bytes]):
 
     __slots__ = ("_ids", "_secrets")
 
-    def __init__(self, keys: Iterable[bytes]) -> None:
+    def __init__(self, keys: Iterable[bytes | bytearray | memoryview]) -> None:
         if isinstance(keys, (bytes, bytearray, memoryview, str)):
             raise ConfigurationError(
                 "keys must be a list of secrets, not a single key: write keys=[key]"
