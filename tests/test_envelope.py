@@ -1,0 +1,268 @@
+"""EnvelopeCodec over in-memory wrappers: one unwrap per key, local tokens, frozen format 0x03."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from statecodec import AESGCMCodec, EnvelopeCodec, InvalidToken, KeyWrapper, Reason
+from statecodec._encoding import b64u_decode, b64u_encode
+from statecodec.envelope import (
+    MAX_WRAPPED_KEY_LENGTH,
+    canonical_context,
+    default_context,
+    format_wrapped_keys,
+    new_wrapped_key,
+    parse_wrapped_keys,
+)
+from statecodec.errors import ConfigurationError, ProviderError
+from statecodec.testing import assert_conformant
+from tests.envelope_wrappers import LocalWrapper, TableWrapper
+
+VECTORS = json.loads((Path(__file__).parent / "vectors" / "envelope.json").read_text())
+
+
+def _ring(wrapper: LocalWrapper, n: int = 1) -> list[bytes]:
+    return [wrapper.new_wrapped_key(default_context()) for _ in range(n)]
+
+
+def test_conformant_and_rejects_a_foreign_ring() -> None:
+    wrapper = LocalWrapper()
+    codec = EnvelopeCodec(wrapper, _ring(wrapper))
+    other = EnvelopeCodec(wrapper, _ring(wrapper))
+    assert_conformant(codec, foreign=other, max_examples=25)
+
+
+def test_unwraps_each_key_exactly_once_and_never_per_token() -> None:
+    wrapper = LocalWrapper()
+    blobs = _ring(wrapper, 3)
+    codec = EnvelopeCodec(wrapper, blobs)
+    assert wrapper.unwraps == 3
+    tokens = [codec.seal(b"payload %d" % i) for i in range(50)]
+    assert [codec.unseal(t) for t in tokens] == [b"payload %d" % i for i in range(50)]
+    assert wrapper.unwraps == 3
+    assert wrapper.wraps == 3  # only the provisioning above
+
+
+def test_key_ids_come_from_the_wrapped_blobs_primary_first() -> None:
+    wrapper = LocalWrapper()
+    blobs = _ring(wrapper, 2)
+    codec = EnvelopeCodec(wrapper, blobs)
+    expected = tuple(hashlib.sha256(b"statecodec/v1/envelope/key-id" + b).digest()[:4].hex() for b in blobs)
+    assert codec.key_ids == expected
+    assert codec.primary_key_id == expected[0]
+    assert b64u_decode(codec.seal(b"x"))[1:5].hex() == expected[0]
+
+
+def test_rotation_phases_keep_accepting_tokens() -> None:
+    wrapper = LocalWrapper()
+    old, new = _ring(wrapper, 2)
+    phase0 = EnvelopeCodec(wrapper, [old])
+    phase1 = EnvelopeCodec(wrapper, [old, new])
+    phase2 = EnvelopeCodec(wrapper, [new, old])
+    phase3 = EnvelopeCodec(wrapper, [new])
+    t0 = phase0.seal(b"zero")
+    assert phase2.unseal(t0) == b"zero"
+    t2 = phase2.seal(b"two")
+    assert phase1.unseal(t2) == b"two"
+    assert phase3.unseal(t2) == b"two"
+    with pytest.raises(InvalidToken) as exc:
+        phase3.unseal(t0)
+    assert exc.value.reason is Reason.UNKNOWN_KEY
+
+
+def test_text_form_round_trips_and_is_accepted() -> None:
+    wrapper = LocalWrapper()
+    blobs = _ring(wrapper, 2)
+    text = format_wrapped_keys(blobs)
+    assert parse_wrapped_keys(text) == blobs
+    assert parse_wrapped_keys(" " + text.replace(",", " ,\n") + "\n") == blobs
+    codec = EnvelopeCodec(wrapper, text.split(","))
+    assert codec.wrapped_keys == tuple(blobs)
+    assert codec.wrapped_keys_text() == text
+
+
+def test_envelope_tokens_never_cross_with_a_local_ring_over_the_same_key() -> None:
+    data_key = bytes(range(32, 64))
+    blob = b"opaque-wrapped-blob"
+    ctx = default_context()
+    envelope = EnvelopeCodec(TableWrapper({(blob, canonical_context(ctx)): data_key}), [blob])
+    local = AESGCMCodec([data_key])
+    with pytest.raises(InvalidToken) as exc:
+        local.unseal(envelope.seal(b"x"))
+    assert exc.value.reason is Reason.FORMAT
+    with pytest.raises(InvalidToken) as exc:
+        envelope.unseal(local.seal(b"x"))
+    assert exc.value.reason is Reason.FORMAT
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.dictionaries(st.text(min_size=1, max_size=10), st.text(max_size=10), min_size=1, max_size=4))
+def test_another_context_never_unwraps(context: dict[str, str]) -> None:
+    wrapper = LocalWrapper(bytes(range(32)))
+    blob = wrapper.new_wrapped_key(default_context("billing"))
+    if canonical_context(context) == canonical_context(default_context("billing")):
+        return
+    with pytest.raises(ProviderError) as exc:
+        EnvelopeCodec(wrapper, [blob], context=context)
+    assert "wrapped_keys[0]" in str(exc.value)
+
+
+def test_canonical_context_is_order_independent_and_injective() -> None:
+    assert canonical_context({"a": "1", "b": "2"}) == canonical_context({"b": "2", "a": "1"})
+    assert canonical_context({"a": "1,b=2"}) != canonical_context({"a": "1", "b": "2"})
+
+
+def test_provider_failure_names_ring_slot_key_id_and_cause_without_secrets() -> None:
+    wrapper = LocalWrapper()
+    blobs = _ring(wrapper, 2)
+    wrapper.fail_with = ProviderError("local test key: access denied")
+    with pytest.raises(ProviderError) as exc:
+        EnvelopeCodec(wrapper, blobs)
+    message = str(exc.value)
+    assert "wrapped_keys[0]" in message
+    assert EnvelopeCodec.__name__ not in message
+    assert hashlib.sha256(b"statecodec/v1/envelope/key-id" + blobs[0]).digest()[:4].hex() in message
+    assert "access denied" in message
+    assert b64u_encode(blobs[0]) not in message
+    assert wrapper.unwraps == 1  # stops at the first failure
+
+
+def test_an_unexpected_provider_exception_becomes_a_provider_error() -> None:
+    wrapper = LocalWrapper()
+    blobs = _ring(wrapper)
+    wrapper.fail_with = RuntimeError("sdk bug with details")
+    with pytest.raises(ProviderError) as exc:
+        EnvelopeCodec(wrapper, blobs)
+    assert "RuntimeError" in str(exc.value)
+    assert "local test key" in str(exc.value)
+
+
+def test_a_short_data_key_is_refused() -> None:
+    blob = b"blob"
+    wrapper = TableWrapper({(blob, canonical_context(default_context())): b"short key"})
+    with pytest.raises(ProviderError, match="32\\+ bytes"):
+        EnvelopeCodec(wrapper, [blob])
+
+
+class _Refuses(LocalWrapper):
+    def unwrap(self, blob: bytes, context: Any) -> bytes:
+        raise AssertionError("the provider must not be called")
+
+
+@pytest.mark.parametrize(
+    ("wrapped", "match"),
+    [
+        (b"single", "a list"),
+        ("single", "a list"),
+        ([], "at least one"),
+        ([b""], "empty"),
+        ([b"x" * (MAX_WRAPPED_KEY_LENGTH + 1)], "maximum"),
+        (["not base64!"], "base64url"),
+        (["AB=="], "base64url"),
+        ([b"same", b"same"], "duplicates"),
+        ([42], "bytes or base64url"),
+    ],
+)
+def test_bad_rings_fail_before_any_provider_call(wrapped: Any, match: str) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        EnvelopeCodec(_Refuses(), wrapped)
+
+
+@pytest.mark.parametrize(
+    ("context", "match"),
+    [({}, "empty"), ({"": "x"}, "non-empty"), ({"k": 1}, "str"), ({"k": "x" * 300}, "at most"), ("a=b", "mapping")],
+)
+def test_bad_contexts_fail_at_construction(context: Any, match: str) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        EnvelopeCodec(_Refuses(), [b"blob"], context=context)
+
+
+def test_wrapper_must_look_like_a_key_wrapper() -> None:
+    with pytest.raises(ConfigurationError, match="KeyWrapper"):
+        EnvelopeCodec(object(), [b"blob"])  # type: ignore[arg-type]
+    assert isinstance(LocalWrapper(), KeyWrapper)
+
+
+def test_repr_shows_provider_and_key_ids_only_and_it_does_not_pickle() -> None:
+    data_key = bytes(range(100, 132))
+    blob = b"wrapped-blob-bytes"
+    codec = EnvelopeCodec(TableWrapper({(blob, canonical_context(default_context())): data_key}), [blob])
+    text = repr(codec)
+    assert text == f"EnvelopeCodec(provider='fixed test table', key_ids=['{codec.primary_key_id}'])"
+    assert data_key.hex() not in text
+    assert b64u_encode(data_key) not in text
+    with pytest.raises(TypeError):
+        pickle.dumps(codec)
+    assert dict(codec.context) == default_context()
+    with pytest.raises(TypeError):
+        codec.context["purpose"] = "other"  # type: ignore[index]
+
+
+def test_new_wrapped_key_checks_the_provider_answer() -> None:
+    wrapper = LocalWrapper()
+    blob = new_wrapped_key(wrapper, {"purpose": "p"})
+    assert EnvelopeCodec(wrapper, [blob], context={"purpose": "p"}).seal(b"")
+
+    class Huge(LocalWrapper):
+        def new_wrapped_key(self, context: Any) -> bytes:
+            return b"x" * (MAX_WRAPPED_KEY_LENGTH + 1)
+
+    with pytest.raises(ProviderError, match="unexpected size"):
+        new_wrapped_key(Huge())
+
+
+# --- frozen vectors ---------------------------------------------------------------------------
+
+
+def _vector_codec(v: dict[str, Any]) -> EnvelopeCodec:
+    data_keys = [b64u_decode(k) for k in v["data_keys"]]
+    blobs = [b64u_decode(b) for b in v["wrapped_keys"]]
+    aad = canonical_context(v["context"])
+    wrapper = TableWrapper({(b, aad): k for b, k in zip(blobs, data_keys, strict=True)})
+    return EnvelopeCodec(wrapper, v["wrapped_keys"], context=v["context"])
+
+
+@pytest.mark.parametrize("v", VECTORS["valid"], ids=lambda v: v["name"])
+def test_vectors_unseal(v: dict[str, Any]) -> None:
+    codec = _vector_codec(v)
+    assert codec.unseal(v["token"]) == bytes.fromhex(v["payload"])
+
+
+@pytest.mark.parametrize("v", VECTORS["valid"], ids=lambda v: v["name"])
+def test_vectors_layout_is_recomputed_independently(v: dict[str, Any]) -> None:
+    slot = v["sealed_with"]
+    data_key = b64u_decode(v["data_keys"][slot])
+    blob = b64u_decode(v["wrapped_keys"][slot])
+    key_id = hashlib.sha256(b"statecodec/v1/envelope/key-id" + blob).digest()[:4]
+    aead_key = HKDF(SHA256(), 32, None, b"statecodec/v1/envelope/aes-256-gcm").derive(data_key)
+    assert key_id.hex() == v["key_id"]
+    assert aead_key.hex() == v["aead_key"]
+    header = b"\x03" + key_id
+    nonce = bytes.fromhex(v["nonce"])
+    sealed = AESGCM(aead_key).encrypt(nonce, bytes.fromhex(v["payload"]), header)
+    assert b64u_encode(header + nonce + sealed) == v["token"]
+    assert _vector_codec(v).key_ids[slot] == v["key_id"]
+
+
+@pytest.mark.parametrize("v", VECTORS["invalid"], ids=lambda v: v["name"])
+def test_vectors_refused(v: dict[str, Any]) -> None:
+    with pytest.raises(InvalidToken) as exc:
+        _vector_codec(v).unseal(v["token"])
+    assert exc.value.reason.value == v["reason"]
+
+
+def test_vectors_file_header() -> None:
+    assert VECTORS["schema"] == "statecodec-vectors/1"
+    assert VECTORS["format_version"] == 3
+    assert len(VECTORS["valid"]) >= 5
