@@ -1,0 +1,96 @@
+"""Drive a multi-round tool by hand, sending round 1 to one server and the retry to another.
+
+This is what a load balancer does to a client without telling it: the
+``requestState`` minted by one instance comes back to a different one. The
+loop is the SDK's manual form (``allow_input_required=True``): answer each
+``input_requests`` entry, then call the same tool with the same arguments,
+the answers and the echoed ``request_state``.
+
+Run against two instances of ``examples/fleet_server.py``::
+
+    python examples/fleet_client.py http://127.0.0.1:8001/mcp --retry-url http://127.0.0.1:8002/mcp
+
+It prints the tool's structured result as JSON and exits 0; when the retry is
+refused it prints the error code and message and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+from mcp import Client, MCPError
+from mcp.types import CallToolResult, ElicitRequest, ElicitResult, InputRequest, InputRequiredResult, InputResponse
+
+TOOL = "provision"
+EXIT_REJECTED = 2
+
+
+def fulfil(request: InputRequest, region: str) -> InputResponse:
+    """The user's answer to one input request; this client only answers the region question."""
+    if not isinstance(request, ElicitRequest):
+        raise NotImplementedError(f"this client cannot answer a {request.method!r} request")
+    return ElicitResult(action="accept", content={"region": region})
+
+
+async def provision(
+    first_url: str, *, retry_url: str | None = None, name: str = "orders", region: str = "eu-west-1"
+) -> dict[str, Any]:
+    """Call ``provision`` on `first_url` and send every retry to `retry_url`; the structured result.
+
+    Raises `MCPError` when a server refuses a round (for example -32602 when
+    the retry's instance cannot verify the ``requestState``).
+    """
+    arguments = {"name": name}
+    refused: MCPError | None = None
+    async with Client(first_url) as first, Client(retry_url or first_url) as retry:
+        try:
+            result = await first.session.call_tool(TOOL, arguments, allow_input_required=True)
+            while isinstance(result, InputRequiredResult):
+                responses = {key: fulfil(request, region) for key, request in (result.input_requests or {}).items()}
+                result = await retry.session.call_tool(
+                    TOOL,
+                    arguments,
+                    input_responses=responses,
+                    request_state=result.request_state,
+                    allow_input_required=True,
+                )
+            outcome = structured(result)
+        except MCPError as exc:
+            # Raised outside the clients' task groups, so callers catch it as itself.
+            refused = exc
+    if refused is not None:
+        raise refused
+    return outcome
+
+
+def structured(result: CallToolResult) -> dict[str, Any]:
+    """The tool's structured content; a tool error becomes a RuntimeError with its text."""
+    if result.is_error or result.structured_content is None:
+        text = " ".join(getattr(block, "text", "") for block in result.content)
+        raise RuntimeError(f"{TOOL} failed: {text}")
+    return dict(result.structured_content)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run the fleet example's two-round tool across two servers.")
+    parser.add_argument("url", help="the server that gets round 1, e.g. http://127.0.0.1:8001/mcp")
+    parser.add_argument("--retry-url", help="the server that gets the retry (default: the same server)")
+    parser.add_argument("--name", default="orders")
+    parser.add_argument("--region", default="eu-west-1")
+    args = parser.parse_args(argv)
+    try:
+        outcome = anyio.run(lambda: provision(args.url, retry_url=args.retry_url, name=args.name, region=args.region))
+    except MCPError as exc:
+        print(f"rejected: {exc.error.code} {exc.error.message}", file=sys.stderr)
+        return EXIT_REJECTED
+    print(json.dumps(outcome, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
