@@ -112,6 +112,8 @@ BUILDERS: dict[str, Builder | str] = {
     "xaesgcm": _build_xaesgcm,
     "aws-kms": "statecodec.providers.aws_kms:build_codec",
     "gcp-kms": "statecodec.providers.gcp_kms:build_codec",
+    "jwe": "statecodec.jose._settings:build_jwe",
+    "jws": "statecodec.jose._settings:build_jws",
 }
 """Codec kinds (values of ``STATECODEC_CODEC``) and their builders or import paths."""
 
