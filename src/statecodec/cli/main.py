@@ -18,6 +18,7 @@ from statecodec.errors import StatecodecError
 
 COMMANDS: tuple[str, ...] = (
     "statecodec.cli.keys",
+    "statecodec.cli.bench",
     "statecodec.cli.rotate",
     "statecodec.cli.kms",
 )
