@@ -72,7 +72,15 @@ class BaoServer:
     workdir: Path
     _log: Any = field(repr=False)
 
-    def api(self, method: str, path: str, body: dict[str, Any] | None = None, *, token: str | None = None) -> Any:
+    def api(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        token: str | None = None,
+        namespace: str | None = None,
+    ) -> Any:
         """Call the HTTP API directly (admin set-up in tests); returns the decoded JSON or None."""
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(  # noqa: S310 - loopback http URL built by the fixture
@@ -80,14 +88,16 @@ class BaoServer:
         )
         req.add_header("X-Vault-Token", token or self.root_token)
         req.add_header("Content-Type", "application/json")
+        if namespace:
+            req.add_header("X-Vault-Namespace", namespace)
         with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310
             raw = resp.read()
         return json.loads(raw) if raw else None
 
-    def new_key(self, *, derived: bool = True, prefix: str = "k") -> str:
-        """Create a fresh aes256-gcm96 transit key; returns its name."""
-        name = f"{prefix}-{secrets.token_hex(6)}"
-        self.api("POST", f"transit/keys/{name}", {"derived": derived, "type": "aes256-gcm96"})
+    def new_key(self, *, derived: bool = True, key_type: str = "aes256-gcm96", namespace: str | None = None) -> str:
+        """Create a fresh transit key; returns its name."""
+        name = f"k-{secrets.token_hex(6)}"
+        self.api("POST", f"transit/keys/{name}", {"derived": derived, "type": key_type}, namespace=namespace)
         return name
 
     def rotate(self, key: str) -> None:
@@ -106,6 +116,29 @@ class BaoServer:
         out = self.api("POST", "auth/token/create", {"policies": [name], "no_default_policy": True, "ttl": "1h"})
         token: str = out["auth"]["client_token"]
         return token
+
+    def approle(self, policy_name: str, policy_hcl: str) -> tuple[str, str]:
+        """(role_id, secret_id) of a fresh AppRole holding only the given policy."""
+        self.api("PUT", f"sys/policies/acl/{policy_name}", {"policy": policy_hcl})
+        mounts = self.api("GET", "sys/auth")
+        if "approle/" not in mounts.get("data", mounts):
+            self.api("POST", "sys/auth/approle", {"type": "approle"})
+        role = f"role-{secrets.token_hex(4)}"
+        self.api(
+            "POST",
+            f"auth/approle/role/{role}",
+            {"token_policies": [policy_name], "token_no_default_policy": True, "token_ttl": "1h"},
+        )
+        role_id: str = self.api("GET", f"auth/approle/role/{role}/role-id")["data"]["role_id"]
+        secret_id: str = self.api("POST", f"auth/approle/role/{role}/secret-id", {})["data"]["secret_id"]
+        return role_id, secret_id
+
+    def namespace_with_transit(self) -> str:
+        """A fresh namespace with its own transit mount; returns its name."""
+        name = f"ns-{secrets.token_hex(4)}"
+        self.api("POST", f"sys/namespaces/{name}", {})
+        self.api("POST", "sys/mounts/transit", {"type": "transit"}, namespace=name)
+        return name
 
     def seal(self) -> None:
         self.api("PUT", "sys/seal")
@@ -201,3 +234,51 @@ def vault_server_fresh() -> Iterator[BaoServer]:
     """A private OpenBao dev server for a test that seals or stops it."""
     with running_bao() as server:
         yield server
+
+
+class CallLog:
+    """Counts the HTTP calls a client makes, by the last path segments (``encrypt``, ``decrypt``, ...)."""
+
+    def __init__(self, client: Any) -> None:
+        self.paths: list[str] = []
+        inner_post = client.adapter.post
+        inner_get = client.adapter.get
+
+        def post(url: str, *args: Any, **kwargs: Any) -> Any:
+            self.paths.append(url)
+            return inner_post(url, *args, **kwargs)
+
+        def get(url: str, *args: Any, **kwargs: Any) -> Any:
+            self.paths.append(url)
+            return inner_get(url, *args, **kwargs)
+
+        # Instance attributes shadow the adapter's methods; codecs bind them at construction.
+        client.adapter.post = post
+        client.adapter.get = get
+
+    def count(self, op: str | None = None) -> int:
+        if op is None:
+            return len(self.paths)
+        return sum(1 for p in self.paths if f"/{op}/" in p)
+
+    def reset(self) -> None:
+        self.paths.clear()
+
+
+@contextlib.contextmanager
+def client_for(server: BaoServer, **kwargs: Any) -> Iterator[Any]:
+    """A pooled client for `server` (root token unless auth is given), closed at exit."""
+    from statecodec.providers.vault import vault_client
+
+    if "role_id" not in kwargs and "token" not in kwargs:
+        kwargs["token"] = server.root_token
+    client = vault_client(server.addr, **kwargs)
+    try:
+        yield client
+    finally:
+        client.adapter.close()
+
+
+def transit_policy(mount: str, key: str, ops: tuple[str, ...]) -> str:
+    """HCL granting `update` on the given transit operations of one key."""
+    return "\n".join(f'path "{mount}/{op}/{key}" {{ capabilities = ["update"] }}' for op in ops)

@@ -558,6 +558,16 @@ class VaultTransitCodec:
     def _start(self, bound: str) -> tuple[bool, int]:
         """Probe the key: detect derivation, prove encrypt and decrypt work. (derived, latest version)."""
         probe = b"statecodec start-up probe"
+        # Decrypt first: transit/encrypt creates a missing key when the token may `create`,
+        # which would hide a wrong key name or a deleted key behind a brand-new key.
+        try:
+            self._transit.call("decrypt", {"ciphertext": "vault:v1:" + _b64(bytes(_GCM_OVERHEAD)), "context": bound})
+        except Exception as exc:
+            failure = _classify(exc) if not isinstance(exc, ValueError) else _Failure("reply", "malformed reply")
+            if failure.kind not in {"bad_ciphertext", "retired"}:
+                raise self._fail_start("decrypt", failure) from None
+        else:
+            raise self._fail_start("decrypt", _Failure("reply", "Vault accepted a forged probe ciphertext"))
         enc = self._start_call("encrypt", {"plaintext": _b64(probe), "context": bound})
         ciphertext = enc.get("ciphertext")
         try:
