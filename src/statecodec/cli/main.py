@@ -20,6 +20,8 @@ COMMANDS: tuple[str, ...] = (
     "statecodec.cli.keys",
     "statecodec.cli.bench",
     "statecodec.cli.rotate",
+    "statecodec.cli.tokens",
+    "statecodec.cli.demo",
     "statecodec.cli.kms",
 )
 
