@@ -112,6 +112,8 @@ BUILDERS: dict[str, Builder | str] = {
     "xaesgcm": _build_xaesgcm,
     "aws-kms": "statecodec.providers.aws_kms:build_codec",
     "gcp-kms": "statecodec.providers.gcp_kms:build_codec",
+    "vault-envelope": "statecodec.providers.vault:envelope_codec_from_settings",
+    "vault-transit": "statecodec.providers.vault:transit_codec_from_settings",
     "jwe": "statecodec.jose._settings:build_jwe",
     "jws": "statecodec.jose._settings:build_jws",
 }

@@ -1,9 +1,9 @@
 """`statecodec kms`: provision wrapped data keys and check a configured envelope ring.
 
-``statecodec kms new-data-key --provider aws|gcp ...`` asks the KMS for a new
+``statecodec kms new-data-key --provider aws|gcp|vault ...`` asks the KMS for a new
 data key and prints it wrapped, in the ``STATECODEC_WRAPPED_KEYS`` text form;
 the plaintext key never reaches this process for AWS (GenerateDataKeyWithoutPlaintext)
-and is dropped right after wrapping for Cloud KMS. ``statecodec kms check``
+or Vault (transit/datakey/wrapped) and is dropped right after wrapping for Cloud KMS. ``statecodec kms check``
 unwraps a ring (from flags, the environment or a config file) exactly as a
 server would at start-up and prints its key ids, never a key.
 
@@ -64,9 +64,37 @@ def _gcp_wrapper(args: argparse.Namespace) -> KeyWrapper:
     return GcpKmsWrapper(args.key, emulator_host=args.emulator_host)
 
 
+def _vault_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--vault-addr", help="Vault address (default: STATECODEC_VAULT_ADDR or VAULT_ADDR)")
+    group.add_argument("--vault-key", help="transit key name (default: STATECODEC_VAULT_KEY)")
+    group.add_argument("--vault-mount", help="transit mount path (default: STATECODEC_VAULT_MOUNT or transit)")
+    group.add_argument("--vault-namespace", help="Vault namespace (default: STATECODEC_VAULT_NAMESPACE)")
+
+
+def _vault_wrapper(args: argparse.Namespace) -> KeyWrapper:
+    # Credentials come from the environment only: a token on the command line shows in `ps`.
+    from statecodec.providers.vault import wrapper_from_settings
+
+    settings = dict(os.environ)
+    for flag, var in (
+        ("vault_addr", "STATECODEC_VAULT_ADDR"),
+        ("vault_key", "STATECODEC_VAULT_KEY"),
+        ("vault_mount", "STATECODEC_VAULT_MOUNT"),
+        ("vault_namespace", "STATECODEC_VAULT_NAMESPACE"),
+    ):
+        if getattr(args, flag, None):
+            settings[var] = getattr(args, flag)
+    return wrapper_from_settings(settings)
+
+
 PROVIDERS: dict[str, KmsProvider] = {
     "aws": KmsProvider("AWS KMS (pip install 'statecodec[aws]')", _aws_arguments, _aws_wrapper),
     "gcp": KmsProvider("Google Cloud KMS (pip install 'statecodec[gcp]')", _gcp_arguments, _gcp_wrapper),
+    "vault": KmsProvider(
+        "Vault / OpenBao transit; token or AppRole from STATECODEC_VAULT_* (pip install 'statecodec[vault]')",
+        _vault_arguments,
+        _vault_wrapper,
+    ),
 }
 """`--provider` choices."""
 
