@@ -1,0 +1,175 @@
+"""Protect a lowlevel MCP `Server`'s ``requestState`` with `BoundCodec`, and watch replays fail.
+
+Threat: the lowlevel `Server` seals nothing by itself, so ``requestState``
+crosses the wire exactly as the handler wrote it, and a client can edit it,
+replay it against other arguments, or hand it to another user. The middleware
+below seals every outgoing state with a `BoundCodec` (AES-256-GCM underneath)
+bound to the request (method, tool, arguments digest), the principal, the
+service and a lifetime, and verifies every echo before the handler runs.
+Refusals get the SDK's frozen -32602 answer; the reason goes to the log only.
+
+Run::
+
+    python examples/lowlevel_bound.py
+
+It reads the ring from ``STATECODEC_KEYS`` when set (otherwise a key for this
+run only) and prints each outcome; the server's log lines show the reasons.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, NoReturn
+
+import anyio
+from mcp import Client, MCPError
+from mcp.server import Server, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
+from mcp.types import (
+    CallToolRequestParams,
+    CallToolResult,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
+    InputRequiredResult,
+    InputResponse,
+    ListToolsResult,
+    PaginatedRequestParams,
+    TextContent,
+    Tool,
+)
+from mcp_types import INVALID_PARAMS
+from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
+
+from statecodec import AESGCMCodec, BoundCodec, InvalidToken, generate_key
+from statecodec.binding import mcp_request_context
+
+SERVICE = "provisioner"
+logger = logging.getLogger("provisioner.request_state")
+
+# Who is signed in; a real server takes this from its authentication layer.
+current_user = "alice"
+
+
+class BoundStateMiddleware:
+    """Seal outgoing ``requestState`` with a `BoundCodec` and verify every echo, refusing like the SDK."""
+
+    def __init__(self, codec: BoundCodec, *, principal: Callable[[ServerRequestContext[Any, Any]], str | None]) -> None:
+        self._codec = codec
+        self._principal = principal
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method not in INPUT_REQUIRED_METHODS:
+            return await call_next(ctx)
+        context = mcp_request_context(ctx.method, ctx.params)
+        principal = self._principal(ctx)
+        wire = (ctx.params or {}).get("requestState")
+        if wire is not None:
+            if not isinstance(wire, str):
+                reject(ctx.method, "malformed")
+            try:
+                state = self._codec.unseal(wire, principal=principal, context=context)
+            except InvalidToken as exc:
+                reject(ctx.method, exc.reason.value)
+            ctx = replace(ctx, params={**(ctx.params or {}), "requestState": state.decode("utf-8", "surrogatepass")})
+        result = await call_next(ctx)
+        if not is_input_required(result):
+            return result
+        plain = result.get("requestState") if isinstance(result, dict) else result.request_state
+        if not isinstance(plain, str):
+            return result
+        token = self._codec.seal(plain.encode("utf-8", "surrogatepass"), principal=principal, context=context)
+        if isinstance(result, dict):
+            return {**result, "requestState": token}
+        return result.model_copy(update={"request_state": token})
+
+
+def reject(method: str, reason: str) -> NoReturn:
+    """The SDK's frozen refusal on the wire; the real reason in the server log only."""
+    logger.warning("requestState rejected on %s: %s", method, reason)
+    raise MCPError(code=INVALID_PARAMS, message="Invalid or expired requestState")
+
+
+ASK_REGION = ElicitRequest(
+    params=ElicitRequestFormParams(
+        message="Which region?",
+        requested_schema={"type": "object", "properties": {"region": {"type": "string"}}, "required": ["region"]},
+    )
+)
+
+
+async def list_tools(ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None) -> ListToolsResult:
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    return ListToolsResult(tools=[Tool(name="provision", description="Provision a database.", input_schema=schema)])
+
+
+async def call_tool(
+    ctx: ServerRequestContext[Any], params: CallToolRequestParams
+) -> CallToolResult | InputRequiredResult:
+    answer = (params.input_responses or {}).get("region")
+    if params.request_state != "asked-region" or not isinstance(answer, ElicitResult) or not answer.content:
+        return InputRequiredResult(input_requests={"region": ASK_REGION}, request_state="asked-region")
+    name = (params.arguments or {}).get("name")
+    text = f"provisioned {name} in {answer.content['region']} for {current_user}"
+    return CallToolResult(content=[TextContent(type="text", text=text)])
+
+
+def build_server() -> Server[Any]:
+    ring = AESGCMCodec.from_env() if os.environ.get("STATECODEC_KEYS") else AESGCMCodec.ephemeral()
+    # The binding key is a separate secret from the codec's ring; here one for this run.
+    codec = BoundCodec(ring, audience=SERVICE, binding_key=generate_key(), ttl=300)
+    server: Server[Any] = Server(SERVICE, on_list_tools=list_tools, on_call_tool=call_tool)
+    server.middleware.append(BoundStateMiddleware(codec, principal=lambda ctx: current_user))
+    return server
+
+
+REGION: dict[str, InputResponse] = {"region": ElicitResult(action="accept", content={"region": "eu-west-1"})}
+
+
+async def retry(server: Server[Any], token: str | None, arguments: dict[str, Any]) -> str:
+    """Send a retry with `token`; the tool's text, or the refusal's code and message."""
+    async with Client(server) as client:
+        try:
+            result = await client.session.call_tool(
+                "provision", arguments, input_responses=REGION, request_state=token, allow_input_required=True
+            )
+        except MCPError as exc:
+            return f"refused: {exc.error.code} {exc.error.message}"
+    if isinstance(result, InputRequiredResult):
+        return "asked again"
+    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
+
+
+async def main() -> None:
+    global current_user
+    logging.basicConfig(level=logging.WARNING, format="server log: %(message)s")
+    server = build_server()
+    orders = {"name": "orders"}
+    async with Client(server) as client:
+        first = await client.session.call_tool("provision", orders, allow_input_required=True)
+    if not isinstance(first, InputRequiredResult) or first.request_state is None:
+        raise SystemExit("round 1 did not ask for input")
+    token = first.request_state
+    print("round 1 sealed state:", token)
+
+    show("retry as minted", await retry(server, token, orders), "provisioned orders in eu-west-1 for alice")
+    show("other arguments", await retry(server, token, {"name": "payroll"}), REFUSED)
+    show("edited token", await retry(server, token[:-2] + "AA", orders), REFUSED)
+    current_user = "mallory"
+    show("another user", await retry(server, token, orders), REFUSED)
+
+
+REFUSED = "refused: -32602 Invalid or expired requestState"
+
+
+def show(label: str, outcome: str, expected: str) -> None:
+    print(f"{label + ':':<17} {outcome}")
+    if outcome != expected:
+        raise SystemExit(f"{label}: expected {expected!r}")
+
+
+if __name__ == "__main__":
+    anyio.run(main)
