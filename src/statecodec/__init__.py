@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
 from statecodec.binding import BoundCodec
+from statecodec.config import codec_from_env, codec_from_file
 from statecodec.envelope import EnvelopeCodec, KeyWrapper
 from statecodec.errors import (
     ConfigurationError,
@@ -19,6 +20,7 @@ from statecodec.errors import (
     SealError,
     StatecodecError,
 )
+from statecodec.inspect import TokenInfo, describe_token
 from statecodec.jose import JWECodec, JWSCodec
 from statecodec.keys import KeyRing, format_keys, generate_key, parse_keys
 
@@ -38,9 +40,13 @@ __all__ = [
     "Reason",
     "SealError",
     "StatecodecError",
+    "TokenInfo",
     "VaultTransitCodec",
     "XAESGCMCodec",
     "__version__",
+    "codec_from_env",
+    "codec_from_file",
+    "describe_token",
     "format_keys",
     "generate_key",
     "parse_keys",
