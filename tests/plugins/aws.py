@@ -39,12 +39,15 @@ def free_port() -> int:
         return port
 
 
+_SESSIONS: list[Any] = []
+
+
 def kms_client(endpoint: str, **config: Any) -> Any:
     """A boto3 KMS client for `endpoint`, botocore's own retries off (the wrapper retries)."""
     cfg = Config(retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=2, read_timeout=5, **config)
-    return boto3.session.Session(region_name=REGION, **_CREDENTIALS).client(
-        "kms", endpoint_url=endpoint, config=cfg
-    )
+    if not _SESSIONS:  # one session: its loaded service models make each new client cheap
+        _SESSIONS.append(boto3.session.Session(region_name=REGION, **_CREDENTIALS))
+    return _SESSIONS[0].client("kms", endpoint_url=endpoint, config=cfg)
 
 
 class MotoServer:
