@@ -1,0 +1,166 @@
+"""Per-token transit when Vault is sealed, stopped or silent: fail closed, fast, and keep serving.
+
+Each test gets its own OpenBao server (`vault_server_fresh`) because it seals
+or stops it.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, MCPError
+from mcp.server.mcpserver import RequestStateSecurity
+from mcp.types import ElicitResult, InputRequiredResult, InputResponses, TextContent
+from tests.mcp_flows import INVALID_PARAMS, REJECTION_MESSAGE, TOOL, TOOL_ARGS, build_server
+from tests.plugins.vault import BaoServer, CallLog, client_for
+
+from statecodec import InvalidToken, ProviderError, Reason
+from statecodec.providers.vault import VaultTransitCodec, vault_client
+
+pytestmark = pytest.mark.integration
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def live(vault_server_fresh: BaoServer) -> Iterator[tuple[BaoServer, Any, str]]:
+    server = vault_server_fresh
+    key = server.new_key()
+    with client_for(server, timeout=(0.5, 0.5)) as c:
+        yield server, c, key
+
+
+def test_sealed_vault(live: tuple[BaoServer, Any, str]) -> None:
+    server, client, key = live
+    codec = VaultTransitCodec(client, key, outage_backoff=0)
+    token = codec.seal(b"p")
+    server.seal()
+    with pytest.raises(InvalidToken) as info:
+        codec.unseal(token)
+    assert info.value.reason is Reason.PROVIDER
+    assert info.value.__context__ is None
+    with pytest.raises(ProviderError, match="sealed") as err:
+        codec.seal(b"p")
+    assert server.root_token not in str(err.value)
+    with pytest.raises(ProviderError, match="sealed"):
+        VaultTransitCodec(client, key)
+
+
+def test_stopped_vault_and_outage_backoff(live: tuple[BaoServer, Any, str]) -> None:
+    server, client, key = live
+    clock = FakeClock()
+    calls = CallLog(client)
+    codec = VaultTransitCodec(client, key, outage_backoff=5.0, clock=clock)
+    token = codec.seal(b"p")
+    server.stop()
+    calls.reset()
+    with pytest.raises(InvalidToken) as info:
+        codec.unseal(token)
+    assert info.value.reason is Reason.PROVIDER
+    assert calls.count() == 1
+    # Within the backoff window nothing waits on the network: both directions fail at once.
+    with pytest.raises(InvalidToken) as info:
+        codec.unseal(token)
+    assert info.value.reason is Reason.PROVIDER
+    with pytest.raises(ProviderError, match="cannot connect"):
+        codec.seal(b"p")
+    assert calls.count() == 1
+    # Junk is still refused for what it is, without the network.
+    with pytest.raises(InvalidToken) as info:
+        codec.unseal("junk")
+    assert info.value.reason is Reason.MALFORMED
+    clock.now += 5.0
+    with pytest.raises(ProviderError, match="cannot connect"):
+        codec.seal(b"p")
+    assert calls.count() == 2
+    with pytest.raises(ProviderError, match="cannot connect"):
+        VaultTransitCodec(client, key)
+
+
+def test_silent_vault_times_out(live: tuple[BaoServer, Any, str]) -> None:
+    """A Vault that accepts connections but never answers costs one bounded read timeout."""
+    server, client, key = live
+    codec = VaultTransitCodec(client, key, outage_backoff=0)
+    token = codec.seal(b"p")
+    host, port = server.addr.removeprefix("http://").split(":")
+    server.stop()
+    client.adapter.session.close()  # drop pooled connections to the stopped server
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:
+        silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        silent.bind((host, int(port)))
+        silent.listen(16)  # never accepted: the kernel completes the handshake, nobody answers
+        with pytest.raises(InvalidToken) as info:
+            codec.unseal(token)
+        assert info.value.reason is Reason.PROVIDER
+        with pytest.raises(ProviderError, match="did not answer within the read timeout"):
+            codec.seal(b"p")
+
+
+def test_server_keeps_serving_while_vault_is_down(
+    live: tuple[BaoServer, Any, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    server, client, key = live
+    caplog.set_level(logging.WARNING, logger="mcp.server.request_state")
+    codec = VaultTransitCodec(client, key)
+    mcp_server = build_server(RequestStateSecurity(codec=codec))
+
+    @mcp_server.tool(name="ping")
+    async def ping() -> str:
+        return "pong"
+
+    answer: InputResponses = {"region": ElicitResult(action="accept", content={"region": "eu"})}
+
+    async def scenario() -> None:
+        async with Client(mcp_server) as c:
+            first = await c.session.call_tool(TOOL, TOOL_ARGS, allow_input_required=True)
+            assert isinstance(first, InputRequiredResult)
+            assert first.request_state is not None
+            server.stop()
+            # Round two: the token cannot be checked, so it is refused with the frozen error.
+            with pytest.raises(MCPError) as info:
+                await c.session.call_tool(
+                    TOOL,
+                    TOOL_ARGS,
+                    input_responses=answer,
+                    request_state=first.request_state,
+                    allow_input_required=True,
+                )
+            assert info.value.error.code == INVALID_PARAMS
+            assert info.value.error.message == REJECTION_MESSAGE
+            # A new round one cannot be sealed: an error for that request only.
+            with pytest.raises(MCPError):
+                await c.session.call_tool(TOOL, TOOL_ARGS, allow_input_required=True)
+            # Everything that does not need Vault keeps working on the same session.
+            result = await c.call_tool("ping", {})
+            block = result.content[0]
+            assert isinstance(block, TextContent)
+            assert block.text == "pong"
+            tools = await c.list_tools()
+            assert "ping" in {t.name for t in tools.tools}
+
+    anyio.run(scenario)
+    rejections = [r.getMessage() for r in caplog.records if "requestState rejected" in r.getMessage()]
+    assert rejections == ["requestState rejected on tools/call: provider"]
+
+
+def test_unreachable_at_start_is_a_clear_error() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = vault_client(f"http://127.0.0.1:{port}", token="t", timeout=(0.5, 0.5))
+    try:
+        with pytest.raises(ProviderError, match=f"cannot use vault transit key transit/k at http://127.0.0.1:{port}"):
+            VaultTransitCodec(client, "k")
+    finally:
+        client.adapter.close()
