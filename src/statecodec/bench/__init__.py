@@ -18,7 +18,7 @@ from statecodec.bench.measure import FULL, QUICK, Settings, check_round_trip, me
 from statecodec.bench.payloads import PAYLOADS, Payload
 from statecodec.bench.plot import plot
 from statecodec.bench.report import SCHEMA, format_table, ratio_to_floor, validate
-from statecodec.bench.run import FULL_PLAN, QUICK_PLAN, Plan, run
+from statecodec.bench.runner import FULL_PLAN, QUICK_PLAN, Plan, run
 
 __all__ = [
     "FULL",

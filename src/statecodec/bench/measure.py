@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import math
 import random
 import statistics
 import time
@@ -137,7 +138,7 @@ class CaseResult:
 def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100) of a non-empty sequence."""
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
     return ordered[rank - 1]
 
 

@@ -95,7 +95,7 @@ def _list() -> int:
 def _bench(args: argparse.Namespace) -> int:
     from statecodec.bench.compare import compare, format_compare
     from statecodec.bench.report import format_scale, format_table
-    from statecodec.bench.run import run
+    from statecodec.bench.runner import run
 
     if args.list:
         return _list()
