@@ -34,7 +34,8 @@ def test_ring_formats(codec_cls: type[AESGCMCodec | XAESGCMCodec], name: str, no
     assert info.tag_length == 16
     assert info.payload_length == size
     assert info.encrypted
-    assert payload.hex() not in repr(info) or size == 0
+    if size >= 8:  # a short hex string can occur in the key id by chance
+        assert payload.hex() not in repr(info)
 
 
 def test_envelope_layout() -> None:
