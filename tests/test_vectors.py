@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -274,3 +275,16 @@ def test_load_errors(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe{}")
     with pytest.raises(ConfigurationError, match="not UTF-8 JSON"):
         load_vectors(binary)
+
+
+def test_documented_examples_are_frozen_vectors() -> None:
+    """The worked examples in docs/formats.md are vectors from these files, so the page cannot drift."""
+    text = (Path(__file__).parent.parent / "docs" / "formats.md").read_text(encoding="utf-8")
+    documented = re.findall(r"^token\s+(\S+)$", text, flags=re.MULTILINE)
+    frozen = {v.token for name in NAMES for v in load_vectors(VECTORS / f"{name}.json").valid}
+    assert len(documented) >= 2
+    assert set(documented) <= frozen
+    for name in NAMES:
+        v = next(v for v in load_vectors(VECTORS / f"{name}.json").valid if v.name == "ascii payload")
+        assert v.aead_key.hex() in text
+        assert v.nonce.hex() in text
