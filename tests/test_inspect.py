@@ -45,6 +45,12 @@ def test_envelope_layout() -> None:
     assert (info.format, info.key_id, info.payload_length) == ("envelope", "a1b2c3d4", 40)
 
 
+def test_vault_transit_layout() -> None:
+    token = b64u_encode(bytes([0x05]) + (3).to_bytes(4, "big") + os.urandom(12 + 7 + 16))
+    info = describe_token(token)
+    assert (info.format, info.key_id, info.payload_length) == ("vault-transit", "00000003", 7)
+
+
 def test_jwe_header_is_described() -> None:
     key = jwk.JWK.generate(kty="oct", size=256)
     header = {"alg": "dir", "enc": "A256GCM", "kid": "ring-1"}

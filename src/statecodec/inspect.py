@@ -46,6 +46,7 @@ BINARY_FORMATS: dict[int, BinaryFormat] = {
     0x01: BinaryFormat("aesgcm", 12, description="AES-256-GCM over a key ring"),
     0x02: BinaryFormat("xaesgcm", 24, description="XAES-256-GCM over a key ring"),
     0x03: BinaryFormat("envelope", 12, description="AES-256-GCM under a KMS-wrapped data key"),
+    0x05: BinaryFormat("vault-transit", 12, description="Vault transit ciphertext; key id = key version"),
 }
 """Version byte to layout, for every statecodec binary token format."""
 
