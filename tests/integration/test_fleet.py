@@ -2,8 +2,10 @@
 
 Real processes of `examples/fleet_server.py` on loopback ports, driven by
 `examples/fleet_client.py` (round 1 to one URL, the retry to another), over
-streamable HTTP. The refusal is the SDK's frozen -32602 answer; the reason
-goes to the refusing server's log only.
+streamable HTTP. The shared ring comes from the environment: AES-GCM keys in
+``STATECODEC_KEYS``, or data keys wrapped by AWS KMS (moto over HTTP) that
+each instance unwraps at start-up. The refusal is the SDK's frozen -32602
+answer; the reason goes to the refusing server's log only.
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ import pytest
 from examples.fleet_client import provision
 from mcp import MCPError
 from tests.integration.fleet_harness import FleetServer, fleet
+from tests.plugins.aws import REGION, MotoServer
 
 from statecodec import format_keys, generate_key
+from statecodec.envelope import format_wrapped_keys, new_wrapped_key
+from statecodec.providers.aws_kms import AwsKmsWrapper
 
 pytestmark = pytest.mark.integration
 
@@ -127,3 +132,61 @@ def test_retries_across_uvicorn_workers_complete_with_the_shared_ring(workers: F
     assert any(asked != done for asked, done in pairs)
     assert workers.process.pid not in {int(done.removeprefix("pid-")) for _, done in pairs}
     assert SDK_REJECTION_LOG not in workers.log_text()
+
+
+# --- the same fleet on an AWS KMS envelope ring -------------------------------------------------
+
+
+def wrapped_ring(moto: MotoServer, key_arn: str, count: int) -> str:
+    client = moto.client()
+    try:
+        wrapper = AwsKmsWrapper(key_arn, client=client)
+        return format_wrapped_keys([new_wrapped_key(wrapper) for _ in range(count)])
+    finally:
+        client.close()
+
+
+def aws_settings(moto: MotoServer, key_arn: str, wrapped: str) -> dict[str, str]:
+    return {
+        "FLEET_MODE": "shared",
+        "STATECODEC_CODEC": "aws-kms",
+        "STATECODEC_AWS_KMS_KEY_ID": key_arn,
+        "STATECODEC_AWS_REGION": REGION,
+        "STATECODEC_AWS_KMS_ENDPOINT": moto.endpoint,
+        "STATECODEC_WRAPPED_KEYS": wrapped,
+        # moto accepts any credentials; never let a developer's real profile be picked up.
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_CONFIG_FILE": "/nonexistent",
+        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+    }
+
+
+@pytest.fixture(scope="module")
+def kms_fleet(log_dir: Path, moto_server: MotoServer) -> Iterator[dict[str, FleetServer]]:
+    """Two instances on one wrapped ring, one on another ring wrapped by the same KMS key."""
+    key_arn, _ = moto_server.create_key()
+    ring = wrapped_ring(moto_server, key_arn, 2)
+    other = wrapped_ring(moto_server, key_arn, 1)
+    settings = [aws_settings(moto_server, key_arn, w) for w in (ring, ring, other)]
+    with fleet(log_dir, settings) as started:
+        yield dict(zip(("a", "b", "foreign"), started, strict=True))
+
+
+def test_retry_on_another_instance_completes_with_the_kms_envelope_ring(kms_fleet: dict[str, FleetServer]) -> None:
+    a, b = kms_fleet["a"], kms_fleet["b"]
+    there = run_flow(a, b)
+    back = run_flow(b, a)
+    assert (there["asked_by"], there["completed_by"]) == (a.health(), b.health())
+    assert (back["asked_by"], back["completed_by"]) == (b.health(), a.health())
+    assert SDK_REJECTION_LOG not in a.log_text() + b.log_text()
+
+
+def test_instance_on_another_wrapped_ring_refuses(kms_fleet: dict[str, FleetServer]) -> None:
+    a, foreign = kms_fleet["a"], kms_fleet["foreign"]
+    assert run_flow(foreign, foreign)["completed_by"] == foreign.health()
+
+    error = refusal(a, foreign)
+
+    assert (error.error.code, error.error.message) == (INVALID_PARAMS, REJECTION_MESSAGE)
+    assert f"{SDK_REJECTION_LOG}: unknown_key" in foreign.log_text()
