@@ -1,0 +1,110 @@
+"""Provider plumbing without a service: settings, contexts, retry bounds, import guards."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from statecodec.errors import ConfigurationError
+from statecodec.providers import (
+    context_from_settings,
+    parse_context,
+    wrapped_keys_from_settings,
+)
+from statecodec.providers._retry import RetryPolicy, call_with_retries
+
+
+def test_parse_context_forms() -> None:
+    assert parse_context("purpose=statecodec-envelope, audience=billing") == {
+        "purpose": "statecodec-envelope",
+        "audience": "billing",
+    }
+    assert parse_context('{"a": "1", "b": "x=y,z"}') == {"a": "1", "b": "x=y,z"}
+    for bad in ("novalue", "=x", "a=1,a=2", '{"a": 1}', "[1]", "{not json"):
+        with pytest.raises(ConfigurationError):
+            parse_context(bad)
+
+
+def test_context_from_settings_default_and_audience() -> None:
+    assert context_from_settings({}) == {"purpose": "statecodec-envelope"}
+    assert context_from_settings({"STATECODEC_KMS_AUDIENCE": "billing"}) == {
+        "purpose": "statecodec-envelope",
+        "audience": "billing",
+    }
+    assert context_from_settings({"STATECODEC_KMS_CONTEXT": "app=x"}) == {"app": "x"}
+    with pytest.raises(ConfigurationError, match="STATECODEC_KMS_CONTEXT"):
+        context_from_settings({"STATECODEC_KMS_CONTEXT": "oops"})
+
+
+def test_wrapped_keys_from_settings(tmp_path: Path) -> None:
+    assert wrapped_keys_from_settings({"STATECODEC_WRAPPED_KEYS": "AQID,BAUG"}) == [b"\x01\x02\x03", b"\x04\x05\x06"]
+    f = tmp_path / "wrapped.txt"
+    f.write_text("# ring\nAQID\nBAUG\n")
+    assert wrapped_keys_from_settings({"STATECODEC_WRAPPED_KEYS_FILE": str(f)}) == [b"\x01\x02\x03", b"\x04\x05\x06"]
+    with pytest.raises(ConfigurationError, match="exactly one"):
+        wrapped_keys_from_settings({"STATECODEC_WRAPPED_KEYS": "AQID", "STATECODEC_WRAPPED_KEYS_FILE": str(f)})
+    with pytest.raises(ConfigurationError, match="new-data-key"):
+        wrapped_keys_from_settings({})
+    with pytest.raises(ConfigurationError, match="STATECODEC_WRAPPED_KEYS: wrapped_keys\\[1\\]"):
+        wrapped_keys_from_settings({"STATECODEC_WRAPPED_KEYS": "AQID,A==="})
+    with pytest.raises(ConfigurationError, match="cannot read"):
+        wrapped_keys_from_settings({"STATECODEC_WRAPPED_KEYS_FILE": str(tmp_path / "missing")})
+
+
+def test_retries_are_bounded_and_only_for_transient_causes() -> None:
+    delays: list[float] = []
+    policy = RetryPolicy(attempts=4, base_delay=0.1, max_delay=0.3, sleep=delays.append)
+    calls = 0
+
+    def flaky() -> str:
+        nonlocal calls
+        calls += 1
+        raise TimeoutError
+
+    with pytest.raises(TimeoutError):
+        call_with_retries(flaky, transient=lambda e: isinstance(e, TimeoutError), policy=policy)
+    assert calls == 4
+    assert len(delays) == 3
+    assert all(0 <= d <= 0.3 for d in delays)
+
+    calls = 0
+    with pytest.raises(TimeoutError):
+        call_with_retries(flaky, transient=lambda e: False, policy=policy)
+    assert calls == 1
+
+    failures = [TimeoutError(), TimeoutError()]
+
+    def recovers() -> str:
+        if failures:
+            raise failures.pop()
+        return "done"
+
+    assert call_with_retries(recovers, transient=lambda e: True, policy=policy) == ("done", 3)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"attempts": 0}, {"attempts": 11}, {"base_delay": -1.0}, {"base_delay": 3.0, "max_delay": 2.0}]
+)
+def test_retry_policy_bounds(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ConfigurationError):
+        RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("module", "package", "extra"),
+    [("statecodec.providers.aws_kms", "boto3", "aws"), ("statecodec.providers.gcp_kms", "google", "gcp")],
+)
+def test_missing_sdk_names_the_extra(module: str, package: str, extra: str) -> None:
+    code = (
+        f"import sys; sys.modules[{package!r}] = None\n"
+        "import statecodec\n"
+        "try:\n"
+        f"    import {module}\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert f"pip install 'statecodec[{extra}]'" in out.stdout
