@@ -226,7 +226,9 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _seal(args: argparse.Namespace) -> int:
     codec = _codec(args, os.environ)
-    payload = sys.stdin.buffer.read()
+    # No payload is longer than its token: read just past the cap and let seal refuse the rest.
+    cap = getattr(codec, "max_token_length", None)
+    payload = sys.stdin.buffer.read(cap + 1 if isinstance(cap, int) else -1)
     print(codec.seal(payload))
     return 0
 
