@@ -106,7 +106,7 @@ DEFAULT_TRANSIT_CONTEXT: Mapping[str, str] = MappingProxyType({"purpose": "state
 
 # Vault names: GenericNameRegex for keys, slash-separated segments for mounts.
 _KEY_NAME = re.compile(r"\w(?:[\w.-]*\w)?", re.ASCII)
-_MOUNT = re.compile(r"[\w.-]+(?:/[\w.-]+)*", re.ASCII)
+_MOUNT = re.compile(r"(?!\.{1,2}(?:/|$))[\w.-]+(?:/(?!\.{1,2}(?:/|$))[\w.-]+)*", re.ASCII)
 _VAULT_CIPHERTEXT = re.compile(rb"vault:v([1-9][0-9]{0,9}):([A-Za-z0-9+/]+={0,2})")
 _MAX_KEY_VERSION = 2**32 - 1
 _GCM_OVERHEAD = 12 + 16  # Vault's AEAD ciphertext: nonce | ciphertext | tag
@@ -164,9 +164,12 @@ def vault_client(
     adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=pool_size, max_retries=0)
     session.mount("https://", adapter)
     session.mount("http://", adapter)
+    # hvac lets a supplied session's own (default) verify/cert override the arguments: set them here.
+    session.verify = verify
+    session.cert = cert
     client = hvac.Client(
         url=url.rstrip("/"),
-        token=token,
+        token=token if token is not None else "",  # never hvac's fallback to VAULT_TOKEN or ~/.vault-token
         verify=verify,
         cert=cert,
         timeout=timeout,

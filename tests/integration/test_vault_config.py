@@ -1,0 +1,85 @@
+"""Vault codecs from the environment, a config file and the `statecodec kms` command, on a real OpenBao."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tests.plugins.vault import BaoServer, transit_policy
+
+from statecodec import EnvelopeCodec, InvalidToken, Reason, VaultTransitCodec
+from statecodec.cli.main import main
+from statecodec.config import codec_from_env, codec_from_file
+
+pytestmark = pytest.mark.integration
+
+
+def _base(server: BaoServer, key: str) -> dict[str, str]:
+    return {"VAULT_ADDR": server.addr, "VAULT_TOKEN": server.root_token, "STATECODEC_VAULT_KEY": key}
+
+
+def test_transit_from_env(vault_server: BaoServer) -> None:
+    key = vault_server.new_key()
+    env = {**_base(vault_server, key), "STATECODEC_CODEC": "vault-transit", "STATECODEC_VAULT_CONTEXT": "audience=a"}
+    codec = codec_from_env(env)
+    assert isinstance(codec, VaultTransitCodec)
+    with codec:
+        assert dict(codec.context) == {"audience": "a"}
+        token = codec.seal(b"env")
+        assert codec.unseal(token) == b"env"
+        other = codec_from_env({**env, "STATECODEC_VAULT_CONTEXT": "audience=b"})
+        assert isinstance(other, VaultTransitCodec)
+        with other, pytest.raises(InvalidToken) as info:
+            other.unseal(token)
+        assert info.value.reason is Reason.SEAL
+
+
+def test_transit_from_file_with_approle(vault_server: BaoServer, tmp_path: Path) -> None:
+    key = vault_server.new_key()
+    role_id, secret_id = vault_server.approle(f"cfg-{key}", transit_policy("transit", key, ("encrypt", "decrypt")))
+    (tmp_path / "secret-id").write_text(secret_id)
+    config = tmp_path / "statecodec.json"
+    config.write_text(
+        json.dumps(
+            {
+                "STATECODEC_CODEC": "vault-transit",
+                "STATECODEC_VAULT_ADDR": vault_server.addr,
+                "STATECODEC_VAULT_ROLE_ID": role_id,
+                "STATECODEC_VAULT_SECRET_ID_FILE": "secret-id",
+                "STATECODEC_VAULT_KEY": key,
+                "STATECODEC_VAULT_TIMEOUT": 3,
+            }
+        )
+    )
+    codec = codec_from_file(config)
+    assert isinstance(codec, VaultTransitCodec)
+    with codec:
+        assert codec.unseal(codec.seal(b"file")) == b"file"
+
+
+def test_envelope_through_cli_and_env(
+    vault_server: BaoServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key = vault_server.new_key()
+    for name, value in _base(vault_server, key).items():
+        monkeypatch.setenv(name, value)
+    assert main(["kms", "new-data-key", "--provider", "vault", "--audience", "orders"]) == 0
+    wrapped = capsys.readouterr().out.strip()
+    assert vault_server.root_token not in wrapped
+    monkeypatch.setenv("STATECODEC_WRAPPED_KEYS", wrapped)
+    monkeypatch.setenv("STATECODEC_KMS_AUDIENCE", "orders")
+    monkeypatch.setenv("STATECODEC_CODEC", "vault-envelope")
+    codec = codec_from_env()
+    assert isinstance(codec, EnvelopeCodec)
+    assert codec.unseal(codec.seal(b"cli")) == b"cli"
+    assert main(["kms", "check"]) == 0
+    out = capsys.readouterr().out
+    assert f"key ids: {codec.primary_key_id} (primary)" in out
+    assert f"transit/{key}" in out
+    # The same ring checked from flags, with a wrong context: a start-up error, exit code 2.
+    monkeypatch.delenv("STATECODEC_VAULT_KEY")
+    assert main(["kms", "check", "--provider", "vault", "--vault-key", key, "--audience", "search"]) == 2
+    err = capsys.readouterr().err
+    assert "did not verify" in err
+    assert vault_server.root_token not in err
