@@ -226,3 +226,31 @@ def test_helpers_catch_a_codec_that_leaks_state_or_raises_the_wrong_error() -> N
     with pytest.raises(AssertionError, match="accepted"):
         assert_mcp_rejects(leaky, lambda t: t)
 
+
+
+def test_principal_binding_through_the_security_helper() -> None:
+    codec = AESGCMCodec([KEY])
+    token = mint_token(security(codec, bind_principal=lambda ctx: "alice"))
+    accept_token(security(codec, bind_principal=lambda ctx: "alice"), token)
+    assert_mcp_rejects(security(codec, bind_principal=lambda ctx: "bob"), token, reason="principal")
+    assert_mcp_rejects(security(codec, bind_principal=None), token, reason="principal drift")
+
+
+class _Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
+
+
+def test_expiry_is_enforced_by_the_sdk_around_our_codec(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock(1_000_000.0)
+    monkeypatch.setattr("mcp.server.request_state.time", clock)
+    codec = AESGCMCodec([KEY])
+    policy = security(codec, ttl=60.0)
+    token = mint_token(policy)
+    clock.now += 59.0
+    accept_token(policy, token)
+    clock.now += 1.0
+    assert_mcp_rejects(policy, token, reason="expired")
