@@ -249,7 +249,8 @@ async def run_mcp_flows_async(policy: Policy, *, confidential: bool = True) -> F
         contents = resource.contents[0]
         assert isinstance(contents, TextResourceContents)
         report.resource = contents.text
-        await _check_manual_round(client, recorder.inner)
+        audience = policy.audience if isinstance(policy, RequestStateSecurity) else None
+        await _check_manual_round(client, recorder.inner, audience or SERVER_NAME)
 
     report.sealed, report.unsealed = recorder.sealed, recorder.unsealed
     assert report.tool == "provisioned orders in region-answer at size size-answer"
@@ -276,14 +277,14 @@ async def run_mcp_flows_async(policy: Policy, *, confidential: bool = True) -> F
     return report
 
 
-async def _check_manual_round(client: Client, codec: Codec) -> None:
+async def _check_manual_round(client: Client, codec: Codec, audience: str) -> None:
     """Round one by hand: the wire token unseals with the codec to the SDK's envelope of our state."""
     first = await client.session.call_tool(TOOL, TOOL_ARGS, allow_input_required=True)
     assert isinstance(first, InputRequiredResult)
     assert first.request_state is not None
     envelope = json.loads(codec.unseal(first.request_state))
     assert json.loads(envelope["s"]) == {"marker": STATE_MARKER}
-    assert envelope["aud"] == SERVER_NAME
+    assert envelope["aud"] == audience
     assert envelope["m"] == "tools/call"
     assert envelope["t"] == TOOL
 

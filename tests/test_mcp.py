@@ -91,6 +91,7 @@ def test_other_server_same_key_is_refused_by_audience() -> None:
     codec = AESGCMCodec([KEY])
     assert_mcp_rejects(codec, lambda t: t, minted_on="another-service", reason="audience")
     shared = RequestStateSecurity(codec=codec, audience="shared-audience")
+    run_mcp_flows(shared)
     assert_mcp_rejects(
         codec, lambda t: t, minted_by=shared, minted_on="another-service", reason="audience"
     )
