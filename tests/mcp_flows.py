@@ -51,6 +51,7 @@ __all__ = [
     "INVALID_PARAMS",
     "REJECTION_MESSAGE",
     "SERVER_NAME",
+    "STATE_MARKER",
     "TOOL",
     "TOOL_ARGS",
     "FlowReport",
