@@ -10,11 +10,11 @@ Variables (besides ``STATECODEC_CODEC=jwe|jws`` and ``STATECODEC_MAX_TOKEN_LENGT
 ``STATECODEC_JWE_ALG``
     ``dir`` (default), ``A256KW`` or ``ECDH-ES+A256KW``; ``enc`` is always ``A256GCM``.
 ``STATECODEC_JWS_ALG``
-    ``HS256`` (default) or ``EdDSA``.
+    ``HS256`` (default), ``EdDSA`` or ``Ed25519`` (RFC 9864's name for EdDSA over Ed25519).
 ``STATECODEC_JWKS_FILE``
     Path of a JSON JWK Set (``{"keys": [...]}``) shared with another JOSE
-    stack; the first key seals. Required for ``ECDH-ES+A256KW`` and
-    ``EdDSA``; for the symmetric algorithms it replaces the key ring, and each
+    stack; the first key seals. Required for ``ECDH-ES+A256KW``, ``EdDSA``
+    and ``Ed25519``; for the symmetric algorithms it replaces the key ring, and each
     ``k`` is used as given. Secret.
 ``STATECODEC_KEYS`` / ``STATECODEC_KEYS_FILE``
     The key ring, for ``dir``, ``A256KW`` and ``HS256`` when no JWK Set is
@@ -85,7 +85,7 @@ def build_jwe(settings: Mapping[str, str]) -> JWECodec:
 
 def build_jws(settings: Mapping[str, str]) -> JWSCodec:
     """``STATECODEC_CODEC=jws``: a `JWSCodec` from a JWK Set file or the key ring."""
-    alg = _alg(settings, JWS_ALG_VAR, ("HS256", "EdDSA"))
+    alg = _alg(settings, JWS_ALG_VAR, ("HS256", "EdDSA", "Ed25519"))
     limit = max_token_length_setting(settings)
     jwks = _jwks(settings)
     if jwks is not None:
@@ -93,6 +93,6 @@ def build_jws(settings: Mapping[str, str]) -> JWSCodec:
             return JWSCodec.from_jwks(jwks, alg=cast(JWSAlgorithm, alg), max_token_length=limit)
         except ConfigurationError as exc:
             raise ConfigurationError(f"{JWKS_FILE_VAR}: {exc}") from None
-    if alg == "EdDSA":
+    if alg != "HS256":
         raise ConfigurationError(f"{JWS_ALG_VAR}={alg} needs {JWKS_FILE_VAR}: a JWK Set of Ed25519 keys")
     return JWSCodec(ring_from_settings(settings), max_token_length=limit)

@@ -9,14 +9,15 @@ and unbounded input (CVE-2025-61920). The codec reads a token in this
 order, and the first failure is the reason reported:
 
 1. a ``str`` no longer than ``max_token_length`` (``malformed``, ``oversized``);
-2. exactly five segments, an IV of 16 and a tag of 22 characters (``malformed``);
+2. exactly five segments (``malformed``);
 3. the protected header, when it is not byte-for-byte one this codec emits:
    at most 1024 characters, canonical base64url of strict UTF-8 JSON with no
    duplicate member (``oversized``, ``malformed``, ``header``); ``alg`` and
    ``enc`` equal to the configured pair (``alg``); no member outside
    ``alg, enc, kid`` (plus ``epk`` for ECDH-ES+A256KW) (``header``); a
    string ``kid`` naming a key of this codec (``header``, ``unknown_key``);
-4. the IV, ciphertext and tag as canonical base64url (``malformed``);
+4. an IV of 16 and a tag of 22 characters, then IV, ciphertext and tag as
+   canonical base64url (``malformed``);
 5. the content key: none for ``dir`` (an empty second segment), an AES key
    unwrap of exactly 40 bytes for ``A256KW`` and ``ECDH-ES+A256KW``, the
    ``epk`` validated first (``malformed``, ``header``, ``seal``);
@@ -424,12 +425,12 @@ class JWECodec:
         if len(parts) != 5:
             raise InvalidToken(_R_MALFORMED)
         h64, ek64, iv64, ct64, tag64 = parts
-        if len(iv64) != _IV_CHARS or len(tag64) != _TAG_CHARS:
-            raise InvalidToken(_R_MALFORMED)
         header: dict[str, Any] | None = None
         slot = self._fast.get(h64)
         if slot is None:
             header, slot = self._read_header(h64)
+        if len(iv64) != _IV_CHARS or len(tag64) != _TAG_CHARS:
+            raise InvalidToken(_R_MALFORMED)
         iv, ct, tag = b64u_decode(iv64), b64u_decode(ct64), b64u_decode(tag64)
         aead = slot.open(header, ek64)
         try:

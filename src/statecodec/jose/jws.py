@@ -10,15 +10,16 @@ or fetched keys, and unbounded input (CVE-2025-61920). Checks, in order,
 each with its reason:
 
 1. a ``str`` no longer than ``max_token_length`` (``malformed``, ``oversized``);
-2. exactly three segments and a signature of the algorithm's exact length
-   (``malformed``);
+2. exactly three segments (``malformed``);
 3. the protected header, when it is not byte-for-byte one this codec emits:
    at most 1024 characters of canonical base64url, strict UTF-8 JSON with no
    duplicate member (``oversized``, ``malformed``, ``header``); ``alg`` equal
    to the configured one (``alg``); no member but ``alg`` and ``kid``
    (``header``); a string ``kid`` naming a key of this codec (``header``,
    ``unknown_key``);
-4. payload and signature as canonical base64url (``malformed``);
+4. a signature of the algorithm's exact length (43 characters for HS256,
+   86 for Ed25519), then payload and signature as canonical base64url
+   (``malformed``);
 5. the signature over the two first segments as received (``seal``), HMAC
    compared in constant time.
 """
@@ -42,7 +43,8 @@ from statecodec.keys import DEFAULT_KEYS_ENV, KeyRing
 
 __all__ = ["JWSCodec"]
 
-JWSAlgorithm = Literal["HS256", "EdDSA"]
+JWSAlgorithm = Literal["HS256", "EdDSA", "Ed25519"]
+_ED_ALGS = ("EdDSA", "Ed25519")
 _MEMBERS = frozenset({"alg", "kid"})
 _TOKEN_LENGTH_LIMIT = 2**31 - 1
 _R_MALFORMED = Reason.MALFORMED
@@ -95,7 +97,11 @@ _Key = _HMACKey | _EdKey
 
 
 class JWSCodec:
-    """Compact JWS (RFC 7515), HS256 over a key ring or EdDSA (Ed25519, RFC 8037).
+    """Compact JWS (RFC 7515), HS256 over a key ring, or Ed25519 signatures.
+
+    Ed25519 signatures are named ``EdDSA`` (RFC 8037, the name most stacks
+    know) or ``Ed25519`` (RFC 9864's fully-specified name, which deprecates
+    ``EdDSA``); the codec emits and accepts exactly the one it is configured with.
 
     Wire format: ``BASE64URL(header) . BASE64URL(payload) . BASE64URL(signature)``,
     unpadded; the payload is readable by anyone holding the token. The
@@ -103,6 +109,7 @@ class JWSCodec:
 
         HS256      {"alg":"HS256","kid":KID}
         EdDSA      {"alg":"EdDSA","kid":KID}
+        Ed25519    {"alg":"Ed25519","kid":KID}
 
     The signature is HMAC-SHA-256 (32 bytes) or Ed25519 (64 bytes) over the
     ASCII of ``segment1 . segment2``. Over a `KeyRing`, ``KID`` is the ring's
@@ -133,10 +140,11 @@ class JWSCodec:
         cls, *, alg: JWSAlgorithm = "HS256", max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
     ) -> JWSCodec:
         """A codec under a key generated now and held only by this process."""
-        if alg == "EdDSA":
-            return cls.eddsa([ed25519.Ed25519PrivateKey.generate()], max_token_length=max_token_length)
+        if alg in _ED_ALGS:
+            key = ed25519.Ed25519PrivateKey.generate()
+            return cls.eddsa([key], alg=alg, max_token_length=max_token_length)  # type: ignore[arg-type]
         if alg != "HS256":
-            raise ConfigurationError("alg must be 'HS256' or 'EdDSA'")
+            raise ConfigurationError("alg must be 'HS256', 'EdDSA' or 'Ed25519'")
         return cls(KeyRing.generate(), max_token_length=max_token_length)
 
     @classmethod
@@ -164,7 +172,7 @@ class JWSCodec:
         """A codec over JWKs shared with another JOSE stack: the first key signs.
 
         HS256 takes ``"kty": "oct"`` keys of at least 32 bytes with a ``kid``,
-        used as given. EdDSA takes Ed25519 ``OKP`` keys; the first must be
+        used as given. EdDSA and Ed25519 take Ed25519 ``OKP`` keys; the first must be
         private (it signs), the others may be public (they verify).
         """
         keys = jwk_list(jwks)
@@ -176,7 +184,7 @@ class JWSCodec:
             ]
             KeyRing([k for _, k in entries])  # 32 bytes at least, not a password, no duplicates
             slots = [_HMACKey(kid, k) for kid, k in entries]
-        elif alg == "EdDSA":
+        elif alg in _ED_ALGS:
             for i, jwk in enumerate(keys):
                 private, public = load_ed25519_key(jwk, i)
                 kid = jwk.get("kid", thumbprint(public))
@@ -184,7 +192,7 @@ class JWSCodec:
                     raise ConfigurationError(f'keys[{i}]: "kid" must be a string of 1 to 128 characters')
                 slots.append(_EdKey(kid, private, public))
         else:
-            raise ConfigurationError(f"alg must be 'HS256' or 'EdDSA', got {alg!r}")
+            raise ConfigurationError(f"alg must be 'HS256', 'EdDSA' or 'Ed25519', got {alg!r}")
         self = cls.__new__(cls)
         self._setup(alg, slots, max_token_length)
         return self
@@ -194,9 +202,12 @@ class JWSCodec:
         cls,
         keys: Sequence[ed25519.Ed25519PrivateKey | ed25519.Ed25519PublicKey],
         *,
+        alg: Literal["EdDSA", "Ed25519"] = "EdDSA",
         max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
     ) -> JWSCodec:
-        """EdDSA over `cryptography` Ed25519 keys: the first (private) signs; ``kid`` = RFC 7638 thumbprint."""
+        """Ed25519 over `cryptography` keys: the first (private) signs; ``kid`` = RFC 7638 thumbprint."""
+        if alg not in _ED_ALGS:
+            raise ConfigurationError("alg must be 'EdDSA' or 'Ed25519'")
         if isinstance(keys, ed25519.Ed25519PrivateKey) or not keys:
             raise ConfigurationError("keys must be a non-empty list of Ed25519 keys: write keys=[key]")
         slots: list[_Key] = []
@@ -208,7 +219,7 @@ class JWSCodec:
             else:
                 raise ConfigurationError(f"keys[{i}] must be an Ed25519 private or public key")
         self = cls.__new__(cls)
-        self._setup("EdDSA", slots, max_token_length)
+        self._setup(alg, slots, max_token_length)
         return self
 
     def _setup(self, alg: str, slots: Sequence[_Key], max_token_length: int) -> None:
@@ -260,14 +271,14 @@ class JWSCodec:
         return self._max_length
 
     def public_jwks(self) -> dict[str, list[dict[str, str]]]:
-        """The public JWK Set of an EdDSA codec, for the stacks that verify its tokens."""
+        """The public JWK Set of an Ed25519 codec, for the stacks that verify its tokens."""
         keys = []
         for slot in self._by_kid.values():
             if not isinstance(slot, _EdKey):
                 raise ConfigurationError(
                     "HMAC keys have no public half; share the key itself (statecodec.jose.derived_jwk)"
                 )
-            keys.append({**public_jwk(slot.public), "kid": slot.kid, "use": "sig", "alg": "EdDSA"})
+            keys.append({**public_jwk(slot.public), "kid": slot.kid, "use": "sig", "alg": self._alg})
         return {"keys": keys}
 
     def seal(self, payload: bytes) -> str:
