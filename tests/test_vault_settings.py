@@ -60,7 +60,7 @@ def test_vault_client_refuses_addresses(url: str) -> None:
 
 def test_client_settings_pass_through(client: Any) -> None:
     assert client.adapter.allow_redirects is False
-    assert client.adapter._kwargs["timeout"] == (1.0, 2.0)
+    assert client.adapter._kwargs["timeout"] == (0.5, 1.0)
     assert client.adapter._kwargs["verify"] is True
     insecure = vault_client("https://vault.example:8200", token=SECRET, verify=False)
     try:
@@ -79,7 +79,7 @@ def test_client_settings_pass_through(client: Any) -> None:
         assert c.adapter.namespace == "team-a"
         assert c.adapter._kwargs["verify"] == "/etc/ssl/ca.pem"
         assert c.adapter._kwargs["cert"] == ("/tls/client.pem", "/tls/client.key")
-        assert c.adapter._kwargs["timeout"] == (1.0, 5.0)
+        assert c.adapter._kwargs["timeout"] == (0.5, 5.0)
     finally:
         c.adapter.close()
 

@@ -55,6 +55,42 @@ def test_sealed_vault(live: tuple[BaoServer, Any, str]) -> None:
     assert server.root_token not in str(err.value)
     with pytest.raises(ProviderError, match="sealed"):
         VaultTransitCodec(client, key)
+    # Unsealed again, the same codec carries on: nothing to restart.
+    server.unseal()
+    assert codec.unseal(token) == b"p"
+    assert codec.unseal(codec.seal(b"q")) == b"q"
+
+
+def test_outage_windows_double_and_reset(live: tuple[BaoServer, Any, str]) -> None:
+    server, client, key = live
+    clock = FakeClock()
+    calls = CallLog(client)
+    codec = VaultTransitCodec(client, key, outage_backoff=1.0, clock=clock)
+    token = codec.seal(b"p")
+    server.seal()
+    calls.reset()
+    tried_at = []
+    for _ in range(16):  # one call per simulated second
+        before = calls.count()
+        with pytest.raises(InvalidToken):
+            codec.unseal(token)
+        if calls.count() > before:
+            tried_at.append(clock.now - 1000.0)
+        clock.now += 1.0
+    # Windows of 1, 2, 4 and 8 seconds between the calls that reached Vault.
+    assert tried_at == [0.0, 1.0, 3.0, 7.0, 15.0]
+    server.unseal()
+    clock.now += 16.0
+    assert codec.unseal(token) == b"p"
+    # A success resets the window to `outage_backoff`.
+    server.seal()
+    calls.reset()
+    with pytest.raises(InvalidToken):
+        codec.unseal(token)
+    clock.now += 1.0
+    with pytest.raises(InvalidToken):
+        codec.unseal(token)
+    assert calls.count() == 2
 
 
 def test_stopped_vault_and_outage_backoff(live: tuple[BaoServer, Any, str]) -> None:

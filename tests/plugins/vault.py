@@ -143,6 +143,12 @@ class BaoServer:
     def seal(self) -> None:
         self.api("PUT", "sys/seal")
 
+    def unseal(self) -> None:
+        """Unseal with the key dev mode prints to its log."""
+        log = (self.workdir / f"bao-{self.addr.rsplit(':', 1)[1]}.log").read_text(errors="replace")
+        key = next(line.split(":", 1)[1].strip() for line in log.splitlines() if line.startswith("Unseal Key:"))
+        self.api("PUT", "sys/unseal", {"key": key})
+
     def healthy(self) -> bool:
         try:
             with urllib.request.urlopen(f"{self.addr}/v1/sys/health", timeout=2) as resp:  # noqa: S310

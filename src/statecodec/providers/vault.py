@@ -44,7 +44,7 @@ standard Vault variable in brackets when read from the environment:
 ``STATECODEC_VAULT_KEY``
     Transit key name. Required.
 ``STATECODEC_VAULT_TIMEOUT``
-    Per-call read timeout in seconds (default 2; connect timeout is at most 1).
+    Per-call read timeout in seconds (default 1; the connect timeout is at most 0.5).
 ``STATECODEC_VAULT_CONTEXT``
     Transit mode only: the context bound to every token (``k=v,k=v`` or a
     JSON object); default ``purpose=statecodec-vault-transit``.
@@ -86,6 +86,7 @@ from statecodec.providers._retry import RetryPolicy, call_with_retries
 __all__ = [
     "DEFAULT_TIMEOUT",
     "DEFAULT_TRANSIT_CONTEXT",
+    "MAX_OUTAGE_BACKOFF",
     "PROVIDER_NAME",
     "TRANSIT_VERSION",
     "VaultKeyWrapper",
@@ -100,8 +101,10 @@ __all__ = [
 PROVIDER_NAME = "vault"
 TRANSIT_VERSION = 0x05
 """Version byte of `VaultTransitCodec` tokens."""
-DEFAULT_TIMEOUT = (1.0, 2.0)
+DEFAULT_TIMEOUT = (0.5, 1.0)
 """(connect, read) seconds for every Vault call: a stalled Vault costs at most this per token."""
+MAX_OUTAGE_BACKOFF = 30.0
+"""Longest window, in seconds, during which per-token calls fail without trying Vault."""
 DEFAULT_TRANSIT_CONTEXT: Mapping[str, str] = MappingProxyType({"purpose": "statecodec-vault-transit"})
 
 # Vault names: GenericNameRegex for keys, slash-separated segments for mounts.
@@ -191,7 +194,7 @@ def vault_client(
 
 def _check_timeout(timeout: object) -> tuple[float, float]:
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-        pair: tuple[object, ...] = (min(float(timeout), 1.0), float(timeout))
+        pair: tuple[object, ...] = (min(float(timeout), 0.5), float(timeout))
     elif isinstance(timeout, tuple) and len(timeout) == 2:
         pair = timeout
     else:
@@ -494,7 +497,9 @@ class VaultTransitCodec:
     encrypt/decrypt round trip (`ProviderError` naming the cause). After a
     failure that means Vault cannot answer (unreachable, timeout, sealed,
     5xx), calls fail at once for `outage_backoff` seconds instead of each
-    waiting for the timeout, so an outage costs the event loop little.
+    waiting for the timeout; the window doubles while the outage lasts (up to
+    `MAX_OUTAGE_BACKOFF`), so one slow probe per window is all an outage costs
+    the event loop.
 
     Vault policy: ``update`` on ``<mount>/encrypt/<key>``, ``<mount>/decrypt/<key>``
     and ``<mount>/rewrap/<key>``; ``read`` on ``<mount>/keys/<key>`` is optional
@@ -536,6 +541,7 @@ class VaultTransitCodec:
         self._clock = clock
         self._down_until = 0.0
         self._down_cause = ""
+        self._streak = 0
         self._owns_client = owns_client
         self._context = MappingProxyType(dict(ctx))
         self._derived, self._primary = self._start(bound)
@@ -666,8 +672,15 @@ class VaultTransitCodec:
         return None
 
     def _note(self, failure: _Failure) -> None:
-        if failure.outage and self._backoff:
-            self._down_until = self._clock() + self._backoff
+        if not failure.outage:
+            self._streak = 0  # Vault answered: it is up, whatever it thought of the token
+            return
+        if self._backoff:
+            # Doubling windows: a Vault that hangs until the timeout blocks the loop
+            # once per window, so a long outage costs a shrinking share of the loop.
+            window = min(self._backoff * 2**self._streak, MAX_OUTAGE_BACKOFF)
+            self._streak += 1
+            self._down_until = self._clock() + window
             self._down_cause = failure.detail
 
     def _parse(self, token: str) -> str:
@@ -715,6 +728,7 @@ class VaultTransitCodec:
         else:
             token = self._token(data.get("ciphertext"))
             if token is not None:
+                self._streak = 0
                 return token
             failure = _Failure("reply", "Vault returned a malformed ciphertext")
         self._note(failure)
@@ -727,7 +741,9 @@ class VaultTransitCodec:
             raise InvalidToken(_R_PROVIDER)
         try:
             data = self._transit.call("decrypt", {"ciphertext": ciphertext, **self._binding})
-            return _unb64(data.get("plaintext"))
+            payload = _unb64(data.get("plaintext"))
+            self._streak = 0
+            return payload
         except Exception as exc:
             failure = _classify(exc) if not isinstance(exc, ValueError) else _Failure("reply", "malformed reply")
         # Raised outside the handler so no Vault exception rides along as __context__.
