@@ -160,6 +160,10 @@ def _vault(kind: str) -> Built:
     if kind not in BUILDERS:
         raise Skip(f"this statecodec has no {kind} codec")
     environ = dict(os.environ)
+    if kind == "vault-envelope" and not (
+        environ.get("STATECODEC_WRAPPED_KEYS") or environ.get("STATECODEC_WRAPPED_KEYS_FILE")
+    ):
+        raise Skip("set STATECODEC_WRAPPED_KEYS (create one with `statecodec kms new-data-key --provider vault`)")
     environ["STATECODEC_CODEC"] = kind
     environ.setdefault("STATECODEC_VAULT_ADDR", addr)
     codec: Any = codec_from_env(environ)

@@ -9,16 +9,20 @@ Method, for every (case, payload, operation) cell:
    unseal.
 2. Warm-up. Each cell runs for a short while before anything is recorded.
 3. Calibration. Each cell gets a loop count so that one timed batch lasts
-   about `Settings.batch_seconds`; timer resolution then does not matter.
+   about `Settings.batch_seconds`: long enough that timer resolution and
+   overhead vanish, short enough (half a millisecond) that most batches run
+   between two scheduler preemptions on a busy machine; a preempted batch
+   is then an outlier the median discards, not a bias in every sample.
 4. Rounds. In every round the cells run in a freshly shuffled order, so
    drift on a shared machine (frequency, neighbours) hits every case alike.
-   Each cell contributes one batch (its per-operation mean is one sample)
-   and a few individually timed operations (the tail). Unseal is timed on
-   a token sealed just before its batch.
-5. Statistics. The median is the median of the batch samples; p99 is taken
-   over the individually timed operations (it includes one timer read,
+   Each cell runs `Settings.batches` batches (each batch's per-operation
+   mean is one sample) and a few individually timed operations (the tail).
+   Unseal is timed on a token sealed at the start of its turn.
+5. Statistics. The median is the median of all batch samples; p99 is taken
+   over the individually timed operations (each includes one timer read,
    recorded in the environment); noise is the median absolute deviation of
-   the batch samples over their median.
+   the per-round medians over their median, and `samples_s` holds those
+   per-round medians (what `--compare` weighs a change against).
 
 The garbage collector is collected before each round and disabled while a
 batch or a tail is timed, as `timeit` does; allocation cost is included,
@@ -66,12 +70,14 @@ class Settings:
     batch_seconds: float
     warmup_seconds: float
     tail_per_round: int
+    batches: int = 1
     seed: int = 0
 
     def describe(self) -> dict[str, Any]:
         return {
             "rounds": self.rounds,
             "batch_seconds": self.batch_seconds,
+            "batches_per_round": self.batches,
             "warmup_seconds": self.warmup_seconds,
             "tail_per_round": self.tail_per_round,
             "seed": self.seed,
@@ -80,8 +86,8 @@ class Settings:
         }
 
 
-QUICK = Settings(rounds=5, batch_seconds=0.002, warmup_seconds=0.002, tail_per_round=8)
-FULL = Settings(rounds=21, batch_seconds=0.01, warmup_seconds=0.02, tail_per_round=25)
+QUICK = Settings(rounds=5, batch_seconds=0.0005, warmup_seconds=0.002, tail_per_round=8, batches=3)
+FULL = Settings(rounds=21, batch_seconds=0.0005, warmup_seconds=0.02, tail_per_round=25, batches=9)
 
 
 @dataclass
@@ -258,6 +264,7 @@ class _Cell:
     op: str
     loops: int = 1
     samples: list[float] = field(default_factory=list)
+    round_medians: list[float] = field(default_factory=list)
     tail: list[float] = field(default_factory=list)
     failed: str = ""
 
@@ -349,7 +356,9 @@ def measure(
                 try:
                     fn, arg = cell.target()
                     gc.disable()
-                    cell.samples.append(_batch(fn, arg, cell.loops))
+                    batch = [_batch(fn, arg, cell.loops) for _ in range(settings.batches)]
+                    cell.samples += batch
+                    cell.round_medians.append(statistics.median(batch))
                     _tail(fn, arg, settings.tail_per_round, cell.tail)
                 except Exception as exc:
                     cell.failed = _describe_error(exc)
@@ -368,14 +377,16 @@ def measure(
             result.status, result.reason = "error", f"{cell.op}: {cell.failed or 'no samples'}"
             continue
         med = statistics.median(cell.samples)
-        mad = statistics.median(abs(s - med) for s in cell.samples)
+        per_round = cell.round_medians
+        mid = statistics.median(per_round)
+        mad = statistics.median(abs(s - mid) for s in per_round)
         result.ops[cell.op] = OpStats(
             median=med,
             p99=percentile(cell.tail, 99) if cell.tail else med,
             ops_per_second=1.0 / med if med > 0 else float("inf"),
-            noise=mad / med if med > 0 else 0.0,
+            noise=mad / mid if mid > 0 else 0.0,
             loops=cell.loops,
-            samples=cell.samples,
+            samples=per_round,
             tail_count=len(cell.tail),
         )
     return results
