@@ -207,3 +207,10 @@ def test_configured_codecs_are_conformant(kind: str, tmp_path: Path) -> None:
     from_env = cfg.codec_from_env({"STATECODEC_CODEC": kind, "STATECODEC_KEYS": format_keys([generate_key()])})
     assert_conformant(from_file, error_type=InvalidToken, max_examples=20, max_mutations=2000, foreign=from_env)
     assert_conformant(from_env, error_type=InvalidToken, max_examples=20, max_mutations=2000)
+
+
+def test_every_core_variable_is_documented() -> None:
+    doc = cfg.__doc__ or ""
+    for var in (cfg.CODEC_VAR, cfg.KEYS_VAR, cfg.KEYS_FILE_VAR, cfg.MAX_TOKEN_LENGTH_VAR):
+        assert f"``{var}``\n" in doc
+    assert str(DEFAULT_MAX_TOKEN_LENGTH) in doc

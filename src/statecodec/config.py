@@ -22,7 +22,8 @@ Environment variables (a config file takes the same names as JSON keys):
     ``STATECODEC_KEYS``, not both.
 ``STATECODEC_MAX_TOKEN_LENGTH``
     Optional cap, in characters, on any token the codec will look at; a
-    decimal integer. Defaults to `statecodec._encoding.DEFAULT_MAX_TOKEN_LENGTH`.
+    decimal integer. Defaults to 131072 (128 Ki characters, room for a 64 KiB
+    payload).
 
 Codecs backed by a KMS, Vault or JOSE read further ``STATECODEC_*``
 variables, documented by their builders.
