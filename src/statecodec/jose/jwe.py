@@ -20,7 +20,8 @@ order, and the first failure is the reason reported:
    canonical base64url (``malformed``);
 5. the content key: none for ``dir`` (an empty second segment), an AES key
    unwrap of exactly 40 bytes for ``A256KW`` and ``ECDH-ES+A256KW``, the
-   ``epk`` validated first (``malformed``, ``header``, ``seal``);
+   private key and the ``epk`` checked before the agreement (``malformed``,
+   ``unknown_key``, ``header``, ``seal``);
 6. AES-256-GCM decryption with the protected header segment, exactly as
    received, as the associated data (``seal``).
 """
@@ -99,7 +100,7 @@ class _KeyWrap:
         self.kek = kek
 
     def open(self, header: dict[str, Any] | None, ek64: str) -> AESGCM:
-        return _unwrap(self.kek, ek64)
+        return _unwrap(self.kek, _wrapped_key(ek64))
 
     def new_content_key(self) -> tuple[str, AESGCM]:
         cek = os.urandom(32)
@@ -118,11 +119,12 @@ class _Agreement:
         self.crv = curve_name(public)
 
     def open(self, header: dict[str, Any] | None, ek64: str) -> AESGCM:
+        wrapped = _wrapped_key(ek64)
         if self.private is None or header is None:
             raise InvalidToken(Reason.UNKNOWN_KEY)
         epk = read_epk(header.get("epk"), self.crv)
         kek = concat_kdf(agree(self.private, epk), _ECDH, 256)
-        return _unwrap(kek, ek64)
+        return _unwrap(kek, wrapped)
 
     def ephemeral(self) -> AgreementPrivateKey:
         curve = _CURVES[self.crv]
@@ -132,11 +134,15 @@ class _Agreement:
 _Slot = _Direct | _KeyWrap | _Agreement
 
 
-def _unwrap(kek: bytes, ek64: str) -> AESGCM:
+def _wrapped_key(ek64: str) -> bytes:
     if len(ek64) != _WRAPPED_CHARS:
         raise InvalidToken(_R_MALFORMED)
+    return b64u_decode(ek64)
+
+
+def _unwrap(kek: bytes, wrapped: bytes) -> AESGCM:
     try:
-        cek = aes_key_unwrap(kek, b64u_decode(ek64))
+        cek = aes_key_unwrap(kek, wrapped)
     except InvalidUnwrap:
         raise InvalidToken(_R_SEAL) from None
     return AESGCM(cek)
