@@ -39,12 +39,14 @@ from pathlib import Path
 
 from statecodec.envelope import default_context, parse_wrapped_keys
 from statecodec.errors import ConfigurationError
+from statecodec.providers._retry import RetryPolicy
 
 __all__ = [
     "AUDIENCE_VAR",
     "CONTEXT_VAR",
     "WRAPPED_KEYS_FILE_VAR",
     "WRAPPED_KEYS_VAR",
+    "RetryPolicy",
     "context_from_settings",
     "missing_extra",
     "parse_context",
