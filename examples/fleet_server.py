@@ -146,8 +146,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     env = os.environ
     parser = argparse.ArgumentParser(description="Serve the fleet example over streamable HTTP.")
     parser.add_argument("--host", default=env.get("FLEET_HOST", DEFAULT_HOST), help="a loopback address")
-    parser.add_argument("--port", type=int, default=int(env.get("FLEET_PORT", DEFAULT_PORT)))
-    parser.add_argument("--workers", type=int, default=int(env.get("FLEET_WORKERS", "1")))
+    # String defaults go through `type`, so a bad FLEET_PORT is reported like a bad --port.
+    parser.add_argument("--port", type=int, default=env.get("FLEET_PORT", str(DEFAULT_PORT)))
+    parser.add_argument("--workers", type=int, default=env.get("FLEET_WORKERS", "1"))
     parser.add_argument("--mode", choices=MODES, default=env.get("FLEET_MODE", "shared"))
     return parser.parse_args(argv)
 

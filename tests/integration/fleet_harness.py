@@ -25,7 +25,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FLEET_SERVER = EXAMPLES / "fleet_server.py"
 LOOPBACK = "127.0.0.1"
 # A generous bound on start-up (imports, codec construction, a KMS call); not a performance check.
-START_DEADLINE_S = 60.0
+START_DEADLINE_S = 120.0
 STOP_GRACE_S = 10.0
 _INHERITED_PREFIXES = ("STATECODEC_", "FLEET_", "AWS_")
 

@@ -6,6 +6,9 @@ streamable HTTP. The shared ring comes from the environment: AES-GCM keys in
 ``STATECODEC_KEYS``, or data keys wrapped by AWS KMS (moto over HTTP) that
 each instance unwraps at start-up. The refusal is the SDK's frozen -32602
 answer; the reason goes to the refusing server's log only.
+
+Each class starts its own servers and stops them when its last test ends, so
+only one group of processes runs at a time.
 """
 
 from __future__ import annotations
@@ -30,9 +33,14 @@ pytestmark = pytest.mark.integration
 INVALID_PARAMS = -32602
 REJECTION_MESSAGE = "Invalid or expired requestState"
 SDK_REJECTION_LOG = "requestState rejected on tools/call"
+SDK_DEFAULT = {"FLEET_MODE": "sdk-default"}
+# Bounded by count: the kernel spreads connections over the workers, not in a fixed order.
+MAX_WORKER_FLOWS = 60
 
 
 def run_flow(first: FleetServer, retry: FleetServer, *, region: str = "eu-west-1") -> dict[str, Any]:
+    """Round 1 on `first`, every retry on `retry`; the tool's structured result."""
+
     async def flow() -> dict[str, Any]:
         return await provision(first.url, retry_url=retry.url, name="orders", region=region)
 
@@ -45,11 +53,16 @@ def refusal(first: FleetServer, retry: FleetServer) -> MCPError:
     return caught.value
 
 
+def assert_frozen_rejection(error: MCPError) -> None:
+    assert (error.error.code, error.error.message) == (INVALID_PARAMS, REJECTION_MESSAGE)
+
+
 def shared(keys: str) -> dict[str, str]:
     return {"FLEET_MODE": "shared", "STATECODEC_CODEC": "aesgcm", "STATECODEC_KEYS": keys}
 
 
-SDK_DEFAULT = {"FLEET_MODE": "sdk-default"}
+def new_ring() -> str:
+    return format_keys([generate_key()])
 
 
 @pytest.fixture(scope="module")
@@ -57,81 +70,106 @@ def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fleet-logs")
 
 
-@pytest.fixture(scope="module")
-def servers(log_dir: Path) -> Iterator[dict[str, FleetServer]]:
-    """Two instances sharing a ring, one on another ring, two on the SDK's per-process default."""
-    ring = format_keys([generate_key()])
-    other_ring = format_keys([generate_key()])
-    names = ("a", "b", "foreign", "default-a", "default-b")
-    settings = [shared(ring), shared(ring), shared(other_ring), SDK_DEFAULT, SDK_DEFAULT]
-    with fleet(log_dir, settings) as started:
-        yield dict(zip(names, started, strict=True))
+@pytest.fixture(scope="class")
+def ring_fleet(log_dir: Path) -> Iterator[dict[str, FleetServer]]:
+    """Two instances sharing a ring from STATECODEC_KEYS, and one on another ring."""
+    ring = new_ring()
+    with fleet(log_dir, [shared(ring), shared(ring), shared(new_ring())]) as started:
+        yield dict(zip(("a", "b", "foreign"), started, strict=True))
 
 
-def test_retry_on_another_instance_completes_with_the_shared_ring(servers: dict[str, FleetServer]) -> None:
-    a, b = servers["a"], servers["b"]
-    there = run_flow(a, b, region="eu-west-1")
-    back = run_flow(b, a, region="us-east-2")
-    assert there == {
-        "name": "orders",
-        "region": "eu-west-1",
-        "asked_by": a.health(),
-        "completed_by": b.health(),
-    }
-    assert (back["asked_by"], back["completed_by"], back["region"]) == (b.health(), a.health(), "us-east-2")
-    assert a.health() != b.health()
-    assert SDK_REJECTION_LOG not in a.log_text() + b.log_text()
+class TestSharedRing:
+    def test_retry_on_another_instance_completes_with_the_shared_ring(self, ring_fleet: dict[str, FleetServer]) -> None:
+        a, b = ring_fleet["a"], ring_fleet["b"]
+        there = run_flow(a, b, region="eu-west-1")
+        back = run_flow(b, a, region="us-east-2")
+        assert a.health() != b.health()
+        assert there == {"name": "orders", "region": "eu-west-1", "asked_by": a.health(), "completed_by": b.health()}
+        assert (back["asked_by"], back["completed_by"], back["region"]) == (b.health(), a.health(), "us-east-2")
+        assert SDK_REJECTION_LOG not in a.log_text() + b.log_text()
+
+    def test_instance_on_another_ring_refuses_with_our_reason_code(self, ring_fleet: dict[str, FleetServer]) -> None:
+        a, foreign = ring_fleet["a"], ring_fleet["foreign"]
+        assert run_flow(foreign, foreign)["completed_by"] == foreign.health()
+
+        assert_frozen_rejection(refusal(a, foreign))
+        assert f"{SDK_REJECTION_LOG}: unknown_key" in foreign.log_text()
 
 
-def test_retry_on_another_instance_is_refused_under_the_sdk_default(servers: dict[str, FleetServer]) -> None:
-    a, b = servers["default-a"], servers["default-b"]
-    # Each instance on its own completes: the refusal below is the hop, not a broken server.
-    assert run_flow(a, a)["completed_by"] == a.health()
-    assert run_flow(b, b)["completed_by"] == b.health()
-
-    error = refusal(a, b)
-
-    assert (error.error.code, error.error.message) == (INVALID_PARAMS, REJECTION_MESSAGE)
-    # The SDK's own codec names the cause in the log only: b never had a's process-local key.
-    assert f"{SDK_REJECTION_LOG}: unknown key" in b.log_text()
-    assert "unknown key" not in str(error.error.data)
+@pytest.fixture(scope="class")
+def default_pair(log_dir: Path) -> Iterator[list[FleetServer]]:
+    """Two instances on the SDK's per-process default key."""
+    with fleet(log_dir, [SDK_DEFAULT, SDK_DEFAULT]) as started:
+        yield started
 
 
-def test_instance_on_another_ring_refuses_with_our_reason_code(servers: dict[str, FleetServer]) -> None:
-    a, foreign = servers["a"], servers["foreign"]
+class TestSdkDefault:
+    def test_retry_on_another_instance_is_refused_under_the_sdk_default(self, default_pair: list[FleetServer]) -> None:
+        a, b = default_pair
+        # Each instance on its own completes: the refusal below is the hop, not a broken server.
+        assert run_flow(a, a)["completed_by"] == a.health()
+        assert run_flow(b, b)["completed_by"] == b.health()
 
-    error = refusal(a, foreign)
+        error = refusal(a, b)
 
-    assert (error.error.code, error.error.message) == (INVALID_PARAMS, REJECTION_MESSAGE)
-    assert f"{SDK_REJECTION_LOG}: unknown_key" in foreign.log_text()
+        assert_frozen_rejection(error)
+        # The SDK's own codec names the cause in the log only: b never had a's process-local key.
+        assert f"{SDK_REJECTION_LOG}: unknown key" in b.log_text()
+        assert "unknown key" not in str(error.error.data)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def workers(log_dir: Path) -> Iterator[FleetServer]:
     """One uvicorn server with two worker processes behind one port, sharing a ring."""
-    with fleet(log_dir, [shared(format_keys([generate_key()]))], args=["--workers", "2"]) as started:
+    with fleet(log_dir, [shared(new_ring())], args=["--workers", "2"]) as started:
         yield started[0]
 
 
-# Bounded by count: the kernel spreads connections over the workers, not in a fixed order.
-MAX_WORKER_FLOWS = 60
+class TestUvicornWorkers:
+    def test_retries_across_uvicorn_workers_complete_with_the_shared_ring(self, workers: FleetServer) -> None:
+        pairs: list[tuple[str, str]] = []
+        for _ in range(MAX_WORKER_FLOWS):
+            outcome = run_flow(workers, workers)
+            assert (outcome["name"], outcome["region"]) == ("orders", "eu-west-1")
+            pairs.append((outcome["asked_by"], outcome["completed_by"]))
+            if len({done for _, done in pairs}) == 2 and any(asked != done for asked, done in pairs):
+                break
+        # Both workers completed retries, and at least one completed on the worker that did not seal its state.
+        assert len({done for _, done in pairs}) == 2
+        assert any(asked != done for asked, done in pairs)
+        assert f"pid-{workers.process.pid}" not in {done for _, done in pairs}
+        assert SDK_REJECTION_LOG not in workers.log_text()
 
 
-def test_retries_across_uvicorn_workers_complete_with_the_shared_ring(workers: FleetServer) -> None:
-    pairs: list[tuple[str, str]] = []
-    for _ in range(MAX_WORKER_FLOWS):
-        outcome = run_flow(workers, workers)
-        assert (outcome["name"], outcome["region"]) == ("orders", "eu-west-1")
-        pairs.append((outcome["asked_by"], outcome["completed_by"]))
-        completers = {done for _, done in pairs}
-        crossed = [pair for pair in pairs if pair[0] != pair[1]]
-        if len(completers) == 2 and crossed:
-            break
-    # Both workers completed retries, and at least one retry completed on the worker that did not mint it.
-    assert len({done for _, done in pairs}) == 2
-    assert any(asked != done for asked, done in pairs)
-    assert workers.process.pid not in {int(done.removeprefix("pid-")) for _, done in pairs}
-    assert SDK_REJECTION_LOG not in workers.log_text()
+@pytest.fixture(scope="class")
+def default_workers(log_dir: Path) -> Iterator[FleetServer]:
+    """One uvicorn server with two workers on the SDK default: a key per worker."""
+    with fleet(log_dir, [SDK_DEFAULT], args=["--workers", "2"]) as started:
+        yield started[0]
+
+
+class TestUvicornWorkersSdkDefault:
+    def test_retries_across_uvicorn_workers_are_refused_under_the_sdk_default(
+        self, default_workers: FleetServer
+    ) -> None:
+        completed: list[tuple[str, str]] = []
+        refused: list[MCPError] = []
+        for _ in range(MAX_WORKER_FLOWS):
+            try:
+                outcome = run_flow(default_workers, default_workers)
+            except MCPError as exc:
+                refused.append(exc)
+            else:
+                completed.append((outcome["asked_by"], outcome["completed_by"]))
+            if completed and refused:
+                break
+        # Every retry that completed stayed on the worker that sealed it; the others were refused.
+        assert completed
+        assert all(asked == done for asked, done in completed)
+        assert refused
+        for error in refused:
+            assert_frozen_rejection(error)
+        assert f"{SDK_REJECTION_LOG}: unknown key" in default_workers.log_text()
 
 
 # --- the same fleet on an AWS KMS envelope ring -------------------------------------------------
@@ -162,31 +200,31 @@ def aws_settings(moto: MotoServer, key_arn: str, wrapped: str) -> dict[str, str]
     }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def kms_fleet(log_dir: Path, moto_server: MotoServer) -> Iterator[dict[str, FleetServer]]:
     """Two instances on one wrapped ring, one on another ring wrapped by the same KMS key."""
     key_arn, _ = moto_server.create_key()
     ring = wrapped_ring(moto_server, key_arn, 2)
     other = wrapped_ring(moto_server, key_arn, 1)
-    settings = [aws_settings(moto_server, key_arn, w) for w in (ring, ring, other)]
+    settings = [aws_settings(moto_server, key_arn, wrapped) for wrapped in (ring, ring, other)]
     with fleet(log_dir, settings) as started:
         yield dict(zip(("a", "b", "foreign"), started, strict=True))
 
 
-def test_retry_on_another_instance_completes_with_the_kms_envelope_ring(kms_fleet: dict[str, FleetServer]) -> None:
-    a, b = kms_fleet["a"], kms_fleet["b"]
-    there = run_flow(a, b)
-    back = run_flow(b, a)
-    assert (there["asked_by"], there["completed_by"]) == (a.health(), b.health())
-    assert (back["asked_by"], back["completed_by"]) == (b.health(), a.health())
-    assert SDK_REJECTION_LOG not in a.log_text() + b.log_text()
+class TestKmsEnvelopeRing:
+    def test_retry_on_another_instance_completes_with_the_kms_envelope_ring(
+        self, kms_fleet: dict[str, FleetServer]
+    ) -> None:
+        a, b = kms_fleet["a"], kms_fleet["b"]
+        there = run_flow(a, b)
+        back = run_flow(b, a)
+        assert (there["asked_by"], there["completed_by"]) == (a.health(), b.health())
+        assert (back["asked_by"], back["completed_by"]) == (b.health(), a.health())
+        assert SDK_REJECTION_LOG not in a.log_text() + b.log_text()
 
+    def test_instance_on_another_wrapped_ring_refuses(self, kms_fleet: dict[str, FleetServer]) -> None:
+        a, foreign = kms_fleet["a"], kms_fleet["foreign"]
+        assert run_flow(foreign, foreign)["completed_by"] == foreign.health()
 
-def test_instance_on_another_wrapped_ring_refuses(kms_fleet: dict[str, FleetServer]) -> None:
-    a, foreign = kms_fleet["a"], kms_fleet["foreign"]
-    assert run_flow(foreign, foreign)["completed_by"] == foreign.health()
-
-    error = refusal(a, foreign)
-
-    assert (error.error.code, error.error.message) == (INVALID_PARAMS, REJECTION_MESSAGE)
-    assert f"{SDK_REJECTION_LOG}: unknown_key" in foreign.log_text()
+        assert_frozen_rejection(refusal(a, foreign))
+        assert f"{SDK_REJECTION_LOG}: unknown_key" in foreign.log_text()
