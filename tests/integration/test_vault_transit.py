@@ -301,6 +301,13 @@ def test_approle_auth(vault_server: BaoServer) -> None:
     with client_for(vault_server, role_id=role_id, secret_id=secret_id) as c:
         codec = VaultTransitCodec(c, key)
         assert codec.unseal(codec.seal(b"approle")) == b"approle"
+    # A revoked or expired token: the client logs in again once and the call goes through.
+    with client_for(vault_server, role_id=role_id, secret_id=secret_id) as c:
+        codec = VaultTransitCodec(c, key)
+        first_token = c.token
+        vault_server.api("POST", "auth/token/revoke", {"token": first_token})
+        assert codec.unseal(codec.seal(b"again")) == b"again"
+        assert c.token != first_token
     with pytest.raises(ProviderError, match="AppRole login") as info:
         vault_client(vault_server.addr, role_id=role_id, secret_id="not-the-secret")
     assert "not-the-secret" not in str(info.value)

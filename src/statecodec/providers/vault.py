@@ -180,16 +180,51 @@ def vault_client(
         session=session,
         allow_redirects=False,
     )
-    if approle:
+    if role_id and secret_id:  # AppRole (both checked above)
+        login = _AppRoleLogin(client, role_id, secret_id, approle_mount_point)
         try:
             client.auth.approle.login(role_id=role_id, secret_id=secret_id, mount_point=approle_mount_point)
         except Exception as exc:
             failure = _classify(exc)
         else:
+            # Codecs and wrappers look for this to log in again when the token expires.
+            client._statecodec_relogin = login
             return client
         client.adapter.close()
         raise ProviderError(f"AppRole login at {url} (auth mount {approle_mount_point!r}) failed: {failure.detail}")
     return client
+
+
+RELOGIN_INTERVAL = 30.0
+"""Least seconds between two AppRole logins after a refused call, so a real denial cannot loop."""
+
+
+class _AppRoleLogin:
+    """Logs an AppRole client in again after Vault refuses its token (expired or revoked)."""
+
+    __slots__ = ("_client", "_last", "_mount", "_role_id", "_secret_id")
+
+    def __init__(self, client: Any, role_id: str, secret_id: str, mount: str) -> None:
+        self._client = client
+        self._role_id = role_id
+        self._secret_id = secret_id
+        self._mount = mount
+        self._last = float("-inf")
+
+    def __repr__(self) -> str:
+        return f"_AppRoleLogin(mount={self._mount!r})"
+
+    def __call__(self) -> bool:
+        """True when a new token was obtained; at most one attempt per `RELOGIN_INTERVAL`."""
+        now = time.monotonic()
+        if now - self._last < RELOGIN_INTERVAL:
+            return False
+        self._last = now
+        try:
+            self._client.auth.approle.login(role_id=self._role_id, secret_id=self._secret_id, mount_point=self._mount)
+        except Exception:
+            return False
+        return True
 
 
 def _check_timeout(timeout: object) -> tuple[float, float]:
@@ -300,8 +335,20 @@ class _Transit:
         return f"vault transit key {self.mount}/{self.key}" + (f" (namespace {ns})" if ns else "") + f" at {where}"
 
     def call(self, op: str, body: dict[str, Any]) -> Mapping[str, Any]:
-        """One round trip; raises whatever hvac/requests raise, or ValueError on a malformed reply."""
-        reply = self._post(self._paths[op], json=body)
+        """One round trip; raises whatever hvac/requests raise, or ValueError on a malformed reply.
+
+        An AppRole client whose token Vault refused logs in again (rate-limited)
+        and retries once, so a token that expired under a long-running server
+        costs one extra login instead of an outage.
+        """
+        path = self._paths[op]
+        try:
+            reply = self._post(path, json=body)
+        except (hvac.exceptions.Forbidden, hvac.exceptions.Unauthorized):
+            relogin = getattr(self.client, "_statecodec_relogin", None)
+            if relogin is None or not relogin():
+                raise
+            reply = self._post(path, json=body)
         data = reply.get("data") if isinstance(reply, dict) else None
         if not isinstance(data, dict):
             raise ValueError("reply without a data object")
