@@ -494,6 +494,7 @@ def test_quick_run_writes_table_json_and_plot(
     assert loop_rows["AESGCMCodec"]["rounds_per_s"] > 0
     assert "sdk.RequestStateBoundary" not in loop_rows  # a boundary cannot sit inside another boundary
     assert {t["case"] for t in doc["scale"]["threads"]} >= {"AESGCMCodec", "floor"}
+    assert all(t["parallelism"] > 0 and t["pairs_per_s_2_threads"] > 0 for t in doc["scale"]["threads"])
     assert "2 threads / 1" in format_scale(doc)
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -4,7 +4,13 @@ Threads. For each codec, seal+unseal pairs run back to back in one thread,
 then in two threads at once, in alternating slices; the section reports
 pairs per second for each and their ratio. A ratio near 2 means the work
 runs in parallel (the GIL is released during the crypto); near 1, it is
-serialized.
+serialized. On a machine whose cores are busy with other work the
+throughput ratio is bounded by the cores actually free, so the section
+also reports the parallelism the process achieved: its CPU time over wall
+time with two threads, divided by the same with one. Waiting for the GIL
+costs no CPU time, so that figure stays near 1 when the GIL serializes the
+work whatever the machine's load, and approaches 2 only when both threads
+really compute at once.
 
 Event loop. Each codec protects an in-memory `MCPServer` (the SDK's own
 boundary with `RequestStateSecurity(codec=...)`) driven by a real `Client`.
@@ -48,7 +54,8 @@ class LoopSettings:
     seed: int = 0
 
 
-def _pairs_per_second(fn: Callable[[], object], threads: int, seconds: float) -> float:
+def _pairs_per_second(fn: Callable[[], object], threads: int, seconds: float) -> tuple[float, float]:
+    """(pairs per wall-clock second, process CPU seconds per wall-clock second)."""
     counts = [0] * threads
     barrier = threading.Barrier(threads + 1)
     stop = threading.Event()
@@ -65,12 +72,13 @@ def _pairs_per_second(fn: Callable[[], object], threads: int, seconds: float) ->
     for t in pool:
         t.start()
     barrier.wait()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     time.sleep(seconds)
     stop.set()
     for t in pool:
         t.join()
-    return sum(counts) / (time.perf_counter() - t0)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return sum(counts) / wall, cpu / wall
 
 
 def threads_section(
@@ -90,12 +98,13 @@ def threads_section(
             def pair(b: Built = built, d: bytes = data) -> object:
                 return b.unseal(b.seal(d))
 
-            one: list[float] = []
-            two: list[float] = []
+            one: list[tuple[float, float]] = []
+            two: list[tuple[float, float]] = []
             for _ in range(rounds):
                 one.append(_pairs_per_second(pair, 1, seconds))
                 two.append(_pairs_per_second(pair, 2, seconds))
-            p1, p2 = statistics.median(one), statistics.median(two)
+            p1, p2 = statistics.median(x for x, _ in one), statistics.median(x for x, _ in two)
+            u1, u2 = statistics.median(u for _, u in one), statistics.median(u for _, u in two)
             rows.append(
                 {
                     "case": res.name,
@@ -103,6 +112,9 @@ def threads_section(
                     "pairs_per_s_1_thread": p1,
                     "pairs_per_s_2_threads": p2,
                     "scaling": p2 / p1 if p1 else 0.0,
+                    "cpu_per_wall_1_thread": u1,
+                    "cpu_per_wall_2_threads": u2,
+                    "parallelism": u2 / u1 if u1 else 0.0,
                 }
             )
     return rows
