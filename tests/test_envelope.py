@@ -54,6 +54,15 @@ def test_unwraps_each_key_exactly_once_and_never_per_token() -> None:
     assert wrapper.wraps == 3  # only the provisioning above
 
 
+def test_per_token_path_is_the_aesgcm_codec_itself() -> None:
+    wrapper = LocalWrapper()
+    codec = EnvelopeCodec(wrapper, _ring(wrapper))
+    # One AES-GCM implementation: the bound methods are AESGCMCodec's own functions.
+    assert codec.seal.__func__ is AESGCMCodec.seal  # type: ignore[attr-defined]
+    assert codec.unseal.__func__ is AESGCMCodec.unseal  # type: ignore[attr-defined]
+    assert b64u_decode(codec.seal(b""))[0] == 0x03
+
+
 def test_key_ids_come_from_the_wrapped_blobs_primary_first() -> None:
     wrapper = LocalWrapper()
     blobs = _ring(wrapper, 2)
