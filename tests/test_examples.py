@@ -33,8 +33,12 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,16 +148,29 @@ def run_env() -> dict[str, str]:
 
 
 def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        cmd,
-        cwd=cwd,
-        env=run_env(),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    """Run `cmd` in its own process group; whatever it left running is killed when it exits.
+
+    Output goes to files, not pipes: a background process a shell block
+    started would hold a pipe open and stall the read.
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = subprocess.Popen(
+            cmd, cwd=cwd, env=run_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
+        )
+        try:
+            returncode = process.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            returncode = -signal.SIGKILL
+            err.write(f"\n[killed after {TIMEOUT_S} s]\n".encode())
+        finally:
+            with suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode("utf-8", "replace")
+        stderr = err.read().decode("utf-8", "replace")
+    return subprocess.CompletedProcess(cmd, returncode, stdout, stderr)
 
 
 def explain(result: subprocess.CompletedProcess[str]) -> str:
@@ -212,6 +229,28 @@ def test_runnable_doc_block(block: Block, tmp_path: Path) -> None:
         cmd = ["bash", "-euo", "pipefail", str(script)]
     result = run(cmd, tmp_path)
     assert result.returncode == 0, f"{block.id}: {explain(result)}"
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` is a running process (a killed one waiting to be reaped does not count)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to inspect process state")
+def test_a_block_cannot_leave_a_process_running(tmp_path: Path) -> None:
+    result = run(["bash", "-c", "sleep 600 & echo $!"], tmp_path)
+    assert result.returncode == 0, explain(result)
+    pid = int(result.stdout)
+    # SIGKILL is delivered asynchronously: give the kernel a bounded moment to finish the job.
+    for _ in range(1000):
+        if not _alive(pid):
+            break
+        time.sleep(0.01)
+    assert not _alive(pid)
 
 
 # --- the extractor itself ----------------------------------------------------------------------
