@@ -105,6 +105,8 @@ def test_bad_mounts(client: Any, mount: str) -> None:
         ({"max_token_length": True}, "max_token_length"),
         ({"outage_backoff": -1}, "outage_backoff"),
         ({"context": {}}, "context"),
+        ({"context": {"audience": 3}}, "context"),
+        ({"context": "audience=a"}, "context"),
     ],
 )
 def test_transit_codec_arguments(client: Any, kwargs: dict[str, Any], message: str) -> None:

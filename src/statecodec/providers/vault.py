@@ -578,7 +578,11 @@ class VaultTransitCodec:
         if not (0 <= outage_backoff <= 60):
             raise ConfigurationError("outage_backoff must be seconds (0 to 60)")
         ctx = DEFAULT_TRANSIT_CONTEXT if context is None else context
-        if not isinstance(ctx, Mapping) or not ctx:
+        if (
+            not isinstance(ctx, Mapping)
+            or not ctx
+            or not all(isinstance(k, str) and k and isinstance(v, str) for k, v in ctx.items())
+        ):
             raise ConfigurationError("context must be a non-empty mapping of str to str, e.g. {'audience': 'billing'}")
         bound = _b64(_TRANSIT_LABEL + bytes([self.VERSION, 0]) + canonical_context(ctx))
         self._max_length = max_token_length
