@@ -53,6 +53,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from statecodec import StatecodecError
 from statecodec.mcp import security_from_env
 
 SERVER_NAME = "fleet"
@@ -115,10 +116,10 @@ def build_server(security: RequestStateSecurity | None) -> MCPServer[Any]:
         region = str(answer.content.get("region", ""))
         return Provisioned(name=name, region=region, asked_by=asked_by, completed_by=instance_id())
 
-    @server.custom_route(HEALTH_PATH, methods=["GET"])
     async def health(request: Request) -> Response:
         return JSONResponse({"instance": instance_id()})
 
+    server.custom_route(HEALTH_PATH, methods=["GET"])(health)
     return server
 
 
@@ -139,7 +140,11 @@ def create_app() -> Starlette:
     """App factory for uvicorn (``--factory fleet_server:create_app``): settings from the environment."""
     mode = os.environ.get("FLEET_MODE", "shared")
     host = check_loopback(os.environ.get("FLEET_HOST", DEFAULT_HOST))
-    return build_server(security_for(mode)).streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    return app_for(security_for(mode), host)
+
+
+def app_for(security: RequestStateSecurity | None, host: str) -> Starlette:
+    return build_server(security).streamable_http_app(streamable_http_path=MCP_PATH, host=host)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -156,6 +161,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     host = check_loopback(args.host)
+    try:
+        # Built here even when workers build their own, so a bad configuration stops before any worker starts.
+        security = security_for(args.mode)
+    except StatecodecError as exc:
+        raise SystemExit(f"cannot start: {exc}") from None
     # Workers re-create the app from these, so the factory and this process agree.
     os.environ["FLEET_HOST"] = host
     os.environ["FLEET_MODE"] = args.mode
@@ -170,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log_level="warning",
         )
     else:
-        uvicorn.run(create_app(), host=host, port=args.port, log_level="warning")
+        uvicorn.run(app_for(security, host), host=host, port=args.port, log_level="warning")
     return 0
 
 
