@@ -105,6 +105,18 @@ def test_one_round_trip_per_token(client: Any, derived_key: str) -> None:
         assert calls.count("decrypt") == 1
 
 
+def test_one_pooled_connection(vault_server: BaoServer, derived_key: str) -> None:
+    with client_for(vault_server) as c:
+        codec = VaultTransitCodec(c, derived_key)
+        for i in range(30):
+            assert codec.unseal(codec.seal(b"%d" % i)) == b"%d" % i
+        pools = list(c.adapter.session.get_adapter(vault_server.addr).poolmanager.pools._container.values())
+        assert len(pools) == 1
+        # Start-up probes and 60 token calls over one keep-alive connection: no handshake per token.
+        assert pools[0].num_connections == 1
+        assert pools[0].num_requests >= 60
+
+
 def test_tampered_token_is_seal(codec: VaultTransitCodec) -> None:
     token = codec.seal(b"payload")
     raw = bytearray(b64u_decode(token))
