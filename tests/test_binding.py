@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import math
@@ -16,7 +17,8 @@ from hypothesis import strategies as st
 
 from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken, KeyRing, SealError, XAESGCMCodec
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec.binding import MAX_TTL, encode_context, mcp_request_context
+from statecodec.binding import MAX_TTL, BindingContext, _Mac, encode_context, mcp_request_context
+from statecodec.keys import derive_key
 from statecodec.testing import assert_conformant
 
 CODEC_KEY = bytes(range(32))
@@ -364,10 +366,39 @@ def test_mcp_request_context_binds_method_target_and_arguments() -> None:
     call = mcp_request_context("tools/call", {"name": "t", "arguments": {"a": 1, "b": [2]}, "requestState": "x"})
     same = mcp_request_context("tools/call", {"arguments": {"b": [2], "a": 1}, "name": "t", "inputResponses": {}})
     assert call == same
+    assert call == {"method": "tools/call", "target": "t", "args": '{"a":1,"b":[2]}'}
     assert call != mcp_request_context("tools/call", {"name": "t", "arguments": {"a": 2, "b": [2]}})
     assert call != mcp_request_context("prompts/get", {"name": "t", "arguments": {"a": 1, "b": [2]}})
     assert mcp_request_context("resources/read", {"uri": "report://2026"})["target"] == "report://2026"
     assert mcp_request_context("tools/call", None) == mcp_request_context("tools/call", {"arguments": None})
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(["tools/call", "prompts/get", "resources/read"]), st.text(max_size=8), _json)
+def test_mcp_request_context_encoding_is_encode_context(method: str, name: str, arguments: object) -> None:
+    context = mcp_request_context(method, {"name": name, "uri": name, "arguments": arguments})
+    assert context.encoded == encode_context(dict(context))
+
+
+def test_binding_context_is_an_immutable_mapping_that_hides_values() -> None:
+    context = BindingContext(CONTEXT)
+    assert context == CONTEXT
+    assert context.encoded == encode_context(CONTEXT)
+    assert all(value not in repr(context) for value in CONTEXT.values())
+    codec = bound()
+    assert codec.unseal(codec.seal(b"s", context=context), context=CONTEXT) == b"s"
+    assert codec.unseal(codec.seal(b"s", context=CONTEXT), context=context) == b"s"
+    with pytest.raises(TypeError):
+        context["method"] = "x"  # type: ignore[index]
+    with pytest.raises(TypeError):
+        BindingContext({"n": 1})  # type: ignore[dict-item]
 
 
 # --- frozen vectors ----------------------------------------------------------------------------
@@ -400,6 +431,35 @@ def test_vectors_rederive_exactly_and_unseal(vector: dict[str, Any], monkeypatch
     assert codec.seal(state, principal=vector["principal"], context=vector["context"]) == vector["token"]
 
 
+def _lp(data: bytes) -> bytes:
+    return len(data).to_bytes(4, "big") + data
+
+
+@pytest.mark.parametrize("vector", VECTORS["valid"], ids=lambda v: v["name"])
+def test_vector_claims_follow_the_documented_layout(vector: dict[str, Any]) -> None:
+    """Rebuild the claims from docs/formats.md with hashlib and hmac alone, not the implementation."""
+    key = b64u_decode(VECTORS["binding_key"])
+    aud, purpose = vector["audience"].encode(), vector["purpose"].encode()
+    prefix = _lp(aud) + _lp(purpose)
+    items = sorted((vector["context"] or {}).items())
+    context = len(items).to_bytes(4, "big") + b"".join(_lp(k.encode()) + _lp(v.encode()) for k, v in items)
+    principal = vector["principal"]
+    marker = b"\x00" if principal is None else b"\x01" + _lp(principal.encode())
+    kb = derive_key(key, b"statecodec/v1/binding/binding")
+    kp = derive_key(key, b"statecodec/v1/binding/principal")
+    claims = (
+        bytes([0x01, 0x00 if principal is None else 0x01])
+        + int(vector["now"]).to_bytes(5, "big")
+        + vector["ttl"].to_bytes(3, "big")
+        + hashlib.sha256(b"statecodec/v1/binding/audience\x00" + aud).digest()[:3]
+        + hashlib.sha256(b"statecodec/v1/binding/purpose\x00" + purpose).digest()[:3]
+        + hmac.digest(kb, prefix + marker + context, "sha256")[:16]
+    )
+    if principal is not None:
+        claims += hmac.digest(kp, prefix + _lp(principal.encode()), "sha256")[:16]
+    assert claims.hex() == vector["claims"]
+
+
 @pytest.mark.parametrize("case", VECTORS["refusals"], ids=lambda c: f"{c['vector']}-{c['reason']}")
 def test_vector_refusals(case: dict[str, Any]) -> None:
     v = _BY_NAME[case["vector"]]
@@ -410,3 +470,9 @@ def test_vector_refusals(case: dict[str, Any]) -> None:
         assert codec.unseal(v["token"], principal=case["principal"], context=context) == v["state"].encode()
     else:
         assert reason_of(codec, v["token"], principal=case["principal"], context=context) == case["reason"]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.binary(min_size=32, max_size=32), st.binary(max_size=80), st.binary(max_size=200))
+def test_precomputed_mac_is_exactly_hmac_sha256(key: bytes, prefix: bytes, data: bytes) -> None:
+    assert _Mac(key, prefix).tag(data) == hmac.digest(key, prefix + data, "sha256")[:16]

@@ -22,7 +22,7 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
@@ -32,6 +32,7 @@ __all__ = [
     "CLAIMS_VERSION",
     "MAX_FUTURE_SKEW",
     "MAX_TTL",
+    "BindingContext",
     "BoundCodec",
     "Codec",
     "encode_context",
@@ -48,9 +49,13 @@ _BASE_LENGTH = 32
 _TAG_LENGTH = 16
 _SCOPE_TAG_LENGTH = 3
 _PRINCIPAL_INFO = b"statecodec/v1/binding/principal"
-_CONTEXT_INFO = b"statecodec/v1/binding/context"
+_BINDING_INFO = b"statecodec/v1/binding/binding"
+_NO_PRINCIPAL = b"\x00"
+_PRINCIPAL_MARK = b"\x01"
 _AUDIENCE_LABEL = b"statecodec/v1/binding/audience\x00"
 _PURPOSE_LABEL = b"statecodec/v1/binding/purpose\x00"
+# One encoder for every call: json.dumps builds a new encoder whenever options are given.
+_canonical_json = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode
 _HOW_TO_GENERATE = "Generate one with `statecodec keygen` and keep it apart from the codec keys."
 
 
@@ -75,35 +80,99 @@ def _lp(data: bytes) -> bytes:
 def encode_context(context: Mapping[str, str] | None) -> bytes:
     """The canonical, unambiguous encoding of a request context that the binding MACs.
 
-    ``count (4) || for each entry sorted by UTF-8 key: len(key) (4) || key || len(value) (4) || value``,
-    all lengths big-endian. Distinct mappings never share an encoding, whatever the strings hold.
+    ``count (4) || for each entry in key order: len(key) (4) || key || len(value) (4) || value``,
+    UTF-8, lengths big-endian; key order is code-point order, which is also the
+    order of the UTF-8 bytes. Distinct mappings never share an encoding.
     """
-    if context is None or not context:
+    if type(context) is BindingContext:
+        return context.encoded
+    if not context:
         return b"\x00\x00\x00\x00"
-    items: list[tuple[bytes, bytes]] = []
-    for key, value in context.items():
-        if type(key) is not str or type(value) is not str:
+    out = bytearray(len(context).to_bytes(4, "big"))
+    for key in sorted(context, key=_str_key):
+        value = context[key]
+        if type(value) is not str:
             raise TypeError("context must map str to str; digest other values first")
-        items.append((_text(key), _text(value)))
-    items.sort()
-    return len(items).to_bytes(4, "big") + b"".join(_lp(k) + _lp(v) for k, v in items)
+        k = key.encode("utf-8", "surrogatepass")
+        v = value.encode("utf-8", "surrogatepass")
+        out += len(k).to_bytes(4, "big")
+        out += k
+        out += len(v).to_bytes(4, "big")
+        out += v
+    return bytes(out)
 
 
-def mcp_request_context(method: str, params: Mapping[str, Any] | None) -> dict[str, str]:
-    """The request identity an MCP multi-round token should bind: method, target, arguments digest.
+def _principal_field(principal: object) -> bytes:
+    if type(principal) is not str:
+        raise TypeError(f"principal must be str or None, got {type(principal).__name__}")
+    return _lp(principal.encode("utf-8", "surrogatepass"))
+
+
+def _str_key(key: object) -> str:
+    if type(key) is not str:
+        raise TypeError("context must map str to str; digest other values first")
+    return key
+
+
+class BindingContext(Mapping[str, str]):
+    """A request context encoded once, for the `unseal` and the `seal` of the same round.
+
+    Immutable, and equal to any mapping with the same items; binding with it is
+    the same as binding with that mapping. Its `repr` shows no values.
+    """
+
+    __slots__ = ("_items", "encoded")
+
+    def __init__(self, context: Mapping[str, str] | None = None) -> None:
+        items = dict(context or {})
+        self.encoded = encode_context(items)  # validates: str keys and values only
+        self._items = items
+
+    def __getitem__(self, key: str) -> str:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"BindingContext(keys={sorted(self._items)!r})"
+
+
+def mcp_request_context(method: str, params: Mapping[str, Any] | None) -> BindingContext:
+    """The request identity an MCP multi-round token should bind: method, target, arguments.
 
     Mirrors the SDK boundary's allowlist: `resources/read` binds its `uri`;
-    `tools/call` and `prompts/get` bind `name` and a SHA-256 digest of the
-    canonical JSON of `arguments`. Fields outside the allowlist (the state
-    itself, input responses, `_meta`) never join the binding.
+    `tools/call` and `prompts/get` bind `name` and the canonical JSON of
+    `arguments` (sorted keys, ASCII, no whitespace). Fields outside the
+    allowlist (the state itself, input responses, `_meta`) never join the
+    binding. Compute it once per round and pass it to both `unseal` and `seal`.
     """
     p: Mapping[str, Any] = params or {}
     if method == "resources/read":
-        return {"method": method, "target": str(p.get("uri", "")), "args": ""}
-    args = p.get("arguments") or {}
-    canonical = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    digest = hashlib.sha256(canonical.encode("ascii")).hexdigest()
-    return {"method": method, "target": str(p.get("name", "")), "args": digest}
+        target, args = str(p.get("uri", "")), ""
+    else:
+        target, args = str(p.get("name", "")), _canonical_json(p.get("arguments") or {})
+    # The encoding of {"args", "method", "target"} built directly, keys already in order:
+    # this runs on every round, and a test holds it equal to encode_context.
+    context = BindingContext.__new__(BindingContext)
+    context._items = {"method": method, "target": target, "args": args}
+    context.encoded = b"".join(
+        (_MCP_HEAD, _field(args), _MCP_METHOD, _field(method), _MCP_TARGET, _field(target))
+    )
+    return context
+
+
+def _field(value: str) -> bytes:
+    data = value.encode("utf-8", "surrogatepass")
+    return len(data).to_bytes(4, "big") + data
+
+
+_MCP_HEAD = b"\x00\x00\x00\x03" + _lp(b"args")
+_MCP_METHOD = _lp(b"method")
+_MCP_TARGET = _lp(b"target")
 
 
 def _check_seconds(name: str, value: object, low: int, high: int) -> int:
@@ -136,6 +205,60 @@ def _binding_ring(binding_key: object) -> KeyRing:
         raise ConfigurationError(f"binding_key: {str(exc).removeprefix('keys[0] ')}") from None
 
 
+_IPAD = bytes(b ^ 0x36 for b in range(256))
+_OPAD = bytes(b ^ 0x5C for b in range(256))
+
+
+class _Mac:
+    """HMAC-SHA256 (RFC 2104) truncated to 16 bytes, over a fixed prefix then the data.
+
+    The padded key blocks and the prefix are absorbed once at construction;
+    each tag then costs two hash-state copies instead of a fresh HMAC set-up.
+    The output is exactly ``HMAC-SHA256(key, prefix || data)[:16]``.
+    """
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, key: bytes, prefix: bytes) -> None:
+        block = key.ljust(64, b"\x00")  # HKDF output, 32 bytes: shorter than the SHA-256 block
+        self._inner = hashlib.sha256(block.translate(_IPAD) + prefix)
+        self._outer = hashlib.sha256(block.translate(_OPAD))
+
+    def tag(self, data: bytes) -> bytes:
+        inner = self._inner.copy()
+        inner.update(data)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()[:_TAG_LENGTH]
+
+
+class _BindingKey:
+    """The binding and principal MACs of one binding key.
+
+    The binding tag covers the principal (when bound) and the context, so one
+    MAC decides acceptance; the principal tag only names the cause when the
+    binding tag does not match. The tag of "no principal, empty context" is
+    computed once.
+    """
+
+    __slots__ = ("_binding", "_empty", "_principal")
+
+    def __init__(self, binding: _Mac, principal: _Mac) -> None:
+        self._binding = binding
+        self._principal = principal
+        self._empty = binding.tag(_NO_PRINCIPAL + encode_context(None))
+
+    def binding_tag(self, principal: bytes | None, context: Mapping[str, str] | None) -> bytes:
+        if principal is None:
+            if not context:
+                return self._empty
+            return self._binding.tag(_NO_PRINCIPAL + encode_context(context))
+        return self._binding.tag(_PRINCIPAL_MARK + principal + encode_context(context))
+
+    def principal_tag(self, principal: bytes) -> bytes:
+        return self._principal.tag(principal)
+
+
 class BoundCodec:
     """Binds every token of an inner codec to a lifetime, an audience, a purpose, and optionally
     a principal and a request context.
@@ -150,31 +273,32 @@ class BoundCodec:
         7       3     lifetime: seconds; the token expires at iat + lifetime
         10      3     SHA-256("statecodec/v1/binding/audience" 0x00 audience)[:3]
         13      3     SHA-256("statecodec/v1/binding/purpose" 0x00 purpose)[:3]
-        16      16    context tag: HMAC-SHA256(Kc, lp(audience) lp(purpose) encode_context(context))[:16]
+        16      16    binding tag: HMAC-SHA256(Kb, lp(audience) lp(purpose) P encode_context(context))[:16]
         32      16    principal tag, only when flagged: HMAC-SHA256(Kp, lp(audience) lp(purpose) lp(principal))[:16]
         32|48   ...   state
 
-    ``lp(x)`` is a 4-byte length then ``x`` (UTF-8). ``Kc`` and ``Kp`` are
-    HKDF-SHA256 of the binding key under ``statecodec/v1/binding/context``
-    and ``statecodec/v1/binding/principal``. The 3-byte audience and purpose
-    fields only name the cause of a refusal: the context tag, present on every
-    token, binds both at full strength.
+    ``lp(x)`` is a 4-byte length then ``x`` (UTF-8); ``P`` is ``0x00`` when no
+    principal is bound and ``0x01 lp(principal)`` when one is. ``Kb`` and
+    ``Kp`` are HKDF-SHA256 of the binding key under
+    ``statecodec/v1/binding/binding`` and ``statecodec/v1/binding/principal``.
+    The binding tag, on every token, binds audience, purpose, principal and
+    context at full strength and alone decides acceptance; the 3-byte audience
+    and purpose fields and the principal tag only name the cause of a refusal.
 
     Checks after the inner codec verifies, in order: layout (`malformed`),
     audience, purpose, issued no later than now + `future_skew`
-    (`not_yet_valid`), now before expiry (`expired`), principal presence and
-    tag (`principal`), context tag (`binding`). `seal(state)` / `unseal(token)`
-    with no keywords bind no principal and an empty context, so a `BoundCodec`
-    is itself a codec. An inner codec's own refusal passes through; any other
+    (`not_yet_valid`), now before expiry (`expired`), principal presence
+    (`principal`), binding tag; on a binding mismatch, the principal tag tells
+    `principal` from `binding`. `seal(state)` / `unseal(token)` with no
+    keywords bind no principal and an empty context, so a `BoundCodec` is
+    itself a codec. An inner codec's own refusal passes through; any other
     exception from a foreign inner codec's `unseal` becomes `InvalidToken(seal)`.
     """
 
     __slots__ = (
         "_clock",
         "_codec",
-        "_empty_tags",
         "_keys",
-        "_prefix",
         "_scope",
         "_skew",
         "_ttl",
@@ -204,15 +328,15 @@ class BoundCodec:
         ring = _binding_ring(binding_key)
         self._codec = codec
         self._clock = clock
-        self._prefix = _lp(_text(audience)) + _lp(_text(purpose))
+        prefix = _lp(_text(audience)) + _lp(_text(purpose))
         self._scope = (
             hashlib.sha256(_AUDIENCE_LABEL + _text(audience)).digest()[:_SCOPE_TAG_LENGTH]
             + hashlib.sha256(_PURPOSE_LABEL + _text(purpose)).digest()[:_SCOPE_TAG_LENGTH]
         )
-        self._keys = tuple((derive_key(s, _PRINCIPAL_INFO), derive_key(s, _CONTEXT_INFO)) for s in ring)
-        # The empty-context tag depends only on the key, audience and purpose: computed once.
-        empty = self._prefix + encode_context(None)
-        self._empty_tags = tuple(hmac.digest(kc, empty, "sha256")[:_TAG_LENGTH] for _, kc in self._keys)
+        self._keys = tuple(
+            _BindingKey(_Mac(derive_key(s, _BINDING_INFO), prefix), _Mac(derive_key(s, _PRINCIPAL_INFO), prefix))
+            for s in ring
+        )
 
     @property
     def ttl(self) -> int:
@@ -238,14 +362,6 @@ class BoundCodec:
         ids = self.key_ids
         return ids[0] if ids else None
 
-    def _context_tag(self, index: int, context: Mapping[str, str] | None) -> bytes:
-        if not context:
-            return self._empty_tags[index]
-        return hmac.digest(self._keys[index][1], self._prefix + encode_context(context), "sha256")[:_TAG_LENGTH]
-
-    def _principal_tag(self, index: int, principal: str) -> bytes:
-        return hmac.digest(self._keys[index][0], self._prefix + _lp(_text(principal)), "sha256")[:_TAG_LENGTH]
-
     def seal(
         self, state: bytes, *, principal: str | None = None, context: Mapping[str, str] | None = None
     ) -> str:
@@ -256,16 +372,17 @@ class BoundCodec:
         # Positive check: a NaN, infinite or pre-epoch clock fails it and refuses to mint.
         if not (isinstance(now, (int, float)) and 0 <= now < _MAX_TIME - MAX_TTL):
             raise SealError("the clock returned a time outside 0..2^40 seconds since the epoch")
-        iat = int(now)
-        flags = 0
-        tail = b""
-        if principal is not None:
-            if type(principal) is not str:
-                raise TypeError(f"principal must be str or None, got {type(principal).__name__}")
+        key = self._keys[0]
+        if principal is None:
+            flags = 0
+            tail = b""
+            bound = None
+        else:
+            bound = _principal_field(principal)
             flags = _PRINCIPAL_FLAG
-            tail = self._principal_tag(0, principal)
-        head = ((CLAIMS_VERSION << 72) | (flags << 64) | (iat << 24) | self._ttl).to_bytes(10, "big")
-        return self._codec.seal(head + self._scope + self._context_tag(0, context) + tail + bytes(state))
+            tail = key.principal_tag(bound)
+        head = ((CLAIMS_VERSION << 72) | (flags << 64) | (int(now) << 24) | self._ttl).to_bytes(10, "big")
+        return self._codec.seal(head + self._scope + key.binding_tag(bound, context) + tail + bytes(state))
 
     def _open(self, token: str) -> tuple[bytes, int]:
         """Inner unseal plus the checks that need no principal or context: (payload, state offset)."""
@@ -287,11 +404,9 @@ class BoundCodec:
             offset = _BASE_LENGTH + _TAG_LENGTH
         else:
             raise InvalidToken(Reason.MALFORMED)
-        scope = self._scope
-        if not hmac.compare_digest(payload[10:13], scope[:3]):
-            raise InvalidToken(Reason.AUDIENCE)
-        if not hmac.compare_digest(payload[13:16], scope[3:]):
-            raise InvalidToken(Reason.PURPOSE)
+        # Audience and purpose are public names, so a plain comparison leaks nothing.
+        if payload[10:16] != self._scope:
+            raise InvalidToken(Reason.AUDIENCE if payload[10:13] != self._scope[:3] else Reason.PURPOSE)
         times = int.from_bytes(payload[2:10], "big")
         iat = times >> 24
         now = self._clock()
@@ -313,24 +428,18 @@ class BoundCodec:
         without one, or the reverse), `binding`.
         """
         payload, offset = self._open(token)
-        if principal is not None and type(principal) is not str:
-            raise TypeError(f"principal must be str or None, got {type(principal).__name__}")
-        indexes: range | tuple[int] = range(len(self._keys))
-        if (offset != _BASE_LENGTH) != (principal is not None):
+        bound = None if principal is None else _principal_field(principal)
+        if (offset != _BASE_LENGTH) != (bound is not None):
             raise InvalidToken(Reason.PRINCIPAL)
-        if principal is not None:
-            claim = payload[_BASE_LENGTH:offset]
-            for i in indexes:
-                if hmac.compare_digest(claim, self._principal_tag(i, principal)):
-                    # The same binding key minted both tags: check the context under it alone.
-                    indexes = (i,)
-                    break
-            else:
-                raise InvalidToken(Reason.PRINCIPAL)
         claim = payload[16:_BASE_LENGTH]
-        for i in indexes:
-            if hmac.compare_digest(claim, self._context_tag(i, context)):
+        for key in self._keys:
+            if hmac.compare_digest(claim, key.binding_tag(bound, context)):
                 return payload[offset:]
+        # Refused either way; the principal tag only tells the log which claim differs.
+        if bound is not None:
+            claim = payload[_BASE_LENGTH:offset]
+            if not any(hmac.compare_digest(claim, key.principal_tag(bound)) for key in self._keys):
+                raise InvalidToken(Reason.PRINCIPAL)
         raise InvalidToken(Reason.BINDING)
 
     def reseal(self, token: str) -> str:
