@@ -147,7 +147,7 @@ def run_env() -> dict[str, str]:
     return env
 
 
-def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+def run(cmd: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """Run `cmd` in its own process group; whatever it left running is killed when it exits.
 
     Output goes to files, not pipes: a background process a shell block
@@ -155,7 +155,13 @@ def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     """
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         process = subprocess.Popen(
-            cmd, cwd=cwd, env=run_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
+            cmd,
+            cwd=cwd,
+            env={**run_env(), **env},
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
         )
         try:
             returncode = process.wait(timeout=TIMEOUT_S)
@@ -209,6 +215,13 @@ def test_fleet_server_refuses_to_listen_beyond_loopback(tmp_path: Path) -> None:
     result = run([sys.executable, str(EXAMPLES / "fleet_server.py"), "--host", "0.0.0.0", "--port", "1"], tmp_path)
     assert result.returncode != 0
     assert "loopback" in result.stderr
+
+
+def test_fleet_server_without_a_ring_stops_before_serving(tmp_path: Path) -> None:
+    result = run([sys.executable, str(EXAMPLES / "fleet_server.py"), "--port", "1"], tmp_path, STATECODEC_KEYS="")
+    assert result.returncode != 0
+    assert "cannot start: no codec configured: set STATECODEC_KEYS" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 # --- runnable documentation blocks --------------------------------------------------------------
