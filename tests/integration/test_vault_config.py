@@ -35,6 +35,22 @@ def test_transit_from_env(vault_server: BaoServer) -> None:
         assert info.value.reason is Reason.SEAL
 
 
+def test_kms_check_probes_a_transit_configuration(
+    vault_server: BaoServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key = vault_server.new_key()
+    vault_server.rotate(key)
+    for name, value in {**_base(vault_server, key), "STATECODEC_CODEC": "vault-transit"}.items():
+        monkeypatch.setenv(name, value)
+    assert main(["kms", "check"]) == 0
+    out = capsys.readouterr().out
+    assert f"transit/{key}" in out
+    assert "key versions: 00000002 (primary), 00000001" in out
+    monkeypatch.setenv("STATECODEC_VAULT_KEY", "missing-key")
+    assert main(["kms", "check"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
 def test_transit_from_file_with_approle(vault_server: BaoServer, tmp_path: Path) -> None:
     key = vault_server.new_key()
     role_id, secret_id = vault_server.approle(f"cfg-{key}", transit_policy("transit", key, ("encrypt", "decrypt")))
