@@ -40,7 +40,7 @@ from statecodec.bench import (
 from statecodec.bench.cases import BUILTIN_MODULES, GROUPS, MODULES_ENV
 from statecodec.bench.measure import RoundTripError, check_round_trip, count_remote_calls, measure, percentile
 from statecodec.bench.payloads import payloads
-from statecodec.bench.report import SCHEMA, format_scale, ratio_to_floor
+from statecodec.bench.report import SCHEMA, format_scale, paired_ratio, ratio_to_floor
 from statecodec.bench.scale import LoopSettings
 from statecodec.cli.main import main
 
@@ -378,6 +378,7 @@ def _doc(median: float, noise: float, *, n: int = 21, token: int = 444, floor: f
     def stats(m: float) -> dict[str, Any]:
         return {
             "median_s": m,
+            "min_s": m * 0.9,
             "p99_s": m * 2,
             "ops_per_s": 1 / m,
             "noise": noise,
@@ -438,6 +439,16 @@ def test_compare_flags_improvements_and_token_growth() -> None:
     assert v[("AESGCMCodec", "token")].verdict == "regression"
     assert (v[("AESGCMCodec", "token")].old, v[("AESGCMCodec", "token")].new) == (444, 460)
     assert ("floor", "token") not in v
+
+
+def test_ratios_are_paired_round_by_round() -> None:
+    # Round 2 ran on a busy machine: both sides slowed 3x; the paired ratio stays 1.1.
+    a = {"median_s": 2.2, "samples_s": [1.1, 3.3, 1.1]}
+    b = {"median_s": 1.0, "samples_s": [1.0, 3.0, 1.0]}
+    assert paired_ratio(a, b) == pytest.approx(1.1)
+    # Unpaired (different round counts): the ratio of the medians.
+    assert paired_ratio({"median_s": 3.0, "samples_s": [3.0]}, b) == pytest.approx(3.0)
+    assert paired_ratio(a, {"median_s": 0, "samples_s": []}) is None
 
 
 def test_compare_divides_out_the_floor() -> None:

@@ -16,13 +16,17 @@ Method, for every (case, payload, operation) cell:
 4. Rounds. In every round the cells run in a freshly shuffled order, so
    drift on a shared machine (frequency, neighbours) hits every case alike.
    Each cell runs `Settings.batches` batches (each batch's per-operation
-   mean is one sample) and a few individually timed operations (the tail).
-   Unseal is timed on a token sealed at the start of its turn.
+   mean is one sample), interleaved with every other cell's batches in a
+   new shuffled order each time, then a few individually timed operations
+   (the tail). Unseal is timed on a token sealed at the start of the round.
 5. Statistics. The median is the median of all batch samples; p99 is taken
    over the individually timed operations (each includes one timer read,
-   recorded in the environment); noise is the median absolute deviation of
+   recorded in the environment); `min_s` is the fastest batch (the cost
+   with the least interference); noise is the median absolute deviation of
    the per-round medians over their median, and `samples_s` holds those
-   per-round medians (what `--compare` weighs a change against).
+   per-round medians, in round order: ratios between two cases are taken
+   round by round (`statecodec.bench.report.paired_ratio`), so a slow round
+   slows both sides.
 
 The garbage collector is collected before each round and disabled while a
 batch or a tail is timed, as `timeit` does; allocation cost is included,
@@ -95,6 +99,7 @@ class OpStats:
     """Seconds per operation for one cell."""
 
     median: float
+    minimum: float
     p99: float
     ops_per_second: float
     noise: float
@@ -105,6 +110,7 @@ class OpStats:
     def to_json(self) -> dict[str, Any]:
         return {
             "median_s": self.median,
+            "min_s": self.minimum,
             "p99_s": self.p99,
             "ops_per_s": self.ops_per_second,
             "noise": self.noise,
@@ -350,20 +356,42 @@ def measure(
                 progress("calibrating", done, total)
         for r in range(settings.rounds):
             gc.collect()
-            order = [c for c in cells if not c.failed]
+            live = [c for c in cells if not c.failed]
+            targets: dict[int, tuple[Callable[[Any], Any], Any]] = {}
+            for cell in live:
+                try:
+                    targets[id(cell)] = cell.target()
+                except Exception as exc:
+                    cell.failed = _describe_error(exc)
+            batches: dict[int, list[float]] = {id(c): [] for c in live}
+            # Batches interleave across every cell within the round, so a burst
+            # of load elsewhere on the machine lands on all cases alike.
+            for _ in range(settings.batches):
+                order = [c for c in live if not c.failed]
+                rng.shuffle(order)
+                for cell in order:
+                    fn, arg = targets[id(cell)]
+                    gc.disable()
+                    try:
+                        batches[id(cell)].append(_batch(fn, arg, cell.loops))
+                    except Exception as exc:
+                        cell.failed = _describe_error(exc)
+                    finally:
+                        gc.enable()
+            order = [c for c in live if not c.failed]
             rng.shuffle(order)
             for cell in order:
+                fn, arg = targets[id(cell)]
+                gc.disable()
                 try:
-                    fn, arg = cell.target()
-                    gc.disable()
-                    batch = [_batch(fn, arg, cell.loops) for _ in range(settings.batches)]
-                    cell.samples += batch
-                    cell.round_medians.append(statistics.median(batch))
                     _tail(fn, arg, settings.tail_per_round, cell.tail)
                 except Exception as exc:
                     cell.failed = _describe_error(exc)
                 finally:
                     gc.enable()
+                batch = batches[id(cell)]
+                cell.samples += batch
+                cell.round_medians.append(statistics.median(batch))
             done += len(cells)
             if progress:
                 progress(f"round {r + 1}/{settings.rounds}", done, total)
@@ -382,6 +410,7 @@ def measure(
         mad = statistics.median(abs(s - mid) for s in per_round)
         result.ops[cell.op] = OpStats(
             median=med,
+            minimum=min(cell.samples),
             p99=percentile(cell.tail, 99) if cell.tail else med,
             ops_per_second=1.0 / med if med > 0 else float("inf"),
             noise=mad / mid if mid > 0 else 0.0,

@@ -18,11 +18,12 @@ Layout::
      "scale": {"threads": [...], "event_loop": {...}} (optional),
      "problems": [str]}
 
-    OPSTATS = {"median_s", "p99_s", "ops_per_s", "noise", "loops", "samples_s", "tail_count"}
+    OPSTATS = {"median_s", "min_s", "p99_s", "ops_per_s", "noise", "loops", "samples_s", "tail_count"}
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,11 +31,21 @@ from statecodec.bench.cases import GROUPS
 from statecodec.bench.measure import OPS, CaseResult, Settings
 from statecodec.bench.payloads import Payload
 
-__all__ = ["FLOOR", "SCHEMA", "document", "format_scale", "format_table", "ratio_to_floor", "validate"]
+__all__ = [
+    "FLOOR",
+    "SCHEMA",
+    "document",
+    "format_scale",
+    "format_table",
+    "paired_ratio",
+    "ratio",
+    "ratio_to_floor",
+    "validate",
+]
 
 SCHEMA = "statecodec-bench/1"
 FLOOR = "floor"
-_OPSTAT_KEYS = ("median_s", "p99_s", "ops_per_s", "noise", "loops", "samples_s", "tail_count")
+_OPSTAT_KEYS = ("median_s", "min_s", "p99_s", "ops_per_s", "noise", "loops", "samples_s", "tail_count")
 
 
 def document(
@@ -176,15 +187,36 @@ def _case(doc: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
     return None
 
 
-def ratio_to_floor(doc: Mapping[str, Any], name: str, payload: str, op: str) -> float | None:
-    """Median of case `name` over the floor's median, same payload and operation, same run."""
-    case, floor = _case(doc, name), _case(doc, FLOOR)
-    if case is None or floor is None:
-        return None
-    a, b = _stat(case, payload, op), _stat(floor, payload, op)
-    if a is None or b is None or not b["median_s"]:
+def paired_ratio(a: Mapping[str, Any], b: Mapping[str, Any]) -> float | None:
+    """Cost of `a` over cost of `b` (two OPSTATS of one run), taken round by round.
+
+    The median over rounds of (a's round median / b's round median): both
+    were measured interleaved in the same round, so load that slowed one
+    round slowed both and cancels. Falls back to the ratio of the medians
+    when the rounds do not pair up.
+    """
+    sa, sb = a.get("samples_s") or [], b.get("samples_s") or []
+    if sa and len(sa) == len(sb) and all(y > 0 for y in sb):
+        return float(statistics.median(x / y for x, y in zip(sa, sb, strict=True)))
+    if not b.get("median_s"):
         return None
     return float(a["median_s"]) / float(b["median_s"])
+
+
+def ratio(doc: Mapping[str, Any], name: str, ref: str, payload: str, op: str) -> float | None:
+    """`paired_ratio` of case `name` over case `ref`, same payload and operation, same run."""
+    case, other = _case(doc, name), _case(doc, ref)
+    if case is None or other is None:
+        return None
+    a, b = _stat(case, payload, op), _stat(other, payload, op)
+    if a is None or b is None:
+        return None
+    return paired_ratio(a, b)
+
+
+def ratio_to_floor(doc: Mapping[str, Any], name: str, payload: str, op: str) -> float | None:
+    """Cost of case `name` over the floor's, same payload and operation, same run (`paired_ratio`)."""
+    return ratio(doc, name, FLOOR, payload, op)
 
 
 def _us(seconds: float) -> str:
@@ -245,7 +277,7 @@ def format_table(doc: Mapping[str, Any]) -> str:
         f"{env.get('openssl', '?')}, cryptography {env.get('packages', {}).get('cryptography', '?')}",
         f"method: {settings.get('rounds', '?')} interleaved rounds, ~{settings.get('batch_seconds', 0) * 1e3:g} ms "
         f"batches, gc {settings.get('gc', '?')}; medians of batches, p99 of single timed operations",
-        "x floor: median seal/unseal over the floor's, same run; +chars: token length minus "
+        "x floor: seal/unseal cost over the floor's, round by round in the same run; +chars: token length minus "
         "base64url(payload); calls: remote calls per seal/unseal",
     ]
     cases = [c for c in doc.get("cases", []) if c.get("status") == "ok"]

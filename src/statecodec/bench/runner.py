@@ -28,8 +28,8 @@ class Plan:
     loop: LoopSettings
 
 
-QUICK_PLAN = Plan(QUICK, thread_seconds=0.05, thread_rounds=2, loop=LoopSettings(rounds=2, slice_seconds=0.25))
-FULL_PLAN = Plan(FULL, thread_seconds=0.25, thread_rounds=3, loop=LoopSettings(rounds=5, slice_seconds=1.0))
+QUICK_PLAN = Plan(QUICK, thread_seconds=0.05, thread_rounds=2, loop=LoopSettings(rounds=3, slice_seconds=0.15))
+FULL_PLAN = Plan(FULL, thread_seconds=0.2, thread_rounds=5, loop=LoopSettings(rounds=11, slice_seconds=0.5))
 
 
 def _scale(
