@@ -17,6 +17,7 @@ import json
 import os
 import secrets
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -71,6 +72,11 @@ class BaoServer:
     process: subprocess.Popen[bytes]
     workdir: Path
     _log: Any = field(repr=False)
+    ca_file: Path | None = None
+    """The dev-TLS CA certificate when the server speaks HTTPS."""
+
+    def _tls(self) -> ssl.SSLContext | None:
+        return ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file is not None else None
 
     def api(
         self,
@@ -90,7 +96,7 @@ class BaoServer:
         req.add_header("Content-Type", "application/json")
         if namespace:
             req.add_header("X-Vault-Namespace", namespace)
-        with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310
+        with urllib.request.urlopen(req, timeout=10, context=self._tls()) as resp:  # noqa: S310
             raw = resp.read()
         return json.loads(raw) if raw else None
 
@@ -151,7 +157,8 @@ class BaoServer:
 
     def healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(f"{self.addr}/v1/sys/health", timeout=2) as resp:  # noqa: S310
+            health = f"{self.addr}/v1/sys/health"
+            with urllib.request.urlopen(health, timeout=2, context=self._tls()) as resp:  # noqa: S310
                 return bool(resp.status == 200)
         except (OSError, urllib.error.URLError):
             return False
@@ -181,8 +188,12 @@ def _wait_ready(server: BaoServer) -> bool:
     return False
 
 
-def start_bao(workdir: Path) -> BaoServer:
-    """Start a dev server with transit enabled at `transit/`; retried on a port race."""
+def start_bao(workdir: Path, *, tls: bool = False) -> BaoServer:
+    """Start a dev server with transit enabled at `transit/`; retried on a port race.
+
+    With `tls`, the server speaks HTTPS under a CA that dev mode generates
+    (``-dev-tls``); its certificate is `BaoServer.ca_file`.
+    """
     binary = bao_binary()
     last_log = ""
     for attempt in range(_START_ATTEMPTS):
@@ -202,6 +213,7 @@ def start_bao(workdir: Path) -> BaoServer:
                 "-dev-no-store-token",
                 f"-dev-root-token-id={token}",
                 f"-dev-listen-address=127.0.0.1:{port}",
+                *(["-dev-tls", f"-dev-tls-cert-dir={home}"] if tls else []),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -209,7 +221,8 @@ def start_bao(workdir: Path) -> BaoServer:
             env=env,
             cwd=str(home),
         )
-        server = BaoServer(f"http://127.0.0.1:{port}", token, proc, workdir, log)
+        scheme, ca_file = ("https", home / "vault-ca.pem") if tls else ("http", None)
+        server = BaoServer(f"{scheme}://127.0.0.1:{port}", token, proc, workdir, log, ca_file)
         if _wait_ready(server):
             server.api("POST", "sys/mounts/transit", {"type": "transit"})
             return server
@@ -219,9 +232,9 @@ def start_bao(workdir: Path) -> BaoServer:
 
 
 @contextlib.contextmanager
-def running_bao() -> Iterator[BaoServer]:
+def running_bao(*, tls: bool = False) -> Iterator[BaoServer]:
     with tempfile.TemporaryDirectory(prefix="statecodec-bao-") as tmp:
-        server = start_bao(Path(tmp))
+        server = start_bao(Path(tmp), tls=tls)
         try:
             yield server
         finally:
@@ -288,3 +301,10 @@ def client_for(server: BaoServer, **kwargs: Any) -> Iterator[Any]:
 def transit_policy(mount: str, key: str, ops: tuple[str, ...]) -> str:
     """HCL granting `update` on the given transit operations of one key."""
     return "\n".join(f'path "{mount}/{op}/{key}" {{ capabilities = ["update"] }}' for op in ops)
+
+
+@pytest.fixture(scope="module")
+def vault_server_tls() -> Iterator[BaoServer]:
+    """An OpenBao dev server speaking HTTPS under a generated CA (`ca_file`)."""
+    with running_bao(tls=True) as server:
+        yield server
