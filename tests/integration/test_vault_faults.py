@@ -55,10 +55,26 @@ def test_sealed_vault(live: tuple[BaoServer, Any, str]) -> None:
     assert server.root_token not in str(err.value)
     with pytest.raises(ProviderError, match="sealed"):
         VaultTransitCodec(client, key)
+    with pytest.raises(ProviderError, match="sealed"):
+        codec.reseal(token)
     # Unsealed again, the same codec carries on: nothing to restart.
     server.unseal()
     assert codec.unseal(token) == b"p"
     assert codec.unseal(codec.seal(b"q")) == b"q"
+
+
+def test_reseal_on_a_non_derived_key_when_vault_is_down(vault_server_fresh: BaoServer) -> None:
+    key = vault_server_fresh.new_key(derived=False)
+    with client_for(vault_server_fresh) as c:
+        codec = VaultTransitCodec(c, key, outage_backoff=0)
+        token = codec.seal(b"p")
+        vault_server_fresh.seal()
+        with pytest.raises(ProviderError, match="could not decrypt"):
+            codec.reseal(token)
+        # A token that fails the local checks is still refused for what it is.
+        with pytest.raises(InvalidToken) as info:
+            codec.reseal(token[:20])
+        assert info.value.reason is Reason.MALFORMED
 
 
 def test_outage_windows_double_and_reset(live: tuple[BaoServer, Any, str]) -> None:

@@ -810,7 +810,14 @@ class VaultTransitCodec:
         """
         ciphertext = self._parse(token)
         if not self._derived:
-            return self.seal(self.unseal(token))
+            try:
+                payload = self.unseal(token)
+            except InvalidToken as exc:
+                if exc.reason is not _R_PROVIDER:
+                    raise
+            else:
+                return self.seal(payload)
+            raise ProviderError(f"cannot reseal with {self.describe()}: Vault could not decrypt the token")
         down = self._outage()
         if down is not None:
             raise ProviderError(f"cannot rewrap with {self.describe()}: {down} (backing off)")
