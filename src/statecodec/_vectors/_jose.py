@@ -1,0 +1,60 @@
+"""What the JWE and JWS vectors files share: key configuration members and forged compact tokens.
+
+A JOSE vector names its codec configuration itself: ``alg``, and either
+``ring`` (``STATECODEC_KEYS`` items, the key ring a ring codec derives its
+keys from; ``sealed_with`` names the sealing key) or ``jwks`` (JWKs used as
+given, the first sealing). Forged tokens here change one thing in a real
+token so that exactly one documented check refuses it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from statecodec._encoding import b64u_decode, b64u_encode
+from statecodec._vectors import _schema as s
+from statecodec.errors import ConfigurationError
+
+__all__ = ["check_keys", "flip", "header_segment", "ring_secrets", "sealing_ring"]
+
+
+def check_keys(v: Mapping[str, Any], where: str, algs: Sequence[str], *, valid: bool) -> None:
+    """Exactly one of ``ring``/``jwks``; ``sealed_with`` and ``derived_jwk`` only beside a ring."""
+    if v["alg"] not in algs:
+        raise ConfigurationError(f"{where}.alg must be one of {', '.join(algs)}")
+    if ("ring" in v) == ("jwks" in v):
+        raise ConfigurationError(f"{where}: give exactly one of ring and jwks")
+    if "ring" not in v:
+        for member in ("sealed_with", "derived_jwk"):
+            if member in v:
+                raise ConfigurationError(f"{where}.{member} needs a ring")
+    elif valid:
+        if "sealed_with" not in v:
+            raise ConfigurationError(f"{where}: missing member(s) ['sealed_with']")
+        if v["sealed_with"] >= len(v["ring"]):
+            raise ConfigurationError(f"{where}.sealed_with is past the end of ring")
+
+
+KEY_MEMBERS: dict[str, s.Kind] = {"ring": s.b64u_list, "jwks": s.jwk_list}
+
+
+def ring_secrets(v: Mapping[str, Any]) -> list[bytes]:
+    return [b64u_decode(k) for k in v["ring"]]
+
+
+def sealing_ring(v: Mapping[str, Any]) -> list[bytes]:
+    """The ring from the sealing key on: its first key seals, as the vector's token was sealed."""
+    return ring_secrets(v)[v["sealed_with"] :]
+
+
+def header_segment(members: Mapping[str, Any]) -> str:
+    return b64u_encode(json.dumps(members, separators=(",", ":")).encode())
+
+
+def flip(segment: str, index: int = -1, mask: int = 0x01) -> str:
+    """`segment` (base64url) with one bit of byte `index` flipped, re-encoded canonically."""
+    raw = bytearray(b64u_decode(segment))
+    raw[index] ^= mask
+    return b64u_encode(bytes(raw))
