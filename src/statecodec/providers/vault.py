@@ -56,25 +56,11 @@ provider does (see `statecodec.providers`).
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-
-from statecodec.providers import missing_extra
-
-try:
-    import hvac
-    import hvac.exceptions
-    import requests
-    import requests.adapters
-except ImportError as _exc:  # pragma: no cover - exercised only without the extra
-    raise missing_extra("hvac", "vault") from _exc
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
 from statecodec.envelope import MAX_WRAPPED_KEY_LENGTH, EnvelopeCodec, canonical_context
@@ -82,6 +68,18 @@ from statecodec.errors import ConfigurationError, InvalidToken, ProviderError, R
 from statecodec.keys import MIN_KEY_LENGTH
 from statecodec.providers import context_from_settings, parse_context, wrapped_keys_from_settings
 from statecodec.providers._retry import RetryPolicy, call_with_retries
+from statecodec.providers._vault_api import (
+    DEFAULT_TIMEOUT,
+    MAX_KEY_VERSION,
+    Failure,
+    Transit,
+    b64,
+    classify,
+    hint,
+    parse_vault_ciphertext,
+    unb64,
+    vault_client,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -101,302 +99,15 @@ __all__ = [
 PROVIDER_NAME = "vault"
 TRANSIT_VERSION = 0x05
 """Version byte of `VaultTransitCodec` tokens."""
-DEFAULT_TIMEOUT = (0.5, 1.0)
-"""(connect, read) seconds for every Vault call: a stalled Vault costs at most this per token."""
 MAX_OUTAGE_BACKOFF = 30.0
 """Longest window, in seconds, during which per-token calls fail without trying Vault."""
 DEFAULT_TRANSIT_CONTEXT: Mapping[str, str] = MappingProxyType({"purpose": "statecodec-vault-transit"})
 
-# Vault names: GenericNameRegex for keys, slash-separated segments for mounts.
-_KEY_NAME = re.compile(r"\w(?:[\w.-]*\w)?", re.ASCII)
-_MOUNT = re.compile(r"(?!\.{1,2}(?:/|$))[\w.-]+(?:/(?!\.{1,2}(?:/|$))[\w.-]+)*", re.ASCII)
-_VAULT_CIPHERTEXT = re.compile(rb"vault:v([1-9][0-9]{0,9}):([A-Za-z0-9+/]+={0,2})")
-_MAX_KEY_VERSION = 2**32 - 1
 _GCM_OVERHEAD = 12 + 16  # Vault's AEAD ciphertext: nonce | ciphertext | tag
 _HEADER = 1 + 4
 _TRANSIT_LABEL = b"statecodec/v1/vault-transit\x00"
 _R_MALFORMED = Reason.MALFORMED
 _R_PROVIDER = Reason.PROVIDER
-
-
-# ---------------------------------------------------------------------------
-# Connection
-
-
-def vault_client(
-    url: str,
-    *,
-    token: str | None = None,
-    role_id: str | None = None,
-    secret_id: str | None = None,
-    approle_mount_point: str = "approle",
-    namespace: str | None = None,
-    verify: bool | str = True,
-    cert: tuple[str, str] | None = None,
-    timeout: float | tuple[float, float] = DEFAULT_TIMEOUT,
-    pool_size: int = 10,
-) -> hvac.Client:
-    """An authenticated hvac client with a pooled session, bounded timeouts and no redirects.
-
-    Exactly one of `token` or (`role_id`, `secret_id`) for AppRole, whose login
-    happens here (a failure is a `ProviderError`). `verify` is True, False or a
-    CA bundle path; `cert` is (certificate, key) paths for mutual TLS. Redirects
-    are refused so the Vault token header never follows a redirect elsewhere.
-    The caller owns the client: ``client.adapter.close()`` closes its pool.
-    """
-    if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/?#]+/?", url):
-        raise ConfigurationError(
-            "the Vault address must be http(s)://host[:port], e.g. https://vault.example:8200 "
-            "(set STATECODEC_VAULT_ADDR or VAULT_ADDR)"
-        )
-    approle = role_id is not None or secret_id is not None
-    if (token is not None) == approle:
-        raise ConfigurationError(
-            "give exactly one Vault auth method: a token (STATECODEC_VAULT_TOKEN) or an AppRole "
-            "role id and secret id (STATECODEC_VAULT_ROLE_ID, STATECODEC_VAULT_SECRET_ID)"
-        )
-    if approle and not (role_id and secret_id):
-        raise ConfigurationError("AppRole auth needs both a role id and a secret id")
-    if token is not None and not token.strip():
-        raise ConfigurationError("the Vault token is empty")
-    timeout = _check_timeout(timeout)
-    if not (isinstance(pool_size, int) and 1 <= pool_size <= 1000):
-        raise ConfigurationError("pool_size must be an int from 1 to 1000")
-    session = requests.Session()
-    # No urllib3 retries: a retried call would multiply the bounded timeout.
-    adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=pool_size, max_retries=0)
-    session.mount("https://", adapter)
-    session.mount("http://", adapter)
-    # hvac lets a supplied session's own (default) verify/cert override the arguments: set them here.
-    session.verify = verify
-    session.cert = cert
-    client = hvac.Client(
-        url=url.rstrip("/"),
-        token=token if token is not None else "",  # never hvac's fallback to VAULT_TOKEN or ~/.vault-token
-        verify=verify,
-        cert=cert,
-        timeout=timeout,
-        namespace=namespace or None,
-        session=session,
-        allow_redirects=False,
-    )
-    if role_id and secret_id:  # AppRole (both checked above)
-        login = _AppRoleLogin(client, role_id, secret_id, approle_mount_point)
-        try:
-            client.auth.approle.login(role_id=role_id, secret_id=secret_id, mount_point=approle_mount_point)
-        except Exception as exc:
-            failure = _classify(exc)
-        else:
-            # Codecs and wrappers look for this to log in again when the token expires.
-            client._statecodec_relogin = login
-            return client
-        client.adapter.close()
-        raise ProviderError(f"AppRole login at {url} (auth mount {approle_mount_point!r}) failed: {failure.detail}")
-    return client
-
-
-RELOGIN_INTERVAL = 30.0
-"""Least seconds between two AppRole logins after a refused call, so a real denial cannot loop."""
-
-
-class _AppRoleLogin:
-    """Logs an AppRole client in again after Vault refuses its token (expired or revoked)."""
-
-    __slots__ = ("_client", "_last", "_mount", "_role_id", "_secret_id")
-
-    def __init__(self, client: Any, role_id: str, secret_id: str, mount: str) -> None:
-        self._client = client
-        self._role_id = role_id
-        self._secret_id = secret_id
-        self._mount = mount
-        self._last = float("-inf")
-
-    def __repr__(self) -> str:
-        return f"_AppRoleLogin(mount={self._mount!r})"
-
-    def __call__(self) -> bool:
-        """True when a new token was obtained; at most one attempt per `RELOGIN_INTERVAL`."""
-        now = time.monotonic()
-        if now - self._last < RELOGIN_INTERVAL:
-            return False
-        self._last = now
-        try:
-            self._client.auth.approle.login(role_id=self._role_id, secret_id=self._secret_id, mount_point=self._mount)
-        except Exception:
-            return False
-        return True
-
-
-def _check_timeout(timeout: object) -> tuple[float, float]:
-    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-        pair: tuple[object, ...] = (min(float(timeout), 0.5), float(timeout))
-    elif isinstance(timeout, tuple) and len(timeout) == 2:
-        pair = timeout
-    else:
-        raise ConfigurationError("timeout must be seconds or a (connect, read) pair of seconds")
-    out: list[float] = []
-    for t in pair:
-        # Positive and bounded: an unbounded timeout would let one call stall the event loop forever.
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not (0 < t <= 60):
-            raise ConfigurationError("Vault timeouts must be numbers of seconds in (0, 60]")
-        out.append(float(t))
-    return out[0], out[1]
-
-
-# ---------------------------------------------------------------------------
-# Calls and failures
-
-
-@dataclass(frozen=True)
-class _Failure:
-    """Why a Vault call failed, in words safe for a log (no token, key or payload)."""
-
-    kind: str
-    detail: str
-
-    @property
-    def outage(self) -> bool:
-        """Vault could not answer at all: worth backing off, not a verdict on the token."""
-        return self.kind in {"unreachable", "timeout", "sealed", "server", "throttled"}
-
-
-_VAULT_ERRORS: tuple[tuple[str, str, str], ...] = (
-    # (substring of Vault's error text, kind, detail)
-    ("message authentication failed", "bad_ciphertext", "the ciphertext or its bound context did not verify"),
-    ("invalid ciphertext length", "bad_ciphertext", "the ciphertext is too short"),
-    ("too old", "retired", "the key version is below min_decryption_version (retired)"),
-    ("too new", "retired", "the key version does not exist yet"),
-    ("not found", "key_missing", "the transit key does not exist (deleted, or a wrong name or mount)"),
-    ("missing 'context'", "rejected", "the key is derived and needs a context"),
-)
-
-
-def _classify(exc: BaseException) -> _Failure:
-    """Map an hvac/requests exception to a `_Failure`; texts are fixed, never Vault's echo of input."""
-    if isinstance(exc, requests.exceptions.ConnectTimeout):
-        return _Failure("unreachable", "connection timed out")
-    if isinstance(exc, requests.exceptions.Timeout):
-        return _Failure("timeout", "Vault did not answer within the read timeout")
-    if isinstance(exc, requests.exceptions.SSLError):
-        return _Failure("unreachable", "TLS handshake failed (check the CA bundle and client certificate)")
-    if isinstance(exc, requests.exceptions.ConnectionError):
-        return _Failure("unreachable", "cannot connect to Vault")
-    if isinstance(exc, hvac.exceptions.VaultError):
-        text = " ".join(str(e) for e in (exc.errors or [])).lower() if isinstance(exc.errors, list) else ""
-        if isinstance(exc, hvac.exceptions.InvalidRequest):
-            for needle, kind, detail in _VAULT_ERRORS:
-                if needle in text:
-                    return _Failure(kind, detail)
-            return _Failure("rejected", "Vault rejected the request (400)")
-        if isinstance(exc, hvac.exceptions.Forbidden):
-            return _Failure("denied", "permission denied (the Vault token's policy does not allow this path)")
-        if isinstance(exc, hvac.exceptions.Unauthorized):
-            return _Failure("denied", "unauthorized (the Vault token is missing or expired)")
-        if isinstance(exc, hvac.exceptions.InvalidPath):
-            return _Failure("key_missing", "no such path (check the transit mount and key name)")
-        if isinstance(exc, hvac.exceptions.VaultDown):
-            return _Failure("sealed", "Vault is sealed or in standby (503)")
-        if isinstance(exc, hvac.exceptions.RateLimitExceeded):
-            return _Failure("throttled", "Vault rate limit exceeded (429)")
-        if isinstance(exc, hvac.exceptions.VaultNotInitialized):
-            return _Failure("sealed", "Vault is not initialized (501)")
-        if isinstance(exc, (hvac.exceptions.InternalServerError, hvac.exceptions.BadGateway)):
-            return _Failure("server", "Vault answered with a server error")
-        return _Failure("server", "Vault answered with an unexpected status")
-    return _Failure("unexpected", f"unexpected {type(exc).__name__} from the Vault client")
-
-
-class _Transit:
-    """One transit key on one mount: POSTs JSON and returns the response's ``data``."""
-
-    __slots__ = ("_paths", "_post", "client", "key", "mount")
-
-    def __init__(self, client: Any, key: str, mount_point: str) -> None:
-        if not isinstance(key, str) or not _KEY_NAME.fullmatch(key):
-            raise ConfigurationError(
-                "the transit key name must be letters, digits, '_', '-' or '.', e.g. statecodec "
-                "(set STATECODEC_VAULT_KEY)"
-            )
-        if not isinstance(mount_point, str) or not _MOUNT.fullmatch(mount_point.strip("/")):
-            raise ConfigurationError("the transit mount must be a path such as 'transit' (STATECODEC_VAULT_MOUNT)")
-        adapter: Any = getattr(client, "adapter", None)
-        if not callable(getattr(adapter, "post", None)):
-            raise ConfigurationError("client must be an hvac.Client (build one with vault_client(...))")
-        self.client = client
-        self.key = key
-        self.mount = mount_point.strip("/")
-        self._post: Callable[..., Any] = adapter.post
-        self._paths = {op: f"/v1/{self.mount}/{op}/{key}" for op in ("encrypt", "decrypt", "rewrap", "datakey/wrapped")}
-        self._paths["keys"] = f"/v1/{self.mount}/keys/{key}"
-
-    def describe(self) -> str:
-        ns = getattr(self.client.adapter, "namespace", None)
-        where = getattr(self.client, "url", "?")
-        return f"vault transit key {self.mount}/{self.key}" + (f" (namespace {ns})" if ns else "") + f" at {where}"
-
-    def call(self, op: str, body: dict[str, Any]) -> Mapping[str, Any]:
-        """One round trip; raises whatever hvac/requests raise, or ValueError on a malformed reply.
-
-        An AppRole client whose token Vault refused logs in again (rate-limited)
-        and retries once, so a token that expired under a long-running server
-        costs one extra login instead of an outage.
-        """
-        path = self._paths[op]
-        try:
-            reply = self._post(path, json=body)
-        except (hvac.exceptions.Forbidden, hvac.exceptions.Unauthorized):
-            relogin = getattr(self.client, "_statecodec_relogin", None)
-            if relogin is None or not relogin():
-                raise
-            reply = self._post(path, json=body)
-        data = reply.get("data") if isinstance(reply, dict) else None
-        if not isinstance(data, dict):
-            raise ValueError("reply without a data object")
-        return data
-
-    def read_key(self) -> Mapping[str, Any]:
-        reply = self.client.adapter.get(self._paths["keys"])
-        data = reply.get("data") if isinstance(reply, dict) else None
-        if not isinstance(data, dict):
-            raise ValueError("reply without a data object")
-        return data
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
-def _unb64(text: object) -> bytes:
-    """Strict standard base64 from a Vault reply; ValueError otherwise."""
-    if not isinstance(text, str):
-        raise ValueError("not a string")
-    try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError) as exc:
-        raise ValueError("not base64") from exc
-
-
-def _parse_vault_ciphertext(text: object) -> tuple[int, bytes]:
-    """(key version, raw ciphertext) of ``vault:vN:<base64>``; ValueError otherwise."""
-    if not isinstance(text, str):
-        raise ValueError("not a Vault ciphertext")
-    m = _VAULT_CIPHERTEXT.fullmatch(text.encode("ascii", "replace"))
-    if m is None:
-        raise ValueError("not a Vault ciphertext")
-    version = int(m.group(1))
-    if version > _MAX_KEY_VERSION:
-        raise ValueError("key version out of range")
-    return version, _unb64(m.group(2).decode("ascii"))
-
-
-def _hint(failure: _Failure, transit: _Transit, ops: str) -> str:
-    if failure.kind == "denied":
-        return f"; grant the token 'update' on {', '.join(f'{transit.mount}/{op}/{transit.key}' for op in ops.split())}"
-    if failure.kind == "key_missing":
-        return f"; create it with: bao write -f {transit.mount}/keys/{transit.key} derived=true"
-    if failure.kind == "sealed":
-        return "; unseal Vault"
-    return ""
 
 
 # ---------------------------------------------------------------------------
@@ -429,7 +140,7 @@ class VaultKeyWrapper:
         retry: RetryPolicy | None = None,
         owns_client: bool = False,
     ) -> None:
-        self._transit = _Transit(client, key, mount_point)
+        self._transit = Transit(client, key, mount_point)
         self._retry = retry or RetryPolicy(attempts=3, base_delay=0.1, max_delay=1.0)
         self._owns_client = owns_client
 
@@ -452,29 +163,29 @@ class VaultKeyWrapper:
 
     @staticmethod
     def _binding(context: Mapping[str, str]) -> dict[str, str]:
-        bound = _b64(canonical_context(context))
+        bound = b64(canonical_context(context))
         # `context` derives the key on a derived transit key and is ignored otherwise;
         # `associated_data` is authenticated by AES-GCM on every key type.
         return {"context": bound, "associated_data": bound}
 
     def _call(self, op: str, body: dict[str, Any], ops: str) -> Mapping[str, Any]:
         def transient(exc: BaseException) -> bool:
-            return _classify(exc).kind in {"unreachable", "timeout", "server", "throttled"}
+            return classify(exc).kind in {"unreachable", "timeout", "server", "throttled"}
 
         try:
             data, _ = call_with_retries(lambda: self._transit.call(op, body), transient=transient, policy=self._retry)
         except Exception as exc:
-            failure = _classify(exc) if not isinstance(exc, ValueError) else _Failure("reply", "malformed Vault reply")
+            failure = classify(exc) if not isinstance(exc, ValueError) else Failure("reply", "malformed Vault reply")
         else:
             return data
         t = self._transit
-        raise ProviderError(f"transit {op} on {t.mount}/{t.key} failed: {failure.detail}{_hint(failure, t, ops)}")
+        raise ProviderError(f"transit {op} on {t.mount}/{t.key} failed: {failure.detail}{hint(failure, t, ops)}")
 
     def wrap(self, data_key: bytes, context: Mapping[str, str]) -> bytes:
         """Encrypt `data_key` with ``transit/encrypt``, binding `context`."""
         if not isinstance(data_key, bytes) or len(data_key) < MIN_KEY_LENGTH:
             raise ConfigurationError(f"data keys are at least {MIN_KEY_LENGTH} bytes")
-        data = self._call("encrypt", {"plaintext": _b64(data_key), **self._binding(context)}, "encrypt")
+        data = self._call("encrypt", {"plaintext": b64(data_key), **self._binding(context)}, "encrypt")
         return self._blob(data.get("ciphertext"))
 
     def new_wrapped_key(self, context: Mapping[str, str]) -> bytes:
@@ -484,7 +195,7 @@ class VaultKeyWrapper:
 
     def _blob(self, ciphertext: object) -> bytes:
         try:
-            _parse_vault_ciphertext(ciphertext)
+            parse_vault_ciphertext(ciphertext)
         except ValueError:
             raise ProviderError(f"{self.describe()}: Vault returned a malformed ciphertext") from None
         assert isinstance(ciphertext, str)
@@ -495,7 +206,7 @@ class VaultKeyWrapper:
         if not isinstance(blob, bytes) or len(blob) > MAX_WRAPPED_KEY_LENGTH:
             raise ProviderError(f"{self.describe()}: the wrapped key is not a Vault ciphertext")
         try:
-            _parse_vault_ciphertext(blob.decode("ascii"))
+            parse_vault_ciphertext(blob.decode("ascii"))
         except (ValueError, UnicodeDecodeError):
             raise ProviderError(
                 f"{self.describe()}: the wrapped key is not a Vault transit ciphertext (vault:vN:...); "
@@ -503,7 +214,7 @@ class VaultKeyWrapper:
             ) from None
         data = self._call("decrypt", {"ciphertext": blob.decode("ascii"), **self._binding(context)}, "decrypt")
         try:
-            key = _unb64(data.get("plaintext"))
+            key = unb64(data.get("plaintext"))
         except ValueError:
             raise ProviderError(f"{self.describe()}: Vault returned a malformed plaintext") from None
         return key
@@ -567,7 +278,7 @@ class VaultTransitCodec:
         clock: Callable[[], float] = time.monotonic,
         owns_client: bool = False,
     ) -> None:
-        self._transit = _Transit(client, key, mount_point)
+        self._transit = Transit(client, key, mount_point)
         if isinstance(max_token_length, bool) or not isinstance(max_token_length, int):
             raise ConfigurationError("max_token_length must be an int (characters)")
         overhead = _HEADER + _GCM_OVERHEAD
@@ -584,7 +295,7 @@ class VaultTransitCodec:
             or not all(isinstance(k, str) and k and isinstance(v, str) for k, v in ctx.items())
         ):
             raise ConfigurationError("context must be a non-empty mapping of str to str, e.g. {'audience': 'billing'}")
-        bound = _b64(_TRANSIT_LABEL + bytes([self.VERSION, 0]) + canonical_context(ctx))
+        bound = b64(_TRANSIT_LABEL + bytes([self.VERSION, 0]) + canonical_context(ctx))
         self._max_length = max_token_length
         self._min_raw = overhead
         self._max_payload = (max_token_length * 3) // 4 - overhead
@@ -602,17 +313,17 @@ class VaultTransitCodec:
 
     # -- start-up ---------------------------------------------------------
 
-    def _fail_start(self, what: str, failure: _Failure) -> ProviderError:
+    def _fail_start(self, what: str, failure: Failure) -> ProviderError:
         ops = "encrypt decrypt rewrap"
         return ProviderError(
-            f"cannot use {self.describe()}: {what} failed: {failure.detail}{_hint(failure, self._transit, ops)}"
+            f"cannot use {self.describe()}: {what} failed: {failure.detail}{hint(failure, self._transit, ops)}"
         )
 
     def _start_call(self, op: str, body: dict[str, Any]) -> Mapping[str, Any]:
         try:
             return self._transit.call(op, body)
         except Exception as exc:
-            failure = _classify(exc) if not isinstance(exc, ValueError) else _Failure("reply", "malformed reply")
+            failure = classify(exc) if not isinstance(exc, ValueError) else Failure("reply", "malformed reply")
         raise self._fail_start(op, failure)
 
     def _start(self, bound: str) -> tuple[bool, int]:
@@ -621,42 +332,40 @@ class VaultTransitCodec:
         # Decrypt first: transit/encrypt creates a missing key when the token may `create`,
         # which would hide a wrong key name or a deleted key behind a brand-new key.
         try:
-            self._transit.call("decrypt", {"ciphertext": "vault:v1:" + _b64(bytes(_GCM_OVERHEAD)), "context": bound})
+            self._transit.call("decrypt", {"ciphertext": "vault:v1:" + b64(bytes(_GCM_OVERHEAD)), "context": bound})
         except Exception as exc:
-            failure = _classify(exc) if not isinstance(exc, ValueError) else _Failure("reply", "malformed reply")
+            failure = classify(exc) if not isinstance(exc, ValueError) else Failure("reply", "malformed reply")
             if failure.kind not in {"bad_ciphertext", "retired"}:
                 raise self._fail_start("decrypt", failure) from None
         else:
-            raise self._fail_start("decrypt", _Failure("reply", "Vault accepted a forged probe ciphertext"))
-        enc = self._start_call("encrypt", {"plaintext": _b64(probe), "context": bound})
+            raise self._fail_start("decrypt", Failure("reply", "Vault accepted a forged probe ciphertext"))
+        enc = self._start_call("encrypt", {"plaintext": b64(probe), "context": bound})
         ciphertext = enc.get("ciphertext")
         try:
-            version, _ = _parse_vault_ciphertext(ciphertext)
+            version, _ = parse_vault_ciphertext(ciphertext)
         except ValueError:
-            raise self._fail_start("encrypt", _Failure("reply", "Vault returned a malformed ciphertext")) from None
+            raise self._fail_start("encrypt", Failure("reply", "Vault returned a malformed ciphertext")) from None
         # A non-derived key ignores `context`, so decrypting under another context succeeds only there.
-        other = _b64(_TRANSIT_LABEL + b"\x00probe-other-context")
+        other = b64(_TRANSIT_LABEL + b"\x00probe-other-context")
         try:
             self._transit.call("decrypt", {"ciphertext": ciphertext, "context": other})
-        except hvac.exceptions.InvalidRequest as exc:
-            if _classify(exc).kind != "bad_ciphertext":
-                raise self._fail_start("decrypt", _classify(exc)) from None
-            derived = True
         except Exception as exc:
-            failure = _classify(exc) if not isinstance(exc, ValueError) else _Failure("reply", "malformed reply")
-            raise self._fail_start("decrypt", failure) from None
+            failure = classify(exc) if not isinstance(exc, ValueError) else Failure("reply", "malformed reply")
+            if failure.kind != "bad_ciphertext":
+                raise self._fail_start("decrypt", failure) from None
+            derived = True
         else:
             derived = False
         binding = {"context": bound} if derived else {"context": bound, "associated_data": bound}
         if not derived:
-            enc = self._start_call("encrypt", {"plaintext": _b64(probe), **binding})
+            enc = self._start_call("encrypt", {"plaintext": b64(probe), **binding})
         dec = self._start_call("decrypt", {"ciphertext": enc.get("ciphertext"), **binding})
         try:
-            ok = _unb64(dec.get("plaintext")) == probe
+            ok = unb64(dec.get("plaintext")) == probe
         except ValueError:
             ok = False
         if not ok:
-            raise self._fail_start("decrypt", _Failure("reply", "the start-up probe did not round-trip"))
+            raise self._fail_start("decrypt", Failure("reply", "the start-up probe did not round-trip"))
         return derived, version
 
     def _read_key_ids(self) -> tuple[int, ...]:
@@ -667,7 +376,7 @@ class VaultTransitCodec:
             floor = int(data.get("min_decryption_version", 1))
         except Exception:  # reading the key is optional: the policy may not grant it
             return (self._primary,)
-        ids = tuple(v for v in versions if v >= floor and 1 <= v <= _MAX_KEY_VERSION)
+        ids = tuple(v for v in versions if v >= floor and 1 <= v <= MAX_KEY_VERSION)
         return ids or (self._primary,)
 
     # -- properties -------------------------------------------------------
@@ -722,7 +431,7 @@ class VaultTransitCodec:
             return self._down_cause
         return None
 
-    def _note(self, failure: _Failure) -> None:
+    def _note(self, failure: Failure) -> None:
         if not failure.outage:
             self._streak = 0  # Vault answered: it is up, whatever it thought of the token
             return
@@ -748,11 +457,11 @@ class VaultTransitCodec:
         version = int.from_bytes(raw[1:_HEADER], "big")
         if version == 0:
             raise InvalidToken(_R_MALFORMED)
-        return f"vault:v{version}:{_b64(raw[_HEADER:])}"
+        return f"vault:v{version}:{b64(raw[_HEADER:])}"
 
     def _token(self, ciphertext: object) -> str | None:
         try:
-            version, raw = _parse_vault_ciphertext(ciphertext)
+            version, raw = parse_vault_ciphertext(ciphertext)
         except ValueError:
             return None
         if len(raw) < _GCM_OVERHEAD:
@@ -773,15 +482,15 @@ class VaultTransitCodec:
         if down is not None:
             raise ProviderError(f"cannot seal with {self.describe()}: {down} (backing off)")
         try:
-            data = self._transit.call("encrypt", {"plaintext": _b64(payload), **self._binding})
+            data = self._transit.call("encrypt", {"plaintext": b64(payload), **self._binding})
         except Exception as exc:
-            failure = _classify(exc) if not isinstance(exc, ValueError) else _Failure("reply", "malformed reply")
+            failure = classify(exc) if not isinstance(exc, ValueError) else Failure("reply", "malformed reply")
         else:
             token = self._token(data.get("ciphertext"))
             if token is not None:
                 self._streak = 0
                 return token
-            failure = _Failure("reply", "Vault returned a malformed ciphertext")
+            failure = Failure("reply", "Vault returned a malformed ciphertext")
         self._note(failure)
         raise ProviderError(f"cannot seal with {self.describe()}: {failure.detail}")
 
@@ -792,11 +501,11 @@ class VaultTransitCodec:
             raise InvalidToken(_R_PROVIDER)
         try:
             data = self._transit.call("decrypt", {"ciphertext": ciphertext, **self._binding})
-            payload = _unb64(data.get("plaintext"))
+            payload = unb64(data.get("plaintext"))
             self._streak = 0
             return payload
         except Exception as exc:
-            failure = _classify(exc) if not isinstance(exc, ValueError) else _Failure("reply", "malformed reply")
+            failure = classify(exc) if not isinstance(exc, ValueError) else Failure("reply", "malformed reply")
         # Raised outside the handler so no Vault exception rides along as __context__.
         self._note(failure)
         raise InvalidToken(_reason(failure))
@@ -824,12 +533,12 @@ class VaultTransitCodec:
         try:
             data = self._transit.call("rewrap", {"ciphertext": ciphertext, **self._binding})
         except Exception as exc:
-            failure = _classify(exc) if not isinstance(exc, ValueError) else _Failure("reply", "malformed reply")
+            failure = classify(exc) if not isinstance(exc, ValueError) else Failure("reply", "malformed reply")
         else:
             new = self._token(data.get("ciphertext"))
             if new is not None:
                 return new
-            failure = _Failure("reply", "Vault returned a malformed ciphertext")
+            failure = Failure("reply", "Vault returned a malformed ciphertext")
         self._note(failure)
         reason = _reason(failure)
         if reason is _R_PROVIDER:
@@ -837,7 +546,7 @@ class VaultTransitCodec:
         raise InvalidToken(reason)
 
 
-def _reason(failure: _Failure) -> Reason:
+def _reason(failure: Failure) -> Reason:
     if failure.kind == "bad_ciphertext":
         return Reason.SEAL
     if failure.kind == "retired":
@@ -876,7 +585,7 @@ def _secret(settings: Mapping[str, str], name: str, fallback: str | None = None)
     return text
 
 
-def vault_client_from_settings(settings: Mapping[str, str]) -> hvac.Client:
+def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
     """An authenticated client from ``STATECODEC_VAULT_*`` settings (see the module docstring)."""
     url = _get(settings, "STATECODEC_VAULT_ADDR", "VAULT_ADDR")
     if url is None:
