@@ -12,10 +12,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken, KeyRing, XAESGCMCodec
+from statecodec import (
+    AESGCMCodec,
+    BoundCodec,
+    ConfigurationError,
+    EnvelopeCodec,
+    InvalidToken,
+    KeyRing,
+    XAESGCMCodec,
+)
 from statecodec.cli.main import main
+from statecodec.envelope import default_context
 from statecodec.keys import format_keys, parse_keys
 from statecodec.rotation import RotationPlan, check_fleet, parse_fleet, reseal
+from tests.envelope_wrappers import LocalWrapper
 
 OLD = bytes(range(32))
 NEW = bytes(range(64, 96))
@@ -361,3 +371,31 @@ def test_cli_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     bad.write_text("{not json")
     assert _run(["rotate", "check", str(bad)], capsys)[0] == 2
     assert _run(["rotate", "check", str(tmp_path / "missing.json")], capsys)[0] == 2
+
+
+def test_envelope_ring_rotates_by_key_ids_with_reseal_through_bound_codec() -> None:
+    wrapper = LocalWrapper()
+    old_blob, new_blob = (wrapper.new_wrapped_key(default_context()) for _ in range(2))
+    clock = Clock()
+
+    def bound(blobs: list[bytes]) -> BoundCodec:
+        return BoundCodec(EnvelopeCodec(wrapper, blobs), audience="svc", binding_key=BINDING_KEY, clock=clock)
+
+    before, during, after = bound([old_blob]), bound([new_blob, old_blob]), bound([new_blob])
+    plan = RotationPlan.from_key_ids(before.key_ids[0], after.key_ids[0], TTL)
+    assert list(during.key_ids) == list(plan.phase(2).key_ids)
+    assert check_fleet({"a": during.key_ids, "b": list(plan.phase(1).key_ids)}).safe
+    assert check_fleet({"a": during.key_ids, "b": before.key_ids}).unsafe_instances == ("a",)
+    moved = reseal(during, before.seal(b"s", principal="p"))
+    assert after.unseal(moved, principal="p") == b"s"
+
+
+def test_cli_plan_from_key_ids(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(["rotate", "plan", "--old-id", "3d7ec38c", "--new-id", "9A41F0B2", "--json"], capsys)
+    assert (code, err) == (0, "")  # no secrets, so no warning
+    assert [p["key_ids"] for p in json.loads(out)["phases"]] == [
+        ["3d7ec38c", "9a41f0b2"], ["9a41f0b2", "3d7ec38c"], ["9a41f0b2"]
+    ]
+    code, _, err = _run(["rotate", "plan", "--old-id", "3d7ec38c", "--generate-new"], capsys)
+    assert code == 2
+    assert "--old-id and --new-id go together" in err

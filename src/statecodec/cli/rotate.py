@@ -21,7 +21,8 @@ from statecodec.rotation import RotationPlan, check_fleet, parse_fleet
 _PLAN_EPILOG = """\
 The old key comes from --old-file, --old-key or --old-env (default: the
 STATECODEC_KEYS variable, which must hold exactly one key). The new key comes
-from --new-file, --new-key, --new-env, or --generate-new. The printed
+from --new-file, --new-key, --new-env, or --generate-new. For keys a KMS
+holds, give --old-id and --new-id (codec.key_ids) instead. The printed
 STATECODEC_KEYS values contain secrets: print them only where secrets may go,
 or use --ids-only to print key ids alone.
 
@@ -59,11 +60,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     old.add_argument("--old-env", metavar="VAR", help=f"read the old key from VAR (default {DEFAULT_KEYS_ENV})")
     old.add_argument("--old-file", metavar="PATH", help="read the old key from a key file")
     old.add_argument("--old-key", metavar="KEY", help="the old key itself (lands in shell history)")
+    old.add_argument("--old-id", metavar="KEY_ID", help="the old key's id, for keys held by a KMS (no secrets)")
     new = plan.add_mutually_exclusive_group(required=True)
     new.add_argument("--new-env", metavar="VAR", help="read the new key from VAR")
     new.add_argument("--new-file", metavar="PATH", help="read the new key from a key file")
     new.add_argument("--new-key", metavar="KEY", help="the new key itself (lands in shell history)")
     new.add_argument("--generate-new", action="store_true", help="generate a fresh new key")
+    new.add_argument("--new-id", metavar="KEY_ID", help="the new key's id, for keys held by a KMS (no secrets)")
     plan.add_argument("--ttl", type=float, default=600.0, help="token lifetime in seconds (default 600)")
     plan.add_argument(
         "--future-skew", type=float, default=60.0, help="allowance for clocks ahead, seconds (default 60)"
@@ -119,10 +122,15 @@ def _plan(args: argparse.Namespace) -> int:
             "--generate-new with --ids-only would print a plan whose new key nobody can read; "
             "generate it first with `statecodec keygen > new.key` and pass --new-file new.key"
         )
-    old = _load(args.old_env, args.old_file, args.old_key, "old")
-    new = generate_key() if args.generate_new else _load(args.new_env, args.new_file, args.new_key, "new")
-    plan = RotationPlan(old, new, args.ttl, future_skew=args.future_skew)
-    secrets = not args.ids_only
+    if (args.old_id is None) != (args.new_id is None):
+        raise ConfigurationError("--old-id and --new-id go together: a plan is over two keys or two key ids")
+    if args.old_id is not None:
+        plan = RotationPlan.from_key_ids(args.old_id, args.new_id, args.ttl, future_skew=args.future_skew)
+    else:
+        old = _load(args.old_env, args.old_file, args.old_key, "old")
+        new = generate_key() if args.generate_new else _load(args.new_env, args.new_file, args.new_key, "new")
+        plan = RotationPlan(old, new, args.ttl, future_skew=args.future_skew)
+    secrets = not args.ids_only and args.old_id is None
     if secrets:
         print(
             "statecodec: the plan below contains SECRET KEYS (the STATECODEC_KEYS values); "
