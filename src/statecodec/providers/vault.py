@@ -197,8 +197,9 @@ class VaultKeyWrapper:
         try:
             parse_vault_ciphertext(ciphertext)
         except ValueError:
-            raise ProviderError(f"{self.describe()}: Vault returned a malformed ciphertext") from None
-        assert isinstance(ciphertext, str)
+            ciphertext = None
+        if not isinstance(ciphertext, str):
+            raise ProviderError(f"{self.describe()}: Vault returned a malformed ciphertext")
         return ciphertext.encode("ascii")
 
     def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
@@ -251,8 +252,11 @@ class VaultTransitCodec:
     gone -> PROVIDER. Overhead: 33 bytes, 44 characters.
 
     Rotation happens in Vault (``rotate``, then ``min_decryption_version``
-    after one token lifetime). Construction checks the key with one
-    encrypt/decrypt round trip (`ProviderError` naming the cause). After a
+    after one token lifetime). Construction probes the key in four or five
+    calls (a decrypt that proves the key exists without creating it, then
+    encrypt and decrypt, which also tell whether the key is derived, and an
+    optional read of its versions); a failure is a `ProviderError` naming the
+    cause. After a
     failure that means Vault cannot answer (unreachable, timeout, sealed,
     5xx), calls fail at once for `outage_backoff` seconds instead of each
     waiting for the timeout; the window doubles while the outage lasts (up to
