@@ -1,8 +1,13 @@
-"""The frozen vectors unseal, re-derive byte for byte through the public seal, and are refused as pinned."""
+"""The frozen vectors unseal, re-derive byte for byte through the public seal, and are refused as pinned.
+
+The private fixed-nonce and fixed-randomness hooks that generation uses are
+proven here equal to each codec's public ``seal`` under the same draws.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -16,8 +21,11 @@ from cryptography.hazmat.primitives.cmac import CMAC
 from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from statecodec import ConfigurationError, InvalidToken, Reason
+from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, EnvelopeCodec, InvalidToken, JWECodec, Reason
 from statecodec._encoding import b64u_decode, b64u_encode
+from statecodec.envelope import canonical_context
+from statecodec.jose._jwk import load_agreement_key
+from statecodec.jose.jwe import _Agreement
 from statecodec.vectors import (
     CODECS,
     SCHEMA,
@@ -32,6 +40,7 @@ from statecodec.vectors import (
     seal_vector,
     verify_vectors,
 )
+from tests.envelope_wrappers import TableWrapper
 
 VECTORS = Path(__file__).parent / "vectors"
 NAMES = sorted(CODECS)
@@ -290,3 +299,72 @@ def test_documented_examples_are_frozen_vectors() -> None:
         v = next(v for v in load_vectors(VECTORS / f"{name}.json").valid if v.name == "ascii payload")
         assert v.aead_key.hex() in text
         assert v.nonce.hex() in text
+
+
+# -- the other formats' private hooks are the public seal --------------------------------------------
+
+
+def _generated(name: str) -> dict[str, Any]:
+    return json.loads(dump_vectors(generate_vectors(name)))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("name", ["jwe-dir", "jwe-a256kw", "jwe-ecdh-es-p256", "jwe-ecdh-es-x25519"])
+def test_jwe_randoms_hook_is_the_public_seal(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With os.urandom (and the ephemeral key) patched to the recorded draws, JWECodec.seal gives each token."""
+    for v in _generated(name)["valid"]:
+        draws = [bytes.fromhex(r) for r in v["randoms"]]
+        if "ephemeral_key" in v:
+            ephemeral, _ = load_agreement_key(v["ephemeral_key"], 0)
+            monkeypatch.setattr(_Agreement, "ephemeral", lambda self, e=ephemeral: e)
+        if "ring" in v:
+            codec = JWECodec([b64u_decode(k) for k in v["ring"][v["sealed_with"] :]], alg=v["alg"])
+        else:
+            codec = JWECodec.from_jwks(v["jwks"], alg=v["alg"])
+        monkeypatch.setattr(os, "urandom", lambda n, d=draws: d.pop(0))
+        token = codec.seal(bytes.fromhex(v["payload"]))
+        monkeypatch.undo()
+        assert token == v["token"], v["name"]
+        assert draws == [], v["name"]
+
+
+def test_envelope_nonce_hook_is_the_public_seal(monkeypatch: pytest.MonkeyPatch) -> None:
+    for v in _generated("envelope")["valid"]:
+        slot = v["sealed_with"]
+        blob, data_key = b64u_decode(v["wrapped_keys"][slot]), b64u_decode(v["data_keys"][slot])
+        wrapper = TableWrapper({(blob, canonical_context(v["context"])): data_key})
+        codec = EnvelopeCodec(wrapper, [blob], context=v["context"])
+        nonce = bytes.fromhex(v["nonce"])
+        monkeypatch.setattr(os, "urandom", lambda n, nonce=nonce: nonce)
+        token = codec.seal(bytes.fromhex(v["payload"]))
+        monkeypatch.undo()
+        assert token == v["token"], v["name"]
+
+
+def test_binding_nonce_hook_is_the_public_seal(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = _generated("binding")
+    for v in data["valid"]:
+        now: float = v["now"]
+        codec = BoundCodec(
+            AESGCMCodec.from_env(environ={"STATECODEC_KEYS": data["codec_keys"]}),
+            audience=v["audience"],
+            purpose=v["purpose"],
+            ttl=v["ttl"],
+            future_skew=v["future_skew"],
+            binding_key=b64u_decode(data["binding_key"]),
+            clock=functools.partial(float, now),
+        )
+        nonce = bytes.fromhex(v["nonce"])
+        monkeypatch.setattr(os, "urandom", lambda n, nonce=nonce: nonce)
+        token = codec.seal(v["state"].encode(), principal=v["principal"], context=v["context"])
+        monkeypatch.undo()
+        assert token == v["token"], v["name"]
+        assert AESGCMCodec.from_env(environ={"STATECODEC_KEYS": data["codec_keys"]}).unseal(token) == bytes.fromhex(
+            v["claims"]
+        ) + v["state"].encode()
+
+
+def test_verify_accepts_a_path_a_mapping_and_a_parsed_ring_file() -> None:
+    path = VECTORS / "aesgcm.json"
+    reports = [verify_vectors(path), verify_vectors(raw_json("aesgcm")), verify_vectors(load_vectors(path))]
+    assert [r.ok for r in reports] == [True, True, True]
+    assert [r.checked for r in reports] == [30, 30, 30]

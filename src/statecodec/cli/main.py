@@ -23,6 +23,7 @@ COMMANDS: tuple[str, ...] = (
     "statecodec.cli.tokens",
     "statecodec.cli.demo",
     "statecodec.cli.kms",
+    "statecodec.cli.vectors",
 )
 
 

@@ -1,0 +1,265 @@
+"""`statecodec vectors`: every committed file verifies, every generated file verifies, tampering is named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statecodec._encoding import b64u_decode
+from statecodec.cli.main import main
+from statecodec.errors import Reason
+from statecodec.jose import derived_jwk
+from statecodec.vectors import GENERATORS, VERIFIERS, dump_vectors, generate_vectors
+
+VECTORS = Path(__file__).parent / "vectors"
+OFFLINE = sorted(p for p in VECTORS.glob("*.json") if p.name != "vault_transit.json")
+ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["vectors", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+
+
+def write(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def invalid_key(data: dict[str, Any]) -> str:
+    return "refusals" if data["codec"] == "binding" else "invalid"
+
+
+# -- the committed files ---------------------------------------------------------------------------
+
+
+def test_offline_files_cover_every_verifier() -> None:
+    assert {load(p)["codec"] for p in OFFLINE} == set(VERIFIERS)
+
+
+def test_every_committed_file_verifies(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "verify", *map(str, OFFLINE))
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert len(lines) == len(OFFLINE)
+    for path, line in zip(OFFLINE, lines, strict=True):
+        data = load(path)
+        valid, invalid = len(data["valid"]), len(data[invalid_key(data)])
+        assert line.startswith(f"{path}: {data['codec']}: {valid} valid, {invalid} invalid")
+        assert line.endswith(": all hold")
+
+
+def test_vault_transit_file_is_refused_as_needing_a_vault(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "verify", str(VECTORS / "vault_transit.json"))
+    assert (code, out) == (2, "")
+    assert "only a Vault server can open" in err
+    assert "transit/restore" in err
+
+
+def test_one_bad_file_among_good_ones(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{", encoding="utf-8")
+    code, out, err = run(capsys, "verify", str(OFFLINE[0]), str(bad))
+    assert code == 2
+    assert out.endswith(": all hold\n")
+    assert f"{bad}: vectors file {bad} is not UTF-8 JSON" in err
+
+
+# -- generation ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(GENERATORS))
+def test_generated_file_verifies(name: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / f"{name}.json"
+    code, out, _ = run(capsys, "generate", name, "-o", str(path))
+    assert code == 0
+    assert out == f"{path}: {load(path)['codec']} vectors ({name}) written\n"
+    assert path.read_text(encoding="utf-8") == dump_vectors(generate_vectors(name))  # deterministic
+    code, out, err = run(capsys, "verify", str(path))
+    assert (code, err) == (0, "")
+    assert out.endswith(": all hold\n")
+    data = load(path)
+    assert len(data["valid"]) >= 4
+    reasons = {v["reason"] for v in data[invalid_key(data)]}
+    assert len(reasons) >= 3
+
+
+def test_generate_to_stdout_and_help(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "generate", "aesgcm")
+    assert code == 0
+    assert out == (VECTORS / "aesgcm.json").read_text(encoding="utf-8")
+    with pytest.raises(SystemExit) as info:
+        main(["vectors", "generate", "--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    for name in GENERATORS:
+        assert name in text
+
+
+def test_generate_refuses_an_unknown_codec_and_an_unwritable_path(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["vectors", "generate", "rot13"])
+    assert info.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+    code, _, err = run(capsys, "generate", "jws", "-o", str(tmp_path / "missing" / "x.json"))
+    assert code == 2
+    assert "cannot write" in err
+
+
+def test_generated_sets_cover_every_configuration() -> None:
+    jwe = load_generated("jwe")
+    assert {v["alg"] for v in jwe["valid"]} == {"dir", "A256KW", "ECDH-ES+A256KW"}
+    assert {v["jwks"][0]["crv"] for v in jwe["valid"] if "ephemeral_key" in v} == {"P-256", "X25519"}
+    assert all("randoms" in v for v in jwe["valid"])
+    jws = load_generated("jws")
+    assert {v["alg"] for v in jws["valid"]} == {"HS256", "EdDSA"}
+    assert all(v["deterministic"] for v in jws["valid"])
+    binding = load_generated("binding")
+    assert {r["reason"] for r in binding["refusals"]} == {
+        None,
+        "expired",
+        "not_yet_valid",
+        "principal",
+        "binding",
+        "audience",
+        "purpose",
+    }
+
+
+def load_generated(name: str) -> dict[str, Any]:
+    return json.loads(dump_vectors(generate_vectors(name)))  # type: ignore[no-any-return]
+
+
+# -- tampering is named ----------------------------------------------------------------------------
+
+
+def _change_one_char(token: str) -> str:
+    # A character in the last segment, away from its end, so the text stays well formed.
+    pos = len(token) - 5
+    assert token[pos] in ALPHABET
+    replacement = ALPHABET[(ALPHABET.index(token[pos]) + 1) % 64]
+    return token[:pos] + replacement + token[pos + 1 :]
+
+
+@pytest.mark.parametrize("path", OFFLINE, ids=lambda p: p.stem)
+def test_a_changed_token_character_fails_naming_the_vector(
+    path: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = load(path)
+    vector = data["valid"][-1]
+    vector["token"] = _change_one_char(vector["token"])
+    code, out, err = run(capsys, "verify", str(write(tmp_path / path.name, data)))
+    assert (code, err) == (1, "")
+    lines = out.splitlines()
+    assert lines[0].endswith(" failures")
+    assert lines[1:]
+    assert all(line.startswith(f"  - valid {vector['name']!r}: ") for line in lines[1:])
+    assert any("unseal refused it" in line for line in lines[1:])
+
+
+@pytest.mark.parametrize("path", OFFLINE, ids=lambda p: p.stem)
+def test_a_changed_reason_code_fails_naming_the_vector(
+    path: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = load(path)
+    key = invalid_key(data)
+    index, vector = next((i, v) for i, v in enumerate(data[key]) if v["reason"] is not None)
+    original = vector["reason"]
+    vector["reason"] = Reason.PURPOSE.value if original != Reason.PURPOSE.value else Reason.SEAL.value
+    code, out, err = run(capsys, "verify", str(write(tmp_path / path.name, data)))
+    assert (code, err) == (1, "")
+    lines = out.splitlines()
+    assert lines[0].endswith(": 1 failures")
+    if key == "refusals":
+        assert lines[1].startswith(f"  - refusal 'refusals[{index}] ({vector['vector']} -> {vector['reason']})': ")
+    else:
+        assert lines[1].startswith(f"  - invalid {vector['name']!r}: ")
+    assert lines[1].endswith(f"refused with {original}, expected {vector['reason']}")
+
+
+def test_failure_output_names_no_derived_key(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The re-derived token and derived keys stay inside: a failure says where, not what."""
+    data = load(VECTORS / "jws.json")
+    vector = data["valid"][0]
+    vector["token"] = _change_one_char(vector["token"])
+    vector["derived_jwk"]["k"] = vector["derived_jwk"]["k"][::-1]
+    code, out, _ = run(capsys, "verify", str(write(tmp_path / "jws.json", data)))
+    assert code == 1
+    real = derived_jwk(b64u_decode(vector["ring"][0]), "HS256")["k"]
+    assert real not in out
+    assert b64u_decode(real).hex() not in out
+    assert "derived_jwk differs" in out
+    assert "first difference at character" in out
+
+
+# -- malformed files -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.pop("codec"), "codec must be one of"),
+        (lambda d: d.update(codec="rot13"), "codec must be one of"),
+        (lambda d: d.update(schema="statecodec-vectors/0"), "schema must be 'statecodec-vectors/1'"),
+        (lambda d: d["valid"][0].pop("token"), "valid[0]: missing member(s) ['token']"),
+        (lambda d: d["valid"][0].update(payload="XY"), "valid[0].payload must be lowercase hex"),
+        (lambda d: d["valid"][0].update(typo=1), "valid[0]: unknown member(s) ['typo']"),
+        (lambda d: d["valid"].append(d["valid"][0]), "names must be unique"),
+        (lambda d: d["invalid"][0].update(reason="nope"), "invalid[0].reason must be a statecodec reason code"),
+        (lambda d: d["valid"][0].pop("ring"), "valid[0]: give exactly one of ring and jwks"),
+        (lambda d: d["valid"][0].update(alg="RSA1_5"), "valid[0].alg must be one of dir, A256KW, ECDH-ES+A256KW"),
+        (lambda d: d["valid"][0].update(randoms=["00"]), "valid[0].randoms for dir are [12] bytes long"),
+    ],
+)
+def test_a_malformed_file_exits_2_naming_the_member(
+    mutate: Any, message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = load(VECTORS / "jwe.json")
+    mutate(data)
+    path = write(tmp_path / "jwe.json", data)
+    code, out, err = run(capsys, "verify", str(path))
+    assert (code, out) == (2, "")
+    assert err.startswith(f"statecodec: {path}: ")
+    assert message in err
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (None, "cannot read vectors file"),
+        ("[]", "vectors file must be a JSON object"),
+        ('{"schema": ', "is not UTF-8 JSON"),
+    ],
+)
+def test_an_unreadable_file_exits_2(
+    text: str | None, message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "v.json"
+    if text is not None:
+        path.write_text(text, encoding="utf-8")
+    code, out, err = run(capsys, "verify", str(path))
+    assert (code, out) == (2, "")
+    assert message in err
+
+
+def test_binding_refusal_naming_no_vector_is_malformed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    data = load(VECTORS / "binding.json")
+    data["refusals"][0]["vector"] = "no such vector"
+    code, _, err = run(capsys, "verify", str(write(tmp_path / "b.json", data)))
+    assert code == 2
+    assert "refusals[0].vector names no valid vector" in err
+
+
+def test_vectors_without_action_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["vectors"]) == 2
+    assert "verify" in capsys.readouterr().err
