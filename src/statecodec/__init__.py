@@ -8,6 +8,7 @@ the MCP SDK's `RequestStateSecurity(codec=...)` as they are.
 
 from typing import TYPE_CHECKING
 
+from statecodec._types import Codec
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
 from statecodec.binding import BoundCodec
 from statecodec.config import codec_from_env, codec_from_file
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AESGCMCodec",
     "BoundCodec",
+    "Codec",
     "ConfigurationError",
     "EnvelopeCodec",
     "InvalidToken",

@@ -53,9 +53,9 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH
+from statecodec._types import Codec
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing
@@ -85,15 +85,6 @@ MAX_TOKEN_LENGTH_VAR = "STATECODEC_MAX_TOKEN_LENGTH"  # noqa: S105 - a variable 
 DEFAULT_KIND = "aesgcm"
 _PREFIX = "STATECODEC_"
 _MAX_CONFIG_FILE_BYTES = 1024 * 1024
-
-
-@runtime_checkable
-class Codec(Protocol):
-    """The codec contract: `unseal(seal(p)) == p`; `unseal` raises only `InvalidToken`."""
-
-    def seal(self, payload: bytes) -> str: ...
-
-    def unseal(self, token: str) -> bytes: ...
 
 
 Builder = Callable[[Mapping[str, str]], Codec]

@@ -19,8 +19,8 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
+from statecodec._types import Codec
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing, format_keys
 
@@ -36,12 +36,6 @@ __all__ = [
 
 _KEY_ID = re.compile(r"[0-9a-f]{1,128}")
 _MAX_INSTANCES = 100_000
-
-
-class _Codec(Protocol):
-    def seal(self, payload: bytes) -> str: ...
-
-    def unseal(self, token: str) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -254,7 +248,7 @@ def parse_fleet(document: object) -> tuple[dict[str, list[str]], list[str]]:
     return document["instances"], in_flight
 
 
-def reseal(codec: _Codec, token: str) -> str:
+def reseal(codec: Codec, token: str) -> str:
     """Re-seal `token` under `codec`'s current primary key, keeping what it protects.
 
     A codec with a `reseal` method (`BoundCodec`) keeps its claims byte for

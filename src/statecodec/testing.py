@@ -47,8 +47,9 @@ import re
 import tracemalloc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from statecodec._types import Codec
 from statecodec.errors import ConfigurationError, InvalidToken
 
 if TYPE_CHECKING:
@@ -59,14 +60,6 @@ __all__ = ["Codec", "ConformanceReport", "Failure", "assert_conformant", "check_
 _UNRESERVED = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~"
 _URL_SAFE = re.compile(r"[A-Za-z0-9._~-]*")
 _MARKER = b"statecodec-conformance-marker-7f3a"
-
-
-class Codec(Protocol):
-    """The codec contract: the shape `RequestStateSecurity(codec=...)` accepts."""
-
-    def seal(self, payload: bytes) -> str: ...
-
-    def unseal(self, token: str) -> bytes: ...
 
 
 @dataclass(frozen=True)

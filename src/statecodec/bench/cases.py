@@ -23,7 +23,8 @@ import importlib.util
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+
+from statecodec._types import Codec
 
 __all__ = [
     "BENCH_INSTALL_HINT",
@@ -48,15 +49,6 @@ BENCH_INSTALL_HINT = "pip install 'statecodec[bench]'"
 
 GROUPS: tuple[str, ...] = ("floor", "statecodec", "sdk", "peer", "remote")
 """Display order of case groups: the floor first, remote providers last."""
-
-
-@runtime_checkable
-class Codec(Protocol):
-    """The codec contract every case is measured through."""
-
-    def seal(self, payload: bytes) -> str: ...
-
-    def unseal(self, token: str) -> bytes: ...
 
 
 class Skip(Exception):
