@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from statecodec.keys import format_keys, generate_key
 
@@ -16,6 +17,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _keygen(args: argparse.Namespace) -> int:
     count: int = args.count
     if count < 1:
-        raise SystemExit("statecodec keygen: --count must be at least 1")
+        print("statecodec keygen: --count must be at least 1", file=sys.stderr)
+        return 2
     print(format_keys(generate_key() for _ in range(count)))
     return 0

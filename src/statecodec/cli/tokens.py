@@ -98,7 +98,14 @@ def _add_key_options(p: argparse.ArgumentParser) -> None:
         choices=sorted(_RING_CODECS),
         help="codec for a key ring (default: STATECODEC_CODEC, else the token's format, else aesgcm)",
     )
-    p.add_argument("--max-token-length", type=int, metavar="N", help="token length cap, in characters")
+    p.add_argument("--max-token-length", type=_positive_int, metavar="N", help="token length cap, in characters")
+
+
+def _positive_int(text: str) -> int:
+    # A usage error (exit 2) here, not a cap that makes every token look oversized (exit 1).
+    if not (text.isascii() and text.isdecimal()) or int(text) < 1:
+        raise argparse.ArgumentTypeError("must be a positive decimal integer (characters)")
+    return int(text)
 
 
 def _fail(command: str, message: str, code: int) -> int:
