@@ -7,6 +7,7 @@ never loads it.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,12 @@ def plot(doc: Mapping[str, Any], path: str | Path) -> Path:
     )
     fig.tight_layout()
     out = Path(path)
-    fig.savefig(out, dpi=72, pil_kwargs={"optimize": True})
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=72)
     plt.close(fig)
+    # A few flat colours and text: a 64-colour palette keeps the file small without visible loss.
+    from PIL import Image
+
+    with Image.open(buf) as img:
+        img.convert("RGB").quantize(colors=64).save(out, format="PNG", optimize=True)
     return out
