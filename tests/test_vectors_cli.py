@@ -10,9 +10,9 @@ import pytest
 
 from statecodec._encoding import b64u_decode
 from statecodec.cli.main import main
-from statecodec.errors import Reason
+from statecodec.errors import ConfigurationError, Reason
 from statecodec.jose import derived_jwk
-from statecodec.vectors import GENERATORS, VERIFIERS, dump_vectors, generate_vectors
+from statecodec.vectors import GENERATORS, VERIFIERS, dump_vectors, generate_vectors, verify_vectors
 
 VECTORS = Path(__file__).parent / "vectors"
 OFFLINE = sorted(p for p in VECTORS.glob("*.json") if p.name != "vault_transit.json")
@@ -263,3 +263,24 @@ def test_binding_refusal_naming_no_vector_is_malformed(capsys: pytest.CaptureFix
 def test_vectors_without_action_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["vectors"]) == 2
     assert "verify" in capsys.readouterr().err
+
+
+ODD_VALUES: list[object] = [None, -1, 2**70, 1.5, True, "", "zz", "same", [], ["AAAA"], {}, {"kty": 5}]
+
+
+@pytest.mark.parametrize("path", OFFLINE, ids=lambda p: p.stem)
+def test_hostile_members_give_a_message_or_a_report_never_a_crash(path: Path) -> None:
+    """A file from elsewhere is input: any member of any kind fails as a named error or a failed vector."""
+    data = load(path)
+    targets: list[tuple[str | None, str]] = [(None, k) for k in data]
+    targets += [(a, k) for a in ("valid", invalid_key(data)) for k in data[a][0]]
+    for array, member in targets:
+        for odd in ODD_VALUES:
+            mutated = json.loads(json.dumps(data))
+            (mutated if array is None else mutated[array][0])[member] = odd
+            message, checked = "", 0
+            try:
+                checked = verify_vectors(mutated).checked
+            except ConfigurationError as exc:
+                message = str(exc)
+            assert message or checked > 0, (array, member, odd)

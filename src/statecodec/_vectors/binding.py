@@ -24,7 +24,7 @@ from statecodec._vectors import _schema as s
 from statecodec._vectors.ring import _seal_with_nonce
 from statecodec.aead import AESGCMCodec
 from statecodec.binding import BoundCodec
-from statecodec.errors import ConfigurationError, InvalidToken, SealError
+from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing, format_keys
 
 __all__ = ["generate", "verify"]
@@ -144,7 +144,7 @@ def _check_valid(top: Mapping[str, Any], v: Mapping[str, Any]) -> list[str]:
     problems += [f"inner {p}" for p in s.opens(lambda: ring.unseal(v["token"]), claims + state)]
     try:
         resealed = signer.seal(state, principal=v["principal"], context=v["context"])
-    except (ConfigurationError, SealError, InvalidToken) as exc:
+    except Exception as exc:  # a clock or input BoundCodec refuses to mint under: report it, by type only
         return [*problems, f"re-sealing refused: {type(exc).__name__}"]
     if resealed != v["token"]:
         problems.append(

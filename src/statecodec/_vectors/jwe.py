@@ -191,7 +191,12 @@ def _check_kdf(kdf: Mapping[str, Any]) -> list[str]:
         return [f"key refused: {exc}"]
     if alice is None:
         return ["alice needs her private key"]
-    z = agree(alice, bob)
+    if not 8 <= kdf["bits"] <= 256 or kdf["bits"] % 8:
+        return ["bits must be a whole number of bytes from 8 to 256"]
+    try:
+        z = agree(alice, bob)
+    except Exception:  # another curve, a low-order point: whatever the agreement refuses, report it
+        return ["alice and bob are not keys of one curve"]
     key = concat_kdf(z, kdf["algorithm_id"], kdf["bits"], b64u_decode(kdf["apu"]), b64u_decode(kdf["apv"]))
     return [] if b64u_encode(key) == kdf["derived_key"] else ["Concat KDF output differs from derived_key"]
 
