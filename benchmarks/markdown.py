@@ -22,6 +22,14 @@ def _row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _round_cost(doc: Mapping[str, Any], name: str) -> float | None:
+    for c in doc["cases"]:
+        cell = c.get("results", {}).get("state") if c["name"] == name else None
+        if cell and cell.get("status") == "ok":
+            return float(cell["seal"]["median_s"] + cell["unseal"]["median_s"])
+    return None
+
+
 def tables(doc: Mapping[str, Any]) -> str:
     out: list[str] = []
     head = ["case", "seal µs", "unseal µs", "seal p99", "unseal p99", "x floor (seal / unseal)", "token", "+chars",
@@ -62,15 +70,19 @@ def tables(doc: Mapping[str, Any]) -> str:
     loop = scale.get("event_loop") or {}
     if loop.get("rows"):
         ref = loop["rows"][0].get("rounds_per_s") or 0
-        out += [_row(["case", "rounds/s", "vs reference", "probe median ms", "probe p99 ms"]),
-                _row(["---", "---:", "---:", "---:", "---:"])]
+        out += [_row(["case", "rounds/s", "vs reference", "probe median ms", "probe p99 ms",
+                      "loop blocked per flow µs", "codec share of loop"]),
+                _row(["---", "---:", "---:", "---:", "---:", "---:", "---:"])]
         for r in loop["rows"]:
             if "rounds_per_s" not in r:
-                out.append(_row([r["case"], f"error: {r.get('error')}", "", "", ""]))
+                out.append(_row([r["case"], f"error: {r.get('error')}", "", "", "", "", ""]))
                 continue
+            cost = _round_cost(doc, r["case"])
             out.append(_row([f"`{r['case']}`" if not r["case"].startswith("reference") else r["case"],
                              f"{r['rounds_per_s']:,.0f}", f"{r['rounds_per_s'] / ref:.2f}" if ref else "",
-                             f"{r['probe_median_ms']:.2f}", f"{r['probe_p99_ms']:.2f}"]))
+                             f"{r['probe_median_ms']:.2f}", f"{r['probe_p99_ms']:.2f}",
+                             "" if cost is None else _us(cost),
+                             "" if cost is None else f"{cost * r['flows_per_s'] * 100:.1f} %"]))
         out.append("")
     return "\n".join(out)
 

@@ -371,14 +371,25 @@ def format_scale(doc: Mapping[str, Any]) -> str:
             f"(one seal + one unseal each, {loop['state_bytes']} B state), a probe request every "
             f"{loop['probe_interval_s'] * 1e3:g} ms; {loop['rounds']} rounds of {loop['slice_seconds']:g} s slices",
         ]
-        rows = [["case", "rounds/s", "vs reference", "probe median ms", "probe p99 ms", "codec share of loop"]]
+        rows = [
+            [
+                "case",
+                "rounds/s",
+                "vs reference",
+                "probe median ms",
+                "probe p99 ms",
+                "loop blocked per flow µs",
+                "codec share of loop",
+            ]
+        ]
         ref = loop["rows"][0].get("rounds_per_s")
         for r in loop["rows"]:
             if r.get("error") or "rounds_per_s" not in r:
-                rows.append([r["case"], f"error: {r.get('error', 'no rounds')}", "", "", "", ""])
+                rows.append([r["case"], f"error: {r.get('error', 'no rounds')}", "", "", "", "", ""])
                 continue
             cost = _round_cost(doc, r["case"])
             share = "" if cost is None else f"{cost * r['flows_per_s'] * 100:.1f}%"
+            blocked = "" if cost is None else _us(cost)
             rows.append(
                 [
                     r["case"],
@@ -386,13 +397,15 @@ def format_scale(doc: Mapping[str, Any]) -> str:
                     f"{r['rounds_per_s'] / ref:.2f}" if ref else "",
                     "" if r.get("probe_median_ms") is None else f"{r['probe_median_ms']:.2f}",
                     "" if r.get("probe_p99_ms") is None else f"{r['probe_p99_ms']:.2f}",
+                    blocked,
                     share,
                 ]
             )
         lines += _plain_grid(rows)
         lines.append(
-            "codec share of loop: (seal + unseal median, state payload) times flows per second, the fraction "
-            "of the loop's time spent inside the codec"
+            "loop blocked per flow: seal + unseal median on the state payload, the time each flow holds the "
+            "event loop inside the codec (every other request waits that long); codec share of loop: that "
+            "times flows per second"
         )
     return "\n".join(lines)
 
