@@ -23,8 +23,9 @@ import hmac
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any
 
+from statecodec._types import Codec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 from statecodec.keys import KeyRing, derive_key
 
@@ -59,17 +60,15 @@ _canonical_json = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure
 _HOW_TO_GENERATE = "Generate one with `statecodec keygen` and keep it apart from the codec keys."
 
 
-class Codec(Protocol):
-    """The codec contract: `unseal` raises only `InvalidToken` for any token it did not mint."""
-
-    def seal(self, payload: bytes) -> str: ...
-
-    def unseal(self, token: str) -> bytes: ...
-
-
 def _text(value: str) -> bytes:
     # Digest inputs are never decoded, so surrogatepass keeps every str encodable.
     return value.encode("utf-8", "surrogatepass")
+
+
+def _field(value: str) -> bytes:
+    """`lp` of the UTF-8 of `value`."""
+    data = value.encode("utf-8", "surrogatepass")
+    return len(data).to_bytes(4, "big") + data
 
 
 def _lp(data: bytes) -> bytes:
@@ -105,7 +104,7 @@ def encode_context(context: Mapping[str, str] | None) -> bytes:
 def _principal_field(principal: object) -> bytes:
     if type(principal) is not str:
         raise TypeError(f"principal must be str or None, got {type(principal).__name__}")
-    return _lp(principal.encode("utf-8", "surrogatepass"))
+    return _field(principal)
 
 
 def _str_key(key: object) -> str:
@@ -163,11 +162,6 @@ def mcp_request_context(method: str, params: Mapping[str, Any] | None) -> Bindin
         (_MCP_HEAD, _field(args), _MCP_METHOD, _field(method), _MCP_TARGET, _field(target))
     )
     return context
-
-
-def _field(value: str) -> bytes:
-    data = value.encode("utf-8", "surrogatepass")
-    return len(data).to_bytes(4, "big") + data
 
 
 _MCP_HEAD = b"\x00\x00\x00\x03" + _lp(b"args")
@@ -328,7 +322,7 @@ class BoundCodec:
         ring = _binding_ring(binding_key)
         self._codec = codec
         self._clock = clock
-        prefix = _lp(_text(audience)) + _lp(_text(purpose))
+        prefix = _field(audience) + _field(purpose)
         self._scope = (
             hashlib.sha256(_AUDIENCE_LABEL + _text(audience)).digest()[:_SCOPE_TAG_LENGTH]
             + hashlib.sha256(_PURPOSE_LABEL + _text(purpose)).digest()[:_SCOPE_TAG_LENGTH]
@@ -425,7 +419,9 @@ class BoundCodec:
         Raises `InvalidToken` with the inner codec's reason or one of
         `malformed`, `audience`, `purpose`, `not_yet_valid`, `expired`,
         `principal` (including drift: bound to a principal and presented
-        without one, or the reverse), `binding`.
+        without one, or the reverse), `binding`. A `principal` that is not a
+        `str`, or a context that does not map `str` to `str`, is the caller's
+        bug and raises `TypeError`, as in `seal`.
         """
         payload, offset = self._open(token)
         bound = None if principal is None else _principal_field(principal)
