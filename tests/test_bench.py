@@ -234,6 +234,32 @@ def test_modules_named_in_the_environment_are_discovered(monkeypatch: pytest.Mon
     assert "no CASES" in problems[0]
 
 
+def test_entry_points_add_cases_from_modules_and_callables(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    plugin = types.ModuleType("statecodec_test_bench_ep")
+    plugin.CASES = (_case("from module", AESGCMCodec.ephemeral),)  # type: ignore[attr-defined]
+    plugin.more = lambda: [_case("from callable", AESGCMCodec.ephemeral)]  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, plugin.__name__, plugin)
+    group = "statecodec.bench"
+    points = [
+        importlib.metadata.EntryPoint("mod", plugin.__name__, group),
+        importlib.metadata.EntryPoint("fn", f"{plugin.__name__}:more", group),
+        importlib.metadata.EntryPoint("bad", "statecodec_no_such_plugin:CASES", group),
+    ]
+
+    def entry_points(*, group: str) -> list[importlib.metadata.EntryPoint]:
+        return [p for p in points if p.group == group]
+
+    monkeypatch.setattr("statecodec.bench.cases.importlib.metadata.entry_points", entry_points)
+    cases, problems = discover()
+    names = [c.name for c in cases]
+    assert "from module" in names
+    assert "from callable" in names
+    assert len(problems) == 1
+    assert "entry point bad" in problems[0]
+
+
 def test_duplicate_names_keep_the_first_and_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
     plugin = types.ModuleType("statecodec_test_bench_dup")
     plugin.CASES = (_case("AESGCMCodec", _Identity),)  # type: ignore[attr-defined]
