@@ -77,8 +77,10 @@ class Case:
     """One benchmark subject, declared once.
 
     `requires` lists importable module names checked before the factory runs;
-    `install_hint` is shown when one is missing. `quick` cases run under
-    ``--quick``. `loop` marks a case worth running in the event-loop section.
+    `install_hint` is shown when one is missing. `env` lists environment
+    variables that must be set (a remote service to measure against). `quick`
+    cases run under ``--quick``. `loop` marks a case worth running in the
+    event-loop section.
     """
 
     name: str
@@ -90,12 +92,16 @@ class Case:
     quick: bool = True
     loop: bool = False
     tags: tuple[str, ...] = field(default=())
+    env: tuple[str, ...] = field(default=())
 
     def missing(self) -> str | None:
-        """The skip reason if a required module is absent, else None."""
+        """The skip reason if a required module or setting is absent, else None."""
         for mod in self.requires:
             if not _importable(mod):
                 return f"needs {mod} ({self.install_hint})"
+        for var in self.env:
+            if not os.environ.get(var):
+                return f"set {var} to measure this case"
         return None
 
     def build(self) -> Built:

@@ -273,6 +273,7 @@ CASES: tuple[Case, ...] = (
         install_hint="pip install 'statecodec[vault]'",
         loop=True,
         tags=("vault",),
+        env=(VAULT_ADDR_ENV,),
     ),
     Case(
         "VaultTransitCodec",
@@ -283,5 +284,6 @@ CASES: tuple[Case, ...] = (
         install_hint="pip install 'statecodec[vault]'",
         loop=True,
         tags=("vault",),
+        env=(VAULT_ADDR_ENV,),
     ),
 )
