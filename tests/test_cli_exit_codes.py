@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from statecodec import AESGCMCodec, KeyRing, format_keys, generate_key
+from statecodec import AESGCMCodec, KeyRing, XAESGCMCodec, format_keys, generate_key
 from statecodec.cli.main import main
 
 KEY_TEXT = format_keys([generate_key()])
@@ -65,3 +67,27 @@ def test_a_positive_cap_still_works(capsys: pytest.CaptureFixture[str]) -> None:
 def test_incomplete_commands_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert _exit_code(argv) == 2
     assert capsys.readouterr().err
+
+
+def test_unseal_picks_the_ring_codec_from_the_token_as_its_help_says(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    ring = KeyRing.generate()
+    monkeypatch.setenv("STATECODEC_KEYS", ring.to_text())
+    token = XAESGCMCodec(ring).seal(b"state")
+    assert _exit_code(["unseal", token]) == 0
+    assert capsys.readouterr().out == "state"
+    key_file = tmp_path / "keys.txt"
+    key_file.write_text(ring.to_text())
+    assert _exit_code(["unseal", "--keys-file", str(key_file), token]) == 0
+    assert capsys.readouterr().out == "state"
+    # An explicit choice still wins, and the codec alone decides: the other format is refused.
+    assert _exit_code(["unseal", "--codec", "aesgcm", token]) == 1
+    assert capsys.readouterr().err.strip() == "statecodec unseal: invalid token: format"
+    monkeypatch.setenv("STATECODEC_CODEC", "aesgcm")
+    assert _exit_code(["unseal", token]) == 1
+
+
+def test_unseal_reports_configuration_before_a_junk_token(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _exit_code(["unseal", "not a token!"]) == 2
+    assert "no codec configured" in capsys.readouterr().err

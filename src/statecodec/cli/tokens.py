@@ -18,6 +18,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping
+from contextlib import suppress
 from typing import Any
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH
@@ -241,9 +242,22 @@ def _seal(args: argparse.Namespace) -> int:
 
 
 def _unseal(args: argparse.Namespace) -> int:
-    codec = _codec(args, os.environ)
+    token = ""
+    detected: str | None = None
+    refused: InvalidToken | None = None
     try:
         token = _read_token(args.token, _max_length(args))
+    except InvalidToken as exc:
+        refused = exc
+    else:
+        # As in inspect, the token's own format picks the ring codec when nothing else does;
+        # only the codec decides whether the token is accepted.
+        with suppress(InvalidToken):
+            detected = describe_token(token, max_length=_max_length(args)).format
+    codec = _codec(args, os.environ, detected)
+    if refused is not None:
+        return _fail("unseal", f"invalid token: {refused}", 1)
+    try:
         payload = codec.unseal(token)
     except InvalidToken as exc:
         return _fail("unseal", f"invalid token: {exc}", 1)
