@@ -161,7 +161,7 @@ def test_a_changed_token_character_fails_naming_the_vector(
     code, out, err = run(capsys, "verify", str(write(tmp_path / path.name, data)))
     assert (code, err) == (1, "")
     lines = out.splitlines()
-    assert lines[0].endswith(" failures")
+    assert lines[0].endswith((" 1 failure", " 2 failures", " 3 failures"))
     assert lines[1:]
     assert all(line.startswith(f"  - valid {vector['name']!r}: ") for line in lines[1:])
     assert any("unseal refused it" in line for line in lines[1:])
@@ -179,7 +179,7 @@ def test_a_changed_reason_code_fails_naming_the_vector(
     code, out, err = run(capsys, "verify", str(write(tmp_path / path.name, data)))
     assert (code, err) == (1, "")
     lines = out.splitlines()
-    assert lines[0].endswith(": 1 failures")
+    assert lines[0].endswith(": 1 failure")
     if key == "refusals":
         assert lines[1].startswith(f"  - refusal 'refusals[{index}] ({vector['vector']} -> {vector['reason']})': ")
     else:
@@ -284,3 +284,11 @@ def test_hostile_members_give_a_message_or_a_report_never_a_crash(path: Path) ->
             except ConfigurationError as exc:
                 message = str(exc)
             assert message or checked > 0, (array, member, odd)
+
+
+def test_a_file_without_vectors_does_not_pass(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    data = load(VECTORS / "aesgcm.json")
+    data["valid"], data["invalid"] = [], []
+    code, out, _ = run(capsys, "verify", str(write(tmp_path / "empty.json", data)))
+    assert code == 1
+    assert out.endswith(": aesgcm: 0 valid, 0 invalid: no vectors\n")

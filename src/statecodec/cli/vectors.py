@@ -82,7 +82,8 @@ def _verify(args: argparse.Namespace) -> int:
         if report.ok:
             print(f"{path}: {report.codec}: {counts}: all hold")
             continue
-        problem = f"{len(report.failures)} failures" if report.failures else "no vectors"
+        n = len(report.failures)
+        problem = f"{n} failure{'' if n == 1 else 's'}" if n else "no vectors"
         print(f"{path}: {report.codec}: {counts}: {problem}")
         for failure in report.failures:
             print(f"  - {failure}")
