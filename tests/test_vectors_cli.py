@@ -136,6 +136,27 @@ def test_generated_sets_cover_every_configuration() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("name", "reasons"),
+    [
+        ("aesgcm", {"malformed", "oversized", "format", "unknown_key", "seal"}),
+        ("xaesgcm", {"malformed", "oversized", "format", "unknown_key", "seal"}),
+        ("envelope", {"malformed", "oversized", "format", "unknown_key", "seal"}),
+        ("jwe", {"malformed", "oversized", "unknown_key", "seal", "alg", "header"}),
+        ("jws", {"malformed", "oversized", "unknown_key", "seal", "alg", "header"}),
+        ("binding", {None, "expired", "not_yet_valid", "principal", "binding", "audience", "purpose"}),
+    ],
+)
+def test_generated_sets_cover_the_documented_cases(name: str, reasons: set[str | None]) -> None:
+    data = load_generated(name)
+    assert {v["reason"] for v in data[invalid_key(data)]} == reasons
+    payloads = [v["state"].encode().hex() if name == "binding" else v["payload"] for v in data["valid"]]
+    assert "" in payloads
+    assert any(any(b >= 0x80 for b in bytes.fromhex(p)) for p in payloads)
+    ring_based = [v for v in data["valid"] if "keys" in v or "ring" in v or "wrapped_keys" in v]
+    assert name == "binding" or any(v["sealed_with"] > 0 for v in ring_based)
+
+
 def load_generated(name: str) -> dict[str, Any]:
     return json.loads(dump_vectors(generate_vectors(name)))  # type: ignore[no-any-return]
 
