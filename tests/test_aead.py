@@ -156,7 +156,7 @@ class _CountingXAES(_XAES):
 
 def _instrument(codec: Codec) -> list[int]:
     calls: list[int] = []
-    instrumented: dict[bytes, object] = {}
+    instrumented: dict[bytes, Any] = {}
     for slot, kid in enumerate(codec._key_ids):
         inner = codec._aeads[kid]
         if isinstance(inner, _XAES):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import ClassVar
+from typing import ClassVar, Protocol, TypeVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -40,6 +40,15 @@ _R_UNKNOWN_KEY = Reason.UNKNOWN_KEY
 _R_SEAL = Reason.SEAL
 
 
+class _AEAD(Protocol):
+    def encrypt(self, nonce: bytes, data: bytes, associated_data: bytes) -> bytes: ...
+
+    def decrypt(self, nonce: bytes, data: bytes, associated_data: bytes) -> bytes: ...
+
+
+_Ring = TypeVar("_Ring", bound="_AEADRing")
+
+
 class _AEADRing:
     """Token layout shared by every AES-GCM-family codec here.
 
@@ -52,7 +61,56 @@ class _AEADRing:
     NONCE_LENGTH: ClassVar[int]
     KEY_INFO: ClassVar[bytes]
 
-    __slots__ = ("_aeads", "_key_ids", "_max_length", "_max_payload", "_min_raw", "_primary_header")
+    __slots__ = ("_aeads", "_encrypt", "_key_ids", "_max_length", "_max_payload", "_min_raw", "_primary_header")
+
+    def __init__(
+        self,
+        keys: KeyRing | Iterable[bytes | bytearray | memoryview],
+        *,
+        max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
+    ) -> None:
+        ring = keys if isinstance(keys, KeyRing) else KeyRing(keys)
+        self._init_ring(ring.subkeys(self.KEY_INFO), max_token_length)
+
+    @classmethod
+    def _from_entries(
+        cls: type[_Ring], entries: Iterable[tuple[bytes, bytes]], *, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
+    ) -> _Ring:
+        """The same layout over ready (key id, 32-byte key) entries, under `cls.VERSION`.
+
+        For subclasses whose keys come from elsewhere (a KMS envelope): one
+        implementation of the token layout, a distinct version byte per source.
+        """
+        self = cls.__new__(cls)
+        self._init_ring(entries, max_token_length)
+        return self
+
+    @classmethod
+    def ephemeral(cls: type[_Ring], *, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH) -> _Ring:
+        """A codec under a key generated now and held only by this process.
+
+        Tokens die with the process: fine for stdio or one worker, wrong for a
+        fleet or across restarts (use a shared ring from env, a file, or a KMS).
+        """
+        return cls(KeyRing.generate(), max_token_length=max_token_length)
+
+    @classmethod
+    def from_env(
+        cls: type[_Ring],
+        var: str = DEFAULT_KEYS_ENV,
+        *,
+        environ: Mapping[str, str] | None = None,
+        max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
+    ) -> _Ring:
+        """A codec over the ring in environment variable `var` (``STATECODEC_KEYS``)."""
+        return cls(KeyRing.from_env(var, environ), max_token_length=max_token_length)
+
+    @classmethod
+    def from_file(
+        cls: type[_Ring], path: str | os.PathLike[str], *, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
+    ) -> _Ring:
+        """A codec over the ring in a key file."""
+        return cls(KeyRing.from_file(path), max_token_length=max_token_length)
 
     def _init_ring(self, entries: Iterable[tuple[bytes, bytes]], max_token_length: int) -> None:
         """`entries` are (key id, 32-byte AEAD key) in ring order; the first seals."""
@@ -71,7 +129,7 @@ class _AEADRing:
                 f"{DEFAULT_MAX_TOKEN_LENGTH}"
             )
         version = bytes([self.VERSION])
-        aeads: dict[bytes, object] = {}
+        aeads: dict[bytes, _AEAD] = {}
         ids: list[bytes] = []
         for kid, key in entries:
             if len(kid) != KEY_ID_LENGTH:
@@ -88,12 +146,13 @@ class _AEADRing:
         self._aeads = aeads
         self._key_ids = tuple(ids)
         self._primary_header = version + ids[0]
+        self._encrypt = aeads[ids[0]].encrypt  # bound once: seal is the hot path
         self._max_length = max_token_length
         self._min_raw = overhead
         # The largest payload whose token fits the cap: seal refuses what unseal would refuse.
         self._max_payload = (max_token_length * 3) // 4 - overhead
 
-    def _make_aead(self, key: bytes) -> object:
+    def _make_aead(self, key: bytes) -> _AEAD:
         raise NotImplementedError
 
     @property
@@ -118,7 +177,7 @@ class _AEADRing:
                 f"for max_token_length={self._max_length}"
             )
 
-    def _split(self, token: str) -> tuple[object, bytes, bytes, bytes]:
+    def _split(self, token: str) -> tuple[_AEAD, bytes, bytes, bytes]:
         """Bounded, positive parse: (aead, header, nonce, ciphertext) or InvalidToken."""
         if type(token) is not str:
             raise InvalidToken(_R_MALFORMED)
@@ -135,6 +194,22 @@ class _AEADRing:
             raise InvalidToken(_R_UNKNOWN_KEY)
         n = _HEADER_LENGTH + self.NONCE_LENGTH
         return aead, header, raw[_HEADER_LENGTH:n], raw[n:]
+
+    def seal(self, payload: bytes) -> str:
+        """Encrypt and authenticate `payload` under the primary key; a fresh random nonce each call."""
+        if not isinstance(payload, bytes) or len(payload) > self._max_payload:
+            self._check_payload(payload)
+        header = self._primary_header
+        nonce = os.urandom(self.NONCE_LENGTH)
+        return b64u_encode(header + nonce + self._encrypt(nonce, payload, header))
+
+    def unseal(self, token: str) -> bytes:
+        """Return the payload of a token this ring sealed, or raise `InvalidToken`."""
+        aead, header, nonce, sealed = self._split(token)
+        try:
+            return aead.decrypt(nonce, sealed, header)
+        except InvalidTag:
+            raise InvalidToken(_R_SEAL) from None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(key_ids={list(self.key_ids)!r})"
@@ -165,82 +240,10 @@ class AESGCMCodec(_AEADRing):
     NONCE_LENGTH = 12
     KEY_INFO = b"statecodec/v1/aes-256-gcm"
 
-    __slots__ = ("_encrypt",)
-
-    def __init__(
-        self,
-        keys: KeyRing | Iterable[bytes | bytearray | memoryview],
-        *,
-        max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
-    ) -> None:
-        ring = keys if isinstance(keys, KeyRing) else KeyRing(keys)
-        self._init_ring(ring.subkeys(self.KEY_INFO), max_token_length)
-        self._bind_primary()
-
-    @classmethod
-    def _from_entries(
-        cls, entries: Iterable[tuple[bytes, bytes]], *, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
-    ) -> AESGCMCodec:
-        """The same layout over ready (key id, 32-byte key) entries, under `cls.VERSION`.
-
-        For subclasses whose keys come from elsewhere (a KMS envelope): one
-        implementation of the token layout, a distinct version byte per source.
-        """
-        self = cls.__new__(cls)
-        self._init_ring(entries, max_token_length)
-        self._bind_primary()
-        return self
-
-    def _bind_primary(self) -> None:
-        aead = self._aeads[self._key_ids[0]]
-        assert isinstance(aead, AESGCM)
-        self._encrypt = aead.encrypt
+    __slots__ = ()
 
     def _make_aead(self, key: bytes) -> AESGCM:
         return AESGCM(key)
-
-    @classmethod
-    def ephemeral(cls, *, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH) -> AESGCMCodec:
-        """A codec under a key generated now and held only by this process.
-
-        Tokens die with the process: fine for stdio or one worker, wrong for a
-        fleet or across restarts (use a shared ring from env, a file, or a KMS).
-        """
-        return cls(KeyRing.generate(), max_token_length=max_token_length)
-
-    @classmethod
-    def from_env(
-        cls,
-        var: str = DEFAULT_KEYS_ENV,
-        *,
-        environ: Mapping[str, str] | None = None,
-        max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
-    ) -> AESGCMCodec:
-        """A codec over the ring in environment variable `var` (``STATECODEC_KEYS``)."""
-        return cls(KeyRing.from_env(var, environ), max_token_length=max_token_length)
-
-    @classmethod
-    def from_file(
-        cls, path: str | os.PathLike[str], *, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
-    ) -> AESGCMCodec:
-        """A codec over the ring in a key file."""
-        return cls(KeyRing.from_file(path), max_token_length=max_token_length)
-
-    def seal(self, payload: bytes) -> str:
-        """Encrypt and authenticate `payload` under the primary key; a fresh nonce each call."""
-        if not isinstance(payload, bytes) or len(payload) > self._max_payload:
-            self._check_payload(payload)
-        header = self._primary_header
-        nonce = os.urandom(12)
-        return b64u_encode(header + nonce + self._encrypt(nonce, payload, header))
-
-    def unseal(self, token: str) -> bytes:
-        """Return the payload of a token this ring sealed, or raise `InvalidToken`."""
-        aead, header, nonce, sealed = self._split(token)
-        try:
-            return aead.decrypt(nonce, sealed, header)  # type: ignore[attr-defined,no-any-return]
-        except InvalidTag:
-            raise InvalidToken(_R_SEAL) from None
 
 
 class XAESGCMCodec(_AEADRing):
@@ -267,58 +270,8 @@ class XAESGCMCodec(_AEADRing):
 
     __slots__ = ()
 
-    def __init__(
-        self,
-        keys: KeyRing | Iterable[bytes | bytearray | memoryview],
-        *,
-        max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
-    ) -> None:
-        ring = keys if isinstance(keys, KeyRing) else KeyRing(keys)
-        self._init_ring(ring.subkeys(self.KEY_INFO), max_token_length)
-
     def _make_aead(self, key: bytes) -> _XAES:
         return _XAES(key)
-
-    @classmethod
-    def ephemeral(cls, *, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH) -> XAESGCMCodec:
-        """A codec under a key generated now and held only by this process."""
-        return cls(KeyRing.generate(), max_token_length=max_token_length)
-
-    @classmethod
-    def from_env(
-        cls,
-        var: str = DEFAULT_KEYS_ENV,
-        *,
-        environ: Mapping[str, str] | None = None,
-        max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
-    ) -> XAESGCMCodec:
-        """A codec over the ring in environment variable `var` (``STATECODEC_KEYS``)."""
-        return cls(KeyRing.from_env(var, environ), max_token_length=max_token_length)
-
-    @classmethod
-    def from_file(
-        cls, path: str | os.PathLike[str], *, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
-    ) -> XAESGCMCodec:
-        """A codec over the ring in a key file."""
-        return cls(KeyRing.from_file(path), max_token_length=max_token_length)
-
-    def seal(self, payload: bytes) -> str:
-        """Encrypt and authenticate `payload` under the primary key; a fresh 24-byte nonce."""
-        self._check_payload(payload)
-        header = self._primary_header
-        nonce = os.urandom(24)
-        xaes = self._aeads[header[1:]]
-        assert isinstance(xaes, _XAES)
-        return b64u_encode(header + nonce + xaes.encrypt(nonce, payload, header))
-
-    def unseal(self, token: str) -> bytes:
-        """Return the payload of a token this ring sealed, or raise `InvalidToken`."""
-        xaes, header, nonce, sealed = self._split(token)
-        assert isinstance(xaes, _XAES)
-        try:
-            return xaes.decrypt(nonce, sealed, header)
-        except InvalidTag:
-            raise InvalidToken(_R_SEAL) from None
 
 
 class _XAES:
