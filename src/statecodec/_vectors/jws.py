@@ -142,7 +142,12 @@ def _valid(name: str, alg: str, payload: bytes, keys: Mapping[str, Any]) -> dict
     if "ring" in v:
         v["derived_jwk"] = derived_jwk(ring_secrets(v)[v["sealed_with"]], alg)
     else:
-        v["kid"] = sealer.primary_key_id
+        # A JWK without "kid" is named by its RFC 7638 thumbprint: pinned here, computed apart from the codec.
+        jwk = keys["jwks"][0]
+        if "kid" in jwk:
+            v["kid"] = jwk["kid"]
+        else:
+            v["kid"] = thumbprint(ed25519.Ed25519PrivateKey.from_private_bytes(b64u_decode(jwk["d"])).public_key())
     return {**v, "payload": payload.hex(), "token": sealer.seal(payload), "deterministic": True}
 
 
@@ -211,5 +216,3 @@ GENERATORS: Mapping[str, Callable[[], dict[str, Any]]] = {
     "jws-eddsa": lambda: _file("EdDSA", _eddsa()),
 }
 """Generator name -> a JWS vectors file for one algorithm (``jws``: both in one file)."""
-
-_ = thumbprint  # the EdDSA kid is the RFC 7638 thumbprint, which from_jwks computes
