@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import base64
+import hmac
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from statecodec._encoding import b64u_decode
 from statecodec.cli.main import main
@@ -313,3 +318,108 @@ def test_a_file_without_vectors_does_not_pass(capsys: pytest.CaptureFixture[str]
     code, out, _ = run(capsys, "verify", str(write(tmp_path / "empty.json", data)))
     assert code == 1
     assert out.endswith(": aesgcm: 0 valid, 0 invalid: no vectors\n")
+
+
+# -- another implementation's output ---------------------------------------------------------------
+
+
+def _b64u(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _hkdf(secret: bytes, info: bytes, length: int = 32) -> bytes:
+    return HKDF(algorithm=SHA256(), length=length, salt=None, info=info).derive(secret)
+
+
+def _port_aesgcm(label: bytes) -> dict[str, Any]:
+    """A second implementation of the 0x01 format written from docs/formats.md alone, as a port would be."""
+    secret, nonce = bytes(range(0x60, 0x80)), bytes(range(0x10, 0x1C))
+    kid, key = _hkdf(secret, b"statecodec/v1/key-id", 4), _hkdf(secret, label)
+    valid, invalid = [], []
+    for i, payload in enumerate([b"", b"port", "état".encode() * 40]):
+        header = b"\x01" + kid
+        raw = header + nonce + AESGCM(key).encrypt(nonce, payload, header)
+        valid.append(
+            {
+                "name": f"port payload {i}",
+                "keys": [_b64u(secret)],
+                "sealed_with": 0,
+                "key_id": kid.hex(),
+                "aead_key": key.hex(),
+                "nonce": nonce.hex(),
+                "payload": payload.hex(),
+                "token": _b64u(raw),
+            }
+        )
+        nonce = bytes(b ^ 0xFF for b in nonce)
+        invalid.append(
+            {
+                "name": f"port tag flipped {i}",
+                "keys": [_b64u(secret)],
+                "token": _b64u(raw[:-1] + bytes([raw[-1] ^ 1])),
+                "reason": "seal",
+            }
+        )
+    return {"schema": "statecodec-vectors/1", "codec": "aesgcm", "valid": valid, "invalid": invalid}
+
+
+def _port_jws() -> dict[str, Any]:
+    """HS256 over a ring, from the documented key derivation and header, with hmac and json alone."""
+    secret = bytes(range(0x60, 0x80))
+    kid = _hkdf(secret, b"statecodec/v1/key-id", 4).hex()
+    key = _hkdf(secret, b"statecodec/v1/jws/HS256")
+    h64 = _b64u(json.dumps({"alg": "HS256", "kid": kid}, separators=(",", ":")).encode())
+    signing_input = f"{h64}.{_b64u(b'{}')}"
+    token = f"{signing_input}.{_b64u(hmac.digest(key, signing_input.encode(), 'sha256'))}"
+    ring = [_b64u(secret)]
+    return {
+        "schema": "statecodec-vectors/1",
+        "codec": "jws",
+        "description": "written by a port",
+        "valid": [
+            {
+                "name": "port",
+                "alg": "HS256",
+                "ring": ring,
+                "sealed_with": 0,
+                "payload": b"{}".hex(),
+                "token": token,
+                "deterministic": True,
+            }
+        ],
+        "invalid": [
+            {
+                "name": "port: alg none",
+                "alg": "HS256",
+                "ring": ring,
+                "reason": "alg",
+                "token": _b64u(b'{"alg":"none"}') + token[len(h64) :],
+            }
+        ],
+    }
+
+
+def test_a_port_written_from_the_docs_verifies(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    ring = write(tmp_path / "port-aesgcm.json", _port_aesgcm(b"statecodec/v1/aes-256-gcm"))
+    jws = write(tmp_path / "port-jws.json", _port_jws())
+    code, out, err = run(capsys, "verify", str(ring), str(jws))
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        f"{ring}: aesgcm: 3 valid, 3 invalid: all hold",
+        f"{jws}: jws: 1 valid, 1 invalid: all hold",
+    ]
+
+
+def test_a_port_with_a_drifted_label_fails_on_every_valid_vector(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    ring = write(tmp_path / "port-aesgcm.json", _port_aesgcm(b"statecodec/v1/aes-256-gcm "))
+    code, out, _ = run(capsys, "verify", str(ring))
+    assert code == 1
+    assert out.splitlines()[0] == f"{ring}: aesgcm: 3 valid, 3 invalid: 9 failures"
+    # Its tampered tokens are still refused for the pinned reason: only the valid vectors expose the drift.
+    named = {line.split("'")[1] for line in out.splitlines()[1:]}
+    assert named == {f"port payload {i}" for i in range(3)}
+    for i in range(3):
+        assert f"  - valid 'port payload {i}': aead_key differs from the derived AEAD key" in out
+        assert f"  - valid 'port payload {i}': unseal refused it (seal)" in out
