@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -93,6 +94,17 @@ def _list() -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except BrokenPipeError:
+        # The reader went away (`| head`): not an error. Point stdout at devnull so
+        # the interpreter's final flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def _run(args: argparse.Namespace) -> int:
     from statecodec.bench.compare import compare, format_compare
     from statecodec.bench.report import format_scale, format_table
     from statecodec.bench.runner import run
