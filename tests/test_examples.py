@@ -130,12 +130,17 @@ def documents() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
-def all_blocks() -> list[Block]:
+def all_blocks() -> tuple[list[Block], list[str]]:
+    """Every runnable block, and every stray marker (reported by a test, not as a collection error)."""
     found: list[Block] = []
+    errors: list[str] = []
     for path in documents():
         if path.is_file():
-            found.extend(runnable_blocks(path, path.read_text(encoding="utf-8")))
-    return found
+            try:
+                found.extend(runnable_blocks(path, path.read_text(encoding="utf-8")))
+            except MarkerError as exc:
+                errors.append(str(exc))
+    return found, errors
 
 
 def run_env() -> dict[str, str]:
@@ -226,7 +231,11 @@ def test_fleet_server_without_a_ring_stops_before_serving(tmp_path: Path) -> Non
 
 # --- runnable documentation blocks --------------------------------------------------------------
 
-BLOCKS = all_blocks()
+BLOCKS, MARKER_ERRORS = all_blocks()
+
+
+def test_every_runnable_marker_sits_on_a_block() -> None:
+    assert MARKER_ERRORS == []
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
