@@ -91,3 +91,21 @@ def test_unseal_picks_the_ring_codec_from_the_token_as_its_help_says(
 def test_unseal_reports_configuration_before_a_junk_token(capsys: pytest.CaptureFixture[str]) -> None:
     assert _exit_code(["unseal", "not a token!"]) == 2
     assert "no codec configured" in capsys.readouterr().err
+
+
+def test_kms_check_with_flags_reads_the_wrapped_keys_file_its_error_names(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = ["kms", "check", "--provider", "aws", "--key-id", "arn:aws:kms:eu-west-1:111122223333:key/x"]
+    monkeypatch.delenv("STATECODEC_WRAPPED_KEYS", raising=False)
+    monkeypatch.delenv("STATECODEC_WRAPPED_KEYS_FILE", raising=False)
+    assert _exit_code(argv) == 2
+    assert "STATECODEC_WRAPPED_KEYS_FILE to a file" in capsys.readouterr().err
+    wrapped = tmp_path / "wrapped.txt"
+    wrapped.write_text("not base64url!\n")
+    monkeypatch.setenv("STATECODEC_WRAPPED_KEYS_FILE", str(wrapped))
+    # The file is read (and refused for its content) before any KMS call is made.
+    assert _exit_code(argv) == 2
+    err = capsys.readouterr().err
+    assert f"STATECODEC_WRAPPED_KEYS_FILE {wrapped}" in err
+    assert "not unpadded base64url" in err

@@ -122,7 +122,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     check = kms_sub.add_parser("check", help="unwrap a configured ring once and print its key ids")
     _common(check, provider_required=False)
-    check.add_argument("--wrapped-keys", help="wrapped keys text (default: STATECODEC_WRAPPED_KEYS)")
+    check.add_argument(
+        "--wrapped-keys", help="wrapped keys text (default: STATECODEC_WRAPPED_KEYS or STATECODEC_WRAPPED_KEYS_FILE)"
+    )
     check.add_argument("--config", help="a statecodec JSON config file describing an envelope codec")
     check.set_defaults(func=_check)
 
@@ -190,10 +192,14 @@ def _check_per_token(codec: Any) -> int:
 
 
 def _codec_from_flags(args: argparse.Namespace) -> EnvelopeCodec:
-    from statecodec.providers import WRAPPED_KEYS_VAR, wrapped_keys_from_settings
+    from statecodec.providers import WRAPPED_KEYS_FILE_VAR, WRAPPED_KEYS_VAR, wrapped_keys_from_settings
 
-    text = args.wrapped_keys if args.wrapped_keys is not None else os.environ.get(WRAPPED_KEYS_VAR, "")
-    blobs = wrapped_keys_from_settings({WRAPPED_KEYS_VAR: text})
+    # The environment's file variable counts too: the error for a missing ring names it.
+    names = (WRAPPED_KEYS_VAR, WRAPPED_KEYS_FILE_VAR)
+    settings = {name: os.environ.get(name, "") for name in names}
+    if args.wrapped_keys is not None:
+        settings = {WRAPPED_KEYS_VAR: args.wrapped_keys}
+    blobs = wrapped_keys_from_settings(settings)
     wrapper = PROVIDERS[args.provider].make_wrapper(args)
     try:
         return EnvelopeCodec(wrapper, blobs, context=_context(args))
