@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken, KeyRing, SealError, XAESGCMCodec
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.binding import MAX_TTL, BindingContext, _Mac, encode_context, mcp_request_context
-from statecodec.keys import derive_key
+from statecodec.keys import derive_key, generate_key
 from statecodec.testing import assert_conformant
 
 CODEC_KEY = bytes(range(32))
@@ -476,3 +476,23 @@ def test_vector_refusals(case: dict[str, Any]) -> None:
 @given(st.binary(min_size=32, max_size=32), st.binary(max_size=80), st.binary(max_size=200))
 def test_precomputed_mac_is_exactly_hmac_sha256(key: bytes, prefix: bytes, data: bytes) -> None:
     assert _Mac(key, prefix).tag(data) == hmac.digest(key, prefix + data, "sha256")[:16]
+
+
+def test_tag_memo_is_bounded_and_never_changes_a_tag() -> None:
+    """The memo that lets a round's seal reuse its unseal's MAC holds bounded inputs only."""
+    from statecodec import binding as b
+
+    codec = BoundCodec(AESGCMCodec.ephemeral(), audience="svc", binding_key=generate_key())
+    key = codec._keys[0]
+    big = {"arguments": "x" * (2 * b._MEMO_MAX_INPUT)}
+    for i in range(b._MEMO_SIZE + 10):
+        codec.seal(b"s", principal=f"user-{i}", context={"n": str(i)})
+    assert len(key._binding_memo) <= b._MEMO_SIZE
+    assert len(key._principal_memo) <= b._MEMO_SIZE
+    before = len(key._binding_memo)
+    token = codec.seal(b"s", context=big)
+    assert len(key._binding_memo) == before  # an oversized input is computed, not kept
+    assert codec.unseal(token, context=big) == b"s"
+    # A memoised tag equals a freshly computed one: unseal through a fresh codec with the same keys.
+    fresh_key = b._BindingKey(key._binding, key._principal)
+    assert fresh_key.binding_tag(None, {"n": "3"}) == key.binding_tag(None, {"n": "3"})

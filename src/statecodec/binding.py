@@ -199,6 +199,10 @@ def _binding_ring(binding_key: object) -> KeyRing:
         raise ConfigurationError(f"binding_key: {str(exc).removeprefix('keys[0] ')}") from None
 
 
+# Memo bounds: entries per table before it is cleared, and the largest input kept. The
+# context holds client-chosen arguments, so both bounds matter: at most 1 MiB per table.
+_MEMO_SIZE = 1024
+_MEMO_MAX_INPUT = 1024
 _IPAD = bytes(b ^ 0x36 for b in range(256))
 _OPAD = bytes(b ^ 0x5C for b in range(256))
 
@@ -233,24 +237,48 @@ class _BindingKey:
     MAC decides acceptance; the principal tag only names the cause when the
     binding tag does not match. The tag of "no principal, empty context" is
     computed once.
+
+    A round unseals and then seals under the same principal and context, so
+    tags are memoised in a small bounded table keyed by the exact MAC input:
+    the seal that answers a round reuses the unseal's MAC. The inputs are
+    server-side values (the authenticated principal, the request identity), a
+    tag is no secret, and each table holds at most 1,024 inputs of at most
+    1 KiB: client-chosen arguments can churn it but never grow it.
     """
 
-    __slots__ = ("_binding", "_empty", "_principal")
+    __slots__ = ("_binding", "_binding_memo", "_empty", "_principal", "_principal_memo")
 
     def __init__(self, binding: _Mac, principal: _Mac) -> None:
         self._binding = binding
         self._principal = principal
         self._empty = binding.tag(_NO_PRINCIPAL + encode_context(None))
+        # One table per MAC key: a binding input and a principal input never share a slot.
+        self._binding_memo: dict[bytes, bytes] = {}
+        self._principal_memo: dict[bytes, bytes] = {}
+
+    @staticmethod
+    def _tag(mac: _Mac, memo: dict[bytes, bytes], data: bytes) -> bytes:
+        if len(data) > _MEMO_MAX_INPUT:
+            return mac.tag(data)
+        tag = memo.get(data)
+        if tag is None:
+            tag = mac.tag(data)
+            if len(memo) >= _MEMO_SIZE:
+                memo.clear()
+            memo[data] = tag
+        return tag
 
     def binding_tag(self, principal: bytes | None, context: Mapping[str, str] | None) -> bytes:
         if principal is None:
             if not context:
                 return self._empty
-            return self._binding.tag(_NO_PRINCIPAL + encode_context(context))
-        return self._binding.tag(_PRINCIPAL_MARK + principal + encode_context(context))
+            data = _NO_PRINCIPAL + encode_context(context)
+        else:
+            data = _PRINCIPAL_MARK + principal + encode_context(context)
+        return self._tag(self._binding, self._binding_memo, data)
 
     def principal_tag(self, principal: bytes) -> bytes:
-        return self._principal.tag(principal)
+        return self._tag(self._principal, self._principal_memo, principal)
 
 
 class BoundCodec:
