@@ -19,16 +19,17 @@ class Codec(Protocol):
     - `unseal(seal(payload)) == payload` for every payload up to the codec's
       cap; an encrypting codec gives two different tokens for the same
       payload (a signing codec, whose payload the client can read, may not).
-    - `seal` returns URL-safe ASCII (RFC 3986 unreserved characters) that
-      never names its algorithm: the format is a version prefix bound under
-      the authentication tag or signature.
+    - `seal` returns URL-safe ASCII (RFC 3986 unreserved characters). The
+      token never chooses how it is verified: configuration fixes the
+      algorithm, and the format marker (a version prefix, or a JOSE header
+      that is compared, never obeyed) is bound under the tag or signature.
     - `unseal` raises `statecodec.InvalidToken` with a `Reason` code (a
       subclass of the SDK's `InvalidRequestState` when the SDK is installed)
       for every token it did not mint unmodified: malformed, non-canonical,
       truncated, extended, tampered, oversized, of another format, or made
       under a key it does not hold. No other exception type ever escapes it.
-    - The length cap is checked before any decoding; comparisons of tags and
-      key ids are constant-time.
+    - The length cap is checked before any decoding; tag and signature
+      comparisons are constant-time.
     - No key material, payload or token text appears in any message,
       `repr`, exception cause or log record.
     - Both methods are synchronous and run on the server's event loop: key
