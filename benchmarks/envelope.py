@@ -168,10 +168,10 @@ def main() -> int:
     print("AESGCMCodec: its ratio shows this run's noise)")
     print(f"{'':8} {'Envelope us':>12} {'AESGCM us':>10} {'ratio':>7} {'control ratio':>14}")
     for op in ("seal", "unseal"):
-        e, a = med[f"env_{op}"], med[f"aes_{op}"]
+        env_us, aes_us = med[f"env_{op}"], med[f"aes_{op}"]
         paired = statistics.median(x / y for x, y in zip(samples[f"env_{op}"], samples[f"aes_{op}"], strict=True))
-        control = statistics.median(x / y for x, y in zip(samples[f"ctl_{op}"], samples[f"aes_{op}"], strict=True))
-        print(f"{op:8} {e:12.3f} {a:10.3f} {paired:7.3f} {control:14.3f}")
+        control_ratio = statistics.median(x / y for x, y in zip(samples[f"ctl_{op}"], samples[f"aes_{op}"], strict=True))
+        print(f"{op:8} {env_us:12.3f} {aes_us:10.3f} {paired:7.3f} {control_ratio:14.3f}")
     print(f"token length: {len(env_token)} vs {len(aes_token)} characters")
     same = envelope.seal.__func__ is AESGCMCodec.seal and envelope.unseal.__func__ is AESGCMCodec.unseal  # type: ignore[attr-defined]
     print(f"per-token code is AESGCMCodec.seal / AESGCMCodec.unseal itself: {same}")

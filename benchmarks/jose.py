@@ -59,7 +59,7 @@ def main() -> int:
     header = {"alg": "dir", "enc": "A256GCM", "kid": jwk["kid"]}
     ours = JWECodec(ring)
     floor = AESGCMCodec(ring)
-    rfc_key = OctKey.import_key(jwk)
+    rfc_key = OctKey.import_key(dict(jwk))
     cr_key = cr_jwk.JWK(**jwk)
     header_json = json.dumps(header)
 
@@ -108,7 +108,7 @@ def main() -> int:
     hs_jwk = derived_jwk(secret, "HS256")
     hs_key = b64u_decode(hs_jwk["k"])
     jws_ours = JWSCodec(ring)
-    jws_rfc_key = OctKey.import_key(hs_jwk)
+    jws_rfc_key = OctKey.import_key(dict(hs_jwk))
     jws_header = {"alg": "HS256", "kid": hs_jwk["kid"]}
     s_ours = jws_ours.seal(PAYLOAD)
     s_rfc = rfc_jws.serialize_compact(jws_header, PAYLOAD, jws_rfc_key)
