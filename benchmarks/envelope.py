@@ -170,7 +170,9 @@ def main() -> int:
     for op in ("seal", "unseal"):
         env_us, aes_us = med[f"env_{op}"], med[f"aes_{op}"]
         paired = statistics.median(x / y for x, y in zip(samples[f"env_{op}"], samples[f"aes_{op}"], strict=True))
-        control_ratio = statistics.median(x / y for x, y in zip(samples[f"ctl_{op}"], samples[f"aes_{op}"], strict=True))
+        control_ratio = statistics.median(
+            x / y for x, y in zip(samples[f"ctl_{op}"], samples[f"aes_{op}"], strict=True)
+        )
         print(f"{op:8} {env_us:12.3f} {aes_us:10.3f} {paired:7.3f} {control_ratio:14.3f}")
     print(f"token length: {len(env_token)} vs {len(aes_token)} characters")
     same = envelope.seal.__func__ is AESGCMCodec.seal and envelope.unseal.__func__ is AESGCMCodec.unseal  # type: ignore[attr-defined]
