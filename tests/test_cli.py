@@ -180,8 +180,28 @@ def test_inspect_key_ring_for_an_unsupported_codec(
     envelope = b64u_encode(bytes([0x03]) + bytes(4 + 12 + 16))
     assert main(["inspect", envelope, "--keys-env", "MY_KEYS"]) == 2
     err = capsys.readouterr().err
-    assert "a key ring works with --codec aesgcm or xaesgcm, not 'envelope'" in err
+    assert "a key ring works with --codec aesgcm or jwe or jws or xaesgcm, not 'envelope'" in err
     _no_secrets(err)
+
+
+@pytest.mark.parametrize("kind", ["jwe-dir", "jwe-A256KW", "jws"])
+def test_a_key_ring_verifies_jose_tokens_by_their_format(
+    kind: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a ring in the environment and no codec named, a JOSE token is checked by the JOSE codec."""
+    from statecodec import JWECodec, JWSCodec, KeyRing
+
+    monkeypatch.setenv("STATECODEC_KEYS", KEY_TEXT)
+    monkeypatch.delenv("STATECODEC_CODEC", raising=False)
+    ring = KeyRing(parse_keys(KEY_TEXT))
+    codec = JWSCodec(ring) if kind == "jws" else JWECodec(ring, alg="A256KW" if kind.endswith("KW") else "dir")
+    token = codec.seal(PAYLOAD)
+    assert main(["inspect", token]) == 0
+    assert f"valid ({type(codec).__name__})" in capsys.readouterr().out
+    assert main(["unseal", token]) == 0
+    # Another ring's token of the same format is still refused by that codec.
+    other = (JWSCodec if kind == "jws" else JWECodec).ephemeral()
+    assert main(["inspect", other.seal(PAYLOAD)]) == 1
 
 
 # seal / unseal

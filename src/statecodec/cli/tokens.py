@@ -32,15 +32,33 @@ from statecodec.config import (
     codec_from_env,
     codec_from_file,
     keys_configured,
+    ring_from_settings,
 )
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.inspect import TokenInfo, describe_token
+from statecodec.jose import JWECodec, JWSCodec
 from statecodec.keys import KeyRing
 
-_RING_CODECS: dict[str, type[AESGCMCodec] | type[XAESGCMCodec]] = {
-    "aesgcm": AESGCMCodec,
-    "xaesgcm": XAESGCMCodec,
-}
+
+def _ring_codec(kind: str, ring: KeyRing, max_length: int, info: TokenInfo | None) -> Codec | None:
+    """The codec of kind `kind` over a plain key ring, or None when the kind takes no ring.
+
+    JOSE tokens name their algorithm in the header; the header only chooses
+    which ring codec to build here, never what that codec accepts.
+    """
+    if kind == "aesgcm":
+        return AESGCMCodec(ring, max_token_length=max_length)
+    if kind == "xaesgcm":
+        return XAESGCMCodec(ring, max_token_length=max_length)
+    if kind == "jwe":
+        alg = info.algorithm if info is not None and info.format == "jwe" else "dir"
+        return JWECodec(ring, alg="A256KW" if alg == "A256KW" else "dir", max_token_length=max_length)
+    if kind == "jws":
+        return JWSCodec(ring, max_token_length=max_length)
+    return None
+
+
+_RING_KINDS = ("aesgcm", "jwe", "jws", "xaesgcm")
 
 _KEYS_EPILOG = f"""\
 Keys: --keys-env VAR or --keys-file PATH give a key ring (the format
@@ -96,7 +114,7 @@ def _add_key_options(p: argparse.ArgumentParser) -> None:
     source.add_argument("--config", metavar="FILE", help="JSON configuration with STATECODEC_* members")
     p.add_argument(
         "--codec",
-        choices=sorted(_RING_CODECS),
+        choices=_RING_KINDS,
         help="codec for a key ring (default: STATECODEC_CODEC, else the token's format, else aesgcm)",
     )
     p.add_argument("--max-token-length", type=_positive_int, metavar="N", help="token length cap, in characters")
@@ -125,27 +143,34 @@ def _keys_given(args: argparse.Namespace, environ: Mapping[str, str]) -> bool:
     return keys_configured(environ) or bool(environ.get(CODEC_VAR, "").strip())
 
 
-def _codec(args: argparse.Namespace, environ: Mapping[str, str], detected: str | None = None) -> Codec:
-    """The codec the options (or, failing them, the environment) describe."""
+def _codec(args: argparse.Namespace, environ: Mapping[str, str], info: TokenInfo | None = None) -> Codec:
+    """The codec the options (or, failing them, the environment) describe.
+
+    With a key ring and no codec named, the token's own format picks the ring
+    codec; only that codec decides whether the token is accepted.
+    """
+    detected = info.format if info is not None else None
     if args.config:
         if args.codec or args.max_token_length is not None:
             raise ConfigurationError("--codec and --max-token-length go in the --config file, not beside it")
         return codec_from_file(args.config)
-    if args.keys_env or args.keys_file:
-        ring = KeyRing.from_env(args.keys_env, environ) if args.keys_env else KeyRing.from_file(args.keys_file)
-        kind = args.codec or environ.get(CODEC_VAR, "").strip().lower() or detected or "aesgcm"
-        codec_cls = _RING_CODECS.get(kind)
-        if codec_cls is None:
+    named = args.codec or environ.get(CODEC_VAR, "").strip().lower()
+    if args.keys_env or args.keys_file or (not named and detected in _RING_KINDS and keys_configured(environ)):
+        if args.keys_env or args.keys_file:
+            ring = KeyRing.from_env(args.keys_env, environ) if args.keys_env else KeyRing.from_file(args.keys_file)
+        else:
+            ring = ring_from_settings(environ)
+        kind = named or detected or "aesgcm"
+        codec = _ring_codec(kind, ring, _max_length(args), info)
+        if codec is None:
             raise ConfigurationError(
-                f"a key ring works with --codec {' or '.join(sorted(_RING_CODECS))}, not {kind!r}; "
+                f"a key ring works with --codec {' or '.join(_RING_KINDS)}, not {kind!r}; "
                 f"configure other codecs with --config or {CODEC_VAR}"
             )
-        return codec_cls(ring, max_token_length=_max_length(args))
+        return codec
     settings = dict(environ)
     if args.codec:
         settings[CODEC_VAR] = args.codec
-    elif not settings.get(CODEC_VAR, "").strip() and detected in _RING_CODECS:
-        settings[CODEC_VAR] = detected
     if args.max_token_length is not None:
         settings[MAX_TOKEN_LENGTH_VAR] = str(args.max_token_length)
     return codec_from_env(settings)
@@ -199,7 +224,7 @@ def _inspect(args: argparse.Namespace) -> int:
     except InvalidToken as exc:
         refused = exc
     # Configuration comes first: a broken key setup is reported even for a junk token.
-    codec = _codec(args, environ, info.format if info is not None else None) if verify else None
+    codec = _codec(args, environ, info) if verify else None
     if info is None:
         return _fail("inspect", f"invalid token: {refused}", 1)
     reason: str | None = None
@@ -243,7 +268,7 @@ def _seal(args: argparse.Namespace) -> int:
 
 def _unseal(args: argparse.Namespace) -> int:
     token = ""
-    detected: str | None = None
+    detected: TokenInfo | None = None
     refused: InvalidToken | None = None
     try:
         token = _read_token(args.token, _max_length(args))
@@ -253,7 +278,7 @@ def _unseal(args: argparse.Namespace) -> int:
         # As in inspect, the token's own format picks the ring codec when nothing else does;
         # only the codec decides whether the token is accepted.
         with suppress(InvalidToken):
-            detected = describe_token(token, max_length=_max_length(args)).format
+            detected = describe_token(token, max_length=_max_length(args))
     codec = _codec(args, os.environ, detected)
     if refused is not None:
         return _fail("unseal", f"invalid token: {refused}", 1)
