@@ -18,7 +18,10 @@ Hierarchy::
 When the `mcp` package is installed, `InvalidToken` is a subclass of
 `mcp.server.request_state.InvalidRequestState`, so the SDK's boundary catches
 it as a verification failure and logs our reason code; without `mcp` the
-library imports and behaves the same.
+library imports and behaves the same. The price: with `mcp` installed,
+`import statecodec` imports the SDK's `request_state` module and with it the
+SDK (a server that uses the SDK has imported it anyway). Only a real base
+class works here: `except` clauses ignore virtual subclasses.
 """
 
 from __future__ import annotations
