@@ -2,11 +2,12 @@
 
 Threat: the lowlevel `Server` seals nothing by itself, so ``requestState``
 crosses the wire exactly as the handler wrote it, and a client can edit it,
-replay it against other arguments, or hand it to another user. The middleware
-below seals every outgoing state with a `BoundCodec` (AES-256-GCM underneath)
-bound to the request (method, tool, arguments digest), the principal, the
-service and a lifetime, and verifies every echo before the handler runs.
-Refusals get the SDK's frozen -32602 answer; the reason goes to the log only.
+replay it against other arguments, or hand it to another user.
+`statecodec.mcp.BoundStateMiddleware` seals every outgoing state with a
+`BoundCodec` (AES-256-GCM underneath) bound to the request (method, tool and
+the canonical JSON of its arguments), the principal, the service and a
+lifetime, and verifies every echo before the handler runs. Refusals get the
+SDK's frozen -32602 answer; the reason goes to the log only.
 
 Run::
 
@@ -20,14 +21,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
-from dataclasses import replace
-from typing import Any, NoReturn
+from typing import Any
 
 import anyio
 from mcp import Client, MCPError
 from mcp.server import Server, ServerRequestContext
-from mcp.server.context import CallNext, HandlerResult
 from mcp.types import (
     CallToolRequestParams,
     CallToolResult,
@@ -41,56 +39,14 @@ from mcp.types import (
     TextContent,
     Tool,
 )
-from mcp_types import INVALID_PARAMS
-from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 
-from statecodec import AESGCMCodec, BoundCodec, InvalidToken, generate_key
-from statecodec.binding import mcp_request_context
+from statecodec import AESGCMCodec, BoundCodec, generate_key
+from statecodec.mcp import BoundStateMiddleware
 
 SERVICE = "provisioner"
-logger = logging.getLogger("provisioner.request_state")
 
 # Who is signed in; a real server takes this from its authentication layer.
 current_user = "alice"
-
-
-class BoundStateMiddleware:
-    """Seal outgoing ``requestState`` with a `BoundCodec` and verify every echo, refusing like the SDK."""
-
-    def __init__(self, codec: BoundCodec, *, principal: Callable[[ServerRequestContext[Any, Any]], str | None]) -> None:
-        self._codec = codec
-        self._principal = principal
-
-    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        if ctx.method not in INPUT_REQUIRED_METHODS:
-            return await call_next(ctx)
-        context = mcp_request_context(ctx.method, ctx.params)
-        principal = self._principal(ctx)
-        wire = (ctx.params or {}).get("requestState")
-        if wire is not None:
-            if not isinstance(wire, str):
-                reject(ctx.method, "malformed")
-            try:
-                state = self._codec.unseal(wire, principal=principal, context=context)
-            except InvalidToken as exc:
-                reject(ctx.method, exc.reason.value)
-            ctx = replace(ctx, params={**(ctx.params or {}), "requestState": state.decode("utf-8", "surrogatepass")})
-        result = await call_next(ctx)
-        if not is_input_required(result):
-            return result
-        plain = result.get("requestState") if isinstance(result, dict) else result.request_state
-        if not isinstance(plain, str):
-            return result
-        token = self._codec.seal(plain.encode("utf-8", "surrogatepass"), principal=principal, context=context)
-        if isinstance(result, dict):
-            return {**result, "requestState": token}
-        return result.model_copy(update={"request_state": token})
-
-
-def reject(method: str, reason: str) -> NoReturn:
-    """The SDK's frozen refusal on the wire; the real reason in the server log only."""
-    logger.warning("requestState rejected on %s: %s", method, reason)
-    raise MCPError(code=INVALID_PARAMS, message="Invalid or expired requestState")
 
 
 ASK_REGION = ElicitRequest(

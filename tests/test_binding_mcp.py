@@ -1,26 +1,24 @@
 """A lowlevel MCP `Server` (no SDK boundary) protected by BoundCodec through `Server.middleware`.
 
 The lowlevel tier seals nothing by itself: `requestState` crosses the wire as
-the handler wrote it. Appending `BoundStateMiddleware` (below, the whole
-recipe) gives it what `MCPServer`'s boundary gives: handlers read and write
-plaintext, every token is bound to its request, principal, audience and
-lifetime, and every refusal is the SDK's frozen -32602 answer with the real
-reason in the server log only.
+the handler wrote it. Appending `statecodec.mcp.BoundStateMiddleware` gives it
+what `MCPServer`'s boundary gives: handlers read and write plaintext, every
+token is bound to its request, principal, audience and lifetime, and every
+refusal is the SDK's frozen -32602 answer with the real reason in the server
+log only.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import pytest
 from mcp import Client, MCPError
 from mcp.server import Server, ServerRequestContext
-from mcp.server.context import CallNext, HandlerResult
-from mcp.shared.exceptions import MCPError as SharedMCPError
 from mcp.types import (
     CallToolRequestParams,
     CallToolResult,
@@ -40,11 +38,11 @@ from mcp.types import (
     Tool,
 )
 from mcp_types import INVALID_PARAMS
-from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 
-from statecodec import AESGCMCodec, BoundCodec, InvalidToken
+from statecodec import AESGCMCodec, BoundCodec
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.binding import mcp_request_context
+from statecodec.mcp import BoundStateMiddleware
 from tests.mcp_flows import REJECTION_MESSAGE, mint_token, submit_token
 
 KEY = bytes(range(32))
@@ -52,50 +50,8 @@ OTHER_KEY = bytes(range(64, 96))
 BINDING_KEY = bytes(range(100, 132))
 SERVER = "lowlevel-flows"
 T0 = 1_767_225_600.0
-LOGGER = "statecodec.example.bound_state"
+LOGGER = "statecodec.mcp"
 MARKER = "lowlevel-state-5e1d"
-
-logger = logging.getLogger(LOGGER)
-
-
-class BoundStateMiddleware:
-    """Seal outgoing `requestState` with a `BoundCodec`, verify every echo; refuse like the SDK does."""
-
-    def __init__(
-        self, codec: BoundCodec, *, principal: Callable[[ServerRequestContext[Any, Any]], str | None]
-    ) -> None:
-        self._codec = codec
-        self._principal = principal
-
-    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        if ctx.method not in INPUT_REQUIRED_METHODS:
-            return await call_next(ctx)
-        context = mcp_request_context(ctx.method, ctx.params)
-        principal = self._principal(ctx)
-        wire = (ctx.params or {}).get("requestState")
-        if wire is not None:
-            if not isinstance(wire, str):
-                _reject(ctx.method, "malformed")
-            try:
-                state = self._codec.unseal(wire, principal=principal, context=context)
-            except InvalidToken as exc:
-                _reject(ctx.method, exc.reason.value)
-            ctx = replace(ctx, params={**(ctx.params or {}), "requestState": state.decode("utf-8", "surrogatepass")})
-        result = await call_next(ctx)
-        if not is_input_required(result):
-            return result
-        plain = result.get("requestState") if isinstance(result, dict) else result.request_state
-        if not isinstance(plain, str):
-            return result
-        token = self._codec.seal(plain.encode("utf-8", "surrogatepass"), principal=principal, context=context)
-        if isinstance(result, dict):
-            return {**result, "requestState": token}
-        return result.model_copy(update={"request_state": token})
-
-
-def _reject(method: str, reason: str) -> Any:
-    logger.warning("requestState rejected on %s: %s", method, reason)
-    raise SharedMCPError(code=INVALID_PARAMS, message=REJECTION_MESSAGE, data={"reason": "invalid_request_state"})
 
 
 # --- the server --------------------------------------------------------------------------------
