@@ -109,3 +109,19 @@ def test_kms_check_with_flags_reads_the_wrapped_keys_file_its_error_names(
     err = capsys.readouterr().err
     assert f"STATECODEC_WRAPPED_KEYS_FILE {wrapped}" in err
     assert "not unpadded base64url" in err
+
+
+@pytest.mark.parametrize("command", ["inspect", "unseal"])
+def test_the_environment_token_cap_holds_when_the_token_picks_the_ring_codec(
+    command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ring = KeyRing.generate()
+    token = XAESGCMCodec(ring).seal(b"state")
+    monkeypatch.setenv("STATECODEC_KEYS", ring.to_text())
+    monkeypatch.setenv("STATECODEC_MAX_TOKEN_LENGTH", str(len(token) - 1))
+    assert _exit_code([command, token]) == 1
+    assert "oversized" in capsys.readouterr().err
+    # The flag still overrides the environment.
+    assert _exit_code([command, "--max-token-length", str(len(token)), token]) == 0
+    monkeypatch.setenv("STATECODEC_MAX_TOKEN_LENGTH", str(len(token)))
+    assert _exit_code([command, token]) == 0

@@ -32,6 +32,7 @@ from statecodec.config import (
     codec_from_env,
     codec_from_file,
     keys_configured,
+    max_token_length_setting,
     ring_from_settings,
 )
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
@@ -156,12 +157,15 @@ def _codec(args: argparse.Namespace, environ: Mapping[str, str], info: TokenInfo
         return codec_from_file(args.config)
     named = args.codec or environ.get(CODEC_VAR, "").strip().lower()
     if args.keys_env or args.keys_file or (not named and detected in _RING_KINDS and keys_configured(environ)):
+        limit = _max_length(args)
         if args.keys_env or args.keys_file:
             ring = KeyRing.from_env(args.keys_env, environ) if args.keys_env else KeyRing.from_file(args.keys_file)
         else:
             ring = ring_from_settings(environ)
+            if args.max_token_length is None:  # the environment's cap, as the server it mirrors uses
+                limit = max_token_length_setting(environ)
         kind = named or detected or "aesgcm"
-        codec = _ring_codec(kind, ring, _max_length(args), info)
+        codec = _ring_codec(kind, ring, limit, info)
         if codec is None:
             raise ConfigurationError(
                 f"a key ring works with --codec {' or '.join(_RING_KINDS)}, not {kind!r}; "
