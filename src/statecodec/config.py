@@ -74,6 +74,7 @@ __all__ = [
     "codec_from_file",
     "keys_configured",
     "max_token_length_setting",
+    "read_settings_file",
     "ring_from_settings",
     "setting",
 ]
@@ -163,6 +164,33 @@ def max_token_length_setting(settings: Mapping[str, str]) -> int:
     return int(text)
 
 
+def read_settings_file(path: Path, limit: int, what: str, hint: str) -> bytes:
+    """At most `limit` bytes of a file a setting names; `ConfigurationError` naming `what` otherwise.
+
+    Reads one byte past the cap instead of trusting the file size, so a device
+    or a growing file cannot make start-up read without bound. `hint` ends the
+    too-large message (what the file should have been).
+    """
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(limit + 1)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {what}: {exc.strerror}") from None
+    if len(raw) > limit:
+        raise ConfigurationError(f"{what} is over {limit} bytes; {hint}")
+    return raw
+
+
+def load_json_setting(raw: bytes, what: str) -> object:
+    """The JSON document in `raw`; on failure a message naming `what`, never quoting the content."""
+    try:
+        doc: object = json.loads(raw)
+    except (ValueError, RecursionError):
+        # The parser's message may quote file content, which can hold keys: say where, not what.
+        raise ConfigurationError(f"{what} is not valid JSON") from None
+    return doc
+
+
 def _valid_kinds() -> str:
     return ", ".join(sorted(BUILDERS))
 
@@ -230,20 +258,8 @@ def _setting_text(name: str, value: object) -> str:
 def codec_from_file(path: str | os.PathLike[str]) -> Codec:
     """The codec a JSON config file describes: an object with the environment variables as members."""
     p = Path(path)
-    try:
-        with p.open("rb") as fh:
-            raw = fh.read(_MAX_CONFIG_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read config file {p}: {exc.strerror}") from None
-    if len(raw) > _MAX_CONFIG_FILE_BYTES:
-        raise ConfigurationError(
-            f"config file {p} is over {_MAX_CONFIG_FILE_BYTES} bytes; is it the right file?"
-        )
-    try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError):
-        # The parser's message may quote file content, which can hold keys: say where, not what.
-        raise ConfigurationError(f"config file {p} is not valid JSON") from None
+    raw = read_settings_file(p, _MAX_CONFIG_FILE_BYTES, f"config file {p}", "is it the right file?")
+    doc = load_json_setting(raw, f"config file {p}")
     if not isinstance(doc, dict):
         raise ConfigurationError(f"config file {p} must hold a JSON object of {_PREFIX}* settings")
     try:

@@ -23,12 +23,17 @@ Variables (besides ``STATECODEC_CODEC=jwe|jws`` and ``STATECODEC_MAX_TOKEN_LENGT
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from statecodec.config import max_token_length_setting, ring_from_settings, setting
+from statecodec.config import (
+    load_json_setting,
+    max_token_length_setting,
+    read_settings_file,
+    ring_from_settings,
+    setting,
+)
 from statecodec.errors import ConfigurationError
 from statecodec.jose.jwe import JWEAlgorithm, JWECodec
 from statecodec.jose.jws import JWSAlgorithm, JWSCodec
@@ -46,18 +51,8 @@ def _jwks(settings: Mapping[str, str]) -> Any:
     if path is None:
         return None
     p = Path(path)
-    try:
-        with p.open("rb") as fh:
-            raw = fh.read(_MAX_JWKS_BYTES + 1)
-    except OSError as exc:
-        raise ConfigurationError(f"{JWKS_FILE_VAR}: cannot read {p}: {exc.strerror}") from None
-    if len(raw) > _MAX_JWKS_BYTES:
-        raise ConfigurationError(f"{JWKS_FILE_VAR}: {p} is over {_MAX_JWKS_BYTES} bytes; is it a JWK Set?")
-    try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):
-        # The parser's message can quote the file, which holds keys: say where, not what.
-        raise ConfigurationError(f"{JWKS_FILE_VAR}: {p} is not valid JSON") from None
+    raw = read_settings_file(p, _MAX_JWKS_BYTES, f"{JWKS_FILE_VAR} {p}", "is it a JWK Set?")
+    return load_json_setting(raw, f"{JWKS_FILE_VAR} {p}")
 
 
 def _alg(settings: Mapping[str, str], var: str, allowed: tuple[str, ...]) -> str:

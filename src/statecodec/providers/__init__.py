@@ -34,10 +34,12 @@ file (see `statecodec.config`):
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 
-from statecodec.envelope import default_context, parse_wrapped_keys
+from statecodec.config import max_token_length_setting, read_settings_file, setting
+from statecodec.envelope import EnvelopeCodec, KeyWrapper, default_context, parse_wrapped_keys
 from statecodec.errors import ConfigurationError
 from statecodec.providers._retry import RetryPolicy
 
@@ -47,6 +49,7 @@ __all__ = [
     "WRAPPED_KEYS_FILE_VAR",
     "WRAPPED_KEYS_VAR",
     "RetryPolicy",
+    "build_envelope_codec",
     "context_from_settings",
     "missing_extra",
     "parse_context",
@@ -68,28 +71,17 @@ def missing_extra(package: str, extra: str) -> ImportError:
     )
 
 
-def _get(settings: Mapping[str, str], name: str) -> str | None:
-    value = settings.get(name)
-    if value is None or not value.strip():
-        return None
-    return value.strip()
-
-
 def wrapped_keys_from_settings(settings: Mapping[str, str]) -> list[bytes]:
     """Wrapped blobs from exactly one of ``STATECODEC_WRAPPED_KEYS`` or ``..._FILE``."""
-    text = _get(settings, WRAPPED_KEYS_VAR)
-    path = _get(settings, WRAPPED_KEYS_FILE_VAR)
+    text = setting(settings, WRAPPED_KEYS_VAR, required=False)
+    path = setting(settings, WRAPPED_KEYS_FILE_VAR, required=False)
     if text is not None and path is not None:
         raise ConfigurationError(f"both {WRAPPED_KEYS_VAR} and {WRAPPED_KEYS_FILE_VAR} are set; set exactly one")
     if path is not None:
         p = Path(path)
-        try:
-            with p.open("rb") as fh:
-                raw = fh.read(_MAX_WRAPPED_FILE_BYTES + 1)
-        except OSError as exc:
-            raise ConfigurationError(f"cannot read {WRAPPED_KEYS_FILE_VAR} {p}: {exc.strerror}") from None
-        if len(raw) > _MAX_WRAPPED_FILE_BYTES:
-            raise ConfigurationError(f"{WRAPPED_KEYS_FILE_VAR} {p} is too large to be a wrapped-key file")
+        raw = read_settings_file(
+            p, _MAX_WRAPPED_FILE_BYTES, f"{WRAPPED_KEYS_FILE_VAR} {p}", "is it a wrapped-key file?"
+        )
         try:
             text = raw.decode("ascii")
         except UnicodeDecodeError:
@@ -132,10 +124,28 @@ def parse_context(text: str) -> dict[str, str]:
 
 def context_from_settings(settings: Mapping[str, str]) -> dict[str, str]:
     """``STATECODEC_KMS_CONTEXT``, or the default context with ``STATECODEC_KMS_AUDIENCE``."""
-    text = _get(settings, CONTEXT_VAR)
+    text = setting(settings, CONTEXT_VAR, required=False)
     if text is not None:
         try:
             return parse_context(text)
         except ConfigurationError as exc:
             raise ConfigurationError(f"{CONTEXT_VAR}: {exc}") from None
-    return default_context(_get(settings, AUDIENCE_VAR))
+    return default_context(setting(settings, AUDIENCE_VAR, required=False))
+
+
+def build_envelope_codec(
+    settings: Mapping[str, str],
+    wrapper_from_settings: Callable[[Mapping[str, str]], AbstractContextManager[KeyWrapper]],
+) -> EnvelopeCodec:
+    """The envelope codec the settings describe, over the wrapper `wrapper_from_settings` builds.
+
+    Every setting is read and checked before the provider is contacted; the
+    ring is unwrapped once, and the wrapper (its client, channel or
+    connection pool) is closed on return: after start-up the codec needs no
+    provider.
+    """
+    blobs = wrapped_keys_from_settings(settings)
+    context = context_from_settings(settings)
+    max_length = max_token_length_setting(settings)
+    with wrapper_from_settings(settings) as wrapper:
+        return EnvelopeCodec(wrapper, blobs, context=context, max_token_length=max_length)

@@ -19,14 +19,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from statecodec.config import setting
 from statecodec.envelope import EnvelopeCodec
 from statecodec.errors import ConfigurationError, ProviderError
 from statecodec.keys import MIN_KEY_LENGTH
-from statecodec.providers import (
-    context_from_settings,
-    missing_extra,
-    wrapped_keys_from_settings,
-)
+from statecodec.providers import build_envelope_codec, missing_extra
 from statecodec.providers._retry import RetryPolicy, call_with_retries
 
 try:
@@ -269,22 +266,16 @@ class AwsKmsWrapper:
 
 def wrapper_from_settings(settings: Mapping[str, str], **kwargs: Any) -> AwsKmsWrapper:
     """An `AwsKmsWrapper` from ``STATECODEC_AWS_KMS_KEY_ID`` and optional region / endpoint."""
-    key = (settings.get(AWS_KEY_VAR) or "").strip()
-    if not key:
+    key = setting(settings, AWS_KEY_VAR, required=False)
+    if key is None:
         raise ConfigurationError(
             f"{AWS_KEY_VAR} is not set; set it to the ARN of the KMS key that wraps the data keys"
         )
-    region = (settings.get(AWS_REGION_VAR) or "").strip() or None
-    endpoint = (settings.get(AWS_ENDPOINT_VAR) or "").strip() or None
+    region = setting(settings, AWS_REGION_VAR, required=False)
+    endpoint = setting(settings, AWS_ENDPOINT_VAR, required=False)
     return AwsKmsWrapper(key, region=region, endpoint_url=endpoint, **kwargs)
 
 
 def build_codec(settings: Mapping[str, str]) -> EnvelopeCodec:
     """Builder for ``STATECODEC_CODEC=aws-kms``: unwrap the ring once, then close the KMS client."""
-    from statecodec.config import max_token_length_setting
-
-    blobs = wrapped_keys_from_settings(settings)
-    context = context_from_settings(settings)
-    max_length = max_token_length_setting(settings)
-    with wrapper_from_settings(settings) as wrapper:
-        return EnvelopeCodec(wrapper, blobs, context=context, max_token_length=max_length)
+    return build_envelope_codec(settings, wrapper_from_settings)

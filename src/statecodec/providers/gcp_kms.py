@@ -28,10 +28,11 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from statecodec.config import setting
 from statecodec.envelope import EnvelopeCodec, canonical_context
 from statecodec.errors import ConfigurationError, ProviderError
 from statecodec.keys import MIN_KEY_LENGTH
-from statecodec.providers import context_from_settings, missing_extra, wrapped_keys_from_settings
+from statecodec.providers import build_envelope_codec, missing_extra
 from statecodec.providers._retry import RetryPolicy, call_with_retries
 
 try:
@@ -287,21 +288,15 @@ def _emulator_client(host: str) -> Any:
 
 def wrapper_from_settings(settings: Mapping[str, str], **kwargs: Any) -> GcpKmsWrapper:
     """A `GcpKmsWrapper` from ``STATECODEC_GCP_KMS_KEY`` (and the emulator host, for tests)."""
-    key = (settings.get(GCP_KEY_VAR) or "").strip()
-    if not key:
+    key = setting(settings, GCP_KEY_VAR, required=False)
+    if key is None:
         raise ConfigurationError(
             f"{GCP_KEY_VAR} is not set; set it to projects/P/locations/L/keyRings/R/cryptoKeys/K"
         )
-    emulator = (settings.get(GCP_EMULATOR_VAR) or "").strip() or None
+    emulator = setting(settings, GCP_EMULATOR_VAR, required=False)
     return GcpKmsWrapper(key, emulator_host=emulator, **kwargs)
 
 
 def build_codec(settings: Mapping[str, str]) -> EnvelopeCodec:
     """Builder for ``STATECODEC_CODEC=gcp-kms``: unwrap the ring once, then close the channel."""
-    from statecodec.config import max_token_length_setting
-
-    blobs = wrapped_keys_from_settings(settings)
-    context = context_from_settings(settings)
-    max_length = max_token_length_setting(settings)
-    with wrapper_from_settings(settings) as wrapper:
-        return EnvelopeCodec(wrapper, blobs, context=context, max_token_length=max_length)
+    return build_envelope_codec(settings, wrapper_from_settings)

@@ -63,10 +63,11 @@ from types import MappingProxyType
 from typing import Any
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
+from statecodec.config import max_token_length_setting, setting
 from statecodec.envelope import MAX_WRAPPED_KEY_LENGTH, EnvelopeCodec, canonical_context
 from statecodec.errors import ConfigurationError, InvalidToken, ProviderError, Reason, SealError
 from statecodec.keys import MIN_KEY_LENGTH
-from statecodec.providers import context_from_settings, parse_context, wrapped_keys_from_settings
+from statecodec.providers import build_envelope_codec, parse_context
 from statecodec.providers._retry import RetryPolicy, call_with_retries
 from statecodec.providers._vault_api import (
     DEFAULT_TIMEOUT,
@@ -563,13 +564,11 @@ def _reason(failure: Failure) -> Reason:
 
 
 def _get(settings: Mapping[str, str], name: str, fallback: str | None = None) -> str | None:
-    for var in (name, fallback):
-        if var is None:
-            continue
-        value = settings.get(var)
-        if value is not None and value.strip():
-            return value.strip()
-    return None
+    """`name`'s stripped value, else the standard Vault variable `fallback`'s, else None."""
+    value = setting(settings, name, required=False)
+    if value is None and fallback is not None:
+        value = setting(settings, fallback, required=False)
+    return value
 
 
 def _secret(settings: Mapping[str, str], name: str, fallback: str | None = None) -> str | None:
@@ -641,12 +640,6 @@ def _key_settings(settings: Mapping[str, str]) -> tuple[str, str]:
     return key, _get(settings, "STATECODEC_VAULT_MOUNT") or "transit"
 
 
-def _max_length(settings: Mapping[str, str]) -> int:
-    from statecodec.config import max_token_length_setting
-
-    return max_token_length_setting(settings)
-
-
 def wrapper_from_settings(settings: Mapping[str, str]) -> VaultKeyWrapper:
     """A `VaultKeyWrapper` that owns its client, from ``STATECODEC_VAULT_*`` settings; close it after use."""
     key, mount = _key_settings(settings)
@@ -660,12 +653,8 @@ def wrapper_from_settings(settings: Mapping[str, str]) -> VaultKeyWrapper:
 
 def envelope_codec_from_settings(settings: Mapping[str, str]) -> EnvelopeCodec:
     """``STATECODEC_CODEC=vault-envelope``: wrapped keys unwrapped once through Vault at start-up."""
-    blobs = wrapped_keys_from_settings(settings)
-    context = context_from_settings(settings)
-    max_length = _max_length(settings)
     # Envelope mode needs Vault only at start-up: the connection pool is closed on return.
-    with wrapper_from_settings(settings) as wrapper:
-        return EnvelopeCodec(wrapper, blobs, context=context, max_token_length=max_length)
+    return build_envelope_codec(settings, wrapper_from_settings)
 
 
 def transit_codec_from_settings(settings: Mapping[str, str]) -> VaultTransitCodec:
@@ -676,7 +665,7 @@ def transit_codec_from_settings(settings: Mapping[str, str]) -> VaultTransitCode
         context = parse_context(text) if text is not None else None
     except ConfigurationError as exc:
         raise ConfigurationError(f"STATECODEC_VAULT_CONTEXT: {exc}") from None
-    max_length = _max_length(settings)
+    max_length = max_token_length_setting(settings)
     client = vault_client_from_settings(settings)
     try:
         return VaultTransitCodec(
