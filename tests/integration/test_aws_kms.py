@@ -10,20 +10,18 @@ error shape, so the real boto3 client parses them.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.integration.kms_support import ATTEMPTS, Sleeps, run_cli
 from tests.mcp_flows import accept_token, assert_mcp_rejects, mint_token, run_mcp_flows
 from tests.plugins.aws import REGION, KmsProxy, MotoServer, free_port, kms_client
 
 from statecodec import EnvelopeCodec, InvalidToken, ProviderError
 from statecodec._encoding import b64u_decode
-from statecodec.cli.main import main as cli_main
 from statecodec.config import codec_from_env, codec_from_file
 from statecodec.envelope import default_context, format_wrapped_keys, new_wrapped_key
 from statecodec.errors import ConfigurationError
@@ -33,29 +31,6 @@ from statecodec.providers.aws_kms import AwsKmsWrapper
 from statecodec.testing import assert_conformant
 
 pytestmark = pytest.mark.integration
-
-ATTEMPTS = 3
-
-
-class Sleeps:
-    """Records the backoff delays instead of sleeping (bounded, and the suite stays fast)."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    def __call__(self, seconds: float) -> None:
-        self.delays.append(seconds)
-
-
-@pytest.fixture
-def sleeps() -> Sleeps:
-    return Sleeps()
-
-
-@pytest.fixture
-def policy(sleeps: Sleeps) -> RetryPolicy:
-    return RetryPolicy(attempts=ATTEMPTS, base_delay=0.05, max_delay=0.2, sleep=sleeps)
-
 
 @pytest.fixture
 def key(moto_server: MotoServer) -> tuple[str, str]:
@@ -372,13 +347,6 @@ def test_security_from_env_one_liner(aws_env: dict[str, str]) -> None:
     assert report.tool
 
 
-def _run_cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli_main(list(argv))
-    return code, out.getvalue(), err.getvalue()
-
-
 def test_cli_new_data_key_and_check(aws_env: dict[str, str], moto_server: MotoServer, key: tuple[str, str]) -> None:
     flags = [
         "--provider",
@@ -390,7 +358,7 @@ def test_cli_new_data_key_and_check(aws_env: dict[str, str], moto_server: MotoSe
         "--endpoint-url",
         aws_env["STATECODEC_AWS_KMS_ENDPOINT"],
     ]
-    code, out, _ = _run_cli("kms", "new-data-key", *flags, "--audience", "billing")
+    code, out, _ = run_cli("kms", "new-data-key", *flags, "--audience", "billing")
     assert code == 0
     wrapped = out.strip()
     blob = b64u_decode(wrapped)
@@ -401,12 +369,12 @@ def test_cli_new_data_key_and_check(aws_env: dict[str, str], moto_server: MotoSe
     finally:
         admin.close()
     assert len(data_key) == 32
-    code, out, _ = _run_cli("kms", "check", *flags, "--audience", "billing", "--wrapped-keys", wrapped)
+    code, out, _ = run_cli("kms", "check", *flags, "--audience", "billing", "--wrapped-keys", wrapped)
     assert code == 0
     assert "(primary)" in out
     assert "unwrapped 1 data key: ok" in out
     assert data_key.hex() not in out
-    code, _, err = _run_cli("kms", "check", *flags, "--wrapped-keys", wrapped)
+    code, _, err = run_cli("kms", "check", *flags, "--wrapped-keys", wrapped)
     assert code == 2
     assert "wrong context" in err
 
@@ -416,7 +384,7 @@ def test_cli_check_from_environment(
 ) -> None:
     for name, value in aws_env.items():
         monkeypatch.setenv(name, value)
-    code, out, _ = _run_cli("kms", "check")
+    code, out, _ = run_cli("kms", "check")
     assert code == 0
     ids = EnvelopeCodec(wrapper, ring).key_ids
     assert f"key ids: {ids[0]} (primary), {ids[1]}" in out

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import itertools
 import json
 from pathlib import Path
@@ -11,13 +9,13 @@ from typing import Any
 
 import grpc
 import pytest
+from tests.integration.kms_support import ATTEMPTS, Sleeps, run_cli
 from tests.mcp_flows import accept_token, assert_mcp_rejects, mint_token, run_mcp_flows
 from tests.plugins.aws import free_port
 from tests.plugins.gcp import CORRUPTIONS, FakeCloudKms, key_name
 
 from statecodec import EnvelopeCodec, ProviderError
 from statecodec._encoding import b64u_decode
-from statecodec.cli.main import main as cli_main
 from statecodec.config import codec_from_env, codec_from_file
 from statecodec.envelope import canonical_context, default_context, format_wrapped_keys, new_wrapped_key
 from statecodec.errors import ConfigurationError
@@ -27,26 +25,7 @@ from statecodec.providers.gcp_kms import GcpKmsWrapper
 
 pytestmark = pytest.mark.integration
 
-ATTEMPTS = 3
 _names = itertools.count()
-
-
-class Sleeps:
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    def __call__(self, seconds: float) -> None:
-        self.delays.append(seconds)
-
-
-@pytest.fixture
-def sleeps() -> Sleeps:
-    return Sleeps()
-
-
-@pytest.fixture
-def policy(sleeps: Sleeps) -> RetryPolicy:
-    return RetryPolicy(attempts=ATTEMPTS, base_delay=0.05, max_delay=0.2, sleep=sleeps)
 
 
 @pytest.fixture
@@ -331,32 +310,25 @@ def test_missing_key_setting(gcp_env: dict[str, str]) -> None:
         codec_from_env({k: v for k, v in gcp_env.items() if k != "STATECODEC_GCP_KMS_KEY"})
 
 
-def _run_cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli_main(list(argv))
-    return code, out.getvalue(), err.getvalue()
-
-
 @pytest.fixture
 def cli_flags(key: str, gcp_kms: FakeCloudKms) -> list[str]:
     return ["--provider", "gcp", "--key", key, "--emulator-host", gcp_kms.address]
 
 
 def test_cli_new_data_key_and_check(cli_flags: list[str], wrapper: GcpKmsWrapper) -> None:
-    code, out, _ = _run_cli("kms", "new-data-key", *cli_flags, "--context", "purpose=statecodec-envelope,app=x")
+    code, out, _ = run_cli("kms", "new-data-key", *cli_flags, "--context", "purpose=statecodec-envelope,app=x")
     assert code == 0
     wrapped = out.strip()
     context = {"purpose": "statecodec-envelope", "app": "x"}
     data_key = wrapper.unwrap(b64u_decode(wrapped), context)
     assert len(data_key) == 32
-    code, out, _ = _run_cli(
+    code, out, _ = run_cli(
         "kms", "check", *cli_flags, "--context", "purpose=statecodec-envelope,app=x", "--wrapped-keys", wrapped
     )
     assert code == 0
     assert "unwrapped 1 data key: ok" in out
     assert "app=x,purpose=statecodec-envelope" in out
     assert data_key.hex() not in out
-    code, _, err = _run_cli("kms", "check", *cli_flags, "--wrapped-keys", wrapped)
+    code, _, err = run_cli("kms", "check", *cli_flags, "--wrapped-keys", wrapped)
     assert code == 2
     assert "another context" in err
