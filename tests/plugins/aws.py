@@ -27,6 +27,8 @@ import boto3
 import pytest
 from botocore.config import Config
 
+from tests.plugins._service import reset_around, running
+
 REGION = "us-east-1"
 _CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 _START_TIMEOUT = 30.0
@@ -185,23 +187,15 @@ class KmsProxy:
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoServer]:
-    server = MotoServer()
-    server.start()
-    try:
+    with running(MotoServer()) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
 def moto_server_fn() -> Iterator[MotoServer]:
     """A moto server of this test's own, which the test may stop."""
-    server = MotoServer()
-    server.start()
-    try:
+    with running(MotoServer()) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -216,6 +210,5 @@ def _kms_proxy_session(moto_server: MotoServer) -> Iterator[KmsProxy]:
 @pytest.fixture
 def kms_proxy(_kms_proxy_session: KmsProxy) -> Iterator[KmsProxy]:
     """The counting, fault-injecting proxy, with no faults queued and counters at zero."""
-    _kms_proxy_session.reset()
-    yield _kms_proxy_session
-    _kms_proxy_session.reset()
+    with reset_around(_kms_proxy_session) as proxy:
+        yield proxy

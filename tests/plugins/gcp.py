@@ -32,6 +32,8 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import kms_v1
 from google.cloud.kms_v1.services.key_management_service.transports import KeyManagementServiceGrpcTransport
 
+from tests.plugins._service import reset_around, running
+
 _SERVICE = "google.cloud.kms.v1.KeyManagementService"
 _MAGIC = b"SCKMS"
 _DECRYPT_FAILED = "Decryption failed: verify that 'name' refers to the correct CryptoKey."
@@ -267,31 +269,22 @@ class FakeCloudKms:
 
 @pytest.fixture(scope="session")
 def _gcp_kms_session() -> Iterator[FakeCloudKms]:
-    server = FakeCloudKms()
-    server.start()
-    try:
+    with running(FakeCloudKms()) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
 def gcp_kms(_gcp_kms_session: FakeCloudKms) -> Iterator[FakeCloudKms]:
     """The session Cloud KMS test server with no faults queued and counters at zero."""
-    _gcp_kms_session.reset()
-    yield _gcp_kms_session
-    _gcp_kms_session.reset()
+    with reset_around(_gcp_kms_session) as server:
+        yield server
 
 
 @pytest.fixture
 def gcp_kms_fn() -> Iterator[FakeCloudKms]:
     """A Cloud KMS test server of this test's own, which the test may stop."""
-    server = FakeCloudKms()
-    server.start()
-    try:
+    with running(FakeCloudKms()) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
