@@ -41,6 +41,7 @@ __all__ = [
     "read_json",
     "reason",
     "reason_or_null",
+    "refusal",
     "refused",
     "string_map",
     "text",
@@ -225,6 +226,26 @@ def refused(unseal: Callable[[], object], expected: str) -> str | None:
     except Exception as exc:  # the contract allows nothing else; report, don't crash the run
         return f"raised {type(exc).__name__}, expected InvalidToken({expected})"
     return "was accepted"
+
+
+def refusal(
+    build: Callable[[], Any],
+    token: str,
+    expected: str,
+    *,
+    what: str = "codec",
+    errors: tuple[type[Exception], ...] = (ConfigurationError,),
+) -> list[str]:
+    """The problems with an invalid vector: its configuration refused (`errors`), or its token not refused as pinned.
+
+    `build` makes the codec the vector names; `what` names it in the message.
+    """
+    try:
+        codec = build()
+    except errors as exc:
+        return [f"{what} refused: {exc}"]
+    problem = refused(lambda: codec.unseal(token), expected)
+    return [] if problem is None else [problem]
 
 
 def first_difference(got: str, expected: str) -> str:

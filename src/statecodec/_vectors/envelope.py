@@ -105,6 +105,13 @@ def verify(data: Mapping[str, Any]) -> s.VectorReport:
     return report
 
 
+def _check_invalid(iv: Mapping[str, Any]) -> list[str]:
+    cap = iv.get("max_token_length", DEFAULT_MAX_TOKEN_LENGTH)
+    return s.refusal(
+        lambda: _codec(iv, cap=cap), iv["token"], iv["reason"], what="ring", errors=(ConfigurationError, ProviderError)
+    )
+
+
 def _check_valid(v: Mapping[str, Any]) -> list[str]:
     slot = v["sealed_with"]
     try:
@@ -127,15 +134,6 @@ def _check_valid(v: Mapping[str, Any]) -> list[str]:
             f"re-sealing payload under nonce gives another token ({s.first_difference(resealed, v['token'])})"
         )
     return problems
-
-
-def _check_invalid(iv: Mapping[str, Any]) -> list[str]:
-    try:
-        ring = _codec(iv, cap=iv.get("max_token_length", DEFAULT_MAX_TOKEN_LENGTH))
-    except (ConfigurationError, ProviderError) as exc:
-        return [f"ring refused: {exc}"]
-    problem = s.refused(lambda: ring.unseal(iv["token"]), iv["reason"])
-    return [] if problem is None else [problem]
 
 
 # -- generating ------------------------------------------------------------------------------------
