@@ -189,6 +189,21 @@ def test_codec_from_file_errors(tmp_path: Path, content: str, fragment: str) -> 
     assert format_keys([KEY_A]) not in str(info.value)
 
 
+def test_a_misspelt_or_foreign_member_is_refused(tmp_path: Path) -> None:
+    """A typo must not pass as an unused setting and leave the default in force."""
+    keys = format_keys([KEY_A])
+    typo = _write(tmp_path / "typo.json", {"STATECODEC_KEYS": keys, "STATECODEC_MAX_TOKEN_LENGHT": "1000"})
+    with pytest.raises(ConfigurationError, match="STATECODEC_MAX_TOKEN_LENGHT is not read by codec kind 'aesgcm'"):
+        cfg.codec_from_file(typo)
+    # A real setting of another codec kind is as wrong here as a typo.
+    foreign = _write(tmp_path / "foreign.json", {"STATECODEC_KEYS": keys, "STATECODEC_JWE_ALG": "dir"})
+    with pytest.raises(ConfigurationError, match="STATECODEC_JWE_ALG is not read") as info:
+        cfg.codec_from_file(foreign)
+    assert keys not in str(info.value)
+    spelt = _write(tmp_path / "ok.json", {"STATECODEC_KEYS": keys, "STATECODEC_MAX_TOKEN_LENGTH": "1000"})
+    assert cfg.codec_from_file(spelt).max_token_length == 1000  # type: ignore[attr-defined]
+
+
 def test_codec_from_file_missing_and_oversized(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="cannot read config file"):
         cfg.codec_from_file(tmp_path / "absent.json")

@@ -37,8 +37,8 @@ variables above, for example::
 Values are strings; integers are accepted for numeric settings and a list of
 strings for ``STATECODEC_KEYS``. A relative path in a member whose name ends
 in ``_FILE`` is resolved against the config file's directory. Members that
-do not start with ``STATECODEC_`` are refused, so a typo cannot pass for an
-unused setting.
+do not start with ``STATECODEC_``, and members the chosen kind's builder does
+not read, are refused, so a typo cannot pass for an unused setting.
 
 Adding a codec kind is one entry in `BUILDERS`: the kind maps to a builder,
 a callable ``(settings: Mapping[str, str]) -> codec``, or to its import path
@@ -51,7 +51,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH
@@ -263,10 +263,37 @@ def codec_from_file(path: str | os.PathLike[str]) -> Codec:
     if not isinstance(doc, dict):
         raise ConfigurationError(f"config file {p} must hold a JSON object of {_PREFIX}* settings")
     try:
-        settings = _settings_from_document(doc, p.parent)
-        return build_codec(_kind(settings), settings)
+        settings = _ReadTracker(_settings_from_document(doc, p.parent))
+        kind = _kind(settings)
+        codec = build_codec(kind, settings)
+        # A misspelt member would otherwise pass as an unused setting and leave a default in force.
+        unused = sorted(name for name in settings if name not in settings.read)
+        if unused:
+            raise ConfigurationError(
+                f"{', '.join(unused)} {'is' if len(unused) == 1 else 'are'} not read by codec kind {kind!r}; "
+                "check the spelling against docs/configuration.md, or remove the member"
+            )
+        return codec
     except ConfigurationError as exc:
         raise ConfigurationError(f"config file {p}: {exc}") from None
+
+
+class _ReadTracker(Mapping[str, str]):
+    """Settings that remember which names the builders looked up."""
+
+    def __init__(self, settings: dict[str, str]) -> None:
+        self._settings = settings
+        self.read: set[str] = set()
+
+    def __getitem__(self, name: str) -> str:
+        self.read.add(name)
+        return self._settings[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._settings)
+
+    def __len__(self) -> int:
+        return len(self._settings)
 
 
 def _settings_from_document(doc: dict[str, object], base: Path) -> dict[str, str]:
