@@ -179,6 +179,30 @@ def test_client_settings_read_files_and_fallbacks(tmp_path: Path) -> None:
         c.adapter.close()
 
 
+def test_an_explicit_token_file_wins_over_an_inherited_vault_token(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(SECRET + "\n")
+    c = vault_client_from_settings(
+        {
+            "STATECODEC_VAULT_ADDR": "https://vault.example:8200",
+            "VAULT_TOKEN": "inherited-from-the-shell",
+            "STATECODEC_VAULT_TOKEN_FILE": str(token_file),
+        }
+    )
+    try:
+        assert c.token == SECRET
+    finally:
+        c.adapter.close()
+    with pytest.raises(ConfigurationError, match="both STATECODEC_VAULT_TOKEN and STATECODEC_VAULT_TOKEN_FILE"):
+        vault_client_from_settings(
+            {
+                "STATECODEC_VAULT_ADDR": "https://vault.example:8200",
+                "STATECODEC_VAULT_TOKEN": SECRET,
+                "STATECODEC_VAULT_TOKEN_FILE": str(token_file),
+            }
+        )
+
+
 def test_transit_settings_need_a_key() -> None:
     with pytest.raises(ConfigurationError, match="STATECODEC_VAULT_KEY"):
         transit_codec_from_settings({"VAULT_ADDR": "http://127.0.0.1:9", "VAULT_TOKEN": SECRET})

@@ -572,13 +572,16 @@ def _get(settings: Mapping[str, str], name: str, fallback: str | None = None) ->
 
 
 def _secret(settings: Mapping[str, str], name: str, fallback: str | None = None) -> str | None:
-    """A secret from `name`, or from the file named by `name`_FILE (not both)."""
-    value = _get(settings, name, fallback)
+    """A secret from `name`, or from the file named by `name`_FILE (not both), else from `fallback`.
+
+    The fallback (``VAULT_TOKEN``, inherited from a shell) yields to an explicit `name`_FILE.
+    """
+    value = _get(settings, name)
     path = _get(settings, name + "_FILE")
     if value is not None and path is not None:
         raise ConfigurationError(f"both {name} and {name}_FILE are set; set exactly one")
     if path is None:
-        return value
+        return value if value is not None or fallback is None else _get(settings, fallback)
     try:
         text = Path(path).read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):
