@@ -79,14 +79,18 @@ class TokenInfo:
 def describe_token(token: object, *, max_length: int = DEFAULT_MAX_TOKEN_LENGTH) -> TokenInfo:
     """The visible structure of `token`, or `InvalidToken` with a reason code; never verifies."""
     text = check_token_text(token, max_length)
+    info: TokenInfo | None = None
     try:
-        if "." in text:
-            return _describe_jose(text)
-        return _describe_binary(text)
+        info = _describe_jose(text) if "." in text else _describe_binary(text)
     except InvalidToken:
         raise
     except Exception:  # a description must fail the same way as unseal, whatever the input
-        raise InvalidToken(Reason.MALFORMED) from None
+        info = None
+    # Raised outside the handler: the caught exception may hold token text, and
+    # `from None` would still keep it reachable as __context__.
+    if info is None:
+        raise InvalidToken(Reason.MALFORMED)
+    return info
 
 
 def _describe_binary(text: str) -> TokenInfo:
@@ -147,10 +151,15 @@ def _jose_header(segment: str) -> dict[str, str]:
     """The ``alg``, ``enc`` and ``kid`` members of a protected header, each a short string."""
     if len(segment) > MAX_JOSE_HEADER_LENGTH:
         raise InvalidToken(Reason.OVERSIZED)
+    raw = b64u_decode(segment)
+    parsed = True
     try:
-        obj = json.loads(b64u_decode(segment).decode("utf-8"))
+        obj = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError):
-        raise InvalidToken(Reason.MALFORMED) from None
+        # Refused below, outside the handler: the decode and JSON errors hold the header text.
+        parsed = False
+    if not parsed:
+        raise InvalidToken(Reason.MALFORMED)
     if not isinstance(obj, dict) or not isinstance(obj.get("alg"), str):
         raise InvalidToken(Reason.HEADER)
     found: dict[str, str] = {}

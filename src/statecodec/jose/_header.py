@@ -74,16 +74,18 @@ def parse_header(segment: str) -> dict[str, Any]:
     if len(segment) > MAX_HEADER_LENGTH:
         raise InvalidToken(Reason.OVERSIZED)
     raw = b64u_decode(segment)
+    # Refusals are raised after the handlers: a UnicodeDecodeError holds the decoded
+    # header and a JSONDecodeError its text (`.doc`), and `raise ... from None` inside
+    # a handler would still keep either reachable as __context__.
+    reason: Reason | None = None
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidToken(Reason.MALFORMED) from None
-    try:
-        header = _DECODER.decode(text)
+        header = _DECODER.decode(raw.decode("utf-8"))
     except _DuplicateMember:
-        raise InvalidToken(Reason.HEADER) from None
-    except (ValueError, RecursionError):
-        raise InvalidToken(Reason.MALFORMED) from None
+        reason = Reason.HEADER
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        reason = Reason.MALFORMED
+    if reason is not None:
+        raise InvalidToken(reason)
     if type(header) is not dict:
         raise InvalidToken(Reason.MALFORMED)
     return header
