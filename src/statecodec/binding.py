@@ -343,6 +343,13 @@ class BoundCodec:
             raise ConfigurationError("codec must have seal(bytes) -> str and unseal(str) -> bytes")
         if not callable(clock):
             raise ConfigurationError("clock must be a callable returning seconds since the epoch")
+        sample = clock()
+        if isinstance(sample, bool) or not isinstance(sample, (int, float)):
+            # datetime.now and friends fail here, not on the first token.
+            raise ConfigurationError(
+                f"clock must return seconds since the epoch as an int or float (e.g. time.time), "
+                f"got {type(sample).__name__}"
+            )
         self.audience = _check_label("audience", audience)
         self.purpose = _check_label("purpose", purpose)
         self._ttl = _check_seconds("ttl", ttl, 1, MAX_TTL)
@@ -410,12 +417,17 @@ class BoundCodec:
         """Inner unseal plus the checks that need no principal or context: (payload, state offset)."""
         if type(token) is not str:
             raise InvalidToken(Reason.MALFORMED)
+        failed = False
         try:
             payload = self._codec.unseal(token)
         except InvalidToken:
             raise
-        except Exception:  # deny on error: a foreign inner codec's refusal or bug must fail closed
-            raise InvalidToken(Reason.SEAL) from None
+        except Exception:  # deny on error: a foreign inner codec's refusal or bug fails closed
+            failed = True
+        if failed:
+            # Raised outside the handler: the inner exception may hold token text, and
+            # `from None` would still keep it reachable as __context__.
+            raise InvalidToken(Reason.SEAL)
         # Accept only if: bytes, long enough for the flagged layout, known version, known flags.
         if not isinstance(payload, bytes) or len(payload) < _BASE_LENGTH or payload[0] != CLAIMS_VERSION:
             raise InvalidToken(Reason.MALFORMED)
@@ -432,8 +444,8 @@ class BoundCodec:
         times = int.from_bytes(payload[2:10], "big")
         iat = times >> 24
         now = self._clock()
-        # Stated positively so a NaN clock rejects instead of accepting.
-        if not (iat <= now + self._skew):
+        # Stated positively so a NaN (or non-numeric) clock rejects instead of accepting or raising.
+        if not (isinstance(now, (int, float)) and iat <= now + self._skew):
             raise InvalidToken(Reason.NOT_YET_VALID)
         if not (now < iat + (times & MAX_TTL)):
             raise InvalidToken(Reason.EXPIRED)
