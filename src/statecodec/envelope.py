@@ -216,7 +216,7 @@ class EnvelopeCodec:
         context: Mapping[str, str] | None = None,
         max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
     ) -> None:
-        if isinstance(wrapped_keys, (bytes, bytearray, str)):
+        if isinstance(wrapped_keys, (bytes, bytearray, str)) or not isinstance(wrapped_keys, Iterable):
             raise ConfigurationError(
                 "wrapped_keys must be a list, not a single value: write wrapped_keys=[blob], "
                 "or parse the text form with parse_wrapped_keys(text)"

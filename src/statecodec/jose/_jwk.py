@@ -77,12 +77,18 @@ def _member(jwk: Mapping[str, Any], name: str, index: int) -> bytes:
 
 
 def _check_use(jwk: Mapping[str, Any], index: int, use: str, algs: frozenset[str]) -> None:
+    # Values are quoted only when they are short strings: a misplaced member may hold anything.
     if "use" in jwk and jwk["use"] != use:
-        raise ConfigurationError(f'keys[{index}] has "use": {jwk["use"]!r}; this codec needs "{use}"')
-    if "alg" in jwk and jwk["alg"] not in algs:
+        raise ConfigurationError(f'keys[{index}] has "use": {_quote(jwk["use"])}; this codec needs "{use}"')
+    # Type first: an unhashable "alg" (a list, an object) cannot be looked up in a set.
+    if "alg" in jwk and (type(jwk["alg"]) is not str or jwk["alg"] not in algs):
         raise ConfigurationError(
-            f'keys[{index}] is for "alg": {jwk["alg"]!r}; this codec accepts {", ".join(sorted(algs))}'
+            f'keys[{index}] is for "alg": {_quote(jwk["alg"])}; this codec accepts {", ".join(sorted(algs))}'
         )
+
+
+def _quote(value: object) -> str:
+    return repr(value) if type(value) is str and len(value) <= 32 else f"<{type(value).__name__}>"
 
 
 def configured_kid(jwk: Mapping[str, Any], index: int, default: str | None) -> str:

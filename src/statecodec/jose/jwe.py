@@ -303,7 +303,11 @@ class JWECodec:
         The first key seals (its public half); private keys unseal. A public
         first key makes a sealing-only codec.
         """
-        if isinstance(keys, (ec.EllipticCurvePrivateKey, x25519.X25519PrivateKey)) or not keys:
+        if (
+            isinstance(keys, (ec.EllipticCurvePrivateKey, x25519.X25519PrivateKey))
+            or not isinstance(keys, Iterable)
+            or not keys
+        ):
             raise ConfigurationError("keys must be a non-empty list of keys: write keys=[key]")
         slots: list[_Slot] = []
         for i, key in enumerate(keys):

@@ -208,7 +208,7 @@ class JWSCodec:
         """Ed25519 over `cryptography` keys: the first (private) signs; ``kid`` = RFC 7638 thumbprint."""
         if alg not in _ED_ALGS:
             raise ConfigurationError("alg must be 'EdDSA' or 'Ed25519'")
-        if isinstance(keys, ed25519.Ed25519PrivateKey) or not keys:
+        if isinstance(keys, ed25519.Ed25519PrivateKey) or not isinstance(keys, Iterable) or not keys:
             raise ConfigurationError("keys must be a non-empty list of Ed25519 keys: write keys=[key]")
         slots: list[_Key] = []
         for i, key in enumerate(keys):

@@ -83,10 +83,12 @@ def vault_client(
     are refused so the Vault token header never follows a redirect elsewhere.
     The caller owns the client: ``client.adapter.close()`` closes its pool.
     """
-    if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/?#]+/?", url):
+    # No user:password@ part: the address is named in every message and repr, and Vault
+    # authenticates with its own token, never with credentials in the URL.
+    if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/?#@]+/?", url):
         raise ConfigurationError(
-            "the Vault address must be http(s)://host[:port], e.g. https://vault.example:8200 "
-            "(set STATECODEC_VAULT_ADDR or VAULT_ADDR)"
+            "the Vault address must be http(s)://host[:port] with no credentials in it, e.g. "
+            "https://vault.example:8200 (set STATECODEC_VAULT_ADDR or VAULT_ADDR)"
         )
     approle = role_id is not None or secret_id is not None
     if (token is not None) == approle:
