@@ -101,6 +101,13 @@ def test_text_form_round_trips_and_is_accepted() -> None:
     assert codec.wrapped_keys_text() == text
 
 
+def test_comment_lines_in_the_text_form_are_ignored_even_with_commas() -> None:
+    blobs = _ring(LocalWrapper(), 2)
+    primary, old = format_wrapped_keys(blobs).split(",")
+    text = f"# wrapped data keys, primary first\n{primary}\n  # previous key, until its tokens expire\n{old}\n"
+    assert parse_wrapped_keys(text) == blobs
+
+
 def test_envelope_tokens_never_cross_with_a_local_ring_over_the_same_key() -> None:
     data_key = bytes(range(32, 64))
     blob = b"opaque-wrapped-blob"

@@ -168,7 +168,9 @@ def parse_wrapped_keys(text: str) -> list[bytes]:
     """Wrapped blobs from the text form: base64url, comma- or newline-separated, primary first."""
     if not isinstance(text, str):
         raise ConfigurationError("wrapped keys text must be str")
-    items = [p.strip() for line in text.splitlines() for p in line.split(",")]
+    # A comment is a whole line, as in key files: split after dropping it, so a comma in it is no key.
+    lines = [line for line in text.splitlines() if not line.strip().startswith("#")]
+    items = [p.strip() for line in lines for p in line.split(",")]
     items = [p for p in items if p and not p.startswith("#")]
     if not items:
         raise ConfigurationError("no wrapped keys found; create one with `statecodec kms new-data-key`")
