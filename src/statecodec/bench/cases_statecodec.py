@@ -67,8 +67,9 @@ def _bound() -> Built:
         unseal=unseal,
         kind="boundary",
         note=(
-            "BoundCodec(AESGCMCodec): binary claims (expiry, audience, request context with an "
-            "arguments digest computed per operation, as the SDK boundary does; no principal)"
+            "BoundCodec(AESGCMCodec): binary claims (expiry, audience, request context with the "
+            "canonical JSON of the arguments, computed per operation as the SDK boundary computes "
+            "its digest; no principal)"
         ),
     )
 
