@@ -52,6 +52,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from statecodec._encoding import b64u_encode
 from statecodec._types import Codec
 from statecodec.errors import ConfigurationError, InvalidToken
 
@@ -63,6 +64,14 @@ __all__ = ["Codec", "ConformanceReport", "Failure", "assert_conformant", "check_
 _UNRESERVED = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~"
 _URL_SAFE = re.compile(r"[A-Za-z0-9._~-]*")
 _MARKER = b"statecodec-conformance-marker-7f3a"
+_HEADER_MARKER = "statecodec-conformance-header-5c1e"
+# Hostile first segments for dot-separated tokens: invalid UTF-8 and truncated JSON, each
+# carrying the marker, so a parser error that keeps its input (a UnicodeDecodeError's
+# bytes, a JSONDecodeError's `.doc`) anywhere in the exception chain is caught.
+_HOSTILE_HEADERS = (
+    b64u_encode(b'{"alg":"' + _HEADER_MARKER.encode() + b'\xff"}'),
+    b64u_encode(b'{"alg":"' + _HEADER_MARKER.encode()),
+)
 
 
 @dataclass(frozen=True)
@@ -451,6 +460,8 @@ def _exception_texts(exc: BaseException) -> Iterator[str]:
         yield str(cur)
         yield repr(cur)
         yield from (repr(a) for a in cur.args)
+        # Parser errors keep their whole input outside args: JSONDecodeError.doc, UnicodeError.object.
+        yield from (repr(getattr(cur, name)) for name in ("doc", "object") if hasattr(cur, name))
         cur = cur.__cause__ or cur.__context__
 
 
@@ -466,6 +477,9 @@ def _check_no_leak(run: _Run) -> None:
         token[: len(token) // 3],
         token + "x",
     ]
+    if "." in token:
+        rest = token[token.index(".") :]
+        tampered.extend(header + rest for header in _HOSTILE_HEADERS)
     capture = _Capture()
     root = logging.getLogger()
     old_level = root.level
@@ -484,7 +498,7 @@ def _check_no_leak(run: _Run) -> None:
         root.setLevel(old_level)
     texts.append(capture.buffer.getvalue())
     texts.append(repr(run.codec))
-    needles = [_MARKER.decode(), token[8:40], *(t[8:40] for t in tampered if len(t) >= 40)]
+    needles = [_MARKER.decode(), _HEADER_MARKER, token[8:40], *(t[8:40] for t in tampered if len(t) >= 40)]
     for text in texts:
         for needle in needles:
             if needle and needle in text:

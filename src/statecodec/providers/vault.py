@@ -293,6 +293,9 @@ class VaultTransitCodec:
             raise ConfigurationError("outage_backoff must be seconds (0 to 60)")
         if not (0 <= outage_backoff <= 60):
             raise ConfigurationError("outage_backoff must be seconds (0 to 60)")
+        if not callable(clock):
+            # Checked here, not at the first outage, where it would escape unseal as a TypeError.
+            raise ConfigurationError("clock must be a callable returning seconds, e.g. time.monotonic")
         ctx = DEFAULT_TRANSIT_CONTEXT if context is None else context
         if (
             not isinstance(ctx, Mapping)
