@@ -14,6 +14,7 @@ import hmac
 import json
 import logging
 import os
+import tracemalloc
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -592,3 +593,12 @@ def test_vault_transit_refuses_junk_locally_with_zero_calls(
         for needle in (tampered[5:40], b64u_encode(raw)[5:40], base64.b64encode(raw[5:]).decode()[:32]):
             assert_no_marker(exc, needle)
             assert needle not in caplog.text
+
+
+def test_the_kit_leaves_memory_tracing_as_it_found_it() -> None:
+    tracemalloc.start()
+    try:
+        check_codec(CODECS["aesgcm"], error_type=InvalidToken, max_examples=1, max_mutations=20)
+        assert tracemalloc.is_tracing()
+    finally:
+        tracemalloc.stop()

@@ -367,7 +367,10 @@ def _check_oversized(run: _Run, sample: str, length: int) -> None:
     pad = "A" * max(0, length - len(sample))
     huge = sample + pad
     run.count("oversized")
-    tracemalloc.start()
+    # Leave tracing as found: a caller (or python -X tracemalloc) may be tracing already.
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
     try:
         tracemalloc.reset_peak()
         before = tracemalloc.get_traced_memory()[0]
@@ -381,7 +384,8 @@ def _check_oversized(run: _Run, sample: str, length: int) -> None:
             accepted = False
         peak = tracemalloc.get_traced_memory()[1] - before
     finally:
-        tracemalloc.stop()
+        if not tracing:
+            tracemalloc.stop()
     if accepted:
         run.fail("oversized", f"a {len(huge)}-character token was accepted")
     elif peak > len(huge) // 4:
