@@ -511,6 +511,41 @@ def test_vault_transit_clock_that_is_not_callable_is_refused_before_any_call() -
         client.adapter.close()
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"endpoint_url": 5},
+        {"read_timeout": float("nan")},
+        {"connect_timeout": -1},
+        {"connect_timeout": "2"},
+        {"retry": 5},
+    ],
+)
+def test_aws_wrapper_arguments_are_checked_at_construction(kwargs: dict[str, Any]) -> None:
+    pytest.importorskip("boto3")
+    from statecodec.providers.aws_kms import AwsKmsWrapper
+
+    with pytest.raises(ConfigurationError, match="must be"):
+        AwsKmsWrapper("1234abcd-12ab-34cd-56ef-1234567890ab", region="eu-west-1", **kwargs)
+
+
+def test_gcp_and_vault_wrappers_refuse_a_retry_that_is_not_a_policy() -> None:
+    pytest.importorskip("google.cloud.kms")
+    pytest.importorskip("hvac")
+    from statecodec.providers.gcp_kms import GcpKmsWrapper
+    from statecodec.providers.vault import VaultKeyWrapper, vault_client
+
+    name = "projects/p/locations/global/keyRings/r/cryptoKeys/k"
+    with pytest.raises(ConfigurationError, match="RetryPolicy"):
+        GcpKmsWrapper(name, client=object(), retry=5)  # type: ignore[arg-type]
+    client = vault_client("http://127.0.0.1:1", token="s.token")
+    try:
+        with pytest.raises(ConfigurationError, match="RetryPolicy"):
+            VaultKeyWrapper(client, "statecodec", retry=5)  # type: ignore[arg-type]
+    finally:
+        client.adapter.close()
+
+
 # --- the conformance kit ------------------------------------------------------------------------
 
 

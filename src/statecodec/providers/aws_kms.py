@@ -132,11 +132,19 @@ class AwsKmsWrapper:
                 "arn:aws:kms:eu-west-1:111122223333:key/1234abcd-...)"
             )
         self._key_id = key_id.strip()
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigurationError("retry must be a statecodec.providers.RetryPolicy, or None for the default")
         self._retry = retry or RetryPolicy()
         self._owned = client is None
         if client is None:
-            if endpoint_url is not None and not endpoint_url.startswith(("https://", "http://")):
+            if endpoint_url is not None and not (
+                isinstance(endpoint_url, str) and endpoint_url.startswith(("https://", "http://"))
+            ):
                 raise ConfigurationError("endpoint_url must be an http(s):// URL")
+            for name, seconds in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout)):
+                # Positive check, so NaN fails here instead of on the first KMS call.
+                if isinstance(seconds, bool) or not (isinstance(seconds, (int, float)) and 0 < seconds <= 120):
+                    raise ConfigurationError(f"{name} must be a number of seconds in (0, 120]")
             config = Config(
                 retries={"total_max_attempts": 1, "mode": "standard"},
                 connect_timeout=connect_timeout,

@@ -120,6 +120,8 @@ class GcpKmsWrapper:
         if not (isinstance(timeout, (int, float)) and 0 < timeout <= 120):
             raise ConfigurationError("timeout must be a number of seconds in (0, 120]")
         self._key = key_name.strip()
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigurationError("retry must be a statecodec.providers.RetryPolicy, or None for the default")
         self._retry = retry or RetryPolicy()
         self._timeout = float(timeout)
         self._owned = client is None

@@ -142,6 +142,8 @@ class VaultKeyWrapper:
         owns_client: bool = False,
     ) -> None:
         self._transit = Transit(client, key, mount_point)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigurationError("retry must be a statecodec.providers.RetryPolicy, or None for the default")
         self._retry = retry or RetryPolicy(attempts=3, base_delay=0.1, max_delay=1.0)
         self._owns_client = owns_client
 
