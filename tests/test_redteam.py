@@ -473,6 +473,15 @@ def test_envelope_wrapped_keys_that_are_not_a_list_are_a_configuration_error(wra
     assert wrapper.unwraps == 0
 
 
+@pytest.mark.parametrize("limit", ["4096", True, 10, 2**31])
+def test_envelope_cap_is_checked_before_any_provider_call(limit: object) -> None:
+    wrapper = LocalWrapper()
+    blob = new_wrapped_key(wrapper)
+    with pytest.raises(ConfigurationError, match="max_token_length"):
+        EnvelopeCodec(wrapper, [blob], max_token_length=limit)  # type: ignore[arg-type]
+    assert wrapper.unwraps == 0
+
+
 def test_ecdh_and_eddsa_key_lists_that_are_not_lists_are_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="non-empty list"):
         JWECodec.ecdh(5)  # type: ignore[arg-type]

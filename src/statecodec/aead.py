@@ -114,11 +114,15 @@ class _AEADRing:
         """A codec over the ring in a key file."""
         return cls(KeyRing.from_file(path), max_token_length=max_token_length)
 
-    def _init_ring(self, entries: Iterable[tuple[bytes, bytes]], max_token_length: int) -> None:
-        """`entries` are (key id, 32-byte AEAD key) in ring order; the first seals."""
+    @classmethod
+    def _check_max_length(cls, max_token_length: object) -> int:
+        """The per-token overhead in bytes, once `max_token_length` is a usable cap; else ConfigurationError.
+
+        Separate so a codec whose keys come from a provider can check it before any provider call.
+        """
         if isinstance(max_token_length, bool) or not isinstance(max_token_length, int):
             raise ConfigurationError("max_token_length must be an int (characters)")
-        overhead = 1 + KEY_ID_LENGTH + self.NONCE_LENGTH + _TAG_LENGTH
+        overhead = 1 + KEY_ID_LENGTH + cls.NONCE_LENGTH + _TAG_LENGTH
         if max_token_length < b64u_len(overhead):
             raise ConfigurationError(
                 f"max_token_length={max_token_length} is below the smallest token "
@@ -130,6 +134,11 @@ class _AEADRing:
                 "more than AES-GCM here can process; the default is "
                 f"{DEFAULT_MAX_TOKEN_LENGTH}"
             )
+        return overhead
+
+    def _init_ring(self, entries: Iterable[tuple[bytes, bytes]], max_token_length: int) -> None:
+        """`entries` are (key id, 32-byte AEAD key) in ring order; the first seals."""
+        overhead = self._check_max_length(max_token_length)
         version = bytes([self.VERSION])
         aeads: dict[bytes, _AEAD] = {}
         ids: list[bytes] = []

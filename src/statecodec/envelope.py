@@ -230,6 +230,7 @@ class EnvelopeCodec:
         if not blobs:
             raise ConfigurationError("an envelope ring needs at least one wrapped data key")
         ctx = _check_context(context)
+        _EnvelopeAESGCM._check_max_length(max_token_length)  # before any provider call
         ids: list[bytes] = []
         for i, blob in enumerate(blobs):
             kid = envelope_key_id(blob)
