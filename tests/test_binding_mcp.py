@@ -314,3 +314,63 @@ def test_anonymous_state_presented_by_a_signed_in_user_is_refused() -> None:
 def test_unsealed_plaintext_state_is_refused() -> None:
     # What a lowlevel server without the middleware would have put on the wire.
     assert refuse(build_lowlevel(World()), f"{MARKER}:").reasons == ["malformed"]
+
+
+# --- deny on error -----------------------------------------------------------------------------
+
+
+def _request(params: dict[str, Any]) -> ServerRequestContext[Any, Any]:
+    # The middleware reads only method and params; no session is needed.
+    from typing import cast
+
+    return ServerRequestContext(
+        session=cast(Any, None), lifespan_context={}, protocol_version="2026-07-28", method="tools/call", params=params
+    )
+
+
+def _state_result(state: str) -> Callable[[ServerRequestContext[Any, Any]], Awaitable[Any]]:
+    async def call_next(ctx: ServerRequestContext[Any, Any]) -> Any:
+        return InputRequiredResult(input_requests={"region": _ask("region", "Region?")}, request_state=state)
+
+    return call_next
+
+
+def _boom(ctx: object) -> str | None:
+    raise RuntimeError("identity provider unavailable")
+
+
+@pytest.mark.parametrize("principal", [_boom, lambda ctx: 42], ids=["raises", "not-a-str"])
+def test_a_failing_principal_binding_fails_closed(
+    principal: Callable[[Any], Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """As in the SDK: a principal callback that raises or returns a non-str refuses, never proceeds."""
+    world = World()
+    codec = BoundCodec(AESGCMCodec([KEY]), audience=SERVER, binding_key=BINDING_KEY, clock=world.clock)
+    good = BoundStateMiddleware(codec, principal=lambda ctx: "alice")
+    bad = BoundStateMiddleware(codec, principal=principal)
+    params = {"name": "provision", "arguments": {"name": "orders"}}
+    sealed = run(lambda: good(_request(params), _state_result(MARKER)))
+    token = sealed.request_state
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    # Verifying an echo: the frozen -32602 refusal, the cause in the log only.
+    with pytest.raises(MCPError) as refused:
+        run(lambda: bad(_request({**params, "requestState": token}), _state_result(MARKER)))
+    assert refused.value.error.code == INVALID_PARAMS
+    assert refused.value.error.message == REJECTION_MESSAGE
+    assert "principal binding" in caplog.text
+    # Sealing a first round: a sanitized internal error, never an unbound token.
+    with pytest.raises(MCPError) as internal:
+        run(lambda: bad(_request(params), _state_result(MARKER)))
+    assert internal.value.error.message == "Internal error"
+    assert MARKER not in str(internal.value.error)
+
+
+def test_a_failing_seal_is_an_internal_error_without_its_cause() -> None:
+    world = World()
+    small = AESGCMCodec([KEY], max_token_length=200)
+    codec = BoundCodec(small, audience=SERVER, binding_key=BINDING_KEY, clock=world.clock)
+    middleware = BoundStateMiddleware(codec, principal=lambda ctx: None)
+    with pytest.raises(MCPError) as internal:
+        run(lambda: middleware(_request({"name": "provision"}), _state_result("x" * 1000)))
+    assert internal.value.error.message == "Internal error"
+    assert "x" * 20 not in str(internal.value.error)

@@ -139,15 +139,19 @@ class BoundStateMiddleware:
     <method>: <reason>``, the SDK's wording.
 
     `principal` returns the request's authenticated principal, or None to
-    bind none (the SDK's `bind_principal` callback type).
+    bind none (the SDK's `bind_principal` callback type). As in the SDK, it
+    runs deny-on-error: a callback that raises or returns anything but a
+    `str` or None refuses the echo (-32602) or, for a first round, answers a
+    sanitized internal error instead of sealing an unbound token; so does a
+    seal that fails (the cause goes to the log only).
     """
 
-    __slots__ = ("_code", "_codec", "_error", "_is_input_required", "_methods", "_principal")
+    __slots__ = ("_code", "_codec", "_error", "_internal_code", "_is_input_required", "_methods", "_principal")
 
     def __init__(self, codec: BoundCodec, *, principal: PrincipalBinding) -> None:
         try:
             from mcp.shared.exceptions import MCPError
-            from mcp_types import INVALID_PARAMS
+            from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
             from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
         except ImportError as exc:
             raise ImportError(f"BoundStateMiddleware needs the MCP SDK (mcp>=2.3); {MCP_EXTRA_HINT}") from exc
@@ -157,21 +161,41 @@ class BoundStateMiddleware:
         self._is_input_required = is_input_required
         self._error = MCPError
         self._code = INVALID_PARAMS
+        self._internal_code = INTERNAL_ERROR
 
     def _reject(self, method: str, reason: str) -> NoReturn:
         """The frozen refusal on the wire; the reason code in the server log only."""
         logger.warning("requestState rejected on %s: %s", method, reason)
         raise self._error(code=self._code, message=REJECTION_MESSAGE, data=dict(REJECTION_DATA))
 
+    def _internal(self, method: str, reason: str) -> NoReturn:
+        """Refuse to seal: a sanitized internal error on the wire, the cause in the log."""
+        logger.error("refusing to seal requestState on %s: %s", method, reason)
+        raise self._error(code=self._internal_code, message="Internal error")
+
+    def _bound_principal(self, ctx: ServerRequestContext[Any, Any], fail: Callable[[str, str], NoReturn]) -> str | None:
+        """The principal callback under deny-on-error: a raising or ill-typed callback fails closed."""
+        try:
+            principal = self._principal(ctx)
+        except Exception:
+            logger.exception("principal binding raised while processing requestState on %s", ctx.method)
+            fail(ctx.method, "principal binding error")
+        if principal is not None and not isinstance(principal, str):
+            fail(ctx.method, f"principal binding returned {type(principal).__name__}, expected str or None")
+        return principal
+
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method not in self._methods:
             return await call_next(ctx)
         context = mcp_request_context(ctx.method, ctx.params)
-        principal = self._principal(ctx)
+        principal: str | None = None
+        verified = False
         wire = (ctx.params or {}).get("requestState")
         if wire is not None:
             if not isinstance(wire, str):
                 self._reject(ctx.method, "malformed")
+            principal = self._bound_principal(ctx, self._reject)
+            verified = True
             try:
                 state = self._codec.unseal(wire, principal=principal, context=context)
             except InvalidToken as exc:
@@ -184,7 +208,13 @@ class BoundStateMiddleware:
         plain = result.get("requestState") if isinstance(result, dict) else result.request_state
         if not isinstance(plain, str):
             return result
-        token = self._codec.seal(plain.encode("utf-8", "surrogatepass"), principal=principal, context=context)
+        if not verified:
+            principal = self._bound_principal(ctx, self._internal)
+        try:
+            token = self._codec.seal(plain.encode("utf-8", "surrogatepass"), principal=principal, context=context)
+        except Exception:  # deny on error: a failing seal must not leak its cause to the client
+            logger.exception("requestState codec raised during seal on %s", ctx.method)
+            self._internal(ctx.method, "codec error")
         if isinstance(result, dict):
             return {**result, "requestState": token}
         return result.model_copy(update={"request_state": token})
