@@ -13,7 +13,6 @@ with data keys from a KMS: there is one implementation of the token layout.
 
 from __future__ import annotations
 
-import binascii
 import os
 from collections.abc import Iterable, Mapping
 from typing import ClassVar, Protocol, TypeVar
@@ -22,14 +21,13 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from statecodec._encoding import _TO_URLSAFE, DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_len
+from statecodec._encoding import _TO_URLSAFE, DEFAULT_MAX_TOKEN_LENGTH, _b64encode, b64u_decode, b64u_len
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 from statecodec.keys import DEFAULT_KEYS_ENV, KEY_ID_LENGTH, KeyRing
 
 __all__ = ["AESGCMCodec", "XAESGCMCodec"]
 
 _TAG_LENGTH = 16
-_b2a_base64 = binascii.b2a_base64
 _HEADER_LENGTH = 1 + KEY_ID_LENGTH
 _AEAD_KEY_LENGTH = 32
 # cryptography's AES-GCM raises OverflowError on 2**31 bytes or more; a cap below that
@@ -214,7 +212,7 @@ class _AEADRing:
         nonce = os.urandom(self.NONCE_LENGTH)
         # b64u_encode, inlined: this is the hot path of every round.
         sealed = header + nonce + self._encrypt(nonce, payload, header)
-        return _b2a_base64(sealed, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode("ascii")
+        return _b64encode(sealed, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode("ascii")
 
     def unseal(self, token: str) -> bytes:
         """Return the payload of a token this ring sealed, or raise `InvalidToken`."""
