@@ -286,17 +286,18 @@ class Transit:
             if relogin is None or not relogin():
                 raise
             reply = self._post(path, json=body)
-        data = reply.get("data") if isinstance(reply, dict) else None
-        if not isinstance(data, dict):
-            raise ValueError("reply without a data object")
-        return data
+        return _data(reply)
 
     def read_key(self) -> Mapping[str, Any]:
-        reply = self.client.adapter.get(self._paths["keys"])
-        data = reply.get("data") if isinstance(reply, dict) else None
-        if not isinstance(data, dict):
-            raise ValueError("reply without a data object")
-        return data
+        return _data(self.client.adapter.get(self._paths["keys"]))
+
+
+def _data(reply: object) -> Mapping[str, Any]:
+    """The ``data`` object of a Vault reply; ValueError when there is none."""
+    data = reply.get("data") if isinstance(reply, dict) else None
+    if not isinstance(data, dict):
+        raise ValueError("reply without a data object")
+    return data
 
 
 def b64(data: bytes) -> str:
