@@ -38,6 +38,7 @@ __all__ = [
     "Failure",
     "Transit",
     "b64",
+    "call_failure",
     "check_timeout",
     "classify",
     "hint",
@@ -241,6 +242,11 @@ def classify(exc: BaseException) -> Failure:
             return Failure("server", "Vault answered with a server error")
         return Failure("server", "Vault answered with an unexpected status")
     return Failure("unexpected", f"unexpected {type(exc).__name__} from the Vault client")
+
+
+def call_failure(exc: BaseException, malformed: str = "malformed reply") -> Failure:
+    """The `Failure` of an exception from `Transit.call`: its ValueError is a malformed reply."""
+    return Failure("reply", malformed) if isinstance(exc, ValueError) else classify(exc)
 
 
 class Transit:

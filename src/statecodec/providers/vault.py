@@ -75,6 +75,7 @@ from statecodec.providers._vault_api import (
     Failure,
     Transit,
     b64,
+    call_failure,
     classify,
     hint,
     parse_vault_ciphertext,
@@ -178,7 +179,7 @@ class VaultKeyWrapper:
         try:
             data, _ = call_with_retries(lambda: self._transit.call(op, body), transient=transient, policy=self._retry)
         except Exception as exc:
-            failure = classify(exc) if not isinstance(exc, ValueError) else Failure("reply", "malformed Vault reply")
+            failure = call_failure(exc, "malformed Vault reply")
         else:
             return data
         t = self._transit
@@ -333,7 +334,7 @@ class VaultTransitCodec:
         try:
             return self._transit.call(op, body)
         except Exception as exc:
-            failure = classify(exc) if not isinstance(exc, ValueError) else Failure("reply", "malformed reply")
+            failure = call_failure(exc)
         raise self._fail_start(op, failure)
 
     def _start(self, bound: str) -> tuple[bool, int]:
@@ -344,7 +345,7 @@ class VaultTransitCodec:
         try:
             self._transit.call("decrypt", {"ciphertext": "vault:v1:" + b64(bytes(_GCM_OVERHEAD)), "context": bound})
         except Exception as exc:
-            failure = classify(exc) if not isinstance(exc, ValueError) else Failure("reply", "malformed reply")
+            failure = call_failure(exc)
             if failure.kind not in {"bad_ciphertext", "retired"}:
                 raise self._fail_start("decrypt", failure) from None
         else:
@@ -360,7 +361,7 @@ class VaultTransitCodec:
         try:
             self._transit.call("decrypt", {"ciphertext": ciphertext, "context": other})
         except Exception as exc:
-            failure = classify(exc) if not isinstance(exc, ValueError) else Failure("reply", "malformed reply")
+            failure = call_failure(exc)
             if failure.kind != "bad_ciphertext":
                 raise self._fail_start("decrypt", failure) from None
             derived = True
@@ -494,7 +495,7 @@ class VaultTransitCodec:
         try:
             data = self._transit.call("encrypt", {"plaintext": b64(payload), **self._binding})
         except Exception as exc:
-            failure = classify(exc) if not isinstance(exc, ValueError) else Failure("reply", "malformed reply")
+            failure = call_failure(exc)
         else:
             token = self._token(data.get("ciphertext"))
             if token is not None:
@@ -515,7 +516,7 @@ class VaultTransitCodec:
             self._streak = 0
             return payload
         except Exception as exc:
-            failure = classify(exc) if not isinstance(exc, ValueError) else Failure("reply", "malformed reply")
+            failure = call_failure(exc)
         # Raised outside the handler so no Vault exception rides along as __context__.
         self._note(failure)
         raise InvalidToken(_reason(failure))
@@ -543,7 +544,7 @@ class VaultTransitCodec:
         try:
             data = self._transit.call("rewrap", {"ciphertext": ciphertext, **self._binding})
         except Exception as exc:
-            failure = classify(exc) if not isinstance(exc, ValueError) else Failure("reply", "malformed reply")
+            failure = call_failure(exc)
         else:
             new = self._token(data.get("ciphertext"))
             if new is not None:
