@@ -318,8 +318,7 @@ class VaultTransitCodec:
         self._owns_client = owns_client
         self._context = MappingProxyType(dict(ctx))
         self._derived, self._primary = self._start(bound)
-        # Derived keys bind through `context` (carried by rewrap); others through associated data.
-        self._binding = {"context": bound} if self._derived else {"context": bound, "associated_data": bound}
+        self._binding = _transit_binding(bound, self._derived)
         self._key_ids = self._read_key_ids()
 
     # -- start-up ---------------------------------------------------------
@@ -367,7 +366,7 @@ class VaultTransitCodec:
             derived = True
         else:
             derived = False
-        binding = {"context": bound} if derived else {"context": bound, "associated_data": bound}
+        binding = _transit_binding(bound, derived)
         if not derived:
             enc = self._start_call("encrypt", {"plaintext": b64(probe), **binding})
         dec = self._start_call("decrypt", {"ciphertext": enc.get("ciphertext"), **binding})
@@ -555,6 +554,11 @@ class VaultTransitCodec:
         if reason is _R_PROVIDER:
             raise ProviderError(f"cannot rewrap with {self.describe()}: {failure.detail}")
         raise InvalidToken(reason)
+
+
+def _transit_binding(bound: str, derived: bool) -> dict[str, str]:
+    # Derived keys bind through `context` (carried by rewrap); others through associated data.
+    return {"context": bound} if derived else {"context": bound, "associated_data": bound}
 
 
 def _reason(failure: Failure) -> Reason:
