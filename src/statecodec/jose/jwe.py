@@ -38,7 +38,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap, aes_key_wrap
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
-from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
+from statecodec.errors import ConfigurationError, InvalidToken, Reason
+from statecodec.jose._compact import CompactCodec
 from statecodec.jose._ecdh import agree, concat_kdf
 from statecodec.jose._header import check_members, encode_header, kid_of, parse_header
 from statecodec.jose._jwk import (
@@ -64,7 +65,6 @@ _ECDH = "ECDH-ES+A256KW"
 _IV_CHARS = b64u_len(12)
 _TAG_CHARS = b64u_len(16)
 _WRAPPED_CHARS = b64u_len(40)
-_TOKEN_LENGTH_LIMIT = 2**31 - 1
 _SYMMETRIC_MEMBERS = frozenset({"alg", "enc", "kid"})
 _ECDH_MEMBERS = frozenset({"alg", "enc", "kid", "epk"})
 _CURVES: dict[str, ec.EllipticCurve | None] = {"P-256": ec.SECP256R1(), "X25519": None}
@@ -148,7 +148,7 @@ def _unwrap(kek: bytes, wrapped: bytes) -> AESGCM:
     return AESGCM(cek)
 
 
-class JWECodec:
+class JWECodec(CompactCodec[_Slot]):
     """Compact JWE (RFC 7516) with one configured algorithm pair and a key per ``kid``.
 
     Wire format: ``BASE64URL(header) . BASE64URL(encrypted key) . BASE64URL(iv)
@@ -179,18 +179,7 @@ class JWECodec:
     use a fresh content key per token and are bounded by the key wrap only.
     """
 
-    __slots__ = (
-        "_aad",
-        "_alg",
-        "_by_kid",
-        "_fast",
-        "_kids",
-        "_max_length",
-        "_max_payload",
-        "_members",
-        "_prefix",
-        "_primary",
-    )
+    __slots__ = ("_aad", "_fast", "_members", "_prefix")
 
     def __init__(
         self,
@@ -327,20 +316,9 @@ class JWECodec:
         return self
 
     def _setup(self, alg: str, slots: Sequence[_Slot], max_token_length: int) -> None:
-        if isinstance(max_token_length, bool) or not isinstance(max_token_length, int):
-            raise ConfigurationError("max_token_length must be an int (characters)")
-        if max_token_length > _TOKEN_LENGTH_LIMIT:
-            raise ConfigurationError(f"max_token_length must be at most {_TOKEN_LENGTH_LIMIT} characters")
-        by_kid: dict[str, _Slot] = {}
-        for slot in slots:
-            if slot.kid in by_kid:
-                raise ConfigurationError(f"two keys share the kid {slot.kid!r}; list each key once")
-            by_kid[slot.kid] = slot
-        primary = slots[0]
-        self._alg = alg
-        self._by_kid = by_kid
-        self._kids = tuple(by_kid)
-        self._primary = primary
+        self._check_max_length(max_token_length)
+        self._index(alg, slots)
+        primary = self._primary
         self._members = _ECDH_MEMBERS if alg == _ECDH else _SYMMETRIC_MEMBERS
         # Our own header strings map straight to their slot: the common case skips JSON
         # entirely, and accepts nothing the strict parse would refuse.
@@ -358,38 +336,13 @@ class JWECodec:
             fixed = len(header) + (0 if alg == "dir" else _WRAPPED_CHARS)
             self._prefix = header + "."
             self._aad = header.encode("ascii")
-        fixed += 4 + _IV_CHARS + _TAG_CHARS
-        if max_token_length < fixed:
-            raise ConfigurationError(
-                f"max_token_length={max_token_length} is below the smallest token ({fixed} characters)"
-            )
-        self._max_length = max_token_length
-        # The largest payload whose token fits the cap: seal refuses what unseal would refuse.
-        self._max_payload = (max_token_length - fixed) * 3 // 4
+        self._fit(max_token_length, fixed + 4 + _IV_CHARS + _TAG_CHARS)
 
     def _symmetric_header(self, kid: str) -> str:
         return encode_header([("alg", self._alg), ("enc", ENC), ("kid", kid)])
 
     def _ecdh_header(self, kid: str, epk: AgreementPublicKey) -> str:
         return encode_header([("alg", _ECDH), ("enc", ENC), ("kid", kid), ("epk", dict(epk_members(epk)))])
-
-    @property
-    def alg(self) -> str:
-        """The configured key-management algorithm; ``enc`` is always ``A256GCM``."""
-        return self._alg
-
-    @property
-    def key_ids(self) -> tuple[str, ...]:
-        """The ``kid`` of every key, the sealing key first."""
-        return self._kids
-
-    @property
-    def primary_key_id(self) -> str:
-        return self._kids[0]
-
-    @property
-    def max_token_length(self) -> int:
-        return self._max_length
 
     def public_jwks(self) -> dict[str, list[dict[str, str]]]:
         """The public JWK Set of an ECDH-ES+A256KW codec, for the stacks that seal to it."""
@@ -406,7 +359,7 @@ class JWECodec:
     def seal(self, payload: bytes) -> str:
         """Encrypt `payload` to the sealing key; a fresh IV (and content key unless ``dir``) each call."""
         if not isinstance(payload, bytes) or len(payload) > self._max_payload:
-            _check_payload(payload, self._max_payload, self._max_length)
+            self._check_payload(payload)
             payload = bytes(payload)
         primary = self._primary
         if isinstance(primary, _Direct):
@@ -462,9 +415,6 @@ class JWECodec:
     def __repr__(self) -> str:
         return f"JWECodec(alg={self._alg!r}, enc={ENC!r}, key_ids={list(self._kids)!r})"
 
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError("JWECodec holds keys and is not picklable")
-
 
 def _symmetric_slots(alg: str, entries: Iterable[tuple[str, bytes]]) -> list[_Slot]:
     if alg == "dir":
@@ -477,12 +427,3 @@ def _kid(kid: object, index: int) -> str:
         raise ConfigurationError(f'keys[{index}]: "kid" must be a string of 1 to 128 characters')
     return kid
 
-
-def _check_payload(payload: object, max_payload: int, max_length: int) -> None:
-    if not isinstance(payload, (bytes, bytearray, memoryview)):
-        raise TypeError(f"seal takes bytes, got {type(payload).__name__}")
-    if len(payload) > max_payload:
-        raise SealError(
-            f"payload of {len(payload)} bytes exceeds the {max_payload}-byte maximum "
-            f"for max_token_length={max_length}"
-        )

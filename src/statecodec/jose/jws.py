@@ -35,7 +35,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
-from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
+from statecodec.errors import ConfigurationError, InvalidToken, Reason
+from statecodec.jose._compact import CompactCodec
 from statecodec.jose._header import check_members, encode_header, kid_of, parse_header
 from statecodec.jose._jwk import jwk_list, load_ed25519_key, load_oct_key, public_jwk, thumbprint
 from statecodec.jose._ring import ring_entries
@@ -46,7 +47,6 @@ __all__ = ["JWSCodec"]
 JWSAlgorithm = Literal["HS256", "EdDSA", "Ed25519"]
 _ED_ALGS = ("EdDSA", "Ed25519")
 _MEMBERS = frozenset({"alg", "kid"})
-_TOKEN_LENGTH_LIMIT = 2**31 - 1
 _R_MALFORMED = Reason.MALFORMED
 _R_SEAL = Reason.SEAL
 _compare = hmac.compare_digest
@@ -96,7 +96,7 @@ class _EdKey:
 _Key = _HMACKey | _EdKey
 
 
-class JWSCodec:
+class JWSCodec(CompactCodec[_Key]):
     """Compact JWS (RFC 7515), HS256 over a key ring, or Ed25519 signatures.
 
     Ed25519 signatures are named ``EdDSA`` (RFC 8037, the name most stacks
@@ -124,7 +124,7 @@ class JWSCodec:
     keyed MAC (the binding layer does), never with a plain hash.
     """
 
-    __slots__ = ("_alg", "_by_kid", "_fast", "_kids", "_max_length", "_max_payload", "_prefix", "_primary")
+    __slots__ = ("_fast", "_prefix")
 
     def __init__(
         self,
@@ -223,52 +223,16 @@ class JWSCodec:
         return self
 
     def _setup(self, alg: str, slots: Sequence[_Key], max_token_length: int) -> None:
-        if isinstance(max_token_length, bool) or not isinstance(max_token_length, int):
-            raise ConfigurationError("max_token_length must be an int (characters)")
-        if max_token_length > _TOKEN_LENGTH_LIMIT:
-            raise ConfigurationError(f"max_token_length must be at most {_TOKEN_LENGTH_LIMIT} characters")
+        self._check_max_length(max_token_length)
         primary = slots[0]
         if isinstance(primary, _EdKey) and primary.private is None:
             raise ConfigurationError("the first key signs, so it must be a private key (with \"d\")")
-        by_kid: dict[str, _Key] = {}
-        fast: dict[str, _Key] = {}
-        for slot in slots:
-            if slot.kid in by_kid:
-                raise ConfigurationError(f"two keys share the kid {slot.kid!r}; list each key once")
-            by_kid[slot.kid] = slot
-            # Our own header strings skip JSON; the strict parse accepts a superset of them.
-            fast[encode_header([("alg", alg), ("kid", slot.kid)])] = slot
+        self._index(alg, slots)
+        # Our own header strings skip JSON; the strict parse accepts a superset of them.
+        self._fast = {encode_header([("alg", alg), ("kid", slot.kid)]): slot for slot in slots}
         header = encode_header([("alg", alg), ("kid", primary.kid)])
-        fixed = len(header) + 2 + primary.SIGNATURE_CHARS
-        if max_token_length < fixed:
-            raise ConfigurationError(
-                f"max_token_length={max_token_length} is below the smallest token ({fixed} characters)"
-            )
-        self._alg = alg
-        self._by_kid = by_kid
-        self._fast = fast
-        self._kids = tuple(by_kid)
-        self._primary = primary
         self._prefix = header + "."
-        self._max_length = max_token_length
-        self._max_payload = (max_token_length - fixed) * 3 // 4
-
-    @property
-    def alg(self) -> str:
-        return self._alg
-
-    @property
-    def key_ids(self) -> tuple[str, ...]:
-        """The ``kid`` of every key, the signing key first."""
-        return self._kids
-
-    @property
-    def primary_key_id(self) -> str:
-        return self._kids[0]
-
-    @property
-    def max_token_length(self) -> int:
-        return self._max_length
+        self._fit(max_token_length, len(header) + 2 + primary.SIGNATURE_CHARS)
 
     def public_jwks(self) -> dict[str, list[dict[str, str]]]:
         """The public JWK Set of an Ed25519 codec, for the stacks that verify its tokens."""
@@ -284,13 +248,7 @@ class JWSCodec:
     def seal(self, payload: bytes) -> str:
         """Sign `payload` under the first key. The payload travels readable, base64url-encoded."""
         if not isinstance(payload, bytes) or len(payload) > self._max_payload:
-            if not isinstance(payload, (bytes, bytearray, memoryview)):
-                raise TypeError(f"seal takes bytes, got {type(payload).__name__}")
-            if len(payload) > self._max_payload:
-                raise SealError(
-                    f"payload of {len(payload)} bytes exceeds the {self._max_payload}-byte maximum "
-                    f"for max_token_length={self._max_length}"
-                )
+            self._check_payload(payload)
             payload = bytes(payload)
         signing_input = self._prefix + b64u_encode(payload)
         return signing_input + "." + b64u_encode(self._primary.sign(signing_input.encode("ascii")))
@@ -328,6 +286,3 @@ class JWSCodec:
 
     def __repr__(self) -> str:
         return f"JWSCodec(alg={self._alg!r}, key_ids={list(self._kids)!r})"
-
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError("JWSCodec holds keys and is not picklable")
