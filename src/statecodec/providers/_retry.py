@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from statecodec.errors import ConfigurationError
 
-__all__ = ["RetryPolicy", "call_with_retries"]
+__all__ = ["RetryPolicy", "call_with_retries", "check_retry"]
 
 T = TypeVar("T")
 
@@ -40,6 +40,15 @@ class RetryPolicy:
     def delay(self, retry: int) -> float:
         # Full jitter: fleets restarting together do not retry in lockstep.
         return random.uniform(0, min(self.max_delay, self.base_delay * (2**retry)))
+
+
+def check_retry(retry: object, default: RetryPolicy) -> RetryPolicy:
+    """`retry` when it is a `RetryPolicy`, `default` when it is None; `ConfigurationError` otherwise."""
+    if retry is None:
+        return default
+    if not isinstance(retry, RetryPolicy):
+        raise ConfigurationError("retry must be a statecodec.providers.RetryPolicy, or None for the default")
+    return retry
 
 
 def call_with_retries(

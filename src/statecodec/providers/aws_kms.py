@@ -24,7 +24,7 @@ from statecodec.envelope import EnvelopeCodec
 from statecodec.errors import ConfigurationError, ProviderError
 from statecodec.keys import MIN_KEY_LENGTH
 from statecodec.providers import build_envelope_codec, missing_extra
-from statecodec.providers._retry import RetryPolicy, call_with_retries
+from statecodec.providers._retry import RetryPolicy, call_with_retries, check_retry
 
 try:
     import boto3
@@ -132,9 +132,7 @@ class AwsKmsWrapper:
                 "arn:aws:kms:eu-west-1:111122223333:key/1234abcd-...)"
             )
         self._key_id = key_id.strip()
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise ConfigurationError("retry must be a statecodec.providers.RetryPolicy, or None for the default")
-        self._retry = retry or RetryPolicy()
+        self._retry = check_retry(retry, RetryPolicy())
         self._owned = client is None
         if client is None:
             if endpoint_url is not None and not (

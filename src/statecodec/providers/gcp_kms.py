@@ -33,7 +33,7 @@ from statecodec.envelope import EnvelopeCodec, canonical_context
 from statecodec.errors import ConfigurationError, ProviderError
 from statecodec.keys import MIN_KEY_LENGTH
 from statecodec.providers import build_envelope_codec, missing_extra
-from statecodec.providers._retry import RetryPolicy, call_with_retries
+from statecodec.providers._retry import RetryPolicy, call_with_retries, check_retry
 
 try:
     import google_crc32c
@@ -120,9 +120,7 @@ class GcpKmsWrapper:
         if not (isinstance(timeout, (int, float)) and 0 < timeout <= 120):
             raise ConfigurationError("timeout must be a number of seconds in (0, 120]")
         self._key = key_name.strip()
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise ConfigurationError("retry must be a statecodec.providers.RetryPolicy, or None for the default")
-        self._retry = retry or RetryPolicy()
+        self._retry = check_retry(retry, RetryPolicy())
         self._timeout = float(timeout)
         self._owned = client is None
         if client is None:

@@ -68,7 +68,7 @@ from statecodec.envelope import MAX_WRAPPED_KEY_LENGTH, EnvelopeCodec, canonical
 from statecodec.errors import ConfigurationError, InvalidToken, ProviderError, Reason, SealError
 from statecodec.keys import MIN_KEY_LENGTH
 from statecodec.providers import build_envelope_codec, parse_context
-from statecodec.providers._retry import RetryPolicy, call_with_retries
+from statecodec.providers._retry import RetryPolicy, call_with_retries, check_retry
 from statecodec.providers._vault_api import (
     DEFAULT_TIMEOUT,
     MAX_KEY_VERSION,
@@ -143,9 +143,7 @@ class VaultKeyWrapper:
         owns_client: bool = False,
     ) -> None:
         self._transit = Transit(client, key, mount_point)
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise ConfigurationError("retry must be a statecodec.providers.RetryPolicy, or None for the default")
-        self._retry = retry or RetryPolicy(attempts=3, base_delay=0.1, max_delay=1.0)
+        self._retry = check_retry(retry, RetryPolicy(attempts=3, base_delay=0.1, max_delay=1.0))
         self._owns_client = owns_client
 
     def describe(self) -> str:
