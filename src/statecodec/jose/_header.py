@@ -25,6 +25,7 @@ from statecodec.errors import InvalidToken, Reason
 __all__ = [
     "FORBIDDEN_MEMBERS",
     "MAX_HEADER_LENGTH",
+    "MAX_KID_LENGTH",
     "check_members",
     "encode_header",
     "kid_of",
@@ -39,7 +40,8 @@ FORBIDDEN_MEMBERS = frozenset(
 )
 """Members some JOSE stacks act on; named so the refusal is explicit, though any unknown member is refused."""
 
-_MAX_KID_LENGTH = 128
+MAX_KID_LENGTH = 128
+"""Longest ``kid`` a header may carry; configured keys are held to it so every token they seal opens."""
 
 
 class _DuplicateMember(ValueError):
@@ -102,7 +104,7 @@ def kid_of(header: dict[str, Any]) -> str:
     """The ``kid`` member, which every token here carries; a non-string or missing one is ``header``."""
     kid = header.get("kid")
     # Checked before any dict lookup: a list or object kid is unhashable.
-    if type(kid) is not str or not 0 < len(kid) <= _MAX_KID_LENGTH:
+    if type(kid) is not str or not 0 < len(kid) <= MAX_KID_LENGTH:
         raise InvalidToken(Reason.HEADER)
     return kid
 

@@ -23,10 +23,12 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
+from statecodec.jose._header import MAX_KID_LENGTH
 
 __all__ = [
     "AgreementPrivateKey",
     "AgreementPublicKey",
+    "check_kid",
     "curve_name",
     "jwk_list",
     "load_agreement_key",
@@ -43,7 +45,6 @@ AgreementPublicKey = ec.EllipticCurvePublicKey | x25519.X25519PublicKey
 _P256 = "P-256"
 _X25519 = "X25519"
 _COORD = 32
-_MAX_KID_LENGTH = 128
 # 2^255 - 19: a u-coordinate at or above it is a non-canonical encoding (RFC 7748 section 5).
 _X25519_P = 2**255 - 19
 _EC_EPK = frozenset({"kty", "crv", "x", "y"})
@@ -96,8 +97,13 @@ def configured_kid(jwk: Mapping[str, Any], index: int, default: str | None) -> s
     kid = jwk.get("kid", default)
     if kid is None:
         raise ConfigurationError(f'keys[{index}] needs a "kid" member: every token names its key')
-    if not isinstance(kid, str) or not 0 < len(kid) <= _MAX_KID_LENGTH:
-        raise ConfigurationError(f'keys[{index}]: "kid" must be a string of 1 to {_MAX_KID_LENGTH} characters')
+    return check_kid(kid, index)
+
+
+def check_kid(kid: object, index: int) -> str:
+    """`kid` if it is one a token header may carry (`MAX_KID_LENGTH`), else `ConfigurationError`."""
+    if not isinstance(kid, str) or not 0 < len(kid) <= MAX_KID_LENGTH:
+        raise ConfigurationError(f'keys[{index}]: "kid" must be a string of 1 to {MAX_KID_LENGTH} characters')
     return kid
 
 

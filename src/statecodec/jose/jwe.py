@@ -45,6 +45,7 @@ from statecodec.jose._header import check_members, encode_header, kid_of, parse_
 from statecodec.jose._jwk import (
     AgreementPrivateKey,
     AgreementPublicKey,
+    check_kid,
     curve_name,
     epk_members,
     jwk_list,
@@ -264,8 +265,7 @@ class JWECodec(CompactCodec[_Slot]):
                         f"keys[{i}] is a public key; only the first key may be public (it seals), "
                         "the others exist to unseal and need their private part \"d\""
                     )
-                kid = jwk.get("kid", thumbprint(public))
-                slots.append(_Agreement(_kid(kid, i), private, public))
+                slots.append(_Agreement(check_kid(jwk.get("kid", thumbprint(public)), i), private, public))
         elif alg in ("dir", "A256KW"):
             entries = [
                 load_oct_key(jwk, i, use="enc", algs=frozenset({alg, ENC}), exact=32)
@@ -420,10 +420,4 @@ def _symmetric_slots(alg: str, entries: Iterable[tuple[str, bytes]]) -> list[_Sl
     if alg == "dir":
         return [_Direct(kid, key) for kid, key in entries]
     return [_KeyWrap(kid, key) for kid, key in entries]
-
-
-def _kid(kid: object, index: int) -> str:
-    if not isinstance(kid, str) or not 0 < len(kid) <= 128:
-        raise ConfigurationError(f'keys[{index}]: "kid" must be a string of 1 to 128 characters')
-    return kid
 

@@ -38,7 +38,7 @@ from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_enc
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.jose._compact import CompactCodec
 from statecodec.jose._header import check_members, encode_header, kid_of, parse_header
-from statecodec.jose._jwk import jwk_list, load_ed25519_key, load_oct_key, public_jwk, thumbprint
+from statecodec.jose._jwk import check_kid, jwk_list, load_ed25519_key, load_oct_key, public_jwk, thumbprint
 from statecodec.jose._ring import ring_entries
 from statecodec.keys import DEFAULT_KEYS_ENV, KeyRing
 
@@ -187,10 +187,7 @@ class JWSCodec(CompactCodec[_Key]):
         elif alg in _ED_ALGS:
             for i, jwk in enumerate(keys):
                 private, public = load_ed25519_key(jwk, i)
-                kid = jwk.get("kid", thumbprint(public))
-                if not isinstance(kid, str) or not 0 < len(kid) <= 128:
-                    raise ConfigurationError(f'keys[{i}]: "kid" must be a string of 1 to 128 characters')
-                slots.append(_EdKey(kid, private, public))
+                slots.append(_EdKey(check_kid(jwk.get("kid", thumbprint(public)), i), private, public))
         else:
             raise ConfigurationError(f"alg must be 'HS256', 'EdDSA' or 'Ed25519', got {alg!r}")
         self = cls.__new__(cls)
