@@ -10,7 +10,6 @@ environment, exactly as a server would build it, plus
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -93,7 +92,9 @@ class LocalKeyWrapper:
         return "local in-process wrapper (benchmark)"
 
     def _aad(self, context: Mapping[str, str]) -> bytes:
-        return json.dumps(dict(context), sort_keys=True, separators=(",", ":")).encode()
+        from statecodec.envelope import canonical_context
+
+        return canonical_context(context)
 
     def wrap(self, data_key: bytes, context: Mapping[str, str]) -> bytes:
         self.calls += 1
