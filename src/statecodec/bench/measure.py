@@ -47,6 +47,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from statecodec._encoding import b64u_len
 from statecodec.bench.cases import Built, Case, Skip
 from statecodec.bench.payloads import Payload
 
@@ -152,11 +153,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
     return ordered[rank - 1]
-
-
-def b64u_chars(n: int) -> int:
-    """Characters in unpadded base64url of `n` bytes."""
-    return (4 * n + 2) // 3
 
 
 class _Counter:
@@ -332,7 +328,7 @@ def measure(
                 out.status, out.reason = "error", f"refused: {_describe_error(exc)}"
                 continue
             out.token_chars = len(token)
-            out.overhead_chars = len(token) - b64u_chars(len(p.data))
+            out.overhead_chars = len(token) - b64u_len(len(p.data))
             out.remote_calls = calls
             cells += [_Cell(res, res.built, p, op) for op in OPS]
         if res.cells and all(c.status != "ok" for c in res.cells.values()):
