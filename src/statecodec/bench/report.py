@@ -242,29 +242,30 @@ def _calls(rc: Mapping[str, Any]) -> str:
 
 
 _HEAD = (
-    ("case", "<"),
-    ("seal µs", ">"),
-    ("p99", ">"),
-    ("unseal µs", ">"),
-    ("p99", ">"),
-    ("seal/s", ">"),
-    ("unseal/s", ">"),
-    ("x floor", ">"),
-    ("token", ">"),
-    ("+chars", ">"),
-    ("calls", ">"),
+    "case",
+    "seal µs",
+    "p99",
+    "unseal µs",
+    "p99",
+    "seal/s",
+    "unseal/s",
+    "x floor",
+    "token",
+    "+chars",
+    "calls",
 )
 
 
-def _grid(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(_HEAD))]
-    out = []
-    for row in rows:
-        cells = [
-            row[i].ljust(widths[i]) if align == "<" else row[i].rjust(widths[i])
-            for i, (_, align) in enumerate(_HEAD)
-        ]
-        out.append("  ".join(cells).rstrip())
+def _grid(rows: list[list[str]], left: int = 1) -> list[str]:
+    """`rows` as aligned text, the header row first and then a rule; the first `left` columns flush left."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = [
+        "  ".join(
+            v.ljust(w) if i < left else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
+        for r in rows
+    ]
+    out.insert(1, "-" * len(out[0]))
     return out
 
 
@@ -282,7 +283,7 @@ def format_table(doc: Mapping[str, Any]) -> str:
     ]
     cases = [c for c in doc.get("cases", []) if c.get("status") == "ok"]
     for pname, meta in doc.get("payloads", {}).items():
-        rows = [[h for h, _ in _HEAD]]
+        rows = [list(_HEAD)]
         for c in cases:
             cell = c.get("results", {}).get(pname)
             if not isinstance(cell, Mapping):
@@ -309,8 +310,7 @@ def format_table(doc: Mapping[str, Any]) -> str:
                 ]
             )
         lines += ["", f"payload {pname}: {meta.get('description', '')} ({meta.get('bytes')} bytes)"]
-        grid = _grid(rows)
-        lines += [grid[0], "-" * len(grid[0]), *grid[1:]]
+        lines += _grid(rows)
     notes = [c for c in cases if c.get("note")]
     if notes:
         lines += ["", "what each case measures:"]
@@ -360,7 +360,7 @@ def format_scale(doc: Mapping[str, Any]) -> str:
             "threads: seal+unseal pairs per second; parallelism = (CPU/wall, 2 threads) / (CPU/wall, 1 thread): "
             "near 2.00 parallel, near 1.00 serialized by the GIL"
         )
-        lines += _plain_grid(rows)
+        lines += _grid(rows)
     loop = scale.get("event_loop") or {}
     if "skipped" in loop:
         lines += ["", f"event loop: skipped: {loop['skipped']}"]
@@ -401,20 +401,10 @@ def format_scale(doc: Mapping[str, Any]) -> str:
                     share,
                 ]
             )
-        lines += _plain_grid(rows)
+        lines += _grid(rows)
         lines.append(
             "loop blocked per flow: seal + unseal median on the state payload, the time each flow holds the "
             "event loop inside the codec (every other request waits that long); codec share of loop: that "
             "times flows per second"
         )
     return "\n".join(lines)
-
-
-def _plain_grid(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out = [
-        "  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths, strict=True))).rstrip()
-        for r in rows
-    ]
-    out.insert(1, "-" * len(out[0]))
-    return out
