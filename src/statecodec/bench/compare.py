@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from statecodec.bench.measure import OPS
-from statecodec.bench.report import FLOOR
+from statecodec.bench.report import FLOOR, _grid
 
 __all__ = ["DEFAULT_FLOOR", "DEFAULT_SIGMAS", "Change", "compare", "format_compare", "relative_error"]
 
@@ -111,12 +111,7 @@ def format_compare(changes: list[Change]) -> str:
                 "REGRESSION" if c.verdict == "regression" else c.verdict,
             ]
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = [
-        "  ".join(v.ljust(w) if i < 3 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths, strict=True)))
-        for r in rows
-    ]
-    lines.insert(1, "-" * len(lines[0]))
+    lines = _grid(rows, left=3)
     reg = sum(c.verdict == "regression" for c in changes)
     imp = sum(c.verdict == "improvement" for c in changes)
     lines.append("")
