@@ -276,6 +276,18 @@ class _Cell:
         return self.built.unseal, self.built.seal(self.payload.data)
 
 
+@contextmanager
+def _timing(cell: _Cell) -> Iterator[None]:
+    """The collector off for the block; a failure in it marks the cell instead of ending the run."""
+    gc.disable()
+    try:
+        yield
+    except Exception as exc:
+        cell.failed = _describe_error(exc)
+    finally:
+        gc.enable()
+
+
 def _batch(fn: Callable[[Any], Any], arg: Any, loops: int) -> float:
     pc = time.perf_counter
     t0 = pc()
@@ -340,13 +352,8 @@ def measure(
     rng = random.Random(settings.seed)
     try:
         for cell in cells:
-            gc.disable()
-            try:
+            with _timing(cell):
                 _calibrate(cell, settings)
-            except Exception as exc:
-                cell.failed = _describe_error(exc)
-            finally:
-                gc.enable()
             done += 1
             if progress:
                 progress("calibrating", done, total)
@@ -367,24 +374,14 @@ def measure(
                 rng.shuffle(order)
                 for cell in order:
                     fn, arg = targets[id(cell)]
-                    gc.disable()
-                    try:
+                    with _timing(cell):
                         batches[id(cell)].append(_batch(fn, arg, cell.loops))
-                    except Exception as exc:
-                        cell.failed = _describe_error(exc)
-                    finally:
-                        gc.enable()
             order = [c for c in live if not c.failed]
             rng.shuffle(order)
             for cell in order:
                 fn, arg = targets[id(cell)]
-                gc.disable()
-                try:
+                with _timing(cell):
                     _tail(fn, arg, settings.tail_per_round, cell.tail)
-                except Exception as exc:
-                    cell.failed = _describe_error(exc)
-                finally:
-                    gc.enable()
                 batch = batches[id(cell)]
                 cell.samples += batch
                 cell.round_medians.append(statistics.median(batch))
