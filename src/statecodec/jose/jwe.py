@@ -28,8 +28,9 @@ order, and the first failure is the reason reported:
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from cryptography.exceptions import InvalidTag
@@ -68,7 +69,11 @@ _TAG_CHARS = b64u_len(16)
 _WRAPPED_CHARS = b64u_len(40)
 _SYMMETRIC_MEMBERS = frozenset({"alg", "enc", "kid"})
 _ECDH_MEMBERS = frozenset({"alg", "enc", "kid", "epk"})
-_CURVES: dict[str, ec.EllipticCurve | None] = {"P-256": ec.SECP256R1(), "X25519": None}
+# A fresh private key per curve name: one way to make a key, for the codec's own and every ephemeral one.
+_NEW_KEY: dict[str, Callable[[], AgreementPrivateKey]] = {
+    "P-256": functools.partial(ec.generate_private_key, ec.SECP256R1()),
+    "X25519": x25519.X25519PrivateKey.generate,
+}
 _R_MALFORMED = Reason.MALFORMED
 _R_SEAL = Reason.SEAL
 
@@ -128,8 +133,7 @@ class _Agreement:
         return _unwrap(kek, wrapped)
 
     def ephemeral(self) -> AgreementPrivateKey:
-        curve = _CURVES[self.crv]
-        return x25519.X25519PrivateKey.generate() if curve is None else ec.generate_private_key(curve)
+        return _NEW_KEY[self.crv]()
 
 
 _Slot = _Direct | _KeyWrap | _Agreement
@@ -207,11 +211,9 @@ class JWECodec(CompactCodec[_Slot]):
     ) -> JWECodec:
         """A codec under a key generated now and held only by this process."""
         if alg == _ECDH:
-            if curve not in _CURVES:
+            if curve not in _NEW_KEY:
                 raise ConfigurationError("curve must be 'P-256' or 'X25519'")
-            crv = _CURVES[curve]
-            key = x25519.X25519PrivateKey.generate() if crv is None else ec.generate_private_key(crv)
-            return cls.ecdh([key], max_token_length=max_token_length)
+            return cls.ecdh([_NEW_KEY[curve]()], max_token_length=max_token_length)
         if alg not in ("dir", "A256KW"):
             raise ConfigurationError(f"alg must be one of dir, A256KW, {_ECDH}")
         return cls(KeyRing.generate(), alg=alg, max_token_length=max_token_length)
