@@ -194,16 +194,19 @@ class GcpKmsWrapper:
             )
         return f"Cloud KMS refused the request ({type(exc).__name__}): {message}"
 
-    def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
-        """`Decrypt` with the context as AAD; request and response checksums verified."""
+    def _request(self, context: Mapping[str, str], **fields: object) -> dict[str, object]:
+        """A request to this key with `fields` and the context bound as AAD, with its checksum."""
         aad = canonical_context(context)
-        request = {
+        return {
             "name": self._key,
-            "ciphertext": blob,
-            "ciphertext_crc32c": crc32c(blob),
+            **fields,
             "additional_authenticated_data": aad,
             "additional_authenticated_data_crc32c": crc32c(aad),
         }
+
+    def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
+        """`Decrypt` with the context as AAD; request and response checksums verified."""
+        request = self._request(context, ciphertext=blob, ciphertext_crc32c=crc32c(blob))
 
         def attempt() -> bytes:
             response = self._client.decrypt(request=request, retry=None, timeout=self._timeout)
@@ -219,14 +222,7 @@ class GcpKmsWrapper:
 
     def wrap(self, data_key: bytes, context: Mapping[str, str]) -> bytes:
         """`Encrypt` `data_key` under the primary version with the context as AAD; all checksums verified."""
-        aad = canonical_context(context)
-        request = {
-            "name": self._key,
-            "plaintext": data_key,
-            "plaintext_crc32c": crc32c(data_key),
-            "additional_authenticated_data": aad,
-            "additional_authenticated_data_crc32c": crc32c(aad),
-        }
+        request = self._request(context, plaintext=data_key, plaintext_crc32c=crc32c(data_key))
         prefix = self._key + "/cryptoKeyVersions/"
 
         def attempt() -> bytes:
