@@ -17,7 +17,7 @@ from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec._vectors import _schema as s
 from statecodec.errors import ConfigurationError
 
-__all__ = ["check_keys", "flip", "header_segment", "ring_secrets", "sealing_ring"]
+__all__ = ["check_keys", "header_segment", "ring_secrets", "sealing_ring"]
 
 
 def check_keys(v: Mapping[str, Any], where: str, algs: Sequence[str], *, valid: bool) -> None:
@@ -51,10 +51,3 @@ def sealing_ring(v: Mapping[str, Any]) -> list[bytes]:
 
 def header_segment(members: Mapping[str, Any]) -> str:
     return b64u_encode(json.dumps(members, separators=(",", ":")).encode())
-
-
-def flip(segment: str, index: int = -1, mask: int = 0x01) -> str:
-    """`segment` (base64url) with one bit of byte `index` flipped, re-encoded canonically."""
-    raw = bytearray(b64u_decode(segment))
-    raw[index] ^= mask
-    return b64u_encode(bytes(raw))

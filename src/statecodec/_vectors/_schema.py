@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from statecodec._encoding import b64u_decode
+from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "b64u_list",
     "boolean",
     "first_difference",
+    "flip",
     "hex_list",
     "hex_text",
     "index",
@@ -254,3 +255,10 @@ def first_difference(got: str, expected: str) -> str:
         if a != b:
             return f"first difference at character {i}"
     return f"lengths {len(got)} and {len(expected)}"
+
+
+def flip(token: str, index: int = -1, mask: int = 0x01) -> str:
+    """`token` (base64url) with one bit of byte `index` flipped, re-encoded canonically."""
+    raw = bytearray(b64u_decode(token))
+    raw[index] ^= mask
+    return b64u_encode(bytes(raw))

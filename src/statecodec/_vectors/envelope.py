@@ -174,9 +174,6 @@ def generate() -> dict[str, Any]:
     raw = b64u_decode(ascii_token)
     big = valid[-2]["token"]
 
-    def flip(pos: int, mask: int = 0x01) -> str:
-        return b64u_encode(raw[:pos] + bytes([raw[pos] ^ mask]) + raw[pos + 1 :])
-
     def bad(name: str, token: str, reason: Reason, cap: int | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {"name": name, **_RING, "token": token, "reason": reason.value}
         if cap is not None:
@@ -184,11 +181,11 @@ def generate() -> dict[str, Any]:
         return out
 
     invalid = [
-        bad("tag bit flipped", flip(len(raw) - 1), Reason.SEAL),
-        bad("ciphertext bit flipped", flip(17, 0x80), Reason.SEAL),
-        bad("nonce bit flipped", flip(5), Reason.SEAL),
+        bad("tag bit flipped", s.flip(ascii_token, len(raw) - 1), Reason.SEAL),
+        bad("ciphertext bit flipped", s.flip(ascii_token, 17, 0x80), Reason.SEAL),
+        bad("nonce bit flipped", s.flip(ascii_token, 5), Reason.SEAL),
         bad("last byte removed", b64u_encode(raw[:-1]), Reason.SEAL),
-        bad("key id bit flipped", flip(1), Reason.UNKNOWN_KEY),
+        bad("key id bit flipped", s.flip(ascii_token, 1), Reason.UNKNOWN_KEY),
         bad("version byte 0x01 (AES-GCM ring format)", b64u_encode(b"\x01" + raw[1:]), Reason.FORMAT),
         bad("version byte 0x02 (XAES-GCM ring format)", b64u_encode(b"\x02" + raw[1:]), Reason.FORMAT),
         bad("empty string", "", Reason.MALFORMED),

@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode
 from statecodec._vectors import _schema as s
-from statecodec._vectors._jose import KEY_MEMBERS, check_keys, flip, header_segment, ring_secrets, sealing_ring
+from statecodec._vectors._jose import KEY_MEMBERS, check_keys, header_segment, ring_secrets, sealing_ring
 from statecodec._vectors.ring import _PAYLOADS
 from statecodec.errors import ConfigurationError, Reason
 from statecodec.jose import JWECodec, derived_jwk
@@ -257,9 +257,9 @@ def _invalid(label: str, alg: str, keys: Mapping[str, Any], token: str, kid: str
         return ".".join([header_segment(members), ek64, iv64, ct64, tag64])
 
     cases = [
-        bad("tag bit flipped", ".".join([h64, ek64, iv64, ct64, flip(tag64)]), Reason.SEAL),
-        bad("ciphertext bit flipped", ".".join([h64, ek64, iv64, flip(ct64, 0, 0x80), tag64]), Reason.SEAL),
-        bad("IV bit flipped", ".".join([h64, ek64, flip(iv64, 0), ct64, tag64]), Reason.SEAL),
+        bad("tag bit flipped", ".".join([h64, ek64, iv64, ct64, s.flip(tag64)]), Reason.SEAL),
+        bad("ciphertext bit flipped", ".".join([h64, ek64, iv64, s.flip(ct64, 0, 0x80), tag64]), Reason.SEAL),
+        bad("IV bit flipped", ".".join([h64, ek64, s.flip(iv64, 0), ct64, tag64]), Reason.SEAL),
         bad("alg none", header(alg="none", enc=ENC, kid=kid), Reason.ALG),
         bad("alg PBES2-HS256+A128KW", header(alg="PBES2-HS256+A128KW", enc=ENC, kid=kid, p2c=1, p2s=""), Reason.ALG),
         bad("enc A128GCM", header(alg=alg, enc="A128GCM", kid=kid), Reason.ALG),
@@ -276,7 +276,7 @@ def _invalid(label: str, alg: str, keys: Mapping[str, Any], token: str, kid: str
             bad("encrypted key present", ".".join([h64, b64u_encode(bytes(40)), iv64, ct64, tag64]), Reason.MALFORMED)
         )
     else:
-        cases.append(bad("wrapped key bit flipped", ".".join([h64, flip(ek64, 0), iv64, ct64, tag64]), Reason.SEAL))
+        cases.append(bad("wrapped key bit flipped", ".".join([h64, s.flip(ek64, 0), iv64, ct64, tag64]), Reason.SEAL))
         cases.append(bad("encrypted key empty", ".".join([h64, "", iv64, ct64, tag64]), Reason.MALFORMED))
     return cases
 

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode
 from statecodec._vectors import _schema as s
-from statecodec._vectors._jose import KEY_MEMBERS, check_keys, flip, header_segment, ring_secrets, sealing_ring
+from statecodec._vectors._jose import KEY_MEMBERS, check_keys, header_segment, ring_secrets, sealing_ring
 from statecodec._vectors.ring import _PAYLOADS
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.jose import JWSCodec, derived_jwk
@@ -158,7 +158,7 @@ def _invalid(alg: str, keys: Mapping[str, Any], token: str) -> list[dict[str, An
 
     other = "EdDSA" if alg == "HS256" else "HS256"
     return [
-        bad("signature bit flipped", ".".join([h64, p64, flip(s64)]), Reason.SEAL),
+        bad("signature bit flipped", ".".join([h64, p64, s.flip(s64)]), Reason.SEAL),
         bad("payload changed", ".".join([h64, b64u_encode(b'{"step":3}'), s64]), Reason.SEAL),
         bad("alg none", header(alg="none", kid=kid), Reason.ALG),
         bad(f"alg {other}", header(alg=other, kid=kid), Reason.ALG),
