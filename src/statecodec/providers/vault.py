@@ -170,7 +170,7 @@ class VaultKeyWrapper:
         # `associated_data` is authenticated by AES-GCM on every key type.
         return {"context": bound, "associated_data": bound}
 
-    def _call(self, op: str, body: dict[str, Any], ops: str) -> Mapping[str, Any]:
+    def _call(self, op: str, body: dict[str, Any]) -> Mapping[str, Any]:
         def transient(exc: BaseException) -> bool:
             return classify(exc).kind in {"unreachable", "timeout", "server", "throttled"}
 
@@ -181,18 +181,18 @@ class VaultKeyWrapper:
         else:
             return data
         t = self._transit
-        raise ProviderError(f"transit {op} on {t.mount}/{t.key} failed: {failure.detail}{hint(failure, t, ops)}")
+        raise ProviderError(f"transit {op} on {t.mount}/{t.key} failed: {failure.detail}{hint(failure, t, op)}")
 
     def wrap(self, data_key: bytes, context: Mapping[str, str]) -> bytes:
         """Encrypt `data_key` with ``transit/encrypt``, binding `context`."""
         if not isinstance(data_key, bytes) or len(data_key) < MIN_KEY_LENGTH:
             raise ConfigurationError(f"data keys are at least {MIN_KEY_LENGTH} bytes")
-        data = self._call("encrypt", {"plaintext": b64(data_key), **self._binding(context)}, "encrypt")
+        data = self._call("encrypt", {"plaintext": b64(data_key), **self._binding(context)})
         return self._blob(data.get("ciphertext"))
 
     def new_wrapped_key(self, context: Mapping[str, str]) -> bytes:
         """A fresh 256-bit data key from ``transit/datakey/wrapped``; Vault never returns it in clear."""
-        data = self._call("datakey/wrapped", {"bits": 256, **self._binding(context)}, "datakey/wrapped")
+        data = self._call("datakey/wrapped", {"bits": 256, **self._binding(context)})
         return self._blob(data.get("ciphertext"))
 
     def _blob(self, ciphertext: object) -> bytes:
@@ -215,7 +215,7 @@ class VaultKeyWrapper:
                 f"{self.describe()}: the wrapped key is not a Vault transit ciphertext (vault:vN:...); "
                 "was it made by another provider?"
             ) from None
-        data = self._call("decrypt", {"ciphertext": blob.decode("ascii"), **self._binding(context)}, "decrypt")
+        data = self._call("decrypt", {"ciphertext": blob.decode("ascii"), **self._binding(context)})
         try:
             key = unb64(data.get("plaintext"))
         except ValueError:
