@@ -209,13 +209,14 @@ class VaultKeyWrapper:
         if not isinstance(blob, bytes) or len(blob) > MAX_WRAPPED_KEY_LENGTH:
             raise ProviderError(f"{self.describe()}: the wrapped key is not a Vault ciphertext")
         try:
-            parse_vault_ciphertext(blob.decode("ascii"))
+            ciphertext = blob.decode("ascii")
+            parse_vault_ciphertext(ciphertext)
         except (ValueError, UnicodeDecodeError):
             raise ProviderError(
                 f"{self.describe()}: the wrapped key is not a Vault transit ciphertext (vault:vN:...); "
                 "was it made by another provider?"
             ) from None
-        data = self._call("decrypt", {"ciphertext": blob.decode("ascii"), **self._binding(context)})
+        data = self._call("decrypt", {"ciphertext": ciphertext, **self._binding(context)})
         try:
             key = unb64(data.get("plaintext"))
         except ValueError:
