@@ -10,14 +10,26 @@ token so that exactly one documented check refuses it.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec._vectors import _schema as s
 from statecodec.errors import ConfigurationError
+from statecodec.jose import derived_jwk
+from statecodec.jose._jwk import AgreementPrivateKey, public_jwk
 
-__all__ = ["check_keys", "header_segment", "ring_secrets", "sealing_ring"]
+__all__ = [
+    "check_keys",
+    "derived_jwk_problems",
+    "header_segment",
+    "private_jwk",
+    "ring_secrets",
+    "sealing_ring",
+]
 
 
 def check_keys(v: Mapping[str, Any], where: str, algs: Sequence[str], *, valid: bool) -> None:
@@ -47,6 +59,27 @@ def ring_secrets(v: Mapping[str, Any]) -> list[bytes]:
 def sealing_ring(v: Mapping[str, Any]) -> list[bytes]:
     """The ring from the sealing key on: its first key seals, as the vector's token was sealed."""
     return ring_secrets(v)[v["sealed_with"] :]
+
+
+def derived_jwk_problems(
+    v: Mapping[str, Any], payload: bytes, from_jwks: Callable[..., Any]
+) -> list[str]:
+    """Whether a ring vector's ``derived_jwk`` is the one derived from its sealing secret, and opens its token."""
+    if "derived_jwk" not in v:
+        return []
+    if derived_jwk(ring_secrets(v)[v["sealed_with"]], v["alg"]) != v["derived_jwk"]:
+        return ["derived_jwk differs from the JWK derived from ring[sealed_with]"]
+    shared = from_jwks([v["derived_jwk"]], alg=v["alg"])
+    return [f"derived_jwk: {p}" for p in s.opens(lambda: shared.unseal(v["token"]), payload)]
+
+
+def private_jwk(key: AgreementPrivateKey | ed25519.Ed25519PrivateKey) -> dict[str, str]:
+    """A private P-256, X25519 or Ed25519 JWK (``d`` included: test keys only)."""
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        d = key.private_numbers().private_value.to_bytes(32, "big")
+    else:
+        d = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+    return {**public_jwk(key.public_key()), "d": b64u_encode(d)}
 
 
 def header_segment(members: Mapping[str, Any]) -> str:

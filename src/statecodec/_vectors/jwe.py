@@ -25,16 +25,23 @@ from typing import Any, cast
 from cryptography.hazmat.primitives.asymmetric import ec, x25519
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.keywrap import aes_key_wrap
-from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode
 from statecodec._vectors import _schema as s
-from statecodec._vectors._jose import KEY_MEMBERS, check_keys, header_segment, ring_secrets, sealing_ring
+from statecodec._vectors._jose import (
+    KEY_MEMBERS,
+    check_keys,
+    derived_jwk_problems,
+    header_segment,
+    private_jwk,
+    ring_secrets,
+    sealing_ring,
+)
 from statecodec._vectors.ring import _PAYLOADS
 from statecodec.errors import ConfigurationError, Reason
 from statecodec.jose import JWECodec, derived_jwk
 from statecodec.jose._ecdh import agree, concat_kdf
-from statecodec.jose._jwk import AgreementPrivateKey, curve_name, load_agreement_key, public_jwk
+from statecodec.jose._jwk import AgreementPrivateKey, curve_name, load_agreement_key
 from statecodec.jose.jwe import ENC, _Direct, _KeyWrap
 
 __all__ = ["GENERATORS", "private_jwk", "verify"]
@@ -165,14 +172,7 @@ def _check_valid(v: Mapping[str, Any]) -> list[str]:
                 f"re-sealing payload with the recorded randoms gives another token "
                 f"({s.first_difference(resealed, v['token'])})"
             )
-    if "derived_jwk" in v:
-        secret = ring_secrets(v)[v["sealed_with"]]
-        if derived_jwk(secret, v["alg"]) != v["derived_jwk"]:
-            problems.append("derived_jwk differs from the JWK derived from ring[sealed_with]")
-        else:
-            shared = JWECodec.from_jwks([v["derived_jwk"]], alg=v["alg"])
-            problems += [f"derived_jwk: {p}" for p in s.opens(lambda: shared.unseal(v["token"]), payload)]
-    return problems
+    return problems + derived_jwk_problems(v, payload, JWECodec.from_jwks)
 
 
 def _check_kdf(kdf: Mapping[str, Any]) -> list[str]:
@@ -207,15 +207,6 @@ _SHAPES = tuple(
     for p in _PAYLOADS
     if p[0] in {"empty payload", "ascii payload", "non-ASCII bytes", "every byte value", "request-state envelope"}
 )
-
-
-def private_jwk(key: AgreementPrivateKey) -> dict[str, str]:
-    """A private P-256 or X25519 JWK (``d`` included: test keys only)."""
-    if isinstance(key, ec.EllipticCurvePrivateKey):
-        d = key.private_numbers().private_value.to_bytes(32, "big")
-    else:
-        d = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-    return {**public_jwk(key.public_key()), "d": b64u_encode(d)}
 
 
 def _draws(index: int, alg: str) -> list[bytes]:
