@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec._vectors import _schema as s
+from statecodec._vectors.ring import _K0, _K1
 from statecodec.errors import ConfigurationError
 from statecodec.jose import derived_jwk
 from statecodec.jose._jwk import AgreementPrivateKey, public_jwk
@@ -29,6 +30,7 @@ __all__ = [
     "private_jwk",
     "ring_secrets",
     "sealing_ring",
+    "symmetric_keys",
 ]
 
 
@@ -50,6 +52,17 @@ def check_keys(v: Mapping[str, Any], where: str, algs: Sequence[str], *, valid: 
 
 
 KEY_MEMBERS: dict[str, s.Kind] = {"ring": s.b64u_list, "jwks": s.jwk_list}
+
+
+def symmetric_keys() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The generated symmetric vectors' key members, fresh each call: a ring, a rotated ring, a raw JWK.
+
+    The ring secrets are the ring formats' test secrets.
+    """
+    ring = {"ring": [b64u_encode(_K0)], "sealed_with": 0}
+    rotated = {"ring": [b64u_encode(_K1), b64u_encode(_K0)], "sealed_with": 1}
+    raw = {"jwks": [{"kty": "oct", "kid": "raw-1", "k": b64u_encode(bytes(range(0xA0, 0xC0)))}]}
+    return ring, rotated, raw
 
 
 def ring_secrets(v: Mapping[str, Any]) -> list[bytes]:

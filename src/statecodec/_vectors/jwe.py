@@ -36,6 +36,7 @@ from statecodec._vectors._jose import (
     private_jwk,
     ring_secrets,
     sealing_ring,
+    symmetric_keys,
 )
 from statecodec._vectors.ring import _PAYLOADS
 from statecodec.errors import ConfigurationError, Reason
@@ -195,9 +196,6 @@ def _check_kdf(kdf: Mapping[str, Any]) -> list[str]:
 
 # -- generating ------------------------------------------------------------------------------------
 
-_K0 = bytes(range(0x20))
-_K1 = bytes(range(0x20, 0x40))
-_RAW = bytes(range(0xA0, 0xC0))
 _P256_D = int.from_bytes(bytes(range(0x11, 0x31)), "big")
 _P256_EPHEMERAL_D = int.from_bytes(bytes(range(0x31, 0x51)), "big")
 _X25519_D = bytes(range(0x51, 0x71))
@@ -277,11 +275,9 @@ def _kid_of(token: str) -> str:
 
 
 def _symmetric(alg: str) -> list[list[dict[str, Any]]]:
-    ring = {"ring": [b64u_encode(_K0)], "sealed_with": 0}
+    ring, rotated, raw = symmetric_keys()
     valid = [_valid(f"{alg} over a ring: {name}", i, alg, p, ring) for i, (name, p) in enumerate(_SHAPES)]
-    rotated = {"ring": [b64u_encode(_K1), b64u_encode(_K0)], "sealed_with": 1}
     valid.append(_valid(f"{alg}, retired key still unseals", len(valid), alg, b"before rotation", rotated))
-    raw = {"jwks": [{"kty": "oct", "kid": "raw-1", "k": b64u_encode(_RAW)}]}
     valid.append(_valid(f"{alg} with a raw JWK", len(valid), alg, b'{"step":2}', raw))
     ascii_token = valid[1]["token"]
     return [valid, _invalid(alg, alg, {"ring": ring["ring"]}, ascii_token, _kid_of(ascii_token))]

@@ -32,6 +32,7 @@ from statecodec._vectors._jose import (
     private_jwk,
     ring_secrets,
     sealing_ring,
+    symmetric_keys,
 )
 from statecodec._vectors.ring import _PAYLOADS
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
@@ -118,9 +119,6 @@ def _check_signature(sig: Mapping[str, Any]) -> list[str]:
 
 # -- generating ------------------------------------------------------------------------------------
 
-_K0 = bytes(range(0x20))
-_K1 = bytes(range(0x20, 0x40))
-_RAW = bytes(range(0xA0, 0xC0))
 _ED_SEED = bytes(range(0x91, 0xB1))
 
 
@@ -170,11 +168,9 @@ def _invalid(alg: str, keys: Mapping[str, Any], token: str) -> list[dict[str, An
 
 
 def _hs256() -> list[list[dict[str, Any]]]:
-    ring = {"ring": [b64u_encode(_K0)], "sealed_with": 0}
+    ring, rotated, raw = symmetric_keys()
     valid = [_valid(f"HS256 over a ring: {name}", "HS256", p, ring) for name, p in _PAYLOADS]
-    rotated = {"ring": [b64u_encode(_K1), b64u_encode(_K0)], "sealed_with": 1}
     valid.append(_valid("HS256, retired key still verifies", "HS256", b"before rotation", rotated))
-    raw = {"jwks": [{"kty": "oct", "kid": "raw-1", "k": b64u_encode(_RAW)}]}
     valid.append(_valid("HS256 with a raw JWK", "HS256", b'{"step":2}', raw))
     return [valid, _invalid("HS256", {"ring": ring["ring"]}, valid[1]["token"])]
 
