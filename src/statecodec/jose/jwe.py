@@ -92,9 +92,6 @@ class _Direct:
             raise InvalidToken(_R_MALFORMED)
         return self.aead
 
-    def new_content_key(self) -> tuple[str, AESGCM]:
-        return "", self.aead
-
 
 class _KeyWrap:
     """``A256KW``: a fresh content key per token, wrapped (RFC 3394) under the configured key."""
