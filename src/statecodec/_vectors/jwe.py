@@ -75,10 +75,11 @@ _KDF = {
 }
 
 
-def _codec(v: Mapping[str, Any], ring: Sequence[bytes] | None = None) -> JWECodec:
+def _codec(v: Mapping[str, Any], *, sealing: bool = False) -> JWECodec:
+    """The vector's codec; `sealing`: over a ring, the one whose first key is ``ring[sealed_with]``."""
     cap = v.get("max_token_length", DEFAULT_MAX_TOKEN_LENGTH)
     if "ring" in v:
-        return JWECodec(ring_secrets(v) if ring is None else ring, alg=v["alg"], max_token_length=cap)
+        return JWECodec(sealing_ring(v) if sealing else ring_secrets(v), alg=v["alg"], max_token_length=cap)
     return JWECodec.from_jwks(v["jwks"], alg=v["alg"], max_token_length=cap)
 
 
@@ -153,7 +154,7 @@ def _check_valid(v: Mapping[str, Any]) -> list[str]:
     payload = bytes.fromhex(v["payload"])
     try:
         codec = _codec(v)
-        sealer = _codec(v, sealing_ring(v) if "ring" in v else None)
+        sealer = _codec(v, sealing=True)
     except ConfigurationError as exc:
         return [f"codec refused: {exc}"]
     problems = s.opens(lambda: codec.unseal(v["token"]), payload)
@@ -223,7 +224,7 @@ def _valid(
 ) -> dict[str, Any]:
     v: dict[str, Any] = {"name": name, "alg": alg, "minted_by": "statecodec", **keys}
     randoms = _draws(index, alg)
-    sealer = _codec(v, sealing_ring(v) if "ring" in v else None)
+    sealer = _codec(v, sealing=True)
     token = _seal_with_randoms(sealer, payload, randoms, ephemeral)
     if "ring" in v:
         v["derived_jwk"] = derived_jwk(ring_secrets(v)[v["sealed_with"]], alg)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -51,12 +51,13 @@ _INVALID_OPTIONAL = {**KEY_MEMBERS, "max_token_length": s.index}
 _SIGNATURE = {"name": s.text, "jwk": s.jwk, "signing_input": s.text, "signature": s.b64u}
 
 
-def _codec(v: Mapping[str, Any], ring: Sequence[bytes] | None = None) -> JWSCodec:
+def _codec(v: Mapping[str, Any], *, sealing: bool = False) -> JWSCodec:
+    """The vector's codec; `sealing`: over a ring, the one whose first key is ``ring[sealed_with]``."""
     cap = v.get("max_token_length", DEFAULT_MAX_TOKEN_LENGTH)
     if "ring" in v:
         if v["alg"] != "HS256":
             raise ConfigurationError("a ring signs with HS256 only; give jwks for EdDSA")
-        return JWSCodec(ring_secrets(v) if ring is None else ring, max_token_length=cap)
+        return JWSCodec(sealing_ring(v) if sealing else ring_secrets(v), max_token_length=cap)
     return JWSCodec.from_jwks(v["jwks"], alg=v["alg"], max_token_length=cap)
 
 
@@ -94,7 +95,7 @@ def _check_valid(v: Mapping[str, Any]) -> list[str]:
     payload = bytes.fromhex(v["payload"])
     try:
         codec = _codec(v)
-        sealer = _codec(v, sealing_ring(v) if "ring" in v else None)
+        sealer = _codec(v, sealing=True)
     except ConfigurationError as exc:
         return [f"codec refused: {exc}"]
     problems = s.opens(lambda: codec.unseal(v["token"]), payload)
@@ -124,7 +125,7 @@ _ED_SEED = bytes(range(0x91, 0xB1))
 
 def _valid(name: str, alg: str, payload: bytes, keys: Mapping[str, Any]) -> dict[str, Any]:
     v: dict[str, Any] = {"name": name, "alg": alg, "minted_by": "statecodec", **keys}
-    sealer = _codec(v, sealing_ring(v) if "ring" in v else None)
+    sealer = _codec(v, sealing=True)
     if "ring" in v:
         v["derived_jwk"] = derived_jwk(ring_secrets(v)[v["sealed_with"]], alg)
     else:
