@@ -16,6 +16,7 @@ import logging
 import os
 import tracemalloc
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -553,6 +554,29 @@ def test_gcp_and_vault_wrappers_refuse_a_retry_that_is_not_a_policy() -> None:
             VaultKeyWrapper(client, "statecodec", retry=5)  # type: ignore[arg-type]
     finally:
         client.adapter.close()
+
+
+def test_gcp_wrapper_refuses_a_boolean_timeout() -> None:
+    """True is an int to Python; as a timeout it is a mistake, as the AWS and Vault settings say."""
+    pytest.importorskip("google.cloud.kms")
+    from statecodec.providers.gcp_kms import GcpKmsWrapper
+
+    name = "projects/p/locations/global/keyRings/r/cryptoKeys/k"
+    with pytest.raises(ConfigurationError, match="timeout"):
+        GcpKmsWrapper(name, client=object(), timeout=True)
+
+
+def test_vault_secret_files_are_read_with_a_bound(tmp_path: Path) -> None:
+    pytest.importorskip("hvac")
+    from statecodec.providers.vault import vault_client_from_settings
+
+    huge = tmp_path / "token"
+    huge.write_bytes(b"s." + b"x" * (128 * 1024))
+    with pytest.raises(ConfigurationError, match="is over") as info:
+        vault_client_from_settings(
+            {"STATECODEC_VAULT_ADDR": "http://127.0.0.1:1", "STATECODEC_VAULT_TOKEN_FILE": str(huge)}
+        )
+    assert "xxxx" not in str(info.value)
 
 
 # --- the conformance kit ------------------------------------------------------------------------

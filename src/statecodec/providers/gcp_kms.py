@@ -117,7 +117,7 @@ class GcpKmsWrapper:
                 "key_name must be a Cloud KMS crypto key name: "
                 "projects/PROJECT/locations/LOCATION/keyRings/RING/cryptoKeys/KEY"
             )
-        if not (isinstance(timeout, (int, float)) and 0 < timeout <= 120):
+        if isinstance(timeout, bool) or not (isinstance(timeout, (int, float)) and 0 < timeout <= 120):
             raise ConfigurationError("timeout must be a number of seconds in (0, 120]")
         self._key = key_name.strip()
         self._retry = check_retry(retry, RetryPolicy())

@@ -63,7 +63,7 @@ from types import MappingProxyType
 from typing import Any
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
-from statecodec.config import max_token_length_setting, setting
+from statecodec.config import max_token_length_setting, read_settings_file, setting
 from statecodec.envelope import MAX_WRAPPED_KEY_LENGTH, EnvelopeCodec, canonical_context
 from statecodec.errors import ConfigurationError, InvalidToken, ProviderError, Reason, SealError
 from statecodec.keys import MIN_KEY_LENGTH
@@ -82,6 +82,8 @@ from statecodec.providers._vault_api import (
     unb64,
     vault_client,
 )
+
+_MAX_SECRET_FILE_BYTES = 64 * 1024  # a token or secret id, with room to spare; never read without bound
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -591,10 +593,11 @@ def _secret(settings: Mapping[str, str], name: str, fallback: str | None = None)
         raise ConfigurationError(f"both {name} and {name}_FILE are set; set exactly one")
     if path is None:
         return value if value is not None or fallback is None else _get(settings, fallback)
+    raw = read_settings_file(Path(path), _MAX_SECRET_FILE_BYTES, f"{name}_FILE {path}", "it should hold one secret")
     try:
-        text = Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
-        raise ConfigurationError(f"cannot read {name}_FILE {path}") from None
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"{name}_FILE {path} is not UTF-8 text") from None
     if not text:
         raise ConfigurationError(f"{name}_FILE {path} is empty")
     return text
