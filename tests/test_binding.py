@@ -387,6 +387,87 @@ def test_mcp_request_context_encoding_is_encode_context(method: str, name: str, 
     assert context.encoded == encode_context(dict(context))
 
 
+_json_full = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats()
+    | st.text(st.characters(codec=None), max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json_full)
+def test_canonical_arguments_json_is_the_stdlib_encoding(arguments: object) -> None:
+    """The once-built C encoder writes exactly what json.dumps writes with the same options."""
+    from statecodec.binding import _canonical_json
+
+    expected = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    assert _canonical_json(arguments) == expected
+    assert _canonical_json(arguments) == expected  # no state carried over from the first call
+
+
+def test_canonical_arguments_json_refuses_what_json_refuses() -> None:
+    from statecodec.binding import _canonical_json
+
+    with pytest.raises(TypeError):
+        _canonical_json({"a": object()})
+    assert _canonical_json({"a": [1]}) == '{"a":[1]}'  # a failed call leaves nothing behind
+
+
+def test_empty_arguments_bind_as_an_empty_object() -> None:
+    empty = mcp_request_context("tools/call", {"name": "t"})
+    assert empty["args"] == "{}"
+    arguments: object
+    for arguments in (None, {}, [], ""):
+        assert mcp_request_context("tools/call", {"name": "t", "arguments": arguments}) == empty
+
+
+def test_memoised_tags_never_confuse_principals_or_contexts() -> None:
+    """Memo hits are keyed by the exact principal and context: a warm table changes no decision."""
+    codec = bound()
+    context = mcp_request_context("tools/call", {"name": "t", "arguments": {"a": 1}})
+    tokens = {
+        "none": codec.seal(b"s", context=context),
+        "empty": codec.seal(b"s", principal="", context=context),
+        "alice": codec.seal(b"s", principal=PRINCIPAL, context=context),
+    }
+    for _ in range(2):  # cold, then with every tag memoised
+        assert codec.unseal(tokens["none"], context=context) == b"s"
+        assert codec.unseal(tokens["empty"], principal="", context=context) == b"s"
+        assert codec.unseal(tokens["alice"], principal=PRINCIPAL, context=dict(context)) == b"s"
+        assert reason_of(codec, tokens["none"], principal="", context=context) == "principal"
+        assert reason_of(codec, tokens["empty"], context=context) == "principal"
+        assert reason_of(codec, tokens["alice"], principal="", context=context) == "principal"
+        assert reason_of(codec, tokens["alice"], principal=PRINCIPAL) == "binding"
+        assert reason_of(codec, tokens["none"], context={**context, "args": '{"a":2}'}) == "binding"
+
+
+class _Str(str):
+    __slots__ = ()
+
+
+def test_principal_must_be_exactly_str_even_when_an_equal_str_is_memoised() -> None:
+    codec = bound()
+    token = codec.seal(b"s", principal=PRINCIPAL)
+    assert codec.unseal(token, principal=PRINCIPAL) == b"s"  # memoised now
+    for wrong in (_Str(PRINCIPAL), PRINCIPAL.encode()):
+        with pytest.raises(TypeError, match="principal must be str"):
+            codec.seal(b"s", principal=wrong)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="principal must be str"):
+            codec.unseal(token, principal=wrong)  # type: ignore[arg-type]
+
+
+def test_seal_takes_any_bytes_like_state() -> None:
+    codec = bound()
+    for state in (b"state", bytearray(b"state"), memoryview(b"state")):
+        assert codec.unseal(codec.seal(state)) == b"state"  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="seal takes bytes"):
+        codec.seal("state")  # type: ignore[arg-type]
+
+
 def test_binding_context_is_an_immutable_mapping_that_hides_values() -> None:
     context = BindingContext(CONTEXT)
     assert context == CONTEXT

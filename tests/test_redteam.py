@@ -289,7 +289,9 @@ def test_bound_tag_comparisons_are_constant_time(monkeypatch: pytest.MonkeyPatch
         calls.append(1)
         return real(a, b)
 
-    monkeypatch.setattr(hmac, "compare_digest", counting)
+    import statecodec.binding
+
+    monkeypatch.setattr(statecodec.binding, "compare_digest", counting)
     codec = CODECS["bound-aesgcm"]
     assert isinstance(codec, BoundCodec)
     token = codec.seal(b"s", principal="alice")

@@ -19,10 +19,11 @@ or a log.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
+import struct
 import time
 from collections.abc import Callable, Iterator, Mapping
+from hmac import compare_digest
 from typing import Any
 
 from statecodec._types import Codec
@@ -45,9 +46,15 @@ MAX_TTL = (1 << 24) - 1
 """Largest lifetime the 3-byte lifetime field holds: 16,777,215 s (about 194 days)."""
 MAX_FUTURE_SKEW = 3600
 _MAX_TIME = 1 << 40
+_LATEST_SEAL = _MAX_TIME - MAX_TTL  # a token sealed before this expires inside the 5-byte iat range
 _PRINCIPAL_FLAG = 0x01
 _BASE_LENGTH = 32
 _TAG_LENGTH = 16
+# The fixed claims read in one call: version and flags, iat << 24 | lifetime, scope, binding tag.
+_CLAIMS = struct.Struct(">HQ6s16s")
+_PLAIN = CLAIMS_VERSION << 8
+_PRINCIPAL_BOUND = CLAIMS_VERSION << 8 | _PRINCIPAL_FLAG
+_EMPTY_CONTEXT = b"\x00\x00\x00\x00"
 _SCOPE_TAG_LENGTH = 3
 _PRINCIPAL_INFO = b"statecodec/v1/binding/principal"
 _BINDING_INFO = b"statecodec/v1/binding/binding"
@@ -55,8 +62,39 @@ _NO_PRINCIPAL = b"\x00"
 _PRINCIPAL_MARK = b"\x01"
 _AUDIENCE_LABEL = b"statecodec/v1/binding/audience\x00"
 _PURPOSE_LABEL = b"statecodec/v1/binding/purpose\x00"
-# One encoder for every call: json.dumps builds a new encoder whenever options are given.
-_canonical_json = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode
+
+
+
+def _canonical_json_encoder() -> Callable[[object], str]:
+    """JSON with sorted keys, ASCII only and no whitespace, as fast as the stdlib can make it.
+
+    `JSONEncoder.encode` builds a new C encoder on every call, which costs more
+    than encoding a typical arguments object. This builds the same C encoder
+    once, without the cycle-tracking table, which is the encoder's only state
+    between calls (so one instance serves every thread). A cyclic value then
+    raises `RecursionError` instead of `ValueError`; arguments parsed from
+    JSON cannot be cyclic. Without the C accelerator, or if its signature ever
+    changes, this falls back to `JSONEncoder.encode`.
+    """
+    encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython always has the accelerator
+        return encoder.encode
+    try:
+        chunks = make(None, encoder.default, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True)
+
+        def encode(value: object) -> str:
+            return "".join(chunks(value, 0))
+
+        probe = {"b": [1.5, "\u00e9\U0001f600", None, True, -0.0, 10**20], "a": {"y": "", "x": {}}}
+        if encode(probe) == encoder.encode(probe):
+            return encode
+    except TypeError:  # pragma: no cover - a future signature
+        pass
+    return encoder.encode  # pragma: no cover
+
+
+_canonical_json = _canonical_json_encoder()
 _HOW_TO_GENERATE = "Generate one with `statecodec keygen` and keep it apart from the codec keys."
 
 
@@ -99,12 +137,6 @@ def encode_context(context: Mapping[str, str] | None) -> bytes:
         out += len(v).to_bytes(4, "big")
         out += v
     return bytes(out)
-
-
-def _principal_field(principal: object) -> bytes:
-    if type(principal) is not str:
-        raise TypeError(f"principal must be str or None, got {type(principal).__name__}")
-    return _field(principal)
 
 
 def _str_key(key: object) -> str:
@@ -153,14 +185,17 @@ def mcp_request_context(method: str, params: Mapping[str, Any] | None) -> Bindin
     if method == "resources/read":
         target, args = str(p.get("uri", "")), ""
     else:
-        target, args = str(p.get("name", "")), _canonical_json(p.get("arguments") or {})
+        arguments = p.get("arguments")
+        target, args = str(p.get("name", "")), _canonical_json(arguments) if arguments else "{}"
     # The encoding of {"args", "method", "target"} built directly, keys already in order:
     # this runs on every round, and a test holds it equal to encode_context.
     context = BindingContext.__new__(BindingContext)
     context._items = {"method": method, "target": target, "args": args}
+    a, m, t = args.encode("ascii"), _text(method), _text(target)
     context.encoded = b"".join(
-        (_MCP_HEAD, _field(args), _MCP_METHOD, _field(method), _MCP_TARGET, _field(target))
-    )
+        (_MCP_HEAD, len(a).to_bytes(4, "big"), a, _MCP_METHOD, len(m).to_bytes(4, "big"), m,
+         _MCP_TARGET, len(t).to_bytes(4, "big"), t)
+    )  # fmt: skip
     return context
 
 
@@ -239,11 +274,14 @@ class _BindingKey:
     computed once.
 
     A round unseals and then seals under the same principal and context, so
-    tags are memoised in a small bounded table keyed by the exact MAC input:
-    the seal that answers a round reuses the unseal's MAC. The inputs are
+    tags are memoised in a small bounded table: the seal that answers a round
+    reuses the unseal's MAC. The table is keyed by the principal `str` and the
+    context's encoding, so a hit hashes nothing new: `str` and `bytes` cache
+    their hashes, and a `BindingContext` carries its encoding. The inputs are
     server-side values (the authenticated principal, the request identity), a
-    tag is no secret, and each table holds at most 1,024 inputs of at most
-    1 KiB: client-chosen arguments can churn it but never grow it.
+    tag is no secret, and each table holds at most 1,024 entries of at most
+    1,024 characters and bytes: client-chosen arguments can churn it but never
+    grow it.
     """
 
     __slots__ = ("_binding", "_binding_memo", "_empty", "_principal", "_principal_memo")
@@ -251,34 +289,45 @@ class _BindingKey:
     def __init__(self, binding: _Mac, principal: _Mac) -> None:
         self._binding = binding
         self._principal = principal
-        self._empty = binding.tag(_NO_PRINCIPAL + encode_context(None))
+        self._empty = binding.tag(_NO_PRINCIPAL + _EMPTY_CONTEXT)
         # One table per MAC key: a binding input and a principal input never share a slot.
-        self._binding_memo: dict[bytes, bytes] = {}
-        self._principal_memo: dict[bytes, bytes] = {}
+        self._binding_memo: dict[tuple[str | None, bytes], bytes] = {}
+        self._principal_memo: dict[str, bytes] = {}
 
-    @staticmethod
-    def _tag(mac: _Mac, memo: dict[bytes, bytes], data: bytes) -> bytes:
-        if len(data) > _MEMO_MAX_INPUT:
-            return mac.tag(data)
-        tag = memo.get(data)
+    def binding_tag(self, principal: str | None, context: Mapping[str, str] | None) -> bytes:
+        """The binding tag; `principal` is a `str` (checked by the caller) or None."""
+        if type(context) is BindingContext:
+            encoded = context.encoded
+        elif not context:
+            if principal is None:
+                return self._empty
+            encoded = _EMPTY_CONTEXT
+        else:
+            encoded = encode_context(context)
+        memo = self._binding_memo
+        slot = (principal, encoded)
+        tag = memo.get(slot)
         if tag is None:
-            tag = mac.tag(data)
-            if len(memo) >= _MEMO_SIZE:
-                memo.clear()
-            memo[data] = tag
+            if principal is None:
+                tag = self._binding.tag(_NO_PRINCIPAL + encoded)
+            else:
+                tag = self._binding.tag(_PRINCIPAL_MARK + _field(principal) + encoded)
+            if len(encoded) + (0 if principal is None else len(principal)) <= _MEMO_MAX_INPUT:
+                if len(memo) >= _MEMO_SIZE:
+                    memo.clear()
+                memo[slot] = tag
         return tag
 
-    def binding_tag(self, principal: bytes | None, context: Mapping[str, str] | None) -> bytes:
-        if principal is None:
-            if not context:
-                return self._empty
-            data = _NO_PRINCIPAL + encode_context(context)
-        else:
-            data = _PRINCIPAL_MARK + principal + encode_context(context)
-        return self._tag(self._binding, self._binding_memo, data)
-
-    def principal_tag(self, principal: bytes) -> bytes:
-        return self._tag(self._principal, self._principal_memo, principal)
+    def principal_tag(self, principal: str) -> bytes:
+        memo = self._principal_memo
+        tag = memo.get(principal)
+        if tag is None:
+            tag = self._principal.tag(_field(principal))
+            if len(principal) <= _MEMO_MAX_INPUT:
+                if len(memo) >= _MEMO_SIZE:
+                    memo.clear()
+                memo[principal] = tag
+        return tag
 
 
 class BoundCodec:
@@ -321,6 +370,8 @@ class BoundCodec:
         "_clock",
         "_codec",
         "_keys",
+        "_plain_head",
+        "_principal_head",
         "_scope",
         "_skew",
         "_ttl",
@@ -357,6 +408,9 @@ class BoundCodec:
         ring = _binding_ring(binding_key)
         self._codec = codec
         self._clock = clock
+        # Version, flags and lifetime: the claims head of every seal, missing only iat.
+        self._plain_head = CLAIMS_VERSION << 72 | self._ttl
+        self._principal_head = self._plain_head | _PRINCIPAL_FLAG << 64
         prefix = _field(audience) + _field(purpose)
         self._scope = (
             hashlib.sha256(_AUDIENCE_LABEL + _text(audience)).digest()[:_SCOPE_TAG_LENGTH]
@@ -399,22 +453,24 @@ class BoundCodec:
             raise TypeError(f"seal takes bytes, got {type(state).__name__}")
         now = self._clock()
         # Positive check: a NaN, infinite or pre-epoch clock fails it and refuses to mint.
-        if not (isinstance(now, (int, float)) and 0 <= now < _MAX_TIME - MAX_TTL):
+        if not (isinstance(now, (int, float)) and 0 <= now < _LATEST_SEAL):
             raise SealError("the clock returned a time outside 0..2^40 seconds since the epoch")
         key = self._keys[0]
         if principal is None:
-            flags = 0
-            tail = b""
-            bound = None
+            head = self._plain_head | int(now) << 24
+            tags = key.binding_tag(None, context)
+        elif type(principal) is str:
+            head = self._principal_head | int(now) << 24
+            tags = key.binding_tag(principal, context) + key.principal_tag(principal)
         else:
-            bound = _principal_field(principal)
-            flags = _PRINCIPAL_FLAG
-            tail = key.principal_tag(bound)
-        head = ((CLAIMS_VERSION << 72) | (flags << 64) | (int(now) << 24) | self._ttl).to_bytes(10, "big")
-        return self._codec.seal(head + self._scope + key.binding_tag(bound, context) + tail + bytes(state))
+            raise TypeError(f"principal must be str or None, got {type(principal).__name__}")
+        return self._codec.seal(head.to_bytes(10, "big") + self._scope + tags + state)
 
-    def _open(self, token: str) -> tuple[bytes, int]:
-        """Inner unseal plus the checks that need no principal or context: (payload, state offset)."""
+    def _open(self, token: str) -> tuple[bytes, bytes, int]:
+        """Inner unseal plus the checks that need no principal or context.
+
+        Returns the payload, its binding tag and the offset of the state.
+        """
         if type(token) is not str:
             raise InvalidToken(Reason.MALFORMED)
         failed = False
@@ -429,27 +485,27 @@ class BoundCodec:
             # `from None` would still keep it reachable as __context__.
             raise InvalidToken(Reason.SEAL)
         # Accept only if: bytes, long enough for the flagged layout, known version, known flags.
-        if not isinstance(payload, bytes) or len(payload) < _BASE_LENGTH or payload[0] != CLAIMS_VERSION:
+        if not isinstance(payload, bytes) or len(payload) < _BASE_LENGTH:
             raise InvalidToken(Reason.MALFORMED)
-        flags = payload[1]
-        if flags == 0:
+        version_flags, times, scope, tag = _CLAIMS.unpack_from(payload)
+        if version_flags == _PLAIN:
             offset = _BASE_LENGTH
-        elif flags == _PRINCIPAL_FLAG and len(payload) >= _BASE_LENGTH + _TAG_LENGTH:
+        elif version_flags == _PRINCIPAL_BOUND and len(payload) >= _BASE_LENGTH + _TAG_LENGTH:
             offset = _BASE_LENGTH + _TAG_LENGTH
         else:
             raise InvalidToken(Reason.MALFORMED)
         # Audience and purpose are public names, so a plain comparison leaks nothing.
-        if payload[10:16] != self._scope:
-            raise InvalidToken(Reason.AUDIENCE if payload[10:13] != self._scope[:3] else Reason.PURPOSE)
-        times = int.from_bytes(payload[2:10], "big")
+        if scope != self._scope:
+            raise InvalidToken(Reason.AUDIENCE if scope[:3] != self._scope[:3] else Reason.PURPOSE)
         iat = times >> 24
         now = self._clock()
-        # Stated positively so a NaN (or non-numeric) clock rejects instead of accepting or raising.
-        if not (isinstance(now, (int, float)) and iat <= now + self._skew):
-            raise InvalidToken(Reason.NOT_YET_VALID)
-        if not (now < iat + (times & MAX_TTL)):
-            raise InvalidToken(Reason.EXPIRED)
-        return payload, offset
+        # Accept only if now is a number in [iat - skew, iat + lifetime): a NaN or a
+        # non-numeric clock fails the first test and is refused as not yet valid.
+        if not (isinstance(now, (int, float)) and iat - self._skew <= now < iat + (times & MAX_TTL)):
+            raise InvalidToken(
+                Reason.EXPIRED if isinstance(now, (int, float)) and iat - self._skew <= now else Reason.NOT_YET_VALID
+            )
+        return payload, tag, offset
 
     def unseal(
         self, token: str, *, principal: str | None = None, context: Mapping[str, str] | None = None
@@ -463,18 +519,21 @@ class BoundCodec:
         `str`, or a context that does not map `str` to `str`, is the caller's
         bug and raises `TypeError`, as in `seal`.
         """
-        payload, offset = self._open(token)
-        bound = None if principal is None else _principal_field(principal)
-        if (offset != _BASE_LENGTH) != (bound is not None):
+        payload, tag, offset = self._open(token)
+        if principal is None:
+            if offset != _BASE_LENGTH:
+                raise InvalidToken(Reason.PRINCIPAL)
+        elif type(principal) is not str:
+            raise TypeError(f"principal must be str or None, got {type(principal).__name__}")
+        elif offset == _BASE_LENGTH:
             raise InvalidToken(Reason.PRINCIPAL)
-        claim = payload[16:_BASE_LENGTH]
         for key in self._keys:
-            if hmac.compare_digest(claim, key.binding_tag(bound, context)):
+            if compare_digest(tag, key.binding_tag(principal, context)):
                 return payload[offset:]
         # Refused either way; the principal tag only tells the log which claim differs.
-        if bound is not None:
+        if principal is not None:
             claim = payload[_BASE_LENGTH:offset]
-            if not any(hmac.compare_digest(claim, key.principal_tag(bound)) for key in self._keys):
+            if not any(compare_digest(claim, key.principal_tag(principal)) for key in self._keys):
                 raise InvalidToken(Reason.PRINCIPAL)
         raise InvalidToken(Reason.BINDING)
 
@@ -486,7 +545,7 @@ class BoundCodec:
         must be live and for this audience and purpose; principal and context
         are checked when it is finally unsealed.
         """
-        payload, _ = self._open(token)
+        payload, _, _ = self._open(token)
         return self._codec.seal(payload)
 
     def __repr__(self) -> str:
