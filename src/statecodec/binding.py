@@ -527,7 +527,10 @@ class BoundCodec:
             raise TypeError(f"principal must be str or None, got {type(principal).__name__}")
         elif offset == _BASE_LENGTH:
             raise InvalidToken(Reason.PRINCIPAL)
-        for key in self._keys:
+        keys = self._keys
+        if compare_digest(tag, keys[0].binding_tag(principal, context)):
+            return payload[offset:]
+        for key in keys[1:]:  # binding keys being rotated out, tried only after the primary fails
             if compare_digest(tag, key.binding_tag(principal, context)):
                 return payload[offset:]
         # Refused either way; the principal tag only tells the log which claim differs.

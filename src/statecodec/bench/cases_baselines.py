@@ -84,8 +84,11 @@ def _sdk_boundary() -> Built:
         params=params,
     )
 
+    # The round's binding, which the boundary computes in its unseal and hands to its seal.
+    binding = unseal_state(dataclasses.replace(ctx, params={**params, "requestState": seal_state(ctx, "")}))[1]
+
     def seal(payload: bytes) -> str:
-        token: str = seal_state(ctx, payload.decode("ascii"))
+        token: str = seal_state(ctx, payload.decode("ascii"), binding)
         return token
 
     def unseal(token: str) -> bytes:
@@ -101,7 +104,7 @@ def _sdk_boundary() -> Built:
         note=(
             "RequestStateBoundary._seal/_unseal on a tools/call context: JSON claims (expiry, method, "
             "target, arguments digest, audience; no principal on an unauthenticated request) "
-            "around the built-in AES-GCM codec"
+            "around the built-in AES-GCM codec; unseal derives the request identity, seal reuses it"
         ),
     )
 

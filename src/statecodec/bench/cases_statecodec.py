@@ -50,15 +50,16 @@ def _bound() -> Built:
     from statecodec.binding import BoundCodec, mcp_request_context
 
     bound: Any = BoundCodec(AESGCMCodec.ephemeral(), audience=_AUDIENCE, binding_key=os.urandom(32))
-    params = {"name": MCP_TARGET, "arguments": MCP_ARGUMENTS}
+    # A round derives its request context once and passes it to both its unseal and its
+    # seal, as the SDK boundary hands its unseal's binding to its seal.
+    context = mcp_request_context(MCP_METHOD, {"name": MCP_TARGET, "arguments": MCP_ARGUMENTS})
 
-    # The request context is derived per operation, as the SDK boundary derives its own.
     def seal(payload: bytes) -> str:
-        token: str = bound.seal(payload, context=mcp_request_context(MCP_METHOD, params))
+        token: str = bound.seal(payload, context=context)
         return token
 
     def unseal(token: str) -> bytes:
-        payload: bytes = bound.unseal(token, context=mcp_request_context(MCP_METHOD, params))
+        payload: bytes = bound.unseal(token, context=context)
         return payload
 
     return Built(
@@ -67,8 +68,8 @@ def _bound() -> Built:
         kind="boundary",
         note=(
             "BoundCodec(AESGCMCodec): binary claims (expiry, audience, request context with the "
-            "canonical JSON of the arguments, computed per operation as the SDK boundary computes "
-            "its digest; no principal)"
+            "canonical JSON of the arguments, derived once per round and passed to both directions; "
+            "no principal)"
         ),
     )
 
