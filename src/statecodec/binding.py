@@ -234,8 +234,9 @@ def _binding_ring(binding_key: object) -> KeyRing:
         raise ConfigurationError(f"binding_key: {str(exc).removeprefix('keys[0] ')}") from None
 
 
-# Memo bounds: entries per table before it is cleared, and the largest input kept. The
-# context holds client-chosen arguments, so both bounds matter: at most 1 MiB per table.
+# Memo bounds: entries per table before it is cleared, and the largest key kept (characters
+# of principal plus bytes of context encoding). The context holds client-chosen arguments,
+# so both bounds matter: a few MiB per table at worst (a str holds up to 4 bytes a character).
 _MEMO_SIZE = 1024
 _MEMO_MAX_INPUT = 1024
 _IPAD = bytes(b ^ 0x36 for b in range(256))
