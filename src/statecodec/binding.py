@@ -313,10 +313,7 @@ class _BindingKey:
                 tag = self._binding.tag(_NO_PRINCIPAL + encoded)
             else:
                 tag = self._binding.tag(_PRINCIPAL_MARK + _field(principal) + encoded)
-            if len(encoded) + (0 if principal is None else len(principal)) <= _MEMO_MAX_INPUT:
-                if len(memo) >= _MEMO_SIZE:
-                    memo.clear()
-                memo[slot] = tag
+            _remember(memo, slot, tag, len(encoded) + (0 if principal is None else len(principal)))
         return tag
 
     def principal_tag(self, principal: str) -> bytes:
@@ -324,11 +321,16 @@ class _BindingKey:
         tag = memo.get(principal)
         if tag is None:
             tag = self._principal.tag(_field(principal))
-            if len(principal) <= _MEMO_MAX_INPUT:
-                if len(memo) >= _MEMO_SIZE:
-                    memo.clear()
-                memo[principal] = tag
+            _remember(memo, principal, tag, len(principal))
         return tag
+
+
+def _remember(memo: dict[Any, bytes], slot: object, tag: bytes, size: int) -> None:
+    """Keep a computed tag unless its key is too large; a full table is cleared, never grown."""
+    if size <= _MEMO_MAX_INPUT:
+        if len(memo) >= _MEMO_SIZE:
+            memo.clear()
+        memo[slot] = tag
 
 
 class BoundCodec:
