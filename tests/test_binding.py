@@ -109,6 +109,42 @@ def test_expiry_is_iat_plus_ttl_and_restamped_on_each_seal() -> None:
     assert codec.unseal(codec.seal(b"t")) == b"t"  # a new seal gets a new lifetime
 
 
+def test_a_lowered_ttl_shortens_tokens_already_issued() -> None:
+    clock = Clock()
+    token = bound(clock, ttl=600).seal(b"s")
+    lowered = bound(clock, ttl=60)
+    clock.now = T0 + 59
+    assert lowered.unseal(token) == b"s"
+    clock.now = T0 + 60
+    assert reason_of(lowered, token) == "expired"
+    with pytest.raises(InvalidToken):
+        lowered.reseal(token)
+    assert bound(clock, ttl=600).unseal(token) == b"s"  # the token itself still says 600 s
+    short = bound(Clock(), ttl=100).seal(b"s")
+    clock.now = T0 + 100
+    assert reason_of(bound(clock, ttl=6000), short) == "expired"  # a raised ttl never lengthens a token
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, MAX_TTL),
+    st.integers(1, MAX_TTL),
+    st.integers(-60, MAX_TTL + 1) | st.floats(-60, MAX_TTL + 1) | st.just(math.nan),
+)
+def test_a_token_lives_until_iat_plus_the_lesser_of_its_lifetime_and_the_ttl(
+    lifetime: int, ttl: int, elapsed: float
+) -> None:
+    clock = Clock()
+    token = bound(clock, ttl=lifetime).seal(b"s")
+    clock.now = T0 + elapsed
+    codec = bound(clock, ttl=ttl)
+    if -60 <= elapsed < min(lifetime, ttl):
+        assert codec.unseal(token) == b"s"
+    else:
+        assert reason_of(codec, token) in ("expired", "not_yet_valid")
+        assert (reason_of(codec, token) == "expired") is (elapsed >= min(lifetime, ttl))
+
+
 def test_clock_ahead_of_the_verifier_within_skew_is_accepted_beyond_is_not() -> None:
     minting, verifying = Clock(T0 + 60), Clock(T0)
     token = bound(minting, future_skew=60).seal(b"s")

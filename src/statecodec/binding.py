@@ -344,7 +344,7 @@ class BoundCodec:
         0       1     version 0x01
         1       1     flags: 0x01 principal-bound; every other bit zero
         2       5     iat: issued-at, whole seconds since the Unix epoch
-        7       3     lifetime: seconds; the token expires at iat + lifetime
+        7       3     lifetime: seconds, the ttl at sealing; expiry is at iat + min(lifetime, ttl)
         10      3     SHA-256("statecodec/v1/binding/audience" 0x00 audience)[:3]
         13      3     SHA-256("statecodec/v1/binding/purpose" 0x00 purpose)[:3]
         16      16    binding tag: HMAC-SHA256(Kb, lp(audience) lp(purpose) P encode_context(context))[:16]
@@ -361,7 +361,9 @@ class BoundCodec:
 
     Checks after the inner codec verifies, in order: layout (`malformed`),
     audience, purpose, issued no later than now + `future_skew`
-    (`not_yet_valid`), now before expiry (`expired`), principal presence
+    (`not_yet_valid`), now before iat + the lesser of the token's lifetime
+    and this codec's `ttl` (`expired`: lowering `ttl` shortens tokens already
+    issued, raising it lengthens none), principal presence
     (`principal`), binding tag; on a binding mismatch, the principal tag tells
     `principal` from `binding`. `seal(state)` / `unseal(token)` with no
     keywords bind no principal and an empty context, so a `BoundCodec` is
@@ -501,10 +503,12 @@ class BoundCodec:
         if scope != self._scope:
             raise InvalidToken(Reason.AUDIENCE if scope[:3] != self._scope[:3] else Reason.PURPOSE)
         iat = times >> 24
+        # The configured ttl is a ceiling: lowering it shortens tokens already issued.
+        lifetime = min(times & MAX_TTL, self._ttl)
         now = self._clock()
         # Accept only if now is a number in [iat - skew, iat + lifetime): a NaN or a
         # non-numeric clock fails the first test and is refused as not yet valid.
-        if not (isinstance(now, (int, float)) and iat - self._skew <= now < iat + (times & MAX_TTL)):
+        if not (isinstance(now, (int, float)) and iat - self._skew <= now < iat + lifetime):
             raise InvalidToken(
                 Reason.EXPIRED if isinstance(now, (int, float)) and iat - self._skew <= now else Reason.NOT_YET_VALID
             )
