@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import pickle
@@ -434,6 +435,16 @@ def test_codec_repr_shows_key_ids_only_and_pickling_is_refused(cls: CodecClass) 
         assert b64u_encode(secret) not in repr(codec)
     with pytest.raises(TypeError, match="not picklable"):
         pickle.dumps(codec)
+
+
+def test_the_xaes_key_object_does_not_pickle_or_copy() -> None:
+    # It holds the ring key (inside its AES cipher) and the CMAC subkey derived from it.
+    xaes = _XAES(K0)
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        with pytest.raises(TypeError, match="not picklable"):
+            pickle.dumps(xaes, protocol=protocol)
+    with pytest.raises(TypeError):
+        copy.deepcopy(xaes)
 
 
 def test_invalid_token_pickles_with_its_reason() -> None:

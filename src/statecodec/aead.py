@@ -286,7 +286,10 @@ class XAESGCMCodec(_AEADRing):
 
 
 class _XAES:
-    """XAES-256-GCM as specified at c2sp.org/XAES-256-GCM (24-byte nonces)."""
+    """XAES-256-GCM as specified at c2sp.org/XAES-256-GCM (24-byte nonces).
+
+    Holds a ring key (in its AES cipher) and the CMAC subkey derived from it, so it refuses pickling.
+    """
 
     __slots__ = ("_cipher", "_k1")
 
@@ -316,3 +319,6 @@ class _XAES:
 
     def decrypt(self, nonce: bytes, data: bytes, aad: bytes) -> bytes:
         return self._derive(nonce).decrypt(nonce[12:], data, aad)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("the XAES-256-GCM key object holds a ring key and is not picklable")
