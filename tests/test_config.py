@@ -12,6 +12,7 @@ from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, XAESGCMCod
 from statecodec import config as cfg
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH
 from statecodec.testing import assert_conformant
+from tests.secrecy import assert_unreachable
 
 KEY_A = generate_key()
 KEY_B = generate_key()
@@ -187,6 +188,31 @@ def test_codec_from_file_errors(tmp_path: Path, content: str, fragment: str) -> 
     assert fragment in str(info.value)
     assert str(conf) in str(info.value)
     assert format_keys([KEY_A]) not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        # The parser's error holds the whole document (JSONDecodeError.doc, UnicodeDecodeError.object).
+        f'{{"STATECODEC_KEYS": "{KEYS_TEXT}",}}'.encode(),
+        f'{{"STATECODEC_KEYS": "{KEYS_TEXT}", "STATECODEC_CODEC": "caf\xe9"}}'.encode("latin-1"),
+    ],
+    ids=["syntax", "not-utf8"],
+)
+def test_a_broken_config_file_keeps_no_secret_in_the_exception_chain(tmp_path: Path, content: bytes) -> None:
+    conf = tmp_path / "c.json"
+    conf.write_bytes(content)
+    with pytest.raises(ConfigurationError, match="is not valid JSON") as info:
+        cfg.codec_from_file(conf)
+    assert_unreachable(info.value, KEY_A, KEY_B)
+
+
+def test_a_broken_key_file_named_by_a_config_file_keeps_no_secret_in_the_chain(tmp_path: Path) -> None:
+    (tmp_path / "keys.txt").write_bytes(KEYS_TEXT.encode() + b"\n# caf\xe9\n")
+    conf = _write(tmp_path / "c.json", {"STATECODEC_KEYS_FILE": "keys.txt"})
+    with pytest.raises(ConfigurationError, match="not UTF-8") as info:
+        cfg.codec_from_file(conf)
+    assert_unreachable(info.value, KEY_A, KEY_B)
 
 
 def test_a_misspelt_or_foreign_member_is_refused(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import copy
 import hashlib
 import hmac
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from statecodec import ConfigurationError, KeyRing, format_keys, generate_key, parse_keys
 from statecodec._encoding import b64u_encode
 from statecodec.keys import KEY_ID_LENGTH, MIN_KEY_LENGTH, derive_key, fingerprint
+from tests.secrecy import assert_unreachable
 
 K0 = bytes(range(32))
 K1 = bytes(range(32, 64))
@@ -256,6 +258,29 @@ def test_from_file_errors(tmp_path: Path) -> None:
     assert secret_text not in str(info.value)
     with pytest.raises(ConfigurationError, match="cannot read key file"):
         KeyRing.from_file(tmp_path)  # a directory
+
+
+def test_a_key_file_that_is_not_utf8_keeps_no_secret_in_the_exception_chain(tmp_path: Path) -> None:
+    # The decoder's error holds the whole file (UnicodeDecodeError.object), keys and all.
+    stray = tmp_path / "stray.key"
+    stray.write_bytes(f"{b64u_encode(K0)}\n{b64u_encode(K1)}\n".encode() + b"# caf\xe9\n")
+    with pytest.raises(ConfigurationError, match="not UTF-8") as info:
+        KeyRing.from_file(stray)
+    assert str(stray) in str(info.value)
+    assert_unreachable(info.value, K0, K1)
+
+
+def test_a_key_file_is_read_up_to_a_cap(tmp_path: Path) -> None:
+    # A key file holds a few lines; a path to a device or a runaway file must not be read without bound.
+    limit = 64 * 1024
+    padded = tmp_path / "padded.key"
+    line = b64u_encode(K0) + "\n"
+    padded.write_text(line + "#" * (limit - len(line) - 1) + "\n", encoding="utf-8")
+    assert KeyRing.from_file(padded) == KeyRing([K0])
+    padded.write_text(line + "#" * (limit - len(line)) + "\n", encoding="utf-8")
+    with pytest.raises(ConfigurationError, match=re.escape(f"key file {padded} is over {limit} bytes")) as info:
+        KeyRing.from_file(padded)
+    assert_unreachable(info.value, K0)
 
 
 # -- secrecy ---------------------------------------------------------------------------------------

@@ -49,12 +49,12 @@ optional dependency is imported only by those who use it.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH
+from statecodec._files import load_json_setting, read_settings_file
 from statecodec._types import Codec
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
 from statecodec.errors import ConfigurationError
@@ -162,33 +162,6 @@ def max_token_length_setting(settings: Mapping[str, str]) -> int:
             f"for example {DEFAULT_MAX_TOKEN_LENGTH}"
         )
     return int(text)
-
-
-def read_settings_file(path: Path, limit: int, what: str, hint: str) -> bytes:
-    """At most `limit` bytes of a file a setting names; `ConfigurationError` naming `what` otherwise.
-
-    Reads one byte past the cap instead of trusting the file size, so a device
-    or a growing file cannot make start-up read without bound. `hint` ends the
-    too-large message (what the file should have been).
-    """
-    try:
-        with path.open("rb") as fh:
-            raw = fh.read(limit + 1)
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read {what}: {exc.strerror}") from None
-    if len(raw) > limit:
-        raise ConfigurationError(f"{what} is over {limit} bytes; {hint}")
-    return raw
-
-
-def load_json_setting(raw: bytes, what: str) -> object:
-    """The JSON document in `raw`; on failure a message naming `what`, never quoting the content."""
-    try:
-        doc: object = json.loads(raw)
-    except (ValueError, RecursionError):
-        # The parser's message may quote file content, which can hold keys: say where, not what.
-        raise ConfigurationError(f"{what} is not valid JSON") from None
-    return doc
 
 
 def _valid_kinds() -> str:

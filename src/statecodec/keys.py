@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from statecodec._encoding import b64u_decode, b64u_encode
+from statecodec._files import decode_settings_text, read_settings_file
 from statecodec.errors import ConfigurationError, InvalidToken
 
 __all__ = [
@@ -46,6 +47,7 @@ KEY_ID_LENGTH = 4
 DEFAULT_KEYS_ENV = "STATECODEC_KEYS"
 _KEY_ID_INFO = b"statecodec/v1/key-id"
 _MIN_DISTINCT_BYTES = 8
+_MAX_KEY_FILE_BYTES = 64 * 1024  # over a thousand keys with comments; a key file is never read without bound
 _HOW_TO_GENERATE = (
     "Generate one with `statecodec keygen` or "
     "python -c \"import secrets; print(secrets.token_urlsafe(32))\""
@@ -152,14 +154,10 @@ class KeyRing(Sequence[bytes]):
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> KeyRing:
-        """A ring from a file in the text format (one key per line or comma-separated)."""
+        """A ring from a file in the text format (one key per line or comma-separated), at most 64 KiB."""
         p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigurationError(f"cannot read key file {p}: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise ConfigurationError(f"key file {p} is not UTF-8 text in the key format") from None
+        raw = read_settings_file(p, _MAX_KEY_FILE_BYTES, f"key file {p}", "it should hold a few lines of keys")
+        text = decode_settings_text(raw, f"key file {p}")
         try:
             return cls.parse(text)
         except ConfigurationError as exc:

@@ -27,13 +27,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from statecodec.config import (
-    load_json_setting,
-    max_token_length_setting,
-    read_settings_file,
-    ring_from_settings,
-    setting,
-)
+from statecodec._files import load_json_setting
+from statecodec.config import max_token_length_setting, read_settings_file, ring_from_settings, setting
 from statecodec.errors import ConfigurationError
 from statecodec.jose.jwe import JWEAlgorithm, JWECodec
 from statecodec.jose.jws import JWSAlgorithm, JWSCodec
