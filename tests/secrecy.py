@@ -1,7 +1,8 @@
-"""Test helpers for secret handling: exception chains that must not reach a secret."""
+"""Test helpers for secret handling: exception chains that must not reach a secret, colliding key ids."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 
 from statecodec._encoding import b64u_encode
@@ -40,3 +41,9 @@ def assert_unreachable(exc: BaseException, *secrets: bytes) -> None:
             for spelling in (b64u_encode(secret), secret.hex(), repr(secret)[2:-1]):
                 assert spelling not in text, f"{type(exc).__name__} chain reaches a secret"
 
+
+# Two different secrets whose 4-byte key ids collide (both 6f667173), for the refusal messages of a
+# collision (about one pair among 2^16 keys). Found once by a birthday search over
+# SHA-256(b"statecodec key id collision %d" % i) for i = 0, 1, 2, ...: the first key id seen twice is
+# that of i = 958 and i = 33890. The search hashes some 34,000 keys, so only its result is kept here.
+COLLIDING_SECRETS = tuple(hashlib.sha256(b"statecodec key id collision %d" % i).digest() for i in (958, 33890))

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from statecodec import ConfigurationError, KeyRing, format_keys, generate_key, parse_keys
 from statecodec._encoding import b64u_encode
 from statecodec.keys import KEY_ID_LENGTH, MIN_KEY_LENGTH, derive_key, fingerprint
-from tests.secrecy import assert_unreachable
+from tests.secrecy import COLLIDING_SECRETS, assert_unreachable
 
 K0 = bytes(range(32))
 K1 = bytes(range(32, 64))
@@ -92,6 +92,19 @@ def test_duplicate_key_is_refused_naming_both_positions() -> None:
     message = config_error([K0, K1, bytearray(K0)])
     assert "keys[2] duplicates keys[0]" in message
     secrets_absent(message, K0)
+
+
+def test_a_key_id_collision_is_named_as_such_with_what_to_do() -> None:
+    first, second = COLLIDING_SECRETS
+    assert first != second
+    assert KeyRing([first]).key_ids == KeyRing([second]).key_ids
+    message = config_error([K0, first, second])
+    assert "keys[2] and keys[1] are different keys" in message
+    assert "key ids collide" in message
+    assert "duplicates" not in message
+    assert "generate another key" in message
+    assert HOW_TO in message
+    secrets_absent(message, first, second)
 
 
 def test_str_key_is_refused_with_a_pointer_to_the_parser() -> None:

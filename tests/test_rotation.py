@@ -26,6 +26,7 @@ from statecodec.envelope import default_context
 from statecodec.keys import format_keys, parse_keys
 from statecodec.rotation import RotationPlan, check_fleet, parse_fleet, reseal
 from tests.envelope_wrappers import LocalWrapper
+from tests.secrecy import COLLIDING_SECRETS
 
 OLD = bytes(range(32))
 NEW = bytes(range(64, 96))
@@ -81,6 +82,18 @@ def test_plan_from_key_ids_has_no_secrets_to_render() -> None:
 def test_plan_misconfiguration(build: Callable[[], object], fragment: str) -> None:
     with pytest.raises(ConfigurationError, match=fragment):
         build()
+
+
+def test_a_key_id_collision_is_not_called_the_same_key() -> None:
+    old, new = COLLIDING_SECRETS
+    with pytest.raises(ConfigurationError) as info:
+        RotationPlan(old, new, TTL)
+    message = str(info.value)
+    assert "same key" not in message
+    assert "the new key and the old key are different keys" in message
+    assert "generate another key" in message
+    assert format_keys([old]) not in message
+    assert format_keys([new]) not in message
 
 
 # --- check_fleet -------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import hashlib
 import os
 import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from hmac import compare_digest
 from pathlib import Path
 
 from cryptography.hazmat.primitives.hashes import SHA256
@@ -68,6 +69,15 @@ def _key_id(secret: bytes) -> bytes:
     # A non-secret fingerprint: HKDF output under its own label reveals nothing
     # about the AEAD subkeys, which are derived under other labels.
     return derive_key(secret, _KEY_ID_INFO, KEY_ID_LENGTH)
+
+
+def key_id_collision(later: str, earlier: str) -> str:
+    """The refusal of two different secrets whose key ids collide: what happened, and what to do."""
+    return (
+        f"{later} and {earlier} are different keys whose {KEY_ID_LENGTH}-byte key ids collide (a 1 in "
+        f"2^32 chance for any two keys); tokens name their key by id, so generate another key to use "
+        f"in place of {later}. {_HOW_TO_GENERATE}"
+    )
 
 
 def _check_secret(index: int, secret: object) -> bytes:
@@ -119,6 +129,8 @@ class KeyRing(Sequence[bytes]):
             kid = _key_id(secret)
             if kid in ids:
                 first = ids.index(kid)
+                if not compare_digest(secret, material[first]):
+                    raise ConfigurationError(key_id_collision(f"keys[{i}]", f"keys[{first}]"))
                 raise ConfigurationError(
                     f"keys[{i}] duplicates keys[{first}]; list each key once (rotation is "
                     "[old, new] -> [new, old] -> [new])"

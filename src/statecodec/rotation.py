@@ -19,10 +19,11 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from hmac import compare_digest
 
 from statecodec._types import Codec
 from statecodec.errors import ConfigurationError
-from statecodec.keys import KeyRing, format_keys
+from statecodec.keys import KeyRing, format_keys, key_id_collision
 
 __all__ = [
     "FleetFinding",
@@ -85,8 +86,10 @@ class RotationPlan:
 
     def __init__(self, old: bytes, new: bytes, ttl: float, *, future_skew: float = 60) -> None:
         old_ring, new_ring = _one_key("old", old), _one_key("new", new)
-        if old_ring == new_ring:
+        if compare_digest(old_ring[0], new_ring[0]):
             raise ConfigurationError("old and new are the same key; rotate to a freshly generated key")
+        if old_ring == new_ring:  # rings compare by key id
+            raise ConfigurationError(key_id_collision("the new key", "the old key"))
         self._build(old_ring.key_ids[0], new_ring.key_ids[0], ttl, future_skew, (old_ring[0], new_ring[0]))
 
     @classmethod
