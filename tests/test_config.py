@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -213,6 +214,13 @@ def test_a_broken_key_file_named_by_a_config_file_keeps_no_secret_in_the_chain(t
     with pytest.raises(ConfigurationError, match="not UTF-8") as info:
         cfg.codec_from_file(conf)
     assert_unreachable(info.value, KEY_A, KEY_B)
+
+
+def test_the_settings_tracker_holds_secrets_and_does_not_pickle() -> None:
+    tracker = cfg._ReadTracker({cfg.KEYS_VAR: KEYS_TEXT})
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        with pytest.raises(TypeError, match="not picklable"):
+            pickle.dumps(tracker, protocol=protocol)
 
 
 def test_a_misspelt_or_foreign_member_is_refused(tmp_path: Path) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +97,25 @@ def test_a_key_id_collision_is_not_called_the_same_key() -> None:
     assert "generate another key" in message
     assert format_keys([old]) not in message
     assert format_keys([new]) not in message
+
+
+def test_plans_and_phases_hold_secrets_and_do_not_pickle_or_copy() -> None:
+    for holder in (PLAN, *PLAN.phases, RotationPlan.from_key_ids("a1b2c3d4", "e5f6a7b8", TTL)):
+        for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+            with pytest.raises(TypeError, match="not picklable"):
+                pickle.dumps(holder, protocol=protocol)
+        with pytest.raises(TypeError):
+            copy.deepcopy(holder)
+
+
+def test_asdict_of_a_phase_never_yields_raw_secrets() -> None:
+    # The keys are a KeyRing, which refuses to be copied out; a phase of key ids has nothing to hide.
+    for phase in PLAN.phases:
+        with pytest.raises(TypeError, match="not picklable"):
+            dataclasses.asdict(phase)
+    plain = dataclasses.asdict(RotationPlan.from_key_ids("a1b2c3d4", "e5f6a7b8", TTL).phase(1))
+    assert plain["key_ids"] == ("a1b2c3d4", "e5f6a7b8")
+    assert plain["keys"] is None
 
 
 # --- check_fleet -------------------------------------------------------------------------------

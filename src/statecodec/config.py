@@ -252,7 +252,7 @@ def codec_from_file(path: str | os.PathLike[str]) -> Codec:
 
 
 class _ReadTracker(Mapping[str, str]):
-    """Settings that remember which names the builders looked up."""
+    """Settings that remember which names the builders looked up; they may hold keys, so no pickling."""
 
     def __init__(self, settings: dict[str, str]) -> None:
         self._settings = settings
@@ -267,6 +267,9 @@ class _ReadTracker(Mapping[str, str]):
 
     def __len__(self) -> int:
         return len(self._settings)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("the settings hold secrets and are not picklable")
 
 
 def _settings_from_document(doc: dict[str, object], base: Path) -> dict[str, str]:

@@ -23,7 +23,7 @@ from hmac import compare_digest
 
 from statecodec._types import Codec
 from statecodec.errors import ConfigurationError
-from statecodec.keys import KeyRing, format_keys, key_id_collision
+from statecodec.keys import KeyRing, key_id_collision
 
 __all__ = [
     "FleetFinding",
@@ -45,15 +45,17 @@ class Phase:
 
     `wait_after_previous` is the least time, in seconds, between the moment
     the previous phase is fully rolled out and the start of this one. `keys`
-    holds secrets when the plan was built from keys (empty when built from
-    key ids) and never shows in the `repr`.
+    is the phase's `KeyRing` when the plan was built from keys (None when
+    built from key ids): a ring never shows a secret in its `repr` and
+    refuses to be copied, so `dataclasses.asdict` of such a phase raises
+    `TypeError` instead of returning the secrets. A phase is never pickled.
     """
 
     number: int
     key_ids: tuple[str, ...]
     wait_after_previous: float
     summary: str
-    keys: tuple[bytes, ...] = field(default=(), repr=False)
+    keys: KeyRing | None = field(default=None, repr=False)
 
     @property
     def primary_key_id(self) -> str:
@@ -61,9 +63,12 @@ class Phase:
 
     def env_value(self) -> str:
         """The exact ``STATECODEC_KEYS`` value for this phase. Secret."""
-        if not self.keys:
+        if self.keys is None:
             raise ConfigurationError("this plan was built from key ids; it holds no keys to render")
-        return format_keys(self.keys)
+        return self.keys.to_text()
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("Phase holds secrets and is not picklable")
 
 
 class RotationPlan:
@@ -80,6 +85,7 @@ class RotationPlan:
     Stored state that must outlive phase 3 is re-sealed with `reseal` during
     phase 2. `old` and `new` are secrets (bytes) or, for codecs whose keys live
     elsewhere (KMS, Vault), their hex key ids via `RotationPlan.from_key_ids`.
+    A plan holds those secrets in its phases, so it refuses pickling.
     """
 
     __slots__ = ("future_skew", "phases", "ttl")
@@ -112,12 +118,11 @@ class RotationPlan:
             raise ConfigurationError("ttl must be > 0 and future_skew >= 0 (seconds, as the codecs use)")
         self.ttl = ttl
         self.future_skew = future_skew
-        o: tuple[bytes, ...] = (keys[0],) if keys else ()
-        n: tuple[bytes, ...] = (keys[1],) if keys else ()
+        rings = (KeyRing(keys), KeyRing(keys[::-1]), KeyRing(keys[1:])) if keys else (None, None, None)
         self.phases = (
-            Phase(1, (old, new), 0, "every instance learns to verify the new key; old still mints", o + n),
-            Phase(2, (new, old), 0, "the new key mints; tokens under the old key keep verifying", n + o),
-            Phase(3, (new,), ttl + future_skew, "the old key is retired; its tokens have all expired", n),
+            Phase(1, (old, new), 0, "every instance learns to verify the new key; old still mints", rings[0]),
+            Phase(2, (new, old), 0, "the new key mints; tokens under the old key keep verifying", rings[1]),
+            Phase(3, (new,), ttl + future_skew, "the old key is retired; its tokens have all expired", rings[2]),
         )
 
     def phase(self, number: int) -> Phase:
@@ -136,6 +141,9 @@ class RotationPlan:
     def __repr__(self) -> str:
         ids = [p.key_ids for p in self.phases]
         return f"RotationPlan(phases={ids!r}, ttl={self.ttl}, future_skew={self.future_skew})"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("RotationPlan holds secrets and is not picklable")
 
 
 @dataclass(frozen=True)
