@@ -238,10 +238,13 @@ COVERED = {
 
 
 @pytest.mark.parametrize("name", sorted(COVERED))
-def test_file_pins_its_reason_codes(name: str) -> None:
+def test_file_covers_what_formats_md_says(name: str) -> None:
     data = load(name)
     assert data["schema"] == "statecodec-vectors/1"
     assert {v["reason"] for v in data["refusals" if name == "binding" else "invalid"]} == COVERED[name]
+    payloads = [v["state"].encode() if name == "binding" else bytes.fromhex(v["payload"]) for v in data["valid"]]
+    assert b"" in payloads
+    assert any(max(p, default=0) >= 0x80 for p in payloads) is (name != "jwe")
     names = [v["name"] for v in data["valid"]]
     assert len(set(names)) == len(names)
 
