@@ -81,7 +81,9 @@ def codec_for(data: Mapping[str, Any], entry: Mapping[str, Any], at: Mapping[str
         if entry["alg"] != "HS256":
             raise ConfigurationError("a jws ring signs with HS256 only; give jwks for EdDSA")
         return JWSCodec([b64u_decode(k) for k in entry["ring"]], max_token_length=cap)
-    at = entry if at is None else at  # binding: a valid vector, replayed at another time or under other settings
+    if codec != "binding":
+        raise ConfigurationError(f'"codec" must be one of {", ".join(CODECS)}')
+    at = entry if at is None else at  # a valid vector, replayed at another time or under other settings
     return BoundCodec(
         AESGCMCodec(KeyRing.parse(data["codec_keys"])),
         audience=at.get("audience", entry["audience"]),
