@@ -1,150 +1,160 @@
-"""Frozen test vectors for every token format: load, verify, generate.
+"""Check a vectors file against this library: every token opens as pinned, every refusal has its reason.
 
-Threat: a format that drifts silently strands every token in flight and
-breaks every other implementation of it. A vectors file pins, for one codec,
-the tokens that must open (and re-derive byte for byte wherever the format is
-deterministic given the nonce, IV or ephemeral key recorded beside them) and
-the exact reason code each tampered or foreign token is refused with.
-
-Every file is one JSON object in the ``statecodec-vectors/1`` schema
-(``docs/formats.md``, "Vector files"): ``schema``, ``codec``, ``description``,
-``valid`` and ``invalid`` (``refusals`` for binding claims), plus the members
-its codec documents. `verify_vectors` dispatches on ``codec`` to that
-format's verifier; `generate_vectors` writes a format's standard set from
-fixed test keys and fixed randomness, through private hooks that no public
-``seal`` exposes.
+Threat: a port of a token format that drifts (another label, field order or
+reason code) strands tokens and fails open where it should fail closed. A
+vectors file (``docs/formats.md``, "Vector files") lists tokens that must open
+to their payload and texts that must be refused with a reason code, each
+entry with the keys that open it. A token that opens here proves its layout:
+the tag verifies only under the key derived as documented, over the header
+as documented. HMAC and Ed25519 are deterministic, so a JWS entry marked
+``deterministic`` is signed again and must give its token. A failure names
+the entry and what differs, never a key or a token.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from statecodec._vectors import binding as _binding
-from statecodec._vectors import envelope as _envelope
-from statecodec._vectors import jwe as _jwe
-from statecodec._vectors import jws as _jws
-from statecodec._vectors import ring as _ring
-from statecodec._vectors._schema import SCHEMA, VectorReport, read_json
-from statecodec._vectors.ring import (
-    CODECS,
-    InvalidVector,
-    ValidVector,
-    VectorFile,
-    parse_vectors,
-    seal_vector,
-)
-from statecodec._vectors.ring import _seal_with_nonce as _seal_with_nonce  # for tests proving it equals seal
-from statecodec.errors import ConfigurationError
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode
+from statecodec.aead import AESGCMCodec, XAESGCMCodec
+from statecodec.binding import BoundCodec
+from statecodec.envelope import EnvelopeCodec
+from statecodec.errors import ConfigurationError, InvalidToken, ProviderError, StatecodecError
+from statecodec.jose import JWECodec, JWSCodec
+from statecodec.keys import KeyRing
 
-__all__ = [
-    "CODECS",
-    "GENERATORS",
-    "SCHEMA",
-    "VERIFIERS",
-    "InvalidVector",
-    "ValidVector",
-    "VectorDocument",
-    "VectorFile",
-    "VectorReport",
-    "dump_vectors",
-    "generate_vectors",
-    "load_vectors",
-    "parse_vectors",
-    "seal_vector",
-    "verify_vectors",
-]
+__all__ = ["CODECS", "SCHEMA", "VectorReport", "codec_for", "verify_vectors"]
+
+SCHEMA = "statecodec-vectors/1"
+CODECS = ("aesgcm", "binding", "envelope", "jwe", "jws", "xaesgcm")
 
 
-def _verify_ring(data: Mapping[str, Any]) -> VectorReport:
-    return _ring.verify_vectors(parse_vectors(data))
-
-
-VERIFIERS: Mapping[str, Callable[[Mapping[str, Any]], VectorReport]] = {
-    "aesgcm": _verify_ring,
-    "xaesgcm": _verify_ring,
-    "envelope": _envelope.verify,
-    "binding": _binding.verify,
-    "jwe": _jwe.verify,
-    "jws": _jws.verify,
-}
-"""A file's ``codec`` member -> its verifier (which validates the whole file before checking any vector)."""
-
-
-@dataclass(frozen=True)
-class VectorDocument:
-    """A generated vectors file of a format without a typed model here: its JSON, ready to dump."""
+@dataclass
+class VectorReport:
+    """How many entries a file holds, and one line per entry that does not hold."""
 
     codec: str
-    data: Mapping[str, Any]
-
-    def to_json(self) -> Mapping[str, Any]:
-        return self.data
-
-
-def _ring_generator(name: str) -> Callable[[], VectorFile]:
-    return lambda: _ring.generate_vectors(name)
+    valid: int
+    invalid: int
+    failures: list[str] = field(default_factory=list)
 
 
-def _document(codec: str, build: Callable[[], Mapping[str, Any]]) -> Callable[[], VectorDocument]:
-    return lambda: VectorDocument(codec, build())
+class _Table:
+    """The KMS of an envelope entry: each of its wrapped keys unwraps to the data key paired with it."""
+
+    name = "vectors"
+
+    def __init__(self, pairs: Mapping[bytes, bytes]) -> None:
+        self._pairs = pairs
+
+    def describe(self) -> str:
+        return "the data keys of a vectors entry"
+
+    def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
+        return self._pairs[blob]  # EnvelopeCodec asks only for the entry's own blobs
+
+    def wrap(self, data_key: bytes, context: Mapping[str, str]) -> bytes:
+        raise ProviderError("a vectors entry cannot wrap keys")
+
+    def new_wrapped_key(self, context: Mapping[str, str]) -> bytes:
+        raise ProviderError("a vectors entry cannot wrap keys")
 
 
-GENERATORS: Mapping[str, Callable[[], VectorFile | VectorDocument]] = {
-    "aesgcm": _ring_generator("aesgcm"),
-    "xaesgcm": _ring_generator("xaesgcm"),
-    "envelope": _document("envelope", _envelope.generate),
-    "binding": _document("binding", _binding.generate),
-    **{name: _document("jwe", build) for name, build in _jwe.GENERATORS.items()},
-    **{name: _document("jws", build) for name, build in _jws.GENERATORS.items()},
-}
-"""Generator name -> its standard vector set. ``jwe``/``jws`` hold every configuration; ``jwe-dir`` etc. one."""
+def codec_for(data: Mapping[str, Any], entry: Mapping[str, Any], at: Mapping[str, Any] | None = None) -> Any:
+    """The public codec an entry names, built from the keys it holds; `at`: a binding replay's clock and settings."""
+    codec, cap = data["codec"], entry.get("max_token_length", DEFAULT_MAX_TOKEN_LENGTH)
+    if codec in ("aesgcm", "xaesgcm"):
+        ring = AESGCMCodec if codec == "aesgcm" else XAESGCMCodec
+        return ring([b64u_decode(k) for k in entry["keys"]], max_token_length=cap)
+    if codec == "envelope":
+        blobs = [b64u_decode(w) for w in entry["wrapped_keys"]]
+        table = _Table(dict(zip(blobs, (b64u_decode(k) for k in entry["data_keys"]), strict=True)))
+        return EnvelopeCodec(table, blobs, context=entry["context"], max_token_length=cap)
+    if codec in ("jwe", "jws") and "jwks" in entry:
+        jose = JWECodec if codec == "jwe" else JWSCodec
+        return jose.from_jwks(entry["jwks"], alg=entry["alg"], max_token_length=cap)
+    if codec == "jwe":
+        return JWECodec([b64u_decode(k) for k in entry["ring"]], alg=entry["alg"], max_token_length=cap)
+    if codec == "jws":
+        if entry["alg"] != "HS256":
+            raise ConfigurationError("a jws ring signs with HS256 only; give jwks for EdDSA")
+        return JWSCodec([b64u_decode(k) for k in entry["ring"]], max_token_length=cap)
+    if codec != "binding":
+        raise ConfigurationError(f'"codec" must be one of {", ".join(CODECS)}')
+    at = entry if at is None else at  # a valid vector, replayed at another time or under other settings
+    return BoundCodec(
+        AESGCMCodec(KeyRing.parse(data["codec_keys"])),
+        audience=at.get("audience", entry["audience"]),
+        purpose=at.get("purpose", entry["purpose"]),
+        ttl=entry["ttl"],
+        future_skew=entry["future_skew"],
+        binding_key=b64u_decode(data["binding_key"]),
+        clock=lambda: at["now"],
+    )
 
 
-def load_vectors(path: str | os.PathLike[str]) -> VectorFile:
-    """Read a ring-format vectors file; a bad file raises `ConfigurationError` naming the member."""
-    return parse_vectors(read_json(path))
-
-
-def verify_vectors(source: VectorFile | Mapping[str, Any] | str | os.PathLike[str]) -> VectorReport:
-    """Check every vector of a file (a path, its decoded JSON, or a parsed ring file) against this library.
-
-    A file that is not in the schema raises `ConfigurationError`; a vector
-    that does not hold is a line in the report's ``failures``, never an
-    exception.
-    """
-    if isinstance(source, VectorFile):
-        return _ring.verify_vectors(source)
-    data = source if isinstance(source, Mapping) else read_json(source)
-    if not isinstance(data, Mapping):
-        raise ConfigurationError("vectors file must be a JSON object")
-    codec = data.get("codec")
-    if codec == "vault-transit":
-        # Its tokens open only inside Vault: an offline check would test a model of Vault, not the codec.
+def verify_vectors(data: object) -> VectorReport:
+    """Check every entry of a decoded vectors file; a file not in the schema raises `ConfigurationError`."""
+    if isinstance(data, dict) and data.get("codec") == "vault-transit":
         raise ConfigurationError(
-            "vault-transit vectors hold transit key backups that only a Vault server can open: restore each "
-            "backup (transit/restore) into a test Vault and unseal the tokens there; this command checks the "
-            "offline formats"
+            "vault-transit tokens open only inside Vault: restore the file's key backups (transit/restore) "
+            "into a test Vault and unseal the tokens there"
         )
-    if data.get("schema") != SCHEMA:
-        raise ConfigurationError(f"schema must be {SCHEMA!r}")
-    verifier = VERIFIERS.get(codec) if isinstance(codec, str) else None
-    if verifier is None:
-        raise ConfigurationError(f"codec must be one of {sorted(VERIFIERS)}")
-    return verifier(data)
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ConfigurationError(f'a vectors file is a JSON object with "schema": "{SCHEMA}"')
+    codec = data.get("codec")
+    if codec not in CODECS:
+        raise ConfigurationError(f'"codec" must be one of {", ".join(CODECS)}')
+    arrays = ("valid", "refusals" if codec == "binding" else "invalid")
+    if not all(isinstance(data.get(a), list) for a in arrays):
+        raise ConfigurationError(f'"{arrays[0]}" and "{arrays[1]}" must be JSON arrays')
+    report = VectorReport(codec, len(data[arrays[0]]), len(data[arrays[1]]))
+    for array in arrays:
+        for i, entry in enumerate(data[array]):
+            try:
+                problem = _check(data, array, entry)
+            except KeyError as exc:
+                problem = f"missing member {exc.args[0]!r}"
+            except (ConfigurationError, ProviderError) as exc:  # their messages never hold key material
+                problem = f"codec refused: {exc}"
+            except (StatecodecError, TypeError, ValueError, AttributeError) as exc:
+                problem = f"not usable ({type(exc).__name__})"
+            if problem:
+                name = entry.get("name", entry.get("vector")) if isinstance(entry, dict) else None
+                report.failures.append(f"{array}[{i}]{'' if name is None else f' {name!r}'}: {problem}")
+    return report
 
 
-def generate_vectors(name: str) -> VectorFile | VectorDocument:
-    """The standard vector set `name` (see `GENERATORS`): deterministic, so regenerating changes nothing."""
-    build = GENERATORS.get(name)
-    if build is None:
-        raise ConfigurationError(f"codec must be one of {sorted(GENERATORS)}")
-    return build()
-
-
-def dump_vectors(vectors: VectorFile | VectorDocument) -> str:
-    """The canonical JSON text of a vectors file (stable member order, 2-space indent, final newline)."""
-    return json.dumps(vectors.to_json(), indent=2, ensure_ascii=False) + "\n"
+def _check(data: Mapping[str, Any], array: str, entry: object) -> str | None:
+    """What is wrong with one entry, or None; raises when the entry cannot be used at all."""
+    if not isinstance(entry, dict):
+        return "not a JSON object"
+    expected = None if array == "valid" else entry["reason"]
+    if data["codec"] == "binding":  # a refusal replays the valid vector it names
+        named = (v for v in data["valid"] if isinstance(v, dict) and v.get("name") == entry.get("vector"))
+        vector = entry if array == "valid" else next(named, None)
+        if vector is None:
+            return "names no valid vector"
+        codec, token, payload = codec_for(data, vector, entry), vector["token"], vector["state"].encode()
+        context = vector["context"] if entry["context"] == "same" else entry["context"]
+        bound = {"principal": entry["principal"], "context": context}
+    else:
+        codec, token, bound = codec_for(data, entry), entry["token"], {}
+        payload = bytes.fromhex(entry["payload"]) if array == "valid" else b""
+    try:
+        got = codec.unseal(token, **bound)
+    except InvalidToken as exc:
+        if exc.reason.value == expected:
+            return None
+        return f"refused with {exc.reason.value}, expected {expected or 'it to open'}"
+    if expected is not None:
+        return "was accepted"
+    if got != payload:
+        return "opened to another payload"
+    if data["codec"] == "jws" and entry.get("deterministic") is True:
+        signer = codec if "jwks" in entry else codec_for(data, {**entry, "ring": entry["ring"][entry["sealed_with"] :]})
+        if signer.seal(payload) != token:
+            return "signing payload again gives another token"
+    return None

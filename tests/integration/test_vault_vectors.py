@@ -4,8 +4,8 @@
 exportable on purpose; never use them) and tokens sealed under them. Each
 test restores the keys into a fresh name on the OpenBao test server, so the
 layout, the key-version mapping and the bound context cannot drift silently.
-Regenerate (only for a deliberate format change) with
-``python -m tests.integration.test_vault_vectors``.
+Vault picks each nonce, so these tokens cannot be re-derived; the file is
+frozen, never regenerated.
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ import pytest
 from tests.plugins.vault import BaoServer, client_for
 
 from statecodec import InvalidToken, Reason
-from statecodec._encoding import b64u_decode, b64u_encode
+from statecodec._encoding import b64u_decode
 from statecodec.providers.vault import TRANSIT_VERSION, VaultTransitCodec
 
 VECTORS = Path(__file__).parents[1] / "vectors" / "vault_transit.json"
 SCHEMA = "statecodec-vault-transit-vectors/1"
-PAYLOADS = [b"", b"statecodec", bytes(range(256)), json.dumps({"step": 2, "answers": {"region": "eu"}}).encode()]
 
 
 def _load() -> dict[str, Any]:
@@ -66,61 +65,3 @@ def test_frozen_tokens_unseal(vault_server: BaoServer, key_index: int) -> None:
             with pytest.raises(InvalidToken) as info:
                 other.unseal(vector["token"])
             assert info.value.reason is Reason.SEAL
-
-
-def generate(server: BaoServer) -> dict[str, Any]:
-    keys: list[dict[str, Any]] = []
-    for derived, context in ((True, {"purpose": "statecodec-vault-transit"}), (False, {"audience": "vectors"})):
-        name = f"vectors-{secrets.token_hex(4)}"
-        server.api(
-            "POST",
-            f"transit/keys/{name}",
-            {"derived": derived, "exportable": True, "allow_plaintext_backup": True, "type": "aes256-gcm96"},
-        )
-        valid: list[dict[str, Any]] = []
-        with client_for(server) as c:
-            for version in (1, 2):
-                if version == 2:
-                    server.rotate(name)
-                codec = VaultTransitCodec(c, name, context=context)
-                for payload in PAYLOADS:
-                    token = codec.seal(payload)
-                    raw = b64u_decode(token)
-                    valid.append(
-                        {
-                            "payload": payload.hex(),
-                            "key_version": version,
-                            "vault_ciphertext": f"vault:v{version}:{base64.b64encode(raw[5:]).decode()}",
-                            "token": token,
-                        }
-                    )
-        sample = valid[1]["token"]
-        flipped = bytearray(b64u_decode(sample))
-        flipped[-1] ^= 1
-        tampered = b64u_encode(bytes(flipped))
-        renumbered = bytearray(b64u_decode(sample))
-        renumbered[1:5] = (7).to_bytes(4, "big")
-        future = b64u_encode(bytes(renumbered))
-        invalid = [
-            {"name": "last tag bit flipped", "token": tampered, "reason": "seal"},
-            {"name": "key version not created", "token": future, "reason": "unknown_key"},
-            {"name": "padded", "token": sample + "=", "reason": "malformed"},
-            {"name": "envelope version byte", "token": "Aw" + sample[2:], "reason": "format"},
-        ]
-        backup = server.api("GET", f"transit/backup/{name}")["data"]["backup"]
-        keys.append({"derived": derived, "context": context, "backup": backup, "valid": valid, "invalid": invalid})
-    return {
-        "schema": SCHEMA,
-        "codec": "vault-transit",
-        "format_version": TRANSIT_VERSION,
-        "description": "Frozen VaultTransitCodec tokens with the transit key backups that open them. "
-        "Test keys, exportable on purpose: never use them.",
-        "keys": keys,
-    }
-
-
-if __name__ == "__main__":
-    from tests.plugins.vault import running_bao
-
-    with running_bao() as bao:
-        VECTORS.write_text(json.dumps(generate(bao), indent=2) + "\n", encoding="utf-8")
