@@ -76,3 +76,18 @@ def test_cli_commands_load_no_optional_package(argv: list[str]) -> None:
 
 def test_the_mcp_helpers_module_imports_without_loading_the_sdk() -> None:
     assert _optional(_loaded_after("import statecodec.mcp")) == set()
+
+
+def test_heavier_modules_load_on_first_use_and_every_exported_name_resolves() -> None:
+    code = (
+        "import sys, statecodec\n"
+        "lazy = ['statecodec.jose', 'statecodec.config', 'statecodec.inspect', 'statecodec.providers.vault']\n"
+        "assert not [m for m in lazy if m in sys.modules], [m for m in lazy if m in sys.modules]\n"
+        "for name in statecodec.__all__:\n"
+        "    assert getattr(statecodec, name) is not None, name\n"
+        "from statecodec import JWECodec, describe_token\n"
+        "from statecodec.jose import JWECodec as direct\n"
+        "assert JWECodec is direct"
+    )
+    loaded = _loaded_after(code)
+    assert "statecodec.jose" in loaded
