@@ -49,9 +49,10 @@ def main() -> None:
 
     # The MCP one-liner: RequestStateSecurity around the codec the environment describes ...
     policy = security_from_env() if os.environ.get("STATECODEC_KEYS") else security(codec)
-    # ... or around any codec you built yourself: security(codec).
+    # ... or around any codec you built yourself: security(codec). Either way the SDK logs our reason
+    # code for a refused token; RequestStateSecurity(codec=codec) would log "codec error" instead.
     server = MCPServer("billing", request_state_security=policy)
-    print("MCP server", repr(server.name), "seals requestState with", type(policy.codec).__name__)
+    print("MCP server", repr(server.name), "seals requestState with", policy.codec)
 
 
 if __name__ == "__main__":

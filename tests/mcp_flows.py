@@ -12,7 +12,8 @@ answered by the client callback, and checks that every round's
 ``requestState`` on the wire was sealed by the codec and came back verbatim.
 `assert_mcp_rejects` sends a bad token (a string, or a function of a genuine
 round-one token) and checks the SDK's frozen -32602 answer and the reason
-code the server logged. Both accept a codec or a whole `RequestStateSecurity`,
+code the server logged. Both accept a whole `RequestStateSecurity`, or a
+codec, which they hand the SDK the documented way (`statecodec.mcp.security`),
 and have `*_async` twins for tests already inside an event loop.
 """
 
@@ -46,10 +47,12 @@ from mcp.types import (
 from pydantic import BaseModel
 
 from statecodec.config import Codec
+from statecodec.mcp import security
 
 __all__ = [
     "INVALID_PARAMS",
     "REJECTION_MESSAGE",
+    "SDK_LOGGER",
     "SERVER_NAME",
     "STATE_MARKER",
     "TOOL",
@@ -201,7 +204,7 @@ def _security(policy: Policy, codec: Codec | None = None) -> RequestStateSecurit
         return RequestStateSecurity(
             codec=codec, ttl=policy.ttl, bind_principal=policy.bind_principal, audience=policy.audience
         )
-    return RequestStateSecurity(codec=codec if codec is not None else policy)
+    return security(codec if codec is not None else policy)
 
 
 def _codec(policy: Policy) -> Codec:
@@ -451,8 +454,8 @@ async def assert_mcp_rejects_async(
     sealed by `minted_by` (default: `policy`) on a server named `minted_on`.
     `reason` is the expected reason code, or a collection of acceptable ones.
     The log must carry the reason without a traceback (a codec that raises
-    anything but `InvalidToken`/`InvalidRequestState` is logged as
-    "codec error" with one) and without the token text.
+    anything but the SDK's `InvalidRequestState` is logged as "codec error"
+    with one) and without the token text.
     """
     if callable(bad_token):
         genuine = await mint_token_async(minted_by if minted_by is not None else policy, server_name=minted_on)

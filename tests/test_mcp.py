@@ -13,7 +13,7 @@ from mcp.server.request_state import InvalidRequestState, authenticated_principa
 
 from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, XAESGCMCodec, format_keys, generate_key
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec.mcp import security, security_from_env
+from statecodec.mcp import SDKCodec, security, security_from_env
 from tests.mcp_flows import (
     SERVER_NAME,
     accept_token,
@@ -47,8 +47,35 @@ def test_flows_complete_through_the_codec(codec_cls: type[AESGCMCodec | XAESGCMC
         assert b64u_decode(token)[0] == codec_cls.VERSION
 
 
-def test_invalid_token_is_the_sdks_invalid_request_state() -> None:
-    assert issubclass(InvalidToken, InvalidRequestState)
+@pytest.mark.parametrize("token", ["", "v1.AAAA", "A" * 300_000])
+def test_sdk_codec_refuses_with_the_sdks_error_and_our_reason_only(token: str) -> None:
+    codec = AESGCMCodec([KEY])
+    with pytest.raises(InvalidToken) as ours:
+        codec.unseal(token)
+    with pytest.raises(InvalidRequestState) as theirs:
+        SDKCodec(codec).unseal(token)
+    assert str(theirs.value) == ours.value.reason.value
+    assert theirs.value.__cause__ is None
+    assert theirs.value.__context__ is None
+    assert not isinstance(theirs.value, InvalidToken)
+
+
+def test_sdk_codec_passes_genuine_tokens_through() -> None:
+    codec = AESGCMCodec([KEY])
+    adapted = SDKCodec(codec)
+    assert codec.unseal(adapted.seal(b"state")) == b"state"
+    assert adapted.unseal(codec.seal(b"state")) == b"state"
+    assert repr(adapted) == f"SDKCodec({codec!r})"
+
+
+def test_a_codec_handed_to_the_sdk_as_it_is_still_fails_closed_but_loses_the_reason() -> None:
+    # Why the docs say security(codec): the SDK logs only its own error's reason, anything else as "codec error".
+    codec = AESGCMCodec([KEY])
+    raw = RequestStateSecurity(codec=codec)
+    rejection = submit_token(raw, _flip_last_byte(mint_token(raw)))
+    assert (rejection.code, rejection.message, rejection.reason) == (-32602, "Invalid or expired requestState",
+                                                                     "codec error")
+    assert assert_mcp_rejects(security(codec), _flip_last_byte, reason="seal") == "seal"
 
 
 @pytest.mark.parametrize(
@@ -90,7 +117,7 @@ def test_rotation_phases_over_the_wire() -> None:
 def test_other_server_same_key_is_refused_by_audience() -> None:
     codec = AESGCMCodec([KEY])
     assert_mcp_rejects(codec, lambda t: t, minted_on="another-service", reason="audience")
-    shared = RequestStateSecurity(codec=codec, audience="shared-audience")
+    shared = security(codec, audience="shared-audience")
     run_mcp_flows(shared)
     assert_mcp_rejects(
         codec, lambda t: t, minted_by=shared, minted_on="another-service", reason="audience"
@@ -126,8 +153,9 @@ def _env(**extra: str) -> dict[str, str]:
 def test_security_from_env_builds_the_configured_codec() -> None:
     policy = security_from_env(environ=_env(STATECODEC_CODEC="xaesgcm"), ttl=30.0, audience="billing")
     assert isinstance(policy, RequestStateSecurity)
-    assert isinstance(policy.codec, XAESGCMCodec)
-    assert policy.codec.key_ids == XAESGCMCodec([KEY, OTHER_KEY]).key_ids
+    assert isinstance(policy.codec, SDKCodec)
+    assert isinstance(policy.codec.codec, XAESGCMCodec)
+    assert policy.codec.codec.key_ids == XAESGCMCodec([KEY, OTHER_KEY]).key_ids
     assert policy.ttl == 30.0
     assert policy.audience == "billing"
     assert policy.bind_principal is authenticated_principal
@@ -147,13 +175,16 @@ def test_security_from_env_reads_os_environ(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.delenv("STATECODEC_CODEC", raising=False)
     monkeypatch.delenv("STATECODEC_KEYS_FILE", raising=False)
     policy = security_from_env()
-    assert isinstance(policy.codec, AESGCMCodec)
+    assert isinstance(policy.codec, SDKCodec)
+    assert isinstance(policy.codec.codec, AESGCMCodec)
 
 
 def test_security_from_env_drives_a_server_across_instances() -> None:
     # Two instances configured from the same environment accept each other's tokens.
     first, second = security_from_env(environ=_env()), security_from_env(environ=_env())
-    assert first.codec is not second.codec
+    assert isinstance(first.codec, SDKCodec)
+    assert isinstance(second.codec, SDKCodec)
+    assert first.codec.codec is not second.codec.codec
     token = mint_token(first)
     accept_token(second, token)
     run_mcp_flows(second)
@@ -170,7 +201,8 @@ def test_security_from_env_configuration_errors() -> None:
 def test_security_helper_wraps_any_codec() -> None:
     codec = AESGCMCodec([KEY])
     policy = security(codec, ttl=5.0)
-    assert policy.codec is codec
+    assert isinstance(policy.codec, SDKCodec)
+    assert policy.codec.codec is codec
     assert policy.ttl == 5.0
     assert policy.bind_principal is authenticated_principal
     assert security(codec, bind_principal=None).bind_principal is None

@@ -39,7 +39,7 @@ def test_sdk_builtin_codec_report() -> None:
     non-str failures do not reach the wire through MCPServer; the missing length
     cap does: a multi-megabyte requestState is copied and base64-decoded in full.
     """
-    report = check_codec(AESGCMRequestStateCodec([os.urandom(32)]), **FAST)
+    report = check_codec(AESGCMRequestStateCodec([os.urandom(32)]), error_type=InvalidRequestState, **FAST)
     assert report.failed_checks() == {"oversized", "error_type"}
     type_failures = [f.detail for f in report.failures if f.check == "error_type"]
     assert all(d.startswith("non_str:") for d in type_failures)
@@ -53,10 +53,11 @@ def test_sdk_guide_envelope_codec_report() -> None:
     assert "not checked before copying or decoding" in str(report)
 
 
-def test_default_error_type_is_the_sdk_one_when_mcp_is_installed() -> None:
-    # InvalidToken subclasses InvalidRequestState, so a statecodec codec passes the default too.
-    assert issubclass(InvalidToken, InvalidRequestState)
+def test_default_error_type_is_invalid_token() -> None:
     assert check_codec(AESGCMCodec.ephemeral(), **FAST).ok
+    report = check_codec(AESGCMRequestStateCodec([os.urandom(32)]), **FAST)
+    assert "error_type" in report.failed_checks()
+    assert any("raised InvalidRequestState, not InvalidToken" in f.detail for f in report.failures)
 
 
 # --- Deliberately broken codecs: each must fail exactly the check named for it. ---

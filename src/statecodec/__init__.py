@@ -2,16 +2,20 @@
 
 Every token a client echoes is attacker-controlled input. A statecodec codec
 seals bytes into a URL-safe token and unseals only tokens it minted unmodified;
-anything else raises `InvalidToken` with a log-only reason code. Codecs fit
-the MCP SDK's `RequestStateSecurity(codec=...)` as they are.
+anything else raises `InvalidToken` with a log-only reason code. An MCP
+server hands a codec to the SDK with `statecodec.mcp.security(codec)`.
+
+Importing the package loads cryptography and the core codecs only: the JOSE
+codecs, configuration loaders and token inspector load on first use, and no
+optional package (the MCP SDK, a KMS or Vault client) is ever imported here.
 """
 
+import importlib
 from typing import TYPE_CHECKING
 
 from statecodec._types import Codec
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
 from statecodec.binding import BoundCodec
-from statecodec.config import codec_from_env, codec_from_file
 from statecodec.envelope import EnvelopeCodec, KeyWrapper
 from statecodec.errors import (
     ConfigurationError,
@@ -21,8 +25,6 @@ from statecodec.errors import (
     SealError,
     StatecodecError,
 )
-from statecodec.inspect import TokenInfo, describe_token
-from statecodec.jose import JWECodec, JWSCodec
 from statecodec.keys import KeyRing, format_keys, generate_key, parse_keys
 
 __version__ = "0.1.0"
@@ -55,13 +57,25 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from statecodec.config import codec_from_env, codec_from_file
+    from statecodec.inspect import TokenInfo, describe_token
+    from statecodec.jose import JWECodec, JWSCodec
     from statecodec.providers.vault import VaultTransitCodec
+
+_ON_FIRST_USE: dict[str, str] = {
+    "JWECodec": "statecodec.jose",
+    "JWSCodec": "statecodec.jose",
+    "TokenInfo": "statecodec.inspect",
+    "VaultTransitCodec": "statecodec.providers.vault",
+    "codec_from_env": "statecodec.config",
+    "codec_from_file": "statecodec.config",
+    "describe_token": "statecodec.inspect",
+}
+"""Exported names whose modules load when first asked for, so `import statecodec` stays lean."""
 
 
 def __getattr__(name: str) -> object:
-    # Optional-dependency codecs load on first use, so `import statecodec` needs only cryptography.
-    if name == "VaultTransitCodec":
-        from statecodec.providers.vault import VaultTransitCodec
-
-        return VaultTransitCodec
-    raise AttributeError(f"module 'statecodec' has no attribute {name!r}")
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'statecodec' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -23,8 +23,7 @@ class Codec(Protocol):
       token never chooses how it is verified: configuration fixes the
       algorithm, and the format marker (a version prefix, or a JOSE header
       that is compared, never obeyed) is bound under the tag or signature.
-    - `unseal` raises `statecodec.InvalidToken` with a `Reason` code (a
-      subclass of the SDK's `InvalidRequestState` when the SDK is installed)
+    - `unseal` raises `statecodec.InvalidToken` with a `Reason` code
       for every token it did not mint unmodified: malformed, non-canonical,
       truncated, extended, tampered, oversized, of another format, or made
       under a key it does not hold. No other exception type ever escapes it.

@@ -10,24 +10,20 @@ answers -32602 "Invalid or expired requestState"); the reason is for the log.
 Hierarchy::
 
     StatecodecError
-    ├── InvalidToken          unseal refused a token (also the SDK's InvalidRequestState)
+    ├── InvalidToken          unseal refused a token
     ├── ConfigurationError    bad construction arguments; also a ValueError
     ├── ProviderError         a KMS or Vault call failed (start-up, or per-token transit seal)
     └── SealError             seal could not produce a token (payload over the cap)
 
-When the `mcp` package is installed, `InvalidToken` is a subclass of
-`mcp.server.request_state.InvalidRequestState`, so the SDK's boundary catches
-it as a verification failure and logs our reason code; without `mcp` the
-library imports and behaves the same. The price: with `mcp` installed,
-`import statecodec` imports the SDK's `request_state` module and with it the
-SDK (a server that uses the SDK has imported it anyway). Only a real base
-class works here: `except` clauses ignore virtual subclasses.
+Nothing here depends on the MCP SDK, so `import statecodec` never imports it.
+The SDK's boundary logs a reason only for its own `InvalidRequestState`;
+`statecodec.mcp.security(codec)` hands it a codec that re-raises every
+`InvalidToken` as that, with the same reason code.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING
 
 __all__ = [
     "ConfigurationError",
@@ -61,26 +57,15 @@ class Reason(str, enum.Enum):
         return self.value
 
 
-if TYPE_CHECKING:
-    _SDKInvalidRequestState = Exception
-else:
-    # Import, don't probe: find_spec raises when an import hook refuses `mcp`, and
-    # ImportError covers absent, refused, and too old to have request_state alike.
-    try:
-        from mcp.server.request_state import InvalidRequestState as _SDKInvalidRequestState
-    except ImportError:
-        _SDKInvalidRequestState = Exception
-
-
 class StatecodecError(Exception):
     """Base of every exception this library raises on purpose."""
 
 
-class InvalidToken(StatecodecError, _SDKInvalidRequestState):
+class InvalidToken(StatecodecError):
     """A token was refused. `reason` is a log-only code from `Reason`.
 
-    `str(exc)` is the reason code and nothing else, so the SDK's boundary, which
-    logs `str(exc)`, records the cause without the token or any secret.
+    `str(exc)` is the reason code and nothing else, so a log line that records
+    `str(exc)` names the cause without the token or any secret.
     """
 
     __slots__ = ("reason",)

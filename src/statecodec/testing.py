@@ -113,14 +113,6 @@ class ConformanceReport:
         return "\n".join(lines)
 
 
-def _default_error_type() -> type[BaseException]:
-    try:
-        from mcp.server.request_state import InvalidRequestState
-    except ImportError:
-        return InvalidToken
-    return InvalidRequestState
-
-
 class _Run:
     """State for one kit run: the codec, the expected error, the failures so far."""
 
@@ -168,10 +160,10 @@ def check_codec(
 ) -> ConformanceReport:
     """Run every check against `codec` and return the report (never raises for a failure).
 
-    `error_type` is the exception every rejection must raise: by default the
-    MCP SDK's `InvalidRequestState` when `mcp` is installed (what the SDK's
-    boundary catches), else `statecodec.InvalidToken`. Pass `InvalidToken` to
-    hold a statecodec codec to its own stricter contract. `max_mutations`
+    `error_type` is the exception every rejection must raise:
+    `statecodec.InvalidToken` by default; pass the MCP SDK's
+    `InvalidRequestState` to check a codec written for the SDK (a statecodec
+    codec reaches the SDK through `statecodec.mcp.security`). `max_mutations`
     bounds the single-character and bit-flip checks (positions are sampled
     evenly beyond it, which the report notes); lower it for codecs that make
     a remote call per unseal. `foreign` is a codec of the same kind under
@@ -182,7 +174,7 @@ def check_codec(
     if max_examples < 1 or max_payload < 0 or max_mutations < 1:
         raise ConfigurationError("max_examples and max_mutations must be >= 1, max_payload >= 0")
     report = ConformanceReport(codec=type(codec).__qualname__)
-    run = _Run(codec, error_type or _default_error_type(), report)
+    run = _Run(codec, error_type or InvalidToken, report)
     sample = _seal_or_fail(run, b'{"state":"conformance","step":1,"answers":{}}')
     if sample is None:
         return report

@@ -25,7 +25,7 @@ from statecodec._encoding import b64u_decode
 from statecodec.config import codec_from_env, codec_from_file
 from statecodec.envelope import default_context, format_wrapped_keys, new_wrapped_key
 from statecodec.errors import ConfigurationError
-from statecodec.mcp import security_from_env
+from statecodec.mcp import SDKCodec, security_from_env
 from statecodec.providers._retry import RetryPolicy
 from statecodec.providers.aws_kms import AwsKmsWrapper
 from statecodec.testing import assert_conformant
@@ -342,7 +342,8 @@ def test_missing_settings_say_what_to_set(aws_env: dict[str, str]) -> None:
 
 def test_security_from_env_one_liner(aws_env: dict[str, str]) -> None:
     security = security_from_env(environ=aws_env)
-    assert isinstance(security.codec, EnvelopeCodec)
+    assert isinstance(security.codec, SDKCodec)
+    assert isinstance(security.codec.codec, EnvelopeCodec)
     report = run_mcp_flows(security)
     assert report.tool
 

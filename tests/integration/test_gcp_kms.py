@@ -19,7 +19,7 @@ from statecodec._encoding import b64u_decode
 from statecodec.config import codec_from_env, codec_from_file
 from statecodec.envelope import canonical_context, default_context, format_wrapped_keys, new_wrapped_key
 from statecodec.errors import ConfigurationError
-from statecodec.mcp import security_from_env
+from statecodec.mcp import SDKCodec, security_from_env
 from statecodec.providers._retry import RetryPolicy
 from statecodec.providers.gcp_kms import GcpKmsWrapper
 
@@ -301,7 +301,8 @@ def test_codec_from_env_and_file(
 
 def test_security_from_env_one_liner(gcp_env: dict[str, str]) -> None:
     security = security_from_env(environ=gcp_env)
-    assert isinstance(security.codec, EnvelopeCodec)
+    assert isinstance(security.codec, SDKCodec)
+    assert isinstance(security.codec.codec, EnvelopeCodec)
     assert run_mcp_flows(security).tool
 
 

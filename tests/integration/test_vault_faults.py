@@ -14,12 +14,12 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client, MCPError
-from mcp.server.mcpserver import RequestStateSecurity
 from mcp.types import ElicitResult, InputRequiredResult, InputResponses, TextContent
 from tests.mcp_flows import INVALID_PARAMS, REJECTION_MESSAGE, TOOL, TOOL_ARGS, build_server
 from tests.plugins.vault import BaoServer, CallLog, client_for
 
 from statecodec import InvalidToken, ProviderError, Reason
+from statecodec.mcp import security
 from statecodec.providers.vault import VaultTransitCodec, vault_client
 
 pytestmark = pytest.mark.integration
@@ -165,7 +165,7 @@ def test_server_keeps_serving_while_vault_is_down(
     server, client, key = live
     caplog.set_level(logging.WARNING, logger="mcp.server.request_state")
     codec = VaultTransitCodec(client, key)
-    mcp_server = build_server(RequestStateSecurity(codec=codec))
+    mcp_server = build_server(security(codec))
 
     @mcp_server.tool(name="ping")
     async def ping() -> str:

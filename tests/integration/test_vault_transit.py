@@ -62,7 +62,7 @@ def test_conformance_non_derived_key(vault_server: BaoServer, client: Any) -> No
 
 def test_sdk_error_type_and_foreign_key(vault_server: BaoServer, client: Any, codec: VaultTransitCodec) -> None:
     other = VaultTransitCodec(client, vault_server.new_key())
-    # The SDK's default error type (InvalidRequestState), and another key's tokens refused.
+    # The kit's default error type (InvalidToken), and another key's tokens refused.
     assert_conformant(codec, max_examples=3, max_mutations=200, max_payload=1024, foreign=other)
 
 

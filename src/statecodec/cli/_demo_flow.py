@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 from mcp import Client, MCPError
-from mcp.server.mcpserver import Context, MCPServer, RequestStateSecurity
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import (
     CallToolResult,
     ElicitRequest,
@@ -25,6 +25,7 @@ from statecodec.aead import AESGCMCodec
 from statecodec.config import Codec, codec_from_env
 from statecodec.errors import InvalidToken
 from statecodec.inspect import describe_token
+from statecodec.mcp import security
 
 SERVER_NAME = "statecodec-demo"
 TOOL = "provision"
@@ -41,7 +42,7 @@ _ASK_REGION = ElicitRequest(
 
 
 def build_server(codec: Codec) -> MCPServer[Any]:
-    server: MCPServer[Any] = MCPServer(SERVER_NAME, request_state_security=RequestStateSecurity(codec=codec))
+    server: MCPServer[Any] = MCPServer(SERVER_NAME, request_state_security=security(codec))
 
     @server.tool(name=TOOL)
     async def provision(name: str, ctx: Context[Any, Any]) -> str | InputRequiredResult:

@@ -1,17 +1,17 @@
-"""Protect a lowlevel MCP `Server`'s ``requestState`` with `BoundCodec`, and watch replays fail.
+"""Protect a lowlevel MCP `Server`'s ``requestState`` with a statecodec codec, and watch replays fail.
 
 Threat: the lowlevel `Server` seals nothing by itself, so ``requestState``
 crosses the wire exactly as the handler wrote it, and a client can edit it,
-replay it against other arguments, or hand it to another user.
-`statecodec.mcp.BoundStateMiddleware` seals every outgoing state with a
-`BoundCodec` (AES-256-GCM underneath) bound to the request (method, tool and
-the canonical JSON of its arguments), the principal, the service and a
-lifetime, and verifies every echo before the handler runs. Refusals get the
-SDK's frozen -32602 answer; the reason goes to the log only.
+replay it against other arguments, or hand it to another user. The SDK's own
+`RequestStateBoundary`, appended to ``server.middleware`` with
+`statecodec.mcp.security(codec)`, seals every outgoing state in the SDK's
+envelope (request, principal, audience, expiry) with the codec and verifies
+every echo before the handler runs. Refusals get the SDK's frozen -32602
+answer; our reason code goes to the log only.
 
 Run::
 
-    python examples/lowlevel_bound.py
+    python examples/lowlevel_server.py
 
 It reads the ring from ``STATECODEC_KEYS`` when set (otherwise a key for this
 run only) and prints each outcome; the server's log lines show the reasons.
@@ -26,6 +26,7 @@ from typing import Any
 import anyio
 from mcp import Client, MCPError
 from mcp.server import Server, ServerRequestContext
+from mcp.server.request_state import RequestStateBoundary
 from mcp.types import (
     CallToolRequestParams,
     CallToolResult,
@@ -40,8 +41,8 @@ from mcp.types import (
     Tool,
 )
 
-from statecodec import AESGCMCodec, BoundCodec, generate_key
-from statecodec.mcp import BoundStateMiddleware
+from statecodec import AESGCMCodec
+from statecodec.mcp import security
 
 SERVICE = "provisioner"
 
@@ -74,11 +75,10 @@ async def call_tool(
 
 
 def build_server() -> Server[Any]:
-    ring = AESGCMCodec.from_env() if os.environ.get("STATECODEC_KEYS") else AESGCMCodec.ephemeral()
-    # The binding key is a separate secret from the codec's ring; here one for this run.
-    codec = BoundCodec(ring, audience=SERVICE, binding_key=generate_key(), ttl=300)
+    codec = AESGCMCodec.from_env() if os.environ.get("STATECODEC_KEYS") else AESGCMCodec.ephemeral()
+    policy = security(codec, ttl=300, bind_principal=lambda ctx: current_user)
     server: Server[Any] = Server(SERVICE, on_list_tools=list_tools, on_call_tool=call_tool)
-    server.middleware.append(BoundStateMiddleware(codec, principal=lambda ctx: current_user))
+    server.middleware.append(RequestStateBoundary(policy, default_audience=SERVICE))
     return server
 
 

@@ -1,0 +1,93 @@
+"""`import statecodec` and the command line load no optional package, each checked in a fresh interpreter.
+
+An import-time dependency on the MCP SDK (or a KMS client) costs every
+process that only seals tokens, and every CLI command, seconds of start-up;
+it also means the library's behaviour depends on what else is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+OPTIONAL_PACKAGES = frozenset(
+    {
+        "mcp",
+        "mcp_types",
+        "pydantic",
+        "anyio",
+        "starlette",
+        "httpx",
+        "boto3",
+        "botocore",
+        "google",
+        "grpc",
+        "hvac",
+        "requests",
+        "jwcrypto",
+        "jwt",
+        "joserfc",
+        "itsdangerous",
+        "pyseto",
+        "tink",
+        "matplotlib",
+        "hypothesis",
+    }
+)
+MODULE_BUDGET = 200
+"""Modules `import statecodec` may leave loaded, the interpreter's own and cryptography's included."""
+
+
+def _loaded_after(code: str) -> list[str]:
+    """Run `code` in a fresh interpreter; the module names loaded when it is done."""
+    script = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)), file=sys.stderr)"
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    loaded: list[str] = json.loads(result.stderr.strip().splitlines()[-1])
+    return loaded
+
+
+def _optional(modules: list[str]) -> set[str]:
+    return {name for name in modules if name.split(".")[0] in OPTIONAL_PACKAGES}
+
+
+def test_every_listed_optional_package_is_installed() -> None:
+    # Otherwise the checks below could pass only because a package is missing.
+    loaded = _loaded_after("import boto3, google.cloud.kms, hvac, jwcrypto, mcp.server.request_state")
+    assert {"mcp", "boto3", "botocore", "google", "hvac", "jwcrypto"} <= {n.split(".")[0] for n in loaded}
+
+
+def test_import_statecodec_loads_no_optional_package_and_stays_within_budget() -> None:
+    loaded = _loaded_after("import statecodec")
+    assert _optional(loaded) == set()
+    assert len(loaded) <= MODULE_BUDGET, f"{len(loaded)} modules loaded"
+
+
+@pytest.mark.parametrize("argv", [["keygen"], ["--version"]], ids=["keygen", "version"])
+def test_cli_commands_load_no_optional_package(argv: list[str]) -> None:
+    code = f"from statecodec.cli.main import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass"
+    assert _optional(_loaded_after(code)) == set()
+
+
+def test_the_mcp_helpers_module_imports_without_loading_the_sdk() -> None:
+    assert _optional(_loaded_after("import statecodec.mcp")) == set()
+
+
+def test_heavier_modules_load_on_first_use_and_every_exported_name_resolves() -> None:
+    code = (
+        "import sys, statecodec\n"
+        "lazy = ['statecodec.jose', 'statecodec.config', 'statecodec.inspect', 'statecodec.providers.vault']\n"
+        "assert not [m for m in lazy if m in sys.modules], [m for m in lazy if m in sys.modules]\n"
+        "for name in statecodec.__all__:\n"
+        "    assert getattr(statecodec, name) is not None, name\n"
+        "from statecodec import JWECodec, describe_token\n"
+        "from statecodec.jose import JWECodec as direct\n"
+        "assert JWECodec is direct"
+    )
+    loaded = _loaded_after(code)
+    assert "statecodec.jose" in loaded
