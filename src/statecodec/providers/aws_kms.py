@@ -25,6 +25,7 @@ from statecodec.errors import ConfigurationError, ProviderError
 from statecodec.keys import MIN_KEY_LENGTH
 from statecodec.providers import build_envelope_codec, missing_extra
 from statecodec.providers._retry import RetryPolicy, call_with_retries, check_retry
+from statecodec.providers._sdk_logs import sdk_logs_withheld
 
 try:
     import boto3
@@ -84,6 +85,9 @@ _CAUSES = {
     "ValidationException": "request refused as invalid",
 }
 _MAX_AWS_MESSAGE = 200
+# The loggers boto3 and botocore log through: request and response bodies
+# (data keys included) are logged at DEBUG, so they are withheld in every call.
+_SDK_LOGGERS = ("botocore", "boto3", "urllib3", "s3transfer")
 
 
 def _code(exc: BaseException) -> str:
@@ -189,9 +193,8 @@ class AwsKmsWrapper:
     def _call(self, operation: str, **params: Any) -> dict[str, Any]:
         method = getattr(self._client, operation)
         try:
-            response, _ = call_with_retries(
-                lambda: method(**params), transient=_transient, policy=self._retry
-            )
+            with sdk_logs_withheld(_SDK_LOGGERS):
+                response, _ = call_with_retries(lambda: method(**params), transient=_transient, policy=self._retry)
         except (ClientError, BotoCoreError) as exc:
             raise ProviderError(f"{self.describe()}: {self._cause(exc)}") from None
         if not isinstance(response, dict):

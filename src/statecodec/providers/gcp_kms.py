@@ -34,6 +34,7 @@ from statecodec.errors import ConfigurationError, ProviderError
 from statecodec.keys import MIN_KEY_LENGTH
 from statecodec.providers import build_envelope_codec, missing_extra
 from statecodec.providers._retry import RetryPolicy, call_with_retries, check_retry
+from statecodec.providers._sdk_logs import sdk_logs_withheld
 
 try:
     import google_crc32c
@@ -64,6 +65,9 @@ _TRANSIENT = (
     gexc.RetryError,
 )
 _MAX_GCP_MESSAGE = 200
+# The loggers the Cloud KMS client logs through: its gRPC transport logs request
+# and response payloads (data keys included) at DEBUG, so they are withheld in every call.
+_SDK_LOGGERS = ("google", "grpc")
 
 
 class _Corrupted(Exception):
@@ -154,7 +158,8 @@ class GcpKmsWrapper:
 
     def _call(self, attempt: Callable[[], bytes], operation: str) -> bytes:
         try:
-            result, _ = call_with_retries(attempt, transient=_transient, policy=self._retry)
+            with sdk_logs_withheld(_SDK_LOGGERS):
+                result, _ = call_with_retries(attempt, transient=_transient, policy=self._retry)
         except _Corrupted as exc:
             raise ProviderError(
                 f"{self.describe()}: {exc.what} after {self._retry.attempts} attempts (data corrupted in transit)"
