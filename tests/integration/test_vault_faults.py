@@ -1,13 +1,15 @@
 """Per-token transit when Vault is sealed, stopped or silent: fail closed, fast, and keep serving.
 
-Each test gets its own OpenBao server (`vault_server_fresh`) because it seals
-or stops it.
+Each test gets its own OpenBao server (`vault_server_fresh`) because it seals,
+pauses or stops it.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +22,7 @@ from tests.mcp_flows import INVALID_PARAMS, REJECTION_MESSAGE, TOOL, TOOL_ARGS, 
 from tests.plugins.vault import BaoServer, CallLog, client_for
 
 from statecodec import InvalidToken, ProviderError, Reason
-from statecodec.providers.vault import VaultTransitCodec, vault_client
+from statecodec.providers.vault import MAX_OUTAGE_BACKOFF, VaultTransitCodec, vault_client
 
 pytestmark = pytest.mark.integration
 
@@ -107,6 +109,82 @@ def test_outage_windows_double_and_reset(live: tuple[BaoServer, Any, str]) -> No
     with pytest.raises(InvalidToken):
         codec.unseal(token)
     assert calls.count() == 2
+
+
+def test_a_long_outage_keeps_the_window_at_the_cap(live: tuple[BaoServer, Any, str]) -> None:
+    """Days of outage (thousands of expired windows) neither overflow nor outgrow the cap."""
+    server, client, key = live
+    clock = FakeClock()
+    calls = CallLog(client)
+    codec = VaultTransitCodec(client, key, outage_backoff=1.0, clock=clock)
+    token = codec.seal(b"p")
+    server.seal()
+    calls.reset()
+    for _ in range(1100):  # each call finds the previous window expired, so each one doubles it
+        with pytest.raises(InvalidToken) as info:
+            codec.unseal(token)
+        assert info.value.reason is Reason.PROVIDER
+        clock.now += MAX_OUTAGE_BACKOFF
+    assert calls.count() == 1100
+    # The window is at the cap: refused without Vault just before it ends, tried again at its end.
+    with pytest.raises(InvalidToken):
+        codec.unseal(token)
+    clock.now += MAX_OUTAGE_BACKOFF - 0.5
+    with pytest.raises(InvalidToken):
+        codec.unseal(token)
+    assert calls.count() == 1101
+    server.unseal()
+    clock.now += 0.5
+    assert codec.unseal(token) == b"p"
+
+
+def test_concurrent_callers_in_a_stall_open_one_window(vault_server_fresh: BaoServer) -> None:
+    """Eight calls in flight when Vault freezes count as one failure: it serves again one window later.
+
+    The real OpenBao process is paused (SIGSTOP) while eight threads unseal at
+    once; each call waits out the read timeout. Counted once per call, the
+    window would double eight times (to `MAX_OUTAGE_BACKOFF`); counted once, it
+    is `outage_backoff`, so after SIGCONT the codec serves again within one
+    base window. The deadline below is generous (ten seconds over that bound)
+    and still far short of the cap.
+    """
+    server = vault_server_fresh
+    key = server.new_key()
+    base = 1.0
+    callers = 8
+    with client_for(server, timeout=(0.5, 0.5), pool_size=callers) as client:
+        codec = VaultTransitCodec(client, key, outage_backoff=base)
+        token = codec.seal(b"p")
+        start = threading.Barrier(callers)
+        reasons: list[Reason] = []
+
+        def caller() -> None:
+            start.wait(timeout=30)
+            try:
+                codec.unseal(token)
+            except InvalidToken as exc:
+                reasons.append(exc.reason)
+
+        threads = [threading.Thread(target=caller) for _ in range(callers)]
+        with server.paused():
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=60)
+        resumed = time.monotonic()
+        assert not any(t.is_alive() for t in threads)
+        assert reasons == [Reason.PROVIDER] * callers
+        deadline = resumed + base + 10.0
+        served = False
+        refusals: set[Reason] = set()
+        while not served and time.monotonic() < deadline:
+            try:
+                served = codec.unseal(token) == b"p"
+            except InvalidToken as exc:
+                refusals.add(exc.reason)
+                time.sleep(0.05)
+        assert served, "still refusing after one base window (plus ten seconds) of a healthy Vault"
+        assert refusals <= {Reason.PROVIDER}
 
 
 def test_stopped_vault_and_outage_backoff(live: tuple[BaoServer, Any, str]) -> None:

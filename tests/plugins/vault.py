@@ -7,7 +7,7 @@ cluster port (API port + 1), and with ``-dev-no-store-token`` writes nothing
 to the home directory. Each server is stopped by its PID at teardown.
 
 `vault_server` is shared by the whole session; `vault_server_fresh` starts a
-private server for tests that seal or stop it.
+private server for tests that seal, pause or stop it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import secrets
+import signal
 import socket
 import ssl
 import subprocess
@@ -68,7 +69,7 @@ class BaoServer:
     """One running `bao server -dev`: its address, root token and process."""
 
     addr: str
-    root_token: str
+    root_token: str = field(repr=False)
     process: subprocess.Popen[bytes]
     workdir: Path
     _log: Any = field(repr=False)
@@ -163,10 +164,23 @@ class BaoServer:
         except (OSError, urllib.error.URLError):
             return False
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Freeze the server (SIGSTOP): connections are accepted by the kernel, nothing answers.
+
+        Always resumed (SIGCONT) on exit, whatever the test did meanwhile.
+        """
+        self.process.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self.process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         """Stop the server by its PID; idempotent."""
         proc = self.process
         if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)  # a stopped process would not act on SIGTERM
             proc.terminate()
             try:
                 proc.wait(timeout=10)
@@ -250,7 +264,7 @@ def vault_server() -> Iterator[BaoServer]:
 
 @pytest.fixture
 def vault_server_fresh() -> Iterator[BaoServer]:
-    """A private OpenBao dev server for a test that seals or stops it."""
+    """A private OpenBao dev server for a test that seals, pauses or stops it."""
     with running_bao() as server:
         yield server
 

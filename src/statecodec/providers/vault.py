@@ -56,6 +56,7 @@ provider does (see `statecodec.providers`).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -266,7 +267,9 @@ class VaultTransitCodec:
     5xx), calls fail at once for `outage_backoff` seconds instead of each
     waiting for the timeout; the window doubles while the outage lasts (up to
     `MAX_OUTAGE_BACKOFF`), so one slow probe per window is all an outage costs
-    the event loop.
+    the event loop. Calls already in flight when a window opens do not count
+    again: however many callers a stall catches, the codec serves again within
+    one `outage_backoff` of Vault answering. Any answer closes the window.
 
     Vault policy: ``update`` on ``<mount>/encrypt/<key>``, ``<mount>/decrypt/<key>``
     and ``<mount>/rewrap/<key>``; ``read`` on ``<mount>/keys/<key>`` is optional
@@ -311,11 +314,7 @@ class VaultTransitCodec:
         self._max_length = max_token_length
         self._min_raw = overhead
         self._max_payload = (max_token_length * 3) // 4 - overhead
-        self._backoff = float(outage_backoff)
-        self._clock = clock
-        self._down_until = 0.0
-        self._down_cause = ""
-        self._streak = 0
+        self._window = _OutageWindow(float(outage_backoff), clock)
         self._owns_client = owns_client
         self._context = MappingProxyType(dict(ctx))
         self._derived, self._primary = self._start(bound)
@@ -437,22 +436,11 @@ class VaultTransitCodec:
 
     # -- per token --------------------------------------------------------
 
-    def _outage(self) -> str | None:
-        if self._down_until and self._clock() < self._down_until:
-            return self._down_cause
-        return None
-
-    def _note(self, failure: Failure) -> None:
-        if not failure.outage:
-            self._streak = 0  # Vault answered: it is up, whatever it thought of the token
-            return
-        if self._backoff:
-            # Doubling windows: a Vault that hangs until the timeout blocks the loop
-            # once per window, so a long outage costs a shrinking share of the loop.
-            window = min(self._backoff * 2**self._streak, MAX_OUTAGE_BACKOFF)
-            self._streak += 1
-            self._down_until = self._clock() + window
-            self._down_cause = failure.detail
+    def _note(self, failure: Failure, started: float) -> None:
+        if failure.outage:
+            self._window.failed(started, failure.detail)
+        else:
+            self._window.answered()  # Vault answered: it is up, whatever it thought of the token
 
     def _parse(self, token: str) -> str:
         """Strict local checks, then the Vault ciphertext text; no network."""
@@ -489,7 +477,7 @@ class VaultTransitCodec:
                 f"payload of {len(payload)} bytes exceeds the {self._max_payload}-byte maximum "
                 f"for max_token_length={self._max_length}"
             )
-        down = self._outage()
+        started, down = self._window.start()
         if down is not None:
             raise ProviderError(f"cannot seal with {self.describe()}: {down} (backing off)")
         try:
@@ -499,26 +487,28 @@ class VaultTransitCodec:
         else:
             token = self._token(data.get("ciphertext"))
             if token is not None:
-                self._streak = 0
+                self._window.answered()
                 return token
             failure = Failure("reply", "Vault returned a malformed ciphertext")
-        self._note(failure)
+        self._note(failure, started)
         raise ProviderError(f"cannot seal with {self.describe()}: {failure.detail}")
 
     def unseal(self, token: str) -> bytes:
         """One ``transit/decrypt`` call after strict local checks; only `InvalidToken` escapes."""
         ciphertext = self._parse(token)
-        if self._outage() is not None:
+        started, down = self._window.start()
+        if down is not None:
             raise InvalidToken(_R_PROVIDER)
         try:
             data = self._transit.call("decrypt", {"ciphertext": ciphertext, **self._binding})
             payload = unb64(data.get("plaintext"))
-            self._streak = 0
-            return payload
         except Exception as exc:
             failure = call_failure(exc)
+        else:
+            self._window.answered()
+            return payload
         # Raised outside the handler so no Vault exception rides along as __context__.
-        self._note(failure)
+        self._note(failure, started)
         raise InvalidToken(_reason(failure))
 
     def reseal(self, token: str) -> str:
@@ -538,7 +528,7 @@ class VaultTransitCodec:
             else:
                 return self.seal(payload)
             raise ProviderError(f"cannot reseal with {self.describe()}: Vault could not decrypt the token")
-        down = self._outage()
+        started, down = self._window.start()
         if down is not None:
             raise ProviderError(f"cannot rewrap with {self.describe()}: {down} (backing off)")
         try:
@@ -548,13 +538,61 @@ class VaultTransitCodec:
         else:
             new = self._token(data.get("ciphertext"))
             if new is not None:
+                self._window.answered()
                 return new
             failure = Failure("reply", "Vault returned a malformed ciphertext")
-        self._note(failure)
+        self._note(failure, started)
         reason = _reason(failure)
         if reason is _R_PROVIDER:
             raise ProviderError(f"cannot rewrap with {self.describe()}: {failure.detail}")
         raise InvalidToken(reason)
+
+
+class _OutageWindow:
+    """While Vault cannot answer, calls fail at once instead of each waiting for the timeout.
+
+    One rule. A call that fails because Vault could not answer opens the
+    window, or doubles it (up to `MAX_OUTAGE_BACKOFF`), only if the call
+    started at or after the moment the current window was set: calls already
+    in flight when Vault stalled are one failure, not one each, so N
+    concurrent callers cannot push the window past what one caller would. Any
+    answer from Vault closes the window and resets its length to `base`. A
+    `base` of 0 turns the window off.
+    """
+
+    __slots__ = ("_base", "_cause", "_clock", "_lock", "_next", "_set_at", "_until")
+
+    def __init__(self, base: float, clock: Callable[[], float]) -> None:
+        self._base = base
+        self._clock = clock
+        self._lock = threading.Lock()  # calls from several threads update the window together
+        self._next = base  # the next window's length: doubled and capped, never 2**n (which overflows)
+        self._set_at = float("-inf")
+        self._until = float("-inf")
+        self._cause = ""
+
+    def start(self) -> tuple[float, str | None]:
+        """(now, the outage's cause while the window is open, else None): refuse without Vault when open."""
+        now = self._clock()
+        return now, (self._cause if now < self._until else None)
+
+    def failed(self, started: float, cause: str) -> None:
+        """Vault could not answer a call that started at `started` (a time from `start`)."""
+        with self._lock:
+            if self._base == 0 or started < self._set_at:
+                return  # no window, or the call was in flight when the current window was set
+            now = self._clock()
+            window = min(self._next, MAX_OUTAGE_BACKOFF)
+            self._set_at = now
+            self._until = now + window
+            self._next = window * 2
+            self._cause = cause
+
+    def answered(self) -> None:
+        """Vault answered a call: it is up, so the window closes."""
+        with self._lock:
+            self._until = float("-inf")
+            self._next = self._base
 
 
 def _transit_binding(bound: str, derived: bool) -> dict[str, str]:
