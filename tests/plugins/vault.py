@@ -313,8 +313,10 @@ def client_for(server: BaoServer, **kwargs: Any) -> Iterator[Any]:
 
 
 def transit_policy(mount: str, key: str, ops: tuple[str, ...]) -> str:
-    """HCL granting `update` on the given transit operations of one key."""
-    return "\n".join(f'path "{mount}/{op}/{key}" {{ capabilities = ["update"] }}' for op in ops)
+    """HCL granting `update` on the given transit operations of one key (``keys``: `read` on its description)."""
+    return "\n".join(
+        f'path "{mount}/{op}/{key}" {{ capabilities = ["{"read" if op == "keys" else "update"}"] }}' for op in ops
+    )
 
 
 @pytest.fixture(scope="module")

@@ -231,7 +231,7 @@ def classify(exc: BaseException) -> Failure:
         if isinstance(exc, hvac.exceptions.Unauthorized):
             return Failure("denied", "unauthorized (the Vault token is missing or expired)")
         if isinstance(exc, hvac.exceptions.InvalidPath):
-            return Failure("key_missing", "no such path (check the transit mount and key name)")
+            return Failure("key_missing", "the transit key or mount does not exist (check the mount and key name)")
         if isinstance(exc, hvac.exceptions.VaultDown):
             return Failure("sealed", "Vault is sealed or in standby (503)")
         if isinstance(exc, hvac.exceptions.RateLimitExceeded):
@@ -334,8 +334,13 @@ def parse_vault_ciphertext(text: object) -> tuple[int, bytes]:
 
 
 def hint(failure: Failure, transit: Transit, ops: str) -> str:
+    """How to fix `failure` of the space-separated `ops` (``keys`` is the read of the key's description)."""
     if failure.kind == "denied":
-        return f"; grant the token 'update' on {', '.join(f'{transit.mount}/{op}/{transit.key}' for op in ops.split())}"
+        names = ops.split()
+        grants = f"'update' on {', '.join(f'{transit.mount}/{op}/{transit.key}' for op in names if op != 'keys')}"
+        if "keys" in names:
+            grants = f"'read' on {transit.mount}/keys/{transit.key} and {grants}"
+        return f"; grant the token {grants}"
     if failure.kind == "key_missing":
         return f"; create it with: bao write -f {transit.mount}/keys/{transit.key} derived=true"
     if failure.kind == "sealed":

@@ -248,7 +248,7 @@ class VaultTransitCodec:
     recommended) as the key-derivation context, which ``transit/rewrap``
     carries, so `reseal` is one ``rewrap`` call; on a non-derived key as
     AES-GCM associated data, which ``rewrap`` cannot carry, so `reseal` is
-    ``decrypt`` then ``encrypt`` there. The binding kind is detected at start-up.
+    ``decrypt`` then ``encrypt`` there. The key's description says which, at start-up.
 
     Checks in order, all before any network call: type str, length cap
     (OVERSIZED), canonical base64url and minimum length (MALFORMED), version
@@ -258,11 +258,16 @@ class VaultTransitCodec:
     gone -> PROVIDER. Overhead: 33 bytes, 44 characters.
 
     Rotation happens in Vault (``rotate``, then ``min_decryption_version``
-    after one token lifetime). Construction probes the key in four or five
-    calls (a decrypt that proves the key exists without creating it, then
-    encrypt and decrypt, which also tell whether the key is derived, and an
-    optional read of its versions); a failure is a `ProviderError` naming the
-    cause. After a
+    after one token lifetime). Construction reads the key's description
+    (which proves it exists without creating it) and serves only a key that
+    keeps the codec's duties: type ``aes256-gcm96`` or ``chacha20-poly1305``
+    (others change the strength or the overhead), no ``convergent_encryption``
+    (it makes seal deterministic), not ``exportable`` and no
+    ``allow_plaintext_backup`` (the key could leave Vault) unless
+    `allow_exportable_key` says so, e.g. for a key restored from a backup;
+    anything else is a `ConfigurationError` that names the type to use.
+    Then one encrypt and one decrypt prove the binding round-trips; a Vault
+    failure is a `ProviderError` naming the cause. After a
     failure that means Vault cannot answer (unreachable, timeout, sealed,
     5xx), calls fail at once for `outage_backoff` seconds instead of each
     waiting for the timeout; the window doubles while the outage lasts (up to
@@ -271,9 +276,9 @@ class VaultTransitCodec:
     again: however many callers a stall catches, the codec serves again within
     one `outage_backoff` of Vault answering. Any answer closes the window.
 
-    Vault policy: ``update`` on ``<mount>/encrypt/<key>``, ``<mount>/decrypt/<key>``
-    and ``<mount>/rewrap/<key>``; ``read`` on ``<mount>/keys/<key>`` is optional
-    (reports `key_ids`).
+    Vault policy: ``read`` on ``<mount>/keys/<key>`` (the start-up check; it
+    returns no key material), ``update`` on ``<mount>/encrypt/<key>`` and
+    ``<mount>/decrypt/<key>``, and on ``<mount>/rewrap/<key>`` for `reseal`.
     """
 
     VERSION = TRANSIT_VERSION
@@ -289,6 +294,7 @@ class VaultTransitCodec:
         outage_backoff: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         owns_client: bool = False,
+        allow_exportable_key: bool = False,
     ) -> None:
         self._transit = Transit(client, key, mount_point)
         if isinstance(max_token_length, bool) or not isinstance(max_token_length, int):
@@ -317,77 +323,72 @@ class VaultTransitCodec:
         self._window = _OutageWindow(float(outage_backoff), clock)
         self._owns_client = owns_client
         self._context = MappingProxyType(dict(ctx))
-        self._derived, self._primary = self._start(bound)
+        if not isinstance(allow_exportable_key, bool):
+            raise ConfigurationError("allow_exportable_key must be True or False")
+        self._derived, self._key_ids = self._check_key(allow_exportable_key)
         self._binding = _transit_binding(bound, self._derived)
-        self._key_ids = self._read_key_ids()
+        self._primary = self._probe()
 
     # -- start-up ---------------------------------------------------------
 
     def _fail_start(self, what: str, failure: Failure) -> ProviderError:
-        ops = "encrypt decrypt rewrap"
+        ops = "keys encrypt decrypt rewrap"
         return ProviderError(
             f"cannot use {self.describe()}: {what} failed: {failure.detail}{hint(failure, self._transit, ops)}"
         )
 
-    def _start_call(self, op: str, body: dict[str, Any]) -> Mapping[str, Any]:
+    def _start_call(self, what: str, call: Callable[[], Mapping[str, Any]]) -> Mapping[str, Any]:
         try:
-            return self._transit.call(op, body)
+            return call()
         except Exception as exc:
             failure = call_failure(exc)
-        raise self._fail_start(op, failure)
+        # Raised outside the handler: a requests exception keeps the request, Vault token header and all.
+        raise self._fail_start(what, failure)
 
-    def _start(self, bound: str) -> tuple[bool, int]:
-        """Probe the key: detect derivation, prove encrypt and decrypt work. (derived, latest version)."""
+    def _check_key(self, allow_exportable_key: bool) -> tuple[bool, tuple[int, ...]]:
+        """(derived, decryptable versions newest first) of a key this codec serves as documented.
+
+        The read goes first: it proves the key exists without creating it
+        (``transit/encrypt`` silently creates a missing key for a token allowed
+        to ``create``), and it is the only way to know the key's type.
+        """
+        data = self._start_call("read", self._transit.read_key)
+        refusal = _key_refusal(data, allow_exportable_key)
+        if refusal is not None:
+            t = self._transit
+            raise ConfigurationError(
+                f"cannot use {self.describe()}: {refusal}; use a key of type aes256-gcm96, e.g. "
+                f"bao write -f {t.mount}/keys/<new-key> type=aes256-gcm96 derived=true, and name it in "
+                "STATECODEC_VAULT_KEY"
+            )
+        derived = data.get("derived")
+        versions = _key_versions(data)
+        if type(derived) is not bool or versions is None:
+            raise self._fail_start("read", Failure("reply", "Vault returned a malformed key description"))
+        return derived, versions
+
+    def _probe(self) -> int:
+        """Seal and open a probe under the codec's binding; returns the key's latest version."""
         probe = b"statecodec start-up probe"
-        # Decrypt first: transit/encrypt creates a missing key when the token may `create`,
-        # which would hide a wrong key name or a deleted key behind a brand-new key.
-        try:
-            self._transit.call("decrypt", {"ciphertext": "vault:v1:" + b64(bytes(_GCM_OVERHEAD)), "context": bound})
-        except Exception as exc:
-            failure = call_failure(exc)
-            if failure.kind not in {"bad_ciphertext", "retired"}:
-                raise self._fail_start("decrypt", failure) from None
-        else:
-            raise self._fail_start("decrypt", Failure("reply", "Vault accepted a forged probe ciphertext"))
-        enc = self._start_call("encrypt", {"plaintext": b64(probe), "context": bound})
+        enc = self._start_call(
+            "encrypt", lambda: self._transit.call("encrypt", {"plaintext": b64(probe), **self._binding})
+        )
         ciphertext = enc.get("ciphertext")
         try:
             version, _ = parse_vault_ciphertext(ciphertext)
         except ValueError:
-            raise self._fail_start("encrypt", Failure("reply", "Vault returned a malformed ciphertext")) from None
-        # A non-derived key ignores `context`, so decrypting under another context succeeds only there.
-        other = b64(_TRANSIT_LABEL + b"\x00probe-other-context")
-        try:
-            self._transit.call("decrypt", {"ciphertext": ciphertext, "context": other})
-        except Exception as exc:
-            failure = call_failure(exc)
-            if failure.kind != "bad_ciphertext":
-                raise self._fail_start("decrypt", failure) from None
-            derived = True
-        else:
-            derived = False
-        binding = _transit_binding(bound, derived)
-        if not derived:
-            enc = self._start_call("encrypt", {"plaintext": b64(probe), **binding})
-        dec = self._start_call("decrypt", {"ciphertext": enc.get("ciphertext"), **binding})
+            version = 0
+        if version == 0:
+            raise self._fail_start("encrypt", Failure("reply", "Vault returned a malformed ciphertext"))
+        body = {"ciphertext": ciphertext, **self._binding}
+        dec = self._start_call("decrypt", lambda: self._transit.call("decrypt", body))
         try:
             ok = unb64(dec.get("plaintext")) == probe
         except ValueError:
             ok = False
         if not ok:
             raise self._fail_start("decrypt", Failure("reply", "the start-up probe did not round-trip"))
-        return derived, version
-
-    def _read_key_ids(self) -> tuple[int, ...]:
-        """Decryptable versions, newest first, when the token may read the key; else the primary alone."""
-        try:
-            data = self._transit.read_key()
-            versions = sorted((int(v) for v in data.get("keys", {})), reverse=True)
-            floor = int(data.get("min_decryption_version", 1))
-        except Exception:  # reading the key is optional: the policy may not grant it
-            return (self._primary,)
-        ids = tuple(v for v in versions if v >= floor and 1 <= v <= MAX_KEY_VERSION)
-        return ids or (self._primary,)
+        return version
 
     # -- properties -------------------------------------------------------
 
@@ -406,7 +407,7 @@ class VaultTransitCodec:
     @property
     def key_ids(self) -> tuple[str, ...]:
         """Key versions (8 hex digits) that could decrypt at start-up, newest first."""
-        return tuple(f"{v:08x}" for v in self._key_ids)
+        return tuple(f"{v:08x}" for v in self._key_ids or (self._primary,))
 
     @property
     def primary_key_id(self) -> str:
@@ -593,6 +594,43 @@ class _OutageWindow:
         with self._lock:
             self._until = float("-inf")
             self._next = self._base
+
+
+_SERVED_KEY_TYPES = ("aes256-gcm96", "chacha20-poly1305")
+"""Transit key types whose ciphertext is nonce (12) | ciphertext | tag (16) under a 256-bit key: the
+documented format, overhead and strength. Every other type is refused at start-up."""
+
+
+def _key_refusal(data: Mapping[str, Any], allow_exportable_key: bool) -> str | None:
+    """Why Vault's description of a transit key (``read <mount>/keys/<key>``) breaks a codec duty, or None.
+
+    Allow-listed, so a flag Vault leaves out or a type added later is refused, not served.
+    """
+    kind = data.get("type")
+    if kind not in _SERVED_KEY_TYPES:
+        # xchacha20-poly1305 (24-byte nonce) mints tokens over the cap; aes128-gcm96 is not AES-256.
+        return f"its type {kind!r:.40} is not served (only {' or '.join(_SERVED_KEY_TYPES)})"
+    if data.get("convergent_encryption", False) is not False:
+        return "it has convergent_encryption, which makes seal deterministic (equal states would give equal tokens)"
+    if not allow_exportable_key and (
+        data.get("exportable") is not False or data.get("allow_plaintext_backup") is not False
+    ):
+        return (
+            "it is exportable or allows plaintext backups, so the key can leave Vault, which per-token mode exists "
+            "to prevent (allow_exportable_key=True serves a key restored from a backup anyway)"
+        )
+    return None
+
+
+def _key_versions(data: Mapping[str, Any]) -> tuple[int, ...] | None:
+    """Versions at or above ``min_decryption_version``, newest first; None when the description is malformed."""
+    keys = data.get("keys")
+    floor = data.get("min_decryption_version")
+    if not isinstance(keys, dict) or type(floor) is not int:
+        return None
+    if not all(isinstance(v, str) and v.isascii() and v.isdigit() for v in keys):
+        return None
+    return tuple(v for v in sorted((int(v) for v in keys), reverse=True) if v >= floor and 1 <= v <= MAX_KEY_VERSION)
 
 
 def _transit_binding(bound: str, derived: bool) -> dict[str, str]:
