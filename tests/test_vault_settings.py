@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 
 from statecodec import ConfigurationError
 from statecodec.config import codec_from_env
+from statecodec.providers._vault_api import AppRoleLogin, Transit
 from statecodec.providers.vault import (
     VaultKeyWrapper,
     VaultTransitCodec,
@@ -112,6 +115,36 @@ def test_bad_mounts(client: Any, mount: str) -> None:
 def test_transit_codec_arguments(client: Any, kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         VaultTransitCodec(client, "k", **kwargs)
+
+
+def _wrapper(client: Any) -> object:
+    return VaultKeyWrapper(client, "k")
+
+
+def _approle_login(client: Any) -> object:
+    return AppRoleLogin(client, "role", SECRET, "approle")
+
+
+def _transit(client: Any) -> object:
+    return Transit(client, "k", "transit")
+
+
+@pytest.mark.parametrize("make", [_wrapper, _approle_login, _transit])
+def test_secret_holders_refuse_pickling_and_copying(client: Any, make: Callable[[Any], object]) -> None:
+    """Each holds the Vault token (through its client) or the AppRole secret id: no copy of it may leave.
+
+    Copying is refused too (by the same `__reduce__`): a silent duplicate of a
+    credential holder is one more object to keep from logs and dumps.
+    """
+    holder = make(client)
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        with pytest.raises(TypeError, match="not picklable"):
+            pickle.dumps(holder, protocol)
+    with pytest.raises(TypeError, match="not picklable"):
+        copy.copy(holder)
+    with pytest.raises(TypeError, match="not picklable"):
+        copy.deepcopy(holder)
+    assert SECRET not in repr(holder)
 
 
 def test_not_an_hvac_client() -> None:
@@ -229,6 +262,7 @@ import sys
 sys.modules["hvac"] = None  # as if the extra were not installed
 import statecodec
 from statecodec.config import codec_from_env
+from statecodec.providers._vault_api import AppRoleLogin, Transit
 from statecodec import ConfigurationError
 try:
     statecodec.VaultTransitCodec

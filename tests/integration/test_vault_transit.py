@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import copy
 import os
+import pickle
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -310,10 +312,14 @@ def test_repr_and_pickle_hold_no_secret(codec: VaultTransitCodec, vault_server: 
     text = repr(codec)
     assert vault_server.root_token not in text
     assert "VaultTransitCodec" in text
-    import pickle
-
-    with pytest.raises(TypeError):
-        pickle.dumps(codec)
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        with pytest.raises(TypeError, match="not picklable"):
+            pickle.dumps(codec, protocol)
+    # Copies are refused by the same __reduce__: no silent second holder of the Vault session.
+    with pytest.raises(TypeError, match="not picklable"):
+        copy.copy(codec)
+    with pytest.raises(TypeError, match="not picklable"):
+        copy.deepcopy(codec)
 
 
 def test_restricted_policy(vault_server: BaoServer) -> None:

@@ -138,7 +138,10 @@ def vault_client(
 
 
 class AppRoleLogin:
-    """Logs an AppRole client in again after Vault refuses its token (expired or revoked)."""
+    """Logs an AppRole client in again after Vault refuses its token (expired or revoked).
+
+    Holds the secret id: its repr shows the mount only, and it refuses pickling and copying.
+    """
 
     __slots__ = ("_client", "_last", "_mount", "_role_id", "_secret_id")
 
@@ -151,6 +154,10 @@ class AppRoleLogin:
 
     def __repr__(self) -> str:
         return f"AppRoleLogin(mount={self._mount!r})"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Also refuses copy.copy and copy.deepcopy: no silent duplicate of a credential holder.
+        raise TypeError("AppRoleLogin holds an AppRole secret id and is not picklable")
 
     def __call__(self) -> bool:
         """True when a new token was obtained; at most one attempt per `RELOGIN_INTERVAL`."""
@@ -271,6 +278,9 @@ class Transit:
         self._post: Callable[..., Any] = adapter.post
         self._paths = {op: f"/v1/{self.mount}/{op}/{key}" for op in ("encrypt", "decrypt", "rewrap", "datakey/wrapped")}
         self._paths["keys"] = f"/v1/{self.mount}/keys/{key}"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("Transit holds a Vault client and its token and is not picklable")
 
     def describe(self) -> str:
         ns = getattr(self.client.adapter, "namespace", None)

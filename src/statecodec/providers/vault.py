@@ -166,6 +166,10 @@ class VaultKeyWrapper:
     def __repr__(self) -> str:
         return f"VaultKeyWrapper({self.describe()!r})"
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Also refuses copy.copy and copy.deepcopy: no silent duplicate of a credential holder.
+        raise TypeError("VaultKeyWrapper holds a Vault client and its token and is not picklable")
+
     @staticmethod
     def _binding(context: Mapping[str, str]) -> dict[str, str]:
         bound = b64(canonical_context(context))
