@@ -14,7 +14,7 @@ import pytest
 
 from statecodec import ConfigurationError
 from statecodec.config import codec_from_env
-from statecodec.providers._vault_api import AppRoleLogin, Transit
+from statecodec.providers._vault_api import AppRoleLogin, Transit, unb64
 from statecodec.providers.vault import (
     VaultKeyWrapper,
     VaultTransitCodec,
@@ -22,6 +22,7 @@ from statecodec.providers.vault import (
     vault_client,
     vault_client_from_settings,
 )
+from tests.plugins.vault import assert_secret_unreachable
 
 SECRET = "s.do-not-print-this-token"
 
@@ -236,6 +237,44 @@ def test_an_explicit_token_file_wins_over_an_inherited_vault_token(tmp_path: Pat
         )
 
 
+@pytest.mark.parametrize("name", ["STATECODEC_VAULT_TOKEN_FILE", "STATECODEC_VAULT_SECRET_ID_FILE"])
+def test_a_secret_file_that_is_not_utf8_leaves_the_secret_out_of_the_exception(tmp_path: Path, name: str) -> None:
+    """The decoder's error holds the whole file; nothing reachable from ours may (`from None` is not enough)."""
+    secret = SECRET.encode() + b"-\xff-rest-of-the-secret"
+    path = tmp_path / "secret"
+    path.write_bytes(secret)
+    settings = {"STATECODEC_VAULT_ADDR": "http://127.0.0.1:9", "STATECODEC_VAULT_ROLE_ID": "role", name: str(path)}
+    if name == "STATECODEC_VAULT_TOKEN_FILE":
+        del settings["STATECODEC_VAULT_ROLE_ID"]
+    with pytest.raises(ConfigurationError, match="not UTF-8 text") as info:
+        vault_client_from_settings(settings)
+    assert_secret_unreachable(info.value, secret)
+
+
+def test_a_malformed_vault_plaintext_leaves_it_out_of_the_exception() -> None:
+    """`unb64` reads Vault's plaintext (a payload or a data key): its error must not keep the text."""
+    secret = b"c2VjcmV0LWRhdGEta2V5LW1hdGVyaWFs"
+    with pytest.raises(ValueError, match="not base64") as info:
+        unb64(secret.decode() + "\u00e9")
+    assert_secret_unreachable(info.value, secret)
+    with pytest.raises(ValueError, match="not base64") as info:
+        unb64(secret.decode() + "!")
+    assert_secret_unreachable(info.value, secret)
+
+
+def test_the_chain_walker_finds_a_kept_secret() -> None:
+    """The walker the two tests above rely on sees a secret kept in an exception's context."""
+    secret = SECRET.encode() + b"\xff"
+    try:
+        try:
+            secret.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigurationError("not UTF-8") from None
+    except ConfigurationError as exc:
+        with pytest.raises(AssertionError, match="reaches the secret"):
+            assert_secret_unreachable(exc, secret)
+
+
 def test_transit_settings_need_a_key() -> None:
     with pytest.raises(ConfigurationError, match="STATECODEC_VAULT_KEY"):
         transit_codec_from_settings({"VAULT_ADDR": "http://127.0.0.1:9", "VAULT_TOKEN": SECRET})
@@ -262,7 +301,6 @@ import sys
 sys.modules["hvac"] = None  # as if the extra were not installed
 import statecodec
 from statecodec.config import codec_from_env
-from statecodec.providers._vault_api import AppRoleLogin, Transit
 from statecodec import ConfigurationError
 try:
     statecodec.VaultTransitCodec

@@ -19,10 +19,11 @@ from mcp import Client, MCPError
 from mcp.server.mcpserver import RequestStateSecurity
 from mcp.types import ElicitResult, InputRequiredResult, InputResponses, TextContent
 from tests.mcp_flows import INVALID_PARAMS, REJECTION_MESSAGE, TOOL, TOOL_ARGS, build_server
-from tests.plugins.vault import BaoServer, CallLog, client_for
+from tests.plugins.vault import BaoServer, CallLog, assert_secret_unreachable, client_for
 
 from statecodec import InvalidToken, ProviderError, Reason
-from statecodec.providers.vault import MAX_OUTAGE_BACKOFF, VaultTransitCodec, vault_client
+from statecodec.providers import RetryPolicy
+from statecodec.providers.vault import MAX_OUTAGE_BACKOFF, VaultKeyWrapper, VaultTransitCodec, vault_client
 
 pytestmark = pytest.mark.integration
 
@@ -284,13 +285,34 @@ def test_server_keeps_serving_while_vault_is_down(
     assert rejections == ["requestState rejected on tools/call: provider"]
 
 
-def test_unreachable_at_start_is_a_clear_error() -> None:
+def _closed_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    client = vault_client(f"http://127.0.0.1:{port}", token="t", timeout=(0.5, 0.5))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def test_unreachable_at_start_is_a_clear_error() -> None:
+    port = _closed_port()
+    token = "s.unreachable-vault-token"
+    client = vault_client(f"http://127.0.0.1:{port}", token=token, timeout=(0.5, 0.5))
     try:
-        with pytest.raises(ProviderError, match=f"cannot use vault transit key transit/k at http://127.0.0.1:{port}"):
+        with pytest.raises(
+            ProviderError, match=f"cannot use vault transit key transit/k at http://127.0.0.1:{port}"
+        ) as info:
             VaultTransitCodec(client, "k")
+        # The requests error keeps the request, X-Vault-Token header and all: it must not be reachable.
+        assert_secret_unreachable(info.value, token.encode())
+        wrapper = VaultKeyWrapper(client, "k", retry=RetryPolicy(attempts=1))
+        with pytest.raises(ProviderError, match="cannot connect") as info:
+            wrapper.new_wrapped_key({"purpose": "p"})
+        assert_secret_unreachable(info.value, token.encode())
     finally:
         client.adapter.close()
+
+
+def test_a_failed_approle_login_keeps_no_secret_id() -> None:
+    secret_id = "an-approle-secret-id"
+    with pytest.raises(ProviderError, match="AppRole login") as info:
+        vault_client(f"http://127.0.0.1:{_closed_port()}", role_id="r", secret_id=secret_id, timeout=(0.5, 0.5))
+    assert_secret_unreachable(info.value, secret_id.encode())

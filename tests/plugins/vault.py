@@ -22,6 +22,7 @@ import ssl
 import subprocess
 import tempfile
 import time
+import types
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -310,6 +311,65 @@ def client_for(server: BaoServer, **kwargs: Any) -> Iterator[Any]:
         yield client
     finally:
         client.adapter.close()
+
+
+_NOT_STATE = (
+    types.TracebackType,  # frames hold the raising function's locals: not state the exception carries
+    types.FrameType,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    type,
+)
+
+
+def reachable_from(exc: BaseException, limit: int = 100_000) -> Iterator[object]:
+    """Every object an exception reaches through `__cause__`, `__context__`, args and attributes, recursively.
+
+    Each exception's attributes are read by name (C-level ones such as
+    ``UnicodeDecodeError.object`` too), other objects through their
+    ``__dict__`` and slots, containers through their items. Tracebacks are
+    not followed.
+    """
+    seen: set[int] = set()
+    stack: list[object] = [exc]
+    while stack and len(seen) < limit:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, _NOT_STATE):
+            continue
+        seen.add(id(obj))
+        yield obj
+        if isinstance(obj, (str, bytes, bytearray, int, float, type(None))):
+            continue
+        if isinstance(obj, BaseException):
+            stack += [obj.__cause__, obj.__context__, *obj.args]
+            for name in dir(obj):
+                if not name.startswith("__"):
+                    with contextlib.suppress(Exception):
+                        stack.append(getattr(obj, name))
+        if isinstance(obj, dict):
+            stack += [*obj.keys(), *obj.values()]
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack += list(obj)
+        attrs = getattr(obj, "__dict__", None)
+        if isinstance(attrs, dict):
+            stack += list(attrs.values())
+        for cls in type(obj).__mro__:
+            slots = getattr(cls, "__slots__", ())
+            for slot in (slots,) if isinstance(slots, str) else slots:
+                stack.append(getattr(obj, slot, None))
+
+
+def assert_secret_unreachable(exc: BaseException, secret: bytes) -> None:
+    """No text or bytes reachable from `exc` holds `secret` (or its text, however decoded)."""
+    text = secret.decode("utf-8", "replace").split("\ufffd")[0]
+    assert text, "give a secret whose first bytes are UTF-8"
+    for obj in reachable_from(exc):
+        if isinstance(obj, (bytes, bytearray)):
+            assert secret[: len(text)] not in obj, f"{type(exc).__name__} reaches the secret's bytes"
+        elif isinstance(obj, str):
+            assert text not in obj, f"{type(exc).__name__} reaches the secret's text"
 
 
 def transit_policy(mount: str, key: str, ops: tuple[str, ...]) -> str:

@@ -321,13 +321,19 @@ def b64(data: bytes) -> str:
 
 
 def unb64(text: object) -> bytes:
-    """Strict standard base64 from a Vault reply; ValueError otherwise."""
+    """Strict standard base64 from a Vault reply (a payload or a data key); ValueError otherwise.
+
+    The ValueError carries no chain: a UnicodeEncodeError would keep the whole text.
+    """
     if not isinstance(text, str):
         raise ValueError("not a string")
     try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError) as exc:
-        raise ValueError("not base64") from exc
+        data: bytes | None = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        data = None
+    if data is None:
+        raise ValueError("not base64")
+    return data
 
 
 def parse_vault_ciphertext(text: object) -> tuple[int, bytes]:

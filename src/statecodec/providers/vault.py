@@ -215,19 +215,25 @@ class VaultKeyWrapper:
         """The data key in `blob`, via ``transit/decrypt`` under `context`; `ProviderError` otherwise."""
         if not isinstance(blob, bytes) or len(blob) > MAX_WRAPPED_KEY_LENGTH:
             raise ProviderError(f"{self.describe()}: the wrapped key is not a Vault ciphertext")
+        # Both errors are raised outside their handlers, so no parser error (and the input it
+        # keeps) rides along as __context__.
+        ciphertext = blob.decode("ascii", "replace")
         try:
-            ciphertext = blob.decode("ascii")
             parse_vault_ciphertext(ciphertext)
-        except (ValueError, UnicodeDecodeError):
+        except ValueError:
+            ciphertext = ""
+        if not ciphertext:
             raise ProviderError(
                 f"{self.describe()}: the wrapped key is not a Vault transit ciphertext (vault:vN:...); "
                 "was it made by another provider?"
-            ) from None
+            )
         data = self._call("decrypt", {"ciphertext": ciphertext, **self._binding(context)})
         try:
-            key = unb64(data.get("plaintext"))
+            key: bytes | None = unb64(data.get("plaintext"))
         except ValueError:
-            raise ProviderError(f"{self.describe()}: Vault returned a malformed plaintext") from None
+            key = None
+        if key is None:
+            raise ProviderError(f"{self.describe()}: Vault returned a malformed plaintext")
         return key
 
 
@@ -675,9 +681,13 @@ def _secret(settings: Mapping[str, str], name: str, fallback: str | None = None)
         return value if value is not None or fallback is None else _get(settings, fallback)
     raw = read_settings_file(Path(path), _MAX_SECRET_FILE_BYTES, f"{name}_FILE {path}", "it should hold one secret")
     try:
-        text = raw.decode("utf-8").strip()
+        text: str | None = raw.decode("utf-8").strip()
     except UnicodeDecodeError:
-        raise ConfigurationError(f"{name}_FILE {path} is not UTF-8 text") from None
+        # Raised below, outside the handler: the UnicodeDecodeError holds the whole file, the
+        # secret with it, and `from None` would still keep it reachable as __context__.
+        text = None
+    if text is None:
+        raise ConfigurationError(f"{name}_FILE {path} is not UTF-8 text")
     if not text:
         raise ConfigurationError(f"{name}_FILE {path} is empty")
     return text
