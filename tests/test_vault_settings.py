@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 
 from statecodec import ConfigurationError
 from statecodec.config import codec_from_env
+from statecodec.providers._vault_api import AppRoleLogin, Transit, unb64
 from statecodec.providers.vault import (
     VaultKeyWrapper,
     VaultTransitCodec,
@@ -19,6 +22,7 @@ from statecodec.providers.vault import (
     vault_client,
     vault_client_from_settings,
 )
+from tests.plugins.vault import assert_secret_unreachable
 
 SECRET = "s.do-not-print-this-token"
 
@@ -114,6 +118,36 @@ def test_transit_codec_arguments(client: Any, kwargs: dict[str, Any], message: s
         VaultTransitCodec(client, "k", **kwargs)
 
 
+def _wrapper(client: Any) -> object:
+    return VaultKeyWrapper(client, "k")
+
+
+def _approle_login(client: Any) -> object:
+    return AppRoleLogin(client, "role", SECRET, "approle")
+
+
+def _transit(client: Any) -> object:
+    return Transit(client, "k", "transit")
+
+
+@pytest.mark.parametrize("make", [_wrapper, _approle_login, _transit])
+def test_secret_holders_refuse_pickling_and_copying(client: Any, make: Callable[[Any], object]) -> None:
+    """Each holds the Vault token (through its client) or the AppRole secret id: no copy of it may leave.
+
+    Copying is refused too (by the same `__reduce__`): a silent duplicate of a
+    credential holder is one more object to keep from logs and dumps.
+    """
+    holder = make(client)
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        with pytest.raises(TypeError, match="not picklable"):
+            pickle.dumps(holder, protocol)
+    with pytest.raises(TypeError, match="not picklable"):
+        copy.copy(holder)
+    with pytest.raises(TypeError, match="not picklable"):
+        copy.deepcopy(holder)
+    assert SECRET not in repr(holder)
+
+
 def test_not_an_hvac_client() -> None:
     with pytest.raises(ConfigurationError, match=r"hvac\.Client"):
         VaultTransitCodec(object(), "k")
@@ -201,6 +235,44 @@ def test_an_explicit_token_file_wins_over_an_inherited_vault_token(tmp_path: Pat
                 "STATECODEC_VAULT_TOKEN_FILE": str(token_file),
             }
         )
+
+
+@pytest.mark.parametrize("name", ["STATECODEC_VAULT_TOKEN_FILE", "STATECODEC_VAULT_SECRET_ID_FILE"])
+def test_a_secret_file_that_is_not_utf8_leaves_the_secret_out_of_the_exception(tmp_path: Path, name: str) -> None:
+    """The decoder's error holds the whole file; nothing reachable from ours may (`from None` is not enough)."""
+    secret = SECRET.encode() + b"-\xff-rest-of-the-secret"
+    path = tmp_path / "secret"
+    path.write_bytes(secret)
+    settings = {"STATECODEC_VAULT_ADDR": "http://127.0.0.1:9", "STATECODEC_VAULT_ROLE_ID": "role", name: str(path)}
+    if name == "STATECODEC_VAULT_TOKEN_FILE":
+        del settings["STATECODEC_VAULT_ROLE_ID"]
+    with pytest.raises(ConfigurationError, match="not UTF-8 text") as info:
+        vault_client_from_settings(settings)
+    assert_secret_unreachable(info.value, secret)
+
+
+def test_a_malformed_vault_plaintext_leaves_it_out_of_the_exception() -> None:
+    """`unb64` reads Vault's plaintext (a payload or a data key): its error must not keep the text."""
+    secret = b"c2VjcmV0LWRhdGEta2V5LW1hdGVyaWFs"
+    with pytest.raises(ValueError, match="not base64") as info:
+        unb64(secret.decode() + "\u00e9")
+    assert_secret_unreachable(info.value, secret)
+    with pytest.raises(ValueError, match="not base64") as info:
+        unb64(secret.decode() + "!")
+    assert_secret_unreachable(info.value, secret)
+
+
+def test_the_chain_walker_finds_a_kept_secret() -> None:
+    """The walker the two tests above rely on sees a secret kept in an exception's context."""
+    secret = SECRET.encode() + b"\xff"
+    try:
+        try:
+            secret.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigurationError("not UTF-8") from None
+    except ConfigurationError as exc:
+        with pytest.raises(AssertionError, match="reaches the secret"):
+            assert_secret_unreachable(exc, secret)
 
 
 def test_transit_settings_need_a_key() -> None:

@@ -53,7 +53,9 @@ def test_kms_check_probes_a_transit_configuration(
 
 def test_transit_from_file_with_approle(vault_server: BaoServer, tmp_path: Path) -> None:
     key = vault_server.new_key()
-    role_id, secret_id = vault_server.approle(f"cfg-{key}", transit_policy("transit", key, ("encrypt", "decrypt")))
+    role_id, secret_id = vault_server.approle(
+        f"cfg-{key}", transit_policy("transit", key, ("keys", "encrypt", "decrypt"))
+    )
     (tmp_path / "secret-id").write_text(secret_id)
     config = tmp_path / "statecodec.json"
     config.write_text(

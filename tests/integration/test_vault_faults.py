@@ -1,13 +1,15 @@
 """Per-token transit when Vault is sealed, stopped or silent: fail closed, fast, and keep serving.
 
-Each test gets its own OpenBao server (`vault_server_fresh`) because it seals
-or stops it.
+Each test gets its own OpenBao server (`vault_server_fresh`) because it seals,
+pauses or stops it.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,11 +18,12 @@ import pytest
 from mcp import Client, MCPError
 from mcp.types import ElicitResult, InputRequiredResult, InputResponses, TextContent
 from tests.mcp_flows import INVALID_PARAMS, REJECTION_MESSAGE, TOOL, TOOL_ARGS, build_server
-from tests.plugins.vault import BaoServer, CallLog, client_for
+from tests.plugins.vault import BaoServer, CallLog, assert_secret_unreachable, client_for
 
 from statecodec import InvalidToken, ProviderError, Reason
 from statecodec.mcp import security
-from statecodec.providers.vault import VaultTransitCodec, vault_client
+from statecodec.providers import RetryPolicy
+from statecodec.providers.vault import MAX_OUTAGE_BACKOFF, VaultKeyWrapper, VaultTransitCodec, vault_client
 
 pytestmark = pytest.mark.integration
 
@@ -107,6 +110,82 @@ def test_outage_windows_double_and_reset(live: tuple[BaoServer, Any, str]) -> No
     with pytest.raises(InvalidToken):
         codec.unseal(token)
     assert calls.count() == 2
+
+
+def test_a_long_outage_keeps_the_window_at_the_cap(live: tuple[BaoServer, Any, str]) -> None:
+    """Days of outage (thousands of expired windows) neither overflow nor outgrow the cap."""
+    server, client, key = live
+    clock = FakeClock()
+    calls = CallLog(client)
+    codec = VaultTransitCodec(client, key, outage_backoff=1.0, clock=clock)
+    token = codec.seal(b"p")
+    server.seal()
+    calls.reset()
+    for _ in range(1100):  # each call finds the previous window expired, so each one doubles it
+        with pytest.raises(InvalidToken) as info:
+            codec.unseal(token)
+        assert info.value.reason is Reason.PROVIDER
+        clock.now += MAX_OUTAGE_BACKOFF
+    assert calls.count() == 1100
+    # The window is at the cap: refused without Vault just before it ends, tried again at its end.
+    with pytest.raises(InvalidToken):
+        codec.unseal(token)
+    clock.now += MAX_OUTAGE_BACKOFF - 0.5
+    with pytest.raises(InvalidToken):
+        codec.unseal(token)
+    assert calls.count() == 1101
+    server.unseal()
+    clock.now += 0.5
+    assert codec.unseal(token) == b"p"
+
+
+def test_concurrent_callers_in_a_stall_open_one_window(vault_server_fresh: BaoServer) -> None:
+    """Eight calls in flight when Vault freezes count as one failure: it serves again one window later.
+
+    The real OpenBao process is paused (SIGSTOP) while eight threads unseal at
+    once; each call waits out the read timeout. Counted once per call, the
+    window would double eight times (to `MAX_OUTAGE_BACKOFF`); counted once, it
+    is `outage_backoff`, so after SIGCONT the codec serves again within one
+    base window. The deadline below is generous (ten seconds over that bound)
+    and still far short of the cap.
+    """
+    server = vault_server_fresh
+    key = server.new_key()
+    base = 1.0
+    callers = 8
+    with client_for(server, timeout=(0.5, 0.5), pool_size=callers) as client:
+        codec = VaultTransitCodec(client, key, outage_backoff=base)
+        token = codec.seal(b"p")
+        start = threading.Barrier(callers)
+        reasons: list[Reason] = []
+
+        def caller() -> None:
+            start.wait(timeout=30)
+            try:
+                codec.unseal(token)
+            except InvalidToken as exc:
+                reasons.append(exc.reason)
+
+        threads = [threading.Thread(target=caller) for _ in range(callers)]
+        with server.paused():
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=60)
+        resumed = time.monotonic()
+        assert not any(t.is_alive() for t in threads)
+        assert reasons == [Reason.PROVIDER] * callers
+        deadline = resumed + base + 10.0
+        served = False
+        refusals: set[Reason] = set()
+        while not served and time.monotonic() < deadline:
+            try:
+                served = codec.unseal(token) == b"p"
+            except InvalidToken as exc:
+                refusals.add(exc.reason)
+                time.sleep(0.05)
+        assert served, "still refusing after one base window (plus ten seconds) of a healthy Vault"
+        assert refusals <= {Reason.PROVIDER}
 
 
 def test_stopped_vault_and_outage_backoff(live: tuple[BaoServer, Any, str]) -> None:
@@ -206,13 +285,34 @@ def test_server_keeps_serving_while_vault_is_down(
     assert rejections == ["requestState rejected on tools/call: provider"]
 
 
-def test_unreachable_at_start_is_a_clear_error() -> None:
+def _closed_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    client = vault_client(f"http://127.0.0.1:{port}", token="t", timeout=(0.5, 0.5))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def test_unreachable_at_start_is_a_clear_error() -> None:
+    port = _closed_port()
+    token = "s.unreachable-vault-token"
+    client = vault_client(f"http://127.0.0.1:{port}", token=token, timeout=(0.5, 0.5))
     try:
-        with pytest.raises(ProviderError, match=f"cannot use vault transit key transit/k at http://127.0.0.1:{port}"):
+        with pytest.raises(
+            ProviderError, match=f"cannot use vault transit key transit/k at http://127.0.0.1:{port}"
+        ) as info:
             VaultTransitCodec(client, "k")
+        # The requests error keeps the request, X-Vault-Token header and all: it must not be reachable.
+        assert_secret_unreachable(info.value, token.encode())
+        wrapper = VaultKeyWrapper(client, "k", retry=RetryPolicy(attempts=1))
+        with pytest.raises(ProviderError, match="cannot connect") as info:
+            wrapper.new_wrapped_key({"purpose": "p"})
+        assert_secret_unreachable(info.value, token.encode())
     finally:
         client.adapter.close()
+
+
+def test_a_failed_approle_login_keeps_no_secret_id() -> None:
+    secret_id = "an-approle-secret-id"
+    with pytest.raises(ProviderError, match="AppRole login") as info:
+        vault_client(f"http://127.0.0.1:{_closed_port()}", role_id="r", secret_id=secret_id, timeout=(0.5, 0.5))
+    assert_secret_unreachable(info.value, secret_id.encode())

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import base64
+import copy
 import os
+import pickle
+import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,7 +14,7 @@ import pytest
 from tests.mcp_flows import assert_mcp_rejects, run_mcp_flows
 from tests.plugins.vault import BaoServer, CallLog, client_for, transit_policy
 
-from statecodec import AESGCMCodec, InvalidToken, ProviderError, Reason
+from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, ProviderError, Reason
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.providers.vault import TRANSIT_VERSION, VaultTransitCodec
 from statecodec.testing import assert_conformant
@@ -235,6 +238,52 @@ def test_chacha20_key(vault_server: BaoServer, client: Any) -> None:
     assert codec.unseal(codec.seal(b"c")) == b"c"
 
 
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        # AES-128: the documented AES-256-GCM is not what Vault would run.
+        ({"type": "aes128-gcm96"}, "type 'aes128-gcm96'"),
+        # A 24-byte nonce: tokens 16 characters over the cap, which unseal then refuses.
+        ({"type": "xchacha20-poly1305"}, "type 'xchacha20-poly1305'"),
+        # Not an encryption key at all.
+        ({"type": "ed25519"}, "type 'ed25519'"),
+        ({"type": "hmac", "key_size": 32}, "type 'hmac'"),
+        # Deterministic: equal states would give equal tokens.
+        ({"type": "aes256-gcm96", "derived": True, "convergent_encryption": True}, "convergent_encryption"),
+        # The key can leave Vault, which is what per-token mode exists to prevent.
+        ({"type": "aes256-gcm96", "exportable": True}, "exportable"),
+        ({"type": "aes256-gcm96", "exportable": True, "allow_plaintext_backup": True}, "exportable"),
+    ],
+)
+def test_keys_the_codec_cannot_serve_as_documented_are_refused_at_start(
+    vault_server: BaoServer, client: Any, options: dict[str, Any], named: str
+) -> None:
+    key = f"refused-{secrets.token_hex(4)}"
+    vault_server.api("POST", f"transit/keys/{key}", options)
+    calls = CallLog(client)
+    with pytest.raises(ConfigurationError, match=named) as info:
+        VaultTransitCodec(client, key)
+    message = str(info.value)
+    # Says what to use instead, and refuses before any encrypt or decrypt.
+    assert "type=aes256-gcm96" in message
+    assert f"transit/{key}" in message
+    assert calls.count("encrypt") == calls.count("decrypt") == 0
+
+
+def test_an_exportable_key_restored_from_a_backup_is_served_when_allowed(vault_server: BaoServer, client: Any) -> None:
+    key = vault_server.new_key()
+    vault_server.api("POST", f"transit/keys/{key}/config", {"exportable": True, "allow_plaintext_backup": True})
+    with pytest.raises(ConfigurationError, match="exportable"):
+        VaultTransitCodec(client, key)
+    codec = VaultTransitCodec(client, key, allow_exportable_key=True)
+    assert codec.unseal(codec.seal(b"restored")) == b"restored"
+    # Only the custody flags are waived: a deterministic key stays refused.
+    convergent = f"conv-{secrets.token_hex(4)}"
+    vault_server.api("POST", f"transit/keys/{convergent}", {"derived": True, "convergent_encryption": True})
+    with pytest.raises(ConfigurationError, match="convergent_encryption"):
+        VaultTransitCodec(client, convergent, allow_exportable_key=True)
+
+
 def test_mcp_flow(codec: VaultTransitCodec) -> None:
     report = run_mcp_flows(codec)
     assert all(b64u_decode(t)[0] == TRANSIT_VERSION for t in report.sealed)
@@ -263,35 +312,47 @@ def test_repr_and_pickle_hold_no_secret(codec: VaultTransitCodec, vault_server: 
     text = repr(codec)
     assert vault_server.root_token not in text
     assert "VaultTransitCodec" in text
-    import pickle
-
-    with pytest.raises(TypeError):
-        pickle.dumps(codec)
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        with pytest.raises(TypeError, match="not picklable"):
+            pickle.dumps(codec, protocol)
+    # Copies are refused by the same __reduce__: no silent second holder of the Vault session.
+    with pytest.raises(TypeError, match="not picklable"):
+        copy.copy(codec)
+    with pytest.raises(TypeError, match="not picklable"):
+        copy.deepcopy(codec)
 
 
 def test_restricted_policy(vault_server: BaoServer) -> None:
     key = vault_server.new_key()
-    full = vault_server.token_with_policy(f"sc-{key}", transit_policy("transit", key, ("encrypt", "decrypt", "rewrap")))
+    full = vault_server.token_with_policy(
+        f"sc-{key}", transit_policy("transit", key, ("keys", "encrypt", "decrypt", "rewrap"))
+    )
     with client_for(vault_server, token=full) as c:
         codec = VaultTransitCodec(c, key)
         assert codec.unseal(codec.seal(b"ok")) == b"ok"
-        # No read on transit/keys: the codec reports the primary version alone.
         assert codec.key_ids == ("00000001",)
         with pytest.raises(ProviderError, match="permission denied"):
             VaultTransitCodec(c, vault_server.new_key())
-    encrypt_only = vault_server.token_with_policy(f"enc-{key}", transit_policy("transit", key, ("encrypt",)))
-    with client_for(vault_server, token=encrypt_only) as c, pytest.raises(ProviderError) as info:
+    no_decrypt = vault_server.token_with_policy(f"enc-{key}", transit_policy("transit", key, ("keys", "encrypt")))
+    with client_for(vault_server, token=no_decrypt) as c, pytest.raises(ProviderError) as info:
         VaultTransitCodec(c, key)
     message = str(info.value)
-    assert "permission denied" in message
+    assert "decrypt failed: permission denied" in message
     assert f"transit/decrypt/{key}" in message
-    assert encrypt_only not in message
+    assert no_decrypt not in message
+    # The key's type cannot be checked without `read` on its description: refused, naming the grant.
+    no_read = vault_server.token_with_policy(f"nr-{key}", transit_policy("transit", key, ("encrypt", "decrypt")))
+    with client_for(vault_server, token=no_read) as c, pytest.raises(ProviderError) as info:
+        VaultTransitCodec(c, key)
+    message = str(info.value)
+    assert "read failed: permission denied" in message
+    assert f"grant the token 'read' on transit/keys/{key} and 'update' on transit/encrypt/{key}" in message
 
 
 def test_permission_revoked_after_start(vault_server: BaoServer) -> None:
     key = vault_server.new_key()
     policy = f"rev-{key}"
-    token = vault_server.token_with_policy(policy, transit_policy("transit", key, ("encrypt", "decrypt")))
+    token = vault_server.token_with_policy(policy, transit_policy("transit", key, ("keys", "encrypt", "decrypt")))
     with client_for(vault_server, token=token) as c:
         codec = VaultTransitCodec(c, key)
         sealed = codec.seal(b"p")
@@ -308,7 +369,7 @@ def test_approle_auth(vault_server: BaoServer) -> None:
 
     key = vault_server.new_key()
     role_id, secret_id = vault_server.approle(
-        f"ar-{key}", transit_policy("transit", key, ("encrypt", "decrypt", "rewrap"))
+        f"ar-{key}", transit_policy("transit", key, ("keys", "encrypt", "decrypt", "rewrap"))
     )
     with client_for(vault_server, role_id=role_id, secret_id=secret_id) as c:
         codec = VaultTransitCodec(c, key)
@@ -328,7 +389,7 @@ def test_approle_auth(vault_server: BaoServer) -> None:
 def test_key_deleted(vault_server: BaoServer) -> None:
     key = vault_server.new_key()
     token_text = vault_server.token_with_policy(
-        f"del-{key}", transit_policy("transit", key, ("encrypt", "decrypt", "rewrap"))
+        f"del-{key}", transit_policy("transit", key, ("keys", "encrypt", "decrypt", "rewrap"))
     )
     with client_for(vault_server, token=token_text) as c:
         codec = VaultTransitCodec(c, key)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from tests.plugins.vault import BaoServer, client_for
 
-from statecodec import InvalidToken, Reason
+from statecodec import ConfigurationError, InvalidToken, Reason
 from statecodec._encoding import b64u_decode
 from statecodec.providers.vault import TRANSIT_VERSION, VaultTransitCodec
 
@@ -45,7 +45,10 @@ def test_frozen_tokens_unseal(vault_server: BaoServer, key_index: int) -> None:
     entry = _load()["keys"][key_index]
     name = _restore(vault_server, entry["backup"])
     with client_for(vault_server) as c:
-        codec = VaultTransitCodec(c, name, context=entry["context"])
+        # A backup needs an exportable key, which the codec serves only when told to.
+        with pytest.raises(ConfigurationError, match="exportable"):
+            VaultTransitCodec(c, name, context=entry["context"])
+        codec = VaultTransitCodec(c, name, context=entry["context"], allow_exportable_key=True)
         assert codec.derived is entry["derived"]
         for vector in entry["valid"]:
             token = vector["token"]
@@ -60,7 +63,7 @@ def test_frozen_tokens_unseal(vault_server: BaoServer, key_index: int) -> None:
                 codec.unseal(vector["token"])
             assert info.value.reason is Reason(vector["reason"])
         # Another context refuses every frozen token: the context is bound.
-        other = VaultTransitCodec(c, name, context={"purpose": "another"})
+        other = VaultTransitCodec(c, name, context={"purpose": "another"}, allow_exportable_key=True)
         for vector in entry["valid"]:
             with pytest.raises(InvalidToken) as info:
                 other.unseal(vector["token"])

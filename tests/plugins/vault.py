@@ -7,7 +7,7 @@ cluster port (API port + 1), and with ``-dev-no-store-token`` writes nothing
 to the home directory. Each server is stopped by its PID at teardown.
 
 `vault_server` is shared by the whole session; `vault_server_fresh` starts a
-private server for tests that seal or stop it.
+private server for tests that seal, pause or stop it.
 """
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ import contextlib
 import json
 import os
 import secrets
+import signal
 import socket
 import ssl
 import subprocess
 import tempfile
 import time
+import types
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -68,7 +70,7 @@ class BaoServer:
     """One running `bao server -dev`: its address, root token and process."""
 
     addr: str
-    root_token: str
+    root_token: str = field(repr=False)
     process: subprocess.Popen[bytes]
     workdir: Path
     _log: Any = field(repr=False)
@@ -163,10 +165,23 @@ class BaoServer:
         except (OSError, urllib.error.URLError):
             return False
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Freeze the server (SIGSTOP): connections are accepted by the kernel, nothing answers.
+
+        Always resumed (SIGCONT) on exit, whatever the test did meanwhile.
+        """
+        self.process.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self.process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         """Stop the server by its PID; idempotent."""
         proc = self.process
         if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)  # a stopped process would not act on SIGTERM
             proc.terminate()
             try:
                 proc.wait(timeout=10)
@@ -250,7 +265,7 @@ def vault_server() -> Iterator[BaoServer]:
 
 @pytest.fixture
 def vault_server_fresh() -> Iterator[BaoServer]:
-    """A private OpenBao dev server for a test that seals or stops it."""
+    """A private OpenBao dev server for a test that seals, pauses or stops it."""
     with running_bao() as server:
         yield server
 
@@ -298,9 +313,70 @@ def client_for(server: BaoServer, **kwargs: Any) -> Iterator[Any]:
         client.adapter.close()
 
 
+_NOT_STATE = (
+    types.TracebackType,  # frames hold the raising function's locals: not state the exception carries
+    types.FrameType,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    type,
+)
+
+
+def reachable_from(exc: BaseException, limit: int = 100_000) -> Iterator[object]:
+    """Every object an exception reaches through `__cause__`, `__context__`, args and attributes, recursively.
+
+    Each exception's attributes are read by name (C-level ones such as
+    ``UnicodeDecodeError.object`` too), other objects through their
+    ``__dict__`` and slots, containers through their items. Tracebacks are
+    not followed.
+    """
+    seen: set[int] = set()
+    stack: list[object] = [exc]
+    while stack and len(seen) < limit:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, _NOT_STATE):
+            continue
+        seen.add(id(obj))
+        yield obj
+        if isinstance(obj, (str, bytes, bytearray, int, float, type(None))):
+            continue
+        if isinstance(obj, BaseException):
+            stack += [obj.__cause__, obj.__context__, *obj.args]
+            for name in dir(obj):
+                if not name.startswith("__"):
+                    with contextlib.suppress(Exception):
+                        stack.append(getattr(obj, name))
+        if isinstance(obj, dict):
+            stack += [*obj.keys(), *obj.values()]
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack += list(obj)
+        attrs = getattr(obj, "__dict__", None)
+        if isinstance(attrs, dict):
+            stack += list(attrs.values())
+        for cls in type(obj).__mro__:
+            slots = getattr(cls, "__slots__", ())
+            for slot in (slots,) if isinstance(slots, str) else slots:
+                stack.append(getattr(obj, slot, None))
+
+
+def assert_secret_unreachable(exc: BaseException, secret: bytes) -> None:
+    """No text or bytes reachable from `exc` holds `secret` (or its text, however decoded)."""
+    text = secret.decode("utf-8", "replace").split("\ufffd")[0]
+    assert text, "give a secret whose first bytes are UTF-8"
+    for obj in reachable_from(exc):
+        if isinstance(obj, (bytes, bytearray)):
+            assert secret[: len(text)] not in obj, f"{type(exc).__name__} reaches the secret's bytes"
+        elif isinstance(obj, str):
+            assert text not in obj, f"{type(exc).__name__} reaches the secret's text"
+
+
 def transit_policy(mount: str, key: str, ops: tuple[str, ...]) -> str:
-    """HCL granting `update` on the given transit operations of one key."""
-    return "\n".join(f'path "{mount}/{op}/{key}" {{ capabilities = ["update"] }}' for op in ops)
+    """HCL granting `update` on the given transit operations of one key (``keys``: `read` on its description)."""
+    return "\n".join(
+        f'path "{mount}/{op}/{key}" {{ capabilities = ["{"read" if op == "keys" else "update"}"] }}' for op in ops
+    )
 
 
 @pytest.fixture(scope="module")

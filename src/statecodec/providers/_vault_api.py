@@ -138,7 +138,10 @@ def vault_client(
 
 
 class AppRoleLogin:
-    """Logs an AppRole client in again after Vault refuses its token (expired or revoked)."""
+    """Logs an AppRole client in again after Vault refuses its token (expired or revoked).
+
+    Holds the secret id: its repr shows the mount only, and it refuses pickling and copying.
+    """
 
     __slots__ = ("_client", "_last", "_mount", "_role_id", "_secret_id")
 
@@ -151,6 +154,10 @@ class AppRoleLogin:
 
     def __repr__(self) -> str:
         return f"AppRoleLogin(mount={self._mount!r})"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Also refuses copy.copy and copy.deepcopy: no silent duplicate of a credential holder.
+        raise TypeError("AppRoleLogin holds an AppRole secret id and is not picklable")
 
     def __call__(self) -> bool:
         """True when a new token was obtained; at most one attempt per `RELOGIN_INTERVAL`."""
@@ -231,7 +238,7 @@ def classify(exc: BaseException) -> Failure:
         if isinstance(exc, hvac.exceptions.Unauthorized):
             return Failure("denied", "unauthorized (the Vault token is missing or expired)")
         if isinstance(exc, hvac.exceptions.InvalidPath):
-            return Failure("key_missing", "no such path (check the transit mount and key name)")
+            return Failure("key_missing", "the transit key or mount does not exist (check the mount and key name)")
         if isinstance(exc, hvac.exceptions.VaultDown):
             return Failure("sealed", "Vault is sealed or in standby (503)")
         if isinstance(exc, hvac.exceptions.RateLimitExceeded):
@@ -272,6 +279,9 @@ class Transit:
         self._paths = {op: f"/v1/{self.mount}/{op}/{key}" for op in ("encrypt", "decrypt", "rewrap", "datakey/wrapped")}
         self._paths["keys"] = f"/v1/{self.mount}/keys/{key}"
 
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("Transit holds a Vault client and its token and is not picklable")
+
     def describe(self) -> str:
         ns = getattr(self.client.adapter, "namespace", None)
         where = getattr(self.client, "url", "?")
@@ -311,13 +321,19 @@ def b64(data: bytes) -> str:
 
 
 def unb64(text: object) -> bytes:
-    """Strict standard base64 from a Vault reply; ValueError otherwise."""
+    """Strict standard base64 from a Vault reply (a payload or a data key); ValueError otherwise.
+
+    The ValueError carries no chain: a UnicodeEncodeError would keep the whole text.
+    """
     if not isinstance(text, str):
         raise ValueError("not a string")
     try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError) as exc:
-        raise ValueError("not base64") from exc
+        data: bytes | None = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        data = None
+    if data is None:
+        raise ValueError("not base64")
+    return data
 
 
 def parse_vault_ciphertext(text: object) -> tuple[int, bytes]:
@@ -334,8 +350,13 @@ def parse_vault_ciphertext(text: object) -> tuple[int, bytes]:
 
 
 def hint(failure: Failure, transit: Transit, ops: str) -> str:
+    """How to fix `failure` of the space-separated `ops` (``keys`` is the read of the key's description)."""
     if failure.kind == "denied":
-        return f"; grant the token 'update' on {', '.join(f'{transit.mount}/{op}/{transit.key}' for op in ops.split())}"
+        names = ops.split()
+        grants = f"'update' on {', '.join(f'{transit.mount}/{op}/{transit.key}' for op in names if op != 'keys')}"
+        if "keys" in names:
+            grants = f"'read' on {transit.mount}/keys/{transit.key} and {grants}"
+        return f"; grant the token {grants}"
     if failure.kind == "key_missing":
         return f"; create it with: bao write -f {transit.mount}/keys/{transit.key} derived=true"
     if failure.kind == "sealed":

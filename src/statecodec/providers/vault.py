@@ -56,6 +56,7 @@ provider does (see `statecodec.providers`).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -165,6 +166,10 @@ class VaultKeyWrapper:
     def __repr__(self) -> str:
         return f"VaultKeyWrapper({self.describe()!r})"
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Also refuses copy.copy and copy.deepcopy: no silent duplicate of a credential holder.
+        raise TypeError("VaultKeyWrapper holds a Vault client and its token and is not picklable")
+
     @staticmethod
     def _binding(context: Mapping[str, str]) -> dict[str, str]:
         bound = b64(canonical_context(context))
@@ -210,19 +215,25 @@ class VaultKeyWrapper:
         """The data key in `blob`, via ``transit/decrypt`` under `context`; `ProviderError` otherwise."""
         if not isinstance(blob, bytes) or len(blob) > MAX_WRAPPED_KEY_LENGTH:
             raise ProviderError(f"{self.describe()}: the wrapped key is not a Vault ciphertext")
+        # Both errors are raised outside their handlers, so no parser error (and the input it
+        # keeps) rides along as __context__.
+        ciphertext = blob.decode("ascii", "replace")
         try:
-            ciphertext = blob.decode("ascii")
             parse_vault_ciphertext(ciphertext)
-        except (ValueError, UnicodeDecodeError):
+        except ValueError:
+            ciphertext = ""
+        if not ciphertext:
             raise ProviderError(
                 f"{self.describe()}: the wrapped key is not a Vault transit ciphertext (vault:vN:...); "
                 "was it made by another provider?"
-            ) from None
+            )
         data = self._call("decrypt", {"ciphertext": ciphertext, **self._binding(context)})
         try:
-            key = unb64(data.get("plaintext"))
+            key: bytes | None = unb64(data.get("plaintext"))
         except ValueError:
-            raise ProviderError(f"{self.describe()}: Vault returned a malformed plaintext") from None
+            key = None
+        if key is None:
+            raise ProviderError(f"{self.describe()}: Vault returned a malformed plaintext")
         return key
 
 
@@ -247,7 +258,7 @@ class VaultTransitCodec:
     recommended) as the key-derivation context, which ``transit/rewrap``
     carries, so `reseal` is one ``rewrap`` call; on a non-derived key as
     AES-GCM associated data, which ``rewrap`` cannot carry, so `reseal` is
-    ``decrypt`` then ``encrypt`` there. The binding kind is detected at start-up.
+    ``decrypt`` then ``encrypt`` there. The key's description says which, at start-up.
 
     Checks in order, all before any network call: type str, length cap
     (OVERSIZED), canonical base64url and minimum length (MALFORMED), version
@@ -257,20 +268,27 @@ class VaultTransitCodec:
     gone -> PROVIDER. Overhead: 33 bytes, 44 characters.
 
     Rotation happens in Vault (``rotate``, then ``min_decryption_version``
-    after one token lifetime). Construction probes the key in four or five
-    calls (a decrypt that proves the key exists without creating it, then
-    encrypt and decrypt, which also tell whether the key is derived, and an
-    optional read of its versions); a failure is a `ProviderError` naming the
-    cause. After a
+    after one token lifetime). Construction reads the key's description
+    (which proves it exists without creating it) and serves only a key that
+    keeps the codec's duties: type ``aes256-gcm96`` or ``chacha20-poly1305``
+    (others change the strength or the overhead), no ``convergent_encryption``
+    (it makes seal deterministic), not ``exportable`` and no
+    ``allow_plaintext_backup`` (the key could leave Vault) unless
+    `allow_exportable_key` says so, e.g. for a key restored from a backup;
+    anything else is a `ConfigurationError` that names the type to use.
+    Then one encrypt and one decrypt prove the binding round-trips; a Vault
+    failure is a `ProviderError` naming the cause. After a
     failure that means Vault cannot answer (unreachable, timeout, sealed,
     5xx), calls fail at once for `outage_backoff` seconds instead of each
     waiting for the timeout; the window doubles while the outage lasts (up to
     `MAX_OUTAGE_BACKOFF`), so one slow probe per window is all an outage costs
-    the event loop.
+    the event loop. Calls already in flight when a window opens do not count
+    again: however many callers a stall catches, the codec serves again within
+    one `outage_backoff` of Vault answering. Any answer closes the window.
 
-    Vault policy: ``update`` on ``<mount>/encrypt/<key>``, ``<mount>/decrypt/<key>``
-    and ``<mount>/rewrap/<key>``; ``read`` on ``<mount>/keys/<key>`` is optional
-    (reports `key_ids`).
+    Vault policy: ``read`` on ``<mount>/keys/<key>`` (the start-up check; it
+    returns no key material), ``update`` on ``<mount>/encrypt/<key>`` and
+    ``<mount>/decrypt/<key>``, and on ``<mount>/rewrap/<key>`` for `reseal`.
     """
 
     VERSION = TRANSIT_VERSION
@@ -286,6 +304,7 @@ class VaultTransitCodec:
         outage_backoff: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         owns_client: bool = False,
+        allow_exportable_key: bool = False,
     ) -> None:
         self._transit = Transit(client, key, mount_point)
         if isinstance(max_token_length, bool) or not isinstance(max_token_length, int):
@@ -311,84 +330,75 @@ class VaultTransitCodec:
         self._max_length = max_token_length
         self._min_raw = overhead
         self._max_payload = (max_token_length * 3) // 4 - overhead
-        self._backoff = float(outage_backoff)
-        self._clock = clock
-        self._down_until = 0.0
-        self._down_cause = ""
-        self._streak = 0
+        self._window = _OutageWindow(float(outage_backoff), clock)
         self._owns_client = owns_client
         self._context = MappingProxyType(dict(ctx))
-        self._derived, self._primary = self._start(bound)
+        if not isinstance(allow_exportable_key, bool):
+            raise ConfigurationError("allow_exportable_key must be True or False")
+        self._derived, self._key_ids = self._check_key(allow_exportable_key)
         self._binding = _transit_binding(bound, self._derived)
-        self._key_ids = self._read_key_ids()
+        self._primary = self._probe()
 
     # -- start-up ---------------------------------------------------------
 
     def _fail_start(self, what: str, failure: Failure) -> ProviderError:
-        ops = "encrypt decrypt rewrap"
+        ops = "keys encrypt decrypt rewrap"
         return ProviderError(
             f"cannot use {self.describe()}: {what} failed: {failure.detail}{hint(failure, self._transit, ops)}"
         )
 
-    def _start_call(self, op: str, body: dict[str, Any]) -> Mapping[str, Any]:
+    def _start_call(self, what: str, call: Callable[[], Mapping[str, Any]]) -> Mapping[str, Any]:
         try:
-            return self._transit.call(op, body)
+            return call()
         except Exception as exc:
             failure = call_failure(exc)
-        raise self._fail_start(op, failure)
+        # Raised outside the handler: a requests exception keeps the request, Vault token header and all.
+        raise self._fail_start(what, failure)
 
-    def _start(self, bound: str) -> tuple[bool, int]:
-        """Probe the key: detect derivation, prove encrypt and decrypt work. (derived, latest version)."""
+    def _check_key(self, allow_exportable_key: bool) -> tuple[bool, tuple[int, ...]]:
+        """(derived, decryptable versions newest first) of a key this codec serves as documented.
+
+        The read goes first: it proves the key exists without creating it
+        (``transit/encrypt`` silently creates a missing key for a token allowed
+        to ``create``), and it is the only way to know the key's type.
+        """
+        data = self._start_call("read", self._transit.read_key)
+        refusal = _key_refusal(data, allow_exportable_key)
+        if refusal is not None:
+            t = self._transit
+            raise ConfigurationError(
+                f"cannot use {self.describe()}: {refusal}; use a key of type aes256-gcm96, e.g. "
+                f"bao write -f {t.mount}/keys/<new-key> type=aes256-gcm96 derived=true, and name it in "
+                "STATECODEC_VAULT_KEY"
+            )
+        derived = data.get("derived")
+        versions = _key_versions(data)
+        if type(derived) is not bool or versions is None:
+            raise self._fail_start("read", Failure("reply", "Vault returned a malformed key description"))
+        return derived, versions
+
+    def _probe(self) -> int:
+        """Seal and open a probe under the codec's binding; returns the key's latest version."""
         probe = b"statecodec start-up probe"
-        # Decrypt first: transit/encrypt creates a missing key when the token may `create`,
-        # which would hide a wrong key name or a deleted key behind a brand-new key.
-        try:
-            self._transit.call("decrypt", {"ciphertext": "vault:v1:" + b64(bytes(_GCM_OVERHEAD)), "context": bound})
-        except Exception as exc:
-            failure = call_failure(exc)
-            if failure.kind not in {"bad_ciphertext", "retired"}:
-                raise self._fail_start("decrypt", failure) from None
-        else:
-            raise self._fail_start("decrypt", Failure("reply", "Vault accepted a forged probe ciphertext"))
-        enc = self._start_call("encrypt", {"plaintext": b64(probe), "context": bound})
+        enc = self._start_call(
+            "encrypt", lambda: self._transit.call("encrypt", {"plaintext": b64(probe), **self._binding})
+        )
         ciphertext = enc.get("ciphertext")
         try:
             version, _ = parse_vault_ciphertext(ciphertext)
         except ValueError:
-            raise self._fail_start("encrypt", Failure("reply", "Vault returned a malformed ciphertext")) from None
-        # A non-derived key ignores `context`, so decrypting under another context succeeds only there.
-        other = b64(_TRANSIT_LABEL + b"\x00probe-other-context")
-        try:
-            self._transit.call("decrypt", {"ciphertext": ciphertext, "context": other})
-        except Exception as exc:
-            failure = call_failure(exc)
-            if failure.kind != "bad_ciphertext":
-                raise self._fail_start("decrypt", failure) from None
-            derived = True
-        else:
-            derived = False
-        binding = _transit_binding(bound, derived)
-        if not derived:
-            enc = self._start_call("encrypt", {"plaintext": b64(probe), **binding})
-        dec = self._start_call("decrypt", {"ciphertext": enc.get("ciphertext"), **binding})
+            version = 0
+        if version == 0:
+            raise self._fail_start("encrypt", Failure("reply", "Vault returned a malformed ciphertext"))
+        body = {"ciphertext": ciphertext, **self._binding}
+        dec = self._start_call("decrypt", lambda: self._transit.call("decrypt", body))
         try:
             ok = unb64(dec.get("plaintext")) == probe
         except ValueError:
             ok = False
         if not ok:
             raise self._fail_start("decrypt", Failure("reply", "the start-up probe did not round-trip"))
-        return derived, version
-
-    def _read_key_ids(self) -> tuple[int, ...]:
-        """Decryptable versions, newest first, when the token may read the key; else the primary alone."""
-        try:
-            data = self._transit.read_key()
-            versions = sorted((int(v) for v in data.get("keys", {})), reverse=True)
-            floor = int(data.get("min_decryption_version", 1))
-        except Exception:  # reading the key is optional: the policy may not grant it
-            return (self._primary,)
-        ids = tuple(v for v in versions if v >= floor and 1 <= v <= MAX_KEY_VERSION)
-        return ids or (self._primary,)
+        return version
 
     # -- properties -------------------------------------------------------
 
@@ -407,7 +417,7 @@ class VaultTransitCodec:
     @property
     def key_ids(self) -> tuple[str, ...]:
         """Key versions (8 hex digits) that could decrypt at start-up, newest first."""
-        return tuple(f"{v:08x}" for v in self._key_ids)
+        return tuple(f"{v:08x}" for v in self._key_ids or (self._primary,))
 
     @property
     def primary_key_id(self) -> str:
@@ -437,22 +447,11 @@ class VaultTransitCodec:
 
     # -- per token --------------------------------------------------------
 
-    def _outage(self) -> str | None:
-        if self._down_until and self._clock() < self._down_until:
-            return self._down_cause
-        return None
-
-    def _note(self, failure: Failure) -> None:
-        if not failure.outage:
-            self._streak = 0  # Vault answered: it is up, whatever it thought of the token
-            return
-        if self._backoff:
-            # Doubling windows: a Vault that hangs until the timeout blocks the loop
-            # once per window, so a long outage costs a shrinking share of the loop.
-            window = min(self._backoff * 2**self._streak, MAX_OUTAGE_BACKOFF)
-            self._streak += 1
-            self._down_until = self._clock() + window
-            self._down_cause = failure.detail
+    def _note(self, failure: Failure, started: float) -> None:
+        if failure.outage:
+            self._window.failed(started, failure.detail)
+        else:
+            self._window.answered()  # Vault answered: it is up, whatever it thought of the token
 
     def _parse(self, token: str) -> str:
         """Strict local checks, then the Vault ciphertext text; no network."""
@@ -489,7 +488,7 @@ class VaultTransitCodec:
                 f"payload of {len(payload)} bytes exceeds the {self._max_payload}-byte maximum "
                 f"for max_token_length={self._max_length}"
             )
-        down = self._outage()
+        started, down = self._window.start()
         if down is not None:
             raise ProviderError(f"cannot seal with {self.describe()}: {down} (backing off)")
         try:
@@ -499,26 +498,28 @@ class VaultTransitCodec:
         else:
             token = self._token(data.get("ciphertext"))
             if token is not None:
-                self._streak = 0
+                self._window.answered()
                 return token
             failure = Failure("reply", "Vault returned a malformed ciphertext")
-        self._note(failure)
+        self._note(failure, started)
         raise ProviderError(f"cannot seal with {self.describe()}: {failure.detail}")
 
     def unseal(self, token: str) -> bytes:
         """One ``transit/decrypt`` call after strict local checks; only `InvalidToken` escapes."""
         ciphertext = self._parse(token)
-        if self._outage() is not None:
+        started, down = self._window.start()
+        if down is not None:
             raise InvalidToken(_R_PROVIDER)
         try:
             data = self._transit.call("decrypt", {"ciphertext": ciphertext, **self._binding})
             payload = unb64(data.get("plaintext"))
-            self._streak = 0
-            return payload
         except Exception as exc:
             failure = call_failure(exc)
+        else:
+            self._window.answered()
+            return payload
         # Raised outside the handler so no Vault exception rides along as __context__.
-        self._note(failure)
+        self._note(failure, started)
         raise InvalidToken(_reason(failure))
 
     def reseal(self, token: str) -> str:
@@ -538,7 +539,7 @@ class VaultTransitCodec:
             else:
                 return self.seal(payload)
             raise ProviderError(f"cannot reseal with {self.describe()}: Vault could not decrypt the token")
-        down = self._outage()
+        started, down = self._window.start()
         if down is not None:
             raise ProviderError(f"cannot rewrap with {self.describe()}: {down} (backing off)")
         try:
@@ -548,13 +549,98 @@ class VaultTransitCodec:
         else:
             new = self._token(data.get("ciphertext"))
             if new is not None:
+                self._window.answered()
                 return new
             failure = Failure("reply", "Vault returned a malformed ciphertext")
-        self._note(failure)
+        self._note(failure, started)
         reason = _reason(failure)
         if reason is _R_PROVIDER:
             raise ProviderError(f"cannot rewrap with {self.describe()}: {failure.detail}")
         raise InvalidToken(reason)
+
+
+class _OutageWindow:
+    """While Vault cannot answer, calls fail at once instead of each waiting for the timeout.
+
+    One rule. A call that fails because Vault could not answer opens the
+    window, or doubles it (up to `MAX_OUTAGE_BACKOFF`), only if the call
+    started at or after the moment the current window was set: calls already
+    in flight when Vault stalled are one failure, not one each, so N
+    concurrent callers cannot push the window past what one caller would. Any
+    answer from Vault closes the window and resets its length to `base`. A
+    `base` of 0 turns the window off.
+    """
+
+    __slots__ = ("_base", "_cause", "_clock", "_lock", "_next", "_set_at", "_until")
+
+    def __init__(self, base: float, clock: Callable[[], float]) -> None:
+        self._base = base
+        self._clock = clock
+        self._lock = threading.Lock()  # calls from several threads update the window together
+        self._next = base  # the next window's length: doubled and capped, never 2**n (which overflows)
+        self._set_at = float("-inf")
+        self._until = float("-inf")
+        self._cause = ""
+
+    def start(self) -> tuple[float, str | None]:
+        """(now, the outage's cause while the window is open, else None): refuse without Vault when open."""
+        now = self._clock()
+        return now, (self._cause if now < self._until else None)
+
+    def failed(self, started: float, cause: str) -> None:
+        """Vault could not answer a call that started at `started` (a time from `start`)."""
+        with self._lock:
+            if self._base == 0 or started < self._set_at:
+                return  # no window, or the call was in flight when the current window was set
+            now = self._clock()
+            window = min(self._next, MAX_OUTAGE_BACKOFF)
+            self._set_at = now
+            self._until = now + window
+            self._next = window * 2
+            self._cause = cause
+
+    def answered(self) -> None:
+        """Vault answered a call: it is up, so the window closes."""
+        with self._lock:
+            self._until = float("-inf")
+            self._next = self._base
+
+
+_SERVED_KEY_TYPES = ("aes256-gcm96", "chacha20-poly1305")
+"""Transit key types whose ciphertext is nonce (12) | ciphertext | tag (16) under a 256-bit key: the
+documented format, overhead and strength. Every other type is refused at start-up."""
+
+
+def _key_refusal(data: Mapping[str, Any], allow_exportable_key: bool) -> str | None:
+    """Why Vault's description of a transit key (``read <mount>/keys/<key>``) breaks a codec duty, or None.
+
+    Allow-listed, so a flag Vault leaves out or a type added later is refused, not served.
+    """
+    kind = data.get("type")
+    if kind not in _SERVED_KEY_TYPES:
+        # xchacha20-poly1305 (24-byte nonce) mints tokens over the cap; aes128-gcm96 is not AES-256.
+        return f"its type {kind!r:.40} is not served (only {' or '.join(_SERVED_KEY_TYPES)})"
+    if data.get("convergent_encryption", False) is not False:
+        return "it has convergent_encryption, which makes seal deterministic (equal states would give equal tokens)"
+    if not allow_exportable_key and (
+        data.get("exportable") is not False or data.get("allow_plaintext_backup") is not False
+    ):
+        return (
+            "it is exportable or allows plaintext backups, so the key can leave Vault, which per-token mode exists "
+            "to prevent (allow_exportable_key=True serves a key restored from a backup anyway)"
+        )
+    return None
+
+
+def _key_versions(data: Mapping[str, Any]) -> tuple[int, ...] | None:
+    """Versions at or above ``min_decryption_version``, newest first; None when the description is malformed."""
+    keys = data.get("keys")
+    floor = data.get("min_decryption_version")
+    if not isinstance(keys, dict) or type(floor) is not int:
+        return None
+    if not all(isinstance(v, str) and v.isascii() and v.isdigit() for v in keys):
+        return None
+    return tuple(v for v in sorted((int(v) for v in keys), reverse=True) if v >= floor and 1 <= v <= MAX_KEY_VERSION)
 
 
 def _transit_binding(bound: str, derived: bool) -> dict[str, str]:
@@ -595,9 +681,13 @@ def _secret(settings: Mapping[str, str], name: str, fallback: str | None = None)
         return value if value is not None or fallback is None else _get(settings, fallback)
     raw = read_settings_file(Path(path), _MAX_SECRET_FILE_BYTES, f"{name}_FILE {path}", "it should hold one secret")
     try:
-        text = raw.decode("utf-8").strip()
+        text: str | None = raw.decode("utf-8").strip()
     except UnicodeDecodeError:
-        raise ConfigurationError(f"{name}_FILE {path} is not UTF-8 text") from None
+        # Raised below, outside the handler: the UnicodeDecodeError holds the whole file, the
+        # secret with it, and `from None` would still keep it reachable as __context__.
+        text = None
+    if text is None:
+        raise ConfigurationError(f"{name}_FILE {path} is not UTF-8 text")
     if not text:
         raise ConfigurationError(f"{name}_FILE {path} is empty")
     return text
