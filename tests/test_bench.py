@@ -41,7 +41,7 @@ def test_a_tiny_run_writes_ratios_the_round_figure_a_table_and_a_png(
     png = tmp_path / "run.png"
     doc = _run(tmp_path, "--only", "AESGCMCodec,Fernet", "--only", "binding", "--plot", str(png))
     assert doc["schema"] == SCHEMA
-    assert doc["settings"] == {"rounds": 3, "batch_ms": 1.0, "payloads": {"state": 300}}
+    assert doc["settings"] == {"rounds": 3, "batch_ms": 0.5, "payloads": {"state": 300}}
     assert doc["environment"]["packages"]["cryptography"]
     assert [r["case"] for r in doc["results"]] == ["floor", "AESGCMCodec", "XAESGCMCodec", "Fernet"]  # substrings
     for row in doc["results"]:

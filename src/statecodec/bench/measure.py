@@ -1,21 +1,20 @@
 """One interleaved run: every operation timed round-robin in this process, ratios taken per round.
 
-Method. Each operation (a case's seal or unseal of one payload, or one MCP
-round) gets a loop count so that one batch lasts about ``batch_ms``; that
-calibration is also its warm-up. In each round every operation runs one
-batch, in an order shuffled afresh, so drift and load on a shared machine hit
-every case alike. A sample is one batch's mean, timed with
-`time.perf_counter_ns` (wall time: a remote case's network wait counts) with
-the garbage collector disabled, as `timeit` does. A case's cost is the median
-of its samples; a ratio is taken round by round (this round's case over this
-round's floor) and the median of those is reported, so a slow round slows
-both sides and cancels.
+Each operation (a case's seal or unseal of one payload, or one MCP round) is
+calibrated, which warms it up, to a loop count whose batch lasts about
+``batch_ms``: half a millisecond is long against the timer and short against
+the scheduler, so on a shared machine most batches run between two
+preemptions and a preempted one is an outlier. Every round runs one batch of
+each operation in a freshly shuffled order, each after one untimed call, with
+the garbage collector off as in `timeit`, timed with `time.perf_counter_ns`
+(wall time, so a remote case's network wait counts). A cost is the median of
+the batch means; a ratio is the median over rounds of this round's case over
+this round's floor, so a slow round slows both sides and cancels.
 
-Why not pyperf: it runs one benchmark at a time in worker processes it
-spawns and calibrates, which is right for absolute timings but cannot put
-two cases in the same round, and a ratio between two runs taken minutes
-apart on a shared machine measures the machine. A plain loop is the honest
-small choice.
+Not pyperf: it times one benchmark at a time in worker processes it spawns
+and calibrates, which suits absolute timings but cannot put two cases in one
+round, and a ratio between runs minutes apart on a shared machine measures
+the machine. A plain loop is the honest small choice.
 """
 
 from __future__ import annotations
@@ -44,8 +43,9 @@ Key = tuple[str, str, str]  # (case, payload, operation)
 
 
 def _batch(op: Op, n: int) -> float:
-    """Nanoseconds per call over `n` back-to-back calls of `op`, the collector off."""
+    """Nanoseconds per call over `n` back-to-back calls of `op`, after one untimed call, the collector off."""
     loop = range(n)
+    op()  # the other operations ran since this one last did: time it warm, not its first call's misses
     gc.disable()
     try:
         start = time.perf_counter_ns()
@@ -57,10 +57,11 @@ def _batch(op: Op, n: int) -> float:
 
 
 def _calibrate(op: Op, batch_ns: float) -> int:
+    """Calls per batch of about `batch_ns`, from a batch at least half that long (the smaller ones warm it up)."""
     n = 1
-    while (per_call := _batch(op, n)) * n < batch_ns / 4 and n < 1 << 20:
-        n *= 4
-    return max(1, round(batch_ns / max(per_call, 1.0)))
+    while (per_call := _batch(op, n)) * n < batch_ns / 2 and n < 1 << 24:
+        n *= 2
+    return max(1, round(batch_ns / per_call))
 
 
 def interleave(

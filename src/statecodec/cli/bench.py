@@ -16,8 +16,8 @@ from pathlib import Path
 
 __all__ = ["register"]
 
-QUICK = (7, 1.0)
-FULL = (25, 5.0)  # (rounds, milliseconds per timed batch)
+QUICK, FULL = 15, 101  # rounds
+BATCH_MS = 0.5
 
 
 def _rounds(text: str) -> int:
@@ -29,16 +29,12 @@ def _rounds(text: str) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "bench",
-        help="benchmark the codecs against the floor, the MCP SDK and peer libraries",
+        help="benchmark every codec against the floor, the MCP SDK and peer libraries",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"{QUICK[0]} rounds of {QUICK[1]:g} ms batches instead of {FULL[0]} of {FULL[1]:g} ms",
-    )
-    p.add_argument("--rounds", type=_rounds, help="this many rounds instead")
+    p.add_argument("--quick", action="store_true", help=f"{QUICK} rounds instead of {FULL}")
+    p.add_argument("--rounds", type=_rounds, help="this many rounds instead (more rounds, steadier ratios)")
     p.add_argument(
         "--only",
         action="append",
@@ -47,7 +43,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="cases whose name or group contains NAME (repeatable, comma-separated; 'binding' is the MCP round); "
         "the floor always runs",
     )
-    p.add_argument("--payload", action="append", default=[], choices=["state", "4k", "64k"], help="default: all")
+    p.add_argument(
+        "--payload",
+        action="append",
+        default=[],
+        choices=["state", "4k", "64k"],
+        help="payload sizes (repeatable; default: all)",
+    )
     p.add_argument("--vault-addr", metavar="URL", help="add VaultTransitCodec (STATECODEC_VAULT_* settings)")
     p.add_argument("--json", metavar="PATH", help="write the run as JSON to PATH")
     p.add_argument("--plot", metavar="PATH.png", help="draw the ratios to PATH.png (needs matplotlib)")
@@ -77,15 +79,14 @@ def _bench(args: argparse.Namespace) -> int:
     binding = not names or any(n in "binding boundcodec requeststateboundary" for n in names)
     if not binding and all(c.group == "floor" for c in chosen):
         raise ConfigurationError(f"--only {','.join(names)} matches no case; see the names `statecodec bench` prints")
-    rounds, batch_ms = QUICK if args.quick else FULL
     payloads = {k: v for k, v in PAYLOADS.items() if not args.payload or k in args.payload}
     print(f"statecodec bench: {len(chosen)} cases, {len(payloads)} payloads", file=sys.stderr)
     doc = run(
         chosen,
         payloads,
         binding=binding,
-        rounds=args.rounds or rounds,
-        batch_ms=batch_ms,
+        rounds=args.rounds or (QUICK if args.quick else FULL),
+        batch_ms=BATCH_MS,
         progress=_progress,
     )
     print(format_table(doc))
