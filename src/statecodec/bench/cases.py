@@ -1,15 +1,11 @@
 """The cases of `statecodec bench`: the floor, statecodec's codecs, the MCP SDK and peer libraries.
 
-Each case is the most direct use of its library to seal bytes into a
-URL-safe token under a fresh key. Its factory imports the library only when
-called, so a missing package makes a skipped case with its install command,
-never an error. The floor is what every AES-GCM token codec must do (a random
-96-bit nonce, `cryptography`'s AESGCM encrypt or decrypt, base64url of the
-same bytes) and nothing more: no version, key id or checks. Every ratio in a
-run is taken against it. Sign-only formats (itsdangerous, PyJWT,
-`JWSCodec`) leave the payload readable; they are listed for cost only.
-
-`binding_rounds` builds the one comparison that is a round, not a codec.
+Each case is the most direct use of its library to seal bytes into a URL-safe
+token under a fresh key; its factory imports the library when called, so a
+missing package is a skipped case, never an error. The floor is what every
+AES-GCM token codec must do (a random 96-bit nonce, `cryptography`'s AESGCM,
+base64url of the same bytes) and nothing more: every ratio is taken against it.
+Sign-only formats (itsdangerous, PyJWT, `JWSCodec`) leave the payload readable.
 """
 
 from __future__ import annotations
@@ -53,8 +49,7 @@ def _b64u(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
-def _b64u_decode(text: str | bytes) -> bytes:
-    text = text if isinstance(text, str) else text.decode("ascii")
+def _b64u_decode(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
@@ -99,7 +94,7 @@ def _itsdangerous() -> Pair:
     from itsdangerous import Signer
 
     signer = Signer(os.urandom(32), salt="statecodec-bench", digest_method=hashlib.sha256)
-    return (lambda p: signer.sign(_b64u(p)).decode("ascii")), (lambda t: _b64u_decode(signer.unsign(t)))
+    return (lambda p: signer.sign(_b64u(p)).decode("ascii")), (lambda t: _b64u_decode(signer.unsign(t).decode()))
 
 
 def _pyjwt() -> Pair:

@@ -76,7 +76,7 @@ def plot(doc: Mapping[str, Any], path: str) -> None:
         ax.set_xscale("log")
         ax.axvline(1.0, color="grey", linewidth=0.8)
         ax.set_title(f"{payload}: cost / floor")
-    axes[0][0].legend(loc="lower right")
+    axes[0][-1].legend(loc="upper right")
     line = binding_line(doc)
     if line:
         fig.suptitle(line.split(" (")[0], fontsize=10)
