@@ -1,34 +1,49 @@
-"""The `statecodec` command line: inspect, seal, unseal, keygen and demo, success and failure."""
+"""The `statecodec` command line: flags map onto the settings a server reads; exit 0 ok, 1 refused, 2 usage.
+
+`rotate plan|check` is tested in test_rotation.py, `bench` and `vectors` in their own files.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import io
 import json
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from statecodec import AESGCMCodec, XAESGCMCodec, format_keys, generate_key, parse_keys
+from statecodec import AESGCMCodec, KeyRing, XAESGCMCodec, format_keys, generate_key
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.cli.main import main
+from statecodec.config import codec_from_env
 
-KEY = generate_key()
-OTHER = generate_key()
-KEY_TEXT = format_keys([KEY])
-OTHER_TEXT = format_keys([OTHER])
+KEY, OTHER = generate_key(), generate_key()
+KEYS = format_keys([KEY])
 PAYLOAD = b'{"cart": "secret-cart-contents"}'
+TOKEN = AESGCMCodec([KEY]).seal(PAYLOAD)
+SECRETS = (KEYS, format_keys([OTHER]), "secret-cart")
+Run = Callable[..., tuple[int, bytes, str]]
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("STATECODEC_CODEC", "STATECODEC_KEYS", "STATECODEC_KEYS_FILE", "STATECODEC_MAX_TOKEN_LENGTH"):
-        monkeypatch.delenv(var, raising=False)
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]) -> Run:
+    """Runs the command line with `stdin`; returns (exit code, stdout bytes, stderr text)."""
+    for name in [name for name in os.environ if name.startswith("STATECODEC_")]:
+        monkeypatch.delenv(name)
 
+    def run(*argv: str, stdin: bytes = b"") -> tuple[int, bytes, str]:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:  # argparse's usage errors
+            code = exc.code if isinstance(exc.code, int) else 1
+        out, err = capsysbinary.readouterr()
+        return code, out, err.decode()
 
-def _stdin(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    return run
 
 
 def _flip(token: str) -> str:
@@ -37,322 +52,190 @@ def _flip(token: str) -> str:
     return b64u_encode(bytes(raw))
 
 
-def _no_secrets(text: str, *also: str) -> None:
-    for secret in (KEY_TEXT, OTHER_TEXT, PAYLOAD.decode(), "secret-cart", *also):
-        assert secret not in text
-
-
-# keygen
-
-
-def test_keygen_prints_usable_keys(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["keygen", "-n", "2"]) == 0
-    keys = parse_keys(capsys.readouterr().out)
-    assert len(keys) == 2
-    assert AESGCMCodec(keys).unseal(AESGCMCodec(keys).seal(b"x")) == b"x"
-
-
-# inspect
-
-
-def test_inspect_without_keys_describes_only(capsys: pytest.CaptureFixture[str]) -> None:
-    codec = AESGCMCodec([KEY])
-    token = codec.seal(PAYLOAD)
-    assert main(["inspect", token]) == 0
-    out = capsys.readouterr()
-    assert "aesgcm (version 0x01)" in out.out
-    assert f"key id        {codec.primary_key_id}" in out.out
-    assert f"token         {len(token)} characters" in out.out
-    assert f"payload       {len(PAYLOAD)} bytes, encrypted" in out.out
-    assert "not checked (no keys given)" in out.out
-    assert out.err == ""
-    _no_secrets(out.out)
-
-
-def test_inspect_verifies_with_keys_env(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MY_KEYS", format_keys([KEY, OTHER]))
-    token = AESGCMCodec([OTHER]).seal(PAYLOAD)
-    assert main(["inspect", token, "--keys-env", "MY_KEYS"]) == 0
-    out = capsys.readouterr()
-    assert "valid (AESGCMCodec)" in out.out
-    _no_secrets(out.out + out.err, format_keys([KEY, OTHER]))
-
-
-@pytest.mark.parametrize(
-    ("make", "reason"),
-    [
-        (lambda: _flip(AESGCMCodec([KEY]).seal(PAYLOAD)), "seal"),
-        (lambda: AESGCMCodec([OTHER]).seal(PAYLOAD), "unknown_key"),
-    ],
-)
-def test_inspect_reports_the_reason_and_exits_1(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, make: object, reason: str
-) -> None:
-    monkeypatch.setenv("STATECODEC_KEYS", KEY_TEXT)
-    token = make()  # type: ignore[operator]
-    assert main(["inspect", token]) == 1
-    out = capsys.readouterr()
-    assert f"INVALID: {reason}" in out.out
-    assert out.err == f"statecodec inspect: invalid token: {reason}\n"
-    _no_secrets(out.out + out.err)
-
-
-def test_inspect_detects_the_format_for_a_key_ring(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("STATECODEC_KEYS", KEY_TEXT)
-    token = XAESGCMCodec([KEY]).seal(PAYLOAD)
-    assert main(["inspect", token]) == 0
-    out = capsys.readouterr().out
-    assert "xaesgcm (version 0x02)" in out
-    assert "nonce         24 bytes" in out
-    assert "valid (XAESGCMCodec)" in out
-    # An explicit codec choice wins over detection.
-    assert main(["inspect", token, "--codec", "aesgcm"]) == 1
-    assert "INVALID: format" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("junk", ["", "not a token", "A" * 200_000, "AQID" * 30 + "!", "a.b.c.d"])
-def test_inspect_junk_exits_1_with_the_reason(capsys: pytest.CaptureFixture[str], junk: str) -> None:
-    assert main(["inspect", junk]) == 1
-    out = capsys.readouterr()
-    assert out.out == ""
-    assert out.err.startswith("statecodec inspect: invalid token: ")
-    assert out.err.count("\n") == 1
-    if junk:
-        assert junk not in out.err
-
-
-def test_inspect_show_payload(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    token = AESGCMCodec([KEY]).seal(PAYLOAD)
-    assert main(["inspect", token, "--show-payload"]) == 2
-    err = capsys.readouterr().err
-    assert "--show-payload needs keys" in err
-    monkeypatch.setenv("STATECODEC_KEYS", KEY_TEXT)
-    assert main(["inspect", token]) == 0
-    _no_secrets(capsys.readouterr().out)
-    assert main(["inspect", token, "--show-payload"]) == 0
-    assert f"payload text  {PAYLOAD.decode()}" in capsys.readouterr().out
-    binary = AESGCMCodec([KEY]).seal(b"\xff\x00")
-    assert main(["inspect", binary, "--show-payload"]) == 0
-    assert "payload text  (hex) ff00" in capsys.readouterr().out
-
-
-def test_inspect_json_and_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    codec = AESGCMCodec([KEY])
-    token = codec.seal(PAYLOAD)
-    _stdin(monkeypatch, token.encode() + b"\n")
-    assert main(["inspect", "-", "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    assert doc["format"] == "aesgcm"
-    assert doc["key_id"] == codec.primary_key_id
-    assert doc["payload_length"] == len(PAYLOAD)
-    assert doc["verified"] is None
-    assert "payload" not in doc
-    monkeypatch.setenv("STATECODEC_KEYS", KEY_TEXT)
-    assert main(["inspect", _flip(token), "--json"]) == 1
-    doc = json.loads(capsys.readouterr().out)
-    assert (doc["verified"], doc["reason"]) == (False, "seal")
-
-
-def test_inspect_non_ascii_stdin_is_malformed(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _stdin(monkeypatch, b"\xff\xfe\x00")
-    assert main(["inspect", "-"]) == 1
-    assert capsys.readouterr().err == "statecodec inspect: invalid token: malformed\n"
-
-
-def test_inspect_jose_token_is_described(capsys: pytest.CaptureFixture[str]) -> None:
-    header = b64u_encode(b'{"alg":"HS256","kid":"k1"}')
-    token = f"{header}.{b64u_encode(b'{}')}.{b64u_encode(bytes(32))}"
-    assert main(["inspect", token]) == 0
-    out = capsys.readouterr().out
-    assert "format        jws" in out
-    assert "algorithm     HS256" in out
-    assert "key id        k1" in out
-
-
-def test_inspect_key_ring_for_an_unsupported_codec(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("MY_KEYS", KEY_TEXT)
-    envelope = b64u_encode(bytes([0x03]) + bytes(4 + 12 + 16))
-    assert main(["inspect", envelope, "--keys-env", "MY_KEYS"]) == 2
-    err = capsys.readouterr().err
-    assert "a key ring works with --codec aesgcm or jwe or jws or xaesgcm, not 'envelope'" in err
-    _no_secrets(err)
-
-
-@pytest.mark.parametrize("kind", ["jwe-dir", "jwe-A256KW", "jws"])
-def test_a_key_ring_verifies_jose_tokens_by_their_format(
-    kind: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With a ring in the environment and no codec named, a JOSE token is checked by the JOSE codec."""
-    from statecodec import JWECodec, JWSCodec, KeyRing
-
-    monkeypatch.setenv("STATECODEC_KEYS", KEY_TEXT)
-    monkeypatch.delenv("STATECODEC_CODEC", raising=False)
-    ring = KeyRing(parse_keys(KEY_TEXT))
-    codec = JWSCodec(ring) if kind == "jws" else JWECodec(ring, alg="A256KW" if kind.endswith("KW") else "dir")
-    token = codec.seal(PAYLOAD)
-    assert main(["inspect", token]) == 0
-    assert f"valid ({type(codec).__name__})" in capsys.readouterr().out
-    assert main(["unseal", token]) == 0
-    # Another ring's token of the same format is still refused by that codec.
-    other = (JWSCodec if kind == "jws" else JWECodec).ephemeral()
-    assert main(["inspect", other.seal(PAYLOAD)]) == 1
-
-
-# seal / unseal
+def test_keygen_prints_a_usable_ring(cli: Run) -> None:
+    code, out, _ = cli("keygen", "-n", "2")
+    ring = KeyRing.parse(out.decode())
+    assert (code, len(ring)) == (0, 2)
+    assert AESGCMCodec(ring).unseal(AESGCMCodec(ring).seal(b"x")) == b"x"
 
 
 @pytest.mark.parametrize("payload", [b"", PAYLOAD, b"\x00\xff\r\n trailing newline\n", bytes(range(256)) * 40])
-@pytest.mark.parametrize("codec", [None, "xaesgcm"])
+@pytest.mark.parametrize("kind", [None, "xaesgcm", "jws"])
 def test_seal_unseal_round_trip_is_byte_exact(
-    capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch, payload: bytes, codec: str | None
+    cli: Run, monkeypatch: pytest.MonkeyPatch, payload: bytes, kind: str | None
 ) -> None:
-    monkeypatch.setenv("STATECODEC_KEYS", KEY_TEXT)
-    extra = ["--codec", codec] if codec else []
-    _stdin(monkeypatch, payload)
-    assert main(["seal", *extra]) == 0
-    out = capsysbinary.readouterr()
-    assert out.out.endswith(b"\n")
-    token = out.out.decode("ascii").strip()
-    expected = XAESGCMCodec if codec == "xaesgcm" else AESGCMCodec
-    assert b64u_decode(token)[0] == expected.VERSION
-    assert expected([KEY]).unseal(token) == payload
-    _stdin(monkeypatch, out.out)
-    assert main(["unseal", *extra]) == 0
-    assert capsysbinary.readouterr().out == payload
-    assert main(["unseal", token, *extra]) == 0
-    assert capsysbinary.readouterr().out == payload
+    monkeypatch.setenv("STATECODEC_KEYS", KEYS)
+    flags = ["--codec", kind] if kind else []
+    code, out, err = cli("seal", *flags, stdin=payload)
+    assert (code, err, out[-1:]) == (0, "", b"\n")
+    token = out.decode().strip()
+    assert codec_from_env({"STATECODEC_KEYS": KEYS, "STATECODEC_CODEC": kind or "aesgcm"}).unseal(token) == payload
+    assert cli("unseal", *flags, stdin=out) == (0, payload, "")
+    assert cli("unseal", token, *flags) == (0, payload, "")
 
 
-def test_seal_unseal_with_key_file_and_config(
-    capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_flags_override_the_settings_a_server_reads(cli: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     keys = tmp_path / "keys.txt"
-    keys.write_text(format_keys([KEY, OTHER]) + "\n")
+    keys.write_text(format_keys([OTHER, KEY]))
+    monkeypatch.setenv("STATECODEC_KEYS", format_keys([generate_key()]))
+    monkeypatch.setenv("STATECODEC_JWE_ALG", "A256KW")
+    code, out, _ = cli("seal", "--keys-file", str(keys), "--codec", "jwe", stdin=PAYLOAD)
+    token = out.decode().strip()
+    server = {"STATECODEC_CODEC": "jwe", "STATECODEC_JWE_ALG": "A256KW", "STATECODEC_KEYS_FILE": str(keys)}
+    assert (code, codec_from_env(server).unseal(token)) == (0, PAYLOAD)
+    assert json.loads(b64u_decode(token.split(".")[0]))["alg"] == "A256KW"
+
+
+def test_the_configuration_not_the_token_picks_the_codec(cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATECODEC_KEYS", KEYS)
+    token = XAESGCMCodec([KEY]).seal(PAYLOAD)
+    assert cli("unseal", token) == (1, b"", "statecodec unseal: invalid token: format\n")
+    assert cli("unseal", "--codec", "xaesgcm", token) == (0, PAYLOAD, "")
+    monkeypatch.setenv("STATECODEC_CODEC", "xaesgcm")
+    assert cli("unseal", token) == (0, PAYLOAD, "")
+
+
+def test_a_config_file_names_the_codec(cli: Run, tmp_path: Path) -> None:
+    (tmp_path / "keys.txt").write_text(format_keys([OTHER, KEY]))
     conf = tmp_path / "statecodec.json"
     conf.write_text(json.dumps({"STATECODEC_CODEC": "xaesgcm", "STATECODEC_KEYS_FILE": "keys.txt"}))
-    _stdin(monkeypatch, PAYLOAD)
-    assert main(["seal", "--config", str(conf)]) == 0
-    token = capsysbinary.readouterr().out.decode().strip()
-    assert XAESGCMCodec([OTHER, KEY]).unseal(token) == PAYLOAD
-    assert main(["unseal", token, "--keys-file", str(keys), "--codec", "xaesgcm"]) == 0
-    assert capsysbinary.readouterr().out == PAYLOAD
+    code, out, _ = cli("seal", "--config", str(conf), stdin=PAYLOAD)
+    assert (code, XAESGCMCodec([OTHER, KEY]).unseal(out.decode().strip())) == (0, PAYLOAD)
+    assert cli("unseal", "--config", str(conf), stdin=out) == (0, PAYLOAD, "")
 
 
-def test_unseal_refused_token_exits_1_and_prints_nothing(
-    capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("command", ["unseal", "inspect"])
+@pytest.mark.parametrize(
+    ("token", "flags", "env", "reason"),
+    [
+        (_flip(TOKEN), [], {}, "seal"),
+        (AESGCMCodec([OTHER]).seal(PAYLOAD), [], {}, "unknown_key"),
+        ("x" * 300, ["--max-token-length", "100"], {}, "oversized"),
+        (TOKEN, [], {"STATECODEC_MAX_TOKEN_LENGTH": str(len(TOKEN) - 1)}, "oversized"),
+        (TOKEN, ["--max-token-length", str(len(TOKEN) - 1)], {"STATECODEC_MAX_TOKEN_LENGTH": "99999"}, "oversized"),
+        ("-", [], {}, "malformed"),  # stdin that is not ASCII
+    ],
+)
+def test_a_refused_token_exits_1_with_its_reason_alone(
+    cli: Run, monkeypatch: pytest.MonkeyPatch, command: str, token: str, flags: list[str], env: dict[str, str],
+    reason: str,
 ) -> None:
-    monkeypatch.setenv("STATECODEC_KEYS", KEY_TEXT)
-    token = _flip(AESGCMCodec([KEY]).seal(PAYLOAD))
-    assert main(["unseal", token]) == 1
-    out = capsysbinary.readouterr()
-    assert out.out == b""
-    assert out.err == b"statecodec unseal: invalid token: seal\n"
-    assert main(["unseal", AESGCMCodec([OTHER]).seal(PAYLOAD)]) == 1
-    assert capsysbinary.readouterr().err == b"statecodec unseal: invalid token: unknown_key\n"
-    assert main(["unseal", "x" * 300, "--max-token-length", "100"]) == 1
-    assert capsysbinary.readouterr().err == b"statecodec unseal: invalid token: oversized\n"
+    monkeypatch.setenv("STATECODEC_KEYS", KEYS)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    code, out, err = cli(command, *flags, token, stdin=b"\xff\xfe")
+    assert (code, err) == (1, f"statecodec {command}: invalid token: {reason}\n")
+    assert command == "inspect" or out == b""
+    assert not [secret for secret in SECRETS if secret in out.decode(errors="replace")]
 
 
 @pytest.mark.parametrize(
     ("argv", "env", "fragment"),
     [
         (["seal"], {}, "no codec configured"),
-        (["unseal", "AAAA"], {}, "no codec configured"),
-        (["seal"], {"STATECODEC_KEYS": "secret-cart-not-base64!"}, "not unpadded base64url"),
-        (["seal"], {"STATECODEC_KEYS": format_keys([bytes(range(20))])}, "at least 32 bytes"),
-        (["seal", "--keys-env", "NOPE_UNSET"], {}, "NOPE_UNSET is not set"),
+        (["unseal", "not a token!"], {}, "no codec configured"),  # the configuration is reported first
+        (["inspect", "not a token!", "--codec", "aesgcm"], {}, "no keys configured"),
+        (["seal"], {"STATECODEC_KEYS": "secret-cart-not-base64!"}, "base64url"),
         (["seal", "--keys-file", "/nonexistent/keys"], {}, "cannot read key file"),
         (["seal", "--config", "/nonexistent/c.json", "--codec", "aesgcm"], {}, "go in the --config file"),
-        (["seal"], {"STATECODEC_KEYS": KEY_TEXT, "STATECODEC_CODEC": "rot13"}, "valid kinds: aesgcm"),
-        (["seal", "--max-token-length", "5"], {"STATECODEC_KEYS": KEY_TEXT}, "below the smallest token"),
-        (["inspect", "AAAA", "--keys-env", "NOPE_UNSET"], {}, "NOPE_UNSET is not set"),
+        (["seal", "--codec", "rot13"], {"STATECODEC_KEYS": KEYS}, "valid kinds: aesgcm"),
+        (["seal", "--max-token-length", "0"], {"STATECODEC_KEYS": KEYS}, "MAX_TOKEN_LENGTH must be a positive"),
+        (["inspect", TOKEN, "--max-token-length", "+5"], {}, "MAX_TOKEN_LENGTH must be a positive"),
+        (["seal", "--max-token-length", "60"], {"STATECODEC_KEYS": KEYS}, "exceeds"),  # the payload's token
+        (["inspect", TOKEN, "--show-payload"], {}, "--show-payload needs keys"),
+        (["keygen", "-n", "0"], {}, "--count must be at least 1"),
     ],
 )
 def test_configuration_errors_exit_2_with_one_line(
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-    argv: list[str],
-    env: dict[str, str],
-    fragment: str,
+    cli: Run, monkeypatch: pytest.MonkeyPatch, argv: list[str], env: dict[str, str], fragment: str
 ) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    _stdin(monkeypatch, PAYLOAD)
-    assert main(argv) == 2
-    out = capsys.readouterr()
-    assert out.out == ""
-    assert fragment in out.err
-    assert out.err.startswith("statecodec")
-    assert out.err.count("\n") == 1
-    _no_secrets(out.err, *(v for k, v in env.items() if k == "STATECODEC_KEYS"))
+    code, out, err = cli(*argv, stdin=PAYLOAD)
+    assert (code, out, err.count("\n")) == (2, b"", 1)
+    assert err.startswith("statecodec")
+    assert fragment in err
+    assert not [secret for secret in SECRETS if secret in err]
 
 
-def test_seal_payload_over_the_cap_exits_2(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("STATECODEC_KEYS", KEY_TEXT)
-    _stdin(monkeypatch, PAYLOAD * 10)
-    assert main(["seal", "--max-token-length", "100"]) == 2
-    out = capsys.readouterr()
-    assert "exceeds" in out.err
-    _no_secrets(out.err)
+@pytest.mark.parametrize(
+    "argv", [[], ["rotate"], ["kms"], ["keygen", "-n", "x"], ["inspect"], ["seal", "--keys-file", "k", "--config", "c"]]
+)
+def test_incomplete_commands_exit_2(cli: Run, argv: list[str]) -> None:
+    code, _, err = cli(*argv)
+    assert code == 2
+    assert err
 
 
-def test_bad_usage_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(["seal", "--codec", "rot13"])
-    assert info.value.code == 2
-    assert "invalid choice" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as info:
-        main(["seal", "--keys-env", "A", "--keys-file", "B"])
-    assert info.value.code == 2
-    assert main([]) == 2
+def test_inspect_describes_without_keys_and_verifies_with_them(cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, err = cli("inspect", TOKEN)
+    lines = out.decode().splitlines()
+    assert (code, err) == (0, "")
+    assert {"format          aesgcm", f"key_id          {AESGCMCodec([KEY]).primary_key_id}"} <= set(lines)
+    assert {f"payload_length  {len(PAYLOAD)}", "verified        -"} <= set(lines)
+    monkeypatch.setenv("STATECODEC_KEYS", KEYS)
+    code, out, _ = cli("inspect", TOKEN)
+    assert code == 0
+    assert {"verified        True", "codec           AESGCMCodec"} <= set(out.decode().splitlines())
+    assert not [secret for secret in SECRETS if secret in out.decode()]
+    assert f"payload         {PAYLOAD.decode()}" in cli("inspect", "--show-payload", TOKEN)[1].decode()
+    binary = AESGCMCodec([KEY]).seal(b"\xff\x00")
+    assert "payload         (hex) ff00" in cli("inspect", "--show-payload", binary)[1].decode()
 
 
-# demo
+def test_inspect_json_from_stdin(cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, _ = cli("inspect", "--json", "-", stdin=TOKEN.encode() + b"\n")
+    doc = json.loads(out)
+    assert code == 0
+    assert (doc["format"], doc["payload_length"], doc["verified"]) == ("aesgcm", len(PAYLOAD), None)
+    monkeypatch.setenv("STATECODEC_KEYS", KEYS)
+    code, out, _ = cli("inspect", "--json", _flip(TOKEN))
+    doc = json.loads(out)
+    assert (code, doc["verified"], doc["reason"], "payload" in doc) == (1, False, "seal", False)
 
 
-def test_demo_runs_a_two_round_flow_and_a_rejection(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo"]) == 0
-    out = capsys.readouterr()
-    lines = out.out.splitlines()
-    assert out.err == ""
-    assert any(line.startswith("round 1  tools/call provision") for line in lines)
-    assert any("server asks [region]: Which region" in line for line in lines)
-    tokens = [line.strip() for line in lines if line.startswith("         ") and len(line.strip()) > 100]
-    assert len(tokens) == 2
+def test_demo_runs_a_two_round_flow_and_a_rejection(cli: Run) -> None:
+    code, out, err = cli("demo")
+    text = out.decode()
+    assert (code, err) == (0, "")
+    tokens = [line.strip() for line in text.splitlines() if line.startswith("         ") and len(line.strip()) > 100]
     sealed, tampered = tokens
     assert sum(a != b for a, b in zip(sealed, tampered, strict=True)) == 1
-    assert b64u_decode(sealed)[0] == 0x01
-    assert "result: Provisioned 'orders' in eu-west-1" in out.out
-    assert "client got error -32602: 'Invalid or expired requestState'" in out.out
-    assert "server log: requestState rejected on tools/call: seal" in out.out
-    assert "ask-region" not in sealed
+    assert "server asks [region]: Which region" in text
+    assert "result: Provisioned 'orders' in eu-west-1" in text
+    assert "client got error -32602: 'Invalid or expired requestState'" in text
+    assert "server log: requestState rejected on tools/call: seal" in text
 
 
-def test_demo_from_env(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("STATECODEC_KEYS", KEY_TEXT)
+def test_demo_from_env(cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATECODEC_KEYS", KEYS)
     monkeypatch.setenv("STATECODEC_CODEC", "xaesgcm")
-    assert main(["demo", "--from-env"]) == 0
-    out = capsys.readouterr().out
-    assert f"codec: XAESGCMCodec(key_ids=['{XAESGCMCodec([KEY]).primary_key_id}'])" in out
-    assert "xaesgcm, key id" in out
-    assert "server log: requestState rejected on tools/call: seal" in out
-    _no_secrets(out)
+    code, out, _ = cli("demo", "--from-env")
+    assert code == 0
+    assert f"codec: XAESGCMCodec(key_ids=['{XAESGCMCodec([KEY]).primary_key_id}'])" in out.decode()
+    assert not [secret for secret in SECRETS if secret in out.decode()]
 
 
-def test_demo_without_the_sdk_names_the_extra(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_demo_without_the_sdk_names_the_extra(cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mcp" else real(name, *a))
+    code, _, err = cli("demo")
+    assert code == 2
+    assert "pip install 'statecodec[mcp]'" in err
 
-    def find_spec(name: str, package: str | None = None) -> object:
-        return None if name == "mcp" else real(name, package)
 
-    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
-    assert main(["demo"]) == 2
-    assert "pip install 'statecodec[mcp]'" in capsys.readouterr().err
+def test_kms_check_with_flags_reads_the_wrapped_keys_file_its_error_names(
+    cli: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    argv = ["kms", "check", "--provider", "aws", "--key-id", "arn:aws:kms:eu-west-1:111122223333:key/x"]
+    code, _, err = cli(*argv)
+    assert code == 2
+    assert "STATECODEC_WRAPPED_KEYS_FILE to a file" in err
+    wrapped = tmp_path / "wrapped.txt"
+    wrapped.write_text("not base64url!\n")
+    monkeypatch.setenv("STATECODEC_WRAPPED_KEYS_FILE", str(wrapped))
+    # The file is read (and refused for its content) before any KMS call is made.
+    code, _, err = cli(*argv)
+    assert code == 2
+    assert f"STATECODEC_WRAPPED_KEYS_FILE {wrapped}" in err
+    assert "not unpadded base64url" in err

@@ -1,38 +1,87 @@
 """`statecodec demo`: a real MCP server and client in one process, with sealed requestState.
 
-Needs the MCP SDK (``pip install 'statecodec[mcp]'``); the SDK is imported
-only when the command runs, so the rest of the command line works without it.
+A token with one character changed is refused with the SDK's fixed error, and the
+server's log names only the reason code. Imports the MCP SDK: only `demo` loads it.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
+import json
+import logging
 import sys
+from typing import Any
 
-from statecodec.mcp import MCP_EXTRA_HINT
+import anyio
+from mcp import Client, MCPError
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult, InputResponses
 
+from statecodec.aead import AESGCMCodec
+from statecodec.config import Codec, codec_from_env
+from statecodec.mcp import security
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "demo",
-        help="run an MCP server and client in memory through a two-round flow, then a tampered token",
-        description="Run a real MCPServer and Client in one process: a tool asks a question, the "
-        "client answers and echoes the sealed requestState, the tool completes; then a tampered "
-        "token is sent and refused. Uses a fresh in-memory key unless --from-env is given.",
+TOOL, ARGUMENTS, ANSWER = "provision", {"name": "orders"}, {"region": "eu-west-1"}
+_ASK_REGION = ElicitRequest(
+    params=ElicitRequestFormParams(
+        message="Which region should the database live in?",
+        requested_schema={"type": "object", "properties": {"region": {"type": "string"}}, "required": ["region"]},
     )
-    p.add_argument(
-        "--from-env",
-        action="store_true",
-        help="use the codec the STATECODEC_* environment describes instead of a fresh key",
-    )
-    p.set_defaults(func=_demo)
+)
+_INDENT = " " * 9
 
 
-def _demo(args: argparse.Namespace) -> int:
-    if importlib.util.find_spec("mcp") is None:
-        print(f"statecodec demo: needs the MCP SDK; {MCP_EXTRA_HINT}", file=sys.stderr)
-        return 2
-    from statecodec.cli._demo_flow import run_demo
+def build_server(codec: Codec) -> MCPServer[Any]:
+    server: MCPServer[Any] = MCPServer("statecodec-demo", request_state_security=security(codec))
 
-    return run_demo(from_env=bool(args.from_env))
+    @server.tool(name=TOOL)
+    async def provision(name: str, ctx: Context[Any, Any]) -> str | InputRequiredResult:
+        """Provision a database; asks which region first."""
+        answer = (ctx.input_responses or {}).get("region")
+        if not isinstance(answer, ElicitResult) or not answer.content:
+            # Plain text state: the server seals it on the way out and verifies it on the way back.
+            return InputRequiredResult(input_requests={"region": _ASK_REGION}, request_state='{"step": "ask-region"}')
+        return f"Provisioned {name!r} in {answer.content['region']} (state was {ctx.request_state})."
+
+    return server
+
+
+async def _run(codec: Codec) -> int:
+    answers: InputResponses = {"region": ElicitResult(action="accept", content=dict(ANSWER))}
+    async with Client(build_server(codec)) as client:
+        print(f"round 1  tools/call {TOOL} {json.dumps(ARGUMENTS)}")
+        first = await client.session.call_tool(TOOL, ARGUMENTS, allow_input_required=True)
+        if not isinstance(first, InputRequiredResult) or first.request_state is None:
+            print(f"{_INDENT}unexpected answer from the server")
+            return 1
+        token = first.request_state
+        print(f"{_INDENT}server asks [region]: {_ASK_REGION.params.message}")
+        print(f"{_INDENT}sealed requestState ({len(token)} characters):\n{_INDENT}{token}")
+        print(f"round 2  tools/call {TOOL} with answer {json.dumps(ANSWER)} and the requestState echoed")
+        second = await client.session.call_tool(TOOL, ARGUMENTS, input_responses=answers, request_state=token)
+        print(f"{_INDENT}result: {getattr(second.content[0], 'text', second.content)}\n")
+        i = len(token) // 2
+        bad = token[:i] + ("B" if token[i] == "A" else "A") + token[i + 1 :]
+        print(f"tampered round 2: the same call with one character of the requestState changed:\n{_INDENT}{bad}")
+        # The SDK's log line joins the narration on stdout, not the stderr handler MCPServer installs.
+        logger, handler = logging.getLogger("mcp.server.request_state"), logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter(f"{_INDENT}server log: %(message)s"))
+        propagate, logger.propagate = logger.propagate, False
+        logger.addHandler(handler)
+        try:
+            await client.session.call_tool(TOOL, ARGUMENTS, input_responses=answers, request_state=bad)
+        except MCPError as exc:
+            print(f"{_INDENT}client got error {exc.error.code}: {exc.error.message!r}")
+        else:
+            print(f"{_INDENT}the server accepted a tampered token")
+            return 1
+        finally:
+            logger.removeHandler(handler)
+            logger.propagate = propagate
+    return 0
+
+
+def run_demo(*, from_env: bool = False) -> int:
+    codec = codec_from_env() if from_env else AESGCMCodec.ephemeral()
+    print("statecodec demo: an MCPServer and a Client in one process, connected in memory")
+    print(f"codec: {codec!r}" + ("" if from_env else " (fresh key held only by this process)") + "\n", flush=True)
+    return anyio.run(_run, codec)

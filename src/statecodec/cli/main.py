@@ -1,30 +1,40 @@
-"""Entry point of the `statecodec` command: one module per command group.
+"""The `statecodec` command: exit 0 on success, 1 when a token is refused or a check fails, 2 on bad usage.
 
-Each module in `COMMANDS` exposes `register(subparsers)`, which adds its
-subcommand(s) and sets `func` on the parsed namespace. `func(args)` returns
-the process exit code. Errors a user can fix are reported as one line on
-stderr with exit code 2; nothing secret is ever printed there.
+Errors are one line on stderr: a refused token shows only its reason code, any other
+`StatecodecError` its message; neither ever holds a key, a payload or token text.
+Each module in `COMMANDS` has `register(subparsers)`, setting `func(args) -> exit code`.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from collections.abc import Sequence
 
 from statecodec import __version__
-from statecodec.errors import StatecodecError
+from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
+from statecodec.keys import format_keys, generate_key
 
-COMMANDS: tuple[str, ...] = (
-    "statecodec.cli.keys",
-    "statecodec.cli.bench",
-    "statecodec.cli.rotate",
-    "statecodec.cli.tokens",
-    "statecodec.cli.demo",
-    "statecodec.cli.kms",
-    "statecodec.cli.vectors",
-)
+COMMANDS = ("tokens", "rotate", "kms", "vectors", "bench")  # modules of statecodec.cli
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    if args.count < 1:
+        raise ConfigurationError("--count must be at least 1")
+    print(format_keys(generate_key() for _ in range(args.count)))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    if importlib.util.find_spec("mcp") is None:  # the SDK is imported only by this command
+        from statecodec.mcp import MCP_EXTRA_HINT
+
+        raise ConfigurationError(f"the demo needs the MCP SDK; {MCP_EXTRA_HINT}")
+    from statecodec.cli.demo import run_demo
+
+    return run_demo(from_env=args.from_env)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,27 +44,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"statecodec {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    keygen = sub.add_parser("keygen", help="print a new random key in the STATECODEC_KEYS format")
+    keygen.add_argument("-n", "--count", type=int, default=1, help="how many keys (comma-separated)")
+    keygen.set_defaults(func=_keygen)
+    demo = sub.add_parser("demo", help="run an MCP server and client in memory: two rounds, then a tampered token")
+    demo.add_argument("--from-env", action="store_true", help="use the STATECODEC_* codec, not a fresh key")
+    demo.set_defaults(func=_demo)
     for name in COMMANDS:
-        importlib.import_module(name).register(sub)
+        importlib.import_module(f"statecodec.cli.{name}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    func = getattr(args, "func", None)
-    if func is None:
+    if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
     try:
-        code: int = func(args)
+        code: int = args.func(args)
+    except InvalidToken as exc:
+        print(f"statecodec {args.command}: invalid token: {exc}", file=sys.stderr)
+        return 1
     except StatecodecError as exc:
-        print(f"statecodec: {exc}", file=sys.stderr)
+        print(f"statecodec {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())
