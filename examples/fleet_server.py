@@ -30,8 +30,9 @@ serves as a factory::
 ``--mode sdk-default`` (or ``FLEET_MODE=sdk-default``) leaves the SDK's
 per-process key in place, to show the failure the shared ring prevents.
 Settings come from the command line or the environment (``FLEET_HOST``,
-``FLEET_PORT``, ``FLEET_WORKERS``, ``FLEET_MODE``); the server binds a
-loopback address only.
+``FLEET_PORT``, ``FLEET_WORKERS``, ``FLEET_MODE``, ``FLEET_LOG_LEVEL``: at
+``info``, uvicorn logs each worker's start, death and replacement); the server
+binds a loopback address only.
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8001
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# uvicorn spawns each worker, and a spawned worker re-runs this file (importing the MCP SDK, 1.5 to 3 s
+# on an idle machine) before it can answer the supervisor's first health check. uvicorn's default of
+# 5 s kills a worker that is merely slow to import on a loaded machine; a hung worker is still replaced.
+WORKER_HEALTHCHECK_S = 60
 
 ASK_REGION = ElicitRequest(
     params=ElicitRequestFormParams(
@@ -155,6 +161,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=env.get("FLEET_PORT", str(DEFAULT_PORT)))
     parser.add_argument("--workers", type=int, default=env.get("FLEET_WORKERS", "1"))
     parser.add_argument("--mode", choices=MODES, default=env.get("FLEET_MODE", "shared"))
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default=env.get("FLEET_LOG_LEVEL", "warning"))
     return parser.parse_args(argv)
 
 
@@ -177,10 +184,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             port=args.port,
             workers=args.workers,
             app_dir=str(Path(__file__).resolve().parent),
-            log_level="warning",
+            timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
+            log_level=args.log_level,
+            access_log=False,
         )
     else:
-        uvicorn.run(app_for(security, host), host=host, port=args.port, log_level="warning")
+        uvicorn.run(app_for(security, host), host=host, port=args.port, log_level=args.log_level, access_log=False)
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tracemalloc
 
 import jwt
 import pytest
@@ -142,3 +143,17 @@ def test_custom_cap() -> None:
     with pytest.raises(InvalidToken, match="oversized"):
         describe_token(token, max_length=len(token) - 1)
     assert describe_token(token, max_length=len(token)).payload_length == 100
+
+
+def test_a_run_of_dots_is_refused_before_any_segment_is_made() -> None:
+    """Dots are counted before the text is split: a cap-length run of them costs no list of segments."""
+    cap = 2**20
+    dots = "." * cap
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidToken, match="malformed"):
+            describe_token(dots, max_length=cap)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < cap // 64

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statecodec import ConfigurationError, InvalidToken, JWECodec, KeyRing, SealError
+from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, JWECodec, JWSCodec, KeyRing, SealError
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.config import codec_from_env
 from statecodec.jose import derived_jwk
@@ -221,6 +222,38 @@ def test_oversized_tokens_and_headers_are_refused_before_decoding() -> None:
     big = JWECodec.from_jwks([RAW_JWK])
     header = json.dumps({"alg": "dir", "enc": "A256GCM", "kid": "raw-1", "pad": "x" * 800})
     assert reason(big, forge(header)) == "oversized"
+
+
+def refusal_peak(codec: AESGCMCodec | JWECodec | JWSCodec, token: str) -> int:
+    """Peak bytes allocated while `codec` refuses `token`: counted, so deterministic (no clock involved)."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidToken):
+            codec.unseal(token)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+# An operator-raised cap; the junk below is exactly that long.
+BIG_CAP = 2**20
+WRONG_COUNT_JUNK = {"dots": "." * BIG_CAP, "short-segments": ("ab." * BIG_CAP)[:BIG_CAP]}
+
+
+@pytest.mark.parametrize("junk", WRONG_COUNT_JUNK.values(), ids=WRONG_COUNT_JUNK)
+def test_a_wrong_segment_count_is_refused_before_any_segment_is_made(junk: str) -> None:
+    """A cap-length run of dots must not cost a list of a million segments: dots are counted first."""
+    assert refusal_peak(JWECodec([SECRET], max_token_length=BIG_CAP), junk) < BIG_CAP // 64
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [*WRONG_COUNT_JUNK.values(), "A" * (BIG_CAP - 4) + "....", "...." + "A" * (BIG_CAP - 4), "A...." * (BIG_CAP // 5)],
+    ids=[*WRONG_COUNT_JUNK, "long-header", "long-tag", "repeated-count"],
+)
+def test_no_junk_costs_more_memory_than_the_aesgcm_parse(junk: str) -> None:
+    aesgcm = refusal_peak(AESGCMCodec(KeyRing.generate(), max_token_length=BIG_CAP), junk)
+    assert refusal_peak(JWECodec([SECRET], max_token_length=BIG_CAP), junk) <= aesgcm
 
 
 def test_seal_refuses_what_unseal_would_refuse() -> None:

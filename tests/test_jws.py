@@ -15,12 +15,13 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statecodec import BoundCodec, ConfigurationError, InvalidToken, JWECodec, JWSCodec, KeyRing, SealError
+from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken, JWECodec, JWSCodec, KeyRing, SealError
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.config import codec_from_env
 from statecodec.jose import derived_jwk
 from statecodec.testing import assert_conformant, check_codec
 from tests.mcp_flows import STATE_MARKER, TOOL, assert_mcp_rejects, mint_token, run_mcp_flows
+from tests.test_jwe import BIG_CAP, WRONG_COUNT_JUNK, refusal_peak
 
 VECTORS: dict[str, Any] = json.loads((Path(__file__).parent / "vectors" / "jws.json").read_text("utf-8"))
 SECRET = bytes(range(32))
@@ -277,6 +278,22 @@ def test_oversized_and_size_caps() -> None:
         codec.seal("text")  # type: ignore[arg-type]
     header = json.dumps({"alg": "HS256", "kid": "raw-1", "pad": "x" * 800})
     assert reason(JWSCodec.from_jwks([RAW_JWK]), forge(header)) == "oversized"
+
+
+@pytest.mark.parametrize("junk", WRONG_COUNT_JUNK.values(), ids=WRONG_COUNT_JUNK)
+def test_a_wrong_segment_count_is_refused_before_any_segment_is_made(junk: str) -> None:
+    """A cap-length run of dots must not cost a list of a million segments: dots are counted first."""
+    assert refusal_peak(JWSCodec([SECRET], max_token_length=BIG_CAP), junk) < BIG_CAP // 64
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [*WRONG_COUNT_JUNK.values(), "A" * (BIG_CAP - 2) + "..", ".." + "A" * (BIG_CAP - 2), "A.." * (BIG_CAP // 3)],
+    ids=[*WRONG_COUNT_JUNK, "long-header", "long-signature", "repeated-count"],
+)
+def test_no_junk_costs_more_memory_than_the_aesgcm_parse(junk: str) -> None:
+    aesgcm = refusal_peak(AESGCMCodec(KeyRing.generate(), max_token_length=BIG_CAP), junk)
+    assert refusal_peak(JWSCodec([SECRET], max_token_length=BIG_CAP), junk) <= aesgcm
 
 
 def test_rotation_unknown_keys_and_verify_only_keys() -> None:

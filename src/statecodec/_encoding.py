@@ -20,6 +20,7 @@ __all__ = [
     "b64u_encode",
     "b64u_len",
     "check_token_text",
+    "split_segments",
 ]
 
 DEFAULT_MAX_TOKEN_LENGTH = 128 * 1024
@@ -104,3 +105,16 @@ def check_token_text(token: object, max_length: int) -> str:
     if len(token) > max_length:
         raise InvalidToken(Reason.OVERSIZED)
     return token
+
+
+def split_segments(text: str, *counts: int) -> list[str]:
+    """The dot-separated segments of `text` when there are one of `counts` of them, else ``malformed``.
+
+    Threat: `str.split` makes one object per segment before its result can be
+    counted, so a cap-length run of dots would cost a list of millions of
+    segments, many times what any other junk costs. The dots are counted first,
+    which allocates nothing; only a text with the expected count is split.
+    """
+    if text.count(".") + 1 not in counts:
+        raise InvalidToken(_MALFORMED)
+    return text.split(".")

@@ -19,7 +19,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, check_token_text
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, check_token_text, split_segments
 from statecodec.errors import InvalidToken, Reason
 from statecodec.keys import KEY_ID_LENGTH
 
@@ -119,9 +119,7 @@ def _describe_binary(text: str) -> TokenInfo:
 
 
 def _describe_jose(text: str) -> TokenInfo:
-    segments = text.split(".")
-    if len(segments) not in (3, 5):
-        raise InvalidToken(Reason.MALFORMED)
+    segments = split_segments(text, 3, 5)
     header = _jose_header(segments[0])
     decoded = [b64u_decode(s) for s in segments]
     if len(segments) == 5:

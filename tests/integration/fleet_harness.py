@@ -4,6 +4,11 @@ Every process is started in its own process group, its output goes to a log
 file (never a pipe that could fill up and stall it), and it is always
 stopped on exit: SIGTERM first so uvicorn shuts down cleanly, then SIGKILL to
 the whole group so no worker outlives the test.
+
+Servers log at ``info``, so a worker that uvicorn kills and replaces at
+start-up shows in the log, and every start-up failure quotes the log's tail.
+A server with several workers is ready once each worker has answered the
+health route: a test never runs against a half-started fleet.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -27,6 +32,7 @@ LOOPBACK = "127.0.0.1"
 # A generous bound on start-up (imports, codec construction, a KMS call); not a performance check.
 START_DEADLINE_S = 120.0
 STOP_GRACE_S = 10.0
+LOG_TAIL_LINES = 40
 _INHERITED_PREFIXES = ("STATECODEC_", "FLEET_", "AWS_")
 
 
@@ -37,6 +43,9 @@ class FleetServer:
     port: int
     process: subprocess.Popen[bytes]
     log: Path
+    workers: int = 1
+    instances: frozenset[str] = frozenset()
+    """The instance ids (worker processes) that answered the health route at start-up."""
 
     @property
     def url(self) -> str:
@@ -52,6 +61,10 @@ class FleetServer:
 
     def log_text(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def log_tail(self) -> str:
+        """The last lines of the server's output, to quote in a failure message."""
+        return "\n".join(self.log_text().splitlines()[-LOG_TAIL_LINES:])
 
 
 def free_port() -> int:
@@ -80,18 +93,26 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
-def _wait_ready(server: FleetServer, deadline: float) -> None:
-    while True:
+def _wait_ready(server: FleetServer, deadline: float) -> frozenset[str]:
+    """Poll the health route until as many instances as `server.workers` have answered, or fail by `deadline`."""
+    seen: set[str] = set()
+    while len(seen) < server.workers:
         if server.process.poll() is not None:
-            raise RuntimeError(f"fleet server on port {server.port} exited at start-up:\n{server.log_text()}")
+            raise RuntimeError(
+                f"fleet server on port {server.port} exited at start-up (code {server.process.returncode}); "
+                f"last lines of its log:\n{server.log_tail()}"
+            )
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"fleet server on port {server.port}: {len(seen)} of {server.workers} workers answered "
+                f"within {START_DEADLINE_S:.0f} s; last lines of its log:\n{server.log_tail()}"
+            )
         try:
-            server.health()
+            # A new connection each time, so the kernel can hand it to any worker.
+            seen.add(server.health())
         except httpx.HTTPError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"fleet server on port {server.port} did not start:\n{server.log_text()}") from None
             time.sleep(0.05)
-        else:
-            return
+    return frozenset(seen)
 
 
 @contextmanager
@@ -99,16 +120,17 @@ def fleet(
     log_dir: Path,
     settings: Sequence[Mapping[str, str]],
     *,
-    args: Sequence[str] = (),
+    workers: int = 1,
 ) -> Iterator[list[FleetServer]]:
-    """Start one server per entry of `settings` (its environment), all at once; wait until each answers."""
+    """Start one server per entry of `settings` (its environment), all at once; wait until every worker answers."""
     with ExitStack() as stack:
         servers: list[FleetServer] = []
         for index, env in enumerate(settings):
             port = free_port()
             log = log_dir / f"fleet-{index}-{port}.log"
             out = stack.enter_context(log.open("wb"))
-            cmd = [sys.executable, str(FLEET_SERVER), "--port", str(port), *args]
+            cmd = [sys.executable, str(FLEET_SERVER), "--port", str(port), "--workers", str(workers)]
+            cmd += ["--log-level", "info"]
             process = subprocess.Popen(
                 cmd,
                 env=server_env(env),
@@ -118,8 +140,6 @@ def fleet(
                 start_new_session=True,
             )
             stack.callback(_stop, process)
-            servers.append(FleetServer(port, process, log))
+            servers.append(FleetServer(port, process, log, workers))
         deadline = time.monotonic() + START_DEADLINE_S
-        for server in servers:
-            _wait_ready(server, deadline)
-        yield servers
+        yield [replace(server, instances=_wait_ready(server, deadline)) for server in servers]

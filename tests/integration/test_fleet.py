@@ -13,6 +13,9 @@ only one group of processes runs at a time.
 
 from __future__ import annotations
 
+import os
+import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,7 +47,14 @@ def run_flow(first: FleetServer, retry: FleetServer, *, region: str = "eu-west-1
     async def flow() -> dict[str, Any]:
         return await provision(first.url, retry_url=retry.url, name="orders", region=region)
 
-    return anyio.run(flow)
+    try:
+        return anyio.run(flow)
+    except Exception:
+        # A flow that breaks says what the servers logged up to then (worker deaths included);
+        # pytest shows this captured output with the failure.
+        for server in {first.port: first, retry.port: retry}.values():
+            print(f"last lines of the log of the server on port {server.port}:\n{server.log_tail()}", file=sys.stderr)
+        raise
 
 
 def refusal(first: FleetServer, retry: FleetServer) -> MCPError:
@@ -121,7 +131,7 @@ class TestSdkDefault:
 @pytest.fixture(scope="class")
 def workers(log_dir: Path) -> Iterator[FleetServer]:
     """One uvicorn server with two worker processes behind one port, sharing a ring."""
-    with fleet(log_dir, [shared(new_ring())], args=["--workers", "2"]) as started:
+    with fleet(log_dir, [shared(new_ring())], workers=2) as started:
         yield started[0]
 
 
@@ -134,17 +144,50 @@ class TestUvicornWorkers:
             pairs.append((outcome["asked_by"], outcome["completed_by"]))
             if len({done for _, done in pairs}) == 2 and any(asked != done for asked, done in pairs):
                 break
-        # Both workers completed retries, and at least one completed on the worker that did not seal its state.
-        assert len({done for _, done in pairs}) == 2
-        assert any(asked != done for asked, done in pairs)
-        assert f"pid-{workers.process.pid}" not in {done for _, done in pairs}
+        # Both workers that started completed retries (none was replaced meanwhile), and at least one
+        # retry completed on the worker that did not seal its state.
+        assert {done for _, done in pairs} == workers.instances, workers.log_tail()
+        assert any(asked != done for asked, done in pairs), workers.log_tail()
+        assert f"pid-{workers.process.pid}" not in workers.instances
         assert SDK_REJECTION_LOG not in workers.log_text()
+
+
+# Runs in every process Python starts with this directory on its path; it delays only the workers
+# uvicorn spawns, as a slow import on a loaded machine does, before they can answer a health check.
+# 15 s is beyond any 5 s health-check window uvicorn's supervisor can give a worker (it pings one
+# worker at a time, so a window opens at most about 6 s after the worker starts).
+SLOW_WORKER_SITECUSTOMIZE = """
+import sys, time
+if any("spawn_main" in arg for arg in sys.orig_argv):
+    time.sleep(15)
+"""
+# What uvicorn logs at info when its supervisor kills a worker and starts a replacement.
+WORKER_REPLACED = re.compile(r"Child process \[\d+\] died")
+
+
+@pytest.fixture(scope="class")
+def slow_workers(log_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetServer]:
+    """Two workers that each take longer to start than uvicorn's default 5 s health-check timeout."""
+    site = tmp_path_factory.mktemp("slow-site")
+    (site / "sitecustomize.py").write_text(SLOW_WORKER_SITECUSTOMIZE, encoding="utf-8")
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    with fleet(log_dir, [{**shared(new_ring()), "PYTHONPATH": path}], workers=2) as started:
+        yield started[0]
+
+
+class TestSlowWorkerStart:
+    def test_workers_slower_than_the_default_health_check_start_and_serve(self, slow_workers: FleetServer) -> None:
+        # The fixture returned, so both workers answered; under uvicorn's default 5 s health check each
+        # would be killed and replaced by another equally slow worker until the start-up deadline.
+        assert len(slow_workers.instances) == 2
+        assert not WORKER_REPLACED.search(slow_workers.log_text()), slow_workers.log_tail()
+        assert run_flow(slow_workers, slow_workers)["completed_by"] in slow_workers.instances
 
 
 @pytest.fixture(scope="class")
 def default_workers(log_dir: Path) -> Iterator[FleetServer]:
     """One uvicorn server with two workers on the SDK default: a key per worker."""
-    with fleet(log_dir, [SDK_DEFAULT], args=["--workers", "2"]) as started:
+    with fleet(log_dir, [SDK_DEFAULT], workers=2) as started:
         yield started[0]
 
 

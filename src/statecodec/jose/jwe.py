@@ -38,7 +38,14 @@ from cryptography.hazmat.primitives.asymmetric import ec, x25519
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap, aes_key_wrap
 
-from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
+from statecodec._encoding import (
+    DEFAULT_MAX_TOKEN_LENGTH,
+    b64u_decode,
+    b64u_encode,
+    b64u_len,
+    check_token_text,
+    split_segments,
+)
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.jose._compact import CompactCodec
 from statecodec.jose._ecdh import agree, concat_kdf
@@ -379,14 +386,7 @@ class JWECodec(CompactCodec[_Slot]):
 
     def unseal(self, token: str) -> bytes:
         """The payload of a JWE this codec's keys can open under its configured algorithms, or `InvalidToken`."""
-        if type(token) is not str:
-            raise InvalidToken(_R_MALFORMED)
-        if len(token) > self._max_length:
-            raise InvalidToken(Reason.OVERSIZED)
-        parts = token.split(".")
-        if len(parts) != 5:
-            raise InvalidToken(_R_MALFORMED)
-        h64, ek64, iv64, ct64, tag64 = parts
+        h64, ek64, iv64, ct64, tag64 = split_segments(check_token_text(token, self._max_length), 5)
         header: dict[str, Any] | None = None
         slot = self._fast.get(h64)
         if slot is None:

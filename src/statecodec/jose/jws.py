@@ -34,7 +34,14 @@ from typing import Any, Literal
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
+from statecodec._encoding import (
+    DEFAULT_MAX_TOKEN_LENGTH,
+    b64u_decode,
+    b64u_encode,
+    b64u_len,
+    check_token_text,
+    split_segments,
+)
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.jose._compact import CompactCodec
 from statecodec.jose._header import check_members, encode_header, kid_of, parse_header
@@ -252,14 +259,7 @@ class JWSCodec(CompactCodec[_Key]):
 
     def unseal(self, token: str) -> bytes:
         """The payload of a JWS a key of this codec signed, or `InvalidToken`."""
-        if type(token) is not str:
-            raise InvalidToken(_R_MALFORMED)
-        if len(token) > self._max_length:
-            raise InvalidToken(Reason.OVERSIZED)
-        parts = token.split(".")
-        if len(parts) != 3:
-            raise InvalidToken(_R_MALFORMED)
-        h64, p64, s64 = parts
+        h64, p64, s64 = split_segments(check_token_text(token, self._max_length), 3)
         key = self._fast.get(h64)
         if key is None:
             key = self._read_header(h64)
