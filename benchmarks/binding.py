@@ -18,11 +18,8 @@ The target (at most 2 us added over the bare codec each way, where the SDK
 adds about 7) is checked on BoundCodec's own seal and unseal, given the
 round's context, as the API takes it, and judged on the fastest rounds: a
 slow phase of a shared machine inflates every absolute cost (the paired
-figures are printed beside them). The cold rows clear the binding-tag memo
-before each operation: a context the instance has not seen (every flow's
-first seal, a retry landing on another instance) costs one HMAC-SHA256
-more. They and the per-round totals are printed beside the target, not
-hidden by it.
+figures are printed beside them). The per-round totals are printed beside
+the target, not hidden by it.
 
 Cases run round-robin in thread CPU time so machine load hits each alike.
 Prints the median and fastest microseconds per operation; what a case adds
@@ -112,35 +109,12 @@ def main() -> int:
     assert plaintext == STATES[0]
     assert [bound.unseal(t, principal=PRINCIPAL, context=context) for t in bound_tokens] == states
     seal_ctx = _ctx(PARAMS)
-    memo_key = bound._keys[0]
-
-    def forget() -> None:
-        # Forget memoised binding tags, so the next operation computes its MAC: a context this
-        # instance has not seen (every flow's first seal; a retry landing on another instance).
-        memo_key._binding_memo.clear()
-
-    def forget_all() -> None:
-        # Forget the principal's tag too: the first seal for a principal new to this instance.
-        memo_key._binding_memo.clear()
-        memo_key._principal_memo.clear()
 
     def bound_seal(state: bytes) -> str:
         return bound.seal(state, principal=PRINCIPAL, context=context)
 
     def bound_unseal(token: str) -> bytes:
         return bound.unseal(token, principal=PRINCIPAL, context=context)
-
-    def cold_seal(state: bytes) -> str:
-        forget()
-        return bound_seal(state)
-
-    def first_seal(state: bytes) -> str:
-        forget_all()
-        return bound_seal(state)
-
-    def cold_unseal(token: str) -> bytes:
-        forget()
-        return bound_unseal(token)
 
     calls = {
         "bare codec seal": _each(codec.seal, states),
@@ -149,15 +123,10 @@ def main() -> int:
         "BoundCodec unseal, no principal/context": _each(bound.unseal, plain_tokens),
         "BoundCodec seal, principal + context": _each(bound_seal, states),
         "BoundCodec unseal, principal + context": _each(bound_unseal, bound_tokens),
-        "BoundCodec seal, principal + context, cold": _each(cold_seal, states),
-        "BoundCodec unseal, principal + context, cold": _each(cold_unseal, bound_tokens),
         "SDK boundary seal": _each(lambda s: sdk._seal(seal_ctx, s, binding), STATES),
         "SDK boundary unseal": _each(sdk._unseal, unseal_ctxs),
         "(mcp_request_context alone)": _each(lambda p: mcp_request_context(METHOD, p), [PARAMS] * 3),
         "(SDK _request_identity alone)": _each(lambda p: _request_identity(METHOD, p), [PARAMS] * 3),
-        "BoundCodec seal, new principal + context": _each(first_seal, states),
-        "(clearing the memo alone)": _each(lambda _: forget(), [None] * 3),
-        "(clearing both memos alone)": _each(lambda _: forget_all(), [None] * 3),
     }
     samples = {
         name: [us / len(STATES) for us in values] for name, values in interleaved(calls, args.rounds).items()
@@ -189,12 +158,6 @@ def main() -> int:
 
     plain = added("BoundCodec", ", no principal/context")
     full = added("BoundCodec", ", principal + context")
-    # The cold rows also cleared a memo; that clearing is the harness's cost, not the codec's.
-    clearing = estimates("(clearing the memo alone)")
-    cold = less(added("BoundCodec", ", principal + context, cold"), clearing, seal=True)
-    first = estimates("BoundCodec seal, new principal + context", "bare codec seal")
-    clearing_all = estimates("(clearing both memos alone)")
-    first_seal_added = (first[0] - clearing_all[0], first[1] - clearing_all[1])
     sdk_added = added("SDK boundary")
     ours_identity = estimates("(mcp_request_context alone)")
     sdk_identity = estimates("(SDK _request_identity alone)")
@@ -213,18 +176,11 @@ def main() -> int:
     for label, figures, judged in (
         ("BoundCodec, no principal or context", plain, True),
         ("BoundCodec, principal + context", full, True),
-        ("BoundCodec, principal + context, cold", cold, True),
         ("SDK boundary, claims only", sdk_claims, False),
         ("SDK boundary, unseal with its identity", sdk_added, False),
     ):
         print(f"  {label:40}  {cell(figures, 0)}  {cell(figures, 1)}  {verdict(figures) if judged else ''}")
-    print(
-        f"  {'BoundCodec seal, new principal too':40}  +{first_seal_added[0]:5.2f}{'':9}  "
-        f"+{first_seal_added[1]:5.2f}{'':9}  (two MACs; not judged)"
-    )
-    print("  (principal + context: the round's context given; the seal that answers a round reuses")
-    print("   its unseal's MAC. cold: a context this instance has not seen, as in every flow's first")
-    print("   seal or a retry landing on another instance: one HMAC-SHA256 more.)")
+    print("  (principal + context: the round's context given; every operation computes its MACs.)")
     for i, name in ((0, "paired"), (1, "fastest")):
         ratio = (sdk_claims[i][0] / full[i][0], sdk_claims[i][1] / full[i][1])
         print(f"  SDK-added / BoundCodec-added, claims, {name}: {ratio[0]:.1f}x / {ratio[1]:.1f}x")
@@ -234,14 +190,11 @@ def main() -> int:
     )
     # A whole round: derive the identity, unseal, seal the answer.
     sdk_round = sdk_added[1][0] + sdk_added[1][1]
-    per_op = (cold[1][1] + full[1][0]) / 2
-    print(f"a round with a cold unseal, averaged over its two operations (fastest): +{per_op:.2f} us each")
-    for label, unseal_added in (("warm", full[1][1]), ("cold", cold[1][1])):
-        ours_round = ours_identity[1] + unseal_added + full[1][0]
-        print(
-            f"per round ({label} unseal), added (fastest): BoundCodec +{ours_round:.2f} us, "
-            f"SDK +{sdk_round:.2f} us: {sdk_round / ours_round:.1f}x less"
-        )
+    ours_round = ours_identity[1] + full[1][1] + full[1][0]
+    print(
+        f"per round, added (fastest): BoundCodec +{ours_round:.2f} us, "
+        f"SDK +{sdk_round:.2f} us: {sdk_round / ours_round:.1f}x less"
+    )
 
     # The SDK's state travels as a JSON string; its claims are everything around it.
     sdk_bytes = len(codec.unseal(sdk_tokens[0])) - len(compact_json(STATES[0]).encode())

@@ -25,7 +25,6 @@ CODEC_KEY = bytes(range(32))
 BINDING_KEY = bytes(range(100, 132))
 OTHER_BINDING_KEY = bytes(range(200, 232))
 T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
-MAX_TTL = (1 << 24) - 1
 PRINCIPAL = "alice@example.com"
 CONTEXT = {"method": "tools/call", "target": "provision", "args": "9f86d081"}
 
@@ -48,16 +47,10 @@ class Plain:
         return b64u_decode(token)
 
 
-def bound(
-    clock: Clock | None = None, *, codec: Any = None, binding_key: bytes | KeyRing = BINDING_KEY, **kw: Any
-) -> BoundCodec:
-    return BoundCodec(
-        codec if codec is not None else AESGCMCodec([CODEC_KEY]),
-        audience=kw.pop("audience", "billing"),
-        binding_key=binding_key,
-        clock=clock or Clock(),
-        **kw,
-    )
+def bound(clock: Clock | None = None, *, codec: Any = None, binding_key: Any = BINDING_KEY, **kw: Any) -> BoundCodec:
+    kw.setdefault("audience", "billing")
+    inner = AESGCMCodec([CODEC_KEY]) if codec is None else codec
+    return BoundCodec(inner, binding_key=binding_key, clock=clock or Clock(), **kw)
 
 
 def reason_of(codec: BoundCodec, token: str, **kw: Any) -> str:
@@ -66,22 +59,16 @@ def reason_of(codec: BoundCodec, token: str, **kw: Any) -> str:
     return info.value.reason.value
 
 
-# --- the codec contract -----------------------------------------------------------------------
-
-
 def test_bound_codec_is_conformant() -> None:
-    codec = BoundCodec(AESGCMCodec([CODEC_KEY]), audience="billing", binding_key=BINDING_KEY)
     foreign = BoundCodec(AESGCMCodec([bytes(range(50, 82))]), audience="billing", binding_key=BINDING_KEY)
-    assert_conformant(codec, error_type=InvalidToken, foreign=foreign, max_examples=20, max_mutations=2_000)
+    assert_conformant(bound(Clock(T0)), error_type=InvalidToken, foreign=foreign, max_examples=20, max_mutations=2_000)
 
 
-def test_round_trip_any_bytes_like_state_and_claims_overhead() -> None:
-    codec = bound(codec=Plain())
+def test_round_trip_of_any_bytes_like_state_in_any_context_order() -> None:
+    codec = bound()
     for state in (b"state", bytearray(b"state"), memoryview(b"state")):
-        assert codec.unseal(codec.seal(state)) == b"state"  # type: ignore[arg-type]
-    token = codec.seal(b"state", principal=PRINCIPAL, context=CONTEXT)
-    assert codec.unseal(token, principal=PRINCIPAL, context=dict(reversed(list(CONTEXT.items())))) == b"state"
-    assert [len(b64u_decode(t)) - 5 for t in (codec.seal(b"state"), token)] == [32, 48]
+        token = codec.seal(state, principal=PRINCIPAL, context=CONTEXT)  # type: ignore[arg-type]
+        assert codec.unseal(token, principal=PRINCIPAL, context=dict(reversed(CONTEXT.items()))) == b"state"
 
 
 def test_caller_bugs_raise_type_error_whatever_the_token() -> None:
@@ -94,7 +81,7 @@ def test_caller_bugs_raise_type_error_whatever_the_token() -> None:
     for kw in ({"principal": Str(PRINCIPAL)}, {"principal": PRINCIPAL.encode()}, {"context": {"n": 1}}):
         with pytest.raises(TypeError):
             codec.seal(b"s", **kw)
-        for presented in (token, "junk"):  # a bug is a bug before the token is looked at
+        for presented in (token, ""):  # a bug is a bug before the token is looked at
             with pytest.raises(TypeError):
                 codec.unseal(presented, **kw)
     with pytest.raises(TypeError):
@@ -117,8 +104,7 @@ def test_expiry_is_iat_plus_ttl_and_restamped_on_each_seal() -> None:
 
 def test_a_lowered_ttl_shortens_tokens_already_issued() -> None:
     clock = Clock()
-    token = bound(clock, ttl=600).seal(b"s")
-    lowered = bound(clock, ttl=60)
+    token, lowered = bound(clock, ttl=600).seal(b"s"), bound(clock, ttl=60)
     clock.now = T0 + 59
     assert lowered.unseal(token) == b"s"
     clock.now = T0 + 60
@@ -126,43 +112,23 @@ def test_a_lowered_ttl_shortens_tokens_already_issued() -> None:
     with pytest.raises(InvalidToken):
         lowered.reseal(token)
     assert bound(clock, ttl=600).unseal(token) == b"s"  # the token itself still says 600 s
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    st.integers(1, MAX_TTL),
-    st.integers(1, MAX_TTL),
-    st.integers(-60, MAX_TTL + 1) | st.floats(-60, MAX_TTL + 1) | st.just(math.nan),
-)
-def test_a_token_lives_until_iat_plus_the_lesser_of_its_lifetime_and_the_ttl(
-    lifetime: int, ttl: int, elapsed: float
-) -> None:
-    clock = Clock()
-    token = bound(clock, ttl=lifetime).seal(b"s")
-    clock.now = T0 + elapsed
-    codec = bound(clock, ttl=ttl)
-    if -60 <= elapsed < min(lifetime, ttl):
-        assert codec.unseal(token) == b"s"
-    else:
-        assert reason_of(codec, token) == ("expired" if elapsed >= min(lifetime, ttl) else "not_yet_valid")
+    assert reason_of(bound(clock, ttl=6000), bound(Clock(), ttl=60).seal(b"s")) == "expired"  # raising lengthens none
 
 
 def test_clock_ahead_of_the_verifier_within_skew_is_accepted_beyond_is_not() -> None:
-    minting, verifying = Clock(T0 + 60), Clock(T0)
-    token = bound(minting, future_skew=60).seal(b"s")
-    assert bound(verifying, future_skew=60).unseal(token) == b"s"
-    assert reason_of(bound(verifying, future_skew=59), token) == "not_yet_valid"
+    token = bound(Clock(T0 + 60), future_skew=60).seal(b"s")
+    assert bound(Clock(T0), future_skew=60).unseal(token) == b"s"
+    assert reason_of(bound(Clock(T0), future_skew=59), token) == "not_yet_valid"
 
 
 def test_nan_clock_rejects_on_unseal_and_refuses_to_seal() -> None:
-    token = bound().seal(b"s")
-    assert reason_of(bound(Clock(math.nan)), token) == "not_yet_valid"
+    assert reason_of(bound(Clock(math.nan)), bound().seal(b"s")) == "not_yet_valid"
     for bad in (math.nan, math.inf, -1.0, float(1 << 41)):
         with pytest.raises(SealError):
             bound(Clock(bad)).seal(b"s")
 
 
-# --- audience, purpose, principal --------------------------------------------------------------
+# --- audience, purpose, principal, context -----------------------------------------------------
 
 
 def test_state_from_another_audience_or_purpose_is_refused() -> None:
@@ -175,8 +141,7 @@ def test_state_from_another_audience_or_purpose_is_refused() -> None:
 
 def test_principal_mismatch_and_drift_both_ways() -> None:
     codec = bound()
-    mine = codec.seal(b"s", principal=PRINCIPAL)
-    anonymous = codec.seal(b"s")
+    mine, anonymous = codec.seal(b"s", principal=PRINCIPAL), codec.seal(b"s")
     assert reason_of(codec, mine, principal="mallory@example.com") == "principal"
     assert reason_of(codec, mine) == "principal"  # minted with, presented without
     assert reason_of(codec, anonymous, principal=PRINCIPAL) == "principal"  # minted without, presented with
@@ -185,8 +150,7 @@ def test_principal_mismatch_and_drift_both_ways() -> None:
 
 
 def test_principal_tag_is_keyed_and_reveals_nothing_under_a_readable_codec() -> None:
-    readable = bound(codec=Plain())
-    payload = b64u_decode(readable.seal(b"", principal=PRINCIPAL))
+    payload = b64u_decode(bound(codec=Plain()).seal(b"", principal=PRINCIPAL))
     assert PRINCIPAL.encode() not in payload
     for digest in (hashlib.sha256, hashlib.sha1, hashlib.md5):
         assert digest(PRINCIPAL.encode()).digest()[:16] not in payload
@@ -196,36 +160,25 @@ def test_principal_tag_is_keyed_and_reveals_nothing_under_a_readable_codec() -> 
     assert reason_of(other, b64u_encode(payload), principal=PRINCIPAL) == "principal"
 
 
-# --- request binding ---------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize(
     "presented",
-    [
-        None,
-        {**CONTEXT, "args": "00000000"},
-        {**CONTEXT, "extra": ""},
-        {k: v for k, v in CONTEXT.items() if k != "args"},
-        {"method": "tools/call", "target": "provisionargs", "args": ""},
-    ],
+    [None, {**CONTEXT, "args": "0"}, {**CONTEXT, "extra": ""}, {"method": "tools/call", "target": "provision"},
+     {"method": "tools/call", "target": "provisionargs", "args": ""}],
     ids=["absent", "other-args", "extra-key", "missing-key", "shifted-boundary"],
-)
+)  # fmt: skip
 def test_any_other_context_is_refused(presented: dict[str, str] | None) -> None:
     codec = bound()
     token = codec.seal(b"s", principal=PRINCIPAL, context=CONTEXT)
     assert reason_of(codec, token, principal=PRINCIPAL, context=presented) == "binding"
     assert reason_of(codec, codec.seal(b"s", context=presented), context=CONTEXT) == "binding"
     # The context is keyed too: the same context under another binding key is refused.
-    assert reason_of(bound(binding_key=OTHER_BINDING_KEY), codec.seal(b"s", context=CONTEXT), context=CONTEXT) == (
+    assert reason_of(bound(binding_key=OTHER_BINDING_KEY), codec.seal(b"", context=CONTEXT), context=CONTEXT) == (
         "binding"
     )
 
 
-_texts = st.text(max_size=6)
-
-
 @settings(max_examples=200, deadline=None)
-@given(st.dictionaries(_texts, _texts, max_size=4), st.dictionaries(_texts, _texts, max_size=4))
+@given(st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=4), st.dictionaries(st.text(), st.text()))
 def test_a_token_binds_exactly_its_context(a: dict[str, str], b: dict[str, str]) -> None:
     codec = bound(codec=Plain())
     token = codec.seal(b"s", context=a)
@@ -236,8 +189,7 @@ def test_a_token_binds_exactly_its_context(a: dict[str, str], b: dict[str, str])
 
 
 def test_binding_key_ring_rotates_without_dropping_bound_tokens() -> None:
-    old_ring = bound(binding_key=BINDING_KEY)
-    new_ring = bound(binding_key=KeyRing([OTHER_BINDING_KEY, BINDING_KEY]))
+    old_ring, new_ring = bound(binding_key=BINDING_KEY), bound(binding_key=KeyRing([OTHER_BINDING_KEY, BINDING_KEY]))
     token = old_ring.seal(b"s", principal=PRINCIPAL, context=CONTEXT)
     assert new_ring.unseal(token, principal=PRINCIPAL, context=CONTEXT) == b"s"
     assert reason_of(new_ring, token, principal=PRINCIPAL, context={}) == "binding"
@@ -245,7 +197,7 @@ def test_binding_key_ring_rotates_without_dropping_bound_tokens() -> None:
     assert reason_of(old_ring, fresh, principal=PRINCIPAL, context=CONTEXT) == "principal"
 
 
-# --- bounded parsing ---------------------------------------------------------------------------
+# --- bounded parsing, no leaks -----------------------------------------------------------------
 
 
 def _claims(version: int = 1, flags: int = 0, lifetime: int = 600) -> bytes:
@@ -255,21 +207,12 @@ def _claims(version: int = 1, flags: int = 0, lifetime: int = 600) -> bytes:
 
 @pytest.mark.parametrize(
     ("payload", "reason"),
-    [
-        (b"", "malformed"),
-        (b"\x01", "malformed"),
-        (_claims()[:31], "malformed"),
-        (_claims(version=2), "malformed"),
-        (_claims(version=0), "malformed"),
-        (_claims(flags=2), "malformed"),
-        (_claims(flags=0x81), "malformed"),
-        (_claims(flags=1), "malformed"),  # flagged principal-bound, but the 16-byte tag is missing
-        (_claims(flags=1) + b"\x00" * 15, "malformed"),
-        (_claims(lifetime=0), "expired"),
-    ],
-    ids=["empty", "one-byte", "short", "v2", "v0", "flag2", "high-flag", "no-tag", "short-tag", "zero-lifetime"],
-)
+    [(b"", "malformed"), (b"\x01", "malformed"), (_claims()[:31], "malformed"), (_claims(version=2), "malformed"),
+     (_claims(version=0), "malformed"), (_claims(flags=2), "malformed"), (_claims(flags=0x81), "malformed"),
+     (_claims(flags=1), "malformed"), (_claims(flags=1) + bytes(15), "malformed"), (_claims(lifetime=0), "expired")],
+)  # fmt: skip
 def test_malformed_claims_are_malformed(payload: bytes, reason: str) -> None:
+    # flags=1 without the 16-byte principal tag is malformed too; a zero lifetime is already expired.
     assert reason_of(bound(codec=Plain()), b64u_encode(payload)) == reason
 
 
@@ -282,23 +225,6 @@ def test_arbitrary_inner_payloads_raise_only_invalid_token(
         bound(codec=Plain()).unseal(b64u_encode(payload), principal=principal, context=context)
 
 
-def test_inner_codec_reasons_pass_through_and_foreign_errors_fail_closed() -> None:
-    class Broken(Plain):
-        def unseal(self, token: str) -> bytes:
-            raise ValueError(token)
-
-    with pytest.raises(InvalidToken) as info:
-        bound(codec=Broken()).unseal("AAAA")
-    assert info.value.reason.value == "seal"
-    assert (info.value.__cause__, info.value.__context__) == (None, None)  # the inner error holds token text
-    token = bound().seal(b"s")
-    assert reason_of(bound(codec=AESGCMCodec([bytes(range(50, 82))])), token) == "unknown_key"
-    assert reason_of(bound(), 42) == "malformed"  # type: ignore[arg-type]
-
-
-# --- nothing leaks -----------------------------------------------------------------------------
-
-
 def test_no_principal_or_context_in_messages_reprs_or_logs(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     codec = bound()
@@ -308,16 +234,14 @@ def test_no_principal_or_context_in_messages_reprs_or_logs(caplog: pytest.LogCap
         with pytest.raises(InvalidToken) as info:
             codec.unseal(token, **kw)
         texts += [str(info.value), repr(info.value), repr(info.value.args)]
-    texts += [r.getMessage() for r in caplog.records]
-    joined = "\n".join(texts)
-    for secret in (PRINCIPAL, "mallory", "secret-value", *CONTEXT.values(), token):
+    joined = "\n".join(texts + [r.getMessage() for r in caplog.records])
+    for secret in (PRINCIPAL, "mallory", "secret-value", *CONTEXT.values(), token, BINDING_KEY.hex()):
         assert secret not in joined
-    assert BINDING_KEY.hex() not in joined
     with pytest.raises(TypeError):
         pickle.dumps(codec)
 
 
-# --- configuration -----------------------------------------------------------------------------
+# --- configuration, reseal ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -327,15 +251,10 @@ def test_no_principal_or_context_in_messages_reprs_or_logs(caplog: pytest.LogCap
         ({"binding_key": b"a" * 40}, "distinct byte values"),
         ({"binding_key": "text-key-" * 5}, "binding_key must be bytes"),
         ({"ttl": 0}, "ttl=0"),
-        ({"ttl": MAX_TTL + 1}, "ttl="),
-        ({"ttl": True}, "ttl must be an int"),
         ({"ttl": 1.5}, "ttl must be an int"),
-        ({"future_skew": -1}, "future_skew=-1"),
         ({"future_skew": 3601}, "future_skew=3601"),
         ({"audience": ""}, "audience must be a non-empty str"),
-        ({"purpose": None}, "purpose must be a non-empty str"),
         ({"clock": 1.0}, "clock must"),
-        ({"clock": lambda: "now"}, "clock must"),
         ({"codec": object()}, "codec must have seal"),
     ],
 )
@@ -345,27 +264,17 @@ def test_misconfiguration_fails_at_construction_saying_how_to_fix(kw: dict[str, 
         BoundCodec(**args)
 
 
-def test_key_ids_come_from_the_inner_codec() -> None:
-    inner = AESGCMCodec([CODEC_KEY, bytes(range(50, 82))])
-    assert (bound(codec=inner).key_ids, bound(codec=inner).primary_key_id) == (inner.key_ids, inner.primary_key_id)
-    assert (bound(codec=Plain()).key_ids, bound(codec=Plain()).primary_key_id) == ((), None)
-
-
 def test_reseal_keeps_claims_so_expiry_does_not_restart() -> None:
-    new_key = bytes(range(50, 82))
-    clock = Clock()
-    before = bound(clock, codec=AESGCMCodec([CODEC_KEY]), ttl=100)
+    new_key, clock = bytes(range(50, 82)), Clock()
     during = bound(clock, codec=AESGCMCodec([new_key, CODEC_KEY]), ttl=100)
     after = bound(clock, codec=AESGCMCodec([new_key]), ttl=100)
-    token = before.seal(b"s", principal=PRINCIPAL, context=CONTEXT)
+    token = bound(clock, ttl=100).seal(b"s", principal=PRINCIPAL, context=CONTEXT)
     clock.now = T0 + 90
     moved = during.reseal(token)
     assert reason_of(after, token, principal=PRINCIPAL, context=CONTEXT) == "unknown_key"
     assert after.unseal(moved, principal=PRINCIPAL, context=CONTEXT) == b"s"
     clock.now = T0 + 100
     assert reason_of(after, moved, principal=PRINCIPAL, context=CONTEXT) == "expired"
-    with pytest.raises(InvalidToken):
-        during.reseal(token)  # reseal refuses what has lapsed
 
 
 # --- MCP request context -----------------------------------------------------------------------
@@ -375,18 +284,14 @@ def test_mcp_request_context_binds_method_target_and_arguments() -> None:
     call = mcp_request_context("tools/call", {"name": "t", "arguments": {"a": 1, "b": [2]}, "requestState": "x"})
     same = mcp_request_context("tools/call", {"arguments": {"b": [2], "a": 1}, "name": "t", "inputResponses": {}})
     assert call == same == {"method": "tools/call", "target": "t", "args": '{"a":1,"b":[2]}'}
-    assert call != mcp_request_context("tools/call", {"name": "t", "arguments": {"a": 2, "b": [2]}})
     assert call != mcp_request_context("prompts/get", {"name": "t", "arguments": {"a": 1, "b": [2]}})
-    assert mcp_request_context("resources/read", {"uri": "report://2026", "arguments": {"a": 1}}) == {
-        "method": "resources/read", "target": "report://2026", "args": ""
-    }
-    empty = mcp_request_context("tools/call", {"name": "t"})
-    assert empty["args"] == "{}"
+    resource = {"method": "resources/read", "target": "report://2026", "args": ""}
+    assert mcp_request_context("resources/read", {"uri": "report://2026", "arguments": {"a": 1}}) == resource
     arguments: object
     for arguments in (None, {}, [], ""):
-        assert mcp_request_context("tools/call", {"name": "t", "arguments": arguments}) == empty
-    assert mcp_request_context("tools/call", None) == mcp_request_context("tools/call", {"arguments": None})
-    # The bytes the binding tag covers: ASCII-escaped, NaN as JSON's extension writes it.
+        assert mcp_request_context("tools/call", {"name": "t", "arguments": arguments})["args"] == "{}"
+    assert mcp_request_context("tools/call", None) == {"method": "tools/call", "target": "", "args": "{}"}
+    # The bytes the binding tag covers: ASCII-escaped, and NaN as Python's JSON writes it.
     unusual = mcp_request_context("tools/call", {"name": "t", "arguments": {"\u00e9": "\U0001f600", "n": math.nan}})
     assert unusual["args"] == '{"n":NaN,"\\u00e9":"\\ud83d\\ude00"}'
 
@@ -409,38 +314,32 @@ def _lp(data: bytes) -> bytes:
     return len(data).to_bytes(4, "big") + data
 
 
-@pytest.mark.parametrize("vector", VECTORS["valid"], ids=lambda v: v["name"])
-def test_vector_claims_follow_the_documented_layout(vector: dict[str, Any]) -> None:
+@pytest.mark.parametrize("v", VECTORS["valid"], ids=lambda v: v["name"])
+def test_vector_claims_follow_the_documented_layout(v: dict[str, Any]) -> None:
     """Rebuild the claims from docs/formats.md with hashlib and hmac alone; BoundCodec writes and reads them."""
     key = b64u_decode(VECTORS["binding_key"])
-    aud, purpose = vector["audience"].encode(), vector["purpose"].encode()
-    prefix = _lp(aud) + _lp(purpose)
-    items = sorted((vector["context"] or {}).items())
-    context = len(items).to_bytes(4, "big") + b"".join(_lp(k.encode()) + _lp(v.encode()) for k, v in items)
-    principal = vector["principal"]
-    marker = b"\x00" if principal is None else b"\x01" + _lp(principal.encode())
-    kb = derive_key(key, b"statecodec/v1/binding/binding")
-    kp = derive_key(key, b"statecodec/v1/binding/principal")
+    prefix = _lp(v["audience"].encode()) + _lp(v["purpose"].encode())
+    items = sorted((v["context"] or {}).items())
+    context = len(items).to_bytes(4, "big") + b"".join(_lp(k.encode()) + _lp(value.encode()) for k, value in items)
+    principal = v["principal"]
     claims = (
         bytes([0x01, 0x00 if principal is None else 0x01])
-        + int(vector["now"]).to_bytes(5, "big")
-        + vector["ttl"].to_bytes(3, "big")
-        + hashlib.sha256(b"statecodec/v1/binding/audience\x00" + aud).digest()[:3]
-        + hashlib.sha256(b"statecodec/v1/binding/purpose\x00" + purpose).digest()[:3]
-        + hmac.digest(kb, prefix + marker + context, "sha256")[:16]
+        + int(v["now"]).to_bytes(5, "big")
+        + v["ttl"].to_bytes(3, "big")
+        + hashlib.sha256(b"statecodec/v1/binding/audience\x00" + v["audience"].encode()).digest()[:3]
+        + hashlib.sha256(b"statecodec/v1/binding/purpose\x00" + v["purpose"].encode()).digest()[:3]
     )
+    marker = b"\x00" if principal is None else b"\x01" + _lp(principal.encode())
+    claims += hmac.digest(derive_key(key, b"statecodec/v1/binding/binding"), prefix + marker + context, "sha256")[:16]
     if principal is not None:
+        kp = derive_key(key, b"statecodec/v1/binding/principal")
         claims += hmac.digest(kp, prefix + _lp(principal.encode()), "sha256")[:16]
-    assert claims.hex() == vector["claims"]
-
-    def codec(inner: Any) -> BoundCodec:
-        return BoundCodec(
-            inner, audience=vector["audience"], purpose=vector["purpose"], ttl=vector["ttl"],
-            future_skew=vector["future_skew"], binding_key=key, clock=Clock(vector["now"]),
-        )  # fmt: skip
-
-    state = vector["state"].encode()
-    sealed = codec(Plain()).seal(state, principal=principal, context=vector["context"])
-    assert b64u_decode(sealed) == claims + state
+    assert claims.hex() == v["claims"]
+    config = {k: v[k] for k in ("audience", "purpose", "ttl", "future_skew")}
+    readable = BoundCodec(Plain(), binding_key=key, clock=Clock(v["now"]), **config)
+    assert b64u_decode(readable.seal(v["state"].encode(), principal=principal, context=v["context"])) == (
+        claims + v["state"].encode()
+    )
     ring = AESGCMCodec.from_env(environ={"STATECODEC_KEYS": VECTORS["codec_keys"]})
-    assert codec(ring).unseal(vector["token"], principal=principal, context=vector["context"]) == state
+    codec = BoundCodec(ring, binding_key=key, clock=Clock(v["now"]), **config)
+    assert codec.unseal(v["token"], principal=principal, context=v["context"]) == v["state"].encode()

@@ -59,10 +59,12 @@ def _mac(key: bytes, message: bytes) -> bytes:
 def _encode_context(context: Mapping[str, str] | None) -> bytes:
     """Distinct mappings never share an encoding: ``count (4) || lp(key) lp(value)...`` in code-point key order."""
     items = sorted((context or {}).items())
+    parts = [len(items).to_bytes(4, "big")]
     for key, value in items:
         if type(key) is not str or type(value) is not str:
             raise TypeError("context must map str to str; digest other values first")
-    return len(items).to_bytes(4, "big") + b"".join(_lp(_utf8(k)) + _lp(_utf8(v)) for k, v in items)
+        parts += (_lp(_utf8(key)), _lp(_utf8(value)))
+    return b"".join(parts)
 
 
 def _principal_marker(principal: str | None) -> bytes:
@@ -77,11 +79,10 @@ def _principal_marker(principal: str | None) -> bytes:
 def mcp_request_context(method: str, params: Mapping[str, Any] | None) -> dict[str, str]:
     """The request identity an MCP multi-round token should bind: method, target, arguments.
 
-    Mirrors the SDK boundary's allowlist: `resources/read` binds its `uri`;
-    `tools/call` and `prompts/get` bind `name` and the canonical JSON of
-    `arguments` (sorted keys, ASCII, no whitespace). Fields outside the
-    allowlist (the state itself, input responses, `_meta`) never join the
-    binding. Pass the result to both the `unseal` and the `seal` of a round.
+    Mirrors the SDK boundary's allowlist: `resources/read` binds its `uri`; `tools/call` and
+    `prompts/get` bind `name` and the canonical JSON of `arguments` (sorted keys, ASCII, no
+    whitespace). The state itself, input responses and `_meta` never join the binding.
+    Pass the result to both the `unseal` and the `seal` of a round.
     """
     p: Mapping[str, Any] = params or {}
     if method == "resources/read":
@@ -130,7 +131,7 @@ class BoundCodec:
         7       3     lifetime: seconds, the ttl at sealing; expiry is at iat + min(lifetime, ttl)
         10      3     SHA-256("statecodec/v1/binding/audience" 0x00 audience)[:3]
         13      3     SHA-256("statecodec/v1/binding/purpose" 0x00 purpose)[:3]
-        16      16    binding tag: HMAC-SHA256(Kb, lp(audience) lp(purpose) P encode_context(context))[:16]
+        16      16    binding tag: HMAC-SHA256(Kb, lp(audience) lp(purpose) P _encode_context(context))[:16]
         32      16    principal tag, only when flagged: HMAC-SHA256(Kp, lp(audience) lp(purpose) lp(principal))[:16]
         32|48   ...   state
 
@@ -219,6 +220,8 @@ class BoundCodec:
 
     def _open(self, token: str) -> bytes:
         """Inner unseal plus every check that needs no principal or context; returns the payload."""
+        if type(token) is not str:  # whatever the inner codec would make of it
+            raise InvalidToken(Reason.MALFORMED)
         failed = False
         try:
             payload = self.codec.unseal(token)
@@ -226,9 +229,7 @@ class BoundCodec:
             raise
         except Exception:  # deny on error: a foreign inner codec's refusal or bug fails closed
             failed = True
-        if failed:
-            # Raised outside the handler: the inner exception may hold token text, and
-            # `from None` would still keep it reachable as __context__.
+        if failed:  # raised outside the handler: even `from None` keeps the inner error (token text) as __context__
             raise InvalidToken(Reason.SEAL)
         # Accept only if: bytes, long enough for the flagged layout, known version, known flags.
         if not (
