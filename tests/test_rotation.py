@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken, KeyRing
 from statecodec.cli.main import main
 from statecodec.keys import format_keys, parse_keys
-from statecodec.rotation import Phase, RotationPlan, check_fleet, parse_fleet, reseal
+from statecodec.rotation import FleetReport, Phase, RotationPlan, check_fleet, parse_fleet, reseal
 from tests.secrecy import COLLIDING_SECRETS
 
 OLD = bytes(range(32))
@@ -117,12 +117,17 @@ def test_check_fleet_refuses_unreadable_reports(reports: Any, in_flight: Any) ->
         check_fleet(reports, in_flight=in_flight)
 
 
-def test_parse_fleet_document() -> None:
-    assert parse_fleet({"instances": {"a": ["01"]}}) == ({"a": ["01"]}, [])
+def _check_document(document: object) -> FleetReport:
+    reports, in_flight = parse_fleet(document)  # as `statecodec rotate check` reads a fleet file
+    return check_fleet(reports, in_flight=in_flight)
+
+
+def test_fleet_documents_are_read_strictly() -> None:
+    assert _check_document({"instances": {"a": ["01"]}, "in_flight": ["01"]}).safe
     bad: object
-    for bad in ([], {"instances": []}, {"instances": {}, "extra": 1}, {"instances": {}, "in_flight": "01"}):
+    for bad in ([], {}, {"instances": []}, {"instances": {"a": ["01"]}, "x": 1}, {"instances": {}, "in_flight": "01"}):
         with pytest.raises(ConfigurationError):
-            parse_fleet(bad)
+            _check_document(bad)
 
 
 def test_reseal_moves_a_token_to_the_new_primary_keeping_bound_claims() -> None:

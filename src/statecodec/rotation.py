@@ -167,18 +167,17 @@ def check_fleet(reports: Mapping[str, Sequence[str]], *, in_flight: Iterable[str
 
 
 def parse_fleet(document: object) -> tuple[dict[str, list[str]], list[str]]:
-    """(reports, in_flight) for `check_fleet` from the fleet JSON document; ``in_flight`` is optional."""
+    """(reports, in_flight) for `check_fleet`, which checks them, from the fleet JSON document."""
     if not (
         isinstance(document, dict)
         and set(document) <= {"instances", "in_flight"}
-        and isinstance(document.get("instances"), dict)
         and isinstance(document.get("in_flight", []), list)
     ):
         raise ConfigurationError(
             'the fleet file must be {"instances": {"web-1": ["a1b2c3d4", ...], ...}, "in_flight": [...]} with '
             "each instance's key ids, primary first, and optional in-flight key ids"
         )
-    return document["instances"], document.get("in_flight", [])
+    return document.get("instances", {}), document.get("in_flight", [])
 
 
 def reseal(codec: Codec, token: str) -> str:
