@@ -1,16 +1,11 @@
 """Key rotation without dropped rounds: a three-phase plan, a fleet check, and re-sealing.
 
-Threat: a token minted under a key that some instance cannot verify is
-refused when the client's next round lands there. It happens in two ways
-during a rolling deploy: promoting the new key to primary before every
-instance has learned to verify it, and retiring the old key while tokens
-minted under it are still live. The plan orders the phases so neither can
-happen; `check_fleet` proves, from the key ids each instance reports (never
-the keys), that the fleet as it stands cannot mint a token another instance
-would refuse; `reseal` carries stored state over to the new primary key.
-
-Everything here works for any codec with key ids (`.key_ids`, primary first):
-key rings, envelopes, KMS and transit codecs alike.
+Threat: during a rolling deploy, a token minted under a key some instance
+cannot verify is refused when the client's next round lands there: the new
+key promoted before every instance verifies it, or the old key retired while
+its tokens live. The plan orders the phases so neither happens; `check_fleet`
+proves from the key ids instances report (never keys) that none can mint what
+another would refuse; `reseal` moves stored state to the new primary key.
 """
 
 from __future__ import annotations
@@ -19,21 +14,12 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from hmac import compare_digest
 
 from statecodec._types import Codec
 from statecodec.errors import ConfigurationError
-from statecodec.keys import KeyRing, key_id_collision
+from statecodec.keys import KeyRing
 
-__all__ = [
-    "FleetFinding",
-    "FleetReport",
-    "Phase",
-    "RotationPlan",
-    "check_fleet",
-    "parse_fleet",
-    "reseal",
-]
+__all__ = ["FleetFinding", "FleetReport", "Phase", "RotationPlan", "check_fleet", "parse_fleet", "reseal"]
 
 _KEY_ID = re.compile(r"[0-9a-f]{1,128}")
 _MAX_INSTANCES = 100_000
@@ -43,12 +29,10 @@ _MAX_INSTANCES = 100_000
 class Phase:
     """One configuration to roll out to every instance before the next phase starts.
 
-    `wait_after_previous` is the least time, in seconds, between the moment
-    the previous phase is fully rolled out and the start of this one. `keys`
-    is the phase's `KeyRing` when the plan was built from keys (None when
-    built from key ids): a ring never shows a secret in its `repr` and
-    refuses to be copied, so `dataclasses.asdict` of such a phase raises
-    `TypeError` instead of returning the secrets. A phase is never pickled.
+    `wait_after_previous`: the least seconds from the previous phase's full
+    roll-out to this one's start. `keys`: the phase's `KeyRing` (None for a plan
+    of key ids), which hides its secrets from `repr`, `pickle`, `copy` and so
+    from `dataclasses.asdict` of a phase or its plan.
     """
 
     number: int
@@ -57,46 +41,36 @@ class Phase:
     summary: str
     keys: KeyRing | None = field(default=None, repr=False)
 
-    @property
-    def primary_key_id(self) -> str:
-        return self.key_ids[0]
-
     def env_value(self) -> str:
         """The exact ``STATECODEC_KEYS`` value for this phase. Secret."""
         if self.keys is None:
             raise ConfigurationError("this plan was built from key ids; it holds no keys to render")
         return self.keys.to_text()
 
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError("Phase holds secrets and is not picklable")
-
 
 class RotationPlan:
     """Rotate from `old` to `new` in three phases, each fully rolled out before the next.
 
-    1. ``[old, new]``: every instance learns to verify the new key; old still mints.
-       Start any time.
-    2. ``[new, old]``: new mints; tokens minted under old keep verifying.
-       Start once every instance runs phase 1 (`check_fleet` confirms it).
-    3. ``[new]``: old is retired. Start no sooner than `ttl` + `future_skew`
-       seconds after the last instance runs phase 2, when every token minted
-       under old has expired (the skew covers a minting clock running ahead).
+    1. ``[old, new]``, any time: every instance learns to verify the new key.
+    2. ``[new, old]``, once every instance runs phase 1 (`check_fleet`): new mints.
+    3. ``[new]``, no sooner than `ttl` + `future_skew` seconds after the last
+       instance runs phase 2, when every old-key token has expired (the skew
+       covers a minting clock running ahead): old is retired.
 
-    Stored state that must outlive phase 3 is re-sealed with `reseal` during
-    phase 2. `old` and `new` are secrets (bytes) or, for codecs whose keys live
-    elsewhere (KMS, Vault), their hex key ids via `RotationPlan.from_key_ids`.
-    A plan holds those secrets in its phases, so it refuses pickling.
+    Re-seal stored state that must outlive phase 3 with `reseal` during phase 2.
+    `old` and `new` are secrets; `from_key_ids` plans keys a KMS or Vault holds.
     """
 
     __slots__ = ("future_skew", "phases", "ttl")
 
     def __init__(self, old: bytes, new: bytes, ttl: float, *, future_skew: float = 60) -> None:
-        old_ring, new_ring = _one_key("old", old), _one_key("new", new)
-        if compare_digest(old_ring[0], new_ring[0]):
-            raise ConfigurationError("old and new are the same key; rotate to a freshly generated key")
-        if old_ring == new_ring:  # rings compare by key id
-            raise ConfigurationError(key_id_collision("the new key", "the old key"))
-        self._build(old_ring.key_ids[0], new_ring.key_ids[0], ttl, future_skew, (old_ring[0], new_ring[0]))
+        try:
+            ring = KeyRing([old, new])  # checks both keys; refuses the same key twice and colliding key ids
+        except ConfigurationError as exc:
+            # KeyRing names the keys by position; here they have names.
+            message = str(exc).replace("keys[0]", "the old key").replace("keys[1]", "the new key")
+            raise ConfigurationError(message) from None
+        self._build(*ring.key_ids, ttl=ttl, future_skew=future_skew, ring=ring)
 
     @classmethod
     def from_key_ids(cls, old: str, new: str, ttl: float, *, future_skew: float = 60) -> RotationPlan:
@@ -105,50 +79,25 @@ class RotationPlan:
         if old_id == new_id:
             raise ConfigurationError("old and new are the same key id; rotate to a new key")
         self = cls.__new__(cls)
-        self._build(old_id, new_id, ttl, future_skew, None)
+        self._build(old_id, new_id, ttl=ttl, future_skew=future_skew, ring=None)
         return self
 
-    def _build(
-        self, old: str, new: str, ttl: float, future_skew: float, keys: tuple[bytes, bytes] | None
-    ) -> None:
-        for name, value in (("ttl", ttl), ("future_skew", future_skew)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ConfigurationError(f"{name} must be a finite number of seconds")
-        if not (ttl > 0 and future_skew >= 0):
-            raise ConfigurationError("ttl must be > 0 and future_skew >= 0 (seconds, as the codecs use)")
-        self.ttl = ttl
-        self.future_skew = future_skew
-        rings = (KeyRing(keys), KeyRing(keys[::-1]), KeyRing(keys[1:])) if keys else (None, None, None)
+    def _build(self, old: str, new: str, *, ttl: float, future_skew: float, ring: KeyRing | None) -> None:
+        numbers = all(type(v) in (int, float) and math.isfinite(v) for v in (ttl, future_skew))
+        if not (numbers and ttl > 0 and future_skew >= 0):
+            raise ConfigurationError("ttl must be a finite number of seconds > 0, and future_skew one >= 0")
+        self.ttl, self.future_skew = ttl, future_skew
+        rings = (ring, KeyRing([ring[1], ring[0]]), KeyRing([ring[1]])) if ring else (None, None, None)
         self.phases = (
             Phase(1, (old, new), 0, "every instance learns to verify the new key; old still mints", rings[0]),
             Phase(2, (new, old), 0, "the new key mints; tokens under the old key keep verifying", rings[1]),
             Phase(3, (new,), ttl + future_skew, "the old key is retired; its tokens have all expired", rings[2]),
         )
 
-    def phase(self, number: int) -> Phase:
-        if number not in (1, 2, 3):
-            raise ValueError("phases are numbered 1, 2 and 3")
-        return self.phases[number - 1]
-
-    def earliest_start(self, number: int, previous_rolled_out_at: float) -> float:
-        """The earliest safe start of phase `number`, given when the previous phase finished rolling out.
-
-        Times are seconds since the epoch. Phase 1 has no predecessor: it may
-        start at any time, and `previous_rolled_out_at` is returned as given.
-        """
-        return previous_rolled_out_at + self.phase(number).wait_after_previous
-
-    def __repr__(self) -> str:
-        ids = [p.key_ids for p in self.phases]
-        return f"RotationPlan(phases={ids!r}, ttl={self.ttl}, future_skew={self.future_skew})"
-
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError("RotationPlan holds secrets and is not picklable")
-
 
 @dataclass(frozen=True)
 class FleetFinding:
-    """An instance whose primary key some other instance cannot verify (or one that lacks an in-flight key)."""
+    """An instance whose primary key some other instance cannot verify, or an in-flight key some cannot."""
 
     instance: str
     key_id: str
@@ -182,16 +131,7 @@ class FleetReport:
         if self.safe:
             return f"safe: every one of {len(self.instances)} instances verifies every primary key"
         lines = [f"UNSAFE: {len(self.findings)} problem(s) across {len(self.instances)} instances"]
-        lines.extend(f"  - {f}" for f in self.findings)
-        return "\n".join(lines)
-
-
-def _one_key(name: str, key: object) -> KeyRing:
-    try:
-        return KeyRing([key])  # type: ignore[list-item]
-    except ConfigurationError as exc:
-        # KeyRing names the key by position; here it has a name.
-        raise ConfigurationError(f"{name} key: {str(exc).removeprefix('keys[0] ')}") from None
+        return "\n".join(lines + [f"  - {f}" for f in self.findings])
 
 
 def _check_key_id(where: str, value: object) -> str:
@@ -200,75 +140,52 @@ def _check_key_id(where: str, value: object) -> str:
     return value.lower()
 
 
-def check_fleet(
-    reports: Mapping[str, Sequence[str]], *, in_flight: Iterable[str] = ()
-) -> FleetReport:
-    """Check the key ids every instance reports (primary first) for tokens that would be dropped.
+def check_fleet(reports: Mapping[str, Sequence[str]], *, in_flight: Iterable[str] = ()) -> FleetReport:
+    """Find every token the fleet could drop, from each instance's ``codec.key_ids`` (never keys).
 
-    Each instance reports ``codec.key_ids``: the first id mints, every id
-    verifies. The fleet is safe when every instance's primary is verifiable by
-    every instance, and every key id in `in_flight` (keys that minted tokens
-    still within their TTL, such as the old key during the TTL after phase 2)
-    is verifiable by every instance. Only key ids are read, never keys.
+    Safe when every instance verifies every instance's primary (its first key
+    id) and every `in_flight` key id (keys whose tokens are still within TTL).
     """
-    if isinstance(reports, (str, bytes)) or not isinstance(reports, Mapping):
-        raise ConfigurationError("reports must map each instance name to its key ids, primary first")
-    if not reports:
-        raise ConfigurationError("reports is empty: list every instance of the fleet")
-    if len(reports) > _MAX_INSTANCES:
-        raise ConfigurationError(f"more than {_MAX_INSTANCES} instances in one report")
+    if not isinstance(reports, Mapping) or not 0 < len(reports) <= _MAX_INSTANCES:
+        raise ConfigurationError(f"reports must map 1..{_MAX_INSTANCES} instance names to their key ids, primary first")
     rings: dict[str, tuple[str, ...]] = {}
     for name, ids in reports.items():
-        if type(name) is not str or not name:
-            raise ConfigurationError("every instance needs a non-empty name")
         if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence) or not ids:
             raise ConfigurationError(f"instance {name!r}: key ids must be a non-empty list, primary first")
-        ring = tuple(_check_key_id(f"instance {name!r}", i) for i in ids)
-        if len(set(ring)) != len(ring):
-            raise ConfigurationError(f"instance {name!r} lists a key id twice")
-        rings[name] = ring
-    verifiable = {name: frozenset(ring) for name, ring in rings.items()}
-    findings: list[FleetFinding] = []
-    for name, ring in rings.items():
-        refused_by = tuple(other for other, ids in verifiable.items() if ring[0] not in ids)
+        rings[name] = tuple(_check_key_id(f"instance {name!r}", i) for i in ids)
+    if isinstance(in_flight, (str, bytes)):  # a lone id would be read as one key id per character
+        raise ConfigurationError("in_flight must be a list of key ids")
+    # Every key a token may be under: each instance's primary, then each in-flight key.
+    keys = [(name, ring[0], False) for name, ring in rings.items()]
+    keys += [("", kid, True) for kid in dict.fromkeys(_check_key_id("in_flight", k) for k in in_flight)]
+    findings = []
+    for name, kid, flying in keys:
+        refused_by = tuple(other for other, ring in rings.items() if kid not in ring)
         if refused_by:
-            findings.append(FleetFinding(name, ring[0], refused_by))
-    for kid in dict.fromkeys(_check_key_id("in_flight", k) for k in in_flight):
-        refused_by = tuple(other for other, ids in verifiable.items() if kid not in ids)
-        if refused_by:
-            findings.append(FleetFinding("", kid, refused_by, in_flight=True))
+            findings.append(FleetFinding(name, kid, refused_by, in_flight=flying))
     return FleetReport(tuple(rings), tuple(findings))
 
 
 def parse_fleet(document: object) -> tuple[dict[str, list[str]], list[str]]:
-    """Read the fleet JSON document: ``{"instances": {name: [key ids...]}, "in_flight": [ids]}``.
-
-    ``in_flight`` is optional. Returns (reports, in_flight) for `check_fleet`.
-    """
-    if not isinstance(document, dict) or not isinstance(document.get("instances"), dict):
+    """(reports, in_flight) for `check_fleet`, which checks them, from the fleet JSON document."""
+    if not (
+        isinstance(document, dict)
+        and set(document) <= {"instances", "in_flight"}
+        and isinstance(document.get("in_flight", []), list)
+    ):
         raise ConfigurationError(
-            'the fleet file must be a JSON object {"instances": {"web-1": ["a1b2c3d4", ...], ...}, '
-            '"in_flight": [...]} with each instance\'s key ids, primary first'
+            'the fleet file must be {"instances": {"web-1": ["a1b2c3d4", ...], ...}, "in_flight": [...]} with '
+            "each instance's key ids, primary first, and optional in-flight key ids"
         )
-    unknown = set(document) - {"instances", "in_flight"}
-    if unknown:
-        raise ConfigurationError(f"unknown member(s) in the fleet file: {', '.join(sorted(unknown))}")
-    in_flight = document.get("in_flight", [])
-    if not isinstance(in_flight, list):
-        raise ConfigurationError('"in_flight" must be a list of key ids')
-    return document["instances"], in_flight
+    return document.get("instances", {}), document.get("in_flight", [])
 
 
 def reseal(codec: Codec, token: str) -> str:
-    """Re-seal `token` under `codec`'s current primary key, keeping what it protects.
+    """Re-seal `token` under `codec`'s current primary key; `InvalidToken` if it does not verify.
 
-    A codec with a `reseal` method (`BoundCodec`) keeps its claims byte for
-    byte, so the expiry does not restart; any other codec seals the same
-    payload again. Raises `InvalidToken` when the token does not verify (or,
-    for a `BoundCodec`, has expired or belongs to another audience or purpose).
+    A codec's own `reseal` is used (`BoundCodec` keeps its claims, so the expiry
+    does not restart); any other codec seals the payload again.
     """
     own = getattr(codec, "reseal", None)
-    if callable(own):
-        result: str = own(token)
-        return result
-    return codec.seal(codec.unseal(token))
+    resealed: str = own(token) if callable(own) else codec.seal(codec.unseal(token))
+    return resealed
