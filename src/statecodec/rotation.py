@@ -99,7 +99,7 @@ class RotationPlan:
 class FleetFinding:
     """An instance whose primary key some other instance cannot verify, or an in-flight key some cannot."""
 
-    instance: str
+    instance: str | None  # None for an in-flight key: no instance mints it any more
     key_id: str
     refused_by: tuple[str, ...]
     in_flight: bool = False
@@ -125,7 +125,7 @@ class FleetReport:
     @property
     def unsafe_instances(self) -> tuple[str, ...]:
         """Every instance that could mint a token another instance cannot verify, sorted."""
-        return tuple(sorted({f.instance for f in self.findings if not f.in_flight}))
+        return tuple(sorted({f.instance for f in self.findings if f.instance is not None}))
 
     def __str__(self) -> str:
         if self.safe:
@@ -156,13 +156,13 @@ def check_fleet(reports: Mapping[str, Sequence[str]], *, in_flight: Iterable[str
     if isinstance(in_flight, (str, bytes)):  # a lone id would be read as one key id per character
         raise ConfigurationError("in_flight must be a list of key ids")
     # Every key a token may be under: each instance's primary, then each in-flight key.
-    keys = [(name, ring[0], False) for name, ring in rings.items()]
-    keys += [("", kid, True) for kid in dict.fromkeys(_check_key_id("in_flight", k) for k in in_flight)]
+    keys: list[tuple[str | None, str, bool]] = [(name, ring[0], False) for name, ring in rings.items()]
+    keys += [(None, kid, True) for kid in dict.fromkeys(_check_key_id("in_flight", k) for k in in_flight)]
     findings = []
-    for name, kid, flying in keys:
+    for minter, kid, flying in keys:
         refused_by = tuple(other for other, ring in rings.items() if kid not in ring)
         if refused_by:
-            findings.append(FleetFinding(name, kid, refused_by, in_flight=flying))
+            findings.append(FleetFinding(minter, kid, refused_by, in_flight=flying))
     return FleetReport(tuple(rings), tuple(findings))
 
 
