@@ -1,10 +1,7 @@
-"""Every codec configuration the suites attack, listed once.
+"""Every codec configuration the suites attack, listed once (Vault and KMS ones: the provider suite).
 
-`CODECS` maps a configuration's name to a codec; `FOREIGN[name]` is a codec of the
-same configuration under other keys, whose tokens `CODECS[name]` must refuse. The
-ring codecs share one secret on purpose: a key reused across formats is the
-hardest case for format separation. Vault- and KMS-backed codecs are covered by the
-provider suite, against the real services.
+`FOREIGN[name]` is `CODECS[name]`'s configuration under other keys, whose tokens it must refuse. The
+ring codecs share one secret on purpose: key reuse across formats is the hardest case for format separation.
 """
 
 from __future__ import annotations
@@ -29,9 +26,8 @@ def _envelope(wrapper: LocalWrapper) -> EnvelopeCodec:
 
 
 def _configurations() -> dict[str, tuple[Codec, Codec]]:
-    wrapper = LocalWrapper(bytes(range(50, 82)))
+    wrapper, ed_key = LocalWrapper(bytes(range(50, 82))), ed25519.Ed25519PrivateKey.generate()
     p256, x25519_key = ec.generate_private_key(ec.SECP256R1()), x25519.X25519PrivateKey.generate()
-    ed_key = ed25519.Ed25519PrivateKey.generate()
     return {
         "aesgcm": (AESGCMCodec([SECRET]), AESGCMCodec([OTHER])),
         "xaesgcm": (XAESGCMCodec([SECRET]), XAESGCMCodec([OTHER])),
