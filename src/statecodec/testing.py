@@ -144,7 +144,7 @@ def check_codec(
         for junk in (raw, bytearray(raw), memoryview(raw), None, 0, 1.5, float("nan"), [sample], object()):
             kit.refuses("non_str", junk, type(junk).__name__)
         for text in ("", "\x00" * 64, "\ud800" * 64, "." * 4, _MARKER + "\u00e9", b64u_encode(raw) + "\u00e9"):
-            kit.refuses("garbage", text, f"{len(text)} fixed characters")  # an encoder's error keeps its input
+            kit.refuses("garbage", text, f"fixed junk of {len(text)} characters")  # an encoder's error keeps it
         _for_all(_GARBAGE, 2 * max_examples, lambda text: kit.refuses("garbage", text, f"{len(text)} characters"))
         if foreign is not None:
             kit.refuses("foreign", foreign.seal(_MARKER.encode()), "a token sealed under other keys")
