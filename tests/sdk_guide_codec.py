@@ -1,8 +1,5 @@
-"""The example `EnvelopeCodec` from the MCP SDK's multi-round-trip guide ("Bring your own crypto").
-
-Kept as published (only the data key is passed in) so the conformance kit's
-report on it is a statement about the guide's code, not about a variant.
-"""
+"""The example `EnvelopeCodec` of the MCP SDK's multi-round-trip guide ("Bring your own crypto"), kept as
+published (only the data key is passed in) so the kit's report on it is about the guide's code."""
 
 from __future__ import annotations
 

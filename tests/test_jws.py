@@ -19,7 +19,7 @@ from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.config import codec_from_env
 from statecodec.jose import derived_jwk
-from statecodec.testing import assert_conformant, check_codec
+from tests.codecs import CODECS
 from tests.mcp_flows import STATE_MARKER, TOOL, assert_mcp_rejects, mint_token, run_mcp_flows
 from tests.test_jwe import BIG_CAP, WRONG_COUNT_JUNK, refusal_peak
 
@@ -96,62 +96,7 @@ def test_derived_jwk_is_frozen(vector: dict[str, Any]) -> None:
     assert JWSCodec.from_jwks([vector["derived_jwk"]]).unseal(vector["token"]) == bytes.fromhex(vector["payload"])
 
 
-# --- conformance, wire header ------------------------------------------------------------------
-
-CONFIGS: dict[str, tuple[Callable[[], JWSCodec], Callable[[], JWSCodec]]] = {
-    "HS256": (lambda: JWSCodec([SECRET]), lambda: JWSCodec([OTHER])),
-    "HS256-jwk": (
-        lambda: JWSCodec.from_jwks([RAW_JWK]),
-        lambda: JWSCodec.from_jwks([{**RAW_JWK, "k": b64u_encode(OTHER)}]),
-    ),
-    "EdDSA": (lambda: JWSCodec.eddsa([ED_KEY]), lambda: JWSCodec.ephemeral(alg="EdDSA")),
-    "Ed25519": (lambda: JWSCodec.eddsa([ED_KEY], alg="Ed25519"), lambda: JWSCodec.ephemeral(alg="Ed25519")),
-}
-
-
-@pytest.mark.parametrize("name", CONFIGS)
-def test_conformance(name: str) -> None:
-    """Every guarantee of the kit, with the codec declared deterministic: HMAC and Ed25519 give
-    equal tokens for equal payloads. That reveals nothing here, since the payload travels readable."""
-    build, foreign = CONFIGS[name]
-    slow = name.startswith("Ed")
-    report = check_codec(
-        build(),
-        error_type=InvalidToken,
-        foreign=foreign(),
-        deterministic=True,
-        max_examples=20 if slow else 30,
-        max_mutations=3000 if slow else 20_000,
-    )
-    assert report.ok, str(report)
-    assert any("fresh_token: skipped" in note for note in report.notes)
-
-
-def test_undeclared_determinism_fails_only_fresh_token() -> None:
-    build, _ = CONFIGS["HS256"]
-    report = check_codec(build(), error_type=InvalidToken, max_examples=5, max_mutations=500)
-    assert report.failed_checks() == {"fresh_token"}, str(report)
-
-
-@pytest.mark.parametrize("name", CONFIGS)
-def test_conformance_of_a_fresh_payload_per_seal(name: str) -> None:
-    """With a payload that differs per seal (as the SDK's envelope does, by its timestamps), the kit passes."""
-
-    class Stamped:
-        def __init__(self, inner: JWSCodec) -> None:
-            self.inner, self.count = inner, 0
-
-        def seal(self, payload: bytes) -> str:
-            self.count += 1
-            return self.inner.seal(self.count.to_bytes(8, "big") + payload)
-
-        def unseal(self, token: str) -> bytes:
-            return self.inner.unseal(token)[8:]
-
-    build, foreign = CONFIGS[name]
-    assert_conformant(
-        Stamped(build()), error_type=InvalidToken, foreign=Stamped(foreign()), max_examples=10, max_mutations=2000
-    )
+# --- wire header -----------------------------------------------------------------------------
 
 
 def test_emitted_headers_are_exactly_the_documented_ones() -> None:
@@ -372,9 +317,9 @@ def test_configuration_kind_jws(tmp_path: Path) -> None:
 # --- in a real MCPServer -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["HS256", "EdDSA"])
+@pytest.mark.parametrize("name", ["jws-hs256", "jws-eddsa"])
 def test_mcp_flows_complete(name: str) -> None:
-    report = run_mcp_flows(CONFIGS[name][0](), confidential=False)
+    report = run_mcp_flows(CODECS[name], confidential=False)
     for token in report.sealed:
         assert token.count(".") == 2
 

@@ -1,0 +1,51 @@
+"""Every codec configuration the suites attack, listed once (Vault and KMS ones: the provider suite).
+
+`FOREIGN[name]` is `CODECS[name]`'s configuration under other keys, whose tokens it must refuse. The
+ring codecs share one secret on purpose: key reuse across formats is the hardest case for format separation.
+"""
+
+from __future__ import annotations
+
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, x25519
+
+from statecodec import AESGCMCodec, BoundCodec, Codec, EnvelopeCodec, JWECodec, JWSCodec, XAESGCMCodec
+from statecodec.envelope import new_wrapped_key
+from tests.envelope_wrappers import LocalWrapper
+
+SECRET = bytes(range(7, 39))
+OTHER = bytes(range(200, 232))
+BINDING_KEY = bytes(range(101, 133))
+
+
+def _bound(inner: Codec) -> BoundCodec:
+    return BoundCodec(inner, audience="svc", binding_key=BINDING_KEY)
+
+
+def _envelope(wrapper: LocalWrapper) -> EnvelopeCodec:
+    return EnvelopeCodec(wrapper, [new_wrapped_key(wrapper)])
+
+
+def _configurations() -> dict[str, tuple[Codec, Codec]]:
+    wrapper, ed_key = LocalWrapper(bytes(range(50, 82))), ed25519.Ed25519PrivateKey.generate()
+    p256, x25519_key = ec.generate_private_key(ec.SECP256R1()), x25519.X25519PrivateKey.generate()
+    return {
+        "aesgcm": (AESGCMCodec([SECRET]), AESGCMCodec([OTHER])),
+        "xaesgcm": (XAESGCMCodec([SECRET]), XAESGCMCodec([OTHER])),
+        "envelope": (_envelope(wrapper), _envelope(wrapper)),
+        "bound-aesgcm": (_bound(AESGCMCodec([SECRET])), _bound(AESGCMCodec([OTHER]))),
+        "bound-jws": (_bound(JWSCodec([SECRET])), _bound(JWSCodec([OTHER]))),
+        "jwe-dir": (JWECodec([SECRET]), JWECodec([OTHER])),
+        "jwe-a256kw": (JWECodec([SECRET], alg="A256KW"), JWECodec([OTHER], alg="A256KW")),
+        "jwe-ecdh-p256": (JWECodec.ecdh([p256]), JWECodec.ephemeral(alg="ECDH-ES+A256KW", curve="P-256")),
+        "jwe-ecdh-x25519": (JWECodec.ecdh([x25519_key]), JWECodec.ephemeral(alg="ECDH-ES+A256KW", curve="X25519")),
+        "jws-hs256": (JWSCodec([SECRET]), JWSCodec([OTHER])),
+        "jws-eddsa": (JWSCodec.eddsa([ed_key]), JWSCodec.ephemeral(alg="EdDSA")),
+        "jws-ed25519": (JWSCodec.eddsa([ed_key], alg="Ed25519"), JWSCodec.ephemeral(alg="Ed25519")),
+    }
+
+
+_PAIRS = _configurations()
+CODECS: dict[str, Codec] = {name: pair[0] for name, pair in _PAIRS.items()}
+FOREIGN: dict[str, Codec] = {name: pair[1] for name, pair in _PAIRS.items()}
+# Sign-only: the token is a function of the payload (and, bound, of the second), which travels readable.
+DETERMINISTIC = frozenset({"bound-jws", "jws-hs256", "jws-eddsa", "jws-ed25519"})
