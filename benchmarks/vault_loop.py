@@ -173,7 +173,7 @@ def loop_delay(server: BaoServer, key: str, duration: float) -> None:
         _row("transit, Vault stopped", asyncio.run(_ticker(transit_failing, duration)), vault_calls)
         client.adapter.session.close()
         vault_calls[0] = 0
-        codec._down_until, codec._streak = 0.0, 0
+        codec._window.answered()  # close the window the stopped server opened
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:
             silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             silent.bind((host, int(port)))
