@@ -12,16 +12,7 @@ from __future__ import annotations
 import binascii
 import sys
 
-from statecodec.errors import InvalidToken, Reason
-
-__all__ = [
-    "DEFAULT_MAX_TOKEN_LENGTH",
-    "b64u_decode",
-    "b64u_encode",
-    "b64u_len",
-    "check_token_text",
-    "split_segments",
-]
+from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 
 DEFAULT_MAX_TOKEN_LENGTH = 128 * 1024
 """Default cap, in characters, on any token a codec will look at.
@@ -30,6 +21,9 @@ Large enough for a 64 KiB payload under every format here (a 64 KiB payload
 encodes to 87,382 characters), small enough that a hostile token costs
 nothing but a length comparison.
 """
+
+MAX_TOKEN_LENGTH_LIMIT = 2**31 - 1
+"""Highest cap any codec accepts: cryptography's AES-GCM raises OverflowError on 2**31 bytes or more."""
 
 _b64encode = binascii.b2a_base64
 _b64decode = binascii.a2b_base64
@@ -118,3 +112,41 @@ def split_segments(text: str, *counts: int) -> list[str]:
     if text.count(".") + 1 not in counts:
         raise InvalidToken(_MALFORMED)
     return text.split(".")
+
+
+def check_cap(max_token_length: object, smallest: int) -> int:
+    """`max_token_length` as a usable cap, in characters, or `ConfigurationError` saying what is valid.
+
+    The one rule for every codec's cap: an int (not a bool), at least the
+    `smallest` token the format can produce, at most `MAX_TOKEN_LENGTH_LIMIT`.
+    Checked at construction, before any provider call.
+    """
+    if isinstance(max_token_length, bool) or not isinstance(max_token_length, int):
+        raise ConfigurationError(
+            f"max_token_length must be an int (characters), for example {DEFAULT_MAX_TOKEN_LENGTH}"
+        )
+    if max_token_length < smallest:
+        raise ConfigurationError(
+            f"max_token_length={max_token_length} is below the smallest token ({smallest} characters)"
+        )
+    if max_token_length > MAX_TOKEN_LENGTH_LIMIT:
+        raise ConfigurationError(
+            f"max_token_length={max_token_length} is above {MAX_TOKEN_LENGTH_LIMIT} characters, more than "
+            f"AES-GCM here can process; the default is {DEFAULT_MAX_TOKEN_LENGTH}"
+        )
+    return max_token_length
+
+
+def check_payload(payload: object, max_payload: int) -> None:
+    """`TypeError` unless `payload` is bytes-like; `SealError` when it is over `max_payload` bytes.
+
+    The one payload rule: `max_payload` is what the codec's cap leaves after
+    its overhead, so `seal` refuses exactly what `unseal` would refuse.
+    """
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise TypeError(f"seal takes bytes, got {type(payload).__name__}")
+    if len(payload) > max_payload:
+        raise SealError(
+            f"payload of {len(payload)} bytes exceeds the {max_payload}-byte maximum for this codec's "
+            "max_token_length; raise the cap or keep less state"
+        )

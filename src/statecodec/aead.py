@@ -21,8 +21,16 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from statecodec._encoding import _TO_URLSAFE, DEFAULT_MAX_TOKEN_LENGTH, _b64encode, b64u_decode, b64u_len
-from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
+from statecodec._encoding import (
+    _TO_URLSAFE,
+    DEFAULT_MAX_TOKEN_LENGTH,
+    _b64encode,
+    b64u_decode,
+    b64u_len,
+    check_cap,
+    check_payload,
+)
+from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.keys import DEFAULT_KEYS_ENV, KEY_ID_LENGTH, KeyRing
 
 __all__ = ["AESGCMCodec", "XAESGCMCodec"]
@@ -30,9 +38,6 @@ __all__ = ["AESGCMCodec", "XAESGCMCodec"]
 _TAG_LENGTH = 16
 _HEADER_LENGTH = 1 + KEY_ID_LENGTH
 _AEAD_KEY_LENGTH = 32
-# cryptography's AES-GCM raises OverflowError on 2**31 bytes or more; a cap below that
-# keeps every token the codec accepts to look at inside what the AEAD can answer.
-_TOKEN_LENGTH_LIMIT = 2**31 - 1
 _R_MALFORMED = Reason.MALFORMED
 _R_OVERSIZED = Reason.OVERSIZED
 _R_FORMAT = Reason.FORMAT
@@ -118,20 +123,8 @@ class _AEADRing:
 
         Separate so a codec whose keys come from a provider can check it before any provider call.
         """
-        if isinstance(max_token_length, bool) or not isinstance(max_token_length, int):
-            raise ConfigurationError("max_token_length must be an int (characters)")
         overhead = 1 + KEY_ID_LENGTH + cls.NONCE_LENGTH + _TAG_LENGTH
-        if max_token_length < b64u_len(overhead):
-            raise ConfigurationError(
-                f"max_token_length={max_token_length} is below the smallest token "
-                f"({b64u_len(overhead)} characters)"
-            )
-        if max_token_length > _TOKEN_LENGTH_LIMIT:
-            raise ConfigurationError(
-                f"max_token_length={max_token_length} is above {_TOKEN_LENGTH_LIMIT} characters, "
-                "more than AES-GCM here can process; the default is "
-                f"{DEFAULT_MAX_TOKEN_LENGTH}"
-            )
+        check_cap(max_token_length, b64u_len(overhead))
         return overhead
 
     def _init_ring(self, entries: Iterable[tuple[bytes, bytes]], max_token_length: int) -> None:
@@ -177,15 +170,6 @@ class _AEADRing:
     def max_token_length(self) -> int:
         return self._max_length
 
-    def _check_payload(self, payload: bytes) -> None:
-        if not isinstance(payload, (bytes, bytearray, memoryview)):
-            raise TypeError(f"seal takes bytes, got {type(payload).__name__}")
-        if len(payload) > self._max_payload:
-            raise SealError(
-                f"payload of {len(payload)} bytes exceeds the {self._max_payload}-byte maximum "
-                f"for max_token_length={self._max_length}"
-            )
-
     def _split(self, token: str) -> tuple[_AEAD, bytes, bytes, bytes]:
         """Bounded, positive parse: (aead, header, nonce, ciphertext) or InvalidToken."""
         if type(token) is not str:
@@ -207,7 +191,7 @@ class _AEADRing:
     def seal(self, payload: bytes) -> str:
         """Encrypt and authenticate `payload` under the primary key; a fresh random nonce each call."""
         if type(payload) is not bytes or len(payload) > self._max_payload:
-            self._check_payload(payload)  # bytearray and memoryview pass; anything else raises
+            check_payload(payload, self._max_payload)  # bytearray and memoryview pass; anything else raises
         header = self._primary_header
         nonce = os.urandom(self.NONCE_LENGTH)
         # b64u_encode, inlined: this is the hot path of every round.
