@@ -14,42 +14,28 @@ from jwcrypto import jwe, jwk
 
 from statecodec import AESGCMCodec, InvalidToken, Reason, XAESGCMCodec, generate_key
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec.inspect import BINARY_FORMATS, TokenInfo, describe_token
+from statecodec.tokeninfo import TokenInfo, describe_token
 
 KEY = generate_key()
 
 
 @pytest.mark.parametrize(("codec_cls", "name", "nonce"), [(AESGCMCodec, "aesgcm", 12), (XAESGCMCodec, "xaesgcm", 24)])
-@pytest.mark.parametrize("size", [0, 1, 300, 5000])
+@pytest.mark.parametrize("size", [0, 300])
 def test_ring_formats(codec_cls: type[AESGCMCodec | XAESGCMCodec], name: str, nonce: int, size: int) -> None:
     codec = codec_cls([KEY])
     payload = os.urandom(size)
     token = codec.seal(payload)
     info = describe_token(token)
-    assert info.format == name
-    assert info.version == codec_cls.VERSION
-    assert info.key_id == codec.primary_key_id
-    assert info.token_length == len(token)
-    assert info.decoded_length == len(b64u_decode(token))
-    assert info.nonce_length == nonce
-    assert info.tag_length == 16
-    assert info.payload_length == size
-    assert info.encrypted
-    if size >= 8:  # a short hex string can occur in the key id by chance
-        assert payload.hex() not in repr(info)
+    assert (info.format, info.version, info.key_id) == (name, codec_cls.VERSION, codec.primary_key_id)
+    assert (info.token_length, info.decoded_length) == (len(token), len(b64u_decode(token)))
+    assert (info.nonce_length, info.tag_length, info.payload_length, info.encrypted) == (nonce, 16, size, True)
 
 
-def test_envelope_layout() -> None:
-    kid = bytes.fromhex("a1b2c3d4")
-    token = b64u_encode(bytes([0x03]) + kid + os.urandom(12 + 40 + 16))
+@pytest.mark.parametrize(("version", "name"), [(0x03, "envelope"), (0x05, "vault-transit")])
+def test_provider_layouts(version: int, name: str) -> None:
+    token = b64u_encode(bytes([version]) + (3).to_bytes(4, "big") + os.urandom(12 + 7 + 16))
     info = describe_token(token)
-    assert (info.format, info.key_id, info.payload_length) == ("envelope", "a1b2c3d4", 40)
-
-
-def test_vault_transit_layout() -> None:
-    token = b64u_encode(bytes([0x05]) + (3).to_bytes(4, "big") + os.urandom(12 + 7 + 16))
-    info = describe_token(token)
-    assert (info.format, info.key_id, info.payload_length) == ("vault-transit", "00000003", 7)
+    assert (info.format, info.key_id, info.payload_length) == (name, "00000003", 7)
 
 
 def test_jwe_header_is_described() -> None:
@@ -80,6 +66,8 @@ def test_jws_header_is_described() -> None:
     ("token", "reason"),
     [
         ("", Reason.MALFORMED),
+        (None, Reason.MALFORMED),
+        (b"AAAA", Reason.MALFORMED),
         ("A", Reason.MALFORMED),
         ("AA", Reason.FORMAT),  # one zero byte: version 0 is no format
         (b64u_encode(bytes([0x01]) + bytes(20)), Reason.MALFORMED),  # shorter than a header + nonce + tag
@@ -87,29 +75,22 @@ def test_jws_header_is_described() -> None:
         ("A" * 200_000, Reason.OVERSIZED),
         ("a.b", Reason.MALFORMED),
         ("a.b.c.d", Reason.MALFORMED),
-        (b64u_encode(b"[]") + ".e30.AA", Reason.HEADER),
+        (b64u_encode(b"[]") + ".e30.AA", Reason.MALFORMED),
         (b64u_encode(b'{"alg": 1}') + ".e30.AA", Reason.HEADER),
         (b64u_encode(b'{"alg": "x", "kid": "\\u0000"}') + ".e30.AA", Reason.HEADER),
         (b64u_encode(b'{"alg": "x", "enc": "A256GCM"}') + ".e30.AA", Reason.HEADER),
+        (b64u_encode(b'{"alg": "x", "alg": "y"}') + ".e30.AA", Reason.HEADER),
         (b64u_encode(b'{"alg": "dir"}') + "....", Reason.HEADER),
         (b64u_encode(b"{" * 600) + ".e30.AA", Reason.MALFORMED),
         ("A" * 2000 + ".e30.AA", Reason.OVERSIZED),
         (b64u_encode(b"\xff\xfe") + ".e30.AA", Reason.MALFORMED),
     ],
 )
-def test_junk_is_refused_with_a_reason(token: str, reason: Reason) -> None:
+def test_junk_is_refused_with_a_reason(token: object, reason: Reason) -> None:
     with pytest.raises(InvalidToken) as info:
         describe_token(token)
     assert info.value.reason is reason
-    if len(token) > 8:
-        assert token not in str(info.value)
-
-
-@pytest.mark.parametrize("value", [None, b"AAAA", 5, ["AAAA"], bytearray(b"x")])
-def test_non_str_is_malformed(value: object) -> None:
-    with pytest.raises(InvalidToken) as info:
-        describe_token(value)
-    assert info.value.reason is Reason.MALFORMED
+    assert str(info.value) == reason.value
 
 
 @settings(max_examples=300, deadline=None)
@@ -124,18 +105,16 @@ def test_any_text_is_described_or_refused(text: str) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.binary(min_size=1, max_size=200), st.sampled_from(sorted(BINARY_FORMATS)))
+@given(st.binary(min_size=1, max_size=100), st.sampled_from([0x01, 0x02, 0x03, 0x05]))
 def test_any_bytes_under_a_known_version(body: bytes, version: int) -> None:
     token = b64u_encode(bytes([version]) + body)
-    layout = BINARY_FORMATS[version]
-    if len(body) < 4 + layout.nonce_length + layout.tag_length:
-        with pytest.raises(InvalidToken, match=r"^malformed$"):
-            describe_token(token)
-        return
-    info = describe_token(token)
-    assert info.version == version
-    assert info.key_id == body[:4].hex()
-    assert info.decoded_length == len(body) + 1
+    try:
+        info = describe_token(token)
+    except InvalidToken as exc:
+        assert exc.reason is Reason.MALFORMED
+        assert len(body) < 4 + 12 + 16 + (12 if version == 0x02 else 0)
+    else:
+        assert (info.version, info.key_id, info.decoded_length) == (version, body[:4].hex(), len(body) + 1)
 
 
 def test_custom_cap() -> None:
