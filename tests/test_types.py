@@ -15,8 +15,8 @@ SRC = Path(statecodec.__file__).resolve().parent
 
 
 def test_public_name_is_the_single_definition() -> None:
-    import statecodec.cli.bench
     import statecodec.binding
+    import statecodec.cli.bench
     import statecodec.config
     import statecodec.testing
 

@@ -58,9 +58,9 @@ __all__ = [
 
 if TYPE_CHECKING:
     from statecodec.config import codec_from_env, codec_from_file
-    from statecodec.tokeninfo import TokenInfo, describe_token
     from statecodec.jose import JWECodec, JWSCodec
     from statecodec.providers.vault import VaultTransitCodec
+    from statecodec.tokeninfo import TokenInfo, describe_token
 
 _ON_FIRST_USE: dict[str, str] = {
     "JWECodec": "statecodec.jose",
