@@ -14,6 +14,8 @@ from jwcrypto import jwe, jwk
 
 from statecodec import AESGCMCodec, InvalidToken, Reason, XAESGCMCodec, generate_key
 from statecodec._encoding import b64u_decode, b64u_encode
+from statecodec.envelope import EnvelopeCodec
+from statecodec.providers.vault import VaultTransitCodec
 from statecodec.tokeninfo import TokenInfo, describe_token
 
 KEY = generate_key()
@@ -31,8 +33,9 @@ def test_ring_formats(codec_cls: type[AESGCMCodec | XAESGCMCodec], name: str, no
     assert (info.nonce_length, info.tag_length, info.payload_length, info.encrypted) == (nonce, 16, size, True)
 
 
-@pytest.mark.parametrize(("version", "name"), [(0x03, "envelope"), (0x05, "vault-transit")])
-def test_provider_layouts(version: int, name: str) -> None:
+@pytest.mark.parametrize(("codec", "name"), [(EnvelopeCodec, "envelope"), (VaultTransitCodec, "vault-transit")])
+def test_provider_layouts(codec: type[EnvelopeCodec | VaultTransitCodec], name: str) -> None:
+    version = codec.VERSION
     token = b64u_encode(bytes([version]) + (3).to_bytes(4, "big") + os.urandom(12 + 7 + 16))
     info = describe_token(token)
     assert (info.format, info.key_id, info.payload_length) == (name, "00000003", 7)

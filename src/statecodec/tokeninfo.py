@@ -10,6 +10,8 @@ claims to be, not that it is genuine (verify with the codec for that).
 
 The binary layouts are read from the codecs' own ``VERSION`` and
 ``NONCE_LENGTH``; a JOSE header is read by the JOSE codecs' own parser.
+`VaultTransitCodec` cannot be imported without hvac, so its version byte is
+written here and a test holds it equal to ``VaultTransitCodec.VERSION``.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from statecodec.envelope import EnvelopeCodec
 from statecodec.errors import InvalidToken, Reason
 from statecodec.jose._header import parse_header
 from statecodec.keys import KEY_ID_LENGTH
-from statecodec.providers.vault import VaultTransitCodec
 
 _TAG_LENGTH = 16
+_VAULT_TRANSIT_VERSION = 0x05  # == VaultTransitCodec.VERSION (tests/test_tokeninfo.py)
 _MAX_MEMBER_TEXT = 128  # alg, enc and kid are printed: short, printable text only
 # version byte -> (format, nonce length, description): every statecodec binary layout,
 # version (1) | key id (4) | nonce | ciphertext | tag (16)
@@ -33,7 +35,7 @@ _BINARY = {
     AESGCMCodec.VERSION: ("aesgcm", AESGCMCodec.NONCE_LENGTH, "AES-256-GCM over a key ring"),
     XAESGCMCodec.VERSION: ("xaesgcm", XAESGCMCodec.NONCE_LENGTH, "XAES-256-GCM over a key ring"),
     EnvelopeCodec.VERSION: ("envelope", AESGCMCodec.NONCE_LENGTH, "AES-256-GCM under a KMS-wrapped data key"),
-    VaultTransitCodec.VERSION: ("vault-transit", 12, "Vault transit ciphertext; key id = key version"),
+    _VAULT_TRANSIT_VERSION: ("vault-transit", 12, "Vault transit ciphertext; key id = key version"),
 }
 
 
