@@ -18,7 +18,6 @@ import base64
 import hashlib
 import hmac
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,13 +31,12 @@ from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.keywrap import aes_key_wrap
 
-from statecodec import ConfigurationError, InvalidToken
+from statecodec import InvalidToken
 from statecodec.cli.main import main
-from statecodec.cli.vectors import codec_for, verify_vectors
+from statecodec.cli.vectors import codec_for
 
 VECTORS = Path(__file__).parent / "vectors"
 FILES = sorted(p for p in VECTORS.glob("*.json") if p.name != "vault_transit.json")
-ROOT = Path(__file__).parent.parent
 
 
 def load(name: str) -> dict[str, Any]:
@@ -228,21 +226,6 @@ def test_jws_token_re_derives(data: dict[str, Any], v: dict[str, Any]) -> None:
     assert f"{signing_input.decode()}.{b64u(signature)}" == v["token"]
 
 
-# -- the pages that quote them ----------------------------------------------------------------------
-
-
-def test_documented_ring_examples_are_frozen_vectors() -> None:
-    """The worked examples in docs/formats.md are entries of these files, so the page cannot drift."""
-    page = (ROOT / "docs" / "formats.md").read_text(encoding="utf-8")
-    text = page.split("## AES-256-GCM (", 1)[1].split("## Vector files", 1)[0]
-    documented = re.findall(r"^token\s+(\S+)$", text, flags=re.MULTILINE)
-    examples = [next(v for v in load(n)["valid"] if v["name"] == "ascii payload") for n in ("aesgcm", "xaesgcm")]
-    assert documented == [v["token"] for v in examples]
-    for v in examples:
-        assert v["aead_key"] in text
-        assert v["nonce"] in text
-
-
 # -- statecodec vectors verify ------------------------------------------------------------------------
 
 
@@ -313,7 +296,6 @@ def test_each_kind_of_failure_is_named(capsys: pytest.CaptureFixture[str], tmp_p
         (None, "cannot read it"),
         ("{", "not UTF-8 JSON"),
         ("[]", 'a JSON object with "schema": "statecodec-vectors/1"'),
-        ('{"schema": "statecodec-vectors/1", "codec": "rot13"}', '"codec" must be one of aesgcm, binding'),
         ('{"schema": "statecodec-vectors/1", "codec": "jws", "valid": {}}', '"valid" and "invalid" must be'),
     ],
 )
@@ -327,19 +309,3 @@ def test_a_file_not_in_the_schema_exits_2(
     assert (code, out.endswith(": all hold\n")) == (2, True)
     assert err.startswith(f"statecodec: {path}: ")
     assert message in err
-
-
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
-def test_hostile_members_give_a_message_or_a_failure_never_a_crash(path: Path) -> None:
-    data = json.loads(path.read_text(encoding="utf-8"))
-    targets: list[tuple[str | None, str]] = [(None, k) for k in data]
-    targets += [(a, k) for a in ("valid", "refusals" if data["codec"] == "binding" else "invalid") for k in data[a][0]]
-    for array, member in targets:
-        for odd in [None, -1, 2**70, 1.5, True, "", "zz", "same", [], ["AAAA"], {}, {"kty": 5}]:
-            mutated = json.loads(json.dumps(data))
-            (mutated if array is None else mutated[array][0])[member] = odd
-            try:
-                report = verify_vectors(mutated)
-            except ConfigurationError:
-                continue
-            assert report.valid + report.invalid > 0, (array, member, odd)

@@ -19,6 +19,7 @@ from typing import Any
 
 from statecodec.config import build_codec, codec_from_env, codec_from_file
 from statecodec.envelope import format_wrapped_keys, new_wrapped_key
+from statecodec.errors import ConfigurationError
 
 # --provider: (codec kind, provider module, {flag: setting})
 _PROVIDERS = {
@@ -102,8 +103,7 @@ def _check(args: argparse.Namespace) -> int:
     else:
         codec = codec_from_file(args.config) if args.config else codec_from_env()
     if not hasattr(codec, "context"):
-        print(f"statecodec kms check: the configured codec is {type(codec).__name__}, not a KMS codec")
-        return 2
+        raise ConfigurationError(f"the configured codec is {type(codec).__name__}, not a KMS or Vault codec")
     ids = list(codec.key_ids)
     wrapper = getattr(codec, "wrapper", None)
     print(f"provider: {(wrapper or codec).describe()}" + ("" if wrapper else " (one call per seal and per unseal)"))
