@@ -21,38 +21,16 @@ from statecodec.config import build_codec, codec_from_env, codec_from_file
 from statecodec.envelope import format_wrapped_keys, new_wrapped_key
 from statecodec.errors import ConfigurationError
 
-# --provider: (codec kind, provider module, {flag: setting})
+_AWS = {"--key-id": "AWS_KMS_KEY_ID", "--region": "AWS_REGION", "--endpoint-url": "AWS_KMS_ENDPOINT"}
+_GCP = {"--key": "GCP_KMS_KEY", "--emulator-host": "GCP_KMS_EMULATOR_HOST"}
+_VAULT = {f"--vault-{name.lower()}": f"VAULT_{name}" for name in ("ADDR", "KEY", "MOUNT", "NAMESPACE")}
+# --provider: (STATECODEC_CODEC, provider module, {flag: setting without its STATECODEC_ prefix})
 _PROVIDERS = {
-    "aws": (
-        "aws-kms",
-        "aws_kms",
-        {
-            "--key-id": "STATECODEC_AWS_KMS_KEY_ID",
-            "--region": "STATECODEC_AWS_REGION",
-            "--endpoint-url": "STATECODEC_AWS_KMS_ENDPOINT",
-        },
-    ),
-    "gcp": (
-        "gcp-kms",
-        "gcp_kms",
-        {"--key": "STATECODEC_GCP_KMS_KEY", "--emulator-host": "STATECODEC_GCP_KMS_EMULATOR_HOST"},
-    ),
-    "vault": (
-        "vault-envelope",
-        "vault",
-        {
-            "--vault-addr": "STATECODEC_VAULT_ADDR",
-            "--vault-key": "STATECODEC_VAULT_KEY",
-            "--vault-mount": "STATECODEC_VAULT_MOUNT",
-            "--vault-namespace": "STATECODEC_VAULT_NAMESPACE",
-        },
-    ),
+    "aws": ("aws-kms", "aws_kms", _AWS),
+    "gcp": ("gcp-kms", "gcp_kms", _GCP),
+    "vault": ("vault-envelope", "vault", _VAULT),
 }
-_COMMON = {
-    "--context": "STATECODEC_KMS_CONTEXT",
-    "--audience": "STATECODEC_KMS_AUDIENCE",
-    "--wrapped-keys": "STATECODEC_WRAPPED_KEYS",
-}
+_COMMON = {"--context": "KMS_CONTEXT", "--audience": "KMS_AUDIENCE", "--wrapped-keys": "WRAPPED_KEYS"}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -70,7 +48,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             group = parser.add_argument_group(f"--provider {provider}" if provider else "settings")
             for flag, name in options.items():
                 if parser is check or flag != "--wrapped-keys":
-                    group.add_argument(flag, metavar="VALUE", help=f"sets {name}")
+                    group.add_argument(flag, metavar="VALUE", help=f"sets STATECODEC_{name}")
 
 
 def _settings(args: argparse.Namespace) -> dict[str, str]:
@@ -80,7 +58,7 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
     for flag, name in {**_COMMON, **flags}.items():
         value = getattr(args, flag[2:].replace("-", "_"), None)
         if value is not None:
-            settings[name] = value
+            settings[f"STATECODEC_{name}"] = value
     if getattr(args, "wrapped_keys", None) is not None:
         settings.pop("STATECODEC_WRAPPED_KEYS_FILE", None)  # one source of wrapped keys: the flag
     return settings
