@@ -212,20 +212,3 @@ def test_demo_without_the_sdk_names_the_extra(cli: Run, monkeypatch: pytest.Monk
     code, _, err = cli("demo")
     assert code == 2
     assert "pip install 'statecodec[mcp]'" in err
-
-
-def test_kms_check_with_flags_reads_the_wrapped_keys_file_its_error_names(
-    cli: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    argv = ["kms", "check", "--provider", "aws", "--key-id", "arn:aws:kms:eu-west-1:111122223333:key/x"]
-    code, _, err = cli(*argv)
-    assert code == 2
-    assert "STATECODEC_WRAPPED_KEYS_FILE to a file" in err
-    wrapped = tmp_path / "wrapped.txt"
-    wrapped.write_text("not base64url!\n")
-    monkeypatch.setenv("STATECODEC_WRAPPED_KEYS_FILE", str(wrapped))
-    # The file is read (and refused for its content) before any KMS call is made.
-    code, _, err = cli(*argv)
-    assert code == 2
-    assert f"STATECODEC_WRAPPED_KEYS_FILE {wrapped}" in err
-    assert "not unpadded base64url" in err

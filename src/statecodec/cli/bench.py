@@ -272,25 +272,30 @@ def paired(a: list[float], b: list[float]) -> float:
     return statistics.median(x / y for x, y in zip(a, b, strict=True))
 
 
+def _build(name: str, build: Callable[[], Any], skipped: dict[str, str]) -> Any:
+    """What `build` returns, or None when a package it needs is missing (and why, in `skipped`)."""
+    try:
+        return build()
+    except ImportError as exc:
+        skipped[name] = f"{(exc.name or 'a package').split('.')[0]} is not installed ({_INSTALL})"
+        return None
+
+
 def run(cases: Mapping[str, Callable[[], Pair]], payloads: list[str], *, mcp: bool, rounds: int) -> dict[str, Any]:
     """Build, check and time `cases` (the floor first) on `payloads`, and the MCP round when `mcp`."""
-    builds: dict[str, Callable[[], Any]] = {**cases, "MCP round": _mcp_round} if mcp else dict(cases)
-    skipped, ops = {}, {}
-    for name, build in builds.items():
-        try:
-            built = build()
-        except ImportError as exc:
-            skipped[name] = f"{(exc.name or 'a package').split('.')[0]} is not installed ({_INSTALL})"
-            continue
-        if name == "MCP round":
-            ops.update({f"round/{key}": op for key, op in built.items()})
-        for payload in payloads if name != "MCP round" else ():
-            seal, unseal = built
+    skipped: dict[str, str] = {}
+    ops: dict[str, Op] = {}
+    for name, build in cases.items():
+        pair = _build(name, build, skipped)
+        for payload in payloads if pair else ():
+            seal, unseal = pair
             data = PAYLOADS[payload]
             if unseal(seal(data)) != data:
                 raise RuntimeError(f"{name}: unseal(seal(payload)) is not the payload")
             ops[f"{name}/{payload}/seal"] = functools.partial(seal, data)
             ops[f"{name}/{payload}/unseal"] = functools.partial(unseal, seal(data))
+    mcp_round = _build("MCP round", _mcp_round, skipped) if mcp else None
+    ops.update({f"round/{key}": op for key, op in (mcp_round or {}).items()})
     samples = interleave(ops, rounds)
     results = [
         {
