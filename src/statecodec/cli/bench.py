@@ -1,8 +1,8 @@
 """`statecodec bench`: what each codec costs, as ratios to the floor and to its peers, from one interleaved run.
 
 The floor is what every AES-GCM token codec must do (a random 96-bit nonce,
-cryptography's AESGCM, base64url) and nothing more. Each operation is timed in
-batches of about half a millisecond, the collector off as in `timeit`; each
+cryptography's AESGCM, base64url) and nothing more. Each operation is timed by
+`timeit` in batches of about half a millisecond, the collector off; each
 round runs one batch of every operation in a fresh random order, and a ratio
 is the median over rounds of this round's case over this round's floor, so a
 slow round slows both sides and cancels (pyperf times one benchmark at a time
@@ -24,7 +24,7 @@ import platform
 import random
 import statistics
 import sys
-import time
+import timeit
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -34,7 +34,7 @@ from statecodec.binding import mcp_request_context
 from statecodec.errors import ConfigurationError
 
 _INSTALL = "pip install 'statecodec[bench]'"
-_BATCH_NS = 500_000
+_BATCH_S = 0.0005
 Pair = tuple[Callable[[bytes], str], Callable[[str], bytes]]
 Op = Callable[[], object]
 
@@ -233,27 +233,20 @@ def _mcp_round() -> dict[str, Op]:
 
 
 def _batch(op: Op, n: int) -> float:
-    """Nanoseconds per call over `n` calls, after one untimed call (warm, not its first call's misses)."""
+    """Seconds per call over `n` calls (`timeit` turns the collector off), after one untimed call to warm it."""
     op()
-    gc.disable()
-    try:
-        start = time.perf_counter_ns()
-        for _ in range(n):
-            op()
-        return (time.perf_counter_ns() - start) / n
-    finally:
-        gc.enable()
+    return timeit.Timer(op).timeit(n) / n
 
 
 def _calls_per_batch(op: Op) -> int:
     n = 1
-    while (per_call := _batch(op, n)) * n < _BATCH_NS / 2 and n < 1 << 24:
+    while (per_call := _batch(op, n)) * n < _BATCH_S / 2 and n < 1 << 24:
         n *= 2
-    return max(1, round(_BATCH_NS / per_call))
+    return max(1, round(_BATCH_S / per_call))
 
 
 def interleave(ops: Mapping[str, Op], rounds: int) -> dict[str, list[float]]:
-    """Nanoseconds per call of every operation, one sample per round, in a fresh order each round."""
+    """Seconds per call of every operation, one sample per round, in a fresh order each round."""
     counts = {key: _calls_per_batch(op) for key, op in ops.items()}
     samples: dict[str, list[float]] = {key: [] for key in ops}
     order = list(ops)
