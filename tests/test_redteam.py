@@ -25,8 +25,8 @@ from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, JWECodec, 
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.binding import BoundCodec
 from statecodec.envelope import EnvelopeCodec, new_wrapped_key
-from statecodec.inspect import describe_token
 from statecodec.testing import assert_conformant
+from statecodec.tokeninfo import describe_token
 from tests.codecs import BINDING_KEY, CODECS, DETERMINISTIC, FOREIGN, SECRET
 from tests.envelope_wrappers import LocalWrapper
 from tests.secrecy import chain_texts

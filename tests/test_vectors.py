@@ -5,10 +5,11 @@ reason code) strands every token in flight and breaks every port. The files
 in ``tests/vectors/`` are frozen and never regenerated; they are read here
 the way cryptography reads its vectors, one test case per entry
 (`json_parametrize`), each entry's codec built by
-`statecodec.vectors.codec_for` from the keys the entry holds. Wherever a
+`statecodec.cli.vectors.codec_for` from the keys the entry holds. Wherever a
 format is deterministic given the recorded nonce, IV or content key, the
 token is rebuilt from ``docs/formats.md`` with cryptography's primitives
-alone, as a port would, and must equal the frozen token.
+alone, as a port would, and must equal the frozen token. `statecodec vectors
+verify` reads the same files, names any drift, and never repeats a token.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import base64
 import hashlib
 import hmac
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,10 +32,11 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.keywrap import aes_key_wrap
 
 from statecodec import InvalidToken
-from statecodec.vectors import codec_for
+from statecodec.cli.main import main
+from statecodec.cli.vectors import codec_for
 
 VECTORS = Path(__file__).parent / "vectors"
-ROOT = Path(__file__).parent.parent
+FILES = sorted(p for p in VECTORS.glob("*.json") if p.name != "vault_transit.json")
 
 
 def load(name: str) -> dict[str, Any]:
@@ -225,37 +226,78 @@ def test_jws_token_re_derives(data: dict[str, Any], v: dict[str, Any]) -> None:
     assert f"{signing_input.decode()}.{b64u(signature)}" == v["token"]
 
 
-# -- what the files cover, and the pages that quote them -----------------------------------------------
-
-COVERED = {
-    "aesgcm": {"malformed", "oversized", "format", "unknown_key", "seal"},
-    "xaesgcm": {"malformed", "oversized", "format", "unknown_key", "seal"},
-    "envelope": {"malformed", "format", "unknown_key", "seal"},
-    "jwe": {"malformed", "unknown_key", "seal", "alg", "header"},
-    "jws": {"header"},
-    "binding": {None, "expired", "not_yet_valid", "principal", "binding", "audience", "purpose"},
-}
+# -- statecodec vectors verify ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(COVERED))
-def test_file_covers_what_formats_md_says(name: str) -> None:
-    data = load(name)
-    assert data["schema"] == "statecodec-vectors/1"
-    assert {v["reason"] for v in data["refusals" if name == "binding" else "invalid"]} == COVERED[name]
-    payloads = [v["state"].encode() if name == "binding" else bytes.fromhex(v["payload"]) for v in data["valid"]]
-    assert b"" in payloads
-    assert any(max(p, default=0) >= 0x80 for p in payloads) is (name != "jwe")
-    names = [v["name"] for v in data["valid"]]
-    assert len(set(names)) == len(names)
+def verify(capsys: pytest.CaptureFixture[str], tmp_path: Path, *files: object) -> tuple[int, str, str]:
+    """The command over `files`, each a path or a document written to a file first."""
+    paths = []
+    for i, f in enumerate(files):
+        if not isinstance(f, Path):
+            f, text = tmp_path / f"{i}.json", json.dumps(f)
+            f.write_text(text, encoding="utf-8")
+        paths.append(str(f))
+    code = main(["vectors", "verify", *paths])
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
-def test_documented_ring_examples_are_frozen_vectors() -> None:
-    """The worked examples in docs/formats.md are entries of these files, so the page cannot drift."""
-    page = (ROOT / "docs" / "formats.md").read_text(encoding="utf-8")
-    text = page.split("## AES-256-GCM (", 1)[1].split("## Vector files", 1)[0]
-    documented = re.findall(r"^token\s+(\S+)$", text, flags=re.MULTILINE)
-    examples = [next(v for v in load(n)["valid"] if v["name"] == "ascii payload") for n in ("aesgcm", "xaesgcm")]
-    assert documented == [v["token"] for v in examples]
-    for v in examples:
-        assert v["aead_key"] in text
-        assert v["nonce"] in text
+def test_every_frozen_file_holds(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, err = verify(capsys, tmp_path, *FILES)
+    assert (code, err, len(out.splitlines())) == (0, "", len(FILES))
+    assert all(line.endswith(": all hold") for line in out.splitlines())
+    code, out, err = verify(capsys, tmp_path, VECTORS / "vault_transit.json")
+    assert (code, out) == (2, "")
+    assert "tokens open only inside Vault: restore the file's key backups (transit/restore)" in err
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_drift_is_named_without_its_token(path: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    valid, key = data["valid"][-1], "refusals" if data["codec"] == "binding" else "invalid"
+    pos = len(valid["token"]) - 5  # inside the last segment, so the text stays canonical base64url
+    valid["token"] = valid["token"][:pos] + ("B" if valid["token"][pos] == "A" else "A") + valid["token"][pos + 1 :]
+    i, refused = next((i, v) for i, v in enumerate(data[key]) if v["reason"] is not None)
+    pinned, refused["reason"] = refused["reason"], "purpose" if refused["reason"] != "purpose" else "seal"
+    code, out, err = verify(capsys, tmp_path, data)
+    assert (code, err) == (1, "")
+    assert out.splitlines()[1:] == [
+        f"  - valid[{len(data['valid']) - 1}] {valid['name']!r}: refused with seal, expected it to open",
+        f"  - {key}[{i}] {refused.get('name', refused.get('vector'))!r}: refused with {pinned}, "
+        f"expected {refused['reason']}",
+    ]
+    assert valid["token"] not in out
+
+
+def test_each_kind_of_failure_is_named(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    data = load("aesgcm")
+    data["invalid"][0]["token"] = data["valid"][1]["token"]
+    data["valid"][1]["payload"] += "00"
+    del data["valid"][0]["keys"]
+    data["invalid"][1] = []
+    jws = load("jws")  # opens under the ring but was not signed by ring[sealed_with]
+    jws["valid"] = [v for v in jws["valid"] if v["name"] == "HS256 over a ring"]
+    jws["valid"][0]["ring"], jws["valid"][0]["sealed_with"] = [*jws["valid"][0]["ring"], b64u(bytes(range(64, 96)))], 1
+    code, out, _ = verify(capsys, tmp_path, data, jws, {**data, "valid": [], "invalid": []})
+    assert code == 1
+    assert [line for line in out.splitlines() if not line.startswith("  - ")][2].endswith(": no vectors")
+    assert [line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("  - ")] == [
+        "missing member 'keys'",
+        "opened to another payload",
+        "was accepted",
+        "not a JSON object",
+        "signing payload again gives another token",
+    ]
+
+
+def test_a_file_not_in_the_schema_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "bad.json").write_text("{", encoding="utf-8")
+    wrong = {"schema": "statecodec-vectors/1", "codec": "jws", "valid": {}}
+    code, out, err = verify(capsys, tmp_path, FILES[0], tmp_path / "none.json", tmp_path / "bad.json", [], wrong)
+    assert (code, out.endswith(": all hold\n")) == (2, True)
+    assert [line.split(": ", 2)[2] for line in err.splitlines()] == [
+        "cannot read it: No such file or directory",
+        "not UTF-8 JSON",
+        'a vectors file is a JSON object with "schema": "statecodec-vectors/1"',
+        '"valid" and "invalid" must be JSON arrays',
+    ]

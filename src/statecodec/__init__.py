@@ -58,18 +58,18 @@ __all__ = [
 
 if TYPE_CHECKING:
     from statecodec.config import codec_from_env, codec_from_file
-    from statecodec.inspect import TokenInfo, describe_token
     from statecodec.jose import JWECodec, JWSCodec
     from statecodec.providers.vault import VaultTransitCodec
+    from statecodec.tokeninfo import TokenInfo, describe_token
 
 _ON_FIRST_USE: dict[str, str] = {
     "JWECodec": "statecodec.jose",
     "JWSCodec": "statecodec.jose",
-    "TokenInfo": "statecodec.inspect",
+    "TokenInfo": "statecodec.tokeninfo",
     "VaultTransitCodec": "statecodec.providers.vault",
     "codec_from_env": "statecodec.config",
     "codec_from_file": "statecodec.config",
-    "describe_token": "statecodec.inspect",
+    "describe_token": "statecodec.tokeninfo",
 }
 """Exported names whose modules load when first asked for, so `import statecodec` stays lean."""
 

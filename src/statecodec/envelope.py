@@ -210,6 +210,8 @@ class EnvelopeCodec:
     Usage bound per data key: as `AESGCMCodec`, 2^32 tokens.
     """
 
+    VERSION = _EnvelopeAESGCM.VERSION
+
     def __init__(
         self,
         wrapper: KeyWrapper,

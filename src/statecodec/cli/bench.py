@@ -1,97 +1,416 @@
-"""`statecodec bench`: what each codec costs, as ratios to the floor, measured side by side in one run.
+"""`statecodec bench`: what each codec costs, as ratios to the floor and to its peers, from one interleaved run.
 
-Prints, per payload, each case's seal and unseal cost over the floor's (bare
-AES-GCM and base64url in Python) and its token overhead, then what
-BoundCodec adds per MCP round against what the SDK's RequestStateBoundary
-adds. A peer whose package is missing is listed as skipped. Needs
-``pip install 'statecodec[bench]'`` for the peers, the SDK and the plot.
+The floor is what every AES-GCM token codec must do (a random 96-bit nonce,
+cryptography's AESGCM, base64url) and nothing more. Each operation is timed by
+`timeit` in batches of about half a millisecond, the collector off; each
+round runs one batch of every operation in a fresh random order, and a ratio
+is the median over rounds of this round's case over this round's floor, so a
+slow round slows both sides and cancels (pyperf times one benchmark at a time
+in worker processes: it cannot pair two cases in one round). Peers, the SDK
+and the plot need ``pip install 'statecodec[bench]'``; a missing one is skipped.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import functools
+import gc
+import hashlib
+import importlib.metadata
 import json
+import os
+import platform
+import random
+import statistics
 import sys
+import timeit
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
+from typing import Any, cast
 
-__all__ = ["register"]
+from statecodec import AESGCMCodec, BoundCodec, Codec, JWECodec, JWSCodec, XAESGCMCodec, codec_from_env
+from statecodec.binding import mcp_request_context
+from statecodec.errors import ConfigurationError
 
-QUICK, FULL = 15, 101  # rounds
-BATCH_MS = 0.5
+_INSTALL = "pip install 'statecodec[bench]'"
+_BATCH_S = 0.0005
+Pair = tuple[Callable[[bytes], str], Callable[[str], bytes]]
+Op = Callable[[], object]
 
 
-def _rounds(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text}")
-    return int(text)
+def _payload(size: int) -> bytes:
+    # ASCII JSON, as a server's requestState is text; seeded, so every run seals the same bytes.
+    fill = base64.urlsafe_b64encode(random.Random(size).randbytes(size)).decode()
+    head = '{"flow":"provision","step":2,"cursor":"'
+    return (head + fill[: size - len(head) - 2] + '"}').encode("ascii")
+
+
+PAYLOADS = {"state": _payload(300), "4k": _payload(4096), "64k": _payload(65536)}
+
+
+def _b64u(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64u(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _floor() -> Pair:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    aead = AESGCM(os.urandom(32))
+
+    def seal(payload: bytes) -> str:
+        nonce = os.urandom(12)
+        return _b64u(nonce + aead.encrypt(nonce, payload, None))
+
+    def unseal(token: str) -> bytes:
+        raw = _unb64u(token)
+        return aead.decrypt(raw[:12], raw[12:], None)
+
+    return seal, unseal
+
+
+def _ours(codec_class: Callable[[list[bytes]], Codec]) -> Callable[[], Pair]:
+    def build() -> Pair:
+        codec = codec_class([os.urandom(32)])
+        return codec.seal, codec.unseal
+
+    return build
+
+
+def _sdk() -> Pair:
+    from mcp.server.request_state import AESGCMRequestStateCodec
+
+    return _ours(AESGCMRequestStateCodec)()
+
+
+def _fernet() -> Pair:
+    from cryptography.fernet import Fernet
+
+    fernet = Fernet(Fernet.generate_key())
+    return (lambda p: fernet.encrypt(p).decode("ascii")), fernet.decrypt
+
+
+def _itsdangerous() -> Pair:  # signs only: the payload stays readable
+    from itsdangerous import Signer
+
+    signer = Signer(os.urandom(32), salt="statecodec-bench", digest_method=hashlib.sha256)
+    return (lambda p: signer.sign(_b64u(p)).decode("ascii")), (lambda t: _unb64u(signer.unsign(t).decode()))
+
+
+def _pyjwt() -> Pair:  # signs only
+    import jwt
+
+    key = os.urandom(32)
+    return (lambda p: jwt.api_jws.encode(p, key, algorithm="HS256")), (
+        lambda t: jwt.api_jws.decode(t, key, algorithms=["HS256"])
+    )
+
+
+def _jwcrypto() -> Pair:
+    from jwcrypto import jwe, jwk
+
+    key = jwk.JWK.generate(kty="oct", size=256)
+
+    def seal(payload: bytes) -> str:
+        token = jwe.JWE(payload, protected='{"alg":"dir","enc":"A256GCM"}')
+        token.add_recipient(key)
+        return cast(str, token.serialize(compact=True))
+
+    def unseal(text: str) -> bytes:
+        token = jwe.JWE()
+        token.deserialize(text, key=key)
+        return cast(bytes, token.payload)
+
+    return seal, unseal
+
+
+def _joserfc() -> Pair:
+    from joserfc import jwe
+    from joserfc.jwk import OctKey
+
+    key = OctKey.import_key(os.urandom(32))
+    registry = jwe.JWERegistry(algorithms=["dir", "A256GCM"])
+    registry.max_ciphertext_length = 128 * 1024  # its default 64 KiB cap would refuse the 64k payload
+    header = {"alg": "dir", "enc": "A256GCM"}
+    return (lambda p: jwe.encrypt_compact(header, p, key, registry=registry)), (
+        lambda t: cast(bytes, jwe.decrypt_compact(t, key, registry=registry).plaintext)
+    )
+
+
+def _pyseto() -> Pair:
+    import pyseto
+
+    key = pyseto.Key.new(version=4, purpose="local", key=os.urandom(32))
+    return (lambda p: pyseto.encode(key, p).decode("ascii")), (lambda t: cast(bytes, pyseto.decode(key, t).payload))
+
+
+def _tink() -> Pair:
+    import tink
+    from tink import aead
+
+    aead.register()
+    primitive = tink.new_keyset_handle(aead.aead_key_templates.AES256_GCM).primitive(aead.Aead)
+    return (lambda p: _b64u(primitive.encrypt(p, b""))), (lambda t: cast(bytes, primitive.decrypt(_unb64u(t), b"")))
+
+
+CASES: dict[str, Callable[[], Pair]] = {
+    "floor": _floor,
+    "AESGCMCodec": _ours(AESGCMCodec),
+    "XAESGCMCodec": _ours(XAESGCMCodec),
+    "JWECodec(dir)": _ours(JWECodec),
+    "JWSCodec(HS256)": _ours(JWSCodec),
+    "AESGCMRequestStateCodec (SDK)": _sdk,
+    "Fernet": _fernet,
+    "itsdangerous": _itsdangerous,
+    "PyJWT": _pyjwt,
+    "jwcrypto": _jwcrypto,
+    "joserfc": _joserfc,
+    "pyseto": _pyseto,
+    "tink": _tink,
+}
+"""Each case: the most direct use of its library to seal bytes into a URL-safe token under a fresh key."""
+
+
+def _finish(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """The result of a coroutine that never suspends, without an event loop's cost in the figure."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise RuntimeError("the boundary suspended; it cannot be timed without an event loop")
+
+
+def _mcp_round() -> dict[str, Op]:
+    """One retried tools/call by an authenticated client: request identity, unseal, seal.
+
+    ``BoundCodec``: `mcp_request_context`, its unseal and seal. ``boundary``: the
+    SDK's `RequestStateBoundary` called as the server calls it, around a handler
+    answering ``input_required``. What each adds is its round minus ``bare`` (the
+    codec's own unseal and seal), and for the SDK minus the ``handler`` too.
+    """
+    from mcp.server.context import ServerRequestContext
+    from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+
+    method, principal = "tools/call", '{"client_id":"app-1","issuer":"https://id.example.com","subject":"user-42"}'
+    params: dict[str, Any] = {"name": "provision", "arguments": {"name": "orders", "tier": "standard", "replicas": 3}}
+    state, codec = PAYLOADS["state"], AESGCMCodec([os.urandom(32)])
+    answer = {"resultType": "input_required", "requestState": state.decode("ascii")}
+
+    async def handler(ctx: object) -> dict[str, str]:
+        return answer
+
+    def request(params: dict[str, Any]) -> Any:  # the boundary reads only the method and the params
+        return ServerRequestContext(
+            session=cast(Any, None), lifespan_context={}, protocol_version="2026-07-28", method=method, params=params
+        )
+
+    security = RequestStateSecurity(codec=codec, bind_principal=lambda ctx: principal)
+    boundary = RequestStateBoundary(security, default_audience="bench")
+    retry = request({**params, "requestState": _finish(boundary(request(params), handler))["requestState"]})
+    bound = BoundCodec(codec, audience="bench", binding_key=os.urandom(32))
+    bound_token = bound.seal(state, principal=principal, context=mcp_request_context(method, retry.params))
+    bare_token = codec.seal(state)
+
+    def bound_round() -> str:
+        context = mcp_request_context(method, retry.params)
+        bound.unseal(bound_token, principal=principal, context=context)
+        return bound.seal(state, principal=principal, context=context)
+
+    ops: dict[str, Op] = {
+        "bare": lambda: (codec.unseal(bare_token), codec.seal(state)),
+        "BoundCodec": bound_round,
+        "handler": lambda: _finish(handler(retry)),
+        "boundary": lambda: _finish(boundary(retry, handler)),
+    }
+    for op in ops.values():
+        op()  # a round either side refuses raises here, before anything is timed
+    return ops
+
+
+def _batch(op: Op, n: int) -> float:
+    """Seconds per call over `n` calls (`timeit` turns the collector off), after one untimed call to warm it."""
+    op()
+    return timeit.Timer(op).timeit(n) / n
+
+
+def _calls_per_batch(op: Op) -> int:
+    n = 1
+    while (per_call := _batch(op, n)) * n < _BATCH_S / 2 and n < 1 << 24:
+        n *= 2
+    return max(1, round(_BATCH_S / per_call))
+
+
+def interleave(ops: Mapping[str, Op], rounds: int) -> dict[str, list[float]]:
+    """Seconds per call of every operation, one sample per round, in a fresh order each round."""
+    counts = {key: _calls_per_batch(op) for key, op in ops.items()}
+    samples: dict[str, list[float]] = {key: [] for key in ops}
+    order = list(ops)
+    for done in range(1, rounds + 1):
+        random.shuffle(order)
+        gc.collect()
+        for key in order:
+            samples[key].append(_batch(ops[key], counts[key]))
+        if sys.stderr.isatty():
+            print(f"\r  round {done}/{rounds}", end="\n" if done == rounds else "", file=sys.stderr, flush=True)
+    return samples
+
+
+def paired(a: list[float], b: list[float]) -> float:
+    """Median over rounds of a[r] / b[r]."""
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+
+def _build(name: str, build: Callable[[], Any], skipped: dict[str, str]) -> Any:
+    """What `build` returns, or None when a package it needs is missing (and why, in `skipped`)."""
+    try:
+        return build()
+    except ImportError as exc:
+        skipped[name] = f"{(exc.name or 'a package').split('.')[0]} is not installed ({_INSTALL})"
+        return None
+
+
+def run(cases: Mapping[str, Callable[[], Pair]], payloads: list[str], *, mcp: bool, rounds: int) -> dict[str, Any]:
+    """Build, check and time `cases` (the floor first) on `payloads`, and the MCP round when `mcp`."""
+    skipped: dict[str, str] = {}
+    ops: dict[str, Op] = {}
+    for name, build in cases.items():
+        pair = _build(name, build, skipped)
+        for payload in payloads if pair else ():
+            seal, unseal = pair
+            data = PAYLOADS[payload]
+            if unseal(seal(data)) != data:
+                raise RuntimeError(f"{name}: unseal(seal(payload)) is not the payload")
+            ops[f"{name}/{payload}/seal"] = functools.partial(seal, data)
+            ops[f"{name}/{payload}/unseal"] = functools.partial(unseal, seal(data))
+    mcp_round = _build("MCP round", _mcp_round, skipped) if mcp else None
+    ops.update({f"round/{key}": op for key, op in (mcp_round or {}).items()})
+    samples = interleave(ops, rounds)
+    results = [
+        {
+            "case": name,
+            "payload": payload,
+            "seal_vs_floor": paired(samples[f"{name}/{payload}/seal"], samples[f"floor/{payload}/seal"]),
+            "unseal_vs_floor": paired(samples[f"{name}/{payload}/unseal"], samples[f"floor/{payload}/unseal"]),
+            # Characters over base64url of the payload; no case's token length depends on its nonce.
+            "token_overhead": len(str(ops[f"{name}/{payload}/seal"]())) - len(_b64u(PAYLOADS[payload])),
+        }
+        for name in cases
+        for payload in payloads
+        if f"{name}/{payload}/seal" in ops
+    ]
+    figure = None
+    if "round/bare" in samples:
+        bare, bound, handler, sdk = (samples[f"round/{k}"] for k in ("bare", "BoundCodec", "handler", "boundary"))
+        bound_added = [b - c for b, c in zip(bound, bare, strict=True)]
+        sdk_added = [s - h - c for s, h, c in zip(sdk, handler, bare, strict=True)]
+        figure = paired(bound_added, sdk_added)
+    names = {"statecodec", "cryptography", "mcp", "itsdangerous", "pyjwt", "jwcrypto", "joserfc", "pyseto", "tink"}
+    found = {d.metadata["Name"].lower(): d.version for d in importlib.metadata.distributions()}
+    return {
+        "schema": "statecodec-bench/3",
+        "environment": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "packages": {name: found.get(name) for name in sorted(names)},
+        },
+        "rounds": rounds,
+        "payloads": {name: len(PAYLOADS[name]) for name in payloads},
+        "results": results,
+        "bound_vs_sdk_added": figure,
+        "skipped": skipped,
+    }
+
+
+def _table(doc: Mapping[str, Any]) -> str:
+    """One block per payload: each case's seal and unseal as ratios to the floor, and its token overhead."""
+    lines = []
+    for payload, size in doc["payloads"].items():
+        lines += [f"{payload} ({size:,} bytes)", f"  {'case':30} {'seal/floor':>10} {'unseal/floor':>12} {'+chars':>7}"]
+        lines += [
+            f"  {r['case']:30} {r['seal_vs_floor']:10.2f} {r['unseal_vs_floor']:12.2f} {r['token_overhead']:+7d}"
+            for r in doc["results"]
+            if r["payload"] == payload
+        ]
+        lines.append("")
+    if doc["bound_vs_sdk_added"] is not None:
+        lines.append(
+            f"MCP round: BoundCodec adds {doc['bound_vs_sdk_added']:.2f}x of what the SDK's RequestStateBoundary "
+            "adds (request identity, unseal and seal of a 300-byte state, with a principal)"
+        )
+    lines += [f"skipped {name}: {reason}" for name, reason in doc["skipped"].items()]
+    return "\n".join(lines).rstrip()
+
+
+def _plot(doc: Mapping[str, Any], path: str) -> None:
+    """Each payload's ratios to the floor (log scale, seal and unseal side by side) as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    payloads = list(doc["payloads"])
+    fig, axes = plt.subplots(1, len(payloads), figsize=(4.5 * len(payloads), 6), sharey=True, squeeze=False)
+    for ax, payload in zip(axes[0], payloads, strict=True):
+        rows = [r for r in doc["results"] if r["payload"] == payload][::-1]
+        ys = range(len(rows))
+        ax.barh([y + 0.2 for y in ys], [r["seal_vs_floor"] for r in rows], height=0.4, label="seal")
+        ax.barh([y - 0.2 for y in ys], [r["unseal_vs_floor"] for r in rows], height=0.4, label="unseal")
+        ax.set_yticks(list(ys), [r["case"] for r in rows])
+        ax.set_xscale("log")
+        ax.axvline(1.0, color="grey", linewidth=0.8)
+        ax.set_title(f"{payload}: cost / floor")
+    axes[0][-1].legend(loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
-        "bench",
-        help="benchmark every codec against the floor, the MCP SDK and peer libraries",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "bench", help="benchmark the codecs against the floor, the MCP SDK and peer libraries", description=__doc__
     )
-    p.add_argument("--quick", action="store_true", help=f"{QUICK} rounds instead of {FULL}")
-    p.add_argument("--rounds", type=_rounds, help="this many rounds instead (more rounds, steadier ratios)")
+    p.add_argument("--quick", action="store_true", help="15 rounds instead of 101")
+    p.add_argument("--rounds", type=int, help="this many rounds instead (more rounds, steadier ratios)")
     p.add_argument(
         "--only",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="cases whose name or group contains NAME (repeatable, comma-separated; 'binding' is the MCP round); "
-        "the floor always runs",
+        metavar="NAMES",
+        help="run only the cases whose name contains one of these, comma-separated; 'binding' is the MCP round",
     )
-    p.add_argument(
-        "--payload",
-        action="append",
-        default=[],
-        choices=["state", "4k", "64k"],
-        help="payload sizes (repeatable; default: all)",
-    )
+    p.add_argument("--payload", action="append", choices=list(PAYLOADS), help="payload sizes (default: all)")
     p.add_argument("--vault-addr", metavar="URL", help="add VaultTransitCodec (STATECODEC_VAULT_* settings)")
     p.add_argument("--json", metavar="PATH", help="write the run as JSON to PATH")
     p.add_argument("--plot", metavar="PATH.png", help="draw the ratios to PATH.png (needs matplotlib)")
     p.set_defaults(func=_bench)
 
 
-def _progress(done: int, total: int) -> None:
-    if sys.stderr.isatty():
-        print(f"\r  round {done}/{total}", end="\n" if done == total else "", file=sys.stderr, flush=True)
-
-
 def _bench(args: argparse.Namespace) -> int:
-    from statecodec import ConfigurationError
-    from statecodec.bench.cases import PAYLOADS, cases
-    from statecodec.bench.measure import run
-    from statecodec.bench.report import format_table, plot, require_matplotlib
-
+    rounds = args.rounds if args.rounds is not None else 15 if args.quick else 101
+    if rounds < 1:
+        raise ConfigurationError("--rounds must be at least 1")
     if args.plot:
-        require_matplotlib()
-    names = [n.strip().lower() for item in args.only for n in item.split(",") if n.strip()]
-    # The floor always runs: every ratio is taken against it.
-    chosen = [
-        c
-        for c in cases(args.vault_addr)
-        if c.group == "floor" or not names or any(n in f"{c.name} {c.group}".lower() for n in names)
-    ]
-    binding = not names or any(n in "binding boundcodec requeststateboundary" for n in names)
-    if not binding and all(c.group == "floor" for c in chosen):
-        raise ConfigurationError(f"--only {','.join(names)} matches no case; see the names `statecodec bench` prints")
-    payloads = {k: v for k, v in PAYLOADS.items() if not args.payload or k in args.payload}
-    print(f"statecodec bench: {len(chosen)} cases, {len(payloads)} payloads", file=sys.stderr)
-    doc = run(
-        chosen,
-        payloads,
-        binding=binding,
-        rounds=args.rounds or (QUICK if args.quick else FULL),
-        batch_ms=BATCH_MS,
-        progress=_progress,
-    )
-    print(format_table(doc))
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ConfigurationError(f"--plot needs matplotlib: {_INSTALL}") from None
+    cases = dict(CASES)
+    if args.vault_addr:  # built as a server builds it, from this environment's STATECODEC_VAULT_* settings
+        settings = {**os.environ, "STATECODEC_CODEC": "vault-transit", "STATECODEC_VAULT_ADDR": args.vault_addr}
+        cases["VaultTransitCodec"] = _ours(lambda keys: codec_from_env(settings))
+    names = {n.strip().lower() for n in (args.only or "").split(",") if n.strip()}
+    unknown = {n for n in names if n != "binding" and not any(n in k.lower() for k in cases)}
+    if unknown:
+        raise ConfigurationError(f"--only {','.join(sorted(unknown))} names no case; see `statecodec bench --help`")
+    chosen = {k: v for k, v in cases.items() if k == "floor" or not names or any(n in k.lower() for n in names)}
+    doc = run(chosen, args.payload or list(PAYLOADS), mcp=not names or "binding" in names, rounds=rounds)
+    print(_table(doc))
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     if args.plot:
-        plot(doc, args.plot)
+        _plot(doc, args.plot)
     return 0

@@ -2,7 +2,6 @@
 
 Errors are one line on stderr: a refused token shows only its reason code, any other
 `StatecodecError` its message; neither ever holds a key, a payload or token text.
-Each module in `COMMANDS` has `register(subparsers)`, setting `func(args) -> exit code`.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from statecodec import __version__
 from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
 from statecodec.keys import format_keys, generate_key
 
-COMMANDS = ("tokens", "rotate", "kms", "vectors", "bench")  # modules of statecodec.cli
+_COMMANDS = ("tokens", "rotate", "kms", "vectors", "bench")  # each module's register(sub) sets func(args) -> exit code
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -50,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run an MCP server and client in memory: two rounds, then a tampered token")
     demo.add_argument("--from-env", action="store_true", help="use the STATECODEC_* codec, not a fresh key")
     demo.set_defaults(func=_demo)
-    for name in COMMANDS:
+    for name in _COMMANDS:
         importlib.import_module(f"statecodec.cli.{name}").register(sub)
     return parser
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from statecodec.config import Codec, codec_from_env, codec_from_file, max_token_length_setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
-from statecodec.inspect import describe_token
+from statecodec.tokeninfo import describe_token
 
 _EPILOG = """\
 The codec is the one a server builds from the STATECODEC_* environment (docs/configuration.md);
@@ -104,14 +104,10 @@ def _inspect(args: argparse.Namespace) -> int:
         else:
             doc["verified"] = True
             if args.show_payload:
-                try:
-                    doc["payload"] = payload.decode("utf-8")
-                except UnicodeDecodeError:
-                    doc["payload"] = "(hex) " + payload.hex()
-    if args.json:
-        print(json.dumps(doc, indent=2))
-    else:
-        print("\n".join(f"{name:<15} {'-' if value is None else value}" for name, value in doc.items()))
+                text = payload.decode("utf-8", errors="replace")
+                doc["payload"] = text if text.encode() == payload else "(hex) " + payload.hex()
+    lines = [f"{name:<15} {'-' if value is None else value}" for name, value in doc.items()]
+    print(json.dumps(doc, indent=2) if args.json else "\n".join(lines))
     if refused is not None:
         raise refused
     return 0

@@ -1,0 +1,100 @@
+"""Token descriptions: right for every format, and nothing but InvalidToken on junk."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from statecodec import AESGCMCodec, InvalidToken, JWECodec, JWSCodec, Reason, XAESGCMCodec, generate_key
+from statecodec._encoding import b64u_decode, b64u_encode
+from statecodec.envelope import EnvelopeCodec
+from statecodec.providers.vault import VaultTransitCodec
+from statecodec.tokeninfo import TokenInfo, describe_token
+
+KEY = generate_key()
+
+
+@pytest.mark.parametrize(("codec_cls", "name", "nonce"), [(AESGCMCodec, "aesgcm", 12), (XAESGCMCodec, "xaesgcm", 24)])
+@pytest.mark.parametrize("size", [0, 300])
+def test_ring_formats(codec_cls: type[AESGCMCodec | XAESGCMCodec], name: str, nonce: int, size: int) -> None:
+    codec = codec_cls([KEY])
+    payload = os.urandom(size)
+    token = codec.seal(payload)
+    info = describe_token(token)
+    assert (info.format, info.version, info.key_id) == (name, codec_cls.VERSION, codec.primary_key_id)
+    assert (info.token_length, info.decoded_length) == (len(token), len(b64u_decode(token)))
+    assert (info.nonce_length, info.tag_length, info.payload_length, info.encrypted) == (nonce, 16, size, True)
+
+
+@pytest.mark.parametrize(("codec", "name"), [(EnvelopeCodec, "envelope"), (VaultTransitCodec, "vault-transit")])
+def test_provider_layouts(codec: type[EnvelopeCodec | VaultTransitCodec], name: str) -> None:
+    token = b64u_encode(bytes([codec.VERSION]) + (3).to_bytes(4, "big") + os.urandom(12 + 7 + 16))
+    info = describe_token(token)
+    assert (info.format, info.key_id, info.payload_length) == (name, "00000003", 7)
+
+
+def test_jose_headers_are_described() -> None:
+    jwe, jws = JWECodec([KEY]), JWSCodec([KEY])
+    info = describe_token(jwe.seal(b"x" * 50))
+    assert (info.format, info.algorithm, info.encryption, info.key_id) == ("jwe", "dir", "A256GCM", jwe.primary_key_id)
+    assert (info.payload_length, info.nonce_length, info.tag_length, info.encrypted) == (50, 12, 16, True)
+    info = describe_token(jws.seal(b"x" * 50))
+    assert (info.format, info.algorithm, info.encryption, info.key_id) == ("jws", "HS256", None, jws.primary_key_id)
+    assert (info.payload_length, info.nonce_length, info.tag_length, info.encrypted) == (50, None, 32, False)
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        ("", Reason.MALFORMED),
+        (None, Reason.MALFORMED),
+        (b"AAAA", Reason.MALFORMED),
+        ("A", Reason.MALFORMED),
+        ("AA", Reason.FORMAT),  # one zero byte: version 0 is no format
+        (b64u_encode(bytes([0x01]) + bytes(20)), Reason.MALFORMED),  # shorter than a header + nonce + tag
+        (b64u_encode(bytes([0x7F]) + bytes(60)), Reason.FORMAT),
+        ("A" * 200_000, Reason.OVERSIZED),
+        ("a.b", Reason.MALFORMED),
+        ("a.b.c.d", Reason.MALFORMED),
+        (b64u_encode(b"[]") + ".e30.AA", Reason.MALFORMED),
+        (b64u_encode(b'{"alg": 1}') + ".e30.AA", Reason.HEADER),
+        (b64u_encode(b'{"alg": "x", "kid": "\\u0000"}') + ".e30.AA", Reason.HEADER),
+        (b64u_encode(b'{"alg": "x", "enc": "A256GCM"}') + ".e30.AA", Reason.HEADER),
+        (b64u_encode(b'{"alg": "x", "alg": "y"}') + ".e30.AA", Reason.HEADER),
+        (b64u_encode(b'{"alg": "dir"}') + "....", Reason.HEADER),
+        (b64u_encode(b"{" * 600) + ".e30.AA", Reason.MALFORMED),
+        ("A" * 2000 + ".e30.AA", Reason.OVERSIZED),
+        (b64u_encode(b"\xff\xfe") + ".e30.AA", Reason.MALFORMED),
+    ],
+)
+def test_junk_is_refused_with_a_reason(token: object, reason: Reason) -> None:
+    with pytest.raises(InvalidToken) as info:
+        describe_token(token)
+    assert info.value.reason is reason
+    assert str(info.value) == reason.value
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=300), st.text(alphabet="ABCdef-_.0123", max_size=300)))
+def test_any_text_is_described_or_refused(text: str) -> None:
+    try:
+        info = describe_token(text)
+    except InvalidToken:
+        return
+    assert isinstance(info, TokenInfo)
+    assert info.payload_length >= 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=1, max_size=100), st.sampled_from([0x01, 0x02, 0x03, 0x05]))
+def test_any_bytes_under_a_known_version(body: bytes, version: int) -> None:
+    token = b64u_encode(bytes([version]) + body)
+    if len(body) < 4 + 12 + 16 + (12 if version == 0x02 else 0):
+        with pytest.raises(InvalidToken, match=r"^malformed$"):
+            describe_token(token)
+        return
+    info = describe_token(token)
+    assert (info.version, info.key_id, info.decoded_length) == (version, body[:4].hex(), len(body) + 1)
