@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.plugins.vault import BaoServer, start_bao
+from tests.plugins.vault import BaoServer, CallLog, start_bao
 
 from statecodec import AESGCMCodec, EnvelopeCodec, InvalidToken, ProviderError
 from statecodec.envelope import new_wrapped_key
@@ -130,8 +130,8 @@ async def _ticker(work: Callable[[], object] | None, duration: float) -> list[fl
     return lags
 
 
-def _row(name: str, lags: list[float], calls: list[int] | None = None) -> None:
-    extra = f" {calls[0]:>10}" if calls is not None else f" {'':>10}"
+def _row(name: str, lags: list[float], calls: int | str = "") -> None:
+    extra = f" {calls:>10}"
     print(f"   {name:40} {statistics.median(lags):8.2f} {p99(lags):8.2f} {max(lags):8.1f}{extra}")
 
 
@@ -142,12 +142,6 @@ def loop_delay(server: BaoServer, key: str, duration: float) -> None:
     try:
         codec = VaultTransitCodec(client, key, outage_backoff=1.0)
         token = codec.seal(PAYLOAD)
-        vault_calls = [0]
-        inner_post = client.adapter.post
-
-        def counting_post(*args: Any, **kwargs: Any) -> Any:
-            vault_calls[0] += 1
-            return inner_post(*args, **kwargs)
 
         def transit() -> None:
             codec.unseal(codec.seal(PAYLOAD))
@@ -166,19 +160,20 @@ def loop_delay(server: BaoServer, key: str, duration: float) -> None:
         _row("no codec work", asyncio.run(_ticker(None, duration)))
         _row("AESGCMCodec", asyncio.run(_ticker(lambda: local.unseal(local.seal(PAYLOAD)), duration)))
         _row("VaultTransitCodec", asyncio.run(_ticker(transit, duration)))
-        # Count calls from here on (the codec bound the original post at construction).
-        codec._transit._post = counting_post
+        calls = CallLog(client)  # counts Vault calls from here on
         host, port = server.addr.removeprefix("http://").split(":")
         server.stop()
-        _row("transit, Vault stopped", asyncio.run(_ticker(transit_failing, duration)), vault_calls)
+        _row("transit, Vault stopped", asyncio.run(_ticker(transit_failing, duration)), calls.count())
         client.adapter.session.close()
-        vault_calls[0] = 0
+        calls.reset()
         codec._window.answered()  # close the window the stopped server opened
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:
             silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             silent.bind((host, int(port)))
             silent.listen(64)  # never accepted: connections complete, nobody answers
-            _row("transit, Vault silent (0.25 s timeout)", asyncio.run(_ticker(transit_failing, duration)), vault_calls)
+            _row(
+                "transit, Vault silent (0.25 s timeout)", asyncio.run(_ticker(transit_failing, duration)), calls.count()
+            )
     finally:
         client.adapter.close()
 

@@ -21,7 +21,7 @@ from tests.plugins.vault import BaoServer, client_for
 
 from statecodec import ConfigurationError, InvalidToken, Reason
 from statecodec._encoding import b64u_decode
-from statecodec.providers.vault import TRANSIT_VERSION, VaultTransitCodec
+from statecodec.providers.vault import VaultTransitCodec
 
 VECTORS = Path(__file__).parents[1] / "vectors" / "vault_transit.json"
 SCHEMA = "statecodec-vault-transit-vectors/1"
@@ -54,7 +54,7 @@ def test_frozen_tokens_unseal(vault_server: BaoServer, key_index: int) -> None:
             token = vector["token"]
             raw = b64u_decode(token)
             # The documented layout: version, big-endian key version, then Vault's raw ciphertext.
-            assert raw[0] == TRANSIT_VERSION
+            assert raw[0] == VaultTransitCodec.VERSION
             assert int.from_bytes(raw[1:5], "big") == vector["key_version"]
             assert f"vault:v{vector['key_version']}:{base64.b64encode(raw[5:]).decode()}" == vector["vault_ciphertext"]
             assert codec.unseal(token) == bytes.fromhex(vector["payload"])
