@@ -44,7 +44,7 @@ def client() -> Iterator[Any]:
     [
         ("http://127.0.0.1:8200", {"token": SECRET, "role_id": "r", "secret_id": "s"}, "exactly one Vault auth"),
         ("http://127.0.0.1:8200", {}, "exactly one Vault auth method"),
-        ("http://127.0.0.1:8200", {"role_id": "r"}, "both a role id and a secret id"),
+        ("http://127.0.0.1:8200", {"role_id": "r"}, "role id and secret id, both"),
         ("http://127.0.0.1:8200", {"token": "  "}, "token is empty"),
         ("http://127.0.0.1:8200", {"token": SECRET, "timeout": 0}, "timeouts must be"),
         ("http://127.0.0.1:8200", {"token": SECRET, "timeout": (1.0, float("inf"))}, "timeouts must be"),

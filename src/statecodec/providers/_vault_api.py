@@ -53,10 +53,8 @@ def vault_client(
 ) -> hvac.Client:
     """An authenticated hvac client with a pooled session, bounded timeouts and no redirects.
 
-    Exactly one of `token` or (`role_id`, `secret_id`) for AppRole, whose login
-    happens here (a failure is a `ProviderError`). `verify` is True, False or a
-    CA bundle path; `cert` is (certificate, key) paths for mutual TLS. The
-    caller owns the client: ``client.adapter.close()`` closes its pool.
+    Auth: `token`, or AppRole (`role_id`, `secret_id`; logs in here, `ProviderError` if refused). `verify`
+    is True, False or a CA bundle; `cert` (certificate, key) for mutual TLS. Close with ``client.adapter.close()``.
     """
     # No user:password@ part: the address is named in every message and repr.
     if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/?#@]+/?", url):
@@ -64,14 +62,13 @@ def vault_client(
             "the Vault address must be http(s)://host[:port] with no credentials in it, e.g. "
             "https://vault.example:8200 (set STATECODEC_VAULT_ADDR or VAULT_ADDR)"
         )
-    if (token is not None) == (role_id is not None or secret_id is not None):
+    approle = role_id is not None or secret_id is not None
+    if (token is not None) == approle or (approle and not (role_id and secret_id)):
         raise ConfigurationError(
             "give exactly one Vault auth method: a token (STATECODEC_VAULT_TOKEN, VAULT_TOKEN or "
-            "STATECODEC_VAULT_TOKEN_FILE) or an AppRole role id and secret id (STATECODEC_VAULT_ROLE_ID, "
+            "STATECODEC_VAULT_TOKEN_FILE), or an AppRole role id and secret id, both (STATECODEC_VAULT_ROLE_ID, "
             "STATECODEC_VAULT_SECRET_ID or STATECODEC_VAULT_SECRET_ID_FILE)"
         )
-    if token is None and not (role_id and secret_id):
-        raise ConfigurationError("AppRole auth needs both a role id and a secret id")
     if token is not None and not token.strip():
         raise ConfigurationError("the Vault token is empty")
     timeout = _check_timeout(timeout)
@@ -146,8 +143,6 @@ def _check_timeout(timeout: object) -> tuple[float, float]:
 
 
 class FailureKind(enum.Enum):
-    """Why a Vault call failed, as far as a caller acts on it."""
-
     OUTAGE = "outage"  # Vault could not answer: wait and retry; not a verdict on the token
     BAD_CIPHERTEXT = "bad_ciphertext"
     RETIRED = "retired"
@@ -210,11 +205,8 @@ _H = TypeVar("_H", bound="TransitKey")
 
 
 class TransitKey:
-    """One transit key on one mount, over a client from `vault_client`: the base of the Vault wrapper and codec.
-
-    It holds the client, and with it the Vault token: its repr names the key
-    and address only, and it refuses pickling and copying.
-    """
+    """One transit key over a client from `vault_client`, and with it the Vault token: the base of the
+    Vault wrapper and codec. Its repr names the key and address only; it refuses pickling and copying."""
 
     __slots__ = ("_client", "_key", "_mount", "_owns_client")
 
@@ -257,15 +249,15 @@ class TransitKey:
     ) -> Mapping[str, Any] | Failure:
         """Vault's ``data`` for ``<mount>/<op>/<key>`` (a read when `body` is None), or why not.
 
-        A `Failure` is returned, never raised: the exception it came from is
-        dropped here. `retry` retries outages.
+        A `Failure` is returned, never raised: the exception it came from is dropped. `retry` retries outages.
         """
         try:
             if retry is None:
                 return self._round_trip(op, body)
             return call_with_retries(lambda: self._round_trip(op, body), transient=_outage, policy=retry)[0]
         except Exception as exc:
-            return classify(exc)
+            failure = classify(exc)
+        return self._fix(failure, op)
 
     def _round_trip(self, op: str, body: dict[str, Any] | None) -> Mapping[str, Any]:
         # An AppRole client whose token Vault refused logs in again (rate-limited) and retries once:
@@ -283,15 +275,15 @@ class TransitKey:
             raise ValueError("reply without a data object")
         return data
 
-    def _hint(self, failure: Failure, ops: str) -> str:
-        """How to fix `failure` of the space-separated `ops` (``keys`` is the read of the key's description)."""
+    def _fix(self, failure: Failure, op: str) -> Failure:
+        """`failure` with how to fix it: the grant the Vault token lacks, or how to create the missing key."""
+        path = f"{self._mount}/keys/{self._key}"
+        if failure.kind is _K.DENIED:
+            grant = f"'read' on {path}" if op == "keys" else f"'update' on {self._mount}/{op}/{self._key}"
+            return Failure(failure.kind, f"{failure.detail}; grant the token {grant}")
         if failure.kind is _K.KEY_MISSING:
-            return f"; create it with: bao write -f {self._mount}/keys/{self._key} derived=true"
-        if failure.kind is not _K.DENIED:
-            return ""
-        read = f"'read' on {self._mount}/keys/{self._key} and " if "keys" in ops.split() else ""
-        paths = ", ".join(f"{self._mount}/{op}/{self._key}" for op in ops.split() if op != "keys")
-        return f"; grant the token {read}'update' on {paths}"
+            return Failure(failure.kind, f"{failure.detail}; create it with: bao write -f {path} derived=true")
+        return failure
 
 
 def b64(data: bytes) -> str:

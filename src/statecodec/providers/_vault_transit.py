@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from types import MappingProxyType
 from typing import Any
 
 from statecodec._encoding import (
@@ -22,7 +21,6 @@ from statecodec.errors import ConfigurationError, InvalidToken, ProviderError, R
 from statecodec.providers._vault_api import Failure, FailureKind, TransitKey, b64, parse_vault_ciphertext, unb64
 
 _MAX_OUTAGE_BACKOFF = 30.0  # longest window, in seconds, during which calls fail without trying Vault
-_DEFAULT_CONTEXT = MappingProxyType({"purpose": "statecodec-vault-transit"})
 _GCM_OVERHEAD = 12 + 16  # Vault's AEAD ciphertext: nonce | ciphertext | tag
 _HEADER = 1 + 4
 _LABEL = b"statecodec/v1/vault-transit\x00"
@@ -47,11 +45,10 @@ class VaultTransitCodec(TransitKey):
     (recommended; ``rewrap`` carries it, so `reseal` is one call), and also as
     AES-GCM associated data on a non-derived one.
 
-    Checks, all before any network call: type and length cap (OVERSIZED),
-    canonical base64url and minimum length (MALFORMED), version byte (FORMAT),
-    key version >= 1 (MALFORMED). Then Vault: tag or context mismatch -> SEAL;
-    version retired or not yet created -> UNKNOWN_KEY; Vault unreachable,
-    sealed, slow, denied or the key gone -> PROVIDER (`seal`: `ProviderError`).
+    Checks before any network call: type and cap (OVERSIZED), canonical base64url,
+    length and key version >= 1 (MALFORMED), version byte (FORMAT). Then Vault:
+    tag or context mismatch -> SEAL; version retired or not yet created ->
+    UNKNOWN_KEY; Vault down, denied or the key gone -> PROVIDER (seal: `ProviderError`).
 
     Construction serves only an allow-listed key (``aes256-gcm96`` or
     ``chacha20-poly1305``, not convergent, not exportable unless
@@ -78,16 +75,13 @@ class VaultTransitCodec(TransitKey):
         super().__init__(client, key, mount_point, owns_client)
         self._max_length = check_cap(max_token_length, b64u_len(_HEADER + _GCM_OVERHEAD))
         self._max_payload = (self._max_length * 3) // 4 - _HEADER - _GCM_OVERHEAD
-        if isinstance(outage_backoff, bool) or not (
-            isinstance(outage_backoff, (int, float)) and 0 <= outage_backoff <= 60
-        ):
+        if type(outage_backoff) not in (int, float) or not 0 <= outage_backoff <= 60:
             raise ConfigurationError("outage_backoff must be seconds (0 to 60)")
-        if not callable(clock):
-            # Checked here, not at the first outage, where it would escape unseal as a TypeError.
+        if not callable(clock):  # here, not at the first outage, where it would escape unseal as a TypeError
             raise ConfigurationError("clock must be a callable returning seconds, e.g. time.monotonic")
         if not isinstance(allow_exportable_key, bool):
             raise ConfigurationError("allow_exportable_key must be True or False")
-        self._context = _check_context(_DEFAULT_CONTEXT if context is None else context)
+        self._context = _check_context({"purpose": "statecodec-vault-transit"} if context is None else context)
         self._window = _OutageWindow(float(outage_backoff), clock)
         # The read goes first: `transit/encrypt` silently creates a missing key for a token allowed to `create`.
         described = self._request("keys")
@@ -100,29 +94,26 @@ class VaultTransitCodec(TransitKey):
                 f"{self._mount}/keys/<new-key> type=aes256-gcm96 derived=true, and name it in "
                 "STATECODEC_VAULT_KEY"
             )
-        derived, self._key_ids = described.get("derived"), _key_versions(described)
-        if type(derived) is not bool or self._key_ids is None:
+        derived, latest, floor = (described.get(k) for k in ("derived", "latest_version", "min_decryption_version"))
+        if type(derived) is not bool or type(latest) is not int or type(floor) is not int:
             raise self._start_error("read", Failure(FailureKind.OTHER, "Vault returned a malformed key description"))
-        self._derived = derived
+        self._derived, self._key_ids = derived, tuple(range(latest, max(floor, 1) - 1, -1))  # newest first
         bound = b64(_LABEL + bytes([self.VERSION, 0]) + canonical_context(self._context))
         self._binding = {"context": bound} if derived else {"context": bound, "associated_data": bound}
         self._primary = 0
-        self._probe()
-
-    def _start_error(self, what: str, failure: Failure) -> ProviderError:
-        hint = self._hint(failure, "keys encrypt decrypt rewrap")
-        return ProviderError(f"cannot use {self.describe()}: {what} failed: {failure.detail}{hint}")
-
-    def _probe(self) -> None:
-        """Seal and open a probe under the binding, which also learns the key's latest version."""
-        probe = b"statecodec start-up probe"
+        probe = b"statecodec start-up probe"  # seal and open under the binding; learns the latest key version
         sealed = self._seal(probe)
         if isinstance(sealed, Failure):
             raise self._start_error("encrypt", sealed)
         opened = self._open(self._parse(sealed))
         if opened != probe:
-            failure = opened if isinstance(opened, Failure) else None
-            raise self._start_error("decrypt", failure or Failure(FailureKind.OTHER, "the probe did not round-trip"))
+            failure = (
+                opened if isinstance(opened, Failure) else Failure(FailureKind.OTHER, "the probe did not round-trip")
+            )
+            raise self._start_error("decrypt", failure)
+
+    def _start_error(self, what: str, failure: Failure) -> ProviderError:
+        return ProviderError(f"cannot use {self.describe()}: {what} failed: {failure.detail}")
 
     @property
     def derived(self) -> bool:
@@ -135,7 +126,7 @@ class VaultTransitCodec(TransitKey):
     @property
     def key_ids(self) -> tuple[str, ...]:
         """Key versions (8 hex digits) that could decrypt at start-up, newest first."""
-        return tuple(f"{v:08x}" for v in self._key_ids or (self._primary,))
+        return tuple(f"{v:08x}" for v in self._key_ids)
 
     @property
     def primary_key_id(self) -> str:
@@ -277,13 +268,3 @@ def _key_refusal(data: Mapping[str, Any], allow_exportable_key: bool) -> str | N
             "to prevent (allow_exportable_key=True serves a key restored from a backup anyway)"
         )
     return None
-
-
-def _key_versions(data: Mapping[str, Any]) -> tuple[int, ...] | None:
-    """Versions at or above ``min_decryption_version``, newest first; None when the description is malformed."""
-    keys, floor = data.get("keys"), data.get("min_decryption_version")
-    if not isinstance(keys, dict) or type(floor) is not int:
-        return None
-    if not all(isinstance(v, str) and v.isascii() and v.isdigit() for v in keys):
-        return None
-    return tuple(v for v in sorted((int(v) for v in keys), reverse=True) if v >= floor and 1 <= v <= 2**32 - 1)

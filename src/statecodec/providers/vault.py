@@ -1,13 +1,11 @@
-"""HashiCorp Vault / OpenBao transit: a data-key wrapper and a per-token transit codec.
+"""HashiCorp Vault / OpenBao transit (``pip install 'statecodec[vault]'``): a data-key wrapper and a per-token codec.
 
 Threat: the transit key never leaves Vault, so whoever reaches Vault with the
 right token can mint or open state, and whoever makes Vault unreachable stops
 every per-token call. `VaultKeyWrapper` (for `EnvelopeCodec`, recommended)
 needs Vault at start-up only; `VaultTransitCodec` calls it for every token.
-`vault_client` builds the pooled, redirect-free client both take. Messages
-never hold a Vault token, key material, payload or token. Requires
-``pip install 'statecodec[vault]'`` (hvac); the ``STATECODEC_VAULT_*``
-settings are in ``docs/vault.md``.
+Both take a client from `vault_client`. No message holds a Vault token, key
+material, payload or token.
 """
 
 from __future__ import annotations
@@ -43,13 +41,10 @@ _MAX_SECRET_FILE_BYTES = 64 * 1024  # a token or secret id, with room to spare
 class VaultKeyWrapper(TransitKey):
     """A Vault transit key as a `KeyWrapper`: data keys wrapped by Vault, bound to a context.
 
-    The context (see `statecodec.envelope`) is bound as AES-GCM associated
-    data on every call and, on a derived key (``derived=true``, recommended),
-    also as the key-derivation context, so a wrapped key opens only under the
-    context it was made for. A wrapped blob is Vault's ciphertext text,
-    ``vault:vN:<base64>``, as ASCII bytes. Vault policy: ``update`` on
-    ``<mount>/datakey/wrapped/<key>`` (provisioning) and ``<mount>/decrypt/<key>``
-    (start-up); nothing else at run time.
+    The context is bound as AES-GCM associated data on every call and, on a
+    derived key (recommended), as the key-derivation context too, so a wrapped
+    key opens only under the context it was made for. A wrapped blob is Vault's
+    ciphertext text, ``vault:vN:<base64>``, as ASCII bytes.
     """
 
     __slots__ = ("_retry",)
@@ -73,8 +68,7 @@ class VaultKeyWrapper(TransitKey):
         # `context` derives the key on a derived key (ignored otherwise); AES-GCM authenticates `associated_data`.
         out = self._request(op, {**fields, "context": bound, "associated_data": bound}, self._retry)
         if isinstance(out, Failure):
-            where = f"{self._mount}/{self._key}"
-            raise ProviderError(f"transit {op} on {where} failed: {out.detail}{self._hint(out, op)}")
+            raise ProviderError(f"transit {op} on {self._mount}/{self._key} failed: {out.detail}")
         return out
 
     def _blob(self, data: Mapping[str, Any]) -> bytes:
@@ -108,27 +102,30 @@ class VaultKeyWrapper(TransitKey):
         return key
 
 
-# ---------------------------------------------------------------------------
-# From settings: the STATECODEC_VAULT_* table in docs/vault.md (`statecodec.config` BUILDERS, `statecodec kms`)
+# From settings (`statecodec.config`, `statecodec kms`): the STATECODEC_VAULT_* table in docs/vault.md.
+_VAULT_NAMES = {"ADDR", "TOKEN", "NAMESPACE", "CACERT", "CLIENT_CERT", "CLIENT_KEY", "SKIP_VERIFY"}
 
 
-def _get(settings: Mapping[str, str], name: str, fallback: str | None = None) -> str | None:
-    """`name`'s stripped value, else the standard Vault variable `fallback`'s, else None."""
-    value = setting(settings, name, required=False)
-    return setting(settings, fallback, required=False) if value is None and fallback is not None else value
+def _get(settings: Mapping[str, str], name: str) -> str | None:
+    """``STATECODEC_VAULT_<name>``, else the standard ``VAULT_<name>`` where there is one, else None."""
+    value = setting(settings, f"STATECODEC_VAULT_{name}", required=False)
+    return setting(settings, f"VAULT_{name}", required=False) if value is None and name in _VAULT_NAMES else value
 
 
-def _secret(settings: Mapping[str, str], name: str, fallback: str | None = None) -> str | None:
-    """A secret from `name` or from the file `name`_FILE names (not both), else from `fallback`.
+def _secret(settings: Mapping[str, str], name: str) -> str | None:
+    """A secret from ``STATECODEC_VAULT_<name>`` or the file ``..._FILE`` names (not both), else ``VAULT_<name>``.
 
-    The fallback (``VAULT_TOKEN``, inherited from a shell) yields to an explicit `name`_FILE.
+    ``VAULT_TOKEN``, inherited from a shell, yields to an explicit file.
     """
-    value, path = _get(settings, name), _get(settings, name + "_FILE")
+    value = setting(settings, f"STATECODEC_VAULT_{name}", required=False)
+    path = _get(settings, f"{name}_FILE")
     if value is not None and path is not None:
-        raise ConfigurationError(f"both {name} and {name}_FILE are set; set exactly one")
+        raise ConfigurationError(
+            f"both STATECODEC_VAULT_{name} and STATECODEC_VAULT_{name}_FILE are set; set exactly one"
+        )
     if path is None:
-        return value if value is not None or fallback is None else _get(settings, fallback)
-    what = f"{name}_FILE {path}"
+        return _get(settings, name)
+    what = f"STATECODEC_VAULT_{name}_FILE {path}"
     text = decode_settings_text(read_settings_file(Path(path), _MAX_SECRET_FILE_BYTES, what, "hold one secret"), what)
     if not text.strip():
         raise ConfigurationError(f"{what} is empty")
@@ -136,21 +133,19 @@ def _secret(settings: Mapping[str, str], name: str, fallback: str | None = None)
 
 
 def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
-    """An authenticated client from ``STATECODEC_VAULT_*`` settings (most fall back to ``VAULT_*``)."""
-    url = _get(settings, "STATECODEC_VAULT_ADDR", "VAULT_ADDR")
+    """An authenticated client from ``STATECODEC_VAULT_*`` settings."""
+    url = _get(settings, "ADDR")
     if url is None:
         raise ConfigurationError("STATECODEC_VAULT_ADDR (or VAULT_ADDR) is not set; e.g. https://vault.example:8200")
-    role_id = _get(settings, "STATECODEC_VAULT_ROLE_ID")
-    secret_id = _secret(settings, "STATECODEC_VAULT_SECRET_ID")
-    token = None if role_id or secret_id else _secret(settings, "STATECODEC_VAULT_TOKEN", "VAULT_TOKEN")
-    skip = (_get(settings, "STATECODEC_VAULT_SKIP_VERIFY", "VAULT_SKIP_VERIFY") or "false").lower()
+    role_id, secret_id = _get(settings, "ROLE_ID"), _secret(settings, "SECRET_ID")
+    token = None if role_id or secret_id else _secret(settings, "TOKEN")
+    skip = (_get(settings, "SKIP_VERIFY") or "false").lower()
     if skip not in {"true", "false", "1", "0"}:
         raise ConfigurationError("STATECODEC_VAULT_SKIP_VERIFY must be true or false")
-    cert = _get(settings, "STATECODEC_VAULT_CLIENT_CERT", "VAULT_CLIENT_CERT")
-    cert_key = _get(settings, "STATECODEC_VAULT_CLIENT_KEY", "VAULT_CLIENT_KEY")
+    cert, cert_key = _get(settings, "CLIENT_CERT"), _get(settings, "CLIENT_KEY")
     if (cert is None) != (cert_key is None):
         raise ConfigurationError("set both STATECODEC_VAULT_CLIENT_CERT and STATECODEC_VAULT_CLIENT_KEY, or neither")
-    timeout = _get(settings, "STATECODEC_VAULT_TIMEOUT")
+    timeout = _get(settings, "TIMEOUT")
     try:
         seconds = DEFAULT_TIMEOUT if timeout is None else float(timeout)
     except ValueError:
@@ -160,9 +155,9 @@ def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
         token=token,
         role_id=role_id,
         secret_id=secret_id,
-        approle_mount_point=_get(settings, "STATECODEC_VAULT_APPROLE_MOUNT") or "approle",
-        namespace=_get(settings, "STATECODEC_VAULT_NAMESPACE", "VAULT_NAMESPACE"),
-        verify=False if skip in {"true", "1"} else _get(settings, "STATECODEC_VAULT_CACERT", "VAULT_CACERT") or True,
+        approle_mount_point=_get(settings, "APPROLE_MOUNT") or "approle",
+        namespace=_get(settings, "NAMESPACE"),
+        verify=False if skip in {"true", "1"} else _get(settings, "CACERT") or True,
         cert=(cert, cert_key) if cert is not None and cert_key is not None else None,
         timeout=seconds,
     )
@@ -170,13 +165,12 @@ def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
 
 def _with_client(settings: Mapping[str, str], build: Callable[[Any, str, str], _T]) -> _T:
     """`build(client, key, mount)` over a client from `settings`; the client is closed if `build` fails."""
-    key = _get(settings, "STATECODEC_VAULT_KEY")
+    key = _get(settings, "KEY")
     if key is None:
         raise ConfigurationError("STATECODEC_VAULT_KEY is not set; name the transit key, e.g. statecodec")
-    mount = _get(settings, "STATECODEC_VAULT_MOUNT") or "transit"
     client = vault_client_from_settings(settings)
     try:
-        return build(client, key, mount)
+        return build(client, key, _get(settings, "MOUNT") or "transit")
     except BaseException:
         client.adapter.close()
         raise
@@ -194,15 +188,15 @@ def envelope_codec_from_settings(settings: Mapping[str, str]) -> EnvelopeCodec:
 
 def transit_codec_from_settings(settings: Mapping[str, str]) -> VaultTransitCodec:
     """``STATECODEC_CODEC=vault-transit``: one Vault call per seal and per unseal."""
-    text = setting(settings, "STATECODEC_VAULT_CONTEXT", required=False)
+    text = _get(settings, "CONTEXT")
     try:
         context = parse_context(text) if text is not None else None
     except ConfigurationError as exc:
         raise ConfigurationError(f"STATECODEC_VAULT_CONTEXT: {exc}") from None
-    max_length = max_token_length_setting(settings)
+    cap = max_token_length_setting(settings)
     return _with_client(
         settings,
-        lambda c, key, mount: VaultTransitCodec(
-            c, key, mount_point=mount, context=context, max_token_length=max_length, owns_client=True
+        lambda c, k, mount: VaultTransitCodec(
+            c, k, mount_point=mount, context=context, max_token_length=cap, owns_client=True
         ),
     )
