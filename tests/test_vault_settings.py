@@ -39,42 +39,27 @@ def client() -> Iterator[Any]:
         c.adapter.close()
 
 
+URL = "http://127.0.0.1:8200"
+BAD_URLS = ["127.0.0.1:8200", "ftp://vault", "https://vault:8200/v1/transit", "", "https:// x", "https://u:p@v:8200"]
+
+
 @pytest.mark.parametrize(
     ("url", "kwargs", "message"),
     [
-        ("http://127.0.0.1:8200", {"token": SECRET, "role_id": "r", "secret_id": "s"}, "exactly one Vault auth"),
-        ("http://127.0.0.1:8200", {}, "exactly one Vault auth method"),
-        ("http://127.0.0.1:8200", {"role_id": "r"}, "role id and secret id, both"),
-        ("http://127.0.0.1:8200", {"token": "  "}, "token is empty"),
-        ("http://127.0.0.1:8200", {"token": SECRET, "timeout": 0}, "timeouts must be"),
-        ("http://127.0.0.1:8200", {"token": SECRET, "timeout": (1.0, float("inf"))}, "timeouts must be"),
-        ("http://127.0.0.1:8200", {"token": SECRET, "timeout": True}, "timeouts must be"),
-        ("http://127.0.0.1:8200", {"token": SECRET, "timeout": "2"}, "timeout must be"),
-        ("http://127.0.0.1:8200", {"token": SECRET, "pool_size": 0}, "pool_size"),
-        *[
-            (url, {"token": SECRET}, r"http\(s\)://host")
-            for url in ["127.0.0.1:8200", "ftp://vault", "https://vault:8200/v1/transit", "", "https:// x"]
-        ],
+        (URL, {"token": SECRET, "role_id": "r", "secret_id": "s"}, "exactly one Vault auth"),
+        (URL, {}, "exactly one Vault auth method"),
+        (URL, {"role_id": "r"}, "role id and secret id, both"),
+        (URL, {"token": "  "}, "token is empty"),
+        *[(URL, {"token": SECRET, "timeout": t}, "timeouts must be") for t in (0, (1.0, float("inf")), True)],
+        (URL, {"token": SECRET, "timeout": "2"}, "timeout must be"),
+        (URL, {"token": SECRET, "pool_size": 0}, "pool_size"),
+        *[(url, {"token": SECRET}, r"http\(s\)://host\[:port\] \(no credentials") for url in BAD_URLS],
     ],
 )
 def test_vault_client_refuses(url: str, kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message) as info:
         vault_client(url, **kwargs)
     assert SECRET not in str(info.value)
-
-
-def test_client_arguments_reach_the_session(client: Any) -> None:
-    assert client.adapter.allow_redirects is False  # the token header never follows a redirect
-    assert client.adapter._kwargs["timeout"] == (0.5, 1.0)
-    c = vault_client("https://vault.example:8200", token=SECRET, namespace="ns", verify="/ca.pem", timeout=5)
-    try:
-        assert (c.adapter.namespace, c.adapter._kwargs["verify"], c.adapter._kwargs["timeout"]) == (
-            "ns",
-            "/ca.pem",
-            (0.5, 5.0),
-        )
-    finally:
-        c.adapter.close()
 
 
 @pytest.mark.parametrize(
@@ -140,32 +125,31 @@ def test_client_settings_refused(settings: dict[str, str], message: str) -> None
     assert SECRET not in str(info.value)
 
 
-def test_client_settings_read_files_and_fallbacks(tmp_path: Path) -> None:
-    token_file = tmp_path / "token"
-    token_file.write_text(SECRET + "\n")
+def test_settings_reach_the_client(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text(SECRET + "\n")
     c = vault_client_from_settings(
         {
             "STATECODEC_VAULT_ADDR": "https://vault.example:8200",
             "VAULT_ADDR": "https://ignored.example",
             "VAULT_TOKEN": "inherited-from-the-shell",  # an explicit token file wins over it
-            "STATECODEC_VAULT_TOKEN_FILE": str(token_file),
+            "STATECODEC_VAULT_TOKEN_FILE": str(tmp_path / "token"),
             "VAULT_NAMESPACE": "team-b",
             "VAULT_CACERT": "/ca.pem",
             "VAULT_CLIENT_CERT": "/c.pem",
             "STATECODEC_VAULT_CLIENT_KEY": "/c.key",
-            "STATECODEC_VAULT_TIMEOUT": "0.5",
+            "STATECODEC_VAULT_TIMEOUT": "5",
         }
     )
     try:
         assert (c.url, c.token, c.adapter.namespace) == ("https://vault.example:8200", SECRET, "team-b")
-        assert c.adapter._kwargs["verify"] == "/ca.pem"
-        assert c.adapter._kwargs["cert"] == ("/c.pem", "/c.key")
-        assert c.adapter._kwargs["timeout"] == (0.5, 0.5)
+        assert c.adapter.allow_redirects is False  # the token header never follows a redirect
+        kwargs = c.adapter._kwargs
+        assert (kwargs["verify"], kwargs["cert"], kwargs["timeout"]) == ("/ca.pem", ("/c.pem", "/c.key"), (0.5, 5.0))
     finally:
         c.adapter.close()
     skip = vault_client_from_settings({**TOKEN, "VAULT_CACERT": "/ca.pem", "VAULT_SKIP_VERIFY": "1"})
     try:
-        assert skip.adapter._kwargs["verify"] is False
+        assert (skip.adapter._kwargs["verify"], skip.adapter._kwargs["timeout"]) == (False, (0.5, 1.0))
     finally:
         skip.adapter.close()
 

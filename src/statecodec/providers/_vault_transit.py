@@ -89,11 +89,8 @@ class VaultTransitCodec(TransitKey):
             raise self._start_error("read", described)
         refusal = _key_refusal(described, allow_exportable_key)
         if refusal is not None:
-            raise ConfigurationError(
-                f"cannot use {self.describe()}: {refusal}; use a key of type aes256-gcm96, e.g. bao write -f "
-                f"{self._mount}/keys/<new-key> type=aes256-gcm96 derived=true, and name it in "
-                "STATECODEC_VAULT_KEY"
-            )
+            new = f"bao write -f {self._mount}/keys/<new-key> type=aes256-gcm96 derived=true"
+            raise ConfigurationError(f"cannot use {self.describe()}: {refusal}; use a key of type aes256-gcm96: {new}")
         derived, latest, floor = (described.get(k) for k in ("derived", "latest_version", "min_decryption_version"))
         if type(derived) is not bool or type(latest) is not int or type(floor) is not int:
             raise self._start_error("read", Failure(FailureKind.OTHER, "Vault returned a malformed key description"))
@@ -241,8 +238,8 @@ class _OutageWindow:
     def failed(self, started: float, failure: Failure) -> None:
         """Vault could not answer a call that started at `started` (a time from `start`)."""
         with self._lock:
-            if self._base == 0 or started < self._set_at:
-                return  # no window, or the call was in flight when the current window was set
+            if started < self._set_at:
+                return  # the call was in flight when the current window was set
             now = self._clock()
             window = min(self._next, _MAX_OUTAGE_BACKOFF)
             self._set_at, self._until, self._next = now, now + window, window * 2

@@ -91,11 +91,8 @@ class VaultKeyWrapper(TransitKey):
         """The data key in `blob`, via ``transit/decrypt`` under `context`; `ProviderError` otherwise."""
         ok = isinstance(blob, bytes) and len(blob) <= MAX_WRAPPED_KEY_LENGTH and blob.isascii()
         ciphertext = blob.decode("ascii") if ok else ""
-        if parse_vault_ciphertext(ciphertext) is None:
-            raise ProviderError(
-                f"{self.describe()}: the wrapped key is not a Vault transit ciphertext (vault:vN:...); "
-                "was it made by another provider?"
-            )
+        if parse_vault_ciphertext(ciphertext) is None:  # made by another provider?
+            raise ProviderError(f"{self.describe()}: the wrapped key is not a Vault transit ciphertext (vault:vN:...)")
         key = unb64(self._call("decrypt", context, ciphertext=ciphertext).get("plaintext"))
         if key is None:
             raise ProviderError(f"{self.describe()}: Vault returned a malformed plaintext")
