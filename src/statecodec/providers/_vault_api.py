@@ -1,10 +1,8 @@
 """Vault's HTTP API: the client, AppRole login, one transit key's calls, and failures in safe words.
 
-Threat: a client that follows redirects sends its token elsewhere; one without
-timeouts lets a silent Vault stall the event loop; an error that keeps the
-`requests` exception keeps the request and its ``X-Vault-Token`` header. Here
-redirects are refused, every call has bounded timeouts and no hidden retries,
-and every call ends in Vault's ``data`` or a `Failure`: a fixed phrase, no exception.
+Threat: a client that follows redirects sends its token elsewhere; one without timeouts lets a silent Vault
+stall the event loop; a `requests` exception keeps the request and its ``X-Vault-Token`` header. Here redirects
+are refused, calls have bounded timeouts and no hidden retries, and end in Vault's ``data`` or a `Failure`.
 """
 
 from __future__ import annotations
@@ -15,8 +13,7 @@ import enum
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from statecodec.errors import ConfigurationError, ProviderError
 from statecodec.providers import missing_extra
@@ -53,8 +50,7 @@ def vault_client(
 ) -> hvac.Client:
     """An authenticated hvac client with a pooled session, bounded timeouts and no redirects.
 
-    Auth: `token`, or AppRole (`role_id`, `secret_id`; logs in here, `ProviderError` if refused). `verify`
-    is True, False or a CA bundle; `cert` (certificate, key) for mutual TLS. Close with ``client.adapter.close()``.
+    `token`, or AppRole (`role_id`, `secret_id`; logged in here). Close it with ``client.adapter.close()``.
     """
     # No user:password@ part: the address is named in every message and repr.
     if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/?#@]+/?", url):
@@ -72,8 +68,8 @@ def vault_client(
     session = requests.Session()
     # No urllib3 retries: a retried call would multiply the bounded timeout.
     adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=pool_size, max_retries=0)
-    session.mount("https://", adapter)
-    session.mount("http://", adapter)
+    for scheme in ("https://", "http://"):
+        session.mount(scheme, adapter)
     # hvac lets a supplied session's own (default) verify/cert override the arguments: set them here.
     session.verify, session.cert = verify, cert
     client = hvac.Client(
@@ -146,8 +142,7 @@ class FailureKind(enum.Enum):
     OTHER = "other"
 
 
-@dataclass(frozen=True)
-class Failure:
+class Failure(NamedTuple):
     """Why a Vault call failed, in words safe for a log (no token, key or payload)."""
 
     kind: FailureKind
@@ -215,9 +210,8 @@ class TransitKey:
         self._client, self._key, self._mount, self._owns_client = client, key, mount_point.strip("/"), owns_client
 
     def describe(self) -> str:
-        ns = getattr(self._client.adapter, "namespace", None)
-        where = f" (namespace {ns})" if ns else ""
-        return f"vault transit key {self._mount}/{self._key}{where} at {getattr(self._client, 'url', '?')}"
+        ns = f" (namespace {self._client.adapter.namespace})" if self._client.adapter.namespace else ""
+        return f"vault transit key {self._mount}/{self._key}{ns} at {self._client.url}"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.describe()!r})"
@@ -240,10 +234,7 @@ class TransitKey:
     def _request(
         self, op: str, body: dict[str, Any] | None = None, retry: RetryPolicy | None = None
     ) -> Mapping[str, Any] | Failure:
-        """Vault's ``data`` for ``<mount>/<op>/<key>`` (a read when `body` is None), or why not.
-
-        A `Failure` is returned, never raised: the exception it came from is dropped. `retry` retries outages.
-        """
+        """Vault's ``data`` for ``<mount>/<op>/<key>`` (a read when `body` is None), or why not (never raised)."""
         try:
             if retry is None:
                 return self._round_trip(op, body)
@@ -285,10 +276,8 @@ def b64(data: bytes) -> str:
 
 def unb64(text: object) -> bytes | None:
     """Strict standard base64 from a Vault reply (a payload or a data key), else None (no error keeps it)."""
-    if not isinstance(text, str) or not text.isascii():
-        return None
     try:
-        return base64.b64decode(text, validate=True)
+        return base64.b64decode(text, validate=True) if isinstance(text, str) and text.isascii() else None
     except binascii.Error:
         return None
 

@@ -50,11 +50,8 @@ class VaultTransitCodec(TransitKey):
     tag or context mismatch -> SEAL; version retired or not yet created ->
     UNKNOWN_KEY; Vault down, denied or the key gone -> PROVIDER (seal: `ProviderError`).
 
-    Construction serves only an allow-listed key (``aes256-gcm96`` or
-    ``chacha20-poly1305``, not convergent, not exportable unless
-    `allow_exportable_key`), else `ConfigurationError` naming the type to use,
-    and proves the binding with one encrypt and one decrypt. While Vault cannot
-    answer, calls fail at once for an outage window (`_OutageWindow`).
+    Construction serves only an allow-listed key (``aes256-gcm96`` or ``chacha20-poly1305``, not convergent,
+    not exportable unless `allow_exportable_key`) and proves the binding with one encrypt and one decrypt.
     """
 
     VERSION = 0x05
@@ -212,11 +209,9 @@ class VaultTransitCodec(TransitKey):
 class _OutageWindow:
     """While Vault cannot answer, calls fail at once for `base` seconds, doubling (at most 30 s) while it lasts.
 
-    One rule: a failure opens or doubles the window only if its call started at
-    or after the moment the current window was set. Calls in flight when Vault
-    stalled are one failure, not one each, so however many callers a stall
-    catches, the codec serves again within one `base` of Vault answering. Any
-    answer closes the window and resets its length; a `base` of 0 turns it off.
+    One rule: a failure opens or doubles the window only if its call started at or after the moment the current
+    window was set. Calls in flight when Vault stalled are one failure, not one each, so however many callers a
+    stall catches, the codec serves again within one `base` of Vault answering. Any answer closes the window.
     """
 
     __slots__ = ("_base", "_clock", "_down", "_lock", "_next", "_set_at", "_until")
@@ -259,9 +254,6 @@ def _key_refusal(data: Mapping[str, Any], allow_exportable_key: bool) -> str | N
     if data.get("convergent_encryption", False) is not False:
         return "it has convergent_encryption, which makes seal deterministic (equal states would give equal tokens)"
     custody = data.get("exportable") is False and data.get("allow_plaintext_backup") is False
-    if not (custody or allow_exportable_key):
-        return (
-            "it is exportable or allows plaintext backups, so the key can leave Vault, which per-token mode exists "
-            "to prevent (allow_exportable_key=True serves a key restored from a backup anyway)"
-        )
+    if not (custody or allow_exportable_key):  # True for a key restored from a backup
+        return "it is exportable or allows plaintext backups: the key can leave Vault (see allow_exportable_key)"
     return None

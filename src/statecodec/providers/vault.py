@@ -39,12 +39,10 @@ _MAX_SECRET_FILE_BYTES = 64 * 1024  # a token or secret id, with room to spare
 
 
 class VaultKeyWrapper(TransitKey):
-    """A Vault transit key as a `KeyWrapper`: data keys wrapped by Vault, bound to a context.
+    """A Vault transit key as a `KeyWrapper`: a wrapped key opens only under the context it was made for.
 
-    The context is bound as AES-GCM associated data on every call and, on a
-    derived key (recommended), as the key-derivation context too, so a wrapped
-    key opens only under the context it was made for. A wrapped blob is Vault's
-    ciphertext text, ``vault:vN:<base64>``, as ASCII bytes.
+    The context is bound as AES-GCM associated data and, on a derived key (recommended), as the key-derivation
+    context too. A wrapped blob is Vault's ciphertext text, ``vault:vN:<base64>``, as ASCII bytes.
     """
 
     __slots__ = ("_retry",)
@@ -110,10 +108,7 @@ def _get(settings: Mapping[str, str], name: str) -> str | None:
 
 
 def _secret(settings: Mapping[str, str], name: str) -> str | None:
-    """A secret from ``STATECODEC_VAULT_<name>`` or the file ``..._FILE`` names (not both), else ``VAULT_<name>``.
-
-    ``VAULT_TOKEN``, inherited from a shell, yields to an explicit file.
-    """
+    """``STATECODEC_VAULT_<name>`` or the file ``..._FILE`` names (not both), else ``VAULT_<name>`` (a shell's)."""
     value = setting(settings, f"STATECODEC_VAULT_{name}", required=False)
     path = _get(settings, f"{name}_FILE")
     if value is not None and path is not None:
