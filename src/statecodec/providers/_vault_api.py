@@ -149,40 +149,36 @@ class Failure(NamedTuple):
     detail: str
 
 
-_K = FailureKind
-_INVALID_REQUEST = (  # (substring of Vault's 400 error text, kind, detail)
-    ("message authentication failed", _K.BAD_CIPHERTEXT, "the ciphertext or its bound context did not verify"),
-    ("invalid ciphertext length", _K.BAD_CIPHERTEXT, "the ciphertext is too short"),
-    ("too old", _K.RETIRED, "the key version is below min_decryption_version (retired)"),
-    ("too new", _K.RETIRED, "the key version does not exist yet"),
-    ("not found", _K.KEY_MISSING, "the transit key does not exist (deleted, or a wrong name or mount)"),
-    ("missing 'context'", _K.OTHER, "the key is derived and needs a context"),
-)
-_ERRORS: tuple[tuple[type[BaseException], FailureKind, str], ...] = (  # the first that matches
-    (requests.exceptions.ConnectTimeout, _K.OUTAGE, "connection timed out"),
-    (requests.exceptions.Timeout, _K.OUTAGE, "Vault did not answer within the read timeout"),
-    (requests.exceptions.SSLError, _K.OUTAGE, "TLS handshake failed (check the CA bundle and client certificate)"),
-    (requests.exceptions.ConnectionError, _K.OUTAGE, "cannot connect to Vault"),
-    (hvac.exceptions.InvalidRequest, _K.OTHER, "Vault rejected the request (400)"),
-    (hvac.exceptions.Forbidden, _K.DENIED, "permission denied (the Vault token's policy does not allow this path)"),
-    (hvac.exceptions.Unauthorized, _K.DENIED, "unauthorized (the Vault token is missing or expired)"),
-    (hvac.exceptions.InvalidPath, _K.KEY_MISSING, "the transit key or mount does not exist (check mount and name)"),
-    (hvac.exceptions.VaultDown, _K.OUTAGE, "Vault is sealed or in standby (503); unseal Vault"),
-    (hvac.exceptions.RateLimitExceeded, _K.OUTAGE, "Vault rate limit exceeded (429)"),
-    (hvac.exceptions.VaultError, _K.OUTAGE, "Vault answered with a server error or an unexpected status"),
-    (ValueError, _K.OTHER, "malformed reply"),  # no data object, or not JSON
+_K, _E, _R = FailureKind, hvac.exceptions, requests.exceptions
+_ERRORS: tuple[tuple[type[BaseException], str, FailureKind, str], ...] = (
+    # (exception, substring of Vault's error text, kind, detail): the first that matches
+    (_E.InvalidRequest, "authentication failed", _K.BAD_CIPHERTEXT, "the ciphertext or its context did not verify"),
+    (_E.InvalidRequest, "invalid ciphertext length", _K.BAD_CIPHERTEXT, "the ciphertext is too short"),
+    (_E.InvalidRequest, "too old", _K.RETIRED, "the key version is below min_decryption_version (retired)"),
+    (_E.InvalidRequest, "too new", _K.RETIRED, "the key version does not exist yet"),
+    (_E.InvalidRequest, "not found", _K.KEY_MISSING, "the transit key does not exist (deleted, or a wrong name)"),
+    (_E.InvalidRequest, "missing 'context'", _K.OTHER, "the key is derived and needs a context"),
+    (_E.InvalidRequest, "", _K.OTHER, "Vault rejected the request (400)"),
+    (_E.Forbidden, "", _K.DENIED, "permission denied (the Vault token's policy does not allow this path)"),
+    (_E.Unauthorized, "", _K.DENIED, "unauthorized (the Vault token is missing or expired)"),
+    (_E.InvalidPath, "", _K.KEY_MISSING, "the transit key or mount does not exist (check mount and name)"),
+    (_E.VaultDown, "", _K.OUTAGE, "Vault is sealed or in standby (503); unseal Vault"),
+    (_E.RateLimitExceeded, "", _K.OUTAGE, "Vault rate limit exceeded (429)"),
+    (_E.VaultError, "", _K.OUTAGE, "Vault answered with a server error or an unexpected status"),
+    (_R.ConnectTimeout, "", _K.OUTAGE, "connection timed out"),
+    (_R.Timeout, "", _K.OUTAGE, "Vault did not answer within the read timeout"),
+    (_R.SSLError, "", _K.OUTAGE, "TLS handshake failed (check the CA bundle and client certificate)"),
+    (_R.ConnectionError, "", _K.OUTAGE, "cannot connect to Vault"),
+    (ValueError, "", _K.OTHER, "malformed reply"),  # no data object, or not JSON
 )
 
 
 def classify(exc: BaseException) -> Failure:
     """The `Failure` of an hvac/requests exception: fixed texts, never Vault's echo of the input."""
-    if isinstance(exc, hvac.exceptions.InvalidRequest) and isinstance(exc.errors, list):
-        text = " ".join(str(e) for e in exc.errors).lower()
-        for needle, kind, detail in _INVALID_REQUEST:
-            if needle in text:
-                return Failure(kind, detail)
-    for cls, kind, detail in _ERRORS:
-        if isinstance(exc, cls):
+    errors = getattr(exc, "errors", None)
+    text = " ".join(str(e) for e in errors).lower() if isinstance(errors, list) else ""
+    for cls, needle, kind, detail in _ERRORS:
+        if isinstance(exc, cls) and needle in text:
             return Failure(kind, detail)
     return Failure(_K.OTHER, f"unexpected {type(exc).__name__} from the Vault client")
 

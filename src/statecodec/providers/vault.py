@@ -10,9 +10,10 @@ material, payload or token.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from statecodec._files import decode_settings_text, read_settings_file
 from statecodec.config import max_token_length_setting, setting
@@ -34,7 +35,6 @@ from statecodec.providers._vault_transit import VaultTransitCodec
 
 __all__ = ["VaultKeyWrapper", "VaultTransitCodec", "vault_client"]
 
-_T = TypeVar("_T")
 _MAX_SECRET_FILE_BYTES = 64 * 1024  # a token or secret id, with room to spare
 
 
@@ -112,9 +112,7 @@ def _secret(settings: Mapping[str, str], name: str) -> str | None:
     value = setting(settings, f"STATECODEC_VAULT_{name}", required=False)
     path = _get(settings, f"{name}_FILE")
     if value is not None and path is not None:
-        raise ConfigurationError(
-            f"both STATECODEC_VAULT_{name} and STATECODEC_VAULT_{name}_FILE are set; set exactly one"
-        )
+        raise ConfigurationError(f"set one of STATECODEC_VAULT_{name} and STATECODEC_VAULT_{name}_FILE, not both")
     if path is None:
         return _get(settings, name)
     what = f"STATECODEC_VAULT_{name}_FILE {path}"
@@ -155,14 +153,15 @@ def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
     )
 
 
-def _with_client(settings: Mapping[str, str], build: Callable[[Any, str, str], _T]) -> _T:
-    """`build(client, key, mount)` over a client from `settings`; the client is closed if `build` fails."""
+@contextlib.contextmanager
+def _client(settings: Mapping[str, str]) -> Iterator[tuple[Any, str, str]]:
+    """(client, key, mount) from `settings`; the client is closed if the block fails."""
     key = _get(settings, "KEY")
     if key is None:
         raise ConfigurationError("STATECODEC_VAULT_KEY is not set; name the transit key, e.g. statecodec")
     client = vault_client_from_settings(settings)
     try:
-        return build(client, key, _get(settings, "MOUNT") or "transit")
+        yield client, key, _get(settings, "MOUNT") or "transit"
     except BaseException:
         client.adapter.close()
         raise
@@ -170,7 +169,8 @@ def _with_client(settings: Mapping[str, str], build: Callable[[Any, str, str], _
 
 def wrapper_from_settings(settings: Mapping[str, str]) -> VaultKeyWrapper:
     """A `VaultKeyWrapper` that owns its client; close it after use."""
-    return _with_client(settings, lambda c, key, mount: VaultKeyWrapper(c, key, mount_point=mount, owns_client=True))
+    with _client(settings) as (client, key, mount):
+        return VaultKeyWrapper(client, key, mount_point=mount, owns_client=True)
 
 
 def envelope_codec_from_settings(settings: Mapping[str, str]) -> EnvelopeCodec:
@@ -186,9 +186,7 @@ def transit_codec_from_settings(settings: Mapping[str, str]) -> VaultTransitCode
     except ConfigurationError as exc:
         raise ConfigurationError(f"STATECODEC_VAULT_CONTEXT: {exc}") from None
     cap = max_token_length_setting(settings)
-    return _with_client(
-        settings,
-        lambda c, k, mount: VaultTransitCodec(
-            c, k, mount_point=mount, context=context, max_token_length=cap, owns_client=True
-        ),
-    )
+    with _client(settings) as (client, key, mount):
+        return VaultTransitCodec(
+            client, key, mount_point=mount, context=context, max_token_length=cap, owns_client=True
+        )
