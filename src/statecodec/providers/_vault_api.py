@@ -27,7 +27,6 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised only without the extra
     raise missing_extra("hvac", "vault") from _exc
 
-DEFAULT_TIMEOUT = (0.5, 1.0)  # (connect, read) seconds: a stalled Vault costs at most this per call
 _RELOGIN_INTERVAL = 30.0  # least seconds between two AppRole logins, so a real denial cannot loop
 # Vault names: GenericNameRegex for keys, slash-separated segments for mounts.
 _KEY_NAME = re.compile(r"\w(?:[\w.-]*\w)?", re.ASCII)
@@ -45,12 +44,13 @@ def vault_client(
     namespace: str | None = None,
     verify: bool | str = True,
     cert: tuple[str, str] | None = None,
-    timeout: float | tuple[float, float] = DEFAULT_TIMEOUT,
+    timeout: float | tuple[float, float] = 1.0,
     pool_size: int = 10,
 ) -> hvac.Client:
     """An authenticated hvac client with a pooled session, bounded timeouts and no redirects.
 
-    `token`, or AppRole (`role_id`, `secret_id`; logged in here). Close it with ``client.adapter.close()``.
+    `token`, or AppRole (`role_id`, `secret_id`; logged in here). `timeout`: seconds to read (connect: at most
+    0.5), or (connect, read); a stalled Vault costs at most that per call. Close with ``client.adapter.close()``.
     """
     # No user:password@ part: the address is named in every message and repr.
     if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/?#@]+/?", url):

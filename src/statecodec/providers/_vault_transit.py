@@ -24,10 +24,10 @@ _MAX_OUTAGE_BACKOFF = 30.0  # longest window, in seconds, during which calls fai
 _GCM_OVERHEAD = 12 + 16  # Vault's AEAD ciphertext: nonce | ciphertext | tag
 _HEADER = 1 + 4
 _LABEL = b"statecodec/v1/vault-transit\x00"
-# Types whose ciphertext is nonce (12) | ciphertext | tag (16) under a 256-bit key: the documented format,
-# overhead and strength (xchacha20-poly1305 has a 24-byte nonce; aes128-gcm96 is not AES-256).
+# nonce (12) | ciphertext | tag (16) under a 256-bit key (not xchacha20-poly1305's 24-byte nonce, not aes128-gcm96)
 _SERVED_KEY_TYPES = ("aes256-gcm96", "chacha20-poly1305")
 _REASONS = {FailureKind.BAD_CIPHERTEXT: Reason.SEAL, FailureKind.RETIRED: Reason.UNKNOWN_KEY}
+_NO_ROUND_TRIP = Failure(FailureKind.OTHER, "the start-up probe did not round-trip")
 
 
 class VaultTransitCodec(TransitKey):
@@ -37,18 +37,15 @@ class VaultTransitCodec(TransitKey):
 
         0x05 | key_version (4, big-endian, >= 1) | nonce (12) | ciphertext | tag (16)
 
-    The last three fields are Vault's ``vault:vN:`` ciphertext, decoded from
-    standard base64; ``key_version`` is N, and the token's key id is N as 8 hex
-    digits (``00000003`` for ``vault:v3:``). Overhead: 33 bytes, 44 characters.
-    The prefix is bound with ``"statecodec/v1/vault-transit" 0x00 0x05 0x00 ||
-    canonical_context(context)``: as the key-derivation context on a derived key
-    (recommended; ``rewrap`` carries it, so `reseal` is one call), and also as
-    AES-GCM associated data on a non-derived one.
+    The last three fields are Vault's ``vault:vN:`` ciphertext, decoded from standard base64; ``key_version``
+    is N, and the token's key id is N as 8 hex digits (``00000003``). Overhead: 33 bytes, 44 characters.
+    The prefix is bound with ``"statecodec/v1/vault-transit" 0x00 0x05 0x00 || canonical_context(context)``:
+    as the key-derivation context on a derived key (recommended; ``rewrap`` carries it, so `reseal` is one
+    call), and also as AES-GCM associated data on a non-derived one.
 
-    Checks before any network call: type and cap (OVERSIZED), canonical base64url,
-    length and key version >= 1 (MALFORMED), version byte (FORMAT). Then Vault:
-    tag or context mismatch -> SEAL; version retired or not yet created ->
-    UNKNOWN_KEY; Vault down, denied or the key gone -> PROVIDER (seal: `ProviderError`).
+    Checks before any network call: type and cap (OVERSIZED), canonical base64url, length and key version
+    >= 1 (MALFORMED), version byte (FORMAT). Then Vault: tag or context mismatch -> SEAL; version retired or
+    not yet created -> UNKNOWN_KEY; Vault down, denied or the key gone -> PROVIDER (seal: `ProviderError`).
 
     Construction serves only an allow-listed key (``aes256-gcm96`` or ``chacha20-poly1305``, not convergent,
     not exportable unless `allow_exportable_key`) and proves the binding with one encrypt and one decrypt.
@@ -94,17 +91,13 @@ class VaultTransitCodec(TransitKey):
         self._derived, self._key_ids = derived, tuple(range(latest, max(floor, 1) - 1, -1))  # newest first
         bound = b64(_LABEL + bytes([self.VERSION, 0]) + canonical_context(self._context))
         self._binding = {"context": bound} if derived else {"context": bound, "associated_data": bound}
-        self._primary = 0
         probe = b"statecodec start-up probe"  # seal and open under the binding; learns the latest key version
         sealed = self._seal(probe)
         if isinstance(sealed, Failure):
             raise self._start_error("encrypt", sealed)
         opened = self._open(self._parse(sealed))
         if opened != probe:
-            failure = (
-                opened if isinstance(opened, Failure) else Failure(FailureKind.OTHER, "the probe did not round-trip")
-            )
-            raise self._start_error("decrypt", failure)
+            raise self._start_error("decrypt", opened if isinstance(opened, Failure) else _NO_ROUND_TRIP)
 
     def _start_error(self, what: str, failure: Failure) -> ProviderError:
         return ProviderError(f"cannot use {self.describe()}: {what} failed: {failure.detail}")

@@ -22,15 +22,7 @@ from statecodec.errors import ConfigurationError, ProviderError
 from statecodec.keys import MIN_KEY_LENGTH
 from statecodec.providers import build_envelope_codec, parse_context
 from statecodec.providers._retry import RetryPolicy, check_retry
-from statecodec.providers._vault_api import (
-    DEFAULT_TIMEOUT,
-    Failure,
-    TransitKey,
-    b64,
-    parse_vault_ciphertext,
-    unb64,
-    vault_client,
-)
+from statecodec.providers._vault_api import Failure, TransitKey, b64, parse_vault_ciphertext, unb64, vault_client
 from statecodec.providers._vault_transit import VaultTransitCodec
 
 __all__ = ["VaultKeyWrapper", "VaultTransitCodec", "vault_client"]
@@ -137,7 +129,7 @@ def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
         raise ConfigurationError("set both STATECODEC_VAULT_CLIENT_CERT and STATECODEC_VAULT_CLIENT_KEY, or neither")
     timeout = _get(settings, "TIMEOUT")
     try:
-        seconds = DEFAULT_TIMEOUT if timeout is None else float(timeout)
+        seconds = 1.0 if timeout is None else float(timeout)  # vault_client's default
     except ValueError:
         raise ConfigurationError("STATECODEC_VAULT_TIMEOUT must be seconds, e.g. 2") from None
     return vault_client(
