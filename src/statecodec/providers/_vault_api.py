@@ -217,7 +217,7 @@ class TransitKey:
         raise TypeError(f"{type(self).__name__} holds a Vault client and its token and is not picklable")
 
     def close(self) -> None:
-        """Close the HTTP connection pool when this object owns the client (built from settings)."""
+        """Close the connection pool if this object owns the client (built from settings)."""
         if self._owns_client:
             self._client.adapter.close()
 

@@ -123,9 +123,6 @@ class VaultTransitCodec(TransitKey):
     def max_token_length(self) -> int:
         return self._max_length
 
-    def __repr__(self) -> str:
-        return f"VaultTransitCodec({self.describe()!r}, primary_key_id={self.primary_key_id!r})"
-
     def _call(self, op: str, body: dict[str, Any]) -> Mapping[str, Any] | Failure:
         """One call under the binding, through the outage window."""
         started, down = self._window.start()
@@ -210,12 +207,10 @@ class _OutageWindow:
     __slots__ = ("_base", "_clock", "_down", "_lock", "_next", "_set_at", "_until")
 
     def __init__(self, base: float, clock: Callable[[], float]) -> None:
-        self._base = base
-        self._clock = clock
+        self._base, self._clock = base, clock
         self._lock = threading.Lock()  # calls from several threads update the window together
         self._next = base  # the next window's length: doubled and capped, never 2**n (which overflows)
-        self._set_at = float("-inf")
-        self._until = float("-inf")
+        self._set_at = self._until = float("-inf")
         self._down = Failure(FailureKind.OTHER, "")
 
     def start(self) -> tuple[float, Failure | None]:

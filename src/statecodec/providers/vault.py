@@ -17,9 +17,8 @@ from typing import Any
 
 from statecodec._files import decode_settings_text, read_settings_file
 from statecodec.config import max_token_length_setting, setting
-from statecodec.envelope import MAX_WRAPPED_KEY_LENGTH, EnvelopeCodec, canonical_context
+from statecodec.envelope import EnvelopeCodec, canonical_context
 from statecodec.errors import ConfigurationError, ProviderError
-from statecodec.keys import MIN_KEY_LENGTH
 from statecodec.providers import build_envelope_codec, parse_context
 from statecodec.providers._retry import RetryPolicy, check_retry
 from statecodec.providers._vault_api import Failure, TransitKey, b64, parse_vault_ciphertext, unb64, vault_client
@@ -68,9 +67,7 @@ class VaultKeyWrapper(TransitKey):
         return ciphertext.encode("ascii")
 
     def wrap(self, data_key: bytes, context: Mapping[str, str]) -> bytes:
-        """Encrypt `data_key` with ``transit/encrypt``, binding `context`."""
-        if not isinstance(data_key, bytes) or len(data_key) < MIN_KEY_LENGTH:
-            raise ConfigurationError(f"data keys are at least {MIN_KEY_LENGTH} bytes")
+        """Encrypt `data_key` with ``transit/encrypt``, binding `context` (`EnvelopeCodec` checks its length)."""
         return self._blob(self._call("encrypt", context, plaintext=b64(data_key)))
 
     def new_wrapped_key(self, context: Mapping[str, str]) -> bytes:
@@ -79,8 +76,7 @@ class VaultKeyWrapper(TransitKey):
 
     def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
         """The data key in `blob`, via ``transit/decrypt`` under `context`; `ProviderError` otherwise."""
-        ok = isinstance(blob, bytes) and len(blob) <= MAX_WRAPPED_KEY_LENGTH and blob.isascii()
-        ciphertext = blob.decode("ascii") if ok else ""
+        ciphertext = blob.decode("ascii", "replace") if isinstance(blob, bytes) else ""  # sized by EnvelopeCodec
         if parse_vault_ciphertext(ciphertext) is None:  # made by another provider?
             raise ProviderError(f"{self.describe()}: the wrapped key is not a Vault transit ciphertext (vault:vN:...)")
         key = unb64(self._call("decrypt", context, ciphertext=ciphertext).get("plaintext"))
