@@ -47,8 +47,8 @@ BAD_URLS = ["127.0.0.1:8200", "ftp://vault", "https://vault:8200/v1/transit", ""
     ("url", "kwargs", "message"),
     [
         (URL, {"token": SECRET, "role_id": "r", "secret_id": "s"}, "exactly one Vault auth"),
-        (URL, {}, "exactly one Vault auth method"),
-        (URL, {"role_id": "r"}, "role id and secret id, both"),
+        (URL, {}, "exactly one Vault auth"),
+        (URL, {"role_id": "r"}, r"secret id \(both\)"),
         (URL, {"token": "  "}, "token is empty"),
         *[(URL, {"token": SECRET, "timeout": t}, "timeouts must be") for t in (0, (1.0, float("inf")), True)],
         (URL, {"token": SECRET, "timeout": "2"}, "timeout must be"),
@@ -109,7 +109,7 @@ def test_secret_holders_refuse_pickling_and_copying(client: Any, make: Callable[
     ("settings", "message"),
     [
         ({}, "STATECODEC_VAULT_ADDR"),
-        (ADDR, "exactly one Vault auth method"),
+        (ADDR, "exactly one Vault auth"),
         ({**TOKEN, "STATECODEC_VAULT_SKIP_VERIFY": "maybe"}, "SKIP_VERIFY"),
         ({**TOKEN, "STATECODEC_VAULT_CLIENT_CERT": "/c.pem"}, "CLIENT_KEY"),
         ({**TOKEN, "STATECODEC_VAULT_TIMEOUT": "soon"}, "STATECODEC_VAULT_TIMEOUT"),

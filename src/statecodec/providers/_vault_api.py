@@ -27,11 +27,8 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised only without the extra
     raise missing_extra("hvac", "vault") from _exc
 
-_RELOGIN_INTERVAL = 30.0  # least seconds between two AppRole logins, so a real denial cannot loop
-# Vault names: GenericNameRegex for keys, slash-separated segments for mounts.
-_KEY_NAME = re.compile(r"\w(?:[\w.-]*\w)?", re.ASCII)
+# Slash-separated segments (no "." or ".."): a mount may not climb out of its path.
 _MOUNT = re.compile(r"(?!\.{1,2}(?:/|$))[\w.-]+(?:/(?!\.{1,2}(?:/|$))[\w.-]+)*", re.ASCII)
-_VAULT_CIPHERTEXT = re.compile(r"vault:v([1-9][0-9]{0,9}):([A-Za-z0-9+/]+={0,2})")
 
 
 def vault_client(
@@ -57,9 +54,7 @@ def vault_client(
         raise ConfigurationError("the Vault address must be http(s)://host[:port] (no credentials in it)")
     approle = role_id is not None or secret_id is not None
     if (token is not None) == approle or (approle and not (role_id and secret_id)):
-        raise ConfigurationError(
-            "give exactly one Vault auth method: a token, or an AppRole role id and secret id, both"
-        )
+        raise ConfigurationError("give exactly one Vault auth: a token, or an AppRole role id and secret id (both)")
     if token is not None and not token.strip():
         raise ConfigurationError("the Vault token is empty")
     timeout = _check_timeout(timeout)
@@ -116,8 +111,8 @@ class AppRoleLogin:
         return None
 
     def relogin(self) -> bool:
-        """After Vault refused the token (expired, revoked): True when a new one was obtained; once per 30 s."""
-        if time.monotonic() - self._last < _RELOGIN_INTERVAL:
+        """After Vault refused the token: True once a new one is obtained; tried at most every 30 s (no loop)."""
+        if time.monotonic() - self._last < 30.0:
             return False
         self._last = time.monotonic()
         return self.login() is None
@@ -197,7 +192,7 @@ class TransitKey:
     __slots__ = ("_client", "_key", "_mount", "_owns_client")
 
     def __init__(self, client: Any, key: str, mount_point: str, owns_client: bool) -> None:
-        if not isinstance(key, str) or not _KEY_NAME.fullmatch(key):
+        if not isinstance(key, str) or not re.fullmatch(r"\w(?:[\w.-]*\w)?", key, re.ASCII):  # Vault's key names
             raise ConfigurationError("the transit key name must be letters, digits, '_', '-' or '.', e.g. statecodec")
         if not isinstance(mount_point, str) or not _MOUNT.fullmatch(mount_point.strip("/")):
             raise ConfigurationError("the transit mount must be a path such as 'transit'")
@@ -258,12 +253,9 @@ class TransitKey:
     def _fix(self, failure: Failure, op: str) -> Failure:
         """`failure` with how to fix it: the grant the Vault token lacks, or how to create the missing key."""
         path = f"{self._mount}/keys/{self._key}"
-        if failure.kind is _K.DENIED:
-            grant = f"'read' on {path}" if op == "keys" else f"'update' on {self._mount}/{op}/{self._key}"
-            return Failure(failure.kind, f"{failure.detail}; grant the token {grant}")
-        if failure.kind is _K.KEY_MISSING:
-            return Failure(failure.kind, f"{failure.detail}; create it with: bao write -f {path} derived=true")
-        return failure
+        grant = f"'read' on {path}" if op == "keys" else f"'update' on {self._mount}/{op}/{self._key}"
+        fixes = {_K.DENIED: f"grant the token {grant}", _K.KEY_MISSING: f"create it: bao write -f {path} derived=true"}
+        return Failure(failure.kind, f"{failure.detail}; {fixes[failure.kind]}") if failure.kind in fixes else failure
 
 
 def b64(data: bytes) -> str:
@@ -280,6 +272,6 @@ def unb64(text: object) -> bytes | None:
 
 def parse_vault_ciphertext(text: object) -> tuple[int, bytes] | None:
     """(key version, raw ciphertext) of ``vault:vN:<base64>``, else None."""
-    m = _VAULT_CIPHERTEXT.fullmatch(text) if isinstance(text, str) else None
+    m = re.fullmatch(r"vault:v([1-9][0-9]{0,9}):([A-Za-z0-9+/]+={0,2})", text) if isinstance(text, str) else None
     raw = unb64(m.group(2)) if m is not None and int(m.group(1)) < 2**32 else None
     return None if m is None or raw is None else (int(m.group(1)), raw)

@@ -46,7 +46,6 @@ class VaultTransitCodec(TransitKey):
     Checks before any network call: type and cap (OVERSIZED), canonical base64url, length and key version
     >= 1 (MALFORMED), version byte (FORMAT). Then Vault: tag or context mismatch -> SEAL; version retired or
     not yet created -> UNKNOWN_KEY; Vault down, denied or the key gone -> PROVIDER (seal: `ProviderError`).
-
     Construction serves only an allow-listed key (``aes256-gcm96`` or ``chacha20-poly1305``, not convergent,
     not exportable unless `allow_exportable_key`) and proves the binding with one encrypt and one decrypt.
     """

@@ -1,11 +1,9 @@
 """HashiCorp Vault / OpenBao transit (``pip install 'statecodec[vault]'``): a data-key wrapper and a per-token codec.
 
-Threat: the transit key never leaves Vault, so whoever reaches Vault with the
-right token can mint or open state, and whoever makes Vault unreachable stops
-every per-token call. `VaultKeyWrapper` (for `EnvelopeCodec`, recommended)
-needs Vault at start-up only; `VaultTransitCodec` calls it for every token.
-Both take a client from `vault_client`. No message holds a Vault token, key
-material, payload or token.
+Threat: the transit key never leaves Vault, so whoever reaches Vault with the right token can mint or open
+state, and whoever makes Vault unreachable stops every per-token call. `VaultKeyWrapper` (for `EnvelopeCodec`,
+recommended) needs Vault at start-up only; `VaultTransitCodec` calls it for every token. Both take a client
+from `vault_client`. No message holds a Vault token, key material, payload or token.
 """
 
 from __future__ import annotations
@@ -54,7 +52,6 @@ class VaultKeyWrapper(TransitKey):
 
     def _call(self, op: str, context: Mapping[str, str], **fields: object) -> Mapping[str, Any]:
         bound = b64(canonical_context(context))
-        # `context` derives the key on a derived key (ignored otherwise); AES-GCM authenticates `associated_data`.
         out = self._request(op, {**fields, "context": bound, "associated_data": bound}, self._retry)
         if isinstance(out, Failure):
             raise ProviderError(f"transit {op} on {self._mount}/{self._key} failed: {out.detail}")
