@@ -15,16 +15,9 @@ pytest.importorskip("hvac")
 
 from statecodec.providers._vault_api import Failure, FailureKind
 from statecodec.providers._vault_transit import _MAX_OUTAGE_BACKOFF, _OutageWindow
+from tests.plugins.vault import Clock
 
 DOWN = Failure(FailureKind.OUTAGE, "Vault did not answer")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def open_until(window: _OutageWindow, clock: Clock) -> float:

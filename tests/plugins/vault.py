@@ -234,6 +234,16 @@ def transit_policy(mount: str, key: str, ops: tuple[str, ...]) -> str:
     )
 
 
+class Clock:
+    """A clock the test moves by hand (``clock.now += 1``)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def assert_not_copyable(holder: object) -> None:
     """`holder` (it holds a Vault token or secret id) refuses every pickle protocol, `copy` and `deepcopy`."""
     dumps: list[Callable[[object], object]] = [copy.copy, copy.deepcopy]
