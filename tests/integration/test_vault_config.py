@@ -1,14 +1,15 @@
-"""Vault codecs from the environment, a config file and the `statecodec kms` command, on a real OpenBao."""
+"""Vault codecs from the environment, a config file and `statecodec kms`, and TLS settings, on a real OpenBao."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from tests.plugins.vault import BaoServer, transit_policy
+from tests.plugins.vault import BaoServer, client_for, transit_policy
 
-from statecodec import EnvelopeCodec, InvalidToken, Reason, VaultTransitCodec
+from statecodec import EnvelopeCodec, InvalidToken, ProviderError, Reason, VaultTransitCodec
 from statecodec.cli.main import main
 from statecodec.config import codec_from_env, codec_from_file
 
@@ -97,3 +98,31 @@ def test_envelope_through_cli_and_env(
     err = capsys.readouterr().err
     assert "did not verify" in err
     assert vault_server.root_token not in err
+
+
+# urllib3 warns on every unverified request, as it should; the test asserts the setting took effect.
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
+@pytest.mark.parametrize("verify", ["ca", False])
+def test_verified_against_the_configured_ca_or_not_at_all(vault_server_tls: BaoServer, verify: Any) -> None:
+    key = vault_server_tls.new_key()
+    with client_for(vault_server_tls, verify=str(vault_server_tls.ca_file) if verify else False) as c:
+        codec = VaultTransitCodec(c, key)
+        assert codec.unseal(codec.seal(b"tls")) == b"tls"
+    with client_for(vault_server_tls) as c, pytest.raises(ProviderError, match="TLS handshake failed"):
+        VaultTransitCodec(c, key)  # an unknown CA is refused at start
+
+
+def test_ca_from_settings(vault_server_tls: BaoServer) -> None:
+    env = {
+        "STATECODEC_CODEC": "vault-transit",
+        "STATECODEC_VAULT_ADDR": vault_server_tls.addr,
+        "STATECODEC_VAULT_TOKEN": vault_server_tls.root_token,
+        "STATECODEC_VAULT_KEY": vault_server_tls.new_key(),
+        "STATECODEC_VAULT_CACERT": str(vault_server_tls.ca_file),
+    }
+    codec = codec_from_env(env)
+    assert isinstance(codec, VaultTransitCodec)
+    with codec:
+        assert codec.unseal(codec.seal(b"env")) == b"env"
+    with pytest.raises(ProviderError, match="TLS handshake failed"):
+        codec_from_env({k: v for k, v in env.items() if k != "STATECODEC_VAULT_CACERT"})

@@ -10,6 +10,7 @@ import base64
 import json
 import secrets
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.plugins.vault import BaoServer, client_for
@@ -18,37 +19,33 @@ from statecodec import ConfigurationError, InvalidToken, Reason
 from statecodec._encoding import b64u_decode
 from statecodec.providers.vault import VaultTransitCodec
 
-VECTORS = Path(__file__).parents[1] / "vectors" / "vault_transit.json"
+VECTORS = json.loads((Path(__file__).parents[1] / "vectors" / "vault_transit.json").read_text(encoding="utf-8"))
+
+
+def reason(call: Any, token: str) -> Reason:
+    with pytest.raises(InvalidToken) as info:
+        call(token)
+    return info.value.reason
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("key_index", [0, 1])
-def test_frozen_tokens_unseal(vault_server: BaoServer, key_index: int) -> None:
-    data = json.loads(VECTORS.read_text(encoding="utf-8"))
-    assert data["schema"] == "statecodec-vault-transit-vectors/1"
-    entry, name = data["keys"][key_index], f"restored-{secrets.token_hex(4)}"
+@pytest.mark.parametrize("entry", VECTORS["keys"], ids=["key0", "key1"])
+def test_frozen_tokens_unseal(vault_server: BaoServer, entry: dict[str, Any]) -> None:
+    assert VECTORS["schema"] == "statecodec-vault-transit-vectors/1"
+    name = f"restored-{secrets.token_hex(4)}"
     vault_server.api("POST", f"transit/restore/{name}", {"backup": entry["backup"]})
     with client_for(vault_server) as c:
-        # A backup needs an exportable key, which the codec serves only when told to.
-        with pytest.raises(ConfigurationError, match="exportable"):
+        with pytest.raises(ConfigurationError, match="exportable"):  # a backup needs an exportable key
             VaultTransitCodec(c, name, context=entry["context"])
         codec = VaultTransitCodec(c, name, context=entry["context"], allow_exportable_key=True)
+        other = VaultTransitCodec(c, name, context={"purpose": "another"}, allow_exportable_key=True)
         assert codec.derived is entry["derived"]
         for vector in entry["valid"]:
-            token = vector["token"]
-            raw = b64u_decode(token)
+            raw = b64u_decode(vector["token"])
             # The documented layout: version, big-endian key version, then Vault's raw ciphertext.
-            assert raw[0] == VaultTransitCodec.VERSION
-            assert int.from_bytes(raw[1:5], "big") == vector["key_version"]
+            assert (raw[0], int.from_bytes(raw[1:5], "big")) == (VaultTransitCodec.VERSION, vector["key_version"])
             assert f"vault:v{vector['key_version']}:{base64.b64encode(raw[5:]).decode()}" == vector["vault_ciphertext"]
-            assert codec.unseal(token) == bytes.fromhex(vector["payload"])
+            assert codec.unseal(vector["token"]) == bytes.fromhex(vector["payload"])
+            assert reason(other.unseal, vector["token"]) is Reason.SEAL  # the context is bound
         for vector in entry["invalid"]:
-            with pytest.raises(InvalidToken) as info:
-                codec.unseal(vector["token"])
-            assert info.value.reason is Reason(vector["reason"])
-        # Another context refuses every frozen token: the context is bound.
-        other = VaultTransitCodec(c, name, context={"purpose": "another"}, allow_exportable_key=True)
-        for vector in entry["valid"]:
-            with pytest.raises(InvalidToken) as info:
-                other.unseal(vector["token"])
-            assert info.value.reason is Reason.SEAL
+            assert reason(codec.unseal, vector["token"]) is Reason(vector["reason"])
