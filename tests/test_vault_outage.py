@@ -1,9 +1,4 @@
-"""The per-token transit outage window: one rule, driven by an injected clock.
-
-A failure opens or doubles the window only if its call started at or after
-the moment the current window was set; the window is capped; an answer closes
-it. Real threads against a paused OpenBao are in `tests/integration/test_vault_faults.py`.
-"""
+"""The per-token transit outage window, driven by a hand-moved clock (a paused OpenBao: test_vault_faults.py)."""
 
 from __future__ import annotations
 

@@ -62,34 +62,34 @@ def test_vault_client_refuses(url: str, kwargs: dict[str, Any], message: str) ->
     assert SECRET not in str(info.value)
 
 
+SHARED_ARGUMENTS = [  # checked by the base both take: key name, mount path, client
+    *[({"key": key}, "key name") for key in ["", "a/b", "../x", "k y", "-k", "k\n"]],
+    *[({"mount_point": m}, "mount") for m in ["", "a//b", "tran sit", "../sys", "a/./b", "x/.."]],
+    ({"client": object()}, r"hvac\.Client"),
+]
+CODEC_ARGUMENTS = [
+    *[({"max_token_length": cap}, "max_token_length") for cap in (10, True, 2**31)],
+    *[({"outage_backoff": seconds}, "outage_backoff") for seconds in (-1, True, float("nan"))],
+    ({"allow_exportable_key": 1}, "allow_exportable_key"),
+    *[({"context": c}, "context") for c in ({}, {"audience": 3}, "audience=a", {f"k{i}": "v" for i in range(17)})],
+    ({"context": {"audience": "x" * 257}}, "context"),
+]
+
+
 @pytest.mark.parametrize(
-    ("kwargs", "message"),
+    ("cls", "kwargs", "message"),
     [
-        *[({"key": key}, "key name") for key in ["", "a/b", "../x", "k y", "-k", "k\n"]],
-        *[({"mount_point": m}, "mount") for m in ["", "a//b", "tran sit", "../sys", "a/./b", "x/.."]],
-        ({"max_token_length": 10}, "max_token_length"),
-        ({"max_token_length": True}, "max_token_length"),
-        ({"max_token_length": 2**31}, "max_token_length"),
-        ({"outage_backoff": -1}, "outage_backoff"),
-        ({"outage_backoff": True}, "outage_backoff"),
-        ({"allow_exportable_key": 1}, "allow_exportable_key"),
-        ({"context": {}}, "context"),
-        ({"context": {"audience": 3}}, "context"),
-        ({"context": "audience=a"}, "context"),
-        ({"context": {f"k{i}": "v" for i in range(17)}}, "context"),
-        ({"context": {"audience": "x" * 257}}, "context"),
+        *[
+            (cls, kwargs, message)
+            for cls in (VaultTransitCodec, VaultKeyWrapper)
+            for kwargs, message in SHARED_ARGUMENTS
+        ],
+        *[(VaultTransitCodec, kwargs, message) for kwargs, message in CODEC_ARGUMENTS],
     ],
 )
-def test_transit_codec_arguments(client: Any, kwargs: dict[str, Any], message: str) -> None:
+def test_codec_and_wrapper_arguments(client: Any, cls: type, kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
-        VaultTransitCodec(client, **{"key": "k", **kwargs})
-
-
-def test_key_wrapper_arguments(client: Any) -> None:
-    with pytest.raises(ConfigurationError, match="key name"):
-        VaultKeyWrapper(client, "a/b")
-    with pytest.raises(ConfigurationError, match=r"hvac\.Client"):
-        VaultKeyWrapper(object(), "k")
+        cls(**{"client": client, "key": "k", **kwargs})
 
 
 @pytest.mark.parametrize(
