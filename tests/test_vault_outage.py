@@ -17,12 +17,11 @@ DOWN = Failure(FailureKind.OUTAGE, "Vault did not answer")
 
 def open_until(window: _OutageWindow, clock: Clock) -> float:
     """The first moment, from now, at which the window lets a call through (the clock is put back)."""
-    saved = t = clock.now
+    saved = clock.now
     while window.start()[1] is not None:
-        t += 0.125
-        clock.now = t
-    clock.now = saved
-    return t
+        clock.now += 0.125
+    opened, clock.now = clock.now, saved
+    return opened
 
 
 def test_a_window_names_the_cause_and_doubles_only_after_it_expired() -> None:

@@ -96,10 +96,7 @@ def test_codec_and_wrapper_arguments(client: Any, cls: type, kwargs: dict[str, A
     "make", [lambda c: VaultKeyWrapper(c, "k"), lambda c: AppRoleLogin(c, "role", SECRET, "approle")]
 )
 def test_secret_holders_refuse_pickling_and_copying(client: Any, make: Callable[[Any], object]) -> None:
-    """Each holds the Vault token (through its client) or the AppRole secret id: no copy of it may leave.
-
-    `VaultTransitCodec` shares `VaultKeyWrapper`'s base; it is checked against a live Vault.
-    """
+    """Each holds the Vault token (its client) or the secret id; `VaultTransitCodec`: test_vault_transit.py."""
     holder = make(client)
     assert_not_copyable(holder)
     assert SECRET not in repr(holder)

@@ -110,19 +110,3 @@ def test_verified_against_the_configured_ca_or_not_at_all(vault_server_tls: BaoS
         assert codec.unseal(codec.seal(b"tls")) == b"tls"
     with client_for(vault_server_tls) as c, pytest.raises(ProviderError, match="TLS handshake failed"):
         VaultTransitCodec(c, key)  # an unknown CA is refused at start
-
-
-def test_ca_from_settings(vault_server_tls: BaoServer) -> None:
-    env = {
-        "STATECODEC_CODEC": "vault-transit",
-        "STATECODEC_VAULT_ADDR": vault_server_tls.addr,
-        "STATECODEC_VAULT_TOKEN": vault_server_tls.root_token,
-        "STATECODEC_VAULT_KEY": vault_server_tls.new_key(),
-        "STATECODEC_VAULT_CACERT": str(vault_server_tls.ca_file),
-    }
-    codec = codec_from_env(env)
-    assert isinstance(codec, VaultTransitCodec)
-    with codec:
-        assert codec.unseal(codec.seal(b"env")) == b"env"
-    with pytest.raises(ProviderError, match="TLS handshake failed"):
-        codec_from_env({k: v for k, v in env.items() if k != "STATECODEC_VAULT_CACERT"})

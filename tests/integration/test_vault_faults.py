@@ -1,7 +1,4 @@
-"""Per-token transit when Vault is sealed, stopped, silent or paused: fail closed, fast, and keep no credential.
-
-Each test gets its own OpenBao server (`vault_server_fresh`) because it seals, pauses or stops it.
-"""
+"""Per-token transit when Vault is sealed, stopped, silent or paused: fail closed, fast, and keep no credential."""
 
 from __future__ import annotations
 

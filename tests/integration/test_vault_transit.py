@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from tests.mcp_flows import assert_mcp_rejects, run_mcp_flows
-from tests.plugins.vault import BaoServer, CallLog, assert_not_copyable, client_for, transit_policy
+from tests.plugins.vault import BaoServer, CallLog, assert_not_copyable, client_for, reason, transit_policy
 
 from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, ProviderError, Reason, SealError
 from statecodec._encoding import b64u_decode, b64u_encode
@@ -36,12 +36,6 @@ def client(vault_server: BaoServer) -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def codec(client: Any, derived_key: str) -> VaultTransitCodec:
     return VaultTransitCodec(client, derived_key)
-
-
-def reason(call: Any, *args: Any) -> Reason:
-    with pytest.raises(InvalidToken) as info:
-        call(*args)
-    return info.value.reason
 
 
 def with_key_version(token: str, version: int) -> str:

@@ -13,19 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.plugins.vault import BaoServer, client_for
+from tests.plugins.vault import BaoServer, client_for, reason
 
-from statecodec import ConfigurationError, InvalidToken, Reason
+from statecodec import ConfigurationError, Reason
 from statecodec._encoding import b64u_decode
 from statecodec.providers.vault import VaultTransitCodec
 
 VECTORS = json.loads((Path(__file__).parents[1] / "vectors" / "vault_transit.json").read_text(encoding="utf-8"))
-
-
-def reason(call: Any, token: str) -> Reason:
-    with pytest.raises(InvalidToken) as info:
-        call(token)
-    return info.value.reason
 
 
 @pytest.mark.integration

