@@ -1,20 +1,25 @@
-"""Per-token transit when Vault is sealed, stopped, silent or paused: fail closed, fast, and keep no credential."""
+"""Per-token transit when Vault is sealed, stopped or paused (silent): fail closed, fast, and keep no credential."""
 
 from __future__ import annotations
 
 import contextlib
-import socket
+import logging
 import threading
 import time
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
+import anyio
 import pytest
+from mcp import Client, MCPError
+from mcp.types import ElicitResult, InputRequiredResult, InputResponses, TextContent
+from tests.mcp_flows import INVALID_PARAMS, REJECTION_MESSAGE, TOOL, TOOL_ARGS, build_server
 from tests.plugins.vault import BaoServer, CallLog, Clock, client_for
 from tests.secrecy import assert_unreachable
 
 from statecodec import InvalidToken, ProviderError, Reason
+from statecodec.mcp import security
 from statecodec.providers import RetryPolicy
 from statecodec.providers.vault import VaultKeyWrapper, VaultTransitCodec, vault_client
 
@@ -27,26 +32,16 @@ def live(vault_server_fresh: BaoServer) -> Iterator[tuple[BaoServer, Any, str]]:
         yield vault_server_fresh, c, vault_server_fresh.new_key()
 
 
-def _fault(name: str, server: BaoServer, client: Any) -> contextlib.AbstractContextManager[object]:
-    """Seal or stop the server; or, `silent`, stop it and take its port with a socket that never answers."""
-    if name == "sealed":
-        server.seal()
-        return contextlib.nullcontext()
-    host, port = server.addr.removeprefix("http://").split(":")
-    server.stop()
-    if name == "stopped":
-        return contextlib.nullcontext()
-    client.adapter.session.close()  # drop pooled connections to the stopped server
-    silent = socket.socket()
-    silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    silent.bind((host, int(port)))
-    silent.listen(16)  # never accepted: the kernel completes the handshake, nobody answers
-    return silent
+def _fault(name: str, server: BaoServer) -> contextlib.AbstractContextManager[object]:
+    if name == "paused":  # SIGSTOP: the kernel still accepts connections, nothing answers
+        return server.paused()
+    server.seal() if name == "sealed" else server.stop()
+    return contextlib.nullcontext()
 
 
 @pytest.mark.parametrize(
     ("fault", "phrase"),
-    [("sealed", "sealed"), ("stopped", "cannot connect"), ("silent", "did not answer within the read timeout")],
+    [("sealed", "sealed"), ("stopped", "cannot connect"), ("paused", "did not answer within the read timeout")],
 )
 def test_a_vault_that_cannot_answer_fails_closed(live: tuple[BaoServer, Any, str], fault: str, phrase: str) -> None:
     server, client, key = live
@@ -54,7 +49,7 @@ def test_a_vault_that_cannot_answer_fails_closed(live: tuple[BaoServer, Any, str
     plain = VaultTransitCodec(client, server.new_key(derived=False), outage_backoff=0)
     wrapper = VaultKeyWrapper(client, key, retry=RetryPolicy(attempts=1))
     token, plain_token = codec.seal(b"p"), plain.seal(b"p")
-    with _fault(fault, server, client):
+    with _fault(fault, server):
         with pytest.raises(InvalidToken) as info:
             codec.unseal(token)
         assert info.value.reason is Reason.PROVIDER
@@ -101,12 +96,6 @@ def test_the_codec_keeps_to_its_outage_window(live: tuple[BaoServer, Any, str]) 
     server.unseal()
     clock.now += 8.0
     assert codec.unseal(token) == b"p"
-    server.seal()  # the answer reset the window to `outage_backoff`: 1 s, then 2 s
-    for _ in range(3):
-        with pytest.raises(InvalidToken):
-            codec.unseal(token)
-        clock.now += 1.0
-    assert calls.count() == 7
 
 
 def test_concurrent_callers_in_a_stall_open_one_window(vault_server_fresh: BaoServer) -> None:
@@ -150,8 +139,37 @@ def test_concurrent_callers_in_a_stall_open_one_window(vault_server_fresh: BaoSe
         assert refusals <= {Reason.PROVIDER}
 
 
-def test_a_failed_approle_login_keeps_no_secret_id() -> None:
+def test_server_keeps_serving_while_vault_is_down(live: tuple[BaoServer, Any, str], caplog: Any) -> None:
+    server, client, key = live
+    caplog.set_level(logging.WARNING, logger="mcp.server.request_state")
+    mcp_server = build_server(security(VaultTransitCodec(client, key)))
+    mcp_server.tool(name="ping")(lambda: "pong")
+    answer: InputResponses = {"region": ElicitResult(action="accept", content={"region": "eu"})}
+
+    async def scenario() -> None:
+        async with Client(mcp_server) as c:
+            first = await c.session.call_tool(TOOL, TOOL_ARGS, allow_input_required=True)
+            assert isinstance(first, InputRequiredResult)
+            server.stop()
+            state = first.request_state
+            with pytest.raises(MCPError) as info:  # round two cannot be checked: the frozen refusal
+                await c.session.call_tool(TOOL, TOOL_ARGS, input_responses=answer, request_state=state)
+            assert (info.value.error.code, info.value.error.message) == (INVALID_PARAMS, REJECTION_MESSAGE)
+            with pytest.raises(MCPError):  # a new round one cannot be sealed: an error for that request only
+                await c.session.call_tool(TOOL, TOOL_ARGS, allow_input_required=True)
+            assert (await c.call_tool("ping", {})).content == [TextContent(type="text", text="pong")]
+
+    anyio.run(scenario)
+    rejections = [r.getMessage() for r in caplog.records if "requestState rejected" in r.getMessage()]
+    assert rejections == ["requestState rejected on tools/call: provider"]
+
+
+def test_unreachable_at_start_is_a_clear_error() -> None:
     secret_id = "an-approle-secret-id"
+    client = vault_client("http://127.0.0.1:1", token="s.a-vault-token", timeout=(0.5, 0.5))  # nothing listens
+    with pytest.raises(ProviderError, match=r"cannot use vault transit key transit/k at http://127\.0\.0\.1:1: read"):
+        VaultTransitCodec(client, "k")
+    client.adapter.close()
     with pytest.raises(ProviderError, match="AppRole login") as info:
         vault_client("http://127.0.0.1:1", role_id="r", secret_id=secret_id, timeout=(0.5, 0.5))
     assert info.value.__context__ is None
