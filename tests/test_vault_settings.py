@@ -122,19 +122,12 @@ def test_client_settings_refused(settings: dict[str, str], message: str) -> None
 
 def test_settings_reach_the_client(tmp_path: Path) -> None:
     (tmp_path / "token").write_text(SECRET + "\n")
-    c = vault_client_from_settings(
-        {
-            "STATECODEC_VAULT_ADDR": "https://vault.example:8200",
-            "VAULT_ADDR": "https://ignored.example",
-            "VAULT_TOKEN": "inherited-from-the-shell",  # an explicit token file wins over it
-            "STATECODEC_VAULT_TOKEN_FILE": str(tmp_path / "token"),
-            "VAULT_NAMESPACE": "team-b",
-            "VAULT_CACERT": "/ca.pem",
-            "VAULT_CLIENT_CERT": "/c.pem",
-            "STATECODEC_VAULT_CLIENT_KEY": "/c.key",
-            "STATECODEC_VAULT_TIMEOUT": "5",
-        }
-    )
+    settings = {"STATECODEC_VAULT_ADDR": "https://vault.example:8200", "VAULT_ADDR": "https://ignored.example"}
+    # An explicit token file wins over a VAULT_TOKEN inherited from the shell.
+    settings |= {"VAULT_TOKEN": "inherited", "STATECODEC_VAULT_TOKEN_FILE": str(tmp_path / "token")}
+    settings |= {"VAULT_NAMESPACE": "team-b", "VAULT_CACERT": "/ca.pem", "STATECODEC_VAULT_TIMEOUT": "5"}
+    settings |= {"VAULT_CLIENT_CERT": "/c.pem", "STATECODEC_VAULT_CLIENT_KEY": "/c.key"}
+    c = vault_client_from_settings(settings)
     try:
         assert (c.url, c.token, c.adapter.namespace) == ("https://vault.example:8200", SECRET, "team-b")
         assert c.adapter.allow_redirects is False  # the token header never follows a redirect
@@ -168,10 +161,6 @@ def test_codec_kinds_read_their_settings_before_vault() -> None:
         codec_from_env({"STATECODEC_CODEC": "vault-transit", **TOKEN})
     with pytest.raises(ConfigurationError, match="STATECODEC_VAULT_CONTEXT"):
         transit_codec_from_settings({**TOKEN, "STATECODEC_VAULT_KEY": "k", "STATECODEC_VAULT_CONTEXT": "no-pairs"})
-    with pytest.raises(ConfigurationError, match="STATECODEC_MAX_TOKEN_LENGTH"):
-        transit_codec_from_settings({**TOKEN, "STATECODEC_VAULT_KEY": "k", "STATECODEC_MAX_TOKEN_LENGTH": "x"})
-    with pytest.raises(ConfigurationError, match="STATECODEC_WRAPPED_KEYS"):
-        codec_from_env({"STATECODEC_CODEC": "vault-envelope", **ADDR})
 
 
 _WITHOUT_HVAC = """

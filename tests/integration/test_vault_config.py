@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.plugins.vault import BaoServer, client_for, transit_policy
+from tests.plugins.vault import BaoServer, client_for, reason, transit_policy
 
-from statecodec import EnvelopeCodec, InvalidToken, ProviderError, Reason, VaultTransitCodec
+from statecodec import EnvelopeCodec, ProviderError, Reason, VaultTransitCodec
 from statecodec.cli.main import main
 from statecodec.config import codec_from_env, codec_from_file
 
@@ -29,16 +29,13 @@ def test_transit_from_env_binds_its_context(vault_server: BaoServer) -> None:
         assert dict(a.context) == {"audience": "a"}
         token = a.seal(b"env")
         assert a.unseal(token) == b"env"
-        with pytest.raises(InvalidToken) as info:
-            b.unseal(token)
-        assert info.value.reason is Reason.SEAL
+        assert reason(b.unseal, token) is Reason.SEAL
 
 
 def test_transit_from_file_with_approle(vault_server: BaoServer, tmp_path: Path) -> None:
     key = vault_server.new_key()
-    role_id, secret_id = vault_server.approle(
-        f"cfg-{key}", transit_policy("transit", key, ("keys", "encrypt", "decrypt"))
-    )
+    policy = transit_policy("transit", key, ("keys", "encrypt", "decrypt"))
+    role_id, secret_id = vault_server.approle(f"cfg-{key}", policy)
     (tmp_path / "secret-id").write_text(secret_id)
     settings = {
         "STATECODEC_CODEC": "vault-transit",

@@ -15,7 +15,7 @@ import pytest
 from mcp import Client, MCPError
 from mcp.types import ElicitResult, InputRequiredResult, InputResponses, TextContent
 from tests.mcp_flows import INVALID_PARAMS, REJECTION_MESSAGE, TOOL, TOOL_ARGS, build_server
-from tests.plugins.vault import BaoServer, CallLog, Clock, client_for
+from tests.plugins.vault import BaoServer, CallLog, Clock, client_for, reason
 from tests.secrecy import assert_unreachable
 
 from statecodec import InvalidToken, ProviderError, Reason
@@ -54,9 +54,7 @@ def test_a_vault_that_cannot_answer_fails_closed(live: tuple[BaoServer, Any, str
             codec.unseal(token)
         assert info.value.reason is Reason.PROVIDER
         assert info.value.__context__ is None
-        with pytest.raises(InvalidToken) as info:
-            codec.reseal(token[:20])  # a token that fails the local checks is still refused for what it is
-        assert info.value.reason is Reason.MALFORMED
+        assert reason(codec.reseal, token[:20]) is Reason.MALFORMED  # still refused for what it is, locally
         for call in (
             partial(codec.seal, b"p"),
             partial(codec.reseal, token),
@@ -85,8 +83,7 @@ def test_the_codec_keeps_to_its_outage_window(live: tuple[BaoServer, Any, str]) 
     tried = []
     for _ in range(8):  # one call per simulated second
         before = calls.count()
-        with pytest.raises(InvalidToken):
-            codec.unseal(token)
+        assert reason(codec.unseal, token) is Reason.PROVIDER
         tried.append(calls.count() > before)
         clock.now += 1.0
     assert tried == [True, True, False, True, False, False, False, True]  # windows of 1, 2 and 4 s
@@ -114,10 +111,7 @@ def test_concurrent_callers_in_a_stall_open_one_window(vault_server_fresh: BaoSe
 
         def caller() -> None:
             start.wait(timeout=30)
-            try:
-                codec.unseal(token)
-            except InvalidToken as exc:
-                reasons.append(exc.reason)
+            reasons.append(reason(codec.unseal, token))
 
         threads = [threading.Thread(target=caller) for _ in range(callers)]
         with server.paused():

@@ -69,7 +69,6 @@ class BaoServer:
         return ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file is not None else None
 
     def new_key(self, *, derived: bool = True) -> str:
-        """A fresh aes256-gcm96 transit key; returns its name."""
         name = f"k-{secrets.token_hex(6)}"
         self.api("POST", f"transit/keys/{name}", {"derived": derived})
         return name
@@ -78,7 +77,6 @@ class BaoServer:
         self.api("POST", f"transit/keys/{key}/rotate", {})
 
     def token_with_policy(self, name: str, policy_hcl: str) -> str:
-        """A child token holding only the given policy (and not the default one)."""
         self.api("PUT", f"sys/policies/acl/{name}", {"policy": policy_hcl})
         out = self.api("POST", "auth/token/create", {"policies": [name], "no_default_policy": True, "ttl": "1h"})
         return str(out["auth"]["client_token"])
@@ -97,7 +95,7 @@ class BaoServer:
         self.api("PUT", "sys/seal")
 
     def unseal(self) -> None:
-        """Unseal with the key dev mode prints to its log."""
+        # With the key dev mode prints to its log.
         log = self.log_path.read_text(errors="replace").splitlines()
         self.api(
             "PUT", "sys/unseal", {"key": next(x.split(":", 1)[1].strip() for x in log if x.startswith("Unseal Key:"))}
