@@ -10,9 +10,9 @@ port and measures, in one run, on a ~300-byte payload:
 3. how late a concurrent task on the same asyncio loop wakes: a ticker
    sleeps 1 ms at a time and records its lateness while a request task
    seals and unseals one token every 5 ms, with no codec, the local codec,
-   transit, transit with Vault stopped (connection refused) and transit with
-   a silent Vault (accepts connections, never answers: each probe waits for
-   the read timeout, then the outage window fails calls at once).
+   transit, transit with a silent Vault (paused: it accepts connections and
+   never answers, so each probe waits for the read timeout, then the outage
+   window fails calls at once) and with Vault stopped (connection refused).
 
 Run: ``python benchmarks/vault_loop.py [--samples N] [--duration S]``.
 """
@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -161,19 +160,13 @@ def loop_delay(server: BaoServer, key: str, duration: float) -> None:
         _row("AESGCMCodec", asyncio.run(_ticker(lambda: local.unseal(local.seal(PAYLOAD)), duration)))
         _row("VaultTransitCodec", asyncio.run(_ticker(transit, duration)))
         calls = CallLog(client)  # counts Vault calls from here on
-        host, port = server.addr.removeprefix("http://").split(":")
+        with server.paused():  # SIGSTOP: connections complete, nobody answers
+            silent = asyncio.run(_ticker(transit_failing, duration))
+        _row("transit, Vault silent (0.25 s timeout)", silent, calls.count())
+        calls.reset()
+        codec._window.answered()  # close the window the silent server opened
         server.stop()
         _row("transit, Vault stopped", asyncio.run(_ticker(transit_failing, duration)), calls.count())
-        client.adapter.session.close()
-        calls.reset()
-        codec._window.answered()  # close the window the stopped server opened
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:
-            silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            silent.bind((host, int(port)))
-            silent.listen(64)  # never accepted: connections complete, nobody answers
-            _row(
-                "transit, Vault silent (0.25 s timeout)", asyncio.run(_ticker(transit_failing, duration)), calls.count()
-            )
     finally:
         client.adapter.close()
 
