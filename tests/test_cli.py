@@ -115,6 +115,7 @@ def test_a_config_file_names_the_codec(cli: Run, tmp_path: Path) -> None:
         (TOKEN, ["--max-token-length", str(len(TOKEN) - 1)], {"STATECODEC_MAX_TOKEN_LENGTH": "99999"}, "oversized"),
         ("-", [], {}, "malformed"),  # stdin that is not ASCII
     ],
+    ids=["tampered", "unknown-key", "flag-cap", "setting-cap", "flag-over-setting", "stdin-not-ascii"],
 )
 def test_a_refused_token_exits_1_with_its_reason_alone(
     cli: Run,

@@ -1,13 +1,11 @@
 """`statecodec bench`: what each codec costs, as ratios to the floor and to its peers, from one interleaved run.
 
 The floor is what every AES-GCM token codec must do (a random 96-bit nonce,
-cryptography's AESGCM, base64url) and nothing more. Each operation is timed by
-`timeit` in batches of about half a millisecond, the collector off; each
-round runs one batch of every operation in a fresh random order, and a ratio
-is the median over rounds of this round's case over this round's floor, so a
-slow round slows both sides and cancels (pyperf times one benchmark at a time
-in worker processes: it cannot pair two cases in one round). Peers, the SDK
-and the plot need ``pip install 'statecodec[bench]'``; a missing one is skipped.
+cryptography's AESGCM, base64url) and nothing more. Each round times one batch
+of every operation in a fresh random order (`timeit`, the collector off); a
+ratio is the median over rounds of this round's case over this round's floor,
+so a slow round slows both sides and cancels. Peers, the SDK and the plot need
+``pip install 'statecodec[bench]'``; a case whose package is missing is skipped.
 """
 
 from __future__ import annotations
@@ -29,32 +27,26 @@ from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from statecodec import AESGCMCodec, BoundCodec, Codec, JWECodec, JWSCodec, XAESGCMCodec, codec_from_env
+from statecodec import AESGCMCodec, BoundCodec, Codec, JWECodec, JWSCodec, XAESGCMCodec
+from statecodec._encoding import b64u_decode, b64u_encode, b64u_len
 from statecodec.binding import mcp_request_context
 from statecodec.errors import ConfigurationError
 
 _INSTALL = "pip install 'statecodec[bench]'"
 _BATCH_S = 0.0005
+_PACKAGES = ("statecodec", "cryptography", "mcp", "itsdangerous", "pyjwt", "jwcrypto", "joserfc", "pyseto", "tink")
+_ROW = "  {case:30} {seal_vs_floor:10.2f} {unseal_vs_floor:12.2f} {token_overhead:+7d}"
 Pair = tuple[Callable[[bytes], str], Callable[[str], bytes]]
 Op = Callable[[], object]
 
 
 def _payload(size: int) -> bytes:
     # ASCII JSON, as a server's requestState is text; seeded, so every run seals the same bytes.
-    fill = base64.urlsafe_b64encode(random.Random(size).randbytes(size)).decode()
     head = '{"flow":"provision","step":2,"cursor":"'
-    return (head + fill[: size - len(head) - 2] + '"}').encode("ascii")
+    return (head + b64u_encode(random.Random(size).randbytes(size))[: size - len(head) - 2] + '"}').encode()
 
 
 PAYLOADS = {"state": _payload(300), "4k": _payload(4096), "64k": _payload(65536)}
-
-
-def _b64u(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _unb64u(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 def _floor() -> Pair:
@@ -64,10 +56,10 @@ def _floor() -> Pair:
 
     def seal(payload: bytes) -> str:
         nonce = os.urandom(12)
-        return _b64u(nonce + aead.encrypt(nonce, payload, None))
+        return base64.urlsafe_b64encode(nonce + aead.encrypt(nonce, payload, None)).rstrip(b"=").decode()
 
     def unseal(token: str) -> bytes:
-        raw = _unb64u(token)
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         return aead.decrypt(raw[:12], raw[12:], None)
 
     return seal, unseal
@@ -91,14 +83,14 @@ def _fernet() -> Pair:
     from cryptography.fernet import Fernet
 
     fernet = Fernet(Fernet.generate_key())
-    return (lambda p: fernet.encrypt(p).decode("ascii")), fernet.decrypt
+    return (lambda p: fernet.encrypt(p).decode()), fernet.decrypt
 
 
 def _itsdangerous() -> Pair:  # signs only: the payload stays readable
     from itsdangerous import Signer
 
     signer = Signer(os.urandom(32), salt="statecodec-bench", digest_method=hashlib.sha256)
-    return (lambda p: signer.sign(_b64u(p)).decode("ascii")), (lambda t: _unb64u(signer.unsign(t).decode()))
+    return (lambda p: signer.sign(b64u_encode(p)).decode()), (lambda t: b64u_decode(signer.unsign(t).decode()))
 
 
 def _pyjwt() -> Pair:  # signs only
@@ -116,8 +108,7 @@ def _jwcrypto() -> Pair:
     key = jwk.JWK.generate(kty="oct", size=256)
 
     def seal(payload: bytes) -> str:
-        token = jwe.JWE(payload, protected='{"alg":"dir","enc":"A256GCM"}')
-        token.add_recipient(key)
+        token = jwe.JWE(payload, protected='{"alg":"dir","enc":"A256GCM"}', recipient=key)
         return cast(str, token.serialize(compact=True))
 
     def unseal(text: str) -> bytes:
@@ -132,10 +123,9 @@ def _joserfc() -> Pair:
     from joserfc import jwe
     from joserfc.jwk import OctKey
 
-    key = OctKey.import_key(os.urandom(32))
+    key, header = OctKey.import_key(os.urandom(32)), {"alg": "dir", "enc": "A256GCM"}
     registry = jwe.JWERegistry(algorithms=["dir", "A256GCM"])
     registry.max_ciphertext_length = 128 * 1024  # its default 64 KiB cap would refuse the 64k payload
-    header = {"alg": "dir", "enc": "A256GCM"}
     return (lambda p: jwe.encrypt_compact(header, p, key, registry=registry)), (
         lambda t: cast(bytes, jwe.decrypt_compact(t, key, registry=registry).plaintext)
     )
@@ -145,7 +135,7 @@ def _pyseto() -> Pair:
     import pyseto
 
     key = pyseto.Key.new(version=4, purpose="local", key=os.urandom(32))
-    return (lambda p: pyseto.encode(key, p).decode("ascii")), (lambda t: cast(bytes, pyseto.decode(key, t).payload))
+    return (lambda p: pyseto.encode(key, p).decode()), (lambda t: cast(bytes, pyseto.decode(key, t).payload))
 
 
 def _tink() -> Pair:
@@ -154,9 +144,10 @@ def _tink() -> Pair:
 
     aead.register()
     primitive = tink.new_keyset_handle(aead.aead_key_templates.AES256_GCM).primitive(aead.Aead)
-    return (lambda p: _b64u(primitive.encrypt(p, b""))), (lambda t: cast(bytes, primitive.decrypt(_unb64u(t), b"")))
+    return (lambda p: b64u_encode(primitive.encrypt(p, b""))), (lambda t: primitive.decrypt(b64u_decode(t), b""))
 
 
+# Each case: the most direct use of its library to seal bytes into a URL-safe token under a fresh key.
 CASES: dict[str, Callable[[], Pair]] = {
     "floor": _floor,
     "AESGCMCodec": _ours(AESGCMCodec),
@@ -172,7 +163,6 @@ CASES: dict[str, Callable[[], Pair]] = {
     "pyseto": _pyseto,
     "tink": _tink,
 }
-"""Each case: the most direct use of its library to seal bytes into a URL-safe token under a fresh key."""
 
 
 def _finish(coroutine: Coroutine[Any, Any, Any]) -> Any:
@@ -186,12 +176,10 @@ def _finish(coroutine: Coroutine[Any, Any, Any]) -> Any:
 
 
 def _mcp_round() -> dict[str, Op]:
-    """One retried tools/call by an authenticated client: request identity, unseal, seal.
+    """One retried tools/call by an authenticated client (request identity, unseal, seal), both ways.
 
-    ``BoundCodec``: `mcp_request_context`, its unseal and seal. ``boundary``: the
-    SDK's `RequestStateBoundary` called as the server calls it, around a handler
-    answering ``input_required``. What each adds is its round minus ``bare`` (the
-    codec's own unseal and seal), and for the SDK minus the ``handler`` too.
+    What ``BoundCodec`` and the SDK's `RequestStateBoundary` add is each round minus
+    ``bare`` (the codec's own unseal and seal), and for the SDK minus its ``handler`` too.
     """
     from mcp.server.context import ServerRequestContext
     from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
@@ -199,7 +187,7 @@ def _mcp_round() -> dict[str, Op]:
     method, principal = "tools/call", '{"client_id":"app-1","issuer":"https://id.example.com","subject":"user-42"}'
     params: dict[str, Any] = {"name": "provision", "arguments": {"name": "orders", "tier": "standard", "replicas": 3}}
     state, codec = PAYLOADS["state"], AESGCMCodec([os.urandom(32)])
-    answer = {"resultType": "input_required", "requestState": state.decode("ascii")}
+    answer = {"resultType": "input_required", "requestState": state.decode()}
 
     async def handler(ctx: object) -> dict[str, str]:
         return answer
@@ -238,16 +226,14 @@ def _batch(op: Op, n: int) -> float:
     return timeit.Timer(op).timeit(n) / n
 
 
-def _calls_per_batch(op: Op) -> int:
-    n = 1
-    while (per_call := _batch(op, n)) * n < _BATCH_S / 2 and n < 1 << 24:
-        n *= 2
-    return max(1, round(_BATCH_S / per_call))
-
-
 def interleave(ops: Mapping[str, Op], rounds: int) -> dict[str, list[float]]:
     """Seconds per call of every operation, one sample per round, in a fresh order each round."""
-    counts = {key: _calls_per_batch(op) for key, op in ops.items()}
+    counts = {}
+    for key, op in ops.items():  # calls per batch: doubled until they fill half a batch, then scaled to one
+        n = 1
+        while (per_call := _batch(op, n)) * n < _BATCH_S / 2 and n < 1 << 24:
+            n *= 2
+        counts[key] = max(1, round(_BATCH_S / per_call))
     samples: dict[str, list[float]] = {key: [] for key in ops}
     order = list(ops)
     for done in range(1, rounds + 1):
@@ -274,42 +260,36 @@ def _build(name: str, build: Callable[[], Any], skipped: dict[str, str]) -> Any:
         return None
 
 
-def run(cases: Mapping[str, Callable[[], Pair]], payloads: list[str], *, mcp: bool, rounds: int) -> dict[str, Any]:
-    """Build, check and time `cases` (the floor first) on `payloads`, and the MCP round when `mcp`."""
+def run(rounds: int) -> dict[str, Any]:
+    """Build, check and time every case (the floor first) on every payload, and the MCP round."""
     skipped: dict[str, str] = {}
     ops: dict[str, Op] = {}
-    for name, build in cases.items():
+    overhead: dict[str, int] = {}
+    for name, build in CASES.items():
         pair = _build(name, build, skipped)
-        for payload in payloads if pair else ():
-            seal, unseal = pair
-            data = PAYLOADS[payload]
-            if unseal(seal(data)) != data:
+        for payload in PAYLOADS if pair else ():
+            seal, unseal, data = *pair, PAYLOADS[payload]
+            token = seal(data)
+            if unseal(token) != data:
                 raise RuntimeError(f"{name}: unseal(seal(payload)) is not the payload")
             ops[f"{name}/{payload}/seal"] = functools.partial(seal, data)
-            ops[f"{name}/{payload}/unseal"] = functools.partial(unseal, seal(data))
-    mcp_round = _build("MCP round", _mcp_round, skipped) if mcp else None
+            ops[f"{name}/{payload}/unseal"] = functools.partial(unseal, token)
+            overhead[f"{name}/{payload}"] = len(token) - b64u_len(len(data))  # no case's length varies by nonce
+    mcp_round = _build("MCP round", _mcp_round, skipped)
     ops.update({f"round/{key}": op for key, op in (mcp_round or {}).items()})
     samples = interleave(ops, rounds)
-    results = [
-        {
-            "case": name,
-            "payload": payload,
-            "seal_vs_floor": paired(samples[f"{name}/{payload}/seal"], samples[f"floor/{payload}/seal"]),
-            "unseal_vs_floor": paired(samples[f"{name}/{payload}/unseal"], samples[f"floor/{payload}/unseal"]),
-            # Characters over base64url of the payload; no case's token length depends on its nonce.
-            "token_overhead": len(str(ops[f"{name}/{payload}/seal"]())) - len(_b64u(PAYLOADS[payload])),
-        }
-        for name in cases
-        for payload in payloads
-        if f"{name}/{payload}/seal" in ops
-    ]
+    results = []
+    for case in overhead:
+        name, payload = case.split("/")
+        row: dict[str, Any] = {"case": name, "payload": payload}
+        for op in ("seal", "unseal"):
+            row[f"{op}_vs_floor"] = paired(samples[f"{case}/{op}"], samples[f"floor/{payload}/{op}"])
+        results.append({**row, "token_overhead": overhead[case]})
     figure = None
-    if "round/bare" in samples:
+    if mcp_round:
         bare, bound, handler, sdk = (samples[f"round/{k}"] for k in ("bare", "BoundCodec", "handler", "boundary"))
         bound_added = [b - c for b, c in zip(bound, bare, strict=True)]
-        sdk_added = [s - h - c for s, h, c in zip(sdk, handler, bare, strict=True)]
-        figure = paired(bound_added, sdk_added)
-    names = {"statecodec", "cryptography", "mcp", "itsdangerous", "pyjwt", "jwcrypto", "joserfc", "pyseto", "tink"}
+        figure = paired(bound_added, [s - h - c for s, h, c in zip(sdk, handler, bare, strict=True)])
     found = {d.metadata["Name"].lower(): d.version for d in importlib.metadata.distributions()}
     return {
         "schema": "statecodec-bench/3",
@@ -317,10 +297,10 @@ def run(cases: Mapping[str, Callable[[], Pair]], payloads: list[str], *, mcp: bo
             "python": platform.python_version(),
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
-            "packages": {name: found.get(name) for name in sorted(names)},
+            "packages": {name: found.get(name) for name in sorted(_PACKAGES)},
         },
         "rounds": rounds,
-        "payloads": {name: len(PAYLOADS[name]) for name in payloads},
+        "payloads": {name: len(data) for name, data in PAYLOADS.items()},
         "results": results,
         "bound_vs_sdk_added": figure,
         "skipped": skipped,
@@ -331,20 +311,19 @@ def _table(doc: Mapping[str, Any]) -> str:
     """One block per payload: each case's seal and unseal as ratios to the floor, and its token overhead."""
     lines = []
     for payload, size in doc["payloads"].items():
-        lines += [f"{payload} ({size:,} bytes)", f"  {'case':30} {'seal/floor':>10} {'unseal/floor':>12} {'+chars':>7}"]
         lines += [
-            f"  {r['case']:30} {r['seal_vs_floor']:10.2f} {r['unseal_vs_floor']:12.2f} {r['token_overhead']:+7d}"
-            for r in doc["results"]
-            if r["payload"] == payload
+            "",
+            f"{payload} ({size:,} bytes)",
+            f"  {'case':30} {'seal/floor':>10} {'unseal/floor':>12} {'+chars':>7}",
         ]
-        lines.append("")
+        lines += [_ROW.format(**r) for r in doc["results"] if r["payload"] == payload]
     if doc["bound_vs_sdk_added"] is not None:
         lines.append(
-            f"MCP round: BoundCodec adds {doc['bound_vs_sdk_added']:.2f}x of what the SDK's RequestStateBoundary "
+            f"\nMCP round: BoundCodec adds {doc['bound_vs_sdk_added']:.2f}x of what the SDK's RequestStateBoundary "
             "adds (request identity, unseal and seal of a 300-byte state, with a principal)"
         )
     lines += [f"skipped {name}: {reason}" for name, reason in doc["skipped"].items()]
-    return "\n".join(lines).rstrip()
+    return "\n".join(lines).strip()
 
 
 def _plot(doc: Mapping[str, Any], path: str) -> None:
@@ -358,10 +337,9 @@ def _plot(doc: Mapping[str, Any], path: str) -> None:
     fig, axes = plt.subplots(1, len(payloads), figsize=(4.5 * len(payloads), 6), sharey=True, squeeze=False)
     for ax, payload in zip(axes[0], payloads, strict=True):
         rows = [r for r in doc["results"] if r["payload"] == payload][::-1]
-        ys = range(len(rows))
-        ax.barh([y + 0.2 for y in ys], [r["seal_vs_floor"] for r in rows], height=0.4, label="seal")
-        ax.barh([y - 0.2 for y in ys], [r["unseal_vs_floor"] for r in rows], height=0.4, label="unseal")
-        ax.set_yticks(list(ys), [r["case"] for r in rows])
+        for op, shift in (("seal", 0.2), ("unseal", -0.2)):
+            ax.barh([y + shift for y in range(len(rows))], [r[f"{op}_vs_floor"] for r in rows], height=0.4, label=op)
+        ax.set_yticks(range(len(rows)), [r["case"] for r in rows])
         ax.set_xscale("log")
         ax.axvline(1.0, color="grey", linewidth=0.8)
         ax.set_title(f"{payload}: cost / floor")
@@ -376,38 +354,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "bench", help="benchmark the codecs against the floor, the MCP SDK and peer libraries", description=__doc__
     )
     p.add_argument("--quick", action="store_true", help="15 rounds instead of 101")
-    p.add_argument("--rounds", type=int, help="this many rounds instead (more rounds, steadier ratios)")
-    p.add_argument(
-        "--only",
-        metavar="NAMES",
-        help="run only the cases whose name contains one of these, comma-separated; 'binding' is the MCP round",
-    )
-    p.add_argument("--payload", action="append", choices=list(PAYLOADS), help="payload sizes (default: all)")
-    p.add_argument("--vault-addr", metavar="URL", help="add VaultTransitCodec (STATECODEC_VAULT_* settings)")
     p.add_argument("--json", metavar="PATH", help="write the run as JSON to PATH")
     p.add_argument("--plot", metavar="PATH.png", help="draw the ratios to PATH.png (needs matplotlib)")
     p.set_defaults(func=_bench)
 
 
 def _bench(args: argparse.Namespace) -> int:
-    rounds = args.rounds if args.rounds is not None else 15 if args.quick else 101
-    if rounds < 1:
-        raise ConfigurationError("--rounds must be at least 1")
     if args.plot:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             raise ConfigurationError(f"--plot needs matplotlib: {_INSTALL}") from None
-    cases = dict(CASES)
-    if args.vault_addr:  # built as a server builds it, from this environment's STATECODEC_VAULT_* settings
-        settings = {**os.environ, "STATECODEC_CODEC": "vault-transit", "STATECODEC_VAULT_ADDR": args.vault_addr}
-        cases["VaultTransitCodec"] = _ours(lambda keys: codec_from_env(settings))
-    names = {n.strip().lower() for n in (args.only or "").split(",") if n.strip()}
-    unknown = {n for n in names if n != "binding" and not any(n in k.lower() for k in cases)}
-    if unknown:
-        raise ConfigurationError(f"--only {','.join(sorted(unknown))} names no case; see `statecodec bench --help`")
-    chosen = {k: v for k, v in cases.items() if k == "floor" or not names or any(n in k.lower() for n in names)}
-    doc = run(chosen, args.payload or list(PAYLOADS), mcp=not names or "binding" in names, rounds=rounds)
+    doc = run(rounds=15 if args.quick else 101)
     print(_table(doc))
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 from typing import Any
 
-from statecodec.config import build_codec, codec_from_env, codec_from_file
+from statecodec.cli.main import settings_from_flags
+from statecodec.config import codec_from_env, codec_from_file
 from statecodec.envelope import format_wrapped_keys, new_wrapped_key
 from statecodec.errors import ConfigurationError
 
@@ -52,16 +52,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _settings(args: argparse.Namespace) -> dict[str, str]:
-    """The environment with the flags given over it, and the codec kind of --provider."""
-    kind, _, flags = _PROVIDERS[args.provider]
-    settings = {**os.environ, "STATECODEC_CODEC": kind}
-    for flag, name in {**_COMMON, **flags}.items():
-        value = getattr(args, flag[2:].replace("-", "_"), None)
-        if value is not None:
-            settings[f"STATECODEC_{name}"] = value
-    if getattr(args, "wrapped_keys", None) is not None:
-        settings.pop("STATECODEC_WRAPPED_KEYS_FILE", None)  # one source of wrapped keys: the flag
-    return settings
+    """The environment with the flags given over it, and the codec kind of --provider if given."""
+    kind, _, flags = _PROVIDERS.get(args.provider, (None, "", {}))
+    options = {**_COMMON, **flags}.items()
+    values = {f"STATECODEC_{name}": getattr(args, flag[2:].replace("-", "_"), None) for flag, name in options}
+    return settings_from_flags({"STATECODEC_CODEC": kind, **values})
 
 
 def _new_data_key(args: argparse.Namespace) -> int:
@@ -76,21 +71,17 @@ def _new_data_key(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    if args.provider is not None:
-        codec: Any = build_codec(_PROVIDERS[args.provider][0], _settings(args))
-    else:
-        codec = codec_from_file(args.config) if args.config else codec_from_env()
+    codec: Any = codec_from_file(args.config) if args.config else codec_from_env(_settings(args))
     if not hasattr(codec, "context"):
         raise ConfigurationError(f"the configured codec is {type(codec).__name__}, not a KMS or Vault codec")
     ids = list(codec.key_ids)
     wrapper = getattr(codec, "wrapper", None)
     print(f"provider: {(wrapper or codec).describe()}" + ("" if wrapper else " (one call per seal and per unseal)"))
     print(f"context: {','.join(f'{k}={v}' for k, v in sorted(codec.context.items()))}")
+    print(f"key {'versions' if wrapper is None else 'ids'}: {ids[0]} (primary)" + "".join(f", {k}" for k in ids[1:]))
     if wrapper is None:  # Vault transit: construction already probed the key
-        print(f"key versions: {ids[0]} (primary)" + "".join(f", {k}" for k in ids[1:]))
         print("encrypt and decrypt probe: ok")
         codec.close()
     else:
-        print(f"key ids: {ids[0]} (primary)" + "".join(f", {k}" for k in ids[1:]))
         print(f"unwrapped {len(ids)} data key{'s' if len(ids) != 1 else ''}: ok")
     return 0

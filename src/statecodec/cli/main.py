@@ -9,14 +9,28 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from statecodec import __version__
 from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
 from statecodec.keys import format_keys, generate_key
 
 _COMMANDS = ("tokens", "rotate", "kms", "vectors", "bench")  # each module's register(sub) sets func(args) -> exit code
+
+
+def settings_from_flags(flags: Mapping[str, str | None]) -> dict[str, str]:
+    """The environment with the ``STATECODEC_*`` setting of each flag given over it, for `statecodec.config`.
+
+    A flag is the one source of its setting: it clears the setting's other form (``X`` or ``X_FILE``).
+    """
+    settings = dict(os.environ)
+    for name, value in flags.items():
+        if value is not None:
+            settings.pop(name.removesuffix("_FILE") if name.endswith("_FILE") else f"{name}_FILE", None)
+            settings[name] = value
+    return settings
 
 
 def _keygen(args: argparse.Namespace) -> int:

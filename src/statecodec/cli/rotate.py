@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from statecodec.cli.main import settings_from_flags
+from statecodec.config import ring_from_settings
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing, generate_key
 from statecodec.rotation import RotationPlan, check_fleet, parse_fleet
@@ -37,17 +39,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     plan = actions.add_parser("plan", help="print each phase's keys (secret) and earliest safe start")
-    old = plan.add_mutually_exclusive_group()
-    old.add_argument("--old-env", metavar="VAR", help="read the old key from VAR (default STATECODEC_KEYS)")
-    old.add_argument("--old-file", metavar="PATH", help="read the old key from a key file")
-    old.add_argument("--old-key", metavar="KEY", help="the old key itself (lands in shell history)")
-    old.add_argument("--old-id", metavar="KEY_ID", help="the old key's id, for keys a KMS holds (no secrets)")
-    new = plan.add_mutually_exclusive_group(required=True)
-    new.add_argument("--new-env", metavar="VAR", help="read the new key from VAR")
-    new.add_argument("--new-file", metavar="PATH", help="read the new key from a key file")
-    new.add_argument("--new-key", metavar="KEY", help="the new key itself (lands in shell history)")
-    new.add_argument("--generate-new", action="store_true", help="generate a fresh new key")
-    new.add_argument("--new-id", metavar="KEY_ID", help="the new key's id, for keys a KMS holds (no secrets)")
+    for side, default in (("old", " (default STATECODEC_KEYS or STATECODEC_KEYS_FILE)"), ("new", "")):
+        group = plan.add_mutually_exclusive_group(required=side == "new")
+        group.add_argument(f"--{side}-env", metavar="VAR", help=f"read the {side} key from VAR{default}")
+        group.add_argument(f"--{side}-file", metavar="PATH", help=f"read the {side} key from a key file")
+        group.add_argument(f"--{side}-key", metavar="KEY", help=f"the {side} key itself (lands in shell history)")
+        group.add_argument(f"--{side}-id", metavar="KEY_ID", help=f"the {side} key's id, for keys a KMS holds")
+    group.add_argument("--generate-new", action="store_true", help="generate a fresh new key")
     plan.add_argument("--ttl", type=float, default=600.0, help="token lifetime in seconds (default 600)")
     plan.add_argument("--future-skew", type=float, default=60.0, help="allowance for clocks ahead (default 60 s)")
     plan.add_argument("--ids-only", action="store_true", help="print key ids only, no secrets")
@@ -64,21 +62,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _key(args: argparse.Namespace, side: str) -> bytes:
-    """The one key of `side` from its file, its flag or its variable (old: STATECODEC_KEYS by default)."""
+    """The one key of `side` from its variable, file or flag (old: the server's key settings by default)."""
     file, key, var = (getattr(args, f"{side}_{source}") for source in ("file", "key", "env"))
-    if file is not None:
-        ring, where = KeyRing.from_file(file), file
-    elif key is not None:
-        try:
-            ring, where = KeyRing.parse(key), f"--{side}-key"
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"--{side}-key: {exc}") from None
-    else:
-        where = var or "STATECODEC_KEYS"
-        ring = KeyRing.from_env(where)
+    try:
+        if var is not None:
+            ring = KeyRing.from_env(var)
+        else:
+            ring = ring_from_settings(settings_from_flags({"STATECODEC_KEYS_FILE": file, "STATECODEC_KEYS": key}))
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"the {side} key: {exc}") from None
     if len(ring) != 1:
         raise ConfigurationError(
-            f"{where} holds {len(ring)} keys; a rotation starts from one key (finish any earlier "
+            f"the {side} key ring holds {len(ring)} keys; a rotation starts from one key (finish any earlier "
             f"rotation with its phase 3 first, or pass the key with --{side}-file or --{side}-key)"
         )
     return ring[0]
@@ -125,19 +120,17 @@ def _plan(args: argparse.Namespace) -> int:
     old_id, new_id = p1.key_ids
     print(f"Rotation from key {old_id} to key {new_id} (ttl {plan.ttl:g} s, future skew {plan.future_skew:g} s)")
     for entry in phases:
+        keys = f"\n  STATECODEC_KEYS={entry['STATECODEC_KEYS']}" if secrets else ""
         print(f"\nPhase {entry['phase']}: {entry['summary']}\n  start:   {entry['start']}")
-        print(f"  key ids: {', '.join(entry['key_ids'])}")
-        if secrets:
-            print(f"  STATECODEC_KEYS={entry['STATECODEC_KEYS']}")
+        print(f"  key ids: {', '.join(entry['key_ids'])}{keys}")
     return 0
 
 
 def _check(args: argparse.Namespace) -> int:
-    source = "stdin" if args.file == "-" else args.file
     try:
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
-        document = json.loads(text)
+        document = json.loads(sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        source = "stdin" if args.file == "-" else args.file
         raise ConfigurationError(f"cannot read {source} as JSON: {getattr(exc, 'strerror', None) or exc}") from None
     reports, in_flight = parse_fleet(document)
     report = check_fleet(reports, in_flight=[*in_flight, *args.in_flight])

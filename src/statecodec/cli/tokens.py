@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
+from statecodec.cli.main import settings_from_flags
 from statecodec.config import Codec, codec_from_env, codec_from_file, max_token_length_setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.tokeninfo import describe_token
@@ -55,16 +55,8 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
         if args.codec is not None or args.max_token_length is not None:
             raise ConfigurationError("--codec and --max-token-length go in the --config file, not beside it")
         return {}
-    settings = dict(os.environ)
-    if args.keys_file is not None:
-        settings.pop("STATECODEC_KEYS", None)  # one source of keys: the file given
-    flags = {
-        "STATECODEC_KEYS_FILE": args.keys_file,
-        "STATECODEC_CODEC": args.codec,
-        "STATECODEC_MAX_TOKEN_LENGTH": args.max_token_length,
-    }
-    settings.update({name: value for name, value in flags.items() if value is not None})
-    return settings
+    flags = {"KEYS_FILE": args.keys_file, "CODEC": args.codec, "MAX_TOKEN_LENGTH": args.max_token_length}
+    return settings_from_flags({f"STATECODEC_{name}": value for name, value in flags.items()})
 
 
 def _codec(args: argparse.Namespace, settings: Mapping[str, str]) -> Codec:
