@@ -30,6 +30,8 @@ from typing import Any, cast
 from statecodec import AESGCMCodec, BoundCodec, Codec, JWECodec, JWSCodec, XAESGCMCodec
 from statecodec._encoding import b64u_decode, b64u_encode, b64u_len
 from statecodec.binding import mcp_request_context
+from statecodec.cli.main import settings_from_flags
+from statecodec.config import codec_from_env
 from statecodec.errors import ConfigurationError
 
 _INSTALL = "pip install 'statecodec[bench]'"
@@ -260,15 +262,15 @@ def _build(name: str, build: Callable[[], Any], skipped: dict[str, str]) -> Any:
         return None
 
 
-def run(rounds: int) -> dict[str, Any]:
+def run(cases: Mapping[str, Callable[[], Pair]], rounds: int) -> dict[str, Any]:
     """Build, check and time every case (the floor first) on every payload, and the MCP round."""
     skipped: dict[str, str] = {}
     ops: dict[str, Op] = {}
     overhead: dict[str, int] = {}
-    for name, build in CASES.items():
-        pair = _build(name, build, skipped)
-        for payload in PAYLOADS if pair else ():
-            seal, unseal, data = *pair, PAYLOADS[payload]
+    for name, build in cases.items():
+        pair: Pair | None = _build(name, build, skipped)
+        for payload, data in PAYLOADS.items() if pair else ():
+            seal, unseal = cast(Pair, pair)
             token = seal(data)
             if unseal(token) != data:
                 raise RuntimeError(f"{name}: unseal(seal(payload)) is not the payload")
@@ -354,6 +356,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "bench", help="benchmark the codecs against the floor, the MCP SDK and peer libraries", description=__doc__
     )
     p.add_argument("--quick", action="store_true", help="15 rounds instead of 101")
+    p.add_argument("--vault-addr", metavar="URL", help="add VaultTransitCodec (STATECODEC_VAULT_* settings)")
     p.add_argument("--json", metavar="PATH", help="write the run as JSON to PATH")
     p.add_argument("--plot", metavar="PATH.png", help="draw the ratios to PATH.png (needs matplotlib)")
     p.set_defaults(func=_bench)
@@ -365,7 +368,11 @@ def _bench(args: argparse.Namespace) -> int:
             import matplotlib  # noqa: F401
         except ImportError:
             raise ConfigurationError(f"--plot needs matplotlib: {_INSTALL}") from None
-    doc = run(rounds=15 if args.quick else 101)
+    cases = dict(CASES)
+    if args.vault_addr:  # built as a server builds it, from this environment's STATECODEC_VAULT_* settings
+        settings = settings_from_flags({"STATECODEC_CODEC": "vault-transit", "STATECODEC_VAULT_ADDR": args.vault_addr})
+        cases["VaultTransitCodec"] = _ours(lambda keys: codec_from_env(settings))
+    doc = run(cases, rounds=15 if args.quick else 101)
     print(_table(doc))
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

@@ -129,7 +129,7 @@ def _verify(args: argparse.Namespace) -> int:
             names = ("valid", "refusals" if data["codec"] == "binding" else "invalid")
             arrays = {name: list(data[name]) for name in names}
         except (OSError, ValueError, AttributeError, KeyError, ConfigurationError) as exc:
-            problem = f"cannot read it: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
+            problem: str | None = f"cannot read it: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
             if not isinstance(exc, (OSError, ConfigurationError)):  # ValueError: not UTF-8 JSON
                 problem = f"not a {_SCHEMA} file ({type(exc).__name__})"
             print(f"statecodec: {path}: {problem}", file=sys.stderr)
