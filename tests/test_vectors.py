@@ -248,7 +248,7 @@ def test_every_frozen_file_holds(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert all(line.endswith(": all hold") for line in out.splitlines())
     code, out, err = verify(capsys, tmp_path, VECTORS / "vault_transit.json")
     assert (code, out) == (2, "")
-    assert "tokens open only inside Vault: restore the file's key backups (transit/restore)" in err
+    assert "its tokens open only inside Vault: restore its key backups (transit/restore)" in err
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
@@ -288,7 +288,7 @@ def test_each_kind_of_failure_is_named(capsys: pytest.CaptureFixture[str], tmp_p
     ]
     assert out.splitlines()[-1].endswith(": 0 valid, 0 invalid: no vectors")
     assert [line.split(": ", 2)[2] for line in err.splitlines()] == [
-        "cannot read it: No such file or directory",
+        "cannot read it: No such file or directory (FileNotFoundError)",
         "not a statecodec-vectors/1 file (JSONDecodeError)",
-        "not a statecodec-vectors/1 file (AttributeError)",
+        "not a statecodec-vectors/1 file (TypeError)",
     ]

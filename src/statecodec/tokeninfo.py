@@ -1,23 +1,16 @@
 """Describe a token's visible structure without verifying it, for debugging and support.
 
 Threat: an inspection tool is pointed at whatever someone pasted, so it is a
-parser of hostile input like `unseal`. `describe_token` reads only what the
-format leaves in the clear (version byte, key id, lengths; a JOSE protected
-header's ``alg``, ``enc`` and ``kid``), caps the length before decoding, and
-raises nothing but `InvalidToken` on any input. It never decrypts, never
-verifies, and never returns payload bytes: a description says what a token
-claims to be, not that it is genuine (verify with the codec for that).
-
-The binary layouts are read from the codecs' own ``VERSION`` and
-``NONCE_LENGTH``; a JOSE header is read by the JOSE codecs' own parser.
-`VaultTransitCodec` cannot be imported without hvac, so its version byte is
-written here and a test holds it equal to ``VaultTransitCodec.VERSION``.
+parser of hostile input like `unseal`: it caps the length before decoding and
+raises nothing but `InvalidToken`. It reads only what the format leaves in the
+clear (version byte, key id, lengths; a JOSE header's ``alg``, ``enc`` and
+``kid``), never decrypts or verifies, and never returns payload bytes: a
+description says what a token claims to be, not that it is genuine.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, check_token_text, split_segments
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
@@ -27,10 +20,9 @@ from statecodec.jose._header import parse_header
 from statecodec.keys import KEY_ID_LENGTH
 
 _TAG_LENGTH = 16
-_VAULT_TRANSIT_VERSION = 0x05  # == VaultTransitCodec.VERSION (tests/test_tokeninfo.py)
+_VAULT_TRANSIT_VERSION = 0x05  # VaultTransitCodec.VERSION, held equal by a test (importing it needs hvac)
 _MAX_MEMBER_TEXT = 128  # alg, enc and kid are printed: short, printable text only
-# version byte -> (format, nonce length, description): every statecodec binary layout,
-# version (1) | key id (4) | nonce | ciphertext | tag (16)
+# Every binary layout, version (1) | key id (4) | nonce | ciphertext | tag (16): version -> (format, nonce, text)
 _BINARY = {
     AESGCMCodec.VERSION: ("aesgcm", AESGCMCodec.NONCE_LENGTH, "AES-256-GCM over a key ring"),
     XAESGCMCodec.VERSION: ("xaesgcm", XAESGCMCodec.NONCE_LENGTH, "XAES-256-GCM over a key ring"),
@@ -59,9 +51,6 @@ class TokenInfo:
     algorithm: str | None = None
     encryption: str | None = None
     description: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def describe_token(token: object, *, max_length: int = DEFAULT_MAX_TOKEN_LENGTH) -> TokenInfo:
@@ -95,12 +84,9 @@ def describe_token(token: object, *, max_length: int = DEFAULT_MAX_TOKEN_LENGTH)
 def _describe_jose(text: str) -> TokenInfo:
     segments = split_segments(text, 3, 5)
     header = parse_header(segments[0])
-    for name in ("alg", "enc", "kid"):
-        value = header.get(name)
-        if value is None:
-            continue
-        if type(value) is not str or not 0 < len(value) <= _MAX_MEMBER_TEXT or not value.isprintable():
-            raise InvalidToken(Reason.HEADER)
+    shown = [header[name] for name in ("alg", "enc", "kid") if header.get(name) is not None]
+    if any(type(v) is not str or not 0 < len(v) <= _MAX_MEMBER_TEXT or not v.isprintable() for v in shown):
+        raise InvalidToken(Reason.HEADER)
     encrypted = len(segments) == 5
     if "alg" not in header or ("enc" in header) != encrypted:
         raise InvalidToken(Reason.HEADER)

@@ -1,11 +1,9 @@
 """`statecodec rotate plan` and `statecodec rotate check`: rotate keys without dropping a round.
 
-`plan` prints the three phases to roll out, each to every instance before the
-next, with the earliest safe start of each. Its STATECODEC_KEYS values are
-secret, so it says so on stderr; --ids-only prints key ids alone, and
---old-id/--new-id plan over the key ids of keys a KMS holds. `check` reads the
-key ids each instance reports (codec.key_ids, primary first; never keys) and
-exits 0 only when no instance can mint a token another would refuse.
+`plan` prints the three phases, each rolled out to every instance before the next, with the
+earliest safe start of each (its STATECODEC_KEYS values are secret; --ids-only and --old-id/--new-id
+print none). `check` reads the key ids each instance reports and exits 0 only when no instance can
+mint a token another would refuse.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ with ``--show-payload``, after the codec has verified it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Mapping
@@ -84,7 +85,7 @@ def _inspect(args: argparse.Namespace) -> int:
     # The configuration is checked first, so a broken set-up is reported even for a junk token.
     codec = _codec(args, settings) if configured else None
     token, limit = _read_token(args.token, codec, settings)
-    doc: dict[str, Any] = describe_token(token, max_length=limit).as_dict()
+    doc: dict[str, Any] = dataclasses.asdict(describe_token(token, max_length=limit))
     doc.update(codec=None if codec is None else type(codec).__name__, verified=None, reason=None)
     refused: InvalidToken | None = None
     if codec is not None:
