@@ -35,12 +35,12 @@ def test_a_quick_run_writes_ratios_the_round_figure_a_table_and_a_png(
 
 
 def test_a_missing_package_is_skipped_with_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "jwcrypto", None)  # import jwcrypto now raises ImportError
+    monkeypatch.setitem(sys.modules, "joserfc", None)  # import joserfc now raises ImportError
     monkeypatch.setitem(sys.modules, "mcp.server.context", None)
     doc = run(CASES, rounds=2)
-    assert "jwcrypto" not in {r["case"] for r in doc["results"]}
+    assert "joserfc" not in {r["case"] for r in doc["results"]}
     assert doc["skipped"] == {
-        "jwcrypto": "jwcrypto is not installed (pip install 'statecodec[bench]')",
+        "joserfc": "joserfc is not installed (pip install 'statecodec[bench]')",
         "MCP round": "mcp is not installed (pip install 'statecodec[bench]')",
     }
     assert doc["bound_vs_sdk_added"] is None

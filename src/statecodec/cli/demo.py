@@ -50,10 +50,10 @@ async def _run(codec: Codec) -> int:
     async with Client(build_server(codec)) as client:
         print(f"round 1  tools/call {TOOL} {json.dumps(ARGUMENTS)}")
         first = await client.session.call_tool(TOOL, ARGUMENTS, allow_input_required=True)
-        if not isinstance(first, InputRequiredResult) or first.request_state is None:
+        token = getattr(first, "request_state", None)
+        if token is None:
             print(f"{_INDENT}unexpected answer from the server")
             return 1
-        token = first.request_state
         print(f"{_INDENT}server asks [region]: {_ASK_REGION.params.message}")
         print(f"{_INDENT}sealed requestState ({len(token)} characters):\n{_INDENT}{token}")
         print(f"round 2  tools/call {TOOL} with answer {json.dumps(ANSWER)} and the requestState echoed")
@@ -71,13 +71,12 @@ async def _run(codec: Codec) -> int:
             await client.session.call_tool(TOOL, ARGUMENTS, input_responses=answers, request_state=bad)
         except MCPError as exc:
             print(f"{_INDENT}client got error {exc.error.code}: {exc.error.message!r}")
-        else:
-            print(f"{_INDENT}the server accepted a tampered token")
-            return 1
+            return 0
         finally:
             logger.removeHandler(handler)
             logger.propagate = propagate
-    return 0
+    print(f"{_INDENT}the server accepted a tampered token")
+    return 1
 
 
 def run_demo(*, from_env: bool = False) -> int:

@@ -95,11 +95,9 @@ def _check(data: Mapping[str, Any], entry: Mapping[str, Any], valid: bool) -> st
     try:
         got = codec.unseal(token, **bound)
     except InvalidToken as exc:
-        return (
-            None
-            if exc.reason.value == expected
-            else f"refused with {exc.reason.value}, expected {expected or 'it to open'}"
-        )
+        if exc.reason.value == expected:
+            return None
+        return f"refused with {exc.reason.value}, expected {expected or 'it to open'}"
     if expected is not None:
         return "was accepted"
     return None if got == payload else "opened to another payload"
