@@ -57,6 +57,5 @@ def test_plot_without_matplotlib_is_refused_before_measuring(
 
 
 def test_ratios_are_taken_round_by_round_then_the_median() -> None:
-    # Per round the case costs 2, 3 and 1 times the floor: the median is 2, where the ratio of
-    # the two medians (4 / 4) would say 1.
+    # Per round the case costs 2, 3 and 1 times the floor: median 2, where the medians' ratio (4 / 4) says 1.
     assert paired([2.0, 30.0, 4.0], [1.0, 10.0, 4.0]) == 2.0

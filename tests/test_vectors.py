@@ -1,15 +1,8 @@
 """Every frozen vectors file still holds: tokens open, re-derive byte for byte, and are refused as pinned.
 
-Threat: a format that drifts (a label, a field order, a header byte, a
-reason code) strands every token in flight and breaks every port. The files
-in ``tests/vectors/`` are frozen and never regenerated; they are read here
-the way cryptography reads its vectors, one test case per entry
-(`json_parametrize`), each entry's codec built by
-`statecodec.cli.vectors.codec_for` from the keys the entry holds. Wherever a
-format is deterministic given the recorded nonce, IV or content key, the
-token is rebuilt from ``docs/formats.md`` with cryptography's primitives
-alone, as a port would, and must equal the frozen token. `statecodec vectors
-verify` reads the same files, names any drift, and never repeats a token.
+Each entry is one test case (`json_parametrize`), its codec built by `statecodec.cli.vectors.codec_for`
+from the keys it holds. Where a format is deterministic given the recorded nonce, IV or content key,
+the token is rebuilt from ``docs/formats.md`` with cryptography's primitives alone, as a port would.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """`statecodec kms`: provision wrapped data keys and check a configured envelope ring.
 
-``new-data-key`` asks the KMS for a new data key and prints it wrapped, for
-``STATECODEC_WRAPPED_KEYS``: the plaintext key never reaches this process for
-AWS (GenerateDataKeyWithoutPlaintext) or Vault (transit/datakey/wrapped) and
-is dropped right after wrapping for Cloud KMS. ``check`` builds the codec a
-server would (unwrapping the ring once) and prints its key ids, never a key.
-Each flag stands for one ``STATECODEC_*`` setting; Vault credentials come
-from the environment only (a token on the command line shows in `ps`), and so
-does an AWS profile (``AWS_PROFILE``).
+``new-data-key`` prints a new data key wrapped by the KMS (its plaintext never reaches this process
+for AWS and Vault; Cloud KMS drops it right after wrapping). ``check`` builds the codec a server would
+and prints its key ids, never a key. Each flag stands for one ``STATECODEC_*`` setting; credentials
+come from the environment only (a Vault token on the command line shows in `ps`).
 """
 
 from __future__ import annotations

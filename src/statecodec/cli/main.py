@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -16,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from statecodec import __version__
 from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
 from statecodec.keys import format_keys, generate_key
+from statecodec.mcp import MCP_EXTRA_HINT
 
 _COMMANDS = ("tokens", "rotate", "kms", "vectors", "bench")  # each module's register(sub) sets func(args) -> exit code
 
@@ -41,11 +41,10 @@ def _keygen(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    if importlib.util.find_spec("mcp") is None:  # the SDK is imported only by this command
-        from statecodec.mcp import MCP_EXTRA_HINT
-
-        raise ConfigurationError(f"the demo needs the MCP SDK; {MCP_EXTRA_HINT}")
-    from statecodec.cli.demo import run_demo
+    try:
+        from statecodec.cli.demo import run_demo  # the only command that imports the MCP SDK
+    except ImportError:
+        raise ConfigurationError(f"the demo needs the MCP SDK; {MCP_EXTRA_HINT}") from None
 
     return run_demo(from_env=args.from_env)
 

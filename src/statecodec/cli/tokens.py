@@ -1,8 +1,7 @@
 """`statecodec inspect`, `seal` and `unseal`: the codec a server would build, never one a token picks.
 
-Each flag stands for one ``STATECODEC_*`` setting (`_EPILOG`), and `statecodec.config`
-builds the codec from them exactly as a server does. `inspect` prints a payload only
-with ``--show-payload``, after the codec has verified it.
+Each flag stands for one ``STATECODEC_*`` setting and `statecodec.config` builds the codec from them.
+`inspect` prints a payload only with ``--show-payload``, after the codec has verified it.
 """
 
 from __future__ import annotations
