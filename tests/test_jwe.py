@@ -21,8 +21,8 @@ from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, JWECodec, 
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.config import codec_from_env
 from statecodec.jose import derived_jwk
-from statecodec.jose._ecdh import agree, concat_kdf
-from statecodec.jose._jwk import load_agreement_key
+from statecodec.jose._jwk import load_jwk
+from statecodec.jose.jwe import concat_kdf
 from tests.codecs import CODECS
 from tests.mcp_flows import assert_mcp_rejects, run_mcp_flows
 from tests.secrecy import assert_unreachable
@@ -98,11 +98,11 @@ def test_invalid_vectors_are_refused_with_their_reason(vector: dict[str, Any]) -
 
 @pytest.mark.parametrize("vector", VECTORS["concat_kdf"], ids=lambda v: v["name"])
 def test_concat_kdf_matches_rfc_7518_appendix_c(vector: dict[str, Any]) -> None:
-    alice, _ = load_agreement_key(vector["alice"], 0)
-    _, bob = load_agreement_key(vector["bob"], 1)
-    assert alice is not None
+    alice, bob = load_jwk(vector["alice"], 0, "ECDH-ES+A256KW")[1], load_jwk(vector["bob"], 1, "ECDH-ES+A256KW")[1]
+    assert isinstance(alice, ec.EllipticCurvePrivateKey)
+    assert isinstance(bob, ec.EllipticCurvePrivateKey)
     apu, apv = b64u_decode(vector["apu"]), b64u_decode(vector["apv"])
-    key = concat_kdf(agree(alice, bob), vector["algorithm_id"], vector["bits"], apu, apv)
+    key = concat_kdf(alice.exchange(ec.ECDH(), bob.public_key()), vector["algorithm_id"], vector["bits"], apu, apv)
     assert b64u_encode(key) == vector["derived_key"]
 
 

@@ -8,14 +8,14 @@ arrives, and anything else in a header is refused with a reason code.
 
 * `JWECodec`: ``dir`` + ``A256GCM`` (default), ``A256KW`` + ``A256GCM``, or
   ``ECDH-ES+A256KW`` + ``A256GCM`` on P-256 or X25519.
-* `JWSCodec`: ``HS256`` over a key ring, or ``EdDSA`` (Ed25519).
-* `derived_jwk`: the JWK another JOSE stack needs to share a ring codec's tokens.
+* `JWSCodec`: ``HS256`` over a key ring, or ``EdDSA`` / ``Ed25519``.
+* ``derived_jwk(secret, alg)``: the JWK another JOSE stack needs to share a ring codec's tokens.
 
 Only `cryptography` is needed; no general JOSE library is imported.
 """
 
-from statecodec.jose._ring import derived_jwk
+from statecodec.jose._jwk import derived_jwk as derived_jwk
 from statecodec.jose.jwe import JWECodec
 from statecodec.jose.jws import JWSCodec
 
-__all__ = ["JWECodec", "JWSCodec", "derived_jwk"]
+__all__ = ["JWECodec", "JWSCodec"]
