@@ -402,7 +402,7 @@ def test_misconfiguration_fails_at_construction(build: Callable[[], object], mat
 def test_ecdh_jwk_validation() -> None:
     jwks = P256_CODEC.public_jwks()["keys"][0]
     bad_point = {**jwks, "y": jwks["x"]}
-    with pytest.raises(ConfigurationError, match="not a point"):
+    with pytest.raises(ConfigurationError, match="not a valid P-256 key"):
         JWECodec.from_jwks([bad_point], alg="ECDH-ES+A256KW")
     private_jwk = {**jwks, "d": b64u_encode(os.urandom(32))}
     with pytest.raises(ConfigurationError, match="does not match"):

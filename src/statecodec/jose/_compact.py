@@ -1,20 +1,19 @@
 """What `JWECodec` and `JWSCodec` share: keys by ``kid``, the header check, the caps, JWK Sets and settings.
 
 Threat: a refusal that holds for one format and not the other. Both codecs
-build their keys through one path (a ring, a JWK Set, or key objects),
-refuse duplicate ``kid`` values, compare a received header with the profile
-of the header they emit themselves, and derive the largest payload ``seal``
-accepts from the same cap ``unseal`` enforces.
+build their keys through one path, refuse duplicate ``kid`` values, hold a
+received header to the profile of the header they emit, and let ``seal``
+take exactly the payloads whose tokens ``unseal`` accepts.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from statecodec._encoding import check_cap, check_payload
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, check_cap, check_payload, check_token_text, split_segments
 from statecodec._files import load_json_setting, read_settings_file
 from statecodec.config import max_token_length_setting, ring_from_settings, setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
@@ -46,22 +45,21 @@ _C = TypeVar("_C", bound="CompactCodec[Any]")
 class CompactCodec(Generic[_K]):
     """The configuration and checks common to the compact codecs; `_K` is the per-``kid`` key object."""
 
-    __slots__ = ("_alg", "_by_kid", "_expect", "_fast", "_kids", "_max_length", "_max_payload", "_members", "_primary")
+    __slots__ = ("_alg", "_by_kid", "_expect", "_fast", "_max_length", "_max_payload", "_members", "_primary")
+    _ALG_VAR: ClassVar[str]  # the setting that names the algorithm
+    _ALGS: ClassVar[tuple[str, ...]]  # every algorithm the codec implements, the default first
 
-    _ALG_VAR: ClassVar[str]
-    """The setting that names the algorithm."""
-    _ALGS: ClassVar[tuple[str, ...]]
-    """Every algorithm the codec implements, the default first."""
-
-    _alg: str
-    _by_kid: dict[str, _K]
-    _expect: dict[str, Any]
-    _fast: dict[str, _K]
-    _kids: tuple[str, ...]
-    _max_length: int
-    _max_payload: int
-    _members: frozenset[str]
-    _primary: _K
+    def __init__(
+        self, keys: KeyRing | Iterable[bytes], *, alg: str = "", max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
+    ) -> None:
+        """A codec over a key ring (``dir`` or ``A256KW`` for a JWE, ``HS256`` for a JWS), its keys derived per
+        algorithm (`statecodec.jose.derived_jwk`); ``alg`` defaults to ``dir`` or ``HS256``."""
+        alg = alg or self._ALGS[0]
+        if alg not in self._ALGS or alg not in LABELS:
+            ring_algs = ", ".join(a for a in self._ALGS if a in LABELS)
+            raise ConfigurationError(f"over a key ring, alg must be one of {ring_algs}; other algorithms: from_jwks")
+        ring = keys if isinstance(keys, KeyRing) else KeyRing(keys)
+        self._setup(alg, ring_entries(ring, alg), max_token_length)
 
     def _slot(self, alg: str, kid: str, key: Key, index: int) -> _K:
         raise NotImplementedError
@@ -77,8 +75,7 @@ class CompactCodec(Generic[_K]):
             if slot.kid in by_kid:
                 raise ConfigurationError(f"two keys share the kid {slot.kid!r}; list each key once")
             by_kid[slot.kid] = slot
-        self._alg, self._by_kid, self._kids = alg, by_kid, tuple(by_kid)
-        self._primary = next(iter(by_kid.values()))
+        self._alg, self._by_kid, self._primary = alg, by_kid, next(iter(by_kid.values()))
         # Our own header segments map straight to their key: the common case skips JSON, and
         # accepts nothing the strict parse would refuse.
         self._fast = {slot.header: slot for slot in by_kid.values() if slot.header}
@@ -99,7 +96,23 @@ class CompactCodec(Generic[_K]):
         return self
 
     @classmethod
-    def _from_jwks(cls: type[_C], jwks: object, alg: str, max_token_length: object) -> _C:
+    def _from_keys(cls: type[_C], alg: str, keys: object, max_token_length: object) -> _C:
+        if not isinstance(keys, (list, tuple)) or not keys:
+            raise ConfigurationError("keys must be a non-empty list of keys: write keys=[key]")
+        return cls._create(alg, [("", key) for key in keys], max_token_length)
+
+    @classmethod
+    def from_jwks(
+        cls: type[_C], jwks: object, *, alg: str = "", max_token_length: object = DEFAULT_MAX_TOKEN_LENGTH
+    ) -> _C:
+        """A codec over JWKs shared with another JOSE stack (a JWK Set, a list, or one JWK): the first key seals.
+
+        ``alg`` defaults to ``dir`` (JWE) or ``HS256`` (JWS). Symmetric ``k`` is used as given, with its
+        ``kid``: exactly 32 bytes for ``dir`` and ``A256KW``, at least 32 for ``HS256``. P-256 and X25519
+        (ECDH-ES+A256KW) and Ed25519 keys get their RFC 7638 thumbprint as ``kid`` when they carry none;
+        the first ECDH key may be public (a sealing-only codec), the first JWS key must be private.
+        """
+        alg = alg or cls._ALGS[0]
         if alg not in cls._ALGS:
             raise ConfigurationError(f"alg must be one of {', '.join(cls._ALGS)}")
         entries = [load_jwk(jwk, i, alg) for i, jwk in enumerate(jwk_list(jwks))]
@@ -110,13 +123,9 @@ class CompactCodec(Generic[_K]):
 
     @classmethod
     def from_env(cls: type[_C], environ: Mapping[str, str] | None = None) -> _C:
-        """A codec from the environment (or `environ`), read as ``codec_from_env`` reads it.
-
-        The algorithm comes from ``STATECODEC_JWE_ALG`` or ``STATECODEC_JWS_ALG``
-        (the default when unset). Keys come from ``STATECODEC_JWKS_FILE``, a
-        JSON JWK Set shared with another stack whose first key seals, or else
-        from the key ring (``STATECODEC_KEYS`` or ``STATECODEC_KEYS_FILE``), for
-        the symmetric algorithms only. ``STATECODEC_MAX_TOKEN_LENGTH`` sets the cap.
+        """A codec from ``STATECODEC_JWE_ALG`` or ``STATECODEC_JWS_ALG``, the keys of ``STATECODEC_JWKS_FILE``
+        (a JSON JWK Set, the first key seals) or else of the key ring (``STATECODEC_KEYS`` or
+        ``STATECODEC_KEYS_FILE``), and ``STATECODEC_MAX_TOKEN_LENGTH``, read from `environ` or the environment.
         """
         settings = os.environ if environ is None else environ
         var = cls._ALG_VAR
@@ -129,13 +138,12 @@ class CompactCodec(Generic[_K]):
             what = f"{JWKS_FILE_VAR} {path}"
             jwks = load_json_setting(read_settings_file(Path(path), _MAX_JWKS_BYTES, what, "is it a JWK Set?"), what)
             try:
-                return cls._from_jwks(jwks, alg, limit)
+                return cls.from_jwks(jwks, alg=alg, max_token_length=limit)
             except ConfigurationError as exc:
                 raise ConfigurationError(f"{JWKS_FILE_VAR}: {exc}") from None
         if alg not in LABELS:
-            ring_algs = ", ".join(a for a in cls._ALGS if a in LABELS)
-            raise ConfigurationError(f"{var}={alg} needs {JWKS_FILE_VAR}: a key ring serves only {ring_algs}")
-        return cls._create(alg, ring_entries(ring_from_settings(settings), alg), limit)
+            raise ConfigurationError(f"{var}={alg} needs {JWKS_FILE_VAR}: a key ring does not serve it")
+        return cls(ring_from_settings(settings), alg=alg, max_token_length=limit)
 
     @property
     def alg(self) -> str:
@@ -145,11 +153,11 @@ class CompactCodec(Generic[_K]):
     @property
     def key_ids(self) -> tuple[str, ...]:
         """The ``kid`` of every key, the sealing key first."""
-        return self._kids
+        return tuple(self._by_kid)
 
     @property
     def primary_key_id(self) -> str:
-        return self._kids[0]
+        return self._primary.kid
 
     @property
     def max_token_length(self) -> int:
@@ -158,9 +166,7 @@ class CompactCodec(Generic[_K]):
     def public_jwks(self) -> dict[str, list[dict[str, str]]]:
         """The public JWK Set of an ECDH-ES+A256KW or Ed25519 codec, for the stacks that seal to it or verify it."""
         if self._alg in LABELS:
-            raise ConfigurationError(
-                "symmetric keys have no public half; share the key itself (statecodec.jose.derived_jwk)"
-            )
+            raise ConfigurationError("symmetric keys have no public half; share the key (statecodec.jose.derived_jwk)")
         use = PROFILES[self._alg][0]
         keys = [
             {**public_jwk(slot.public), "kid": slot.kid, "use": use, "alg": self._alg}
@@ -176,24 +182,30 @@ class CompactCodec(Generic[_K]):
             payload = bytes(payload)
         return self._seal(payload)
 
-    def _read_header(self, h64: str) -> tuple[dict[str, Any], _K]:
-        """The header and key of a header segment this codec did not emit itself, or `InvalidToken`."""
-        header = parse_header(h64)
+    def _parse(self, token: object, count: int) -> tuple[list[str], dict[str, Any] | None, _K]:
+        """The `count` segments of a token, its header (None when byte for byte one we emit) and its key.
+
+        In this order: the cap before anything else, the dots counted before any split, the
+        header parsed strictly, ``alg`` (and ``enc``) compared, the members, the ``kid``.
+        """
+        segments = split_segments(check_token_text(token, self._max_length), count)
+        slot = self._fast.get(segments[0])
+        if slot is not None:
+            return segments, None, slot
+        header = parse_header(segments[0])
         # Compared, never dispatched on: the configuration alone chose the algorithm.
-        for name, value in self._expect.items():
-            if header.get(name) != value:
-                raise InvalidToken(Reason.ALG)
-        for name in header:
-            if name not in self._members:
-                raise InvalidToken(Reason.HEADER)
+        if any(header.get(name) != value for name, value in self._expect.items()):
+            raise InvalidToken(Reason.ALG)
+        if not self._members.issuperset(header):
+            raise InvalidToken(Reason.HEADER)
         slot = self._by_kid.get(kid_of(header))
         if slot is None:
             raise InvalidToken(Reason.UNKNOWN_KEY)
-        return header, slot
+        return segments, header, slot
 
     def __repr__(self) -> str:
         enc = f", enc={self._expect['enc']!r}" if "enc" in self._expect else ""
-        return f"{type(self).__name__}(alg={self._alg!r}{enc}, key_ids={list(self._kids)!r})"
+        return f"{type(self).__name__}(alg={self._alg!r}{enc}, key_ids={list(self._by_kid)!r})"
 
     def __reduce__(self) -> tuple[object, ...]:
         raise TypeError(f"{type(self).__name__} holds keys and is not picklable")

@@ -17,7 +17,7 @@ L=32), no salt: one label per algorithm keeps one secret's ``dir``,
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, x25519
@@ -50,9 +50,14 @@ PROFILES: dict[str, tuple[str, frozenset[str], tuple[str, ...]]] = {
     "Ed25519": ("sig", frozenset({"EdDSA", "Ed25519"}), ("Ed25519",)),
 }
 _KTY = {"oct": "oct", "P-256": "EC", "X25519": "OKP", "Ed25519": "OKP"}
-_OKP: dict[str, tuple[Any, Any]] = {
-    "X25519": (x25519.X25519PrivateKey, x25519.X25519PublicKey),
-    "Ed25519": (ed25519.Ed25519PrivateKey, ed25519.Ed25519PublicKey),
+# Per curve: the public key from its coordinates (x, or x || y), the private key from "d"; ValueError if invalid.
+_CURVES: dict[str, tuple[Callable[[bytes], PublicKey], Callable[[bytes], PrivateKey]]] = {
+    "P-256": (
+        lambda xy: ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), b"\x04" + xy),
+        lambda d: ec.derive_private_key(int.from_bytes(d, "big"), ec.SECP256R1()),
+    ),
+    "X25519": (x25519.X25519PublicKey.from_public_bytes, x25519.X25519PrivateKey.from_private_bytes),
+    "Ed25519": (ed25519.Ed25519PublicKey.from_public_bytes, ed25519.Ed25519PrivateKey.from_private_bytes),
 }
 
 
@@ -93,14 +98,11 @@ def load_jwk(jwk: Mapping[str, Any], index: int, alg: str) -> tuple[str, Key]:
     with ``d`` gives a private key, whose public half must match.
     """
     use, algs, kinds = PROFILES[alg]
-    # Values are quoted only when they are short strings: a misplaced member may hold anything.
     if "use" in jwk and jwk["use"] != use:
-        raise ConfigurationError(f'keys[{index}] has "use": {_quote(jwk["use"])}; this codec needs "{use}"')
+        raise ConfigurationError(f'keys[{index}] has a "use" other than "{use}", the one this codec needs')
     # Type first: an unhashable "alg" (a list, an object) cannot be looked up in a set.
     if "alg" in jwk and (type(jwk["alg"]) is not str or jwk["alg"] not in algs):
-        raise ConfigurationError(
-            f'keys[{index}] is for "alg": {_quote(jwk["alg"])}; this codec accepts {", ".join(sorted(algs))}'
-        )
+        raise ConfigurationError(f'keys[{index}] is for another "alg"; this codec accepts {", ".join(sorted(algs))}')
     kind = "oct" if jwk.get("kty") == "oct" else jwk.get("crv")
     if kind not in kinds or _KTY[kind] != jwk.get("kty"):
         wanted = " or ".join(f'"kty": "{_KTY[k]}"' + (f', "crv": "{k}"' if k != "oct" else "") for k in kinds)
@@ -112,28 +114,17 @@ def load_jwk(jwk: Mapping[str, Any], index: int, alg: str) -> tuple[str, Key]:
         raise ConfigurationError(f'keys[{index}]: "kid" must be a string of 1 to {MAX_KID_LENGTH} characters')
     if kind == "oct":
         return kid, _member(jwk, "k", index, 32 if use == "enc" else None)
-    x = _member(jwk, "x", index, 32)
+    coordinates = _member(jwk, "x", index, 32) + (_member(jwk, "y", index, 32) if kind == "P-256" else b"")
+    d = _member(jwk, "d", index, 32) if "d" in jwk else None
+    make_public, make_private = _CURVES[kind]
     try:
-        if kind == "P-256":
-            point = b"\x04" + x + _member(jwk, "y", index, 32)
-            public = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), point)
-        else:
-            public = _OKP[kind][1].from_public_bytes(x)
+        public = make_public(coordinates)
+        private = None if d is None else make_private(d)
     except ValueError:
-        raise ConfigurationError(f"keys[{index}] is not a point on {kind}") from None
-    if "d" not in jwk:
-        return kid, public
-    d = _member(jwk, "d", index, 32)
-    try:
-        if kind == "P-256":
-            private: PrivateKey = ec.derive_private_key(int.from_bytes(d, "big"), ec.SECP256R1())
-        else:
-            private = _OKP[kind][0].from_private_bytes(d)
-    except ValueError:
-        raise ConfigurationError(f'keys[{index}]: "d" is not a valid {kind} private key') from None
-    if private.public_key() != public:
+        raise ConfigurationError(f"keys[{index}] is not a valid {kind} key") from None
+    if private is not None and private.public_key() != public:
         raise ConfigurationError(f'keys[{index}]: "d" does not match the public key')
-    return kid, private
+    return kid, public if private is None else private
 
 
 def _member(jwk: Mapping[str, Any], name: str, index: int, size: int | None = None) -> bytes:
@@ -143,16 +134,10 @@ def _member(jwk: Mapping[str, Any], name: str, index: int, size: int | None = No
     try:
         raw = b64u_decode(value)
     except InvalidToken:
-        raise ConfigurationError(
-            f'keys[{index}]: "{name}" is not canonical unpadded base64url (alphabet A-Z a-z 0-9 - _)'
-        ) from None
+        raise ConfigurationError(f'keys[{index}]: "{name}" is not canonical unpadded base64url') from None
     if size is not None and len(raw) != size:
         raise ConfigurationError(f'keys[{index}]: "{name}" is {len(raw)} bytes; this key type takes exactly {size}')
     return raw
-
-
-def _quote(value: object) -> str:
-    return repr(value) if type(value) is str and len(value) <= 32 else f"<{type(value).__name__}>"
 
 
 def key_halves(key: object, index: int, curves: tuple[str, ...]) -> tuple[str, PrivateKey | None, PublicKey]:
@@ -190,20 +175,18 @@ def thumbprint(key: PublicKey) -> str:
     return b64u_encode(hashlib.sha256(compact_json(dict(sorted(public_jwk(key).items())))).digest())
 
 
-def read_epk(epk: object, crv: str) -> ec.EllipticCurvePublicKey | x25519.X25519PublicKey:
+def read_epk(epk: object, crv: str) -> PublicKey:
     """The validated ephemeral public key of a received header, on curve `crv`, or ``header``."""
     members = {"kty", "crv", "x", "y"} if crv == "P-256" else {"kty", "crv", "x"}
     if type(epk) is not dict or epk.keys() != members or epk["crv"] != crv or epk["kty"] != _KTY[crv]:
         raise InvalidToken(Reason.HEADER)
-    x = _coordinate(epk["x"])
+    coordinates = b"".join(_coordinate(epk[name]) for name in ("x", "y") if name in members)
+    # An X25519 u >= 2^255 - 19 (or with the top bit set) is a second encoding, which a sealer never emits.
+    if crv == "X25519" and int.from_bytes(coordinates, "little") >= 2**255 - 19:
+        raise InvalidToken(Reason.HEADER)
     try:
-        if crv == "P-256":
-            # from_encoded_point refuses any (x, y) not on P-256: the invalid-curve check.
-            return ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), b"\x04" + x + _coordinate(epk["y"]))
-        # A u-coordinate >= 2^255 - 19 (or with the top bit set) is a second encoding a sealer never emits.
-        if int.from_bytes(x, "little") >= 2**255 - 19:
-            raise InvalidToken(Reason.HEADER)
-        return x25519.X25519PublicKey.from_public_bytes(x)
+        # OpenSSL refuses a P-256 point off the curve: the invalid-curve check.
+        return _CURVES[crv][0](coordinates)
     except ValueError:
         raise InvalidToken(Reason.HEADER) from None
 

@@ -18,10 +18,9 @@ CVE-2024-28102), invalid-curve ECDH-ES keys, and unbounded input
 
 from __future__ import annotations
 
-import functools
 import os
 import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from cryptography.exceptions import InvalidTag
@@ -31,18 +30,11 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.concatkdf import ConcatKDFHash
 from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap, aes_key_wrap
 
-from statecodec._encoding import (
-    DEFAULT_MAX_TOKEN_LENGTH,
-    b64u_decode,
-    b64u_encode,
-    b64u_len,
-    check_token_text,
-    split_segments,
-)
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.jose._compact import CompactCodec
 from statecodec.jose._header import compact_json
-from statecodec.jose._jwk import Key, PrivateKey, PublicKey, key_halves, public_jwk, read_epk, ring_entries, thumbprint
+from statecodec.jose._jwk import Key, PrivateKey, PublicKey, key_halves, public_jwk, read_epk, thumbprint
 from statecodec.keys import KeyRing
 
 JWEAlgorithm = Literal["dir", "A256KW", "ECDH-ES+A256KW"]
@@ -51,11 +43,10 @@ _ECDH = "ECDH-ES+A256KW"
 _IV_CHARS = b64u_len(12)
 _TAG_CHARS = b64u_len(16)
 _WRAPPED_CHARS = b64u_len(40)
-# A fresh private key per curve name: one way to make a key, for the codec's own and every ephemeral one.
-_NEW_KEY: dict[str, Callable[[], PrivateKey]] = {
-    "P-256": functools.partial(ec.generate_private_key, ec.SECP256R1()),
-    "X25519": x25519.X25519PrivateKey.generate,
-}
+
+
+def _new_key(crv: str) -> PrivateKey:
+    return ec.generate_private_key(ec.SECP256R1()) if crv == "P-256" else x25519.X25519PrivateKey.generate()
 
 
 def concat_kdf(z: bytes, algorithm_id: str, bits: int, apu: bytes = b"", apv: bytes = b"") -> bytes:
@@ -66,11 +57,8 @@ def concat_kdf(z: bytes, algorithm_id: str, bits: int, apu: bytes = b"", apv: by
 
 
 def _wrapping_key(private: PrivateKey, public: PublicKey) -> bytes:
-    """The ECDH-ES+A256KW key-encryption key (no ``apu``/``apv``), or ``header`` for a point unfit for ECDH.
-
-    The received point was validated by `read_epk`; OpenSSL also refuses an
-    all-zero X25519 result (every low-order point), and so does this check.
-    """
+    """The ECDH-ES+A256KW key-encryption key (no ``apu``/``apv``); ``header`` for a point `read_epk` let
+    through that ECDH refuses, or for an all-zero X25519 result (every low-order point gives one)."""
     try:
         if isinstance(private, x25519.X25519PrivateKey) and isinstance(public, x25519.X25519PublicKey):
             z = private.exchange(public)
@@ -145,7 +133,7 @@ class _Agreement:
         self.kid, self.crv, self.private, self.public = kid, crv, private, public
 
     def wrap(self) -> tuple[str, str, AESGCM]:
-        ephemeral = _NEW_KEY[self.crv]()
+        ephemeral = _new_key(self.crv)
         kek = _wrapping_key(ephemeral, self.public)
         cek = os.urandom(32)
         epk = public_jwk(ephemeral.public_key())
@@ -166,11 +154,9 @@ _Slot = _Direct | _KeyWrap | _Agreement
 class JWECodec(CompactCodec[_Slot]):
     """Compact JWE (RFC 7516) with one configured algorithm pair and a key per ``kid``.
 
-    Wire format: ``BASE64URL(header) . BASE64URL(encrypted key) . BASE64URL(iv)
-    . BASE64URL(ciphertext) . BASE64URL(tag)``, unpadded, with a fresh random
-    96-bit IV per token, AES-256-GCM content encryption and the ASCII of the
-    first segment as the associated data. The protected header is compact
-    JSON, members in this order::
+    Wire format: ``B64(header) . B64(encrypted key) . B64(iv) . B64(ciphertext) . B64(tag)``,
+    unpadded base64url, a fresh random 96-bit IV per token, AES-256-GCM with the
+    ASCII of the first segment as associated data. The header is compact JSON, in this order::
 
         dir                {"alg":"dir","enc":"A256GCM","kid":KID}
         A256KW             {"alg":"A256KW","enc":"A256GCM","kid":KID}
@@ -178,15 +164,10 @@ class JWECodec(CompactCodec[_Slot]):
                             "epk":{"kty":"EC","crv":"P-256","x":X,"y":Y}}
                            (X25519: "epk":{"kty":"OKP","crv":"X25519","x":X})
 
-    The encrypted-key segment is empty for ``dir`` and the 40-byte RFC 3394
-    wrap of a fresh 32-byte content key otherwise. No ``apu``/``apv``: the
-    Concat KDF runs with empty party information.
-
-    Keys: over a `KeyRing`, ``KID`` is the ring's hex key id and the key is
-    HKDF-derived per algorithm (`statecodec.jose.derived_jwk`); over JWKs,
-    ``k`` is used as given and ``KID`` is the JWK's (for EC/OKP keys, its RFC
-    7638 thumbprint when absent). The first key seals (for ECDH-ES+A256KW its
-    public half), every key unseals (for ECDH-ES+A256KW, every private key).
+    The encrypted key is empty for ``dir``, else the 40-byte RFC 3394 wrap of a
+    fresh 32-byte content key (ECDH-ES+A256KW: Concat KDF, no ``apu``/``apv``).
+    ``KID`` is a ring's hex key id, or a JWK's ``kid`` (for EC/OKP keys, its RFC 7638 thumbprint
+    when absent). The first key seals (ECDH-ES+A256KW: its public half), every (private) key unseals.
 
     Usage bound: ``dir`` uses one AES-GCM key with random IVs, so at most 2^32
     tokens per key (as `AESGCMCodec`); the others use a fresh content key per token.
@@ -195,21 +176,6 @@ class JWECodec(CompactCodec[_Slot]):
     __slots__ = ()
     _ALG_VAR = "STATECODEC_JWE_ALG"
     _ALGS = ("dir", "A256KW", _ECDH)
-
-    def __init__(
-        self,
-        keys: KeyRing | Iterable[bytes],
-        *,
-        alg: Literal["dir", "A256KW"] = "dir",
-        max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
-    ) -> None:
-        if alg not in ("dir", "A256KW"):
-            raise ConfigurationError(
-                f"alg must be 'dir' or 'A256KW' over a key ring, got {alg!r}; for ECDH-ES+A256KW use "
-                "JWECodec.from_jwks(...) or JWECodec.ecdh(...)"
-            )
-        ring = keys if isinstance(keys, KeyRing) else KeyRing(keys)
-        self._setup(alg, ring_entries(ring, alg), max_token_length)
 
     @classmethod
     def ephemeral(
@@ -221,37 +187,18 @@ class JWECodec(CompactCodec[_Slot]):
     ) -> JWECodec:
         """A codec under a key generated now and held only by this process."""
         if alg == "ECDH-ES+A256KW":
-            if curve not in _NEW_KEY:
+            if curve not in ("P-256", "X25519"):
                 raise ConfigurationError("curve must be 'P-256' or 'X25519'")
-            return cls.ecdh([_NEW_KEY[curve]()], max_token_length=max_token_length)
+            return cls.ecdh([_new_key(curve)], max_token_length=max_token_length)
         return cls(KeyRing.generate(), alg=alg, max_token_length=max_token_length)
-
-    @classmethod
-    def from_jwks(
-        cls, jwks: object, *, alg: JWEAlgorithm = "dir", max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
-    ) -> JWECodec:
-        """A codec over JWKs shared with another JOSE stack: the first key seals.
-
-        ``dir`` and ``A256KW`` take ``"kty": "oct"`` keys whose ``k`` is exactly
-        32 bytes, used as given (no derivation), each with a ``kid``.
-        ``ECDH-ES+A256KW`` takes P-256 (``EC``) and X25519 (``OKP``) keys: the
-        first may be public only (a sealing-only codec, whose unseal refuses
-        every token with ``unknown_key``); every other key must be private.
-        """
-        return cls._from_jwks(jwks, alg, max_token_length)
 
     @classmethod
     def ecdh(
         cls, keys: Sequence[PrivateKey | PublicKey], *, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
     ) -> JWECodec:
-        """ECDH-ES+A256KW over `cryptography` key objects (P-256 or X25519); ``kid`` = RFC 7638 thumbprint.
-
-        The first key seals (its public half); private keys unseal. A public
-        first key makes a sealing-only codec.
-        """
-        if not isinstance(keys, (list, tuple)) or not keys:
-            raise ConfigurationError("keys must be a non-empty list of keys: write keys=[key]")
-        return cls._create(_ECDH, [("", key) for key in keys], max_token_length)
+        """ECDH-ES+A256KW over P-256 or X25519 key objects, ``kid`` = RFC 7638 thumbprint: the first
+        key's public half seals, private keys unseal (a public first key makes a sealing-only codec)."""
+        return cls._from_keys(_ECDH, keys, max_token_length)
 
     def _slot(self, alg: str, kid: str, key: Key, index: int) -> _Slot:
         if alg != _ECDH:
@@ -260,8 +207,7 @@ class JWECodec(CompactCodec[_Slot]):
         crv, private, public = key_halves(key, index, ("P-256", "X25519"))
         if private is None and index > 0:
             raise ConfigurationError(
-                f"keys[{index}] is a public key; only the first key may be public (it seals), "
-                "the others exist to unseal and need their private part"
+                f"keys[{index}] is public; only the first key may be public, the others need a private part"
             )
         return _Agreement(kid or thumbprint(public), crv, private, public)
 
@@ -273,11 +219,7 @@ class JWECodec(CompactCodec[_Slot]):
 
     def unseal(self, token: str) -> bytes:
         """The payload of a JWE this codec's keys can open under its configured algorithms, or `InvalidToken`."""
-        h64, ek64, iv64, ct64, tag64 = split_segments(check_token_text(token, self._max_length), 5)
-        header: dict[str, Any] | None = None
-        slot = self._fast.get(h64)
-        if slot is None:
-            header, slot = self._read_header(h64)
+        (h64, ek64, iv64, ct64, tag64), header, slot = self._parse(token, 5)
         if len(iv64) != _IV_CHARS or len(tag64) != _TAG_CHARS:
             raise InvalidToken(Reason.MALFORMED)
         iv, ct, tag = b64u_decode(iv64), b64u_decode(ct64), b64u_decode(tag64)

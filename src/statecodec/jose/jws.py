@@ -20,24 +20,17 @@ order and reports the first failure:
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from statecodec._encoding import (
-    DEFAULT_MAX_TOKEN_LENGTH,
-    b64u_decode,
-    b64u_encode,
-    b64u_len,
-    check_token_text,
-    split_segments,
-)
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.jose._compact import CompactCodec
 from statecodec.jose._header import compact_json
-from statecodec.jose._jwk import Key, key_halves, ring_entries, thumbprint
+from statecodec.jose._jwk import Key, key_halves, thumbprint
 from statecodec.keys import KeyRing
 
 JWSAlgorithm = Literal["HS256", "EdDSA", "Ed25519"]
@@ -87,28 +80,21 @@ _Key = _HMACKey | _EdKey
 class JWSCodec(CompactCodec[_Key]):
     """Compact JWS (RFC 7515), HS256 over a key ring, or Ed25519 signatures.
 
-    Ed25519 signatures are named ``EdDSA`` (RFC 8037, the name most stacks
-    know) or ``Ed25519`` (RFC 9864's fully-specified name, which deprecates
-    ``EdDSA``); the codec emits and accepts exactly the one it is configured with.
+    Ed25519 is named ``EdDSA`` (RFC 8037) or ``Ed25519`` (RFC 9864, which deprecates
+    ``EdDSA``); the codec emits and accepts exactly the name it is configured with.
 
-    Wire format: ``BASE64URL(header) . BASE64URL(payload) . BASE64URL(signature)``,
-    unpadded; the payload is readable by anyone holding the token. The
-    protected header is compact JSON, members in this order::
+    Wire format: ``B64(header) . B64(payload) . B64(signature)``, unpadded base64url; the
+    payload is readable by anyone holding the token. The header is compact JSON, in this order::
 
         HS256      {"alg":"HS256","kid":KID}
         EdDSA      {"alg":"EdDSA","kid":KID}
         Ed25519    {"alg":"Ed25519","kid":KID}
 
-    The signature is HMAC-SHA-256 (32 bytes) or Ed25519 (64 bytes) over the
-    ASCII of ``segment1 . segment2``. Over a `KeyRing`, ``KID`` is the ring's
-    hex key id and the HMAC key is HKDF-derived (`statecodec.jose.derived_jwk`
-    gives it to another stack); over JWKs (`from_jwks`), ``k`` (at least 32
-    bytes) is used as given and ``KID`` is the JWK's ``kid`` (an Ed25519
-    key's RFC 7638 thumbprint when absent). The first key signs, every key
-    verifies. HMAC has no usage bound; Ed25519 is deterministic.
+    The signature is HMAC-SHA-256 (32 bytes) or Ed25519 (64 bytes) over the ASCII of
+    ``segment1 . segment2``. ``KID`` is a ring's hex key id, or a JWK's ``kid`` (an Ed25519
+    key's RFC 7638 thumbprint when absent). The first key signs, every key verifies.
 
-    Because the payload is public, any claim in it (a principal, a target, an
-    argument digest) is readable and testable offline: bind principals with a
+    The payload is public, so any claim in it is testable offline: bind principals with a
     keyed MAC (the binding layer does), never with a plain hash.
     """
 
@@ -116,28 +102,12 @@ class JWSCodec(CompactCodec[_Key]):
     _ALG_VAR = "STATECODEC_JWS_ALG"
     _ALGS = ("HS256", *_ED_ALGS)
 
-    def __init__(self, keys: KeyRing | Iterable[bytes], *, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH) -> None:
-        ring = keys if isinstance(keys, KeyRing) else KeyRing(keys)
-        self._setup("HS256", ring_entries(ring, "HS256"), max_token_length)
-
     @classmethod
     def ephemeral(cls, *, alg: JWSAlgorithm = "HS256", max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH) -> JWSCodec:
         """A codec under a key generated now and held only by this process."""
         if alg == "HS256":
             return cls(KeyRing.generate(), max_token_length=max_token_length)
         return cls.eddsa([ed25519.Ed25519PrivateKey.generate()], alg=alg, max_token_length=max_token_length)
-
-    @classmethod
-    def from_jwks(
-        cls, jwks: object, *, alg: JWSAlgorithm = "HS256", max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
-    ) -> JWSCodec:
-        """A codec over JWKs shared with another JOSE stack: the first key signs.
-
-        HS256 takes ``"kty": "oct"`` keys of at least 32 bytes with a ``kid``,
-        used as given. EdDSA and Ed25519 take Ed25519 ``OKP`` keys; the first must be
-        private (it signs), the others may be public (they verify).
-        """
-        return cls._from_jwks(jwks, alg, max_token_length)
 
     @classmethod
     def eddsa(
@@ -150,9 +120,7 @@ class JWSCodec(CompactCodec[_Key]):
         """Ed25519 over `cryptography` keys: the first (private) signs; ``kid`` = RFC 7638 thumbprint."""
         if alg not in _ED_ALGS:
             raise ConfigurationError("alg must be 'EdDSA' or 'Ed25519'")
-        if not isinstance(keys, (list, tuple)) or not keys:
-            raise ConfigurationError("keys must be a non-empty list of Ed25519 keys: write keys=[key]")
-        return cls._create(alg, [("", key) for key in keys], max_token_length)
+        return cls._from_keys(alg, keys, max_token_length)
 
     def _slot(self, alg: str, kid: str, key: Key, index: int) -> _Key:
         if alg == "HS256":
@@ -170,10 +138,7 @@ class JWSCodec(CompactCodec[_Key]):
 
     def unseal(self, token: str) -> bytes:
         """The payload of a JWS a key of this codec signed, or `InvalidToken`."""
-        h64, p64, s64 = split_segments(check_token_text(token, self._max_length), 3)
-        key = self._fast.get(h64)
-        if key is None:
-            key = self._read_header(h64)[1]
+        (h64, p64, s64), _, key = self._parse(token, 3)
         if len(s64) != key.SIGNATURE_CHARS:
             raise InvalidToken(Reason.MALFORMED)
         payload, signature = b64u_decode(p64), b64u_decode(s64)
