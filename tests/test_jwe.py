@@ -388,7 +388,7 @@ def test_a_ring_of_curves_rotates() -> None:
         (lambda: JWECodec.from_jwks("{}"), "JWK Set"),
         (lambda: JWECodec.from_jwks([RAW_JWK], alg="ECDH-ES+A256KW"), "P-256"),
         (lambda: JWECodec.ecdh([]), "non-empty"),
-        (lambda: JWECodec.ecdh([P256_KEY, X25519_KEY.public_key()]), "private"),
+        (lambda: JWECodec.ecdh([P256_KEY, X25519_KEY.public_key()]), "only the first key may be public"),
         (lambda: JWECodec.ecdh([ec.generate_private_key(ec.SECP384R1())]), "P-256"),
         (lambda: JWECodec.ecdh([P256_KEY, P256_KEY]), "share the kid"),
         (lambda: JWECodec.ephemeral(curve="P-384", alg="ECDH-ES+A256KW"), "curve"),  # type: ignore[arg-type]

@@ -1,9 +1,7 @@
 """What `JWECodec` and `JWSCodec` share: keys by ``kid``, the header check, the caps, JWK Sets and settings.
 
-Threat: a refusal that holds for one format and not the other. Both codecs
-build their keys through one path, refuse duplicate ``kid`` values, hold a
-received header to the profile of the header they emit, and let ``seal``
-take exactly the payloads whose tokens ``unseal`` accepts.
+Threat: a refusal that holds for one format and not the other. Both build keys through one path, hold a
+received header to the profile of the one they emit, and seal exactly the payloads whose tokens they open.
 """
 
 from __future__ import annotations
@@ -11,34 +9,32 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, check_cap, check_payload, check_token_text, split_segments
 from statecodec._files import load_json_setting, read_settings_file
 from statecodec.config import max_token_length_setting, ring_from_settings, setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.jose._header import kid_of, parse_header
-from statecodec.jose._jwk import LABELS, PROFILES, Key, PublicKey, jwk_list, load_jwk, public_jwk, ring_entries
+from statecodec.jose._jwk import LABELS, PROFILES, Key, PublicKey, jwk_list, load_jwk, public_jwk
 from statecodec.keys import KeyRing
 
 JWKS_FILE_VAR = "STATECODEC_JWKS_FILE"
 _MAX_JWKS_BYTES = 1024 * 1024
 
 
-class Slot(Protocol):
-    """One configured key: its ``kid``, the header segment it emits (empty when made per token), its public half."""
+class KeySlot:
+    """A configured key: its ``kid``, the header segment it emits ("" if made per token), its public half."""
 
-    @property
-    def kid(self) -> str: ...
+    kid: str
+    header = ""
+    public: PublicKey | None = None
 
-    @property
-    def header(self) -> str: ...
-
-    @property
-    def public(self) -> PublicKey | None: ...
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("a key is not picklable")
 
 
-_K = TypeVar("_K", bound=Slot)
+_K = TypeVar("_K", bound=KeySlot)
 _C = TypeVar("_C", bound="CompactCodec[Any]")
 
 
@@ -56,10 +52,9 @@ class CompactCodec(Generic[_K]):
         algorithm (`statecodec.jose.derived_jwk`); ``alg`` defaults to ``dir`` or ``HS256``."""
         alg = alg or self._ALGS[0]
         if alg not in self._ALGS or alg not in LABELS:
-            ring_algs = ", ".join(a for a in self._ALGS if a in LABELS)
-            raise ConfigurationError(f"over a key ring, alg must be one of {ring_algs}; other algorithms: from_jwks")
+            raise ConfigurationError(f"a key ring does not serve alg {alg!r}; from_jwks takes {', '.join(self._ALGS)}")
         ring = keys if isinstance(keys, KeyRing) else KeyRing(keys)
-        self._setup(alg, ring_entries(ring, alg), max_token_length)
+        self._setup(alg, [(kid.hex(), key) for kid, key in ring.subkeys(LABELS[alg])], max_token_length)
 
     def _slot(self, alg: str, kid: str, key: Key, index: int) -> _K:
         raise NotImplementedError
@@ -76,8 +71,7 @@ class CompactCodec(Generic[_K]):
                 raise ConfigurationError(f"two keys share the kid {slot.kid!r}; list each key once")
             by_kid[slot.kid] = slot
         self._alg, self._by_kid, self._primary = alg, by_kid, next(iter(by_kid.values()))
-        # Our own header segments map straight to their key: the common case skips JSON, and
-        # accepts nothing the strict parse would refuse.
+        # Our own header segments map straight to their key: no JSON, and nothing the strict parse refuses.
         self._fast = {slot.header: slot for slot in by_kid.values() if slot.header}
         # A received header must match the one this codec's own token carries: the same members,
         # and the same "alg" and "enc". That token, of an empty payload, is also the smallest.
@@ -90,28 +84,21 @@ class CompactCodec(Generic[_K]):
         self._max_payload = (self._max_length - len(own)) * 3 // 4
 
     @classmethod
-    def _create(cls: type[_C], alg: str, entries: Sequence[tuple[str, Key]], max_token_length: object) -> _C:
-        self = cls.__new__(cls)
-        self._setup(alg, entries, max_token_length)
-        return self
-
-    @classmethod
     def _from_keys(cls: type[_C], alg: str, keys: object, max_token_length: object) -> _C:
         if not isinstance(keys, (list, tuple)) or not keys:
             raise ConfigurationError("keys must be a non-empty list of keys: write keys=[key]")
-        return cls._create(alg, [("", key) for key in keys], max_token_length)
+        self = cls.__new__(cls)
+        self._setup(alg, [("", key) for key in keys], max_token_length)
+        return self
 
     @classmethod
     def from_jwks(
-        cls: type[_C], jwks: object, *, alg: str = "", max_token_length: object = DEFAULT_MAX_TOKEN_LENGTH
+        cls: type[_C], jwks: object, *, alg: str = "", max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
     ) -> _C:
         """A codec over JWKs shared with another JOSE stack (a JWK Set, a list, or one JWK): the first key seals.
 
-        ``alg`` defaults to ``dir`` (JWE) or ``HS256`` (JWS). Symmetric ``k`` is used as given, with its
-        ``kid``: exactly 32 bytes for ``dir`` and ``A256KW``, at least 32 for ``HS256``. P-256 and X25519
-        (ECDH-ES+A256KW) and Ed25519 keys get their RFC 7638 thumbprint as ``kid`` when they carry none;
-        the first ECDH key may be public (a sealing-only codec), the first JWS key must be private.
-        """
+        ``k`` is used as given, with its ``kid``; an EC or OKP key's ``kid`` defaults to its RFC 7638 thumbprint.
+        A public first key makes a sealing-only ECDH-ES+A256KW codec; the first JWS key must be private."""
         alg = alg or cls._ALGS[0]
         if alg not in cls._ALGS:
             raise ConfigurationError(f"alg must be one of {', '.join(cls._ALGS)}")
@@ -119,14 +106,14 @@ class CompactCodec(Generic[_K]):
         secrets = [key for _, key in entries if isinstance(key, bytes)]
         if secrets:
             KeyRing(secrets)  # a ring's checks: 32 bytes at least, not a password, no duplicates
-        return cls._create(alg, entries, max_token_length)
+        self = cls.__new__(cls)
+        self._setup(alg, entries, max_token_length)
+        return self
 
     @classmethod
     def from_env(cls: type[_C], environ: Mapping[str, str] | None = None) -> _C:
-        """A codec from ``STATECODEC_JWE_ALG`` or ``STATECODEC_JWS_ALG``, the keys of ``STATECODEC_JWKS_FILE``
-        (a JSON JWK Set, the first key seals) or else of the key ring (``STATECODEC_KEYS`` or
-        ``STATECODEC_KEYS_FILE``), and ``STATECODEC_MAX_TOKEN_LENGTH``, read from `environ` or the environment.
-        """
+        """A codec from ``STATECODEC_JWE_ALG``/``_JWS_ALG``, the keys of ``STATECODEC_JWKS_FILE`` (a JWK Set)
+        or else the key ring (``STATECODEC_KEYS``/``_KEYS_FILE``), and ``STATECODEC_MAX_TOKEN_LENGTH``."""
         settings = os.environ if environ is None else environ
         var = cls._ALG_VAR
         alg = setting(settings, var, required=False) or cls._ALGS[0]
@@ -177,17 +164,12 @@ class CompactCodec(Generic[_K]):
 
     def seal(self, payload: bytes) -> str:
         """The token of `payload` under the first key (readable by anyone for a JWS)."""
-        if not isinstance(payload, bytes) or len(payload) > self._max_payload:
-            check_payload(payload, self._max_payload)
-            payload = bytes(payload)
-        return self._seal(payload)
+        check_payload(payload, self._max_payload)
+        return self._seal(bytes(payload))
 
     def _parse(self, token: object, count: int) -> tuple[list[str], dict[str, Any] | None, _K]:
-        """The `count` segments of a token, its header (None when byte for byte one we emit) and its key.
-
-        In this order: the cap before anything else, the dots counted before any split, the
-        header parsed strictly, ``alg`` (and ``enc``) compared, the members, the ``kid``.
-        """
+        """The segments, header (None if byte for byte one we emit) and key of a token, checked in this order: the
+        cap, the dot count, a strict parse, ``alg`` and ``enc``, the members, the ``kid`` (``unknown_key``)."""
         segments = split_segments(check_token_text(token, self._max_length), count)
         slot = self._fast.get(segments[0])
         if slot is not None:

@@ -1,10 +1,8 @@
 """Strict reading and exact writing of a compact JOSE protected header.
 
-Threat: the header is attacker-chosen JSON, and general JOSE libraries let
-it steer verification (``alg``, ``p2c``, ``zip``, ``jwk``, ``jku``). Here it
-is only compared with the configuration, and reading it is bounded and
-exact: a length cap before decoding, canonical base64url, strict UTF-8, JSON
-without duplicate members at any depth or ``NaN``, and an object at the top.
+Threat: the header is attacker-chosen JSON, and general JOSE libraries let it steer verification (``alg``,
+``p2c``, ``zip``, ``jwk``, ``jku``). Here it is only compared with the configuration, and read with a cap
+before decoding, as canonical base64url of strict UTF-8 JSON: one object, no duplicate member, no ``NaN``.
 """
 
 from __future__ import annotations
@@ -15,11 +13,8 @@ from typing import Any
 from statecodec._encoding import b64u_decode
 from statecodec.errors import InvalidToken, Reason
 
-MAX_HEADER_LENGTH = 1024
-"""Cap, in base64url characters, on a protected header; our largest (P-256 ``epk``) is ~300."""
-
-MAX_KID_LENGTH = 128
-"""Longest ``kid`` a header may carry; configured keys are held to it so every token they seal opens."""
+MAX_HEADER_LENGTH = 1024  # base64url characters; our largest header (with a P-256 epk) is about 300
+MAX_KID_LENGTH = 128  # configured keys are held to it too, so every token they seal opens
 
 
 class _DuplicateMember(ValueError):
@@ -29,11 +24,9 @@ class _DuplicateMember(ValueError):
 def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     # JSON parsers disagree on which duplicate wins; two readers of one header
     # must never see two different headers, so duplicates are refused outright.
-    obj: dict[str, Any] = {}
-    for name, value in pairs:
-        if name in obj:
-            raise _DuplicateMember
-        obj[name] = value
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise _DuplicateMember
     return obj
 
 

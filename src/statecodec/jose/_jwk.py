@@ -1,23 +1,19 @@
 """Keys for the JOSE codecs: configured JWKs, keys derived from a ring, thumbprints, the received ``epk``.
 
-Threat: a configured key of the wrong type, size or curve, and an ``epk``
-received in a token, which is an attacker's point (invalid-curve and
-small-subgroup attacks on ECDH-ES). Configured keys are checked at
-construction, with messages that echo no value; a received ``epk`` must have
-exactly its key type's members, the recipient key's curve, canonical
-coordinates, and a point on P-256 (checked by OpenSSL) or a canonical X25519
-u-coordinate; anything else is ``header``.
-
-Over a key ring, each secret S gives ``kid`` = hex(HKDF-SHA256(S, info=
-"statecodec/v1/key-id", L=4)) and ``k`` = HKDF-SHA256(S, info=LABELS[alg],
-L=32), no salt: one label per algorithm keeps one secret's ``dir``,
-``A256KW`` and ``HS256`` keys unrelated to each other and to `AESGCMCodec`'s.
+Threat: a configured key of the wrong type, size or curve, and a received
+``epk``, an attacker's point (invalid-curve and small-subgroup attacks).
+Configured keys are checked at construction, echoing no value; an ``epk``
+must have exactly its type's members and canonical coordinates of a point on
+the recipient's curve, or it is ``header``. A ring secret S gives ``kid`` =
+hex(HKDF-SHA256(S, info="statecodec/v1/key-id", L=4)) and ``k`` =
+HKDF-SHA256(S, info=LABELS[alg], L=32): one label per algorithm keeps the
+keys of one secret unrelated to each other and to `AESGCMCodec`'s.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, x25519
@@ -30,15 +26,14 @@ from statecodec.keys import KeyRing
 
 PrivateKey = ec.EllipticCurvePrivateKey | x25519.X25519PrivateKey | ed25519.Ed25519PrivateKey
 PublicKey = ec.EllipticCurvePublicKey | x25519.X25519PublicKey | ed25519.Ed25519PublicKey
-Key = bytes | PrivateKey | PublicKey
-"""A configured key: a symmetric secret, or a private key (seals and unseals) or a public key (one way only)."""
+Key = bytes | PrivateKey | PublicKey  # a symmetric secret, a private key, or a public key (one way only)
 
+# HKDF info per algorithm; frozen: changing one changes every key derived under it.
 LABELS: dict[str, bytes] = {
     "dir": b"statecodec/v1/jwe/dir+A256GCM",
     "A256KW": b"statecodec/v1/jwe/A256KW+A256GCM",
     "HS256": b"statecodec/v1/jws/HS256",
 }
-"""HKDF ``info`` per algorithm; frozen: changing one changes every key derived under it."""
 
 # Per algorithm: the JWK "use", the JWK "alg" values accepted, and the key types ("oct" or a curve).
 PROFILES: dict[str, tuple[str, frozenset[str], tuple[str, ...]]] = {
@@ -61,16 +56,8 @@ _CURVES: dict[str, tuple[Callable[[bytes], PublicKey], Callable[[bytes], Private
 }
 
 
-def ring_entries(ring: KeyRing, alg: str) -> list[tuple[str, Key]]:
-    """(kid, 32-byte key) for every ring secret under `alg`'s label, in ring order."""
-    return [(kid.hex(), key) for kid, key in ring.subkeys(LABELS[alg])]
-
-
 def derived_jwk(secret: bytes, alg: str) -> dict[str, str]:
-    """The ``oct`` JWK another JOSE stack needs to share a ring codec's tokens, for ``dir``, ``A256KW`` or ``HS256``.
-
-    Secret: it is the key itself.
-    """
+    """The ``oct`` JWK (secret) another JOSE stack needs to share ring tokens of ``dir``, ``A256KW`` or ``HS256``."""
     if alg not in LABELS:
         raise ConfigurationError(f"alg must be one of {', '.join(LABELS)}")
     ((kid, key),) = KeyRing([secret]).subkeys(LABELS[alg])
@@ -80,15 +67,9 @@ def derived_jwk(secret: bytes, alg: str) -> dict[str, str]:
 def jwk_list(jwks: object) -> list[Mapping[str, Any]]:
     """A JWK Set (``{"keys": [...]}``), a list of JWKs, or one JWK, as a non-empty list."""
     keys = jwks.get("keys", [jwks]) if isinstance(jwks, Mapping) else jwks
-    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
-        raise ConfigurationError('keys must be a JWK Set {"keys": [...]}, a list of JWK objects, or one JWK')
-    out = list(keys)
-    if not out:
-        raise ConfigurationError("the JWK Set is empty; give at least one key")
-    for i, jwk in enumerate(out):
-        if not isinstance(jwk, Mapping):
-            raise ConfigurationError(f"keys[{i}] must be a JWK object, got {type(jwk).__name__}")
-    return out
+    if not isinstance(keys, (list, tuple)) or not keys or not all(isinstance(jwk, Mapping) for jwk in keys):
+        raise ConfigurationError('keys must be a JWK Set {"keys": [...]}, a non-empty list of JWK objects, or one JWK')
+    return list(keys)
 
 
 def load_jwk(jwk: Mapping[str, Any], index: int, alg: str) -> tuple[str, Key]:
@@ -142,17 +123,11 @@ def _member(jwk: Mapping[str, Any], name: str, index: int, size: int | None = No
 
 def key_halves(key: object, index: int, curves: tuple[str, ...]) -> tuple[str, PrivateKey | None, PublicKey]:
     """(crv, private key or None, public key) of a configured key object on one of `curves`."""
-    wrong = f"keys[{index}] must be a {' or '.join(curves)} private or public key"
-    if isinstance(key, PrivateKey):
-        private, public = key, key.public_key()
-    elif isinstance(key, PublicKey):
-        private, public = None, key
-    else:
-        raise ConfigurationError(wrong)
-    crv = _crv(public)
-    if crv not in curves:
-        raise ConfigurationError(wrong)
-    return crv, private, public
+    private = key if isinstance(key, PrivateKey) else None
+    public = key if private is None else private.public_key()
+    if not isinstance(public, PublicKey) or _crv(public) not in curves:
+        raise ConfigurationError(f"keys[{index}] must be a {' or '.join(curves)} private or public key")
+    return _crv(public), private, public
 
 
 def _crv(public: PublicKey) -> str:
@@ -180,7 +155,10 @@ def read_epk(epk: object, crv: str) -> PublicKey:
     members = {"kty", "crv", "x", "y"} if crv == "P-256" else {"kty", "crv", "x"}
     if type(epk) is not dict or epk.keys() != members or epk["crv"] != crv or epk["kty"] != _KTY[crv]:
         raise InvalidToken(Reason.HEADER)
-    coordinates = b"".join(_coordinate(epk[name]) for name in ("x", "y") if name in members)
+    values = [epk[name] for name in ("x", "y") if name in members]
+    if any(type(value) is not str or len(value) != 43 for value in values):
+        raise InvalidToken(Reason.HEADER)
+    coordinates = b"".join(b64u_decode(value) for value in values)
     # An X25519 u >= 2^255 - 19 (or with the top bit set) is a second encoding, which a sealer never emits.
     if crv == "X25519" and int.from_bytes(coordinates, "little") >= 2**255 - 19:
         raise InvalidToken(Reason.HEADER)
@@ -189,9 +167,3 @@ def read_epk(epk: object, crv: str) -> PublicKey:
         return _CURVES[crv][0](coordinates)
     except ValueError:
         raise InvalidToken(Reason.HEADER) from None
-
-
-def _coordinate(value: object) -> bytes:
-    if type(value) is not str or len(value) != 43:
-        raise InvalidToken(Reason.HEADER)
-    return b64u_decode(value)

@@ -5,22 +5,18 @@ here: the token choosing its algorithm (CVE-2024-33663), a JWS accepted as a
 JWE (CVE-2022-3102), PBES2 work factors and ``zip`` bombs (CVE-2023-6681,
 CVE-2024-28102), invalid-curve ECDH-ES keys, and unbounded input
 (CVE-2025-61920). `unseal` checks in this order and reports the first failure:
-
-1. a ``str`` within ``max_token_length`` (``malformed``, ``oversized``), of five segments (``malformed``);
-2. the header, unless byte for byte one this codec emits: parsed strictly (``oversized``,
-   ``malformed``, ``header``), ``alg`` and ``enc`` as configured (``alg``), no member but ``alg``,
-   ``enc``, ``kid`` and, for ECDH-ES+A256KW, ``epk`` (``header``), a ``kid`` of this codec (``unknown_key``);
-3. an IV of 16 and a tag of 22 characters, all segments canonical base64url (``malformed``);
-4. the content key: an empty segment for ``dir``, else a 40-byte AES key unwrap, the private key
-   and the ``epk`` checked before the agreement (``malformed``, ``unknown_key``, ``header``, ``seal``);
-5. AES-256-GCM with the header segment, as received, as the associated data (``seal``).
+five segments and the header (`CompactCodec._parse`); an IV of 16 and a tag of
+22 characters, all canonical base64url (``malformed``); the content key, none
+for ``dir``, else a 40-byte AES key unwrap with the private key and ``epk``
+checked first (``malformed``, ``unknown_key``, ``header``, ``seal``); AES-256-GCM
+with the header segment, as received, as the associated data (``seal``).
 """
 
 from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from cryptography.exceptions import InvalidTag
@@ -32,12 +28,11 @@ from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
-from statecodec.jose._compact import CompactCodec
+from statecodec.jose._compact import CompactCodec, KeySlot
 from statecodec.jose._header import compact_json
 from statecodec.jose._jwk import Key, PrivateKey, PublicKey, key_halves, public_jwk, read_epk, thumbprint
 from statecodec.keys import KeyRing
 
-JWEAlgorithm = Literal["dir", "A256KW", "ECDH-ES+A256KW"]
 ENC = "A256GCM"
 _ECDH = "ECDH-ES+A256KW"
 _IV_CHARS = b64u_len(12)
@@ -46,6 +41,8 @@ _WRAPPED_CHARS = b64u_len(40)
 
 
 def _new_key(crv: str) -> PrivateKey:
+    if crv not in ("P-256", "X25519"):
+        raise ConfigurationError("curve must be 'P-256' or 'X25519'")
     return ec.generate_private_key(ec.SECP256R1()) if crv == "P-256" else x25519.X25519PrivateKey.generate()
 
 
@@ -57,8 +54,7 @@ def concat_kdf(z: bytes, algorithm_id: str, bits: int, apu: bytes = b"", apv: by
 
 
 def _wrapping_key(private: PrivateKey, public: PublicKey) -> bytes:
-    """The ECDH-ES+A256KW key-encryption key (no ``apu``/``apv``); ``header`` for a point `read_epk` let
-    through that ECDH refuses, or for an all-zero X25519 result (every low-order point gives one)."""
+    """The ECDH-ES+A256KW key-encryption key; ``header`` if ECDH refuses the point (a low-order one gives zeros)."""
     try:
         if isinstance(private, x25519.X25519PrivateKey) and isinstance(public, x25519.X25519PublicKey):
             z = private.exchange(public)
@@ -68,8 +64,6 @@ def _wrapping_key(private: PrivateKey, public: PublicKey) -> bytes:
             raise InvalidToken(Reason.HEADER)
     except ValueError:
         raise InvalidToken(Reason.HEADER) from None
-    if z == bytes(32):
-        raise InvalidToken(Reason.HEADER)
     return concat_kdf(z, _ECDH, 256)
 
 
@@ -86,11 +80,8 @@ def _unwrap(kek: bytes, wrapped: bytes) -> AESGCM:
         raise InvalidToken(Reason.SEAL) from None
 
 
-class _Direct:
+class _Direct(KeySlot):
     """``dir``: the configured key is the content key; the encrypted-key segment is empty."""
-
-    __slots__ = ("aead", "header", "kid")
-    public = None
 
     def __init__(self, kid: str, key: bytes) -> None:
         self.kid, self.aead = kid, AESGCM(key)
@@ -105,11 +96,8 @@ class _Direct:
         return self.aead
 
 
-class _KeyWrap:
+class _KeyWrap(KeySlot):
     """``A256KW``: a fresh content key per token, wrapped (RFC 3394) under the configured key."""
-
-    __slots__ = ("header", "kek", "kid")
-    public = None
 
     def __init__(self, kid: str, kek: bytes) -> None:
         self.kid, self.kek = kid, kek
@@ -123,11 +111,10 @@ class _KeyWrap:
         return _unwrap(self.kek, _wrapped_key(ek64))
 
 
-class _Agreement:
+class _Agreement(KeySlot):
     """``ECDH-ES+A256KW``: the wrapping key comes from ECDH between an ephemeral key (``epk``) and this one."""
 
-    __slots__ = ("crv", "kid", "private", "public")
-    header = ""  # each token carries its own epk
+    public: PublicKey  # and no header of its own: each token carries its epk
 
     def __init__(self, kid: str, crv: str, private: PrivateKey | None, public: PublicKey) -> None:
         self.kid, self.crv, self.private, self.public = kid, crv, private, public
@@ -154,9 +141,9 @@ _Slot = _Direct | _KeyWrap | _Agreement
 class JWECodec(CompactCodec[_Slot]):
     """Compact JWE (RFC 7516) with one configured algorithm pair and a key per ``kid``.
 
-    Wire format: ``B64(header) . B64(encrypted key) . B64(iv) . B64(ciphertext) . B64(tag)``,
-    unpadded base64url, a fresh random 96-bit IV per token, AES-256-GCM with the
-    ASCII of the first segment as associated data. The header is compact JSON, in this order::
+    Wire format: ``B64(header).B64(encrypted key).B64(iv).B64(ciphertext).B64(tag)``, unpadded
+    base64url, a random 96-bit IV, AES-256-GCM with the first segment as associated data, and
+    a compact JSON header, members in this order::
 
         dir                {"alg":"dir","enc":"A256GCM","kid":KID}
         A256KW             {"alg":"A256KW","enc":"A256GCM","kid":KID}
@@ -164,13 +151,10 @@ class JWECodec(CompactCodec[_Slot]):
                             "epk":{"kty":"EC","crv":"P-256","x":X,"y":Y}}
                            (X25519: "epk":{"kty":"OKP","crv":"X25519","x":X})
 
-    The encrypted key is empty for ``dir``, else the 40-byte RFC 3394 wrap of a
-    fresh 32-byte content key (ECDH-ES+A256KW: Concat KDF, no ``apu``/``apv``).
-    ``KID`` is a ring's hex key id, or a JWK's ``kid`` (for EC/OKP keys, its RFC 7638 thumbprint
-    when absent). The first key seals (ECDH-ES+A256KW: its public half), every (private) key unseals.
-
-    Usage bound: ``dir`` uses one AES-GCM key with random IVs, so at most 2^32
-    tokens per key (as `AESGCMCodec`); the others use a fresh content key per token.
+    The encrypted key is empty for ``dir``, else the 40-byte RFC 3394 wrap of a fresh 32-byte
+    content key (ECDH-ES+A256KW: Concat KDF, no ``apu``/``apv``). ``KID`` is a ring's hex key id,
+    or a JWK's ``kid`` (EC/OKP keys: their RFC 7638 thumbprint when absent). The first key seals,
+    every (private) key unseals. ``dir`` is bounded as `AESGCMCodec`, 2^32 tokens per key.
     """
 
     __slots__ = ()
@@ -181,14 +165,12 @@ class JWECodec(CompactCodec[_Slot]):
     def ephemeral(
         cls,
         *,
-        alg: JWEAlgorithm = "dir",
+        alg: Literal["dir", "A256KW", "ECDH-ES+A256KW"] = "dir",
         curve: Literal["P-256", "X25519"] = "P-256",
         max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
     ) -> JWECodec:
         """A codec under a key generated now and held only by this process."""
         if alg == "ECDH-ES+A256KW":
-            if curve not in ("P-256", "X25519"):
-                raise ConfigurationError("curve must be 'P-256' or 'X25519'")
             return cls.ecdh([_new_key(curve)], max_token_length=max_token_length)
         return cls(KeyRing.generate(), alg=alg, max_token_length=max_token_length)
 
@@ -206,9 +188,7 @@ class JWECodec(CompactCodec[_Slot]):
             return _Direct(kid, key) if alg == "dir" else _KeyWrap(kid, key)
         crv, private, public = key_halves(key, index, ("P-256", "X25519"))
         if private is None and index > 0:
-            raise ConfigurationError(
-                f"keys[{index}] is public; only the first key may be public, the others need a private part"
-            )
+            raise ConfigurationError(f"keys[{index}] is public; only the first key may be public (others unseal)")
         return _Agreement(kid or thumbprint(public), crv, private, public)
 
     def _seal(self, payload: bytes) -> str:
@@ -230,6 +210,4 @@ class JWECodec(CompactCodec[_Slot]):
             raise InvalidToken(Reason.SEAL) from None
 
 
-def from_settings(settings: Mapping[str, str]) -> JWECodec:
-    """The builder of ``STATECODEC_CODEC=jwe`` in `statecodec.config`: `JWECodec.from_env` over `settings`."""
-    return JWECodec.from_env(settings)
+from_settings = JWECodec.from_env  # the builder of STATECODEC_CODEC=jwe in statecodec.config

@@ -6,29 +6,24 @@ this codec signed, unmodified; it hides nothing. Excluded: the token choosing
 its algorithm (``none``, or HS256 keyed with a public key: CVE-2024-33663),
 a JWE accepted as a JWS (CVE-2022-3102), ``b64``, ``crit``, embedded or
 fetched keys, and unbounded input (CVE-2025-61920). `unseal` checks in this
-order and reports the first failure:
-
-1. a ``str`` within ``max_token_length`` (``malformed``, ``oversized``), of three segments (``malformed``);
-2. the header, unless byte for byte one this codec emits: parsed strictly (``oversized``,
-   ``malformed``, ``header``), ``alg`` as configured (``alg``), no member but ``alg`` and ``kid``
-   (``header``), a ``kid`` of this codec (``unknown_key``);
-3. a signature of its exact length (43 characters for HS256, 86 for Ed25519), all segments
-   canonical base64url (``malformed``);
-4. the signature over the first two segments as received (``seal``), an HMAC compared in constant time.
+order and reports the first failure: three segments and the header
+(`CompactCodec._parse`); a signature of its exact length (43 characters for
+HS256, 86 for Ed25519), all canonical base64url (``malformed``); the signature
+over the first two segments as received, an HMAC compared in constant time (``seal``).
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Literal
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric import ed25519
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
-from statecodec.jose._compact import CompactCodec
+from statecodec.jose._compact import CompactCodec, KeySlot
 from statecodec.jose._header import compact_json
 from statecodec.jose._jwk import Key, key_halves, thumbprint
 from statecodec.keys import KeyRing
@@ -38,9 +33,7 @@ _ED_ALGS = ("EdDSA", "Ed25519")
 _compare = hmac.compare_digest
 
 
-class _HMACKey:
-    __slots__ = ("header", "key", "kid")
-    public = None
+class _HMACKey(KeySlot):
     SIGNATURE_CHARS = b64u_len(32)
 
     def __init__(self, kid: str, key: bytes, header: str) -> None:
@@ -53,13 +46,11 @@ class _HMACKey:
         return _compare(hmac.digest(self.key, data, "sha256"), signature)
 
 
-class _EdKey:
-    __slots__ = ("header", "kid", "private", "public")
+class _EdKey(KeySlot):
+    public: Ed25519PublicKey
     SIGNATURE_CHARS = b64u_len(64)
 
-    def __init__(
-        self, kid: str, private: ed25519.Ed25519PrivateKey | None, public: ed25519.Ed25519PublicKey, header: str
-    ) -> None:
+    def __init__(self, kid: str, private: Ed25519PrivateKey | None, public: Ed25519PublicKey, header: str) -> None:
         self.kid, self.private, self.public, self.header = kid, private, public, header
 
     def sign(self, data: bytes) -> bytes:
@@ -80,11 +71,8 @@ _Key = _HMACKey | _EdKey
 class JWSCodec(CompactCodec[_Key]):
     """Compact JWS (RFC 7515), HS256 over a key ring, or Ed25519 signatures.
 
-    Ed25519 is named ``EdDSA`` (RFC 8037) or ``Ed25519`` (RFC 9864, which deprecates
-    ``EdDSA``); the codec emits and accepts exactly the name it is configured with.
-
-    Wire format: ``B64(header) . B64(payload) . B64(signature)``, unpadded base64url; the
-    payload is readable by anyone holding the token. The header is compact JSON, in this order::
+    Wire format: ``B64(header).B64(payload).B64(signature)``, unpadded base64url, the payload
+    readable by anyone holding the token, and a compact JSON header, members in this order::
 
         HS256      {"alg":"HS256","kid":KID}
         EdDSA      {"alg":"EdDSA","kid":KID}
@@ -92,10 +80,9 @@ class JWSCodec(CompactCodec[_Key]):
 
     The signature is HMAC-SHA-256 (32 bytes) or Ed25519 (64 bytes) over the ASCII of
     ``segment1 . segment2``. ``KID`` is a ring's hex key id, or a JWK's ``kid`` (an Ed25519
-    key's RFC 7638 thumbprint when absent). The first key signs, every key verifies.
-
-    The payload is public, so any claim in it is testable offline: bind principals with a
-    keyed MAC (the binding layer does), never with a plain hash.
+    key's RFC 7638 thumbprint when absent). The first key signs, every key verifies. Ed25519
+    is named ``EdDSA`` (RFC 8037) or ``Ed25519`` (RFC 9864); the codec accepts only its own name.
+    Any claim in the payload is testable offline: bind principals with a keyed MAC, never a hash.
     """
 
     __slots__ = ()
@@ -107,12 +94,12 @@ class JWSCodec(CompactCodec[_Key]):
         """A codec under a key generated now and held only by this process."""
         if alg == "HS256":
             return cls(KeyRing.generate(), max_token_length=max_token_length)
-        return cls.eddsa([ed25519.Ed25519PrivateKey.generate()], alg=alg, max_token_length=max_token_length)
+        return cls.eddsa([Ed25519PrivateKey.generate()], alg=alg, max_token_length=max_token_length)
 
     @classmethod
     def eddsa(
         cls,
-        keys: Sequence[ed25519.Ed25519PrivateKey | ed25519.Ed25519PublicKey],
+        keys: Sequence[Ed25519PrivateKey | Ed25519PublicKey],
         *,
         alg: Literal["EdDSA", "Ed25519"] = "EdDSA",
         max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
@@ -148,6 +135,4 @@ class JWSCodec(CompactCodec[_Key]):
         return payload
 
 
-def from_settings(settings: Mapping[str, str]) -> JWSCodec:
-    """The builder of ``STATECODEC_CODEC=jws`` in `statecodec.config`: `JWSCodec.from_env` over `settings`."""
-    return JWSCodec.from_env(settings)
+from_settings = JWSCodec.from_env  # the builder of STATECODEC_CODEC=jws in statecodec.config
