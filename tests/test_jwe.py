@@ -239,6 +239,7 @@ def test_a_public_key_seals_and_only_the_private_key_unseals() -> None:
         (lambda: JWECodec.from_jwks([{**P256_PUBLIC, "d": b64u_encode(OTHER)}], alg=ECDH), "does not match"),
         (lambda: JWECodec.from_jwks([P256_PUBLIC, P256_PUBLIC], alg=ECDH), "only the first key may be public"),
         (lambda: JWECodec([SECRET]).public_jwks(), "no public half"),
+        (lambda: JWECodec.from_jwks([{**RAW_JWK, "kid": "\u00e9" * 128}]), "shorter, ASCII kid"),
     ],
 )
 def test_misconfiguration_fails_at_construction(build: Callable[[], object], match: str) -> None:

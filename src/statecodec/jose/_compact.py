@@ -15,7 +15,7 @@ from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, check_cap, check_payl
 from statecodec._files import load_json_setting, read_settings_file
 from statecodec.config import max_token_length_setting, ring_from_settings, setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
-from statecodec.jose._header import kid_of, parse_header
+from statecodec.jose._header import MAX_HEADER_LENGTH, kid_of, parse_header
 from statecodec.jose._jwk import LABELS, PROFILES, Key, PublicKey, jwk_list, load_jwk, public_jwk
 from statecodec.keys import KeyRing
 
@@ -76,7 +76,10 @@ class CompactCodec(Generic[_K]):
         # A received header must match the one this codec's own token carries: the same members,
         # and the same "alg" and "enc". That token, of an empty payload, is also the smallest.
         own = self._seal(b"")
-        header = parse_header(own[: own.index(".")])
+        headers = [own[: own.index(".")], *(slot.header for slot in by_kid.values())]
+        if max(map(len, headers)) > MAX_HEADER_LENGTH:  # a long kid, once escaped as JSON
+            raise ConfigurationError(f"a header is over {MAX_HEADER_LENGTH} characters: use a shorter, ASCII kid")
+        header = parse_header(headers[0])
         self._members = frozenset(header)
         self._expect = {name: value for name, value in header.items() if name in ("alg", "enc")}
         self._max_length = check_cap(max_token_length, len(own))
@@ -154,13 +157,10 @@ class CompactCodec(Generic[_K]):
         """The public JWK Set of an ECDH-ES+A256KW or Ed25519 codec, for the stacks that seal to it or verify it."""
         if self._alg in LABELS:
             raise ConfigurationError("symmetric keys have no public half; share the key (statecodec.jose.derived_jwk)")
-        use = PROFILES[self._alg][0]
-        keys = [
-            {**public_jwk(slot.public), "kid": slot.kid, "use": use, "alg": self._alg}
-            for slot in self._by_kid.values()
-            if slot.public is not None
-        ]
-        return {"keys": keys}
+        use, slots = PROFILES[self._alg][0], self._by_kid.values()
+        return {
+            "keys": [{**public_jwk(s.public), "kid": s.kid, "use": use, "alg": self._alg} for s in slots if s.public]
+        }
 
     def seal(self, payload: bytes) -> str:
         """The token of `payload` under the first key (readable by anyone for a JWS)."""
