@@ -1,9 +1,12 @@
-"""Provider plumbing without a service: settings, contexts, retry bounds, import guards."""
+"""Provider plumbing without a service: settings, contexts, retry bounds, import guards, SDK log withholding."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ from statecodec.providers import (
     wrapped_keys_from_settings,
 )
 from statecodec.providers._retry import RetryPolicy, call_with_retries
+from statecodec.providers._sdk_logs import sdk_logs_withheld
 
 
 def test_parse_context_forms() -> None:
@@ -108,3 +112,52 @@ def test_missing_sdk_names_the_extra(module: str, package: str, extra: str) -> N
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert f"pip install 'statecodec[{extra}]'" in out.stdout
+
+
+class _Names(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.names: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.names.append(record.name)
+
+
+@pytest.fixture
+def seen() -> Iterator[list[str]]:
+    """Names of the records reaching a handler on the root logger, at DEBUG."""
+    handler, root = _Names(), logging.getLogger()
+    level = root.level
+    root.setLevel(logging.DEBUG)
+    root.addHandler(handler)
+    yield handler.names
+    root.removeHandler(handler)
+    root.setLevel(level)
+
+
+def test_withholding_is_limited_to_sdk_loggers_in_the_calling_context(seen: list[str]) -> None:
+    other = threading.Thread(target=lambda: logging.getLogger("sdk.other-thread").debug("x"))
+    with sdk_logs_withheld(("sdk",)):
+        logging.getLogger("sdk").debug("x")
+        logging.getLogger("sdk.created-during-the-call").debug("x")
+        logging.getLogger("sdk-lookalike").debug("x")
+        logging.getLogger("app").debug("x")
+        other.start()
+        other.join()
+        # As a QueueListener or SocketHandler receiver rebuilds records: no logger name at the factory.
+        assert logging.makeLogRecord({"msg": "rebuilt"}).getMessage() == "rebuilt"
+    logging.getLogger("sdk.created-during-the-call").debug("after the call")
+    assert seen == ["sdk-lookalike", "app", "sdk.other-thread", "sdk.created-during-the-call"]
+
+
+def test_withholding_survives_a_record_factory_set_later(seen: list[str]) -> None:
+    saved = logging.getLogRecordFactory()
+    with sdk_logs_withheld(("sdk",)):
+        pass  # the withholding factory is in place from here on
+    logging.setLogRecordFactory(logging.LogRecord)  # an application's own factory, not chaining
+    try:
+        with sdk_logs_withheld(("sdk",)):
+            logging.getLogger("sdk.created-after-the-factory").debug("x")
+    finally:
+        logging.setLogRecordFactory(saved)
+    assert seen == []

@@ -1,9 +1,9 @@
-"""Fixtures the KMS integration modules share (see `tests.integration.kms_support`)."""
+"""Fixtures the provider integration modules share (see `tests.integration.kms_support`)."""
 
 from __future__ import annotations
 
 import pytest
-from tests.integration.kms_support import Sleeps, retry_policy
+from tests.integration.kms_support import ATTEMPTS, Sleeps
 
 from statecodec.providers._retry import RetryPolicy
 
@@ -16,5 +16,16 @@ def sleeps() -> Sleeps:
 
 @pytest.fixture
 def policy(sleeps: Sleeps) -> RetryPolicy:
-    """A short bounded retry policy (`kms_support.ATTEMPTS` attempts) sleeping into `sleeps`."""
-    return retry_policy(sleeps)
+    """Short bounded backoff (`ATTEMPTS` attempts) whose delays land in `sleeps`."""
+    return RetryPolicy(attempts=ATTEMPTS, base_delay=0.05, max_delay=0.2, sleep=sleeps)
+
+
+@pytest.fixture
+def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test credentials (and no shared AWS config) for clients the code under test builds itself."""
+    from tests.plugins.aws import CREDENTIALS
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", CREDENTIALS["aws_access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", CREDENTIALS["aws_secret_access_key"])
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")

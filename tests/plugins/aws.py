@@ -30,7 +30,7 @@ from botocore.config import Config
 from tests.plugins._service import reset_around, running
 
 REGION = "us-east-1"
-_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+CREDENTIALS = {"aws_access_key_id": "AKIASTATECODECTEST", "aws_secret_access_key": "statecodec-test-secret-access-key"}
 _START_TIMEOUT = 30.0
 
 
@@ -48,7 +48,7 @@ def kms_client(endpoint: str, **config: Any) -> Any:
     """A boto3 KMS client for `endpoint`, botocore's own retries off (the wrapper retries)."""
     cfg = Config(retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=2, read_timeout=5, **config)
     if not _SESSIONS:  # one session: its loaded service models make each new client cheap
-        _SESSIONS.append(boto3.session.Session(region_name=REGION, **_CREDENTIALS))
+        _SESSIONS.append(boto3.session.Session(region_name=REGION, **CREDENTIALS))
     return _SESSIONS[0].client("kms", endpoint_url=endpoint, config=cfg)
 
 

@@ -257,9 +257,11 @@ class FakeCloudKms:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def client(self) -> Any:
-        """The real KeyManagementServiceClient over an insecure channel to this server."""
+    def client(self, interceptor: Any = None) -> Any:
+        """The real KeyManagementServiceClient over an insecure channel to this server (through `interceptor`)."""
         channel = grpc.insecure_channel(self.address)
+        if interceptor is not None:
+            channel = grpc.intercept_channel(channel, interceptor)
         transport = KeyManagementServiceGrpcTransport(
             channel=channel,
             credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]

@@ -2,9 +2,6 @@
 
 Threat: unbounded retries turn a KMS outage into a server that never starts
 and never says why; no retries turn one throttled call into a failed deploy.
-Calls here are retried only for causes where waiting can help (throttling,
-transient server or network errors), a fixed number of times, and the last
-cause is reported.
 """
 
 from __future__ import annotations
@@ -17,9 +14,7 @@ from typing import TypeVar
 
 from statecodec.errors import ConfigurationError
 
-__all__ = ["RetryPolicy", "call_with_retries", "check_retry"]
-
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -52,8 +47,8 @@ def check_retry(retry: object, default: RetryPolicy) -> RetryPolicy:
 
 
 def call_with_retries(
-    fn: Callable[[], T], *, transient: Callable[[BaseException], bool], policy: RetryPolicy
-) -> tuple[T, int]:
+    fn: Callable[[], _T], *, transient: Callable[[BaseException], bool], policy: RetryPolicy
+) -> tuple[_T, int]:
     """(result, attempts used); re-raises the last exception when it is not transient or attempts run out."""
     attempt = 0
     while True:
