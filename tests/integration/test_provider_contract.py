@@ -17,13 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.kms_support import (
-    ATTEMPTS,
-    Sleeps,
-    assert_no_secret_in,
-    capture_every_record,
-    run_cli,
-)
+from tests.integration.kms_support import ATTEMPTS, Sleeps, assert_no_secret_in, capture_every_record, run_cli
 from tests.plugins.aws import CREDENTIALS, REGION
 from tests.plugins.gcp import key_name
 from tests.plugins.vault import CallLog, client_for, transit_policy
@@ -46,7 +40,6 @@ class Provider:
 
     key: str  # what every error and repr must name
     make: Callable[..., Any]  # (key=None, retry=None) -> a wrapper over the live service
-    from_settings: Callable[[dict[str, str]], Any]  # the provider module's `wrapper_from_settings`
     calls: Callable[[], int]  # provider calls made so far
     new_key: Callable[[], str]  # another key of the same provider
     stop: Callable[[], None]
@@ -58,7 +51,7 @@ class Provider:
 
 
 def _aws(request: pytest.FixtureRequest, fresh: bool) -> Provider:
-    from statecodec.providers.aws_kms import AwsKmsWrapper, wrapper_from_settings
+    from statecodec.providers.aws_kms import AwsKmsWrapper
 
     request.getfixturevalue("aws_credentials")
     server = request.getfixturevalue("moto_server_fn" if fresh else "moto_server")
@@ -70,17 +63,12 @@ def _aws(request: pytest.FixtureRequest, fresh: bool) -> Provider:
     return Provider(
         key=arn,
         make=lambda key=arn, retry=None: AwsKmsWrapper(key, client=client, retry=retry),
-        from_settings=wrapper_from_settings,
         calls=lambda: len(sent),
         new_key=lambda: server.create_key()[0],
         stop=server.stop,
         down="KMS unreachable",
-        settings={
-            "STATECODEC_CODEC": "aws-kms",
-            "STATECODEC_AWS_KMS_KEY_ID": arn,
-            "STATECODEC_AWS_REGION": REGION,
-            "STATECODEC_AWS_KMS_ENDPOINT": server.endpoint,
-        },
+        settings={"STATECODEC_CODEC": "aws-kms", "STATECODEC_AWS_KMS_KEY_ID": arn, "STATECODEC_AWS_REGION": REGION,
+                  "STATECODEC_AWS_KMS_ENDPOINT": server.endpoint},
         cli=["--provider", "aws", "--key-id", arn, "--region", REGION, "--endpoint-url", server.endpoint],
         loggers=("botocore", "boto3", "urllib3", "s3transfer"),
         secrets=[CREDENTIALS["aws_secret_access_key"]],
@@ -88,7 +76,7 @@ def _aws(request: pytest.FixtureRequest, fresh: bool) -> Provider:
 
 
 def _gcp(request: pytest.FixtureRequest, fresh: bool) -> Provider:
-    from statecodec.providers.gcp_kms import GcpKmsWrapper, wrapper_from_settings
+    from statecodec.providers.gcp_kms import GcpKmsWrapper
 
     server = request.getfixturevalue("gcp_kms_fn" if fresh else "gcp_kms")
     client = server.client()
@@ -97,23 +85,19 @@ def _gcp(request: pytest.FixtureRequest, fresh: bool) -> Provider:
     return Provider(
         key=name,
         make=lambda key=name, retry=None: GcpKmsWrapper(key, client=client, retry=retry, timeout=5),
-        from_settings=wrapper_from_settings,
         calls=lambda: sum(server.calls.values()),
         new_key=lambda: server.create_key(key_name("contract", "ring", f"key-{next(_names)}")),
         stop=server.stop,
         down="Cloud KMS unreachable",
-        settings={
-            "STATECODEC_CODEC": "gcp-kms",
-            "STATECODEC_GCP_KMS_KEY": name,
-            "STATECODEC_GCP_KMS_EMULATOR_HOST": server.address,
-        },
+        settings={"STATECODEC_CODEC": "gcp-kms", "STATECODEC_GCP_KMS_KEY": name,
+                  "STATECODEC_GCP_KMS_EMULATOR_HOST": server.address},
         cli=["--provider", "gcp", "--key", name, "--emulator-host", server.address],
         loggers=("google", "grpc"),
     )
 
 
 def _vault(request: pytest.FixtureRequest, fresh: bool, derived: bool = True) -> Provider:
-    from statecodec.providers.vault import VaultKeyWrapper, wrapper_from_settings
+    from statecodec.providers.vault import VaultKeyWrapper
 
     server = request.getfixturevalue("vault_server_fresh" if fresh else "vault_server")
     request.getfixturevalue("monkeypatch").setenv("STATECODEC_VAULT_TOKEN", server.root_token)  # for the CLI
@@ -125,17 +109,12 @@ def _vault(request: pytest.FixtureRequest, fresh: bool, derived: bool = True) ->
     return Provider(
         key=key,
         make=lambda key=key, retry=None: VaultKeyWrapper(client, key, retry=retry),
-        from_settings=wrapper_from_settings,
         calls=log.count,
         new_key=lambda: server.new_key(derived=derived),
         stop=server.stop,
         down="cannot connect",
-        settings={
-            "STATECODEC_CODEC": "vault-envelope",
-            "STATECODEC_VAULT_ADDR": server.addr,
-            "STATECODEC_VAULT_TOKEN": server.root_token,
-            "STATECODEC_VAULT_KEY": key,
-        },
+        settings={"STATECODEC_CODEC": "vault-envelope", "STATECODEC_VAULT_ADDR": server.addr,
+                  "STATECODEC_VAULT_TOKEN": server.root_token, "STATECODEC_VAULT_KEY": key},
         cli=["--provider", "vault", "--vault-addr", server.addr, "--vault-key", key],
         loggers=("hvac", "requests", "urllib3"),
         secrets=[server.root_token],
@@ -231,10 +210,10 @@ def test_provider_down_after_start_up(stoppable: Provider, policy: RetryPolicy, 
 
 
 def test_no_data_key_in_any_log_record(provider: Provider) -> None:
-    # The wrapper builds its own client from the settings, as at start-up.
-    with capture_every_record(provider.loggers) as capture, provider.from_settings(provider.settings) as wrapper:
-        blobs = [new_wrapped_key(wrapper) for _ in range(2)]
-        EnvelopeCodec(wrapper, blobs)
+    """Provisioning with the CLI and start-up from the settings, each building its own client, log no key."""
+    with capture_every_record(provider.loggers) as capture:
+        blobs = [b64u_decode(run_cli("kms", "new-data-key", *provider.cli)[1].strip()) for _ in range(2)]
+        codec_from_env({**provider.settings, "STATECODEC_WRAPPED_KEYS": format_wrapped_keys(blobs)})
     # The capture works: the SDK's own records (building its client, opening connections) reached it.
     assert any(name.split(".")[0] in provider.loggers for name in capture.names)
     keys = [provider.make().unwrap(blob, default_context()) for blob in blobs]
@@ -259,10 +238,9 @@ def test_codec_from_settings_and_config_file(provider: Provider, tmp_path: Path)
         codec_from_env(env)  # the default context is not the one the key was made for
     codec = codec_from_env({**env, "STATECODEC_KMS_AUDIENCE": "billing"})
     assert reference.unseal(codec.seal(b"from env")) == b"from env"
-    (tmp_path / "wrapped.txt").write_text(f"# ring\n{format_wrapped_keys([blob])}\n")
-    doc = {**provider.settings, "STATECODEC_WRAPPED_KEYS_FILE": "wrapped.txt"}
-    doc["STATECODEC_KMS_CONTEXT"] = "purpose=statecodec-envelope,audience=billing"
-    (tmp_path / "statecodec.json").write_text(json.dumps(doc))
+    (tmp_path / "statecodec.json").write_text(
+        json.dumps({**env, "STATECODEC_KMS_CONTEXT": "purpose=statecodec-envelope,audience=billing"})
+    )
     assert reference.unseal(codec_from_file(tmp_path / "statecodec.json").seal(b"from file")) == b"from file"
     key_setting = next(name for name, value in provider.settings.items() if value == provider.key)
     with pytest.raises(ConfigurationError, match=key_setting):
