@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -86,37 +87,32 @@ def test_requests_carry_every_checksum_and_the_aad(wrapper: GcpKmsWrapper, gcp_k
 
 
 @pytest.mark.parametrize(
-    ("fault", "cause", "calls"),
+    ("status", "cause", "calls"),
     [
-        ("throttled", "throttled", ATTEMPTS),
-        ("denied", "cryptoKeyDecrypter", 1),
-        ("disabled", "not enabled", 1),
-        ("unknown", "not found", 1),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, "throttled", ATTEMPTS),
+        (grpc.StatusCode.PERMISSION_DENIED, "access denied (grant roles/cloudkms.cryptoKeyDecrypter", 1),
+        (grpc.StatusCode.FAILED_PRECONDITION, "not enabled", 1),
     ],
 )
 def test_kms_errors_are_named_and_retried_only_when_waiting_can_help(
-    fault: str,
+    status: grpc.StatusCode,
     cause: str,
     calls: int,
-    key: str,
-    gcp_client: Any,
-    gcp_kms: FakeCloudKms,
-    policy: RetryPolicy,
-    sleeps: Sleeps,
+    wrapper: GcpKmsWrapper,
     ring: list[bytes],
+    gcp_kms: FakeCloudKms,
+    sleeps: Sleeps,
 ) -> None:
-    if fault == "throttled":
-        gcp_kms.fail_next(ATTEMPTS, grpc.StatusCode.RESOURCE_EXHAUSTED)
-    elif fault == "denied":
-        gcp_kms.deny(key)
-    elif fault == "disabled":
-        gcp_kms.disable_version(key, 1)
-    else:
-        key = key_name("p", "r", "never-created")
-    with pytest.raises(ProviderError, match=cause):
-        EnvelopeCodec(GcpKmsWrapper(key, client=gcp_client, retry=policy), ring)
+    gcp_kms.fail_next(calls, status)
+    with pytest.raises(ProviderError, match=re.escape(cause)):
+        EnvelopeCodec(wrapper, ring)
     assert gcp_kms.calls["Decrypt"] == calls
     assert len(sleeps.delays) == calls - 1
+
+
+def test_unknown_key(ring: list[bytes], gcp_client: Any) -> None:
+    with pytest.raises(ProviderError, match="not found"):
+        EnvelopeCodec(GcpKmsWrapper(key_name("p", "r", "never-created"), client=gcp_client), ring)
 
 
 @pytest.mark.parametrize(

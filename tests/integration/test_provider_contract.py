@@ -229,35 +229,28 @@ def test_wrapper_refuses_pickling_and_its_repr_names_the_key_only(provider: Prov
     assert_no_secret_in([repr(wrapper), repr(EnvelopeCodec(wrapper, [new_wrapped_key(wrapper)]))], provider.secrets)
 
 
-def test_codec_from_settings_and_config_file(provider: Provider, tmp_path: Path) -> None:
-    wrapper = provider.make()
-    blob = new_wrapped_key(wrapper, default_context("billing"))
-    reference = EnvelopeCodec(wrapper, [blob], context=default_context("billing"))
-    env = {**provider.settings, "STATECODEC_WRAPPED_KEYS": format_wrapped_keys([blob])}
-    with pytest.raises(ProviderError, match="wrapped_keys\\[0\\]"):
-        codec_from_env(env)  # the default context is not the one the key was made for
-    codec = codec_from_env({**env, "STATECODEC_KMS_AUDIENCE": "billing"})
-    assert reference.unseal(codec.seal(b"from env")) == b"from env"
-    (tmp_path / "statecodec.json").write_text(
-        json.dumps({**env, "STATECODEC_KMS_CONTEXT": "purpose=statecodec-envelope,audience=billing"})
-    )
-    assert reference.unseal(codec_from_file(tmp_path / "statecodec.json").seal(b"from file")) == b"from file"
-    key_setting = next(name for name, value in provider.settings.items() if value == provider.key)
-    with pytest.raises(ConfigurationError, match=key_setting):
-        codec_from_env({name: value for name, value in env.items() if name != key_setting})
-
-
-def test_cli_provisions_and_checks(provider: Provider) -> None:
+def test_cli_and_settings_build_the_codec(provider: Provider, tmp_path: Path) -> None:
     code, out, _ = run_cli("kms", "new-data-key", *provider.cli, "--audience", "billing")
     assert code == 0
     wrapped = out.strip()
     data_key = provider.make().unwrap(b64u_decode(wrapped), default_context("billing"))
     code, out, _ = run_cli("kms", "check", *provider.cli, "--audience", "billing", "--wrapped-keys", wrapped)
     assert (code, out.splitlines()[-1]) == (0, "unwrapped 1 data key: ok")
-    code, _, err = run_cli("kms", "check", *provider.cli, "--wrapped-keys", wrapped)
+    code, _, err = run_cli("kms", "check", *provider.cli, "--wrapped-keys", wrapped)  # the default context
     assert code == 2
     assert provider.key in err
     assert_no_secret_in([out, err], [data_key, *provider.secrets])
+
+    reference = EnvelopeCodec(provider.make(), [wrapped], context=default_context("billing"))
+    env = {**provider.settings, "STATECODEC_WRAPPED_KEYS": wrapped, "STATECODEC_KMS_AUDIENCE": "billing"}
+    assert reference.unseal(codec_from_env(env).seal(b"from env")) == b"from env"
+    env = {**env, "STATECODEC_KMS_CONTEXT": "purpose=statecodec-envelope,audience=billing"}
+    del env["STATECODEC_KMS_AUDIENCE"]
+    (tmp_path / "statecodec.json").write_text(json.dumps(env))
+    assert reference.unseal(codec_from_file(tmp_path / "statecodec.json").seal(b"from file")) == b"from file"
+    key_setting = next(name for name, value in provider.settings.items() if value == provider.key)
+    with pytest.raises(ConfigurationError, match=key_setting):
+        codec_from_env({name: value for name, value in env.items() if name != key_setting})
 
 
 def test_vault_least_privilege(vault_server: Any) -> None:

@@ -3,9 +3,9 @@
 Cloud KMS has no emulator, so this server implements ``Encrypt`` and ``Decrypt`` of
 ``google.cloud.kms.v1.KeyManagementService`` with gRPC generic handlers and the
 ``google.cloud.kms_v1`` message types, so the real client talks to it over an insecure channel.
-It does AES-256-GCM with the AAD bound, keeps key versions (rotate, disable), verifies the
-request CRC32C fields and fills the response ones as Cloud KMS does, and on demand corrupts a
-checksum, denies access or fails the next calls with a gRPC status.
+It does AES-256-GCM with the AAD bound, keeps key versions, verifies the request CRC32C fields
+and fills the response ones as Cloud KMS does, and on demand corrupts a checksum or fails the
+next calls with a gRPC status (throttled, denied, disabled...).
 """
 
 from __future__ import annotations
@@ -58,8 +58,6 @@ class _Abort(Exception):
 class _CryptoKey:
     versions: list[bytes] = field(default_factory=list)  # version n is versions[n - 1]
     primary: int = 1
-    disabled: set[int] = field(default_factory=set)
-    denied: bool = False
 
 
 class FakeCloudKms:
@@ -88,15 +86,6 @@ class FakeCloudKms:
             key.versions.append(os.urandom(32))
             key.primary = len(key.versions)
             return key.primary
-
-    def disable_version(self, name: str, version: int) -> None:
-        with self._lock:
-            self.keys[name].disabled.add(version)
-
-    def deny(self, name: str) -> None:
-        """Every call on `name` answers PERMISSION_DENIED, as for a caller without the role."""
-        with self._lock:
-            self.keys[name].denied = True
 
     def fail_next(self, n: int, code: grpc.StatusCode) -> None:
         with self._lock:
@@ -130,11 +119,6 @@ class FakeCloudKms:
         key = self.keys.get(name)
         if key is None:
             raise _Abort(grpc.StatusCode.NOT_FOUND, f"CryptoKey {name} not found.")
-        if key.denied:
-            raise _Abort(
-                grpc.StatusCode.PERMISSION_DENIED,
-                f"Permission 'cloudkms.cryptoKeyVersions.useTo{method}' denied on resource '{name}'",
-            )
         return key
 
     @staticmethod
@@ -158,8 +142,6 @@ class FakeCloudKms:
                 aad, request.additional_authenticated_data_crc32c, "additional_authenticated_data", False
             )
             version = key.primary
-            if version in key.disabled:
-                raise _Abort(grpc.StatusCode.FAILED_PRECONDITION, f"{request.name} primary version is DISABLED")
             nonce = os.urandom(12)
             header = struct.pack(">I", version)
             ciphertext = header + nonce + AESGCM(key.versions[version - 1]).encrypt(nonce, plaintext, header + aad)
@@ -191,11 +173,6 @@ class FakeCloudKms:
             (version,) = struct.unpack(">I", ciphertext[:head])
             if not 1 <= version <= len(key.versions):
                 raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, _DECRYPT_FAILED)
-            if version in key.disabled:
-                raise _Abort(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"{request.name}/cryptoKeyVersions/{version} is not enabled, current state is: DISABLED.",
-                )
             nonce, sealed = ciphertext[head : head + 12], ciphertext[head + 12 :]
             try:
                 plaintext = AESGCM(key.versions[version - 1]).decrypt(nonce, sealed, ciphertext[:head] + aad)
