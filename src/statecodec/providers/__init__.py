@@ -1,17 +1,9 @@
-"""Key providers for `EnvelopeCodec`: one module per KMS, each behind its own extra, and their shared settings.
+"""Key providers for `EnvelopeCodec` (`aws_kms`, `gcp_kms`, `vault`), each behind its own extra.
 
-Each provider module imports its SDK when imported and, if it is missing,
-raises `ImportError` naming the extra to install; `import statecodec` never
-imports them. Each takes an injected SDK client (or builds one) and
-implements `statecodec.envelope.KeyWrapper`: `statecodec.providers.aws_kms`
-(``statecodec[aws]``), `statecodec.providers.gcp_kms` (``statecodec[gcp]``),
-`statecodec.providers.vault` (``statecodec[vault]``).
-
-Settings of every envelope codec (see `statecodec.config`):
-``STATECODEC_WRAPPED_KEYS`` (the output of ``statecodec kms new-data-key``,
-comma-separated, the sealing key first) or ``STATECODEC_WRAPPED_KEYS_FILE``;
-``STATECODEC_KMS_CONTEXT`` (``k=v,k=v`` or a JSON object; default
-``purpose=statecodec-envelope``, plus ``audience=`` from ``STATECODEC_KMS_AUDIENCE``).
+A provider module imports its SDK when imported, raising `ImportError` naming
+the extra when it is missing; `import statecodec` imports none of them. Here:
+the settings every envelope codec reads (``STATECODEC_WRAPPED_KEYS`` or
+``..._FILE``; ``STATECODEC_KMS_CONTEXT`` or ``STATECODEC_KMS_AUDIENCE``).
 """
 
 from __future__ import annotations
@@ -30,8 +22,8 @@ from statecodec.providers._retry import RetryPolicy as RetryPolicy
 
 WRAPPED_KEYS_VAR = "STATECODEC_WRAPPED_KEYS"
 WRAPPED_KEYS_FILE_VAR = "STATECODEC_WRAPPED_KEYS_FILE"
-CONTEXT_VAR = "STATECODEC_KMS_CONTEXT"
-AUDIENCE_VAR = "STATECODEC_KMS_AUDIENCE"
+_CONTEXT_VAR = "STATECODEC_KMS_CONTEXT"
+_AUDIENCE_VAR = "STATECODEC_KMS_AUDIENCE"
 _MAX_WRAPPED_FILE_BYTES = 256 * 1024
 _H = TypeVar("_H", bound="_ClientHolder")
 
@@ -40,17 +32,14 @@ class _ClientHolder:
     """Messages and repr name the key only; `close()` closes a client the wrapper built (an injected
     one belongs to the caller); no pickle or copy, since the client holds credentials."""
 
-    _owned: bool
+    _close_owned: Callable[[], None] | None  # how to close the client, when the wrapper built it
 
     def describe(self) -> str:
         raise NotImplementedError
 
-    def _close_client(self) -> None:
-        raise NotImplementedError
-
     def close(self) -> None:
-        if self._owned:
-            self._close_client()
+        if self._close_owned is not None:
+            self._close_owned()
 
     def __enter__(self: _H) -> _H:
         return self
@@ -120,25 +109,21 @@ def parse_context(text: str) -> dict[str, str]:
 
 def context_from_settings(settings: Mapping[str, str]) -> dict[str, str]:
     """``STATECODEC_KMS_CONTEXT``, or the default context with ``STATECODEC_KMS_AUDIENCE``."""
-    text = setting(settings, CONTEXT_VAR, required=False)
+    text = setting(settings, _CONTEXT_VAR, required=False)
     if text is None:
-        return default_context(setting(settings, AUDIENCE_VAR, required=False))
+        return default_context(setting(settings, _AUDIENCE_VAR, required=False))
     try:
         return parse_context(text)
     except ConfigurationError as exc:
-        raise ConfigurationError(f"{CONTEXT_VAR}: {exc}") from None
+        raise ConfigurationError(f"{_CONTEXT_VAR}: {exc}") from None
 
 
 def build_envelope_codec(
     settings: Mapping[str, str],
     wrapper_from_settings: Callable[[Mapping[str, str]], AbstractContextManager[KeyWrapper]],
 ) -> EnvelopeCodec:
-    """The envelope codec the settings describe, over the wrapper `wrapper_from_settings` builds.
-
-    Every setting is checked before the provider is contacted; the ring is
-    unwrapped once and the wrapper (its client or channel) closed on return:
-    after start-up the codec needs no provider.
-    """
+    """The envelope codec the settings describe: every setting checked before the provider is contacted,
+    the ring unwrapped once, the wrapper's client closed on return (after start-up no provider is needed)."""
     blobs = wrapped_keys_from_settings(settings)
     context = context_from_settings(settings)
     max_length = max_token_length_setting(settings)

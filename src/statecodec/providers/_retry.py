@@ -32,10 +32,6 @@ class RetryPolicy:
         if not (0 <= self.base_delay <= self.max_delay <= 30):
             raise ConfigurationError("retry delays must satisfy 0 <= base_delay <= max_delay <= 30 seconds")
 
-    def delay(self, retry: int) -> float:
-        # Full jitter: fleets restarting together do not retry in lockstep.
-        return random.uniform(0, min(self.max_delay, self.base_delay * (2**retry)))
-
 
 def check_retry(retry: object, default: RetryPolicy) -> RetryPolicy:
     """`retry` when it is a `RetryPolicy`, `default` when it is None; `ConfigurationError` otherwise."""
@@ -50,12 +46,12 @@ def call_with_retries(
     fn: Callable[[], _T], *, transient: Callable[[BaseException], bool], policy: RetryPolicy
 ) -> tuple[_T, int]:
     """(result, attempts used); re-raises the last exception when it is not transient or attempts run out."""
-    attempt = 0
-    while True:
-        attempt += 1
+    for attempt in range(1, policy.attempts):
         try:
             return fn(), attempt
         except Exception as exc:
-            if attempt >= policy.attempts or not transient(exc):
+            if not transient(exc):
                 raise
-            policy.sleep(policy.delay(attempt - 1))
+        # Full jitter: fleets restarting together do not retry in lockstep.
+        policy.sleep(random.uniform(0, min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))))
+    return fn(), policy.attempts

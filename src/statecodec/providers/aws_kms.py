@@ -95,7 +95,7 @@ class AwsKmsWrapper(_ClientHolder):
             )
         self._key_id = key_id.strip()
         self._retry = check_retry(retry, RetryPolicy())
-        self._owned = client is None
+        self._close_owned = None
         if client is None:
             if endpoint_url is not None and not (
                 isinstance(endpoint_url, str) and endpoint_url.startswith(("https://", "http://"))
@@ -119,15 +119,13 @@ class AwsKmsWrapper(_ClientHolder):
                 ) from None
             except bexc.BotoCoreError as exc:
                 raise ConfigurationError(f"cannot build an AWS KMS client: {type(exc).__name__}") from None
+            self._close_owned = client.close
         self._client = client
         self._region = str(getattr(getattr(client, "meta", None), "region_name", "") or "")
 
     def describe(self) -> str:
         where = f" in {self._region}" if self._region and ":" not in self._key_id else ""
         return f"aws-kms key {self._key_id}{where}"
-
-    def _close_client(self) -> None:
-        self._client.close()
 
     def _call(self, operation: str, **params: Any) -> Mapping[str, Any]:
         method = getattr(self._client, operation)
@@ -166,26 +164,15 @@ class AwsKmsWrapper(_ClientHolder):
 
     def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
         """`Decrypt` pinned to this key, with the encryption context."""
-        response = self._call(
-            "decrypt",
-            CiphertextBlob=blob,
-            EncryptionContext=dict(context),
-            KeyId=self._key_id,
-            EncryptionAlgorithm="SYMMETRIC_DEFAULT",
-        )
-        plaintext: bytes = response.get("Plaintext", b"")  # EnvelopeCodec checks its type and length
-        return plaintext
+        params = {"KeyId": self._key_id, "EncryptionAlgorithm": "SYMMETRIC_DEFAULT", "EncryptionContext": dict(context)}
+        plaintext: bytes = self._call("decrypt", CiphertextBlob=blob, **params).get("Plaintext", b"")
+        return plaintext  # EnvelopeCodec checks its type and length
 
     def new_wrapped_key(self, context: Mapping[str, str]) -> bytes:
         """`GenerateDataKeyWithoutPlaintext`: KMS makes the key; no plaintext leaves KMS."""
-        response = self._call(
-            "generate_data_key_without_plaintext",
-            KeyId=self._key_id,
-            KeySpec="AES_256",
-            EncryptionContext=dict(context),
-        )
-        blob: bytes = response.get("CiphertextBlob", b"")  # `envelope.new_wrapped_key` checks it
-        return blob
+        params = {"KeyId": self._key_id, "KeySpec": "AES_256", "EncryptionContext": dict(context)}
+        blob: bytes = self._call("generate_data_key_without_plaintext", **params).get("CiphertextBlob", b"")
+        return blob  # `envelope.new_wrapped_key` checks it
 
 
 def wrapper_from_settings(settings: Mapping[str, str]) -> AwsKmsWrapper:

@@ -106,16 +106,14 @@ class GcpKmsWrapper(_ClientHolder):
         self._key = key_name.strip()
         self._retry = check_retry(retry, RetryPolicy())
         self._timeout = float(timeout)
-        self._owned = client is None
+        self._close_owned = None
         if client is None:
             client = _emulator_client(emulator_host) if emulator_host is not None else _default_client()
+            self._close_owned = client.transport.close
         self._client = client
 
     def describe(self) -> str:
         return f"gcp-kms key {self._key}"
-
-    def _close_client(self) -> None:
-        self._client.transport.close()
 
     def _call(self, attempt: Callable[[], bytes], operation: str) -> bytes:
         try:
