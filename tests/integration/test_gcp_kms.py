@@ -116,17 +116,16 @@ def test_unknown_key(ring: list[bytes], gcp_client: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["projects/p/locations/l/keyRings/r", "projects/p/locations/l/keyRings/r/cryptoKeys/k/cryptoKeyVersions/1"]
+    ("name", "host", "match"),
+    [
+        ("projects/p/locations/l/keyRings/r", None, "crypto key name"),
+        ("projects/p/locations/l/keyRings/r/cryptoKeys/k/cryptoKeyVersions/1", None, "crypto key name"),
+        *((key_name("p", "r", "k"), host, "loopback") for host in ("10.0.0.5:9000", "kms.example.com:443", "::1")),
+    ],
 )
-def test_key_name_must_be_a_crypto_key(name: str) -> None:
-    with pytest.raises(ConfigurationError, match="crypto key name"):
-        GcpKmsWrapper(name, client=object())
-
-
-@pytest.mark.parametrize("host", ["10.0.0.5:9000", "kms.example.com:443", "127.0.0.1"])
-def test_plaintext_grpc_only_to_loopback(host: str) -> None:
-    with pytest.raises(ConfigurationError, match="loopback"):
-        GcpKmsWrapper(key_name("p", "r", "k"), emulator_host=host)
+def test_misconfiguration_is_refused_at_construction(name: str, host: str | None, match: str) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        GcpKmsWrapper(name, client=object() if host is None else None, emulator_host=host)
 
 
 @pytest.fixture

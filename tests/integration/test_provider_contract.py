@@ -14,12 +14,12 @@ import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from tests.integration.kms_support import ATTEMPTS, Sleeps, assert_no_secret_in, capture_every_record, run_cli
-from tests.plugins.aws import CREDENTIALS, REGION
-from tests.plugins.gcp import key_name
+from tests.plugins.aws import CREDENTIALS, REGION, MotoServer
+from tests.plugins.gcp import FakeCloudKms, key_name
 from tests.plugins.vault import CallLog, client_for, transit_policy
 
 from statecodec import EnvelopeCodec, InvalidToken, ProviderError, Reason
@@ -32,6 +32,7 @@ from statecodec.providers._retry import RetryPolicy
 pytestmark = pytest.mark.integration
 PROVIDERS = ["aws", "gcp", "vault"]
 _names = itertools.count()
+_S = TypeVar("_S", MotoServer, FakeCloudKms)
 
 
 @dataclass
@@ -50,11 +51,18 @@ class Provider:
     secrets: list[str] = field(default_factory=list)  # credentials no message may carry
 
 
+def _own(request: pytest.FixtureRequest, server: _S) -> _S:
+    """`server` started for this test alone, which it may stop."""
+    server.start()
+    request.addfinalizer(server.stop)
+    return server
+
+
 def _aws(request: pytest.FixtureRequest, fresh: bool) -> Provider:
     from statecodec.providers.aws_kms import AwsKmsWrapper
 
     request.getfixturevalue("aws_credentials")
-    server = request.getfixturevalue("moto_server_fn" if fresh else "moto_server")
+    server = _own(request, MotoServer()) if fresh else request.getfixturevalue("moto_server")
     client = server.client()
     request.addfinalizer(client.close)
     sent: list[str] = []
@@ -78,7 +86,7 @@ def _aws(request: pytest.FixtureRequest, fresh: bool) -> Provider:
 def _gcp(request: pytest.FixtureRequest, fresh: bool) -> Provider:
     from statecodec.providers.gcp_kms import GcpKmsWrapper
 
-    server = request.getfixturevalue("gcp_kms_fn" if fresh else "gcp_kms")
+    server = _own(request, FakeCloudKms()) if fresh else request.getfixturevalue("gcp_kms")
     client = server.client()
     request.addfinalizer(client.transport.close)
     name = server.create_key(key_name("contract", "ring", f"key-{next(_names)}"))

@@ -1,6 +1,6 @@
 """AWS KMS for integration tests: a real `moto_server` over HTTP on 127.0.0.1.
 
-`moto_server` runs for the session; `moto_server_fn` is a test's own, which it may stop.
+`moto_server` runs for the session (a test that stops its server starts its own `MotoServer`).
 `kms_proxy` sits in front of the session server, counts requests per KMS operation and can
 answer the next ones with an error of KMS's own JSON shape, for faults moto never produces.
 """
@@ -155,15 +155,6 @@ class KmsProxy:
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoServer]:
-    server = MotoServer()
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def moto_server_fn() -> Iterator[MotoServer]:
-    """A moto server of this test's own, which the test may stop."""
     server = MotoServer()
     server.start()
     yield server

@@ -240,15 +240,6 @@ def gcp_kms(_gcp_kms_session: FakeCloudKms) -> FakeCloudKms:
 
 
 @pytest.fixture
-def gcp_kms_fn() -> Iterator[FakeCloudKms]:
-    """A Cloud KMS test server of this test's own, which the test may stop."""
-    server = FakeCloudKms()
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def gcp_client(gcp_kms: FakeCloudKms) -> Iterator[Any]:
     client = gcp_kms.client()
     yield client
