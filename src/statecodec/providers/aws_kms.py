@@ -46,11 +46,7 @@ _CAUSES = {
     "NotFoundException": "key not found (check the key id, alias and region)",
     "DisabledException": "the key is disabled",
     "KMSInvalidStateException": "the key is not usable in its current state (pending deletion or import)",
-    "InvalidKeyUsageException": "the key is not a symmetric ENCRYPT_DECRYPT key",
-    "UnrecognizedClientException": "credentials rejected (unknown access key)",
-    "InvalidSignatureException": "credentials rejected (bad signature)",
-    "ExpiredTokenException": "credentials expired",
-}
+}  # any other code is named as it is, with AWS's message (credentials rejected or expired, key usage...)
 _MAX_AWS_MESSAGE = 200
 # boto3 and botocore log request and response bodies (data keys included) at DEBUG through these.
 _SDK_LOGGERS = ("botocore", "boto3", "urllib3", "s3transfer")

@@ -13,7 +13,6 @@ Cloud KMS has no data-key API: `new_wrapped_key` encrypts 32 bytes from the OS C
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import secrets
 from collections.abc import Callable, Mapping
@@ -194,15 +193,11 @@ def _default_client() -> Any:
 
 
 def _emulator_client(host: str) -> Any:
-    hostname, sep, port = host.rpartition(":")
-    try:
-        loopback = hostname == "localhost" or ipaddress.ip_address(hostname.strip("[]")).is_loopback
-    except ValueError:
-        loopback = False
-    if not sep or not port.isdecimal() or not loopback:
+    hostname, _, port = host.rpartition(":")
+    if hostname not in ("127.0.0.1", "localhost", "[::1]") or not port.isdecimal():
         raise ConfigurationError(
-            f"the Cloud KMS test server ({_EMULATOR_VAR}, --emulator-host) must be a loopback HOST:PORT such as "
-            "127.0.0.1:9010: plaintext gRPC is only for a local test server"
+            f"the Cloud KMS test server ({_EMULATOR_VAR}, --emulator-host) must be on loopback: 127.0.0.1:PORT, "
+            "localhost:PORT or [::1]:PORT (plaintext gRPC is only for a local test server)"
         )
     import grpc
     from google.auth.credentials import AnonymousCredentials
