@@ -1,4 +1,4 @@
-"""What the provider integration tests share: a recording sleep, the CLI runner, a capture of every log record."""
+"""What the provider integration tests share: the CLI runner, a capture of every log record, a secret search."""
 
 from __future__ import annotations
 
@@ -12,16 +12,6 @@ from statecodec.cli.main import main as cli_main
 
 ATTEMPTS = 3
 """Attempts of the retry policy the `policy` fixture builds."""
-
-
-class Sleeps:
-    """Records the backoff delays instead of sleeping (bounded, and the suite stays fast)."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    def __call__(self, seconds: float) -> None:
-        self.delays.append(seconds)
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tests.integration.kms_support import ATTEMPTS, Sleeps
+from tests.integration.kms_support import ATTEMPTS
 from tests.plugins.aws import KmsProxy, MotoServer
 
 from statecodec import EnvelopeCodec, ProviderError
@@ -73,7 +73,7 @@ def test_kms_errors_are_named_and_retried_only_when_waiting_can_help(
     wrapper: AwsKmsWrapper,
     ring: list[bytes],
     kms_proxy: KmsProxy,
-    sleeps: Sleeps,
+    sleeps: list[float],
     code: str,
     status: int,
     message: str,
@@ -87,7 +87,7 @@ def test_kms_errors_are_named_and_retried_only_when_waiting_can_help(
     if calls == 1:  # a definitive refusal passes on what KMS said
         assert message in str(info.value)
     assert kms_proxy.calls["Decrypt"] == calls
-    assert len(sleeps.delays) == calls - 1
+    assert len(sleeps) == calls - 1
 
 
 def test_transient_throttling_recovers(wrapper: AwsKmsWrapper, ring: list[bytes], kms_proxy: KmsProxy) -> None:

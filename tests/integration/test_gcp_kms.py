@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 import pytest
-from tests.integration.kms_support import ATTEMPTS, Sleeps, assert_no_secret_in, capture_every_record
+from tests.integration.kms_support import ATTEMPTS, assert_no_secret_in, capture_every_record
 from tests.plugins.gcp import CORRUPTIONS, FakeCloudKms, key_name
 
 from statecodec import EnvelopeCodec, ProviderError
@@ -101,13 +101,13 @@ def test_kms_errors_are_named_and_retried_only_when_waiting_can_help(
     wrapper: GcpKmsWrapper,
     ring: list[bytes],
     gcp_kms: FakeCloudKms,
-    sleeps: Sleeps,
+    sleeps: list[float],
 ) -> None:
     gcp_kms.fail_next(calls, status)
     with pytest.raises(ProviderError, match=re.escape(cause)):
         EnvelopeCodec(wrapper, ring)
     assert gcp_kms.calls["Decrypt"] == calls
-    assert len(sleeps.delays) == calls - 1
+    assert len(sleeps) == calls - 1
 
 
 def test_unknown_key(ring: list[bytes], gcp_client: Any) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from tests.integration.kms_support import ATTEMPTS, Sleeps, assert_no_secret_in, capture_every_record, run_cli
+from tests.integration.kms_support import ATTEMPTS, assert_no_secret_in, capture_every_record, run_cli
 from tests.plugins.aws import CREDENTIALS, REGION, MotoServer
 from tests.plugins.gcp import FakeCloudKms, key_name
 from tests.plugins.vault import CallLog, client_for, transit_policy
@@ -203,7 +203,7 @@ def test_corrupted_foreign_or_junk_blob_is_refused(provider: Provider) -> None:
         _refused(provider, wrapper, [bad], [data_key])
 
 
-def test_provider_down_after_start_up(stoppable: Provider, policy: RetryPolicy, sleeps: Sleeps) -> None:
+def test_provider_down_after_start_up(stoppable: Provider, policy: RetryPolicy, sleeps: list[float]) -> None:
     wrapper = stoppable.make(retry=policy)
     ring = [new_wrapped_key(wrapper)]
     codec = EnvelopeCodec(wrapper, ring)
@@ -213,8 +213,8 @@ def test_provider_down_after_start_up(stoppable: Provider, policy: RetryPolicy, 
     assert codec.unseal(codec.seal(b"during the outage")) == b"during the outage"
     # A new instance cannot start: retried a bounded number of times, then named.
     assert stoppable.down in _refused(stoppable, wrapper, ring, [])
-    assert len(sleeps.delays) == ATTEMPTS - 1
-    assert all(0 <= d <= 0.2 for d in sleeps.delays)
+    assert len(sleeps) == ATTEMPTS - 1
+    assert all(0 <= d <= 0.2 for d in sleeps)
 
 
 def test_no_data_key_in_any_log_record(provider: Provider) -> None:
