@@ -101,11 +101,8 @@ class AwsKmsWrapper(_ClientHolder):
                 # Written positively, so NaN fails here instead of on the first KMS call.
                 if isinstance(seconds, bool) or not (isinstance(seconds, (int, float)) and 0 < seconds <= 120):
                     raise ConfigurationError(f"{name} must be a number of seconds in (0, 120]")
-            config = Config(
-                retries={"total_max_attempts": 1, "mode": "standard"},
-                connect_timeout=connect_timeout,
-                read_timeout=read_timeout,
-            )
+            retries = {"total_max_attempts": 1, "mode": "standard"}
+            config = Config(retries=retries, connect_timeout=connect_timeout, read_timeout=read_timeout)
             try:
                 session = boto3.session.Session(region_name=region, profile_name=profile)
                 client = session.client("kms", endpoint_url=endpoint_url, config=config)
