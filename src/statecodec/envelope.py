@@ -63,7 +63,7 @@ _MAX_CONTEXT_TEXT = 256
 
 @runtime_checkable
 class KeyWrapper(Protocol):
-    """A KMS key that wraps and unwraps data keys under a bound context.
+    """A KMS key that unwraps data keys under a bound context, and provisions new ones.
 
     Duties of an implementation:
 
@@ -75,19 +75,12 @@ class KeyWrapper(Protocol):
       cause (unreachable, throttled, access denied, wrong key, wrong context,
       corrupted wrapped key), with bounded retries where retrying can help,
       and never contains key material.
-    - `name` is the short provider name (``aws-kms``); `describe()` names the
-      key (ARN, resource name, mount and key) and nothing secret.
+    - `describe()` names the key (ARN, resource name, mount and key) and
+      nothing secret.
     """
-
-    @property
-    def name(self) -> str: ...
 
     def describe(self) -> str:
         """The provider and key, for messages and `repr`; nothing secret."""
-        ...
-
-    def wrap(self, data_key: bytes, context: Mapping[str, str]) -> bytes:
-        """Encrypt `data_key` under the KMS key, binding `context`."""
         ...
 
     def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
