@@ -16,8 +16,6 @@ from pathlib import Path
 
 from statecodec.errors import ConfigurationError
 
-__all__ = ["decode_settings_text", "load_json_setting", "read_settings_file"]
-
 
 def read_settings_file(path: Path, limit: int, what: str, hint: str) -> bytes:
     """At most `limit` bytes of a file a setting names; `ConfigurationError` naming `what` otherwise.

@@ -25,15 +25,6 @@ from __future__ import annotations
 
 import enum
 
-__all__ = [
-    "ConfigurationError",
-    "InvalidToken",
-    "ProviderError",
-    "Reason",
-    "SealError",
-    "StatecodecError",
-]
-
 
 class Reason(str, enum.Enum):
     """Closed set of log-only reason codes carried by `InvalidToken`."""

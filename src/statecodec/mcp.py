@@ -31,40 +31,19 @@ it is imported when these functions are called, not when this module is, and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from statecodec.config import Codec, codec_from_env
+from statecodec._types import Codec
+from statecodec.config import codec_from_env
 from statecodec.errors import InvalidToken
 
 if TYPE_CHECKING:
-    from mcp.server.context import ServerRequestContext
     from mcp.server.request_state import InvalidRequestState, RequestStateSecurity
 
-__all__ = [
-    "MCP_EXTRA_HINT",
-    "PrincipalBinding",
-    "SDKCodec",
-    "security",
-    "security_from_env",
-]
+__all__ = ["SDKCodec", "security", "security_from_env"]
 
 MCP_EXTRA_HINT = "install the MCP SDK with: pip install 'statecodec[mcp]'"
-
-PrincipalBinding = Callable[["ServerRequestContext[Any, Any]"], "str | None"]
-"""The SDK's `bind_principal` callback type: the request's principal, or None."""
-
-
-class _SDKDefault:
-    """Marker for "leave the SDK's own default in place"."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<SDK default>"
-
-
-_SDK_DEFAULT = _SDKDefault()
 
 
 def _sdk() -> tuple[type[RequestStateSecurity], type[InvalidRequestState]]:
@@ -108,39 +87,26 @@ class SDKCodec:
         return f"SDKCodec({self.codec!r})"
 
 
-def security(
-    codec: Codec,
-    *,
-    ttl: float = 600.0,
-    audience: str | None = None,
-    bind_principal: PrincipalBinding | _SDKDefault | None = _SDK_DEFAULT,
-) -> RequestStateSecurity:
-    """`RequestStateSecurity(codec=SDKCodec(codec), ...)`, leaving unset options at the SDK's defaults.
+def security(codec: Codec, *, ttl: float = 600.0, audience: str | None = None, **options: Any) -> RequestStateSecurity:
+    """`RequestStateSecurity(codec=SDKCodec(codec), ttl=ttl, audience=audience, **options)`.
 
     Refused tokens are logged by the SDK with our reason code (see `SDKCodec`).
     `audience=None` lets `MCPServer` stamp its server name; set it when
-    several services deliberately accept each other's state. `bind_principal`
-    defaults to the SDK's authenticated-principal binding; `None` disables it.
+    several services deliberately accept each other's state. `options` go to
+    the SDK as they are: unset, each keeps the SDK's default (for
+    `bind_principal`, the authenticated principal; `None` disables it).
     """
-    cls = _sdk()[0]
-    sdk_codec = SDKCodec(codec)
-    if isinstance(bind_principal, _SDKDefault):
-        return cls(codec=sdk_codec, ttl=ttl, audience=audience)
-    return cls(codec=sdk_codec, ttl=ttl, audience=audience, bind_principal=bind_principal)
+    return _sdk()[0](codec=SDKCodec(codec), ttl=ttl, audience=audience, **options)
 
 
 def security_from_env(
-    *,
-    ttl: float = 600.0,
-    audience: str | None = None,
-    environ: Mapping[str, str] | None = None,
-    bind_principal: PrincipalBinding | _SDKDefault | None = _SDK_DEFAULT,
+    *, ttl: float = 600.0, audience: str | None = None, environ: Mapping[str, str] | None = None, **options: Any
 ) -> RequestStateSecurity:
-    """`security(statecodec.config.codec_from_env(environ), ...)`.
+    """`security(statecodec.codec_from_env(environ), ...)`.
 
     Raises `ConfigurationError` (what to set) when the environment does not
     describe a codec, and `ImportError` naming the extra when the MCP SDK is
     missing; both before any server starts.
     """
     _sdk()  # a missing SDK is reported before the configuration is read
-    return security(codec_from_env(environ), ttl=ttl, audience=audience, bind_principal=bind_principal)
+    return security(codec_from_env(environ), ttl=ttl, audience=audience, **options)
