@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statecodec import ConfigurationError, KeyRing, format_keys, generate_key, parse_keys
+from statecodec import ConfigurationError, KeyRing, format_keys, parse_keys
 from statecodec._encoding import b64u_encode
-from statecodec.keys import KEY_ID_LENGTH, MIN_KEY_LENGTH, derive_key, fingerprint
+from statecodec.keys import MIN_KEY_LENGTH, derive_key
 from tests.secrecy import COLLIDING_SECRETS, assert_unreachable
 
 K0 = bytes(range(32))
@@ -57,14 +57,8 @@ def test_valid_ring_order_and_ids() -> None:
     assert len(ring) == 3
     assert ring[0] == K0
     assert ring.key_ids == tuple(hkdf_sha256(k, b"statecodec/v1/key-id", 4).hex() for k in (K0, K1, K2))
-    assert ring.raw_key_ids == tuple(bytes.fromhex(k) for k in ring.key_ids)
-
-
-def test_key_ids_are_stable_values() -> None:
-    # Frozen: a changed label or derivation would orphan every token in flight.
-    assert KeyRing([K0]).key_ids == ("3d7ec38c",)
-    assert KeyRing([K1, K0]).key_ids[1] == "3d7ec38c"
-    assert len(bytes.fromhex(KeyRing([K1]).key_ids[0])) == KEY_ID_LENGTH
+    assert ring.key_ids[0] == "3d7ec38c"  # frozen: a changed label would orphan every token in flight
+    assert list(KeyRing(k for k in (K0, K1))) == [K0, K1]
 
 
 @pytest.mark.parametrize("length", [0, 1, 16, 31])
@@ -131,6 +125,8 @@ def test_single_key_instead_of_a_list_is_refused(single: object) -> None:
 
 @pytest.mark.parametrize("keys", [[], (), iter([])])
 def test_empty_ring_is_refused(keys: object) -> None:
+    with pytest.raises(ValueError, match="at least one key"):  # a ConfigurationError is a ValueError
+        KeyRing(keys)  # type: ignore[arg-type]
     message = config_error(keys)
     assert "at least one key" in message
     assert HOW_TO in message
@@ -141,20 +137,11 @@ def test_non_iterable_keys_are_a_configuration_error(keys: object) -> None:
     assert "list of byte-string secrets" in config_error(keys)
 
 
-def test_configuration_error_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="keys\\[0\\]"):
-        KeyRing([b"short"])
-
-
 def test_ring_copies_mutable_secrets() -> None:
     mutable = bytearray(K0)
     ring = KeyRing([mutable])
     mutable[:] = bytes(32)
     assert ring[0] == K0
-
-
-def test_generator_of_keys_is_accepted() -> None:
-    assert list(KeyRing(k for k in (K0, K1))) == [K0, K1]
 
 
 # -- text format -----------------------------------------------------------------------------------
@@ -190,27 +177,15 @@ def test_parse_errors_name_the_position_not_the_value(text: str, expected: str) 
     assert b not in message
 
 
-def test_parsed_short_key_is_refused_by_the_ring() -> None:
-    short = b64u_encode(bytes(range(16)))
-    with pytest.raises(ConfigurationError) as info:
-        KeyRing.parse(f"{b64u_encode(K0)},{short}")
-    assert "keys[1] is 16 bytes" in str(info.value)
-    assert short not in str(info.value)
-
-
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.binary(min_size=32, max_size=64), min_size=1, max_size=5))
 def test_text_format_round_trip(secrets: list[bytes]) -> None:
     assert parse_keys(format_keys(secrets)) == secrets
+    if len(set(secrets)) == len(secrets) and all(len(set(k)) >= 8 for k in secrets):
+        assert KeyRing.parse(KeyRing(secrets).to_text()) == KeyRing(secrets)
     text = format_keys(secrets)
     assert "=" not in text
     assert text.count(",") == len(secrets) - 1
-
-
-def test_to_text_round_trips_the_ring() -> None:
-    ring = KeyRing([K1, K0])
-    assert KeyRing.parse(ring.to_text()) == ring
-    assert ring.to_text() == format_keys([K1, K0])
 
 
 def test_from_env() -> None:
@@ -218,11 +193,6 @@ def test_from_env() -> None:
     assert list(KeyRing.from_env(environ=env)) == [K1, K0]
     other = {"MY_KEYS": b64u_encode(K0)}
     assert list(KeyRing.from_env("MY_KEYS", environ=other)) == [K0]
-
-
-def test_from_env_reads_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("STATECODEC_KEYS", b64u_encode(K2))
-    assert list(KeyRing.from_env()) == [K2]
 
 
 @pytest.mark.parametrize("env", [{}, {"STATECODEC_KEYS": ""}, {"STATECODEC_KEYS": "  \n "}])
@@ -317,12 +287,6 @@ def test_ring_is_not_picklable_or_copyable() -> None:
         copy.deepcopy(ring)
 
 
-def test_ring_has_no_instance_dict() -> None:
-    # __slots__ only: no attribute where a secret could be stashed and dumped by vars().
-    with pytest.raises(TypeError):
-        vars(KeyRing([K0]))
-
-
 def test_equality_by_key_ids() -> None:
     assert KeyRing([K0, K1]) == KeyRing([bytearray(K0), K1])
     assert KeyRing([K0, K1]) != KeyRing([K1, K0])
@@ -331,13 +295,6 @@ def test_equality_by_key_ids() -> None:
 
 
 # -- derivation ------------------------------------------------------------------------------------
-
-
-def test_generate_key() -> None:
-    keys = {generate_key() for _ in range(16)}
-    assert len(keys) == 16
-    assert all(len(k) == MIN_KEY_LENGTH for k in keys)
-    assert len(KeyRing.generate()) == 1
 
 
 def test_derive_key_is_hkdf_sha256_and_separates_uses() -> None:
@@ -349,8 +306,3 @@ def test_derive_key_is_hkdf_sha256_and_separates_uses() -> None:
     assert bytes.fromhex(KeyRing([K0]).key_ids[0]) not in (aes[:4], xaes[:4])
     assert KeyRing([K0]).subkeys(b"statecodec/v1/aes-256-gcm") == [(bytes.fromhex("3d7ec38c"), aes)]
     assert derive_key(K0, b"x", 64) == hkdf_sha256(K0, b"x", 64)
-
-
-def test_fingerprint() -> None:
-    assert fingerprint(b"blob", b"label") == hashlib.sha256(b"labelblob").digest()[:KEY_ID_LENGTH]
-    assert fingerprint(b"blob", b"label") != fingerprint(b"blob", b"other")

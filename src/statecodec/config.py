@@ -1,49 +1,18 @@
-"""Codec kinds: build the codec the environment or a JSON file describes, failing at start-up, never per token.
+"""Codec kinds: build the codec the environment or a JSON file describes, at start-up, never per token.
 
-Threat: a misread configuration (a typo in a variable name, a key file that
-is not there, a kind nobody implements) must not start a server that seals
-under the wrong key or silently under none. Every problem raises
-`ConfigurationError` before any token is sealed, with a message that names
-the variable and says how to fix it, and never echoes a secret.
+Threat: a misread configuration (a typo in a name, a key file that is not
+there, a kind nobody implements) must not start a server that seals under
+the wrong key or silently under none. Every problem is a `ConfigurationError`
+before any token is sealed, naming the setting and how to fix it, never a
+secret. ``STATECODEC_CODEC`` picks the kind (default ``aesgcm`` when
+``STATECODEC_KEYS`` or ``STATECODEC_KEYS_FILE`` is set); each kind's builder
+reads its other ``STATECODEC_*`` settings through `statecodec._settings`
+(docs/configuration.md lists them all). A config file holds the same
+settings as the members of one JSON object.
 
-Environment variables (a config file takes the same names as JSON keys):
-
-``STATECODEC_CODEC``
-    Which codec to build: one of the kinds in `BUILDERS` (``aesgcm``,
-    ``xaesgcm``, ...). Optional when ``STATECODEC_KEYS`` or
-    ``STATECODEC_KEYS_FILE`` is set, in which case it defaults to ``aesgcm``.
-``STATECODEC_KEYS``
-    The key ring in the text format of `statecodec.keys`: unpadded base64url
-    secrets of at least 32 bytes, comma-separated, the sealing key first
-    (``statecodec keygen`` prints one). Secret.
-``STATECODEC_KEYS_FILE``
-    Path of a file holding the key ring in the same format (one key per line
-    or comma-separated; ``#`` comments and blank lines ignored). Set this or
-    ``STATECODEC_KEYS``, not both.
-``STATECODEC_MAX_TOKEN_LENGTH``
-    Optional cap, in characters, on any token the codec will look at; a
-    decimal integer. Defaults to 131072 (128 Ki characters, room for a 64 KiB
-    payload).
-
-Codecs backed by a KMS, Vault or JOSE read further ``STATECODEC_*``
-variables, documented by their builders.
-
-Config file (`codec_from_file`): one JSON object whose members are the
-variables above, for example::
-
-    {"STATECODEC_CODEC": "xaesgcm", "STATECODEC_KEYS_FILE": "keys.txt",
-     "STATECODEC_MAX_TOKEN_LENGTH": 65536}
-
-Values are strings; integers are accepted for numeric settings and a list of
-strings for ``STATECODEC_KEYS``. A relative path in a member whose name ends
-in ``_FILE`` is resolved against the config file's directory. Members that
-do not start with ``STATECODEC_``, and members the chosen kind's builder does
-not read, are refused, so a typo cannot pass for an unused setting.
-
-Adding a codec kind is one entry in `BUILDERS`: the kind maps to a builder,
-a callable ``(settings: Mapping[str, str]) -> codec``, or to its import path
-``"package.module:function"``, resolved only when that kind is chosen so an
-optional dependency is imported only by those who use it.
+Adding a kind is one entry in `BUILDERS`: a builder ``(settings) -> codec``,
+or its import path ``"package.module:function"``, resolved only when that
+kind is chosen so an optional dependency is imported only by those who use it.
 """
 
 from __future__ import annotations

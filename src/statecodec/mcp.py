@@ -1,32 +1,20 @@
 """Protect an MCP server's ``requestState`` with a statecodec codec in one line.
 
-Threat: a server fleet that keeps the SDK's default process-local key rejects
-every retry that lands on another instance or survives a restart, and a
+Threat: a fleet that keeps the SDK's default process-local key rejects every
+retry that lands on another instance or survives a restart, and a
 hand-rolled policy is where keys get hard-coded. `security_from_env` builds
-the SDK's `RequestStateSecurity` around the codec the environment describes
-(see `statecodec.config`), so keys stay in the deployment's secret store::
-
-    from mcp.server.mcpserver import MCPServer
-    from statecodec.mcp import security_from_env
+the SDK's `RequestStateSecurity` around the codec the environment describes::
 
     server = MCPServer("billing", request_state_security=security_from_env())
 
-`security(codec)` does the same for a codec built in code. The SDK still
-stamps and checks expiry, request binding, audience and principal around
-every codec, and answers every refusal with its fixed -32602 error. It logs
-a reason only for its own `InvalidRequestState`: a codec that raises anything
-else is refused just the same but logged as "codec error" with a traceback.
-Both functions therefore hand the SDK an `SDKCodec`, which re-raises each
-`InvalidToken` as `InvalidRequestState` with our reason code; pass a
-statecodec codec through them, not to `RequestStateSecurity(codec=...)` as it is.
-
-A lowlevel `Server` uses the SDK's own boundary:
-``server.middleware.append(RequestStateBoundary(security(codec), default_audience="billing"))``
-(from ``mcp.server.request_state``).
-
-The MCP SDK is an optional dependency (``pip install 'statecodec[mcp]'``);
-it is imported when these functions are called, not when this module is, and
-`import statecodec` never imports this module.
+`security(codec)` does the same for a codec built in code; a lowlevel
+`Server` appends the SDK's own ``RequestStateBoundary(security(codec), ...)``.
+The SDK stamps and checks expiry, request binding, audience and principal
+around the codec and answers every refusal with its fixed -32602 error, but
+logs a reason only for its own `InvalidRequestState`: both functions hand it
+an `SDKCodec`, so the log names our reason code. The SDK (``pip install
+'statecodec[mcp]'``) is imported when they are called, never by
+`import statecodec`.
 """
 
 from __future__ import annotations
