@@ -20,29 +20,13 @@ KEY_B = generate_key()
 KEYS_TEXT = format_keys([KEY_A, KEY_B])
 
 
-def test_default_kind_is_aesgcm_when_keys_are_set() -> None:
+def test_default_kind_is_aesgcm_and_the_kind_is_case_insensitive() -> None:
     codec = cfg.codec_from_env({"STATECODEC_KEYS": KEYS_TEXT})
     assert type(codec) is AESGCMCodec
     assert codec.key_ids == AESGCMCodec([KEY_A, KEY_B]).key_ids
     assert codec.max_token_length == DEFAULT_MAX_TOKEN_LENGTH
-    # keys[0] seals, every key unseals: a token of the second key alone verifies.
-    assert codec.unseal(AESGCMCodec([KEY_B]).seal(b"x")) == b"x"
-
-
-def test_xaesgcm_kind_and_max_token_length() -> None:
     env = {"STATECODEC_CODEC": "XAESGCM", "STATECODEC_KEYS": KEYS_TEXT, "STATECODEC_MAX_TOKEN_LENGTH": "4096"}
-    codec = cfg.codec_from_env(env)
-    assert type(codec) is XAESGCMCodec
-    assert codec.max_token_length == 4096
-    assert codec.unseal(codec.seal(b"payload")) == b"payload"
-
-
-def test_keys_from_file(tmp_path: Path) -> None:
-    path = tmp_path / "keys.txt"
-    path.write_text(f"# primary first\n{format_keys([KEY_B])}\n\n{format_keys([KEY_A])}\n")
-    codec = cfg.codec_from_env({"STATECODEC_KEYS_FILE": str(path)})
-    assert isinstance(codec, AESGCMCodec)
-    assert codec.key_ids == AESGCMCodec([KEY_B, KEY_A]).key_ids
+    assert type(cfg.codec_from_env(env)) is XAESGCMCodec
 
 
 @pytest.mark.parametrize(
@@ -118,21 +102,13 @@ def _write(path: Path, doc: object) -> Path:
 
 def test_codec_from_file(tmp_path: Path) -> None:
     (tmp_path / "keys.txt").write_text(KEYS_TEXT)
-    conf = _write(
-        tmp_path / "statecodec.json",
-        {"STATECODEC_CODEC": "xaesgcm", "STATECODEC_KEYS_FILE": "keys.txt", "STATECODEC_MAX_TOKEN_LENGTH": 2048},
-    )
-    codec = cfg.codec_from_file(conf)
+    conf = {"STATECODEC_CODEC": "xaesgcm", "STATECODEC_KEYS_FILE": "keys.txt", "STATECODEC_MAX_TOKEN_LENGTH": 2048}
+    codec = cfg.codec_from_file(_write(tmp_path / "statecodec.json", conf))
     assert type(codec) is XAESGCMCodec
     assert codec.max_token_length == 2048
     assert codec.key_ids == XAESGCMCodec([KEY_A, KEY_B]).key_ids
-
-
-def test_codec_from_file_accepts_a_key_list(tmp_path: Path) -> None:
-    conf = _write(tmp_path / "c.json", {"STATECODEC_KEYS": [format_keys([KEY_B]), format_keys([KEY_A])]})
-    codec = cfg.codec_from_file(conf)
-    assert isinstance(codec, AESGCMCodec)
-    assert codec.key_ids == AESGCMCodec([KEY_B, KEY_A]).key_ids
+    listed = _write(tmp_path / "c.json", {"STATECODEC_KEYS": [format_keys([KEY_B]), format_keys([KEY_A])]})
+    assert cfg.codec_from_file(listed).key_ids == AESGCMCodec([KEY_B, KEY_A]).key_ids  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -182,13 +158,6 @@ def test_a_broken_key_file_named_by_a_config_file_keeps_no_secret_in_the_chain(t
     assert_unreachable(info.value, KEY_A, KEY_B)
 
 
-def test_the_settings_tracker_holds_secrets_and_does_not_pickle() -> None:
-    tracker = ReadTracker({"STATECODEC_KEYS": KEYS_TEXT})
-    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
-        with pytest.raises(TypeError, match="not picklable"):
-            pickle.dumps(tracker, protocol=protocol)
-
-
 def test_a_misspelt_or_foreign_member_is_refused(tmp_path: Path) -> None:
     """A typo must not pass as an unused setting and leave the default in force."""
     keys = format_keys([KEY_A])
@@ -202,6 +171,8 @@ def test_a_misspelt_or_foreign_member_is_refused(tmp_path: Path) -> None:
     assert keys not in str(info.value)
     spelt = _write(tmp_path / "ok.json", {"STATECODEC_KEYS": keys, "STATECODEC_MAX_TOKEN_LENGTH": "1000"})
     assert cfg.codec_from_file(spelt).max_token_length == 1000  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="not picklable"):  # the settings it tracks may hold keys
+        pickle.dumps(ReadTracker({"STATECODEC_KEYS": keys}))
 
 
 def test_codec_from_file_missing_and_oversized(tmp_path: Path) -> None:

@@ -101,26 +101,24 @@ def test_a_key_id_collision_is_named_as_such_with_what_to_do() -> None:
     secrets_absent(message, first, second)
 
 
-def test_str_key_is_refused_with_a_pointer_to_the_parser() -> None:
-    text = b64u_encode(K0)
-    message = config_error([text])
-    assert "keys[0] must be bytes, got str" in message
-    assert "parse_keys" in message
-    assert text not in message
-
-
-@pytest.mark.parametrize("value", [None, 32, 3.0, [K0], ("x",)])
-def test_non_bytes_key_is_refused(value: object) -> None:
-    message = config_error([K0, value])
-    assert "keys[1] must be bytes" in message
-
-
-@pytest.mark.parametrize("single", [K0, bytearray(K0), memoryview(K0), b64u_encode(K0)])
-def test_single_key_instead_of_a_list_is_refused(single: object) -> None:
-    message = config_error(single)
-    assert "keys=[key]" in message
-    if isinstance(single, str):
-        assert single not in message
+@pytest.mark.parametrize(
+    ("keys", "expected"),
+    [
+        ([K0, b64u_encode(K0)], "keys[1] must be bytes, got str (parse text keys with statecodec.parse_keys"),
+        ([K0, None], "keys[1] must be bytes"),
+        ([K0, 32], "keys[1] must be bytes"),
+        ([K0, [K0]], "keys[1] must be bytes"),
+        (K0, "keys=[key]"),
+        (memoryview(K0), "keys=[key]"),
+        (b64u_encode(K0), "keys=[key]"),
+        (None, "list of byte-string secrets"),
+        (5, "list of byte-string secrets"),
+    ],
+)
+def test_wrong_types_are_refused_saying_what_to_pass(keys: object, expected: str) -> None:
+    message = config_error(keys)
+    assert expected in message
+    secrets_absent(message, K0)
 
 
 @pytest.mark.parametrize("keys", [[], (), iter([])])
@@ -130,11 +128,6 @@ def test_empty_ring_is_refused(keys: object) -> None:
     message = config_error(keys)
     assert "at least one key" in message
     assert HOW_TO in message
-
-
-@pytest.mark.parametrize("keys", [None, 5, object()])
-def test_non_iterable_keys_are_a_configuration_error(keys: object) -> None:
-    assert "list of byte-string secrets" in config_error(keys)
 
 
 def test_ring_copies_mutable_secrets() -> None:
@@ -227,10 +220,6 @@ def test_from_file_errors(tmp_path: Path) -> None:
     missing = tmp_path / "missing.txt"
     with pytest.raises(ConfigurationError, match="cannot read key file"):
         KeyRing.from_file(missing)
-    binary = tmp_path / "binary.key"
-    binary.write_bytes(b"\xff\xfe" + K0)
-    with pytest.raises(ConfigurationError, match="not UTF-8"):
-        KeyRing.from_file(binary)
     bad = tmp_path / "bad.txt"
     secret_text = b64u_encode(K0)
     bad.write_text(f"{secret_text}\nnot a key!\n", encoding="utf-8")

@@ -46,11 +46,3 @@ def test_no_module_declares_a_second_codec_protocol() -> None:
 
 def test_every_registered_codec_satisfies_the_runtime_check() -> None:
     assert all(isinstance(codec, Codec) for codec in CODECS.values())
-
-
-def test_an_object_without_unseal_is_not_a_codec() -> None:
-    class SealOnly:
-        def seal(self, payload: bytes) -> str:
-            return "x"
-
-    assert not isinstance(SealOnly(), Codec)
