@@ -5,16 +5,9 @@ every request (KMS calls take tens to hundreds of milliseconds) and makes the
 KMS a per-request dependency. `EnvelopeCodec` asks its `KeyWrapper` to unwrap
 each data key exactly once, at construction; after that seal and unseal are
 local AES-256-GCM with zero provider calls, and keep working if the KMS goes
-away. The data keys live only in this process's memory: the configuration
-holds wrapped blobs, which are useless without the KMS key and its context.
-
-A wrapped-key ring is written like a key ring: unpadded base64url blobs,
-comma-separated, the primary (sealing) key first::
-
-    STATECODEC_WRAPPED_KEYS=AQIDAHh...,AQIDAHj...
-
-Rotation is the same three phases as for `AESGCMCodec`: ``[old, new]``, then
-``[new, old]``, then ``[new]`` after one token lifetime.
+away. The configuration holds only wrapped blobs (unpadded base64url,
+comma-separated, the sealing key first), useless without the KMS key and its
+context; rotation is the three phases of a key ring.
 """
 
 from __future__ import annotations
@@ -32,13 +25,9 @@ from statecodec.aead import _Ring, _RingCodec, check_ring_cap
 from statecodec.errors import ConfigurationError, InvalidToken, ProviderError
 from statecodec.keys import KEY_ID_LENGTH, MIN_KEY_LENGTH, check_unique_ids, derive_key
 
+# Largest wrapped data key handed to a provider, in bytes: AWS KMS blobs of a 32-byte key are under 200
+# bytes, Cloud KMS under 150, Vault under 120; a hostile configuration cannot ship megabytes to the KMS.
 MAX_WRAPPED_KEY_LENGTH = 4096
-"""Largest wrapped data key, in bytes, handed to a provider.
-
-AWS KMS ciphertext blobs for a 32-byte key are under 200 bytes, Cloud KMS
-under 150, Vault transit strings under 120: the cap leaves ample room while
-keeping a hostile configuration from shipping megabytes to the KMS.
-"""
 
 _KEY_INFO = b"statecodec/v1/envelope/aes-256-gcm"
 _KEY_ID_LABEL = b"statecodec/v1/envelope/key-id"
@@ -63,20 +52,15 @@ class KeyWrapper(Protocol):
       corrupted wrapped key), with bounded retries where retrying can help,
       and never contains key material.
     - `describe()` names the key (ARN, resource name, mount and key) and
-      nothing secret.
+      nothing secret; `new_wrapped_key(context)` returns a fresh random
+      32-byte data key in wrapped form only.
     """
 
-    def describe(self) -> str:
-        """The provider and key, for messages and `repr`; nothing secret."""
-        ...
+    def describe(self) -> str: ...
 
-    def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
-        """Decrypt a wrapped data key, checking `context`; `ProviderError` otherwise."""
-        ...
+    def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes: ...
 
-    def new_wrapped_key(self, context: Mapping[str, str]) -> bytes:
-        """A fresh random 32-byte data key, returned only in wrapped form."""
-        ...
+    def new_wrapped_key(self, context: Mapping[str, str]) -> bytes: ...
 
 
 def default_context(audience: str | None = None) -> dict[str, str]:

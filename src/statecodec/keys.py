@@ -1,25 +1,21 @@
 """Key material, key ids and key rings; loading keys from the environment or a file.
 
 Threat: a weak, duplicated or leaked secret undoes every guarantee above it.
-A ring refuses secrets shorter than 32 bytes or with almost no variety (a
-password, a repeated byte), refuses duplicates, and never shows a secret in
-its `repr`. Each secret is stretched with HKDF-SHA256 under a statecodec
-label per use, so the same bytes used elsewhere (another library, another
-codec here) yield unrelated keys.
+A ring refuses secrets under 32 bytes or with almost no variety (a password,
+a repeated byte) and duplicates, and never shows a secret in its `repr`.
+Each secret is stretched with HKDF-SHA256 under a label per use, so the same
+bytes used elsewhere yield unrelated keys.
 
-Text format (``STATECODEC_KEYS``, key files, ``statecodec keygen``): keys are
-unpadded base64url of at least 32 bytes, separated by commas or newlines;
-the first key seals, every key unseals. In files, blank lines and lines
-starting with ``#`` are ignored. Example with two keys (rotation phase 2)::
-
-    STATECODEC_KEYS=k1Gx...43 chars...,Zt0q...43 chars...
+Text format (``STATECODEC_KEYS``, key files, ``statecodec keygen``): unpadded
+base64url keys separated by commas or newlines, the sealing key first; in
+files, blank lines and lines starting with ``#`` are ignored.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from hmac import compare_digest
 from pathlib import Path
 
@@ -180,9 +176,6 @@ class KeyRing(Sequence[bytes]):
 
     def __len__(self) -> int:
         return len(self._secrets)
-
-    def __iter__(self) -> Iterator[bytes]:
-        return iter(self._secrets)
 
     def __repr__(self) -> str:
         return f"KeyRing(key_ids={list(self.key_ids)!r})"

@@ -44,14 +44,11 @@ def _sdk() -> tuple[type[RequestStateSecurity], type[InvalidRequestState]]:
 
 
 class SDKCodec:
-    """A statecodec codec as the SDK's `RequestStateCodec`, refusing with the SDK's `InvalidRequestState`.
+    """`codec` as the SDK's `RequestStateCodec`: each `InvalidToken` becomes `InvalidRequestState(reason)`.
 
-    Threat: the SDK's boundary logs the reason code only of an
-    `InvalidRequestState`; every other exception from a codec becomes "codec
-    error" with a traceback, which hides from the operator which probe was
-    refused. `unseal` re-raises each `InvalidToken` as `InvalidRequestState`
-    carrying the same reason code and no exception chain; `seal` and every
-    accepted token pass through unchanged. `codec` is the wrapped codec.
+    Threat: the SDK logs the reason of its own `InvalidRequestState` only; any
+    other exception becomes "codec error" with a traceback, hiding which probe
+    was refused. The refusal carries the same reason code and no exception chain.
     """
 
     __slots__ = ("_refusal", "codec")
