@@ -10,9 +10,9 @@ port and measures, in one run, on a ~300-byte payload:
 3. how late a concurrent task on the same asyncio loop wakes: a ticker
    sleeps 1 ms at a time and records its lateness while a request task
    seals and unseals one token every 5 ms, with no codec, the local codec,
-   transit, transit with Vault stopped (connection refused) and transit with
-   a silent Vault (accepts connections, never answers: each probe waits for
-   the read timeout, then the outage window fails calls at once).
+   transit, transit with a silent Vault (paused: it accepts connections and
+   never answers, so each probe waits for the read timeout, then the outage
+   window fails calls at once) and with Vault stopped (connection refused).
 
 Run: ``python benchmarks/vault_loop.py [--samples N] [--duration S]``.
 """
@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.plugins.vault import BaoServer, start_bao
+from tests.plugins.vault import BaoServer, CallLog, start_bao
 
 from statecodec import AESGCMCodec, EnvelopeCodec, InvalidToken, ProviderError
 from statecodec.envelope import new_wrapped_key
@@ -130,8 +129,8 @@ async def _ticker(work: Callable[[], object] | None, duration: float) -> list[fl
     return lags
 
 
-def _row(name: str, lags: list[float], calls: list[int] | None = None) -> None:
-    extra = f" {calls[0]:>10}" if calls is not None else f" {'':>10}"
+def _row(name: str, lags: list[float], calls: int | str = "") -> None:
+    extra = f" {calls:>10}"
     print(f"   {name:40} {statistics.median(lags):8.2f} {p99(lags):8.2f} {max(lags):8.1f}{extra}")
 
 
@@ -142,12 +141,6 @@ def loop_delay(server: BaoServer, key: str, duration: float) -> None:
     try:
         codec = VaultTransitCodec(client, key, outage_backoff=1.0)
         token = codec.seal(PAYLOAD)
-        vault_calls = [0]
-        inner_post = client.adapter.post
-
-        def counting_post(*args: Any, **kwargs: Any) -> Any:
-            vault_calls[0] += 1
-            return inner_post(*args, **kwargs)
 
         def transit() -> None:
             codec.unseal(codec.seal(PAYLOAD))
@@ -166,19 +159,14 @@ def loop_delay(server: BaoServer, key: str, duration: float) -> None:
         _row("no codec work", asyncio.run(_ticker(None, duration)))
         _row("AESGCMCodec", asyncio.run(_ticker(lambda: local.unseal(local.seal(PAYLOAD)), duration)))
         _row("VaultTransitCodec", asyncio.run(_ticker(transit, duration)))
-        # Count calls from here on (the codec bound the original post at construction).
-        codec._transit._post = counting_post
-        host, port = server.addr.removeprefix("http://").split(":")
+        calls = CallLog(client)  # counts Vault calls from here on
+        with server.paused():  # SIGSTOP: connections complete, nobody answers
+            silent = asyncio.run(_ticker(transit_failing, duration))
+        _row("transit, Vault silent (0.25 s timeout)", silent, calls.count())
+        calls.reset()
+        codec._window.answered()  # close the window the silent server opened
         server.stop()
-        _row("transit, Vault stopped", asyncio.run(_ticker(transit_failing, duration)), vault_calls)
-        client.adapter.session.close()
-        vault_calls[0] = 0
-        codec._window.answered()  # close the window the stopped server opened
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:
-            silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            silent.bind((host, int(port)))
-            silent.listen(64)  # never accepted: connections complete, nobody answers
-            _row("transit, Vault silent (0.25 s timeout)", asyncio.run(_ticker(transit_failing, duration)), vault_calls)
+        _row("transit, Vault stopped", asyncio.run(_ticker(transit_failing, duration)), calls.count())
     finally:
         client.adapter.close()
 

@@ -1,10 +1,4 @@
-"""The per-token transit outage window: one rule, driven by an injected clock.
-
-A failure opens or doubles the window only if its call started at or after
-the moment the current window was set; the window is capped; an answer closes
-it. Real threads against a paused OpenBao are in
-`tests/integration/test_vault_faults.py`.
-"""
+"""The per-token transit outage window, driven by a hand-moved clock (a paused OpenBao: test_vault_faults.py)."""
 
 from __future__ import annotations
 
@@ -14,54 +8,34 @@ from hypothesis import strategies as st
 
 pytest.importorskip("hvac")
 
-from statecodec.providers.vault import MAX_OUTAGE_BACKOFF, _OutageWindow
+from statecodec.providers._vault_api import Failure, FailureKind
+from statecodec.providers._vault_transit import _MAX_OUTAGE_BACKOFF, _OutageWindow
+from tests.plugins.vault import Clock
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+DOWN = Failure(FailureKind.OUTAGE, "Vault did not answer")
 
 
 def open_until(window: _OutageWindow, clock: Clock) -> float:
-    """The first moment, from now, at which the window lets a call through (probed on a copy of time)."""
+    """The first moment, from now, at which the window lets a call through (the clock is put back)."""
     saved = clock.now
-    t = saved
     while window.start()[1] is not None:
-        t += 0.125
-        clock.now = t
-    clock.now = saved
-    return t
+        clock.now += 0.125
+    opened, clock.now = clock.now, saved
+    return opened
 
 
-def test_calls_in_flight_when_vault_stalls_count_once() -> None:
-    clock = Clock()
-    window = _OutageWindow(1.0, clock)
-    started = [window.start()[0] for _ in range(8)]  # eight calls in flight at t=0
-    clock.now = 0.5
-    for i, t in enumerate(started):  # each times out a little after the previous
-        clock.now = 0.5 + i / 100
-        window.failed(t, "Vault did not answer")
-    # One window of `base`, set by the first failure: 0.5 to 1.5.
-    clock.now = 1.0
-    assert window.start() == (1.0, "Vault did not answer")
-    clock.now = 1.5
-    assert window.start() == (1.5, None)
-
-
-def test_a_window_doubles_only_after_it_expired() -> None:
+def test_a_window_names_the_cause_and_doubles_only_after_it_expired() -> None:
     clock = Clock()
     window = _OutageWindow(1.0, clock)
     first, _ = window.start()
-    window.failed(first, "down")  # window 0 to 1
+    window.failed(first, DOWN)  # window 0 to 1
+    assert window.start()[1] == Failure(FailureKind.OUTAGE, "Vault did not answer (backing off)")
     clock.now = 1.0
     second, down = window.start()
     assert down is None
     clock.now = 1.5
-    window.failed(second, "down")  # started after the window was set: doubles, 1.5 to 3.5
-    window.failed(first, "down")  # a straggler from before: ignored
+    window.failed(second, DOWN)  # started after the window was set: doubles, 1.5 to 3.5
+    window.failed(first, DOWN)  # a straggler from before: ignored
     assert open_until(window, clock) == 3.5
 
 
@@ -69,43 +43,32 @@ def test_an_answer_closes_the_window_and_resets_its_length() -> None:
     clock = Clock()
     window = _OutageWindow(2.0, clock)
     for _ in range(4):
-        started, _ = window.start()
-        window.failed(started, "down")
+        window.failed(window.start()[0], DOWN)
         clock.now = open_until(window, clock)
     stale = window.start()[0] - 100.0  # a call in flight before the last window was set
     window.answered()
     assert window.start()[1] is None
-    window.failed(stale, "down")  # an old timeout reported after the answer does not reopen it
+    window.failed(stale, DOWN)  # an old timeout reported after the answer does not reopen it
     assert window.start()[1] is None
-    started, _ = window.start()
-    window.failed(started, "down")
+    window.failed(window.start()[0], DOWN)
     assert open_until(window, clock) == clock.now + 2.0
 
 
-def test_the_window_is_capped_and_never_overflows() -> None:
+def test_the_window_is_capped_never_overflows_and_a_zero_base_never_refuses() -> None:
     clock = Clock()
     window = _OutageWindow(1.0, clock)
     for _ in range(2000):  # far past 2**1024, where a float product of 2**n overflows
         started, down = window.start()
         assert down is None
-        window.failed(started, "down")
-        clock.now += MAX_OUTAGE_BACKOFF
-    started, _ = window.start()
-    window.failed(started, "down")
-    assert open_until(window, clock) == clock.now + MAX_OUTAGE_BACKOFF
-    # A base above the cap is capped from the first window.
-    big = _OutageWindow(60.0, clock)
-    big.failed(big.start()[0], "down")
-    assert open_until(big, clock) == clock.now + MAX_OUTAGE_BACKOFF
-
-
-def test_a_zero_base_never_refuses() -> None:
-    clock = Clock()
-    window = _OutageWindow(0.0, clock)
-    for _ in range(5):
-        started, down = window.start()
-        assert down is None
-        window.failed(started, "down")
+        window.failed(started, DOWN)
+        clock.now += _MAX_OUTAGE_BACKOFF
+    window.failed(window.start()[0], DOWN)
+    assert open_until(window, clock) == clock.now + _MAX_OUTAGE_BACKOFF
+    big, zero = _OutageWindow(60.0, clock), _OutageWindow(0.0, clock)  # a base above the cap is capped at once
+    big.failed(big.start()[0], DOWN)
+    assert open_until(big, clock) == clock.now + _MAX_OUTAGE_BACKOFF
+    zero.failed(zero.start()[0], DOWN)
+    assert zero.start()[1] is None
 
 
 @given(
@@ -117,13 +80,12 @@ def test_concurrent_failures_open_one_base_window(calls: list[tuple[float, float
     """However many calls started before the first failure, and whenever they fail, one base window."""
     clock = Clock()
     window = _OutageWindow(base, clock)
-    first_failure = 1.0
-    clock.now = first_failure
-    window.failed(min(start for start, _ in calls), "down")
+    clock.now = 1.0
+    window.failed(min(start for start, _ in calls), DOWN)
     for started, delay in calls:
-        clock.now = first_failure + delay * base  # later failures, inside the window
-        window.failed(started, "down")
-    clock.now = first_failure
-    assert window.start()[1] == "down"
-    clock.now = first_failure + base
+        clock.now = 1.0 + delay * base  # later failures, inside the window
+        window.failed(started, DOWN)
+    clock.now = 1.0
+    assert window.start()[1] is not None
+    clock.now = 1.0 + base
     assert window.start()[1] is None

@@ -47,8 +47,8 @@ BUILDERS: dict[str, Builder | str] = {
     "gcp-kms": "statecodec.providers.gcp_kms:build_codec",
     "vault-envelope": "statecodec.providers.vault:envelope_codec_from_settings",
     "vault-transit": "statecodec.providers.vault:transit_codec_from_settings",
-    "jwe": "statecodec.jose._settings:build_jwe",
-    "jws": "statecodec.jose._settings:build_jws",
+    "jwe": "statecodec.jose.jwe:from_settings",
+    "jws": "statecodec.jose.jws:from_settings",
 }
 """Codec kinds (values of ``STATECODEC_CODEC``) and their builders or import paths."""
 

@@ -1,38 +1,53 @@
-"""Vault codecs from the environment, a config file and the `statecodec kms` command, on a real OpenBao."""
+"""Vault codecs from the environment, a config file and `statecodec kms`, and TLS settings, on a real OpenBao."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from tests.plugins.vault import BaoServer, transit_policy
+from tests.plugins.vault import BaoServer, client_for, reason, transit_policy
 
-from statecodec import EnvelopeCodec, InvalidToken, Reason, VaultTransitCodec
+from statecodec import EnvelopeCodec, ProviderError, Reason, VaultTransitCodec
 from statecodec.cli.main import main
 from statecodec.config import codec_from_env, codec_from_file
 
 pytestmark = pytest.mark.integration
 
 
-def _base(server: BaoServer, key: str) -> dict[str, str]:
-    return {"VAULT_ADDR": server.addr, "VAULT_TOKEN": server.root_token, "STATECODEC_VAULT_KEY": key}
+def _env(server: BaoServer, key: str, **more: str) -> dict[str, str]:
+    return {"VAULT_ADDR": server.addr, "VAULT_TOKEN": server.root_token, "STATECODEC_VAULT_KEY": key, **more}
 
 
-def test_transit_from_env(vault_server: BaoServer) -> None:
+def test_transit_from_env_binds_its_context(vault_server: BaoServer) -> None:
+    env = _env(vault_server, vault_server.new_key(), STATECODEC_CODEC="vault-transit")
+    a, b = (codec_from_env({**env, "STATECODEC_VAULT_CONTEXT": f"audience={x}"}) for x in "ab")
+    assert isinstance(a, VaultTransitCodec)
+    assert isinstance(b, VaultTransitCodec)
+    with a, b:
+        assert dict(a.context) == {"audience": "a"}
+        token = a.seal(b"env")
+        assert a.unseal(token) == b"env"
+        assert reason(b.unseal, token) is Reason.SEAL
+
+
+def test_transit_from_file_with_approle(vault_server: BaoServer, tmp_path: Path) -> None:
     key = vault_server.new_key()
-    env = {**_base(vault_server, key), "STATECODEC_CODEC": "vault-transit", "STATECODEC_VAULT_CONTEXT": "audience=a"}
-    codec = codec_from_env(env)
+    policy = transit_policy("transit", key, ("keys", "encrypt", "decrypt"))
+    role_id, secret_id = vault_server.approle(f"cfg-{key}", policy)
+    (tmp_path / "secret-id").write_text(secret_id)
+    settings = {
+        "STATECODEC_CODEC": "vault-transit",
+        "STATECODEC_VAULT_ADDR": vault_server.addr,
+        "STATECODEC_VAULT_KEY": key,
+    }
+    settings |= {"STATECODEC_VAULT_ROLE_ID": role_id, "STATECODEC_VAULT_SECRET_ID_FILE": "secret-id"}  # relative
+    (tmp_path / "statecodec.json").write_text(json.dumps({**settings, "STATECODEC_VAULT_TIMEOUT": 3}))
+    codec = codec_from_file(tmp_path / "statecodec.json")
     assert isinstance(codec, VaultTransitCodec)
     with codec:
-        assert dict(codec.context) == {"audience": "a"}
-        token = codec.seal(b"env")
-        assert codec.unseal(token) == b"env"
-        other = codec_from_env({**env, "STATECODEC_VAULT_CONTEXT": "audience=b"})
-        assert isinstance(other, VaultTransitCodec)
-        with other, pytest.raises(InvalidToken) as info:
-            other.unseal(token)
-        assert info.value.reason is Reason.SEAL
+        assert codec.unseal(codec.seal(b"file")) == b"file"
 
 
 def test_kms_check_probes_a_transit_configuration(
@@ -40,7 +55,7 @@ def test_kms_check_probes_a_transit_configuration(
 ) -> None:
     key = vault_server.new_key()
     vault_server.rotate(key)
-    for name, value in {**_base(vault_server, key), "STATECODEC_CODEC": "vault-transit"}.items():
+    for name, value in _env(vault_server, key, STATECODEC_CODEC="vault-transit").items():
         monkeypatch.setenv(name, value)
     assert main(["kms", "check"]) == 0
     out = capsys.readouterr().out
@@ -51,43 +66,22 @@ def test_kms_check_probes_a_transit_configuration(
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_transit_from_file_with_approle(vault_server: BaoServer, tmp_path: Path) -> None:
-    key = vault_server.new_key()
-    role_id, secret_id = vault_server.approle(
-        f"cfg-{key}", transit_policy("transit", key, ("keys", "encrypt", "decrypt"))
-    )
-    (tmp_path / "secret-id").write_text(secret_id)
-    config = tmp_path / "statecodec.json"
-    config.write_text(
-        json.dumps(
-            {
-                "STATECODEC_CODEC": "vault-transit",
-                "STATECODEC_VAULT_ADDR": vault_server.addr,
-                "STATECODEC_VAULT_ROLE_ID": role_id,
-                "STATECODEC_VAULT_SECRET_ID_FILE": "secret-id",
-                "STATECODEC_VAULT_KEY": key,
-                "STATECODEC_VAULT_TIMEOUT": 3,
-            }
-        )
-    )
-    codec = codec_from_file(config)
-    assert isinstance(codec, VaultTransitCodec)
-    with codec:
-        assert codec.unseal(codec.seal(b"file")) == b"file"
-
-
 def test_envelope_through_cli_and_env(
     vault_server: BaoServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     key = vault_server.new_key()
-    for name, value in _base(vault_server, key).items():
+    for name, value in _env(vault_server, key).items():
         monkeypatch.setenv(name, value)
     assert main(["kms", "new-data-key", "--provider", "vault", "--audience", "orders"]) == 0
     wrapped = capsys.readouterr().out.strip()
     assert vault_server.root_token not in wrapped
-    monkeypatch.setenv("STATECODEC_WRAPPED_KEYS", wrapped)
-    monkeypatch.setenv("STATECODEC_KMS_AUDIENCE", "orders")
-    monkeypatch.setenv("STATECODEC_CODEC", "vault-envelope")
+    more = {
+        "STATECODEC_WRAPPED_KEYS": wrapped,
+        "STATECODEC_KMS_AUDIENCE": "orders",
+        "STATECODEC_CODEC": "vault-envelope",
+    }
+    for name, value in more.items():
+        monkeypatch.setenv(name, value)
     codec = codec_from_env()
     assert isinstance(codec, EnvelopeCodec)
     assert codec.unseal(codec.seal(b"cli")) == b"cli"
@@ -101,3 +95,15 @@ def test_envelope_through_cli_and_env(
     err = capsys.readouterr().err
     assert "did not verify" in err
     assert vault_server.root_token not in err
+
+
+# urllib3 warns on every unverified request, as it should; the test asserts the setting took effect.
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
+@pytest.mark.parametrize("verify", ["ca", False])
+def test_verified_against_the_configured_ca_or_not_at_all(vault_server_tls: BaoServer, verify: Any) -> None:
+    key = vault_server_tls.new_key()
+    with client_for(vault_server_tls, verify=str(vault_server_tls.ca_file) if verify else False) as c:
+        codec = VaultTransitCodec(c, key)
+        assert codec.unseal(codec.seal(b"tls")) == b"tls"
+    with client_for(vault_server_tls) as c, pytest.raises(ProviderError, match="TLS handshake failed"):
+        VaultTransitCodec(c, key)  # an unknown CA is refused at start

@@ -1,16 +1,13 @@
-"""Per-token transit when Vault is sealed, stopped or silent: fail closed, fast, and keep serving.
-
-Each test gets its own OpenBao server (`vault_server_fresh`) because it seals,
-pauses or stops it.
-"""
+"""Per-token transit when Vault is sealed, stopped or paused (silent): fail closed, fast, and keep no credential."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import socket
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import anyio
@@ -18,141 +15,94 @@ import pytest
 from mcp import Client, MCPError
 from mcp.types import ElicitResult, InputRequiredResult, InputResponses, TextContent
 from tests.mcp_flows import INVALID_PARAMS, REJECTION_MESSAGE, TOOL, TOOL_ARGS, build_server
-from tests.plugins.vault import BaoServer, CallLog, assert_secret_unreachable, client_for
+from tests.plugins.vault import BaoServer, CallLog, Clock, client_for, reason
+from tests.secrecy import assert_unreachable
 
 from statecodec import InvalidToken, ProviderError, Reason
 from statecodec.mcp import security
 from statecodec.providers import RetryPolicy
-from statecodec.providers.vault import MAX_OUTAGE_BACKOFF, VaultKeyWrapper, VaultTransitCodec, vault_client
+from statecodec.providers.vault import VaultKeyWrapper, VaultTransitCodec, vault_client
 
 pytestmark = pytest.mark.integration
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def live(vault_server_fresh: BaoServer) -> Iterator[tuple[BaoServer, Any, str]]:
-    server = vault_server_fresh
-    key = server.new_key()
-    with client_for(server, timeout=(0.5, 0.5)) as c:
-        yield server, c, key
+    with client_for(vault_server_fresh, timeout=(0.5, 0.5)) as c:
+        yield vault_server_fresh, c, vault_server_fresh.new_key()
 
 
-def test_sealed_vault(live: tuple[BaoServer, Any, str]) -> None:
+def _fault(name: str, server: BaoServer) -> contextlib.AbstractContextManager[object]:
+    if name == "paused":  # SIGSTOP: the kernel still accepts connections, nothing answers
+        return server.paused()
+    server.seal() if name == "sealed" else server.stop()
+    return contextlib.nullcontext()
+
+
+@pytest.mark.parametrize(
+    ("fault", "phrase"),
+    [("sealed", "sealed"), ("stopped", "cannot connect"), ("paused", "did not answer within the read timeout")],
+)
+def test_a_vault_that_cannot_answer_fails_closed(live: tuple[BaoServer, Any, str], fault: str, phrase: str) -> None:
     server, client, key = live
     codec = VaultTransitCodec(client, key, outage_backoff=0)
-    token = codec.seal(b"p")
-    server.seal()
-    with pytest.raises(InvalidToken) as info:
-        codec.unseal(token)
-    assert info.value.reason is Reason.PROVIDER
-    assert info.value.__context__ is None
-    with pytest.raises(ProviderError, match="sealed") as err:
-        codec.seal(b"p")
-    assert server.root_token not in str(err.value)
-    with pytest.raises(ProviderError, match="sealed"):
-        VaultTransitCodec(client, key)
-    with pytest.raises(ProviderError, match="sealed"):
-        codec.reseal(token)
-    # Unsealed again, the same codec carries on: nothing to restart.
-    server.unseal()
-    assert codec.unseal(token) == b"p"
-    assert codec.unseal(codec.seal(b"q")) == b"q"
-
-
-def test_reseal_on_a_non_derived_key_when_vault_is_down(vault_server_fresh: BaoServer) -> None:
-    key = vault_server_fresh.new_key(derived=False)
-    with client_for(vault_server_fresh) as c:
-        codec = VaultTransitCodec(c, key, outage_backoff=0)
-        token = codec.seal(b"p")
-        vault_server_fresh.seal()
-        with pytest.raises(ProviderError, match="could not decrypt"):
-            codec.reseal(token)
-        # A token that fails the local checks is still refused for what it is.
-        with pytest.raises(InvalidToken) as info:
-            codec.reseal(token[:20])
-        assert info.value.reason is Reason.MALFORMED
-
-
-def test_outage_windows_double_and_reset(live: tuple[BaoServer, Any, str]) -> None:
-    server, client, key = live
-    clock = FakeClock()
-    calls = CallLog(client)
-    codec = VaultTransitCodec(client, key, outage_backoff=1.0, clock=clock)
-    token = codec.seal(b"p")
-    server.seal()
-    calls.reset()
-    tried_at = []
-    for _ in range(16):  # one call per simulated second
-        before = calls.count()
-        with pytest.raises(InvalidToken):
-            codec.unseal(token)
-        if calls.count() > before:
-            tried_at.append(clock.now - 1000.0)
-        clock.now += 1.0
-    # Windows of 1, 2, 4 and 8 seconds between the calls that reached Vault.
-    assert tried_at == [0.0, 1.0, 3.0, 7.0, 15.0]
-    server.unseal()
-    clock.now += 16.0
-    assert codec.unseal(token) == b"p"
-    # A success resets the window to `outage_backoff`.
-    server.seal()
-    calls.reset()
-    with pytest.raises(InvalidToken):
-        codec.unseal(token)
-    clock.now += 1.0
-    with pytest.raises(InvalidToken):
-        codec.unseal(token)
-    assert calls.count() == 2
-
-
-def test_a_long_outage_keeps_the_window_at_the_cap(live: tuple[BaoServer, Any, str]) -> None:
-    """Days of outage (thousands of expired windows) neither overflow nor outgrow the cap."""
-    server, client, key = live
-    clock = FakeClock()
-    calls = CallLog(client)
-    codec = VaultTransitCodec(client, key, outage_backoff=1.0, clock=clock)
-    token = codec.seal(b"p")
-    server.seal()
-    calls.reset()
-    for _ in range(1100):  # each call finds the previous window expired, so each one doubles it
+    plain = VaultTransitCodec(client, server.new_key(derived=False), outage_backoff=0)
+    wrapper = VaultKeyWrapper(client, key, retry=RetryPolicy(attempts=1))
+    token, plain_token = codec.seal(b"p"), plain.seal(b"p")
+    with _fault(fault, server):
         with pytest.raises(InvalidToken) as info:
             codec.unseal(token)
         assert info.value.reason is Reason.PROVIDER
-        clock.now += MAX_OUTAGE_BACKOFF
-    assert calls.count() == 1100
-    # The window is at the cap: refused without Vault just before it ends, tried again at its end.
-    with pytest.raises(InvalidToken):
-        codec.unseal(token)
-    clock.now += MAX_OUTAGE_BACKOFF - 0.5
-    with pytest.raises(InvalidToken):
-        codec.unseal(token)
-    assert calls.count() == 1101
+        assert info.value.__context__ is None
+        assert reason(codec.reseal, token[:20]) is Reason.MALFORMED  # still refused for what it is, locally
+        for call in (
+            partial(codec.seal, b"p"),
+            partial(codec.reseal, token),
+            partial(plain.reseal, plain_token),
+            partial(VaultTransitCodec, client, key),
+            partial(wrapper.new_wrapped_key, {"purpose": "p"}),
+        ):
+            with pytest.raises(ProviderError, match=phrase) as err:
+                call()
+            # The `requests` error keeps the request, X-Vault-Token header and all: nothing may reach it.
+            assert err.value.__context__ is None
+            assert_unreachable(err.value, server.root_token.encode())
+    if fault == "sealed":  # unsealed again, the same codec carries on: nothing to restart
+        server.unseal()
+        assert codec.unseal(token) == b"p"
+        assert codec.unseal(codec.seal(b"q")) == b"q"
+
+
+def test_the_codec_keeps_to_its_outage_window(live: tuple[BaoServer, Any, str]) -> None:
+    server, client, key = live
+    clock = Clock()
+    codec = VaultTransitCodec(client, key, outage_backoff=1.0, clock=clock)
+    token = codec.seal(b"p")
+    server.seal()
+    calls = CallLog(client)
+    tried = []
+    for _ in range(8):  # one call per simulated second
+        before = calls.count()
+        assert reason(codec.unseal, token) is Reason.PROVIDER
+        tried.append(calls.count() > before)
+        clock.now += 1.0
+    assert tried == [True, True, False, True, False, False, False, True]  # windows of 1, 2 and 4 s
+    with pytest.raises(ProviderError, match=r"sealed.*\(backing off\)"):
+        codec.seal(b"p")  # inside the 8 s window: refused without a call
+    assert calls.count() == 4
     server.unseal()
-    clock.now += 0.5
+    clock.now += 8.0
     assert codec.unseal(token) == b"p"
 
 
 def test_concurrent_callers_in_a_stall_open_one_window(vault_server_fresh: BaoServer) -> None:
-    """Eight calls in flight when Vault freezes count as one failure: it serves again one window later.
+    """Eight calls in flight when OpenBao is paused (SIGSTOP) count as one failure, not eight.
 
-    The real OpenBao process is paused (SIGSTOP) while eight threads unseal at
-    once; each call waits out the read timeout. Counted once per call, the
-    window would double eight times (to `MAX_OUTAGE_BACKOFF`); counted once, it
-    is `outage_backoff`, so after SIGCONT the codec serves again within one
-    base window. The deadline below is generous (ten seconds over that bound)
-    and still far short of the cap.
+    Counted once per call, the window would double eight times (to the 30 s cap); counted once, the codec serves
+    again within one base window of SIGCONT. The deadline allows ten seconds more, still far short of the cap.
     """
-    server = vault_server_fresh
+    server, base, callers = vault_server_fresh, 1.0, 8
     key = server.new_key()
-    base = 1.0
-    callers = 8
     with client_for(server, timeout=(0.5, 0.5), pool_size=callers) as client:
         codec = VaultTransitCodec(client, key, outage_backoff=base)
         token = codec.seal(b"p")
@@ -161,10 +111,7 @@ def test_concurrent_callers_in_a_stall_open_one_window(vault_server_fresh: BaoSe
 
         def caller() -> None:
             start.wait(timeout=30)
-            try:
-                codec.unseal(token)
-            except InvalidToken as exc:
-                reasons.append(exc.reason)
+            reasons.append(reason(codec.unseal, token))
 
         threads = [threading.Thread(target=caller) for _ in range(callers)]
         with server.paused():
@@ -175,10 +122,8 @@ def test_concurrent_callers_in_a_stall_open_one_window(vault_server_fresh: BaoSe
         resumed = time.monotonic()
         assert not any(t.is_alive() for t in threads)
         assert reasons == [Reason.PROVIDER] * callers
-        deadline = resumed + base + 10.0
-        served = False
-        refusals: set[Reason] = set()
-        while not served and time.monotonic() < deadline:
+        served, refusals = False, set()
+        while not served and time.monotonic() < resumed + base + 10.0:
             try:
                 served = codec.unseal(token) == b"p"
             except InvalidToken as exc:
@@ -188,131 +133,38 @@ def test_concurrent_callers_in_a_stall_open_one_window(vault_server_fresh: BaoSe
         assert refusals <= {Reason.PROVIDER}
 
 
-def test_stopped_vault_and_outage_backoff(live: tuple[BaoServer, Any, str]) -> None:
-    server, client, key = live
-    clock = FakeClock()
-    calls = CallLog(client)
-    codec = VaultTransitCodec(client, key, outage_backoff=5.0, clock=clock)
-    token = codec.seal(b"p")
-    server.stop()
-    calls.reset()
-    with pytest.raises(InvalidToken) as info:
-        codec.unseal(token)
-    assert info.value.reason is Reason.PROVIDER
-    assert calls.count() == 1
-    # Within the backoff window nothing waits on the network: both directions fail at once.
-    with pytest.raises(InvalidToken) as info:
-        codec.unseal(token)
-    assert info.value.reason is Reason.PROVIDER
-    with pytest.raises(ProviderError, match="cannot connect"):
-        codec.seal(b"p")
-    assert calls.count() == 1
-    # Junk is still refused for what it is, without the network.
-    with pytest.raises(InvalidToken) as info:
-        codec.unseal("junk")
-    assert info.value.reason is Reason.MALFORMED
-    clock.now += 5.0
-    with pytest.raises(ProviderError, match="cannot connect"):
-        codec.seal(b"p")
-    assert calls.count() == 2
-    with pytest.raises(ProviderError, match="cannot connect"):
-        VaultTransitCodec(client, key)
-
-
-def test_silent_vault_times_out(live: tuple[BaoServer, Any, str]) -> None:
-    """A Vault that accepts connections but never answers costs one bounded read timeout."""
-    server, client, key = live
-    codec = VaultTransitCodec(client, key, outage_backoff=0)
-    token = codec.seal(b"p")
-    host, port = server.addr.removeprefix("http://").split(":")
-    server.stop()
-    client.adapter.session.close()  # drop pooled connections to the stopped server
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:
-        silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        silent.bind((host, int(port)))
-        silent.listen(16)  # never accepted: the kernel completes the handshake, nobody answers
-        with pytest.raises(InvalidToken) as info:
-            codec.unseal(token)
-        assert info.value.reason is Reason.PROVIDER
-        with pytest.raises(ProviderError, match="did not answer within the read timeout"):
-            codec.seal(b"p")
-
-
-def test_server_keeps_serving_while_vault_is_down(
-    live: tuple[BaoServer, Any, str], caplog: pytest.LogCaptureFixture
-) -> None:
+def test_server_keeps_serving_while_vault_is_down(live: tuple[BaoServer, Any, str], caplog: Any) -> None:
     server, client, key = live
     caplog.set_level(logging.WARNING, logger="mcp.server.request_state")
-    codec = VaultTransitCodec(client, key)
-    mcp_server = build_server(security(codec))
-
-    @mcp_server.tool(name="ping")
-    async def ping() -> str:
-        return "pong"
-
+    mcp_server = build_server(security(VaultTransitCodec(client, key)))
+    mcp_server.tool(name="ping")(lambda: "pong")
     answer: InputResponses = {"region": ElicitResult(action="accept", content={"region": "eu"})}
 
     async def scenario() -> None:
         async with Client(mcp_server) as c:
             first = await c.session.call_tool(TOOL, TOOL_ARGS, allow_input_required=True)
             assert isinstance(first, InputRequiredResult)
-            assert first.request_state is not None
             server.stop()
-            # Round two: the token cannot be checked, so it is refused with the frozen error.
-            with pytest.raises(MCPError) as info:
-                await c.session.call_tool(
-                    TOOL,
-                    TOOL_ARGS,
-                    input_responses=answer,
-                    request_state=first.request_state,
-                    allow_input_required=True,
-                )
-            assert info.value.error.code == INVALID_PARAMS
-            assert info.value.error.message == REJECTION_MESSAGE
-            # A new round one cannot be sealed: an error for that request only.
-            with pytest.raises(MCPError):
+            state = first.request_state
+            with pytest.raises(MCPError) as info:  # round two cannot be checked: the frozen refusal
+                await c.session.call_tool(TOOL, TOOL_ARGS, input_responses=answer, request_state=state)
+            assert (info.value.error.code, info.value.error.message) == (INVALID_PARAMS, REJECTION_MESSAGE)
+            with pytest.raises(MCPError):  # a new round one cannot be sealed: an error for that request only
                 await c.session.call_tool(TOOL, TOOL_ARGS, allow_input_required=True)
-            # Everything that does not need Vault keeps working on the same session.
-            result = await c.call_tool("ping", {})
-            block = result.content[0]
-            assert isinstance(block, TextContent)
-            assert block.text == "pong"
-            tools = await c.list_tools()
-            assert "ping" in {t.name for t in tools.tools}
+            assert (await c.call_tool("ping", {})).content == [TextContent(type="text", text="pong")]
 
     anyio.run(scenario)
     rejections = [r.getMessage() for r in caplog.records if "requestState rejected" in r.getMessage()]
     assert rejections == ["requestState rejected on tools/call: provider"]
 
 
-def _closed_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
-
-
 def test_unreachable_at_start_is_a_clear_error() -> None:
-    port = _closed_port()
-    token = "s.unreachable-vault-token"
-    client = vault_client(f"http://127.0.0.1:{port}", token=token, timeout=(0.5, 0.5))
-    try:
-        with pytest.raises(
-            ProviderError, match=f"cannot use vault transit key transit/k at http://127.0.0.1:{port}"
-        ) as info:
-            VaultTransitCodec(client, "k")
-        # The requests error keeps the request, X-Vault-Token header and all: it must not be reachable.
-        assert_secret_unreachable(info.value, token.encode())
-        wrapper = VaultKeyWrapper(client, "k", retry=RetryPolicy(attempts=1))
-        with pytest.raises(ProviderError, match="cannot connect") as info:
-            wrapper.new_wrapped_key({"purpose": "p"})
-        assert_secret_unreachable(info.value, token.encode())
-    finally:
-        client.adapter.close()
-
-
-def test_a_failed_approle_login_keeps_no_secret_id() -> None:
     secret_id = "an-approle-secret-id"
+    client = vault_client("http://127.0.0.1:1", token="s.a-vault-token", timeout=(0.5, 0.5))  # nothing listens
+    with pytest.raises(ProviderError, match=r"cannot use vault transit key transit/k at http://127\.0\.0\.1:1: read"):
+        VaultTransitCodec(client, "k")
+    client.adapter.close()
     with pytest.raises(ProviderError, match="AppRole login") as info:
-        vault_client(f"http://127.0.0.1:{_closed_port()}", role_id="r", secret_id=secret_id, timeout=(0.5, 0.5))
-    assert_secret_unreachable(info.value, secret_id.encode())
+        vault_client("http://127.0.0.1:1", role_id="r", secret_id=secret_id, timeout=(0.5, 0.5))
+    assert info.value.__context__ is None
+    assert_unreachable(info.value, secret_id.encode())
