@@ -50,7 +50,7 @@ def test_text_form_round_trips_and_skips_comment_lines_even_with_commas() -> Non
     assert parse_wrapped_keys(commented) == blobs
     codec = EnvelopeCodec(wrapper, text.split(","))
     assert codec.wrapped_keys == tuple(blobs)
-    assert codec.wrapped_keys_text() == text
+    assert format_wrapped_keys(codec.wrapped_keys) == text
 
 
 def test_envelope_tokens_never_cross_with_a_local_ring_over_the_same_key() -> None:

@@ -222,10 +222,6 @@ class EnvelopeCodec(_RingCodec):
     def wrapped_keys(self) -> tuple[bytes, ...]:
         return self._wrapped
 
-    def wrapped_keys_text(self) -> str:
-        """The ring in the configuration text form (wrapped, so not secret)."""
-        return format_wrapped_keys(self._wrapped)
-
     def __repr__(self) -> str:
         return f"EnvelopeCodec(provider={self._wrapper.describe()!r}, key_ids={list(self.key_ids)!r})"
 
