@@ -15,8 +15,6 @@ from statecodec.errors import ProviderError
 class LocalWrapper:
     """AES-256-GCM under a local wrapping key, the context bound as AAD; counts every call."""
 
-    name = "local"
-
     def __init__(self, wrapping_key: bytes | None = None) -> None:
         self._aead = AESGCM(wrapping_key or os.urandom(32))
         self.unwraps = 0
@@ -47,16 +45,11 @@ class LocalWrapper:
 class TableWrapper:
     """Answers fixed (blob, context) -> data key pairs: the frozen-vector wrapper."""
 
-    name = "table"
-
     def __init__(self, table: Mapping[tuple[bytes, bytes], bytes]) -> None:
         self._table = dict(table)
 
     def describe(self) -> str:
         return "fixed test table"
-
-    def wrap(self, data_key: bytes, context: Mapping[str, str]) -> bytes:
-        raise ProviderError("fixed test table: wrapping is not supported")
 
     def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
         try:

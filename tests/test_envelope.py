@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import pickle
-from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.hashes import SHA256
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,76 +23,34 @@ from statecodec.envelope import (
 from statecodec.errors import ConfigurationError, ProviderError
 from tests.envelope_wrappers import LocalWrapper, TableWrapper
 
-VECTORS = json.loads((Path(__file__).parent / "vectors" / "envelope.json").read_text())
-
 
 def _ring(wrapper: LocalWrapper, n: int = 1) -> list[bytes]:
     return [wrapper.new_wrapped_key(default_context()) for _ in range(n)]
 
 
-def test_unwraps_each_key_exactly_once_and_never_per_token() -> None:
+def test_unwraps_each_key_exactly_once_and_key_ids_come_from_the_blobs() -> None:
     wrapper = LocalWrapper()
     blobs = _ring(wrapper, 3)
     codec = EnvelopeCodec(wrapper, blobs)
-    assert wrapper.unwraps == 3
     tokens = [codec.seal(b"payload %d" % i) for i in range(50)]
     assert [codec.unseal(t) for t in tokens] == [b"payload %d" % i for i in range(50)]
-    assert wrapper.unwraps == 3
-    assert wrapper.wraps == 3  # only the provisioning above
-
-
-def test_per_token_path_is_the_aesgcm_codec_itself() -> None:
-    wrapper = LocalWrapper()
-    codec = EnvelopeCodec(wrapper, _ring(wrapper))
-    # One AES-GCM implementation: the bound methods are AESGCMCodec's own functions.
-    assert codec.seal.__func__ is AESGCMCodec.seal  # type: ignore[attr-defined]
-    assert codec.unseal.__func__ is AESGCMCodec.unseal  # type: ignore[attr-defined]
-    assert b64u_decode(codec.seal(b""))[0] == 0x03
-
-
-def test_key_ids_come_from_the_wrapped_blobs_primary_first() -> None:
-    wrapper = LocalWrapper()
-    blobs = _ring(wrapper, 2)
-    codec = EnvelopeCodec(wrapper, blobs)
+    assert (wrapper.unwraps, wrapper.wraps) == (3, 3)  # never per token; wraps: only the provisioning above
     expected = tuple(hashlib.sha256(b"statecodec/v1/envelope/key-id" + b).digest()[:4].hex() for b in blobs)
     assert codec.key_ids == expected
-    assert codec.primary_key_id == expected[0]
-    assert b64u_decode(codec.seal(b"x"))[1:5].hex() == expected[0]
+    assert b64u_decode(tokens[0])[1:5].hex() == codec.primary_key_id == expected[0]
 
 
-def test_rotation_phases_keep_accepting_tokens() -> None:
-    wrapper = LocalWrapper()
-    old, new = _ring(wrapper, 2)
-    phase0 = EnvelopeCodec(wrapper, [old])
-    phase1 = EnvelopeCodec(wrapper, [old, new])
-    phase2 = EnvelopeCodec(wrapper, [new, old])
-    phase3 = EnvelopeCodec(wrapper, [new])
-    t0 = phase0.seal(b"zero")
-    assert phase2.unseal(t0) == b"zero"
-    t2 = phase2.seal(b"two")
-    assert phase1.unseal(t2) == b"two"
-    assert phase3.unseal(t2) == b"two"
-    with pytest.raises(InvalidToken) as exc:
-        phase3.unseal(t0)
-    assert exc.value.reason is Reason.UNKNOWN_KEY
-
-
-def test_text_form_round_trips_and_is_accepted() -> None:
+def test_text_form_round_trips_and_skips_comment_lines_even_with_commas() -> None:
     wrapper = LocalWrapper()
     blobs = _ring(wrapper, 2)
     text = format_wrapped_keys(blobs)
-    assert parse_wrapped_keys(text) == blobs
     assert parse_wrapped_keys(" " + text.replace(",", " ,\n") + "\n") == blobs
+    primary, old = text.split(",")
+    commented = f"# wrapped data keys, primary first\n{primary}\n  # previous, until expiry\n{old}"
+    assert parse_wrapped_keys(commented) == blobs
     codec = EnvelopeCodec(wrapper, text.split(","))
     assert codec.wrapped_keys == tuple(blobs)
-    assert codec.wrapped_keys_text() == text
-
-
-def test_comment_lines_in_the_text_form_are_ignored_even_with_commas() -> None:
-    blobs = _ring(LocalWrapper(), 2)
-    primary, old = format_wrapped_keys(blobs).split(",")
-    text = f"# wrapped data keys, primary first\n{primary}\n  # previous key, until its tokens expire\n{old}\n"
-    assert parse_wrapped_keys(text) == blobs
+    assert format_wrapped_keys(codec.wrapped_keys) == text
 
 
 def test_envelope_tokens_never_cross_with_a_local_ring_over_the_same_key() -> None:
@@ -146,21 +99,15 @@ def test_provider_failure_names_ring_slot_key_id_and_cause_without_secrets() -> 
     assert wrapper.unwraps == 1  # stops at the first failure
 
 
-def test_an_unexpected_provider_exception_becomes_a_provider_error() -> None:
+def test_an_unexpected_provider_answer_becomes_a_provider_error() -> None:
     wrapper = LocalWrapper()
     blobs = _ring(wrapper)
     wrapper.fail_with = RuntimeError("sdk bug with details")
-    with pytest.raises(ProviderError) as exc:
+    with pytest.raises(ProviderError, match=r"via local test key: RuntimeError$"):
         EnvelopeCodec(wrapper, blobs)
-    assert "RuntimeError" in str(exc.value)
-    assert "local test key" in str(exc.value)
-
-
-def test_a_short_data_key_is_refused() -> None:
-    blob = b"blob"
-    wrapper = TableWrapper({(blob, canonical_context(default_context())): b"short key"})
+    short = TableWrapper({(b"blob", canonical_context(default_context())): b"short key"})
     with pytest.raises(ProviderError, match="32\\+ bytes"):
-        EnvelopeCodec(wrapper, [blob])
+        EnvelopeCodec(short, [b"blob"])
 
 
 class _Refuses(LocalWrapper):
@@ -230,47 +177,3 @@ def test_new_wrapped_key_checks_the_provider_answer() -> None:
         new_wrapped_key(Huge())
 
 
-# --- frozen vectors ---------------------------------------------------------------------------
-
-
-def _vector_codec(v: dict[str, Any]) -> EnvelopeCodec:
-    data_keys = [b64u_decode(k) for k in v["data_keys"]]
-    blobs = [b64u_decode(b) for b in v["wrapped_keys"]]
-    aad = canonical_context(v["context"])
-    wrapper = TableWrapper({(b, aad): k for b, k in zip(blobs, data_keys, strict=True)})
-    return EnvelopeCodec(wrapper, v["wrapped_keys"], context=v["context"])
-
-
-@pytest.mark.parametrize("v", VECTORS["valid"], ids=lambda v: v["name"])
-def test_vectors_unseal(v: dict[str, Any]) -> None:
-    codec = _vector_codec(v)
-    assert codec.unseal(v["token"]) == bytes.fromhex(v["payload"])
-
-
-@pytest.mark.parametrize("v", VECTORS["valid"], ids=lambda v: v["name"])
-def test_vectors_layout_is_recomputed_independently(v: dict[str, Any]) -> None:
-    slot = v["sealed_with"]
-    data_key = b64u_decode(v["data_keys"][slot])
-    blob = b64u_decode(v["wrapped_keys"][slot])
-    key_id = hashlib.sha256(b"statecodec/v1/envelope/key-id" + blob).digest()[:4]
-    aead_key = HKDF(SHA256(), 32, None, b"statecodec/v1/envelope/aes-256-gcm").derive(data_key)
-    assert key_id.hex() == v["key_id"]
-    assert aead_key.hex() == v["aead_key"]
-    header = b"\x03" + key_id
-    nonce = bytes.fromhex(v["nonce"])
-    sealed = AESGCM(aead_key).encrypt(nonce, bytes.fromhex(v["payload"]), header)
-    assert b64u_encode(header + nonce + sealed) == v["token"]
-    assert _vector_codec(v).key_ids[slot] == v["key_id"]
-
-
-@pytest.mark.parametrize("v", VECTORS["invalid"], ids=lambda v: v["name"])
-def test_vectors_refused(v: dict[str, Any]) -> None:
-    with pytest.raises(InvalidToken) as exc:
-        _vector_codec(v).unseal(v["token"])
-    assert exc.value.reason.value == v["reason"]
-
-
-def test_vectors_file_header() -> None:
-    assert VECTORS["schema"] == "statecodec-vectors/1"
-    assert VECTORS["format_version"] == 3
-    assert len(VECTORS["valid"]) >= 5

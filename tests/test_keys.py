@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statecodec import ConfigurationError, KeyRing, format_keys, generate_key, parse_keys
+from statecodec import ConfigurationError, KeyRing, format_keys, parse_keys
 from statecodec._encoding import b64u_encode
-from statecodec.keys import KEY_ID_LENGTH, MIN_KEY_LENGTH, derive_key, fingerprint
+from statecodec.keys import MIN_KEY_LENGTH, derive_key
 from tests.secrecy import COLLIDING_SECRETS, assert_unreachable
 
 K0 = bytes(range(32))
@@ -57,14 +57,8 @@ def test_valid_ring_order_and_ids() -> None:
     assert len(ring) == 3
     assert ring[0] == K0
     assert ring.key_ids == tuple(hkdf_sha256(k, b"statecodec/v1/key-id", 4).hex() for k in (K0, K1, K2))
-    assert ring.raw_key_ids == tuple(bytes.fromhex(k) for k in ring.key_ids)
-
-
-def test_key_ids_are_stable_values() -> None:
-    # Frozen: a changed label or derivation would orphan every token in flight.
-    assert KeyRing([K0]).key_ids == ("3d7ec38c",)
-    assert KeyRing([K1, K0]).key_ids[1] == "3d7ec38c"
-    assert len(bytes.fromhex(KeyRing([K1]).key_ids[0])) == KEY_ID_LENGTH
+    assert ring.key_ids[0] == "3d7ec38c"  # frozen: a changed label would orphan every token in flight
+    assert list(KeyRing(k for k in (K0, K1))) == [K0, K1]
 
 
 @pytest.mark.parametrize("length", [0, 1, 16, 31])
@@ -107,43 +101,33 @@ def test_a_key_id_collision_is_named_as_such_with_what_to_do() -> None:
     secrets_absent(message, first, second)
 
 
-def test_str_key_is_refused_with_a_pointer_to_the_parser() -> None:
-    text = b64u_encode(K0)
-    message = config_error([text])
-    assert "keys[0] must be bytes, got str" in message
-    assert "parse_keys" in message
-    assert text not in message
-
-
-@pytest.mark.parametrize("value", [None, 32, 3.0, [K0], ("x",)])
-def test_non_bytes_key_is_refused(value: object) -> None:
-    message = config_error([K0, value])
-    assert "keys[1] must be bytes" in message
-
-
-@pytest.mark.parametrize("single", [K0, bytearray(K0), memoryview(K0), b64u_encode(K0)])
-def test_single_key_instead_of_a_list_is_refused(single: object) -> None:
-    message = config_error(single)
-    assert "keys=[key]" in message
-    if isinstance(single, str):
-        assert single not in message
+@pytest.mark.parametrize(
+    ("keys", "expected"),
+    [
+        ([K0, b64u_encode(K0)], "keys[1] must be bytes, got str (parse text keys with statecodec.parse_keys"),
+        ([K0, None], "keys[1] must be bytes"),
+        ([K0, 32], "keys[1] must be bytes"),
+        ([K0, [K0]], "keys[1] must be bytes"),
+        (K0, "keys=[key]"),
+        (memoryview(K0), "keys=[key]"),
+        (b64u_encode(K0), "keys=[key]"),
+        (None, "list of byte-string secrets"),
+        (5, "list of byte-string secrets"),
+    ],
+)
+def test_wrong_types_are_refused_saying_what_to_pass(keys: object, expected: str) -> None:
+    message = config_error(keys)
+    assert expected in message
+    secrets_absent(message, K0)
 
 
 @pytest.mark.parametrize("keys", [[], (), iter([])])
 def test_empty_ring_is_refused(keys: object) -> None:
+    with pytest.raises(ValueError, match="at least one key"):  # a ConfigurationError is a ValueError
+        KeyRing(keys)  # type: ignore[arg-type]
     message = config_error(keys)
     assert "at least one key" in message
     assert HOW_TO in message
-
-
-@pytest.mark.parametrize("keys", [None, 5, object()])
-def test_non_iterable_keys_are_a_configuration_error(keys: object) -> None:
-    assert "list of byte-string secrets" in config_error(keys)
-
-
-def test_configuration_error_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="keys\\[0\\]"):
-        KeyRing([b"short"])
 
 
 def test_ring_copies_mutable_secrets() -> None:
@@ -151,10 +135,6 @@ def test_ring_copies_mutable_secrets() -> None:
     ring = KeyRing([mutable])
     mutable[:] = bytes(32)
     assert ring[0] == K0
-
-
-def test_generator_of_keys_is_accepted() -> None:
-    assert list(KeyRing(k for k in (K0, K1))) == [K0, K1]
 
 
 # -- text format -----------------------------------------------------------------------------------
@@ -190,27 +170,15 @@ def test_parse_errors_name_the_position_not_the_value(text: str, expected: str) 
     assert b not in message
 
 
-def test_parsed_short_key_is_refused_by_the_ring() -> None:
-    short = b64u_encode(bytes(range(16)))
-    with pytest.raises(ConfigurationError) as info:
-        KeyRing.parse(f"{b64u_encode(K0)},{short}")
-    assert "keys[1] is 16 bytes" in str(info.value)
-    assert short not in str(info.value)
-
-
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.binary(min_size=32, max_size=64), min_size=1, max_size=5))
 def test_text_format_round_trip(secrets: list[bytes]) -> None:
     assert parse_keys(format_keys(secrets)) == secrets
+    if len(set(secrets)) == len(secrets) and all(len(set(k)) >= 8 for k in secrets):
+        assert KeyRing.parse(KeyRing(secrets).to_text()) == KeyRing(secrets)
     text = format_keys(secrets)
     assert "=" not in text
     assert text.count(",") == len(secrets) - 1
-
-
-def test_to_text_round_trips_the_ring() -> None:
-    ring = KeyRing([K1, K0])
-    assert KeyRing.parse(ring.to_text()) == ring
-    assert ring.to_text() == format_keys([K1, K0])
 
 
 def test_from_env() -> None:
@@ -218,11 +186,6 @@ def test_from_env() -> None:
     assert list(KeyRing.from_env(environ=env)) == [K1, K0]
     other = {"MY_KEYS": b64u_encode(K0)}
     assert list(KeyRing.from_env("MY_KEYS", environ=other)) == [K0]
-
-
-def test_from_env_reads_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("STATECODEC_KEYS", b64u_encode(K2))
-    assert list(KeyRing.from_env()) == [K2]
 
 
 @pytest.mark.parametrize("env", [{}, {"STATECODEC_KEYS": ""}, {"STATECODEC_KEYS": "  \n "}])
@@ -257,10 +220,6 @@ def test_from_file_errors(tmp_path: Path) -> None:
     missing = tmp_path / "missing.txt"
     with pytest.raises(ConfigurationError, match="cannot read key file"):
         KeyRing.from_file(missing)
-    binary = tmp_path / "binary.key"
-    binary.write_bytes(b"\xff\xfe" + K0)
-    with pytest.raises(ConfigurationError, match="not UTF-8"):
-        KeyRing.from_file(binary)
     bad = tmp_path / "bad.txt"
     secret_text = b64u_encode(K0)
     bad.write_text(f"{secret_text}\nnot a key!\n", encoding="utf-8")
@@ -317,12 +276,6 @@ def test_ring_is_not_picklable_or_copyable() -> None:
         copy.deepcopy(ring)
 
 
-def test_ring_has_no_instance_dict() -> None:
-    # __slots__ only: no attribute where a secret could be stashed and dumped by vars().
-    with pytest.raises(TypeError):
-        vars(KeyRing([K0]))
-
-
 def test_equality_by_key_ids() -> None:
     assert KeyRing([K0, K1]) == KeyRing([bytearray(K0), K1])
     assert KeyRing([K0, K1]) != KeyRing([K1, K0])
@@ -331,13 +284,6 @@ def test_equality_by_key_ids() -> None:
 
 
 # -- derivation ------------------------------------------------------------------------------------
-
-
-def test_generate_key() -> None:
-    keys = {generate_key() for _ in range(16)}
-    assert len(keys) == 16
-    assert all(len(k) == MIN_KEY_LENGTH for k in keys)
-    assert len(KeyRing.generate()) == 1
 
 
 def test_derive_key_is_hkdf_sha256_and_separates_uses() -> None:
@@ -349,8 +295,3 @@ def test_derive_key_is_hkdf_sha256_and_separates_uses() -> None:
     assert bytes.fromhex(KeyRing([K0]).key_ids[0]) not in (aes[:4], xaes[:4])
     assert KeyRing([K0]).subkeys(b"statecodec/v1/aes-256-gcm") == [(bytes.fromhex("3d7ec38c"), aes)]
     assert derive_key(K0, b"x", 64) == hkdf_sha256(K0, b"x", 64)
-
-
-def test_fingerprint() -> None:
-    assert fingerprint(b"blob", b"label") == hashlib.sha256(b"labelblob").digest()[:KEY_ID_LENGTH]
-    assert fingerprint(b"blob", b"label") != fingerprint(b"blob", b"other")

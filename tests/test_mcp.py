@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import json
-import sys
 from typing import Any
 
 import pytest
@@ -15,7 +13,6 @@ from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, XAESGCMCod
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.mcp import SDKCodec, security, security_from_env
 from tests.mcp_flows import (
-    SERVER_NAME,
     accept_token,
     assert_mcp_rejects,
     mint_token,
@@ -58,13 +55,8 @@ def test_sdk_codec_refuses_with_the_sdks_error_and_our_reason_only(token: str) -
     assert theirs.value.__cause__ is None
     assert theirs.value.__context__ is None
     assert not isinstance(theirs.value, InvalidToken)
-
-
-def test_sdk_codec_passes_genuine_tokens_through() -> None:
-    codec = AESGCMCodec([KEY])
     adapted = SDKCodec(codec)
-    assert codec.unseal(adapted.seal(b"state")) == b"state"
-    assert adapted.unseal(codec.seal(b"state")) == b"state"
+    assert adapted.unseal(codec.seal(b"state")) == codec.unseal(adapted.seal(b"state")) == b"state"
     assert repr(adapted) == f"SDKCodec({codec!r})"
 
 
@@ -101,27 +93,11 @@ def test_foreign_key_token_is_unknown_key() -> None:
     assert_mcp_rejects(AESGCMCodec([KEY]), lambda t: t, minted_by=AESGCMCodec([OTHER_KEY]), reason="unknown_key")
 
 
-def test_other_format_token_is_refused_by_version() -> None:
-    assert_mcp_rejects(AESGCMCodec([KEY]), lambda t: t, minted_by=XAESGCMCodec([KEY]), reason="format")
-
-
-def test_rotation_phases_over_the_wire() -> None:
-    old_only, phase2, new_only = AESGCMCodec([OTHER_KEY]), AESGCMCodec([KEY, OTHER_KEY]), AESGCMCodec([KEY])
-    in_flight = mint_token(old_only)
-    accept_token(phase2, in_flight)  # the new key seals, the old one still verifies
-    minted_in_phase2 = mint_token(phase2)
-    accept_token(new_only, minted_in_phase2)
-    assert_mcp_rejects(new_only, in_flight, reason="unknown_key")  # old key retired
-
-
 def test_other_server_same_key_is_refused_by_audience() -> None:
     codec = AESGCMCodec([KEY])
     assert_mcp_rejects(codec, lambda t: t, minted_on="another-service", reason="audience")
     shared = security(codec, audience="shared-audience")
-    run_mcp_flows(shared)
-    assert_mcp_rejects(
-        codec, lambda t: t, minted_by=shared, minted_on="another-service", reason="audience"
-    )
+    assert_mcp_rejects(codec, lambda t: t, minted_by=shared, minted_on="another-service", reason="audience")
 
 
 def test_token_replayed_against_other_arguments_is_refused() -> None:
@@ -150,62 +126,18 @@ def _env(**extra: str) -> dict[str, str]:
     return {"STATECODEC_KEYS": format_keys([KEY, OTHER_KEY]), **extra}
 
 
-def test_security_from_env_builds_the_configured_codec() -> None:
-    policy = security_from_env(environ=_env(STATECODEC_CODEC="xaesgcm"), ttl=30.0, audience="billing")
-    assert isinstance(policy, RequestStateSecurity)
-    assert isinstance(policy.codec, SDKCodec)
-    assert isinstance(policy.codec.codec, XAESGCMCodec)
-    assert policy.codec.codec.key_ids == XAESGCMCodec([KEY, OTHER_KEY]).key_ids
-    assert policy.ttl == 30.0
-    assert policy.audience == "billing"
-    assert policy.bind_principal is authenticated_principal
-
-
-def test_security_from_env_principal_binding_override() -> None:
-    assert security_from_env(environ=_env(), bind_principal=None).bind_principal is None
-
-    def principal(ctx: Any) -> str | None:
-        return "alice"
-
-    assert security_from_env(environ=_env(), bind_principal=principal).bind_principal is principal
-
-
-def test_security_from_env_reads_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("STATECODEC_KEYS", format_keys([KEY]))
-    monkeypatch.delenv("STATECODEC_CODEC", raising=False)
-    monkeypatch.delenv("STATECODEC_KEYS_FILE", raising=False)
-    policy = security_from_env()
-    assert isinstance(policy.codec, SDKCodec)
-    assert isinstance(policy.codec.codec, AESGCMCodec)
-
-
-def test_security_from_env_drives_a_server_across_instances() -> None:
-    # Two instances configured from the same environment accept each other's tokens.
-    first, second = security_from_env(environ=_env()), security_from_env(environ=_env())
-    assert isinstance(first.codec, SDKCodec)
-    assert isinstance(second.codec, SDKCodec)
-    assert first.codec.codec is not second.codec.codec
-    token = mint_token(first)
-    accept_token(second, token)
-    run_mcp_flows(second)
-    assert_mcp_rejects(second, token, server_name="elsewhere", reason="audience")
-
-
-def test_security_from_env_configuration_errors() -> None:
-    with pytest.raises(ConfigurationError, match="no codec configured"):
-        security_from_env(environ={})
-    with pytest.raises(ValueError, match="ttl"):
-        security_from_env(environ=_env(), ttl=float("nan"))
-
-
-def test_security_helper_wraps_any_codec() -> None:
+def test_security_and_security_from_env_wrap_the_codec_and_leave_unset_options_to_the_sdk() -> None:
     codec = AESGCMCodec([KEY])
     policy = security(codec, ttl=5.0)
     assert isinstance(policy.codec, SDKCodec)
-    assert policy.codec.codec is codec
-    assert policy.ttl == 5.0
-    assert policy.bind_principal is authenticated_principal
+    assert (policy.codec.codec, policy.ttl, policy.bind_principal) == (codec, 5.0, authenticated_principal)
     assert security(codec, bind_principal=None).bind_principal is None
+    policy = security_from_env(environ=_env(STATECODEC_CODEC="xaesgcm"), audience="billing", bind_principal=None)
+    assert isinstance(policy.codec, SDKCodec)
+    assert policy.codec.codec.key_ids == XAESGCMCodec([KEY, OTHER_KEY]).key_ids  # type: ignore[attr-defined]
+    assert (policy.audience, policy.bind_principal) == ("billing", None)
+    with pytest.raises(ConfigurationError, match="no codec configured"):
+        security_from_env(environ={})
 
 
 def test_without_the_sdk_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -221,44 +153,6 @@ def test_without_the_sdk_the_error_names_the_extra(monkeypatch: pytest.MonkeyPat
         security_from_env(environ=_env())
     with pytest.raises(ImportError, match=r"statecodec\[mcp\]"):
         security(AESGCMCodec([KEY]))
-
-
-def test_statecodec_mcp_module_does_not_need_the_sdk_to_import(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in [m for m in sys.modules if m == "statecodec.mcp"]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "mcp", None)
-    import statecodec.mcp as reloaded
-
-    assert callable(reloaded.security_from_env)
-
-
-def test_envelope_in_flight_is_json_with_our_state() -> None:
-    codec = AESGCMCodec([KEY])
-    envelope = json.loads(codec.unseal(mint_token(codec)))
-    assert envelope["aud"] == SERVER_NAME
-    assert set(envelope) >= {"v", "iat", "exp", "m", "t", "a", "s", "aud"}
-
-
-class _LeakyCodec:
-    """Integrity without confidentiality and a careless unseal: what the helpers must catch."""
-
-    def seal(self, payload: bytes) -> str:
-        return b64u_encode(payload)
-
-    def unseal(self, token: str) -> bytes:
-        return b64u_decode(token) if token.isascii() else bytes.fromhex(token)
-
-
-def test_helpers_catch_a_codec_that_leaks_state_or_raises_the_wrong_error() -> None:
-    leaky = _LeakyCodec()
-    with pytest.raises(AssertionError, match="handler state is readable"):
-        run_mcp_flows(RequestStateSecurity(codec=leaky))
-    run_mcp_flows(leaky, confidential=False)
-    with pytest.raises(AssertionError, match="traceback logged"):
-        assert_mcp_rejects(leaky, "\u00e9t\u00e9")
-    with pytest.raises(AssertionError, match="accepted"):
-        assert_mcp_rejects(leaky, lambda t: t)
-
 
 
 def test_principal_binding_through_the_security_helper() -> None:

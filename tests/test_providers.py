@@ -1,27 +1,26 @@
-"""Provider plumbing without a service: settings, contexts, retry bounds, import guards."""
+"""Provider plumbing without a service: settings, contexts, retry bounds, import guards, SDK log withholding."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from statecodec.envelope import default_context
 from statecodec.errors import ConfigurationError
-from statecodec.providers import (
-    context_from_settings,
-    parse_context,
-    wrapped_keys_from_settings,
-)
+from statecodec.providers import context_from_settings, parse_context, wrapped_keys_from_settings
 from statecodec.providers._retry import RetryPolicy, call_with_retries
+from statecodec.providers._sdk_logs import sdk_logs_withheld
+from tests.integration.kms_support import capture_every_record
 
 
 def test_parse_context_forms() -> None:
-    assert parse_context("purpose=statecodec-envelope, audience=billing") == {
-        "purpose": "statecodec-envelope",
-        "audience": "billing",
-    }
+    assert parse_context("purpose=statecodec-envelope, audience=billing") == default_context("billing")
     assert parse_context('{"a": "1", "b": "x=y,z"}') == {"a": "1", "b": "x=y,z"}
     for bad in ("novalue", "=x", "a=1,a=2", '{"a": 1}', "[1]", "{not json"):
         with pytest.raises(ConfigurationError):
@@ -30,10 +29,7 @@ def test_parse_context_forms() -> None:
 
 def test_context_from_settings_default_and_audience() -> None:
     assert context_from_settings({}) == {"purpose": "statecodec-envelope"}
-    assert context_from_settings({"STATECODEC_KMS_AUDIENCE": "billing"}) == {
-        "purpose": "statecodec-envelope",
-        "audience": "billing",
-    }
+    assert context_from_settings({"STATECODEC_KMS_AUDIENCE": "billing"}) == default_context("billing")
     assert context_from_settings({"STATECODEC_KMS_CONTEXT": "app=x"}) == {"app": "x"}
     with pytest.raises(ConfigurationError, match="STATECODEC_KMS_CONTEXT"):
         context_from_settings({"STATECODEC_KMS_CONTEXT": "oops"})
@@ -57,32 +53,20 @@ def test_wrapped_keys_from_settings(tmp_path: Path) -> None:
 def test_retries_are_bounded_and_only_for_transient_causes() -> None:
     delays: list[float] = []
     policy = RetryPolicy(attempts=4, base_delay=0.1, max_delay=0.3, sleep=delays.append)
-    calls = 0
+    calls: list[int] = []
 
-    def flaky() -> str:
-        nonlocal calls
-        calls += 1
+    def fails() -> str:
+        calls.append(1)
         raise TimeoutError
 
     with pytest.raises(TimeoutError):
-        call_with_retries(flaky, transient=lambda e: isinstance(e, TimeoutError), policy=policy)
-    assert calls == 4
+        call_with_retries(fails, transient=lambda _: True, policy=policy)
+    assert len(calls) == 4
+    with pytest.raises(TimeoutError):
+        call_with_retries(fails, transient=lambda _: False, policy=policy)
+    assert len(calls) == 5  # a cause that waiting cannot help is raised at once
     assert len(delays) == 3
     assert all(0 <= d <= 0.3 for d in delays)
-
-    calls = 0
-    with pytest.raises(TimeoutError):
-        call_with_retries(flaky, transient=lambda e: False, policy=policy)
-    assert calls == 1
-
-    failures = [TimeoutError(), TimeoutError()]
-
-    def recovers() -> str:
-        if failures:
-            raise failures.pop()
-        return "done"
-
-    assert call_with_retries(recovers, transient=lambda e: True, policy=policy) == ("done", 3)
 
 
 @pytest.mark.parametrize(
@@ -98,13 +82,41 @@ def test_retry_policy_bounds(kwargs: dict[str, float]) -> None:
     [("statecodec.providers.aws_kms", "boto3", "aws"), ("statecodec.providers.gcp_kms", "google", "gcp")],
 )
 def test_missing_sdk_names_the_extra(module: str, package: str, extra: str) -> None:
-    code = (
-        f"import sys; sys.modules[{package!r}] = None\n"
-        "import statecodec\n"
-        "try:\n"
-        f"    import {module}\n"
-        "except ImportError as exc:\n"
-        "    print(exc)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
-    assert f"pip install 'statecodec[{extra}]'" in out.stdout
+    code = f"import sys; sys.modules[{package!r}] = None; import statecodec; import {module}"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
+    assert f"pip install 'statecodec[{extra}]'" in out.stderr.splitlines()[-1]
+
+
+@pytest.fixture
+def seen() -> Iterator[list[str]]:
+    """Names of the records reaching a handler on the root logger, at DEBUG."""
+    with capture_every_record(()) as capture:
+        yield capture.names
+
+
+def test_withholding_is_limited_to_sdk_loggers_in_the_calling_context(seen: list[str]) -> None:
+    other = threading.Thread(target=lambda: logging.getLogger("sdk.other-thread").debug("x"))
+    with sdk_logs_withheld(("sdk",)):
+        logging.getLogger("sdk").debug("x")
+        logging.getLogger("sdk.created-during-the-call").debug("x")
+        logging.getLogger("sdk-lookalike").debug("x")
+        logging.getLogger("app").debug("x")
+        other.start()
+        other.join()
+        # As a QueueListener or SocketHandler receiver rebuilds records: no logger name at the factory.
+        assert logging.makeLogRecord({"msg": "rebuilt"}).getMessage() == "rebuilt"
+    logging.getLogger("sdk.created-during-the-call").debug("after the call")
+    assert seen == ["sdk-lookalike", "app", "sdk.other-thread", "sdk.created-during-the-call"]
+
+
+def test_withholding_survives_a_record_factory_set_later(seen: list[str]) -> None:
+    saved = logging.getLogRecordFactory()
+    with sdk_logs_withheld(("sdk",)):
+        pass  # the withholding factory is in place from here on
+    logging.setLogRecordFactory(logging.LogRecord)  # an application's own factory, not chaining
+    try:
+        with sdk_logs_withheld(("sdk",)):
+            logging.getLogger("sdk.created-after-the-factory").debug("x")
+    finally:
+        logging.setLogRecordFactory(saved)
+    assert seen == []

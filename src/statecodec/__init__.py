@@ -5,9 +5,9 @@ seals bytes into a URL-safe token and unseals only tokens it minted unmodified;
 anything else raises `InvalidToken` with a log-only reason code. An MCP
 server hands a codec to the SDK with `statecodec.mcp.security(codec)`.
 
-Importing the package loads cryptography and the core codecs only: the JOSE
-codecs, configuration loaders and token inspector load on first use, and no
-optional package (the MCP SDK, a KMS or Vault client) is ever imported here.
+Importing the package loads cryptography and the AES-GCM family only: JOSE,
+configuration and the token inspector load on first use, and no optional
+package (the MCP SDK, a KMS or Vault client) is ever imported here.
 """
 
 import importlib
@@ -30,30 +30,10 @@ from statecodec.keys import KeyRing, format_keys, generate_key, parse_keys
 __version__ = "0.1.0"
 
 __all__ = [
-    "AESGCMCodec",
-    "BoundCodec",
-    "Codec",
-    "ConfigurationError",
-    "EnvelopeCodec",
-    "InvalidToken",
-    "JWECodec",
-    "JWSCodec",
-    "KeyRing",
-    "KeyWrapper",
-    "ProviderError",
-    "Reason",
-    "SealError",
-    "StatecodecError",
-    "TokenInfo",
-    "VaultTransitCodec",
-    "XAESGCMCodec",
-    "__version__",
-    "codec_from_env",
-    "codec_from_file",
-    "describe_token",
-    "format_keys",
-    "generate_key",
-    "parse_keys",
+    "AESGCMCodec", "BoundCodec", "Codec", "ConfigurationError", "EnvelopeCodec", "InvalidToken", "JWECodec",
+    "JWSCodec", "KeyRing", "KeyWrapper", "ProviderError", "Reason", "SealError", "StatecodecError", "TokenInfo",
+    "VaultTransitCodec", "XAESGCMCodec", "__version__", "codec_from_env", "codec_from_file", "describe_token",
+    "format_keys", "generate_key", "parse_keys"
 ]
 
 if TYPE_CHECKING:

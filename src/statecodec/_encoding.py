@@ -14,20 +14,14 @@ import sys
 
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 
+# Default cap, in characters: room for a 64 KiB payload under every format (87,382 characters),
+# small enough that a hostile token costs nothing but a length comparison.
 DEFAULT_MAX_TOKEN_LENGTH = 128 * 1024
-"""Default cap, in characters, on any token a codec will look at.
-
-Large enough for a 64 KiB payload under every format here (a 64 KiB payload
-encodes to 87,382 characters), small enough that a hostile token costs
-nothing but a length comparison.
-"""
-
+# Highest cap any codec accepts: cryptography's AES-GCM raises OverflowError on 2**31 bytes or more.
 MAX_TOKEN_LENGTH_LIMIT = 2**31 - 1
-"""Highest cap any codec accepts: cryptography's AES-GCM raises OverflowError on 2**31 bytes or more."""
 
 _b64encode = binascii.b2a_base64
 _b64decode = binascii.a2b_base64
-# Translation tables between the standard and URL-safe alphabets, built once.
 _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 _FROM_URLSAFE_STRICT = bytes.maketrans(b"-_+/=", b"+/!!!")
@@ -104,10 +98,8 @@ def check_token_text(token: object, max_length: int) -> str:
 def split_segments(text: str, *counts: int) -> list[str]:
     """The dot-separated segments of `text` when there are one of `counts` of them, else ``malformed``.
 
-    Threat: `str.split` makes one object per segment before its result can be
-    counted, so a cap-length run of dots would cost a list of millions of
-    segments, many times what any other junk costs. The dots are counted first,
-    which allocates nothing; only a text with the expected count is split.
+    Threat: a cap-length run of dots would make `str.split` build millions of
+    segments; the dots are counted first, which allocates nothing.
     """
     if text.count(".") + 1 not in counts:
         raise InvalidToken(_MALFORMED)
@@ -115,11 +107,9 @@ def split_segments(text: str, *counts: int) -> list[str]:
 
 
 def check_cap(max_token_length: object, smallest: int) -> int:
-    """`max_token_length` as a usable cap, in characters, or `ConfigurationError` saying what is valid.
+    """The one cap rule: an int (not a bool), at least the `smallest` token, at most `MAX_TOKEN_LENGTH_LIMIT`.
 
-    The one rule for every codec's cap: an int (not a bool), at least the
-    `smallest` token the format can produce, at most `MAX_TOKEN_LENGTH_LIMIT`.
-    Checked at construction, before any provider call.
+    Returns the cap, or raises `ConfigurationError` saying what is valid; checked before any provider call.
     """
     if isinstance(max_token_length, bool) or not isinstance(max_token_length, int):
         raise ConfigurationError(
@@ -138,10 +128,9 @@ def check_cap(max_token_length: object, smallest: int) -> int:
 
 
 def check_payload(payload: object, max_payload: int) -> None:
-    """`TypeError` unless `payload` is bytes-like; `SealError` when it is over `max_payload` bytes.
+    """The one payload rule: `TypeError` unless bytes-like; `SealError` over `max_payload` bytes.
 
-    The one payload rule: `max_payload` is what the codec's cap leaves after
-    its overhead, so `seal` refuses exactly what `unseal` would refuse.
+    `max_payload` is what the cap leaves after the overhead, so `seal` refuses what `unseal` would refuse.
     """
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise TypeError(f"seal takes bytes, got {type(payload).__name__}")

@@ -1,12 +1,10 @@
 """Files that settings name: read up to a cap, decoded without keeping their content in an error.
 
-Threat: a setting that names a device or a runaway file must not make
-start-up read without bound, and a file that holds keys must not end up in
-an exception. Parsers keep their whole input on failure
-(`UnicodeDecodeError.object`, `json.JSONDecodeError.doc`), and
-``raise ... from None`` only hides it from tracebacks: it stays reachable as
-`__context__`. So each failure of a parser here is raised after its handler
-has ended, and the `ConfigurationError` has no context at all.
+Threat: a device or a runaway file must not make start-up read without bound,
+and a file of keys must not end up in an exception: parsers keep their input
+(`UnicodeDecodeError.object`, `json.JSONDecodeError.doc`), reachable as
+`__context__` even after ``from None``, so each failure is raised after its
+handler has ended.
 """
 
 from __future__ import annotations
@@ -15,8 +13,6 @@ import json
 from pathlib import Path
 
 from statecodec.errors import ConfigurationError
-
-__all__ = ["decode_settings_text", "load_json_setting", "read_settings_file"]
 
 
 def read_settings_file(path: Path, limit: int, what: str, hint: str) -> bytes:

@@ -5,65 +5,41 @@ every request (KMS calls take tens to hundreds of milliseconds) and makes the
 KMS a per-request dependency. `EnvelopeCodec` asks its `KeyWrapper` to unwrap
 each data key exactly once, at construction; after that seal and unseal are
 local AES-256-GCM with zero provider calls, and keep working if the KMS goes
-away. The data keys live only in this process's memory: the configuration
-holds wrapped blobs, which are useless without the KMS key and its context.
-
-A wrapped-key ring is written like a key ring: unpadded base64url blobs,
-comma-separated, the primary (sealing) key first::
-
-    STATECODEC_WRAPPED_KEYS=AQIDAHh...,AQIDAHj...
-
-Rotation is the same three phases as for `AESGCMCodec`: ``[old, new]``, then
-``[new, old]``, then ``[new]`` after one token lifetime.
+away. The configuration holds only wrapped blobs (unpadded base64url,
+comma-separated, the sealing key first), useless without the KMS key and its
+context; rotation is the three phases of a key ring.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode
-from statecodec.aead import AESGCMCodec
+from statecodec.aead import _Ring, _RingCodec, check_ring_cap
 from statecodec.errors import ConfigurationError, InvalidToken, ProviderError
-from statecodec.keys import MIN_KEY_LENGTH, derive_key, fingerprint
+from statecodec.keys import KEY_ID_LENGTH, MIN_KEY_LENGTH, check_unique_ids, derive_key
 
-__all__ = [
-    "DEFAULT_CONTEXT",
-    "ENVELOPE_KEY_ID_LABEL",
-    "ENVELOPE_KEY_INFO",
-    "MAX_WRAPPED_KEY_LENGTH",
-    "EnvelopeCodec",
-    "KeyWrapper",
-    "canonical_context",
-    "default_context",
-    "envelope_key_id",
-    "format_wrapped_keys",
-    "new_wrapped_key",
-    "parse_wrapped_keys",
-]
-
+# Largest wrapped data key handed to a provider, in bytes: AWS KMS blobs of a 32-byte key are under 200
+# bytes, Cloud KMS under 150, Vault under 120; a hostile configuration cannot ship megabytes to the KMS.
 MAX_WRAPPED_KEY_LENGTH = 4096
-"""Largest wrapped data key, in bytes, handed to a provider.
 
-AWS KMS ciphertext blobs for a 32-byte key are under 200 bytes, Cloud KMS
-under 150, Vault transit strings under 120: the cap leaves ample room while
-keeping a hostile configuration from shipping megabytes to the KMS.
-"""
-
-ENVELOPE_KEY_INFO = b"statecodec/v1/envelope/aes-256-gcm"
-ENVELOPE_KEY_ID_LABEL = b"statecodec/v1/envelope/key-id"
-DEFAULT_CONTEXT: Mapping[str, str] = MappingProxyType({"purpose": "statecodec-envelope"})
-"""Context bound to every wrapped key unless the caller supplies one."""
-
+_KEY_INFO = b"statecodec/v1/envelope/aes-256-gcm"
+_KEY_ID_LABEL = b"statecodec/v1/envelope/key-id"
+_DEFAULT_CONTEXT: Mapping[str, str] = MappingProxyType({"purpose": "statecodec-envelope"})
 _MAX_CONTEXT_PAIRS = 16
 _MAX_CONTEXT_TEXT = 256
+_HOW_TO_PROVISION = "print one with `statecodec kms new-data-key`"
 
 
 @runtime_checkable
 class KeyWrapper(Protocol):
-    """A KMS key that wraps and unwraps data keys under a bound context.
+    """A KMS key that unwraps data keys under a bound context, and provisions new ones.
 
     Duties of an implementation:
 
@@ -75,41 +51,27 @@ class KeyWrapper(Protocol):
       cause (unreachable, throttled, access denied, wrong key, wrong context,
       corrupted wrapped key), with bounded retries where retrying can help,
       and never contains key material.
-    - `name` is the short provider name (``aws-kms``); `describe()` names the
-      key (ARN, resource name, mount and key) and nothing secret.
+    - `describe()` names the key (ARN, resource name, mount and key) and
+      nothing secret; `new_wrapped_key(context)` returns a fresh random
+      32-byte data key in wrapped form only.
     """
 
-    @property
-    def name(self) -> str: ...
+    def describe(self) -> str: ...
 
-    def describe(self) -> str:
-        """The provider and key, for messages and `repr`; nothing secret."""
-        ...
+    def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes: ...
 
-    def wrap(self, data_key: bytes, context: Mapping[str, str]) -> bytes:
-        """Encrypt `data_key` under the KMS key, binding `context`."""
-        ...
-
-    def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
-        """Decrypt a wrapped data key, checking `context`; `ProviderError` otherwise."""
-        ...
-
-    def new_wrapped_key(self, context: Mapping[str, str]) -> bytes:
-        """A fresh random 32-byte data key, returned only in wrapped form."""
-        ...
+    def new_wrapped_key(self, context: Mapping[str, str]) -> bytes: ...
 
 
 def default_context(audience: str | None = None) -> dict[str, str]:
     """The default bound context: names statecodec and, when given, the audience."""
-    ctx = dict(DEFAULT_CONTEXT)
-    if audience is not None:
-        ctx["audience"] = audience
-    return ctx
+    return {**_DEFAULT_CONTEXT, **({} if audience is None else {"audience": audience})}
 
 
 def _check_context(context: Mapping[str, str] | None) -> Mapping[str, str]:
+    """The one context rule (envelope and Vault transit): a small, non-empty mapping of str to str, frozen."""
     if context is None:
-        return DEFAULT_CONTEXT
+        return _DEFAULT_CONTEXT
     if not isinstance(context, Mapping):
         raise ConfigurationError("context must be a mapping of str to str, e.g. {'audience': 'billing'}")
     if not context:
@@ -129,17 +91,12 @@ def _check_context(context: Mapping[str, str] | None) -> Mapping[str, str]:
 
 
 def canonical_context(context: Mapping[str, str]) -> bytes:
-    """One byte string per context, for providers that bind bytes (Cloud KMS AAD, Vault).
+    """The one byte string of a context, for providers that bind bytes (Cloud KMS AAD, Vault).
 
     Compact JSON with sorted keys: two mappings with the same pairs give the
     same bytes, and no two different mappings do.
     """
     return json.dumps(dict(context), sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
-
-
-def envelope_key_id(blob: bytes) -> bytes:
-    """The non-secret 4-byte key id of a wrapped data key, derived from the blob."""
-    return fingerprint(blob, ENVELOPE_KEY_ID_LABEL)
 
 
 def _check_blob(index: int, blob: object) -> bytes:
@@ -149,7 +106,7 @@ def _check_blob(index: int, blob: object) -> bytes:
         except InvalidToken:
             raise ConfigurationError(
                 f"wrapped_keys[{index}] is not unpadded base64url (alphabet A-Z a-z 0-9 - _, no '='); "
-                "print one with `statecodec kms new-data-key`"
+                f"{_HOW_TO_PROVISION}"
             ) from None
     if not isinstance(blob, (bytes, bytearray, memoryview)):
         raise ConfigurationError(f"wrapped_keys[{index}] must be bytes or base64url text")
@@ -168,12 +125,11 @@ def parse_wrapped_keys(text: str) -> list[bytes]:
     """Wrapped blobs from the text form: base64url, comma- or newline-separated, primary first."""
     if not isinstance(text, str):
         raise ConfigurationError("wrapped keys text must be str")
-    # A comment is a whole line, as in key files: split after dropping it, so a comma in it is no key.
+    # A comment is a whole line, as in key files: dropped before splitting, so a comma in it is no key.
     lines = [line for line in text.splitlines() if not line.strip().startswith("#")]
-    items = [p.strip() for line in lines for p in line.split(",")]
-    items = [p for p in items if p and not p.startswith("#")]
+    items = [p.strip() for line in lines for p in line.split(",") if p.strip()]
     if not items:
-        raise ConfigurationError("no wrapped keys found; create one with `statecodec kms new-data-key`")
+        raise ConfigurationError(f"no wrapped keys found; {_HOW_TO_PROVISION}")
     return [_check_blob(i, item) for i, item in enumerate(items)]
 
 
@@ -182,14 +138,7 @@ def format_wrapped_keys(blobs: Iterable[bytes]) -> str:
     return ",".join(b64u_encode(bytes(b)) for b in blobs)
 
 
-class _EnvelopeAESGCM(AESGCMCodec):
-    """The `AESGCMCodec` token layout under version 0x03, over unwrapped data keys."""
-
-    VERSION = 0x03
-    __slots__ = ()
-
-
-class EnvelopeCodec:
+class EnvelopeCodec(_RingCodec):
     """AES-256-GCM tokens under KMS-wrapped data keys; the KMS is called only at start-up.
 
     Wire format (version 0x03), unpadded base64url of::
@@ -200,9 +149,9 @@ class EnvelopeCodec:
     (derived from the wrapped blob, so an instance can report it without
     unwrapping); the AES key is HKDF-SHA256(data_key, info=
     ``statecodec/v1/envelope/aes-256-gcm``); the associated data is
-    ``0x03 | key_id``. The layout and checks are `AESGCMCodec`'s; only the
-    version byte differs, so a token never crosses between a local ring and
-    an envelope ring. Overhead: 33 bytes, 44 characters.
+    ``0x03 | key_id``. The layout and its checks are `AESGCMCodec`'s (one
+    `_Ring`); only the version byte differs, so a token never crosses between
+    a local ring and an envelope ring. Overhead: 33 bytes, 44 characters.
 
     Construction unwraps each blob exactly once through `wrapper` under
     `context`; a failure raises `ProviderError` naming the ring position, key
@@ -210,7 +159,9 @@ class EnvelopeCodec:
     Usage bound per data key: as `AESGCMCodec`, 2^32 tokens.
     """
 
-    VERSION = _EnvelopeAESGCM.VERSION
+    VERSION = 0x03
+    NONCE_LENGTH = 12
+    __slots__ = ("_context", "_wrapped", "_wrapper")
 
     def __init__(
         self,
@@ -230,36 +181,20 @@ class EnvelopeCodec:
                 raise ConfigurationError(f"wrapper must implement KeyWrapper (missing {attr}())")
         blobs = [_check_blob(i, b) for i, b in enumerate(wrapped_keys)]
         if not blobs:
-            raise ConfigurationError("an envelope ring needs at least one wrapped data key")
+            raise ConfigurationError(f"an envelope ring needs at least one wrapped data key; {_HOW_TO_PROVISION}")
+        ids = [hashlib.sha256(_KEY_ID_LABEL + blob).digest()[:KEY_ID_LENGTH] for blob in blobs]
+        check_unique_ids("wrapped_keys", blobs, ids, _HOW_TO_PROVISION)
         ctx = _check_context(context)
-        _EnvelopeAESGCM._check_max_length(max_token_length)  # before any provider call
-        ids: list[bytes] = []
-        for i, blob in enumerate(blobs):
-            kid = envelope_key_id(blob)
-            if kid in ids:
-                raise ConfigurationError(
-                    f"wrapped_keys[{i}] duplicates wrapped_keys[{ids.index(kid)}]; list each key once"
-                )
-            ids.append(kid)
-        entries = [
-            (kid, self._unwrap_one(wrapper, i, kid, blob, ctx))
-            for i, (kid, blob) in enumerate(zip(ids, blobs, strict=True))
-        ]
-        codec = _EnvelopeAESGCM._from_entries(entries, max_token_length=max_token_length)
-        del entries  # only the AEAD objects keep key material from here on
-        self._codec = codec
+        check_ring_cap(max_token_length, self.NONCE_LENGTH)  # before any provider call
+        pairs = enumerate(zip(ids, blobs, strict=True))
+        entries = [(kid, AESGCM(self._unwrap(wrapper, i, kid, blob, ctx))) for i, (kid, blob) in pairs]
+        self._ring = _Ring(self.VERSION, self.NONCE_LENGTH, entries, max_token_length)
         self._wrapper = wrapper
         self._wrapped = tuple(blobs)
         self._context = ctx
-        # Bound methods of the inner codec, set on the instance: a token costs
-        # exactly what an AESGCMCodec token costs, with no delegation frame.
-        vars(self)["seal"] = codec.seal
-        vars(self)["unseal"] = codec.unseal
 
     @staticmethod
-    def _unwrap_one(
-        wrapper: KeyWrapper, index: int, kid: bytes, blob: bytes, context: Mapping[str, str]
-    ) -> bytes:
+    def _unwrap(wrapper: KeyWrapper, index: int, kid: bytes, blob: bytes, context: Mapping[str, str]) -> bytes:
         where = f"wrapped_keys[{index}] (key id {kid.hex()})"
         try:
             data_key = wrapper.unwrap(blob, context)
@@ -272,28 +207,7 @@ class EnvelopeCodec:
                 f"cannot unwrap {where} via {wrapper.describe()}: the provider returned a data key that is not "
                 f"{MIN_KEY_LENGTH}+ bytes; the wrapped blob is not a statecodec data key"
             )
-        return derive_key(data_key, ENVELOPE_KEY_INFO)
-
-    def seal(self, payload: bytes) -> str:
-        """Encrypt and authenticate `payload` under the primary data key (no provider call)."""
-        return self._codec.seal(payload)
-
-    def unseal(self, token: str) -> bytes:
-        """Return the payload of a token this ring sealed, or raise `InvalidToken` (no provider call)."""
-        return self._codec.unseal(token)
-
-    @property
-    def key_ids(self) -> tuple[str, ...]:
-        """Hex key ids in ring order; the first is carried by every new token."""
-        return self._codec.key_ids
-
-    @property
-    def primary_key_id(self) -> str:
-        return self._codec.primary_key_id
-
-    @property
-    def max_token_length(self) -> int:
-        return self._codec.max_token_length
+        return derive_key(data_key, _KEY_INFO)
 
     @property
     def wrapper(self) -> KeyWrapper:
@@ -308,22 +222,13 @@ class EnvelopeCodec:
     def wrapped_keys(self) -> tuple[bytes, ...]:
         return self._wrapped
 
-    def wrapped_keys_text(self) -> str:
-        """The ring in the configuration text form (wrapped, so not secret)."""
-        return format_wrapped_keys(self._wrapped)
-
     def __repr__(self) -> str:
         return f"EnvelopeCodec(provider={self._wrapper.describe()!r}, key_ids={list(self.key_ids)!r})"
-
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError("EnvelopeCodec holds unwrapped keys and is not picklable")
 
 
 def new_wrapped_key(wrapper: KeyWrapper, context: Mapping[str, str] | None = None) -> bytes:
     """Ask `wrapper` for a fresh data key in wrapped form, checked against the length bound."""
-    ctx = _check_context(context)
-    blob = wrapper.new_wrapped_key(ctx)
+    blob = wrapper.new_wrapped_key(_check_context(context))
     if not isinstance(blob, bytes) or not blob or len(blob) > MAX_WRAPPED_KEY_LENGTH:
         raise ProviderError(f"{wrapper.describe()} returned a wrapped key of unexpected size")
     return blob
-

@@ -15,24 +15,13 @@ Hierarchy::
     ├── ProviderError         a KMS or Vault call failed (start-up, or per-token transit seal)
     └── SealError             seal could not produce a token (payload over the cap)
 
-Nothing here depends on the MCP SDK, so `import statecodec` never imports it.
-The SDK's boundary logs a reason only for its own `InvalidRequestState`;
-`statecodec.mcp.security(codec)` hands it a codec that re-raises every
-`InvalidToken` as that, with the same reason code.
+Nothing here depends on the MCP SDK: `statecodec.mcp.SDKCodec` turns each
+`InvalidToken` into the SDK's `InvalidRequestState` with the same reason code.
 """
 
 from __future__ import annotations
 
 import enum
-
-__all__ = [
-    "ConfigurationError",
-    "InvalidToken",
-    "ProviderError",
-    "Reason",
-    "SealError",
-    "StatecodecError",
-]
 
 
 class Reason(str, enum.Enum):

@@ -1,26 +1,21 @@
 """Key material, key ids and key rings; loading keys from the environment or a file.
 
 Threat: a weak, duplicated or leaked secret undoes every guarantee above it.
-A ring refuses secrets shorter than 32 bytes or with almost no variety (a
-password, a repeated byte), refuses duplicates, and never shows a secret in
-its `repr`. Each secret is stretched with HKDF-SHA256 under a statecodec
-label per use, so the same bytes used elsewhere (another library, another
-codec here) yield unrelated keys.
+A ring refuses secrets under 32 bytes or with almost no variety (a password,
+a repeated byte) and duplicates, and never shows a secret in its `repr`.
+Each secret is stretched with HKDF-SHA256 under a label per use, so the same
+bytes used elsewhere yield unrelated keys.
 
-Text format (``STATECODEC_KEYS``, key files, ``statecodec keygen``): keys are
-unpadded base64url of at least 32 bytes, separated by commas or newlines;
-the first key seals, every key unseals. In files, blank lines and lines
-starting with ``#`` are ignored. Example with two keys (rotation phase 2)::
-
-    STATECODEC_KEYS=k1Gx...43 chars...,Zt0q...43 chars...
+Text format (``STATECODEC_KEYS``, key files, ``statecodec keygen``): unpadded
+base64url keys separated by commas or newlines, the sealing key first; in
+files, blank lines and lines starting with ``#`` are ignored.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from hmac import compare_digest
 from pathlib import Path
 
@@ -30,18 +25,6 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec._files import decode_settings_text, read_settings_file
 from statecodec.errors import ConfigurationError, InvalidToken
-
-__all__ = [
-    "DEFAULT_KEYS_ENV",
-    "KEY_ID_LENGTH",
-    "MIN_KEY_LENGTH",
-    "KeyRing",
-    "derive_key",
-    "fingerprint",
-    "format_keys",
-    "generate_key",
-    "parse_keys",
-]
 
 MIN_KEY_LENGTH = 32
 KEY_ID_LENGTH = 4
@@ -71,13 +54,23 @@ def _key_id(secret: bytes) -> bytes:
     return derive_key(secret, _KEY_ID_INFO, KEY_ID_LENGTH)
 
 
-def key_id_collision(later: str, earlier: str) -> str:
-    """The refusal of two different secrets whose key ids collide: what happened, and what to do."""
-    return (
-        f"{later} and {earlier} are different keys whose {KEY_ID_LENGTH}-byte key ids collide (a 1 in "
-        f"2^32 chance for any two keys); tokens name their key by id, so generate another key to use "
-        f"in place of {later}. {_HOW_TO_GENERATE}"
-    )
+def check_unique_ids(name: str, items: Sequence[bytes], ids: Sequence[bytes], how_to: str) -> None:
+    """The one duplicate rule for a ring: refuse an item listed twice, and two different items whose ids collide."""
+    first: dict[bytes, int] = {}
+    for i, kid in enumerate(ids):
+        j = first.setdefault(kid, i)
+        if j == i:
+            continue
+        if compare_digest(items[i], items[j]):
+            raise ConfigurationError(
+                f"{name}[{i}] duplicates {name}[{j}]; list each key once "
+                "(rotation is [old, new] -> [new, old] -> [new])"
+            )
+        raise ConfigurationError(
+            f"{name}[{i}] and {name}[{j}] are different keys whose {KEY_ID_LENGTH}-byte key ids collide (a 1 in "
+            f"2^32 chance for any two keys); tokens name their key by id, so generate another key to use "
+            f"in place of {name}[{i}]. {how_to}"
+        )
 
 
 def _check_secret(index: int, secret: object) -> bytes:
@@ -124,18 +117,8 @@ class KeyRing(Sequence[bytes]):
         material = [_check_secret(i, k) for i, k in enumerate(keys)]
         if not material:
             raise ConfigurationError(f"a key ring needs at least one key. {_HOW_TO_GENERATE}")
-        ids: list[bytes] = []
-        for i, secret in enumerate(material):
-            kid = _key_id(secret)
-            if kid in ids:
-                first = ids.index(kid)
-                if not compare_digest(secret, material[first]):
-                    raise ConfigurationError(key_id_collision(f"keys[{i}]", f"keys[{first}]"))
-                raise ConfigurationError(
-                    f"keys[{i}] duplicates keys[{first}]; list each key once (rotation is "
-                    "[old, new] -> [new, old] -> [new])"
-                )
-            ids.append(kid)
+        ids = [_key_id(secret) for secret in material]
+        check_unique_ids("keys", material, ids, _HOW_TO_GENERATE)
         self._secrets = tuple(material)
         self._ids = tuple(ids)
 
@@ -180,10 +163,6 @@ class KeyRing(Sequence[bytes]):
         """Hex key ids in ring order; the first is the id new tokens carry."""
         return tuple(kid.hex() for kid in self._ids)
 
-    @property
-    def raw_key_ids(self) -> tuple[bytes, ...]:
-        return self._ids
-
     def subkeys(self, info: bytes) -> list[tuple[bytes, bytes]]:
         """(key id, HKDF subkey under `info`) for every key, in ring order."""
         return [(kid, derive_key(s, info)) for kid, s in zip(self._ids, self._secrets, strict=True)]
@@ -197,9 +176,6 @@ class KeyRing(Sequence[bytes]):
 
     def __len__(self) -> int:
         return len(self._secrets)
-
-    def __iter__(self) -> Iterator[bytes]:
-        return iter(self._secrets)
 
     def __repr__(self) -> str:
         return f"KeyRing(key_ids={list(self.key_ids)!r})"
@@ -243,8 +219,3 @@ def parse_keys(text: str) -> list[bytes]:
 def format_keys(keys: Iterable[bytes]) -> str:
     """The text format of `keys`, comma-separated (secret)."""
     return ",".join(b64u_encode(bytes(k)) for k in keys)
-
-
-def fingerprint(data: bytes, label: bytes) -> bytes:
-    """A KEY_ID_LENGTH-byte, non-secret id of a public blob (e.g. a wrapped data key)."""
-    return hashlib.sha256(label + data).digest()[:KEY_ID_LENGTH]

@@ -1,70 +1,37 @@
 """Protect an MCP server's ``requestState`` with a statecodec codec in one line.
 
-Threat: a server fleet that keeps the SDK's default process-local key rejects
-every retry that lands on another instance or survives a restart, and a
+Threat: a fleet that keeps the SDK's default process-local key rejects every
+retry that lands on another instance or survives a restart, and a
 hand-rolled policy is where keys get hard-coded. `security_from_env` builds
-the SDK's `RequestStateSecurity` around the codec the environment describes
-(see `statecodec.config`), so keys stay in the deployment's secret store::
-
-    from mcp.server.mcpserver import MCPServer
-    from statecodec.mcp import security_from_env
+the SDK's `RequestStateSecurity` around the codec the environment describes::
 
     server = MCPServer("billing", request_state_security=security_from_env())
 
-`security(codec)` does the same for a codec built in code. The SDK still
-stamps and checks expiry, request binding, audience and principal around
-every codec, and answers every refusal with its fixed -32602 error. It logs
-a reason only for its own `InvalidRequestState`: a codec that raises anything
-else is refused just the same but logged as "codec error" with a traceback.
-Both functions therefore hand the SDK an `SDKCodec`, which re-raises each
-`InvalidToken` as `InvalidRequestState` with our reason code; pass a
-statecodec codec through them, not to `RequestStateSecurity(codec=...)` as it is.
-
-A lowlevel `Server` uses the SDK's own boundary:
-``server.middleware.append(RequestStateBoundary(security(codec), default_audience="billing"))``
-(from ``mcp.server.request_state``).
-
-The MCP SDK is an optional dependency (``pip install 'statecodec[mcp]'``);
-it is imported when these functions are called, not when this module is, and
-`import statecodec` never imports this module.
+`security(codec)` does the same for a codec built in code; a lowlevel
+`Server` appends the SDK's own ``RequestStateBoundary(security(codec), ...)``.
+The SDK stamps and checks expiry, request binding, audience and principal
+around the codec and answers every refusal with its fixed -32602 error, but
+logs a reason only for its own `InvalidRequestState`: both functions hand it
+an `SDKCodec`, so the log names our reason code. The SDK (``pip install
+'statecodec[mcp]'``) is imported when they are called, never by
+`import statecodec`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from statecodec.config import Codec, codec_from_env
+from statecodec._types import Codec
+from statecodec.config import codec_from_env
 from statecodec.errors import InvalidToken
 
 if TYPE_CHECKING:
-    from mcp.server.context import ServerRequestContext
     from mcp.server.request_state import InvalidRequestState, RequestStateSecurity
 
-__all__ = [
-    "MCP_EXTRA_HINT",
-    "PrincipalBinding",
-    "SDKCodec",
-    "security",
-    "security_from_env",
-]
+__all__ = ["SDKCodec", "security", "security_from_env"]
 
 MCP_EXTRA_HINT = "install the MCP SDK with: pip install 'statecodec[mcp]'"
-
-PrincipalBinding = Callable[["ServerRequestContext[Any, Any]"], "str | None"]
-"""The SDK's `bind_principal` callback type: the request's principal, or None."""
-
-
-class _SDKDefault:
-    """Marker for "leave the SDK's own default in place"."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<SDK default>"
-
-
-_SDK_DEFAULT = _SDKDefault()
 
 
 def _sdk() -> tuple[type[RequestStateSecurity], type[InvalidRequestState]]:
@@ -77,14 +44,11 @@ def _sdk() -> tuple[type[RequestStateSecurity], type[InvalidRequestState]]:
 
 
 class SDKCodec:
-    """A statecodec codec as the SDK's `RequestStateCodec`, refusing with the SDK's `InvalidRequestState`.
+    """`codec` as the SDK's `RequestStateCodec`: each `InvalidToken` becomes `InvalidRequestState(reason)`.
 
-    Threat: the SDK's boundary logs the reason code only of an
-    `InvalidRequestState`; every other exception from a codec becomes "codec
-    error" with a traceback, which hides from the operator which probe was
-    refused. `unseal` re-raises each `InvalidToken` as `InvalidRequestState`
-    carrying the same reason code and no exception chain; `seal` and every
-    accepted token pass through unchanged. `codec` is the wrapped codec.
+    Threat: the SDK logs the reason of its own `InvalidRequestState` only; any
+    other exception becomes "codec error" with a traceback, hiding which probe
+    was refused. The refusal carries the same reason code and no exception chain.
     """
 
     __slots__ = ("_refusal", "codec")
@@ -108,39 +72,26 @@ class SDKCodec:
         return f"SDKCodec({self.codec!r})"
 
 
-def security(
-    codec: Codec,
-    *,
-    ttl: float = 600.0,
-    audience: str | None = None,
-    bind_principal: PrincipalBinding | _SDKDefault | None = _SDK_DEFAULT,
-) -> RequestStateSecurity:
-    """`RequestStateSecurity(codec=SDKCodec(codec), ...)`, leaving unset options at the SDK's defaults.
+def security(codec: Codec, *, ttl: float = 600.0, audience: str | None = None, **options: Any) -> RequestStateSecurity:
+    """`RequestStateSecurity(codec=SDKCodec(codec), ttl=ttl, audience=audience, **options)`.
 
     Refused tokens are logged by the SDK with our reason code (see `SDKCodec`).
     `audience=None` lets `MCPServer` stamp its server name; set it when
-    several services deliberately accept each other's state. `bind_principal`
-    defaults to the SDK's authenticated-principal binding; `None` disables it.
+    several services deliberately accept each other's state. `options` go to
+    the SDK as they are: unset, each keeps the SDK's default (for
+    `bind_principal`, the authenticated principal; `None` disables it).
     """
-    cls = _sdk()[0]
-    sdk_codec = SDKCodec(codec)
-    if isinstance(bind_principal, _SDKDefault):
-        return cls(codec=sdk_codec, ttl=ttl, audience=audience)
-    return cls(codec=sdk_codec, ttl=ttl, audience=audience, bind_principal=bind_principal)
+    return _sdk()[0](codec=SDKCodec(codec), ttl=ttl, audience=audience, **options)
 
 
 def security_from_env(
-    *,
-    ttl: float = 600.0,
-    audience: str | None = None,
-    environ: Mapping[str, str] | None = None,
-    bind_principal: PrincipalBinding | _SDKDefault | None = _SDK_DEFAULT,
+    *, ttl: float = 600.0, audience: str | None = None, environ: Mapping[str, str] | None = None, **options: Any
 ) -> RequestStateSecurity:
-    """`security(statecodec.config.codec_from_env(environ), ...)`.
+    """`security(statecodec.codec_from_env(environ), ...)`.
 
     Raises `ConfigurationError` (what to set) when the environment does not
     describe a codec, and `ImportError` naming the extra when the MCP SDK is
     missing; both before any server starts.
     """
     _sdk()  # a missing SDK is reported before the configuration is read
-    return security(codec_from_env(environ), ttl=ttl, audience=audience, bind_principal=bind_principal)
+    return security(codec_from_env(environ), ttl=ttl, audience=audience, **options)

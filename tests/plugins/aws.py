@@ -1,11 +1,8 @@
 """AWS KMS for integration tests: a real `moto_server` over HTTP on 127.0.0.1.
 
-`moto_server` (session) runs for the whole test session and is stopped at
-exit; `moto_server_fn` is a separate server per test, for tests that stop
-the KMS mid-test. `kms_proxy` is a small HTTP proxy in front of the session
-server that counts requests per KMS operation and can answer the next
-requests with an error response of KMS's own JSON shape (throttling, access
-denied, internal error), for faults moto cannot produce on its own.
+`moto_server` runs for the session (a test that stops its server starts its own `MotoServer`).
+`kms_proxy` sits in front of the session server, counts requests per KMS operation and can
+answer the next ones with an error of KMS's own JSON shape, for faults moto never produces.
 """
 
 from __future__ import annotations
@@ -27,10 +24,8 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from tests.plugins._service import reset_around, running
-
 REGION = "us-east-1"
-_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+CREDENTIALS = {"aws_access_key_id": "AKIASTATECODECTEST", "aws_secret_access_key": "statecodec-test-secret-access-key"}
 _START_TIMEOUT = 30.0
 
 
@@ -48,7 +43,7 @@ def kms_client(endpoint: str, **config: Any) -> Any:
     """A boto3 KMS client for `endpoint`, botocore's own retries off (the wrapper retries)."""
     cfg = Config(retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=2, read_timeout=5, **config)
     if not _SESSIONS:  # one session: its loaded service models make each new client cheap
-        _SESSIONS.append(boto3.session.Session(region_name=REGION, **_CREDENTIALS))
+        _SESSIONS.append(boto3.session.Session(region_name=REGION, **CREDENTIALS))
     return _SESSIONS[0].client("kms", endpoint_url=endpoint, config=cfg)
 
 
@@ -62,27 +57,17 @@ class MotoServer:
 
     def start(self) -> None:
         exe = Path(sys.executable).with_name("moto_server")
-        self._proc = subprocess.Popen(
-            [str(exe), "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        cmd = [str(exe), "-H", "127.0.0.1", "-p", str(self.port)]
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + _START_TIMEOUT
-        while True:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"moto_server exited with {self._proc.returncode}")
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
+        while self._proc.poll() is None and time.monotonic() < deadline:
             try:
-                conn.request("GET", "/moto-api/")
-                conn.getresponse().read()
-                return  # any HTTP answer means it is serving
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return  # listening: requests queue until it serves them
             except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError("moto_server did not answer within 30 s") from None
                 time.sleep(0.05)
-            finally:
-                conn.close()
+        self.stop()
+        raise RuntimeError("moto_server did not start")
 
     def stop(self) -> None:
         if self._proc is not None:
@@ -93,10 +78,6 @@ class MotoServer:
                 self._proc.kill()
                 self._proc.wait()
             self._proc = None
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     def client(self) -> Any:
         return kms_client(self.endpoint)
@@ -115,7 +96,6 @@ class KmsProxy:
     """HTTP proxy to a moto server: counts KMS operations, injects KMS error responses."""
 
     def __init__(self, upstream_port: int) -> None:
-        self._upstream = upstream_port
         self.calls: Counter[str] = Counter()
         self._faults: list[tuple[int, str, str]] = []
         self._lock = threading.Lock()
@@ -126,29 +106,19 @@ class KmsProxy:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                op = self.headers.get("X-Amz-Target", "").rpartition(".")[2]
-                fault = proxy._take(op)
+                fault = proxy._take(self.headers.get("X-Amz-Target", "").rpartition(".")[2])
                 if fault is not None:
-                    status, code, message = fault
-                    self._send(status, json.dumps({"__type": code, "message": message}).encode(), {})
-                    return
-                conn = http.client.HTTPConnection("127.0.0.1", proxy._upstream, timeout=10)
-                try:
+                    status, data = fault[0], json.dumps({"__type": fault[1], "message": fault[2]}).encode()
+                else:
+                    conn = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=10)
                     headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
                     conn.request("POST", self.path, body=body, headers=headers)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                    extra = {k: v for k, v in resp.getheaders() if k.lower() in ("x-amzn-requestid",)}
-                    self._send(resp.status, data, extra)
-                finally:
+                    response = conn.getresponse()
+                    status, data = response.status, response.read()
                     conn.close()
-
-            def _send(self, status: int, data: bytes, extra: dict[str, str]) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/x-amz-json-1.1")
                 self.send_header("Content-Length", str(len(data)))
-                for k, v in extra.items():
-                    self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -158,8 +128,7 @@ class KmsProxy:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def _take(self, op: str) -> tuple[int, str, str] | None:
         with self._lock:
@@ -182,33 +151,25 @@ class KmsProxy:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
-        self._thread.join(timeout=5)
 
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoServer]:
-    with running(MotoServer()) as server:
-        yield server
-
-
-@pytest.fixture
-def moto_server_fn() -> Iterator[MotoServer]:
-    """A moto server of this test's own, which the test may stop."""
-    with running(MotoServer()) as server:
-        yield server
+    server = MotoServer()
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")
 def _kms_proxy_session(moto_server: MotoServer) -> Iterator[KmsProxy]:
     proxy = KmsProxy(moto_server.port)
-    try:
-        yield proxy
-    finally:
-        proxy.close()
+    yield proxy
+    proxy.close()
 
 
 @pytest.fixture
-def kms_proxy(_kms_proxy_session: KmsProxy) -> Iterator[KmsProxy]:
+def kms_proxy(_kms_proxy_session: KmsProxy) -> KmsProxy:
     """The counting, fault-injecting proxy, with no faults queued and counters at zero."""
-    with reset_around(_kms_proxy_session) as proxy:
-        yield proxy
+    _kms_proxy_session.reset()
+    return _kms_proxy_session

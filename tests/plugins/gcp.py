@@ -1,19 +1,15 @@
 """Google Cloud KMS for integration tests: a loopback gRPC server speaking the Cloud KMS API.
 
-Cloud KMS has no emulator, so this server implements the two methods an
-envelope needs, ``Encrypt`` and ``Decrypt`` of
-``google.cloud.kms.v1.KeyManagementService``, with gRPC generic handlers and
-the ``google.cloud.kms_v1`` request and response types, so the real
-``KeyManagementServiceClient`` talks to it over an insecure channel. It does
-real AES-256-GCM with the additional authenticated data bound, keeps key
-versions (rotate, disable), verifies the request CRC32C fields and fills the
-response ones as Cloud KMS does, and can, on demand, corrupt a checksum,
-deny access, or fail the next calls with a gRPC status.
+Cloud KMS has no emulator, so this server implements ``Encrypt`` and ``Decrypt`` of
+``google.cloud.kms.v1.KeyManagementService`` with gRPC generic handlers and the
+``google.cloud.kms_v1`` message types, so the real client talks to it over an insecure channel.
+It does AES-256-GCM with the AAD bound, keeps key versions, verifies the request CRC32C fields
+and fills the response ones as Cloud KMS does, and on demand corrupts a checksum or fails the
+next calls with a gRPC status (throttled, denied, disabled...).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import struct
 import threading
@@ -32,10 +28,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import kms_v1
 from google.cloud.kms_v1.services.key_management_service.transports import KeyManagementServiceGrpcTransport
 
-from tests.plugins._service import reset_around, running
-
 _SERVICE = "google.cloud.kms.v1.KeyManagementService"
-_MAGIC = b"SCKMS"
 _DECRYPT_FAILED = "Decryption failed: verify that 'name' refers to the correct CryptoKey."
 CORRUPTIONS = (
     "encrypt.verified_plaintext",  # verified_plaintext_crc32c comes back false
@@ -57,21 +50,14 @@ def key_name(project: str, ring: str, key: str) -> str:
 
 class _Abort(Exception):
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        super().__init__(code, message)
+        self.code, self.message = code, message
 
 
 @dataclass
 class _CryptoKey:
     versions: list[bytes] = field(default_factory=list)  # version n is versions[n - 1]
     primary: int = 1
-    disabled: set[int] = field(default_factory=set)
-    denied: bool = False
-
-    @property
-    def fingerprint(self) -> bytes:
-        return hashlib.sha256(self.versions[0]).digest()[:8]
 
 
 class FakeCloudKms:
@@ -80,6 +66,7 @@ class FakeCloudKms:
     def __init__(self) -> None:
         self.keys: dict[str, _CryptoKey] = {}
         self.calls: Counter[str] = Counter()
+        self.requests: list[Any] = []  # every request received, in order
         self._faults: list[grpc.StatusCode] = []
         self._corrupt: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -100,15 +87,6 @@ class FakeCloudKms:
             key.primary = len(key.versions)
             return key.primary
 
-    def disable_version(self, name: str, version: int) -> None:
-        with self._lock:
-            self.keys[name].disabled.add(version)
-
-    def deny(self, name: str) -> None:
-        """Every call on `name` answers PERMISSION_DENIED, as for a caller without the role."""
-        with self._lock:
-            self.keys[name].denied = True
-
     def fail_next(self, n: int, code: grpc.StatusCode) -> None:
         with self._lock:
             self._faults.extend([code] * n)
@@ -123,27 +101,24 @@ class FakeCloudKms:
             self._faults.clear()
             self._corrupt.clear()
             self.calls.clear()
+            self.requests.clear()
 
     def _take_corruption(self, mode: str) -> bool:
-        if self._corrupt[mode] > 0:
-            self._corrupt[mode] -= 1
-            return True
-        return False
+        taken = self._corrupt[mode] > 0
+        self._corrupt[mode] -= taken
+        return taken
 
     # --- the API ----------------------------------------------------------
-    def _enter(self, method: str, name: str) -> _CryptoKey:
+    def _enter(self, method: str, request: Any) -> _CryptoKey:
         self.calls[method] += 1
+        self.requests.append(request)
+        name = request.name
         if self._faults:
             code = self._faults.pop(0)
             raise _Abort(code, f"injected {code.name}")
         key = self.keys.get(name)
         if key is None:
             raise _Abort(grpc.StatusCode.NOT_FOUND, f"CryptoKey {name} not found.")
-        if key.denied:
-            raise _Abort(
-                grpc.StatusCode.PERMISSION_DENIED,
-                f"Permission 'cloudkms.cryptoKeyVersions.useTo{method}' denied on resource '{name}'",
-            )
         return key
 
     @staticmethod
@@ -159,7 +134,7 @@ class FakeCloudKms:
 
     def encrypt(self, request: Any) -> Any:
         with self._lock:
-            key = self._enter("Encrypt", request.name)
+            key = self._enter("Encrypt", request)
             corrupt_request = self._take_corruption("request")
             plaintext, aad = bytes(request.plaintext), bytes(request.additional_authenticated_data)
             v_pt = self._check_crc(plaintext, request.plaintext_crc32c, "plaintext", corrupt_request)
@@ -167,10 +142,8 @@ class FakeCloudKms:
                 aad, request.additional_authenticated_data_crc32c, "additional_authenticated_data", False
             )
             version = key.primary
-            if version in key.disabled:
-                raise _Abort(grpc.StatusCode.FAILED_PRECONDITION, f"{request.name} primary version is DISABLED")
             nonce = os.urandom(12)
-            header = _MAGIC + key.fingerprint + struct.pack(">I", version)
+            header = struct.pack(">I", version)
             ciphertext = header + nonce + AESGCM(key.versions[version - 1]).encrypt(nonce, plaintext, header + aad)
             checksum = crc(ciphertext)
             if self._take_corruption("encrypt.ciphertext_crc32c"):
@@ -185,43 +158,30 @@ class FakeCloudKms:
                 verified_plaintext_crc32c=v_pt and not self._take_corruption("encrypt.verified_plaintext"),
                 verified_additional_authenticated_data_crc32c=v_aad
                 and not self._take_corruption("encrypt.verified_aad"),
-                protection_level=kms_v1.ProtectionLevel.SOFTWARE,
             )
 
     def decrypt(self, request: Any) -> Any:
         with self._lock:
-            key = self._enter("Decrypt", request.name)
+            key = self._enter("Decrypt", request)
             corrupt_request = self._take_corruption("request")
             ciphertext, aad = bytes(request.ciphertext), bytes(request.additional_authenticated_data)
             self._check_crc(ciphertext, request.ciphertext_crc32c, "ciphertext", corrupt_request)
             self._check_crc(aad, request.additional_authenticated_data_crc32c, "additional_authenticated_data", False)
-            head = len(_MAGIC) + 8 + 4
-            if len(ciphertext) < head + 12 + 16 or not ciphertext.startswith(_MAGIC + key.fingerprint):
+            head = 4  # the version, then the nonce and AES-GCM under that version
+            if len(ciphertext) < head + 12 + 16:
                 raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, _DECRYPT_FAILED)
-            (version,) = struct.unpack(">I", ciphertext[head - 4 : head])
+            (version,) = struct.unpack(">I", ciphertext[:head])
             if not 1 <= version <= len(key.versions):
                 raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, _DECRYPT_FAILED)
-            if version in key.disabled:
-                raise _Abort(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"{request.name}/cryptoKeyVersions/{version} is not enabled, current state is: DISABLED.",
-                )
-            nonce = ciphertext[head : head + 12]
+            nonce, sealed = ciphertext[head : head + 12], ciphertext[head + 12 :]
             try:
-                plaintext = AESGCM(key.versions[version - 1]).decrypt(
-                    nonce, ciphertext[head + 12 :], ciphertext[:head] + aad
-                )
+                plaintext = AESGCM(key.versions[version - 1]).decrypt(nonce, sealed, ciphertext[:head] + aad)
             except InvalidTag:
                 raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, _DECRYPT_FAILED) from None
             checksum = crc(plaintext)
             if self._take_corruption("decrypt.plaintext_crc32c"):
                 checksum ^= 1
-            return kms_v1.DecryptResponse(
-                plaintext=plaintext,
-                plaintext_crc32c=checksum,
-                used_primary=version == key.primary,
-                protection_level=kms_v1.ProtectionLevel.SOFTWARE,
-            )
+            return kms_v1.DecryptResponse(plaintext=plaintext, plaintext_crc32c=checksum)
 
     # --- the gRPC server ----------------------------------------------------
     def _handler(self, fn: Callable[[Any], Any], req_type: Any, resp_type: Any) -> Any:
@@ -259,38 +219,28 @@ class FakeCloudKms:
 
     def client(self) -> Any:
         """The real KeyManagementServiceClient over an insecure channel to this server."""
-        channel = grpc.insecure_channel(self.address)
-        transport = KeyManagementServiceGrpcTransport(
-            channel=channel,
-            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
-        )
+        channel, credentials = grpc.insecure_channel(self.address), AnonymousCredentials()  # type: ignore[no-untyped-call]
+        transport = KeyManagementServiceGrpcTransport(channel=channel, credentials=credentials)
         return kms_v1.KeyManagementServiceClient(transport=transport)
 
 
 @pytest.fixture(scope="session")
 def _gcp_kms_session() -> Iterator[FakeCloudKms]:
-    with running(FakeCloudKms()) as server:
-        yield server
+    server = FakeCloudKms()
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture
-def gcp_kms(_gcp_kms_session: FakeCloudKms) -> Iterator[FakeCloudKms]:
+def gcp_kms(_gcp_kms_session: FakeCloudKms) -> FakeCloudKms:
     """The session Cloud KMS test server with no faults queued and counters at zero."""
-    with reset_around(_gcp_kms_session) as server:
-        yield server
-
-
-@pytest.fixture
-def gcp_kms_fn() -> Iterator[FakeCloudKms]:
-    """A Cloud KMS test server of this test's own, which the test may stop."""
-    with running(FakeCloudKms()) as server:
-        yield server
+    _gcp_kms_session.reset()
+    return _gcp_kms_session
 
 
 @pytest.fixture
 def gcp_client(gcp_kms: FakeCloudKms) -> Iterator[Any]:
     client = gcp_kms.client()
-    try:
-        yield client
-    finally:
-        client.transport.close()
+    yield client
+    client.transport.close()

@@ -1,83 +1,139 @@
-"""What the compact JOSE codecs share: the token length cap, the key index by ``kid``, the payload check.
+"""What `JWECodec` and `JWSCodec` share: keys by ``kid``, the header check, the caps, JWK Sets and settings.
 
-Threat: a cap or a key index checked one way in `JWECodec` and another in
-`JWSCodec` is a refusal that holds for one format and not the other. Both
-codecs validate ``max_token_length`` and refuse duplicate ``kid`` values
-here, at construction, and derive the largest payload ``seal`` accepts from
-the same cap ``unseal`` enforces.
+Threat: a refusal that holds for one format and not the other. Both build keys through one path, hold a
+received header to the profile of the one they emit, and seal exactly the payloads whose tokens they open.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Generic, Protocol, TypeVar
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar
 
-from statecodec.errors import ConfigurationError, SealError
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, check_cap, check_payload, check_token_text, split_segments
+from statecodec._files import load_json_setting, read_settings_file
+from statecodec.config import max_token_length_setting, ring_from_settings, setting
+from statecodec.errors import ConfigurationError, InvalidToken, Reason
+from statecodec.jose._header import MAX_HEADER_LENGTH, kid_of, parse_header
+from statecodec.jose._jwk import LABELS, PROFILES, Key, PublicKey, jwk_list, load_jwk, public_jwk
+from statecodec.keys import KeyRing
 
-__all__ = ["CompactCodec"]
-
-# cryptography's AES-GCM raises OverflowError on 2**31 bytes or more; no token here may reach that.
-_TOKEN_LENGTH_LIMIT = 2**31 - 1
+JWKS_FILE_VAR = "STATECODEC_JWKS_FILE"
+_MAX_JWKS_BYTES = 1024 * 1024
 
 
-class _Keyed(Protocol):
-    @property
-    def kid(self) -> str: ...
+class KeySlot:
+    """A configured key: its ``kid``, the header segment it emits ("" if made per token), its public half."""
+
+    kid: str
+    header = ""
+    public: PublicKey | None = None
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("a key is not picklable")
 
 
-_K = TypeVar("_K", bound=_Keyed)
+_K = TypeVar("_K", bound=KeySlot)
+_C = TypeVar("_C", bound="CompactCodec[Any]")
 
 
 class CompactCodec(Generic[_K]):
-    """Configuration and accessors common to `JWECodec` and `JWSCodec`; `_K` is the per-``kid`` key object."""
+    """The configuration and checks common to the compact codecs; `_K` is the per-``kid`` key object."""
 
-    __slots__ = ("_alg", "_by_kid", "_kids", "_max_length", "_max_payload", "_primary")
+    __slots__ = ("_alg", "_by_kid", "_expect", "_fast", "_max_length", "_max_payload", "_members", "_primary")
+    _ALG_VAR: ClassVar[str]  # the setting that names the algorithm
+    _ALGS: ClassVar[tuple[str, ...]]  # every algorithm the codec implements, the default first
 
-    _alg: str
-    _by_kid: dict[str, _K]
-    _kids: tuple[str, ...]
-    _max_length: int
-    _max_payload: int
-    _primary: _K
+    def __init__(
+        self, keys: KeyRing | Iterable[bytes], *, alg: str = "", max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
+    ) -> None:
+        """A codec over a key ring (``dir`` or ``A256KW`` for a JWE, ``HS256`` for a JWS), its keys derived per
+        algorithm (`statecodec.jose.derived_jwk`); ``alg`` defaults to ``dir`` or ``HS256``."""
+        alg = alg or self._ALGS[0]
+        if alg not in self._ALGS or alg not in LABELS:
+            raise ConfigurationError(f"a key ring does not serve alg {alg!r}; from_jwks takes {', '.join(self._ALGS)}")
+        ring = keys if isinstance(keys, KeyRing) else KeyRing(keys)
+        self._setup(alg, [(kid.hex(), key) for kid, key in ring.subkeys(LABELS[alg])], max_token_length)
 
-    @staticmethod
-    def _check_max_length(max_token_length: object) -> None:
-        if isinstance(max_token_length, bool) or not isinstance(max_token_length, int):
-            raise ConfigurationError("max_token_length must be an int (characters)")
-        if max_token_length > _TOKEN_LENGTH_LIMIT:
-            raise ConfigurationError(f"max_token_length must be at most {_TOKEN_LENGTH_LIMIT} characters")
+    def _slot(self, alg: str, kid: str, key: Key, index: int) -> _K:
+        raise NotImplementedError
 
-    def _index(self, alg: str, keys: Sequence[_K]) -> None:
-        """Keys by ``kid``, in order; the first seals."""
+    def _seal(self, payload: bytes) -> str:
+        raise NotImplementedError
+
+    def _setup(self, alg: str, entries: Sequence[tuple[str, Key]], max_token_length: object) -> None:
+        """Keys by ``kid`` (the first seals), the header profile, and the caps; `ConfigurationError` otherwise."""
         by_kid: dict[str, _K] = {}
-        for key in keys:
-            if key.kid in by_kid:
-                raise ConfigurationError(f"two keys share the kid {key.kid!r}; list each key once")
-            by_kid[key.kid] = key
-        self._alg = alg
-        self._by_kid = by_kid
-        self._kids = tuple(by_kid)
-        self._primary = keys[0]
-
-    def _fit(self, max_token_length: int, fixed: int) -> None:
-        """Accept a cap of at least the `fixed` characters every token carries besides its payload."""
-        if max_token_length < fixed:
-            raise ConfigurationError(
-                f"max_token_length={max_token_length} is below the smallest token ({fixed} characters)"
-            )
-        self._max_length = max_token_length
+        for i, (kid, key) in enumerate(entries):
+            slot = self._slot(alg, kid, key, i)
+            if slot.kid in by_kid:
+                raise ConfigurationError(f"two keys share the kid {slot.kid!r}; list each key once")
+            by_kid[slot.kid] = slot
+        self._alg, self._by_kid, self._primary = alg, by_kid, next(iter(by_kid.values()))
+        # Our own header segments map straight to their key: no JSON, and nothing the strict parse refuses.
+        self._fast = {slot.header: slot for slot in by_kid.values() if slot.header}
+        # A received header must match the one this codec's own token carries: the same members,
+        # and the same "alg" and "enc". That token, of an empty payload, is also the smallest.
+        own = self._seal(b"")
+        headers = [own[: own.index(".")], *(slot.header for slot in by_kid.values())]
+        if max(map(len, headers)) > MAX_HEADER_LENGTH:  # a long kid, once escaped as JSON
+            raise ConfigurationError(f"a header is over {MAX_HEADER_LENGTH} characters: use a shorter, ASCII kid")
+        header = parse_header(headers[0])
+        self._members = frozenset(header)
+        self._expect = {name: value for name, value in header.items() if name in ("alg", "enc")}
+        self._max_length = check_cap(max_token_length, len(own))
         # The largest payload whose token fits the cap: seal refuses what unseal would refuse.
-        self._max_payload = (max_token_length - fixed) * 3 // 4
+        self._max_payload = (self._max_length - len(own)) * 3 // 4
 
-    def _check_payload(self, payload: object) -> None:
-        """Off the hot path: `seal` calls it only for a payload that is not `bytes` or is too long."""
-        if not isinstance(payload, (bytes, bytearray, memoryview)):
-            raise TypeError(f"seal takes bytes, got {type(payload).__name__}")
-        if len(payload) > self._max_payload:
-            raise SealError(
-                f"payload of {len(payload)} bytes exceeds the {self._max_payload}-byte maximum "
-                f"for max_token_length={self._max_length}"
-            )
+    @classmethod
+    def _from_keys(cls: type[_C], alg: str, keys: object, max_token_length: object) -> _C:
+        if not isinstance(keys, (list, tuple)) or not keys:
+            raise ConfigurationError("keys must be a non-empty list of keys: write keys=[key]")
+        self = cls.__new__(cls)
+        self._setup(alg, [("", key) for key in keys], max_token_length)
+        return self
+
+    @classmethod
+    def from_jwks(
+        cls: type[_C], jwks: object, *, alg: str = "", max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
+    ) -> _C:
+        """A codec over JWKs shared with another JOSE stack (a JWK Set, a list, or one JWK): the first key seals.
+
+        ``k`` is used as given, with its ``kid``; an EC or OKP key's ``kid`` defaults to its RFC 7638 thumbprint.
+        A public first key makes a sealing-only ECDH-ES+A256KW codec; the first JWS key must be private."""
+        alg = alg or cls._ALGS[0]
+        if alg not in cls._ALGS:
+            raise ConfigurationError(f"alg must be one of {', '.join(cls._ALGS)}")
+        entries = [load_jwk(jwk, i, alg) for i, jwk in enumerate(jwk_list(jwks))]
+        secrets = [key for _, key in entries if isinstance(key, bytes)]
+        if secrets:
+            KeyRing(secrets)  # a ring's checks: 32 bytes at least, not a password, no duplicates
+        self = cls.__new__(cls)
+        self._setup(alg, entries, max_token_length)
+        return self
+
+    @classmethod
+    def from_env(cls: type[_C], environ: Mapping[str, str] | None = None) -> _C:
+        """A codec from ``STATECODEC_JWE_ALG``/``_JWS_ALG``, the keys of ``STATECODEC_JWKS_FILE`` (a JWK Set)
+        or else the key ring (``STATECODEC_KEYS``/``_KEYS_FILE``), and ``STATECODEC_MAX_TOKEN_LENGTH``."""
+        settings = os.environ if environ is None else environ
+        var = cls._ALG_VAR
+        alg = setting(settings, var, required=False) or cls._ALGS[0]
+        if alg not in cls._ALGS:
+            raise ConfigurationError(f"{var} must be one of {', '.join(cls._ALGS)} (case-sensitive)")
+        limit = max_token_length_setting(settings)
+        path = setting(settings, JWKS_FILE_VAR, required=False)
+        if path is not None:
+            what = f"{JWKS_FILE_VAR} {path}"
+            jwks = load_json_setting(read_settings_file(Path(path), _MAX_JWKS_BYTES, what, "is it a JWK Set?"), what)
+            try:
+                return cls.from_jwks(jwks, alg=alg, max_token_length=limit)
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"{JWKS_FILE_VAR}: {exc}") from None
+        if alg not in LABELS:
+            raise ConfigurationError(f"{var}={alg} needs {JWKS_FILE_VAR}: a key ring does not serve it")
+        return cls(ring_from_settings(settings), alg=alg, max_token_length=limit)
 
     @property
     def alg(self) -> str:
@@ -87,15 +143,51 @@ class CompactCodec(Generic[_K]):
     @property
     def key_ids(self) -> tuple[str, ...]:
         """The ``kid`` of every key, the sealing key first."""
-        return self._kids
+        return tuple(self._by_kid)
 
     @property
     def primary_key_id(self) -> str:
-        return self._kids[0]
+        return self._primary.kid
 
     @property
     def max_token_length(self) -> int:
         return self._max_length
+
+    def public_jwks(self) -> dict[str, list[dict[str, str]]]:
+        """The public JWK Set of an ECDH-ES+A256KW or Ed25519 codec, for the stacks that seal to it or verify it."""
+        if self._alg in LABELS:
+            raise ConfigurationError("symmetric keys have no public half; share the key (statecodec.jose.derived_jwk)")
+        use, slots = PROFILES[self._alg][0], self._by_kid.values()
+        return {
+            "keys": [{**public_jwk(s.public), "kid": s.kid, "use": use, "alg": self._alg} for s in slots if s.public]
+        }
+
+    def seal(self, payload: bytes) -> str:
+        """The token of `payload` under the first key (readable by anyone for a JWS)."""
+        check_payload(payload, self._max_payload)
+        return self._seal(bytes(payload))
+
+    def _parse(self, token: object, count: int) -> tuple[list[str], dict[str, Any] | None, _K]:
+        """The segments, header (None if byte for byte one we emit) and key of a token, checked in this order: the
+        cap, the dot count, a strict parse, ``alg`` and ``enc``, the members, the ``kid`` (``unknown_key``)."""
+        segments = split_segments(check_token_text(token, self._max_length), count)
+        slot = self._fast.get(segments[0])
+        if slot is not None:
+            return segments, None, slot
+        header = parse_header(segments[0])
+        # Compared, never dispatched on: the configuration alone chose the algorithm.
+        if any(header.get(name) != value for name, value in self._expect.items()):
+            raise InvalidToken(Reason.ALG)
+        if not self._members.issuperset(header):
+            raise InvalidToken(Reason.HEADER)
+        slot = self._by_kid.get(kid_of(header))
+        if slot is None:
+            raise InvalidToken(Reason.UNKNOWN_KEY)
+        return segments, header, slot
+
+    def __repr__(self) -> str:
+        enc = f", enc={self._expect['enc']!r}" if "enc" in self._expect else ""
+        return f"{type(self).__name__}(alg={self._alg!r}{enc}, key_ids={list(self._by_kid)!r})"
 
     def __reduce__(self) -> tuple[object, ...]:
         raise TypeError(f"{type(self).__name__} holds keys and is not picklable")

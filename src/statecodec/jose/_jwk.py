@@ -1,21 +1,19 @@
-"""Keys as JWKs: loading configured keys, RFC 7638 thumbprints, and the ephemeral ``epk``.
+"""Keys for the JOSE codecs: configured JWKs, keys derived from a ring, thumbprints, the received ``epk``.
 
-Threat: a key given in configuration can be the wrong type, size or curve
-for the configured algorithm, and an ``epk`` received in a token is an
-attacker's point (invalid-curve and small-subgroup attacks on ECDH-ES).
-Configured keys are checked at construction (`ConfigurationError` saying
-what a valid one looks like); a received ``epk`` must have exactly the
-members of its key type, the curve the recipient's key is on, canonical
-coordinates of the curve's size, and a point on the curve (P-256, checked by
-OpenSSL through `cryptography`) or a canonical, non-low-order u-coordinate
-(X25519); anything else is ``header``.
+Threat: a configured key of the wrong type, size or curve, and a received
+``epk``, an attacker's point (invalid-curve and small-subgroup attacks).
+Configured keys are checked at construction, echoing no value; an ``epk``
+must have exactly its type's members and canonical coordinates of a point on
+the recipient's curve, or it is ``header``. A ring secret S gives ``kid`` =
+hex(HKDF-SHA256(S, info="statecodec/v1/key-id", L=4)) and ``k`` =
+HKDF-SHA256(S, info=LABELS[alg], L=32): one label per algorithm keeps the
+keys of one secret unrelated to each other and to `AESGCMCodec`'s.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, x25519
@@ -23,238 +21,149 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
-from statecodec.jose._header import MAX_KID_LENGTH
+from statecodec.jose._header import MAX_KID_LENGTH, compact_json
+from statecodec.keys import KeyRing
 
-__all__ = [
-    "AgreementPrivateKey",
-    "AgreementPublicKey",
-    "check_kid",
-    "curve_name",
-    "jwk_list",
-    "load_agreement_key",
-    "load_ed25519_key",
-    "load_oct_key",
-    "public_jwk",
-    "read_epk",
-    "thumbprint",
-]
+PrivateKey = ec.EllipticCurvePrivateKey | x25519.X25519PrivateKey | ed25519.Ed25519PrivateKey
+PublicKey = ec.EllipticCurvePublicKey | x25519.X25519PublicKey | ed25519.Ed25519PublicKey
+Key = bytes | PrivateKey | PublicKey  # a symmetric secret, a private key, or a public key (one way only)
 
-AgreementPrivateKey = ec.EllipticCurvePrivateKey | x25519.X25519PrivateKey
-AgreementPublicKey = ec.EllipticCurvePublicKey | x25519.X25519PublicKey
+# HKDF info per algorithm; frozen: changing one changes every key derived under it.
+LABELS: dict[str, bytes] = {
+    "dir": b"statecodec/v1/jwe/dir+A256GCM",
+    "A256KW": b"statecodec/v1/jwe/A256KW+A256GCM",
+    "HS256": b"statecodec/v1/jws/HS256",
+}
 
-_P256 = "P-256"
-_X25519 = "X25519"
-_COORD = 32
-# 2^255 - 19: a u-coordinate at or above it is a non-canonical encoding (RFC 7748 section 5).
-_X25519_P = 2**255 - 19
-_EC_EPK = frozenset({"kty", "crv", "x", "y"})
-_OKP_EPK = frozenset({"kty", "crv", "x"})
+# Per algorithm: the JWK "use", the JWK "alg" values accepted, and the key types ("oct" or a curve).
+PROFILES: dict[str, tuple[str, frozenset[str], tuple[str, ...]]] = {
+    "dir": ("enc", frozenset({"dir", "A256GCM"}), ("oct",)),
+    "A256KW": ("enc", frozenset({"A256KW", "A256GCM"}), ("oct",)),
+    "ECDH-ES+A256KW": ("enc", frozenset({"ECDH-ES+A256KW"}), ("P-256", "X25519")),
+    "HS256": ("sig", frozenset({"HS256"}), ("oct",)),
+    "EdDSA": ("sig", frozenset({"EdDSA", "Ed25519"}), ("Ed25519",)),
+    "Ed25519": ("sig", frozenset({"EdDSA", "Ed25519"}), ("Ed25519",)),
+}
+_KTY = {"oct": "oct", "P-256": "EC", "X25519": "OKP", "Ed25519": "OKP"}
+# Per curve: the public key from its coordinates (x, or x || y), the private key from "d"; ValueError if invalid.
+_CURVES: dict[str, tuple[Callable[[bytes], PublicKey], Callable[[bytes], PrivateKey]]] = {
+    "P-256": (
+        lambda xy: ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), b"\x04" + xy),
+        lambda d: ec.derive_private_key(int.from_bytes(d, "big"), ec.SECP256R1()),
+    ),
+    "X25519": (x25519.X25519PublicKey.from_public_bytes, x25519.X25519PrivateKey.from_private_bytes),
+    "Ed25519": (ed25519.Ed25519PublicKey.from_public_bytes, ed25519.Ed25519PrivateKey.from_private_bytes),
+}
+
+
+def derived_jwk(secret: bytes, alg: str) -> dict[str, str]:
+    """The ``oct`` JWK (secret) another JOSE stack needs to share ring tokens of ``dir``, ``A256KW`` or ``HS256``."""
+    if alg not in LABELS:
+        raise ConfigurationError(f"alg must be one of {', '.join(LABELS)}")
+    ((kid, key),) = KeyRing([secret]).subkeys(LABELS[alg])
+    return {"kty": "oct", "kid": kid.hex(), "k": b64u_encode(key)}
 
 
 def jwk_list(jwks: object) -> list[Mapping[str, Any]]:
     """A JWK Set (``{"keys": [...]}``), a list of JWKs, or one JWK, as a non-empty list."""
     keys = jwks.get("keys", [jwks]) if isinstance(jwks, Mapping) else jwks
-    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
-        raise ConfigurationError('keys must be a JWK Set {"keys": [...]}, a list of JWK objects, or one JWK')
-    out = list(keys)
-    if not out:
-        raise ConfigurationError("the JWK Set is empty; give at least one key")
-    for i, jwk in enumerate(out):
-        if not isinstance(jwk, Mapping):
-            raise ConfigurationError(f"keys[{i}] must be a JWK object, got {type(jwk).__name__}")
-    return out
+    if not isinstance(keys, (list, tuple)) or not keys or not all(isinstance(jwk, Mapping) for jwk in keys):
+        raise ConfigurationError('keys must be a JWK Set {"keys": [...]}, a non-empty list of JWK objects, or one JWK')
+    return list(keys)
 
 
-def _member(jwk: Mapping[str, Any], name: str, index: int) -> bytes:
+def load_jwk(jwk: Mapping[str, Any], index: int, alg: str) -> tuple[str, Key]:
+    """(``kid``, key) of a configured JWK for `alg`; the ``kid`` is empty when a public-key JWK has none.
+
+    Symmetric ``k`` is used as given (exactly 32 bytes for a JWE); a JWK
+    with ``d`` gives a private key, whose public half must match.
+    """
+    use, algs, kinds = PROFILES[alg]
+    if "use" in jwk and jwk["use"] != use:
+        raise ConfigurationError(f'keys[{index}] has a "use" other than "{use}", the one this codec needs')
+    # Type first: an unhashable "alg" (a list, an object) cannot be looked up in a set.
+    if "alg" in jwk and (type(jwk["alg"]) is not str or jwk["alg"] not in algs):
+        raise ConfigurationError(f'keys[{index}] is for another "alg"; this codec accepts {", ".join(sorted(algs))}')
+    kind = "oct" if jwk.get("kty") == "oct" else jwk.get("crv")
+    if kind not in kinds or _KTY[kind] != jwk.get("kty"):
+        wanted = " or ".join(f'"kty": "{_KTY[k]}"' + (f', "crv": "{k}"' if k != "oct" else "") for k in kinds)
+        raise ConfigurationError(f"keys[{index}] must be a key with {wanted}")
+    if kind == "oct" and "kid" not in jwk:
+        raise ConfigurationError(f'keys[{index}] needs a "kid" member: every token names its key')
+    kid = jwk.get("kid", "")
+    if "kid" in jwk and (not isinstance(kid, str) or not 0 < len(kid) <= MAX_KID_LENGTH):
+        raise ConfigurationError(f'keys[{index}]: "kid" must be a string of 1 to {MAX_KID_LENGTH} characters')
+    if kind == "oct":
+        return kid, _member(jwk, "k", index, 32 if use == "enc" else None)
+    coordinates = _member(jwk, "x", index, 32) + (_member(jwk, "y", index, 32) if kind == "P-256" else b"")
+    d = _member(jwk, "d", index, 32) if "d" in jwk else None
+    make_public, make_private = _CURVES[kind]
+    try:
+        public = make_public(coordinates)
+        private = None if d is None else make_private(d)
+    except ValueError:
+        raise ConfigurationError(f"keys[{index}] is not a valid {kind} key") from None
+    if private is not None and private.public_key() != public:
+        raise ConfigurationError(f'keys[{index}]: "d" does not match the public key')
+    return kid, public if private is None else private
+
+
+def _member(jwk: Mapping[str, Any], name: str, index: int, size: int | None = None) -> bytes:
     value = jwk.get(name)
     if not isinstance(value, str):
         raise ConfigurationError(f'keys[{index}] needs a "{name}" member (unpadded base64url)')
     try:
-        return b64u_decode(value)
+        raw = b64u_decode(value)
     except InvalidToken:
-        raise ConfigurationError(
-            f'keys[{index}]: "{name}" is not canonical unpadded base64url (alphabet A-Z a-z 0-9 - _)'
-        ) from None
+        raise ConfigurationError(f'keys[{index}]: "{name}" is not canonical unpadded base64url') from None
+    if size is not None and len(raw) != size:
+        raise ConfigurationError(f'keys[{index}]: "{name}" is {len(raw)} bytes; this key type takes exactly {size}')
+    return raw
 
 
-def _check_use(jwk: Mapping[str, Any], index: int, use: str, algs: frozenset[str]) -> None:
-    # Values are quoted only when they are short strings: a misplaced member may hold anything.
-    if "use" in jwk and jwk["use"] != use:
-        raise ConfigurationError(f'keys[{index}] has "use": {_quote(jwk["use"])}; this codec needs "{use}"')
-    # Type first: an unhashable "alg" (a list, an object) cannot be looked up in a set.
-    if "alg" in jwk and (type(jwk["alg"]) is not str or jwk["alg"] not in algs):
-        raise ConfigurationError(
-            f'keys[{index}] is for "alg": {_quote(jwk["alg"])}; this codec accepts {", ".join(sorted(algs))}'
-        )
+def key_halves(key: object, index: int, curves: tuple[str, ...]) -> tuple[str, PrivateKey | None, PublicKey]:
+    """(crv, private key or None, public key) of a configured key object on one of `curves`."""
+    private = key if isinstance(key, PrivateKey) else None
+    public = key if private is None else private.public_key()
+    if not isinstance(public, PublicKey) or _crv(public) not in curves:
+        raise ConfigurationError(f"keys[{index}] must be a {' or '.join(curves)} private or public key")
+    return _crv(public), private, public
 
 
-def _quote(value: object) -> str:
-    return repr(value) if type(value) is str and len(value) <= 32 else f"<{type(value).__name__}>"
+def _crv(public: PublicKey) -> str:
+    if isinstance(public, ec.EllipticCurvePublicKey):
+        return "P-256" if isinstance(public.curve, ec.SECP256R1) else public.curve.name
+    return "X25519" if isinstance(public, x25519.X25519PublicKey) else "Ed25519"
 
 
-def configured_kid(jwk: Mapping[str, Any], index: int, default: str | None) -> str:
-    """The JWK's ``kid``, else `default`; every token carries one, so one is required."""
-    kid = jwk.get("kid", default)
-    if kid is None:
-        raise ConfigurationError(f'keys[{index}] needs a "kid" member: every token names its key')
-    return check_kid(kid, index)
-
-
-def check_kid(kid: object, index: int) -> str:
-    """`kid` if it is one a token header may carry (`MAX_KID_LENGTH`), else `ConfigurationError`."""
-    if not isinstance(kid, str) or not 0 < len(kid) <= MAX_KID_LENGTH:
-        raise ConfigurationError(f'keys[{index}]: "kid" must be a string of 1 to {MAX_KID_LENGTH} characters')
-    return kid
-
-
-def load_oct_key(
-    jwk: Mapping[str, Any], index: int, *, use: str, algs: frozenset[str], exact: int | None
-) -> tuple[str, bytes]:
-    """(kid, k) of a symmetric JWK; `exact` is the required size in bytes, else at least 32."""
-    if jwk.get("kty") != "oct":
-        raise ConfigurationError(f'keys[{index}] must have "kty": "oct" (a symmetric key)')
-    _check_use(jwk, index, use, algs)
-    k = _member(jwk, "k", index)
-    if exact is not None and len(k) != exact:
-        raise ConfigurationError(
-            f'keys[{index}]: "k" is {len(k)} bytes; this algorithm takes exactly {exact} bytes '
-            "(generate one with python -c \"import secrets; print(secrets.token_urlsafe(32))\")"
-        )
-    return configured_kid(jwk, index, None), k
-
-
-def load_agreement_key(
-    jwk: Mapping[str, Any], index: int
-) -> tuple[AgreementPrivateKey | None, AgreementPublicKey]:
-    """(private key or None, public key) of a P-256 ``EC`` or X25519 ``OKP`` JWK."""
-    _check_use(jwk, index, "enc", frozenset({"ECDH-ES+A256KW"}))
-    kty, crv = jwk.get("kty"), jwk.get("crv")
-    if kty == "EC" and crv == _P256:
-        x, y = _member(jwk, "x", index), _member(jwk, "y", index)
-        if len(x) != _COORD or len(y) != _COORD:
-            raise ConfigurationError(f"keys[{index}]: P-256 coordinates are 32 bytes each")
-        try:
-            public = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), b"\x04" + x + y)
-        except ValueError:
-            raise ConfigurationError(f"keys[{index}] is not a point on P-256") from None
-        if "d" not in jwk:
-            return None, public
-        d = _member(jwk, "d", index)
-        if len(d) != _COORD:
-            raise ConfigurationError(f'keys[{index}]: a P-256 "d" is 32 bytes')
-        try:
-            private = ec.derive_private_key(int.from_bytes(d, "big"), ec.SECP256R1())
-        except ValueError:
-            raise ConfigurationError(f'keys[{index}]: "d" is not a valid P-256 private scalar') from None
-        if private.public_key() != public:
-            raise ConfigurationError(f'keys[{index}]: "d" does not match "x" and "y"')
-        return private, public
-    if kty == "OKP" and crv == _X25519:
-        xb = _member(jwk, "x", index)
-        if len(xb) != _COORD:
-            raise ConfigurationError(f'keys[{index}]: an X25519 "x" is 32 bytes')
-        public_x = x25519.X25519PublicKey.from_public_bytes(xb)
-        if "d" not in jwk:
-            return None, public_x
-        d = _member(jwk, "d", index)
-        if len(d) != _COORD:
-            raise ConfigurationError(f'keys[{index}]: an X25519 "d" is 32 bytes')
-        private_x = x25519.X25519PrivateKey.from_private_bytes(d)
-        if private_x.public_key() != public_x:
-            raise ConfigurationError(f'keys[{index}]: "d" does not match "x"')
-        return private_x, public_x
-    raise ConfigurationError(
-        f'keys[{index}] must be a P-256 key ("kty": "EC", "crv": "P-256") or an X25519 key '
-        '("kty": "OKP", "crv": "X25519")'
-    )
-
-
-def load_ed25519_key(
-    jwk: Mapping[str, Any], index: int
-) -> tuple[ed25519.Ed25519PrivateKey | None, ed25519.Ed25519PublicKey]:
-    """(private key or None, public key) of an Ed25519 ``OKP`` JWK (RFC 8037)."""
-    _check_use(jwk, index, "sig", frozenset({"EdDSA", "Ed25519"}))
-    if jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519":
-        raise ConfigurationError(f'keys[{index}] must be an Ed25519 key ("kty": "OKP", "crv": "Ed25519")')
-    x = _member(jwk, "x", index)
-    if len(x) != _COORD:
-        raise ConfigurationError(f'keys[{index}]: an Ed25519 "x" is 32 bytes')
-    try:
-        public = ed25519.Ed25519PublicKey.from_public_bytes(x)
-    except ValueError:
-        raise ConfigurationError(f'keys[{index}]: "x" is not an Ed25519 public key') from None
-    if "d" not in jwk:
-        return None, public
-    d = _member(jwk, "d", index)
-    if len(d) != _COORD:
-        raise ConfigurationError(f'keys[{index}]: an Ed25519 "d" is 32 bytes')
-    private = ed25519.Ed25519PrivateKey.from_private_bytes(d)
-    if private.public_key() != public:
-        raise ConfigurationError(f'keys[{index}]: "d" does not match "x"')
-    return private, public
-
-
-def curve_name(key: AgreementPublicKey | AgreementPrivateKey | ed25519.Ed25519PublicKey) -> str:
-    """The JWK ``crv`` of a supported key; `ConfigurationError` for any other curve."""
-    if isinstance(key, (x25519.X25519PublicKey, x25519.X25519PrivateKey)):
-        return _X25519
-    if isinstance(key, ed25519.Ed25519PublicKey):
-        return "Ed25519"
-    if isinstance(key, (ec.EllipticCurvePublicKey, ec.EllipticCurvePrivateKey)) and isinstance(
-        key.curve, ec.SECP256R1
-    ):
-        return _P256
-    raise ConfigurationError("supported keys are P-256 and X25519 (ECDH-ES+A256KW) and Ed25519 (EdDSA)")
-
-
-def public_jwk(key: AgreementPublicKey | ed25519.Ed25519PublicKey) -> dict[str, str]:
-    """The public JWK of `key`, members in RFC 7638 order (which is lexicographic)."""
-    crv = curve_name(key)
+def public_jwk(key: PublicKey) -> dict[str, str]:
+    """The public JWK of `key`, members in the order a JOSE header carries them: ``kty, crv, x[, y]``."""
     if isinstance(key, ec.EllipticCurvePublicKey):
         point = key.public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
-        return {"crv": crv, "kty": "EC", "x": b64u_encode(point[1:33]), "y": b64u_encode(point[33:])}
+        return {"kty": "EC", "crv": "P-256", "x": b64u_encode(point[1:33]), "y": b64u_encode(point[33:])}
     raw = key.public_bytes(Encoding.Raw, PublicFormat.Raw)
-    return {"crv": crv, "kty": "OKP", "x": b64u_encode(raw)}
+    return {"kty": "OKP", "crv": _crv(key), "x": b64u_encode(raw)}
 
 
-def thumbprint(key: AgreementPublicKey | ed25519.Ed25519PublicKey) -> str:
-    """The RFC 7638 SHA-256 JWK thumbprint of a public key, base64url: the default ``kid``."""
-    canonical = json.dumps(public_jwk(key), separators=(",", ":"), sort_keys=True)
-    return b64u_encode(hashlib.sha256(canonical.encode("ascii")).digest())
+def thumbprint(key: PublicKey) -> str:
+    """The RFC 7638 SHA-256 thumbprint of a public key (members sorted), base64url: the default ``kid``."""
+    return b64u_encode(hashlib.sha256(compact_json(dict(sorted(public_jwk(key).items())))).digest())
 
 
-def epk_members(key: AgreementPublicKey) -> list[tuple[str, str]]:
-    """The ``epk`` value a sealer emits: members in the order ``kty, crv, x[, y]``."""
-    jwk = public_jwk(key)
-    order = ("kty", "crv", "x", "y") if jwk["kty"] == "EC" else ("kty", "crv", "x")
-    return [(name, jwk[name]) for name in order]
-
-
-def read_epk(epk: object, crv: str) -> AgreementPublicKey:
+def read_epk(epk: object, crv: str) -> PublicKey:
     """The validated ephemeral public key of a received header, on curve `crv`, or ``header``."""
-    if type(epk) is not dict:
+    members = {"kty", "crv", "x", "y"} if crv == "P-256" else {"kty", "crv", "x"}
+    if type(epk) is not dict or epk.keys() != members or epk["crv"] != crv or epk["kty"] != _KTY[crv]:
         raise InvalidToken(Reason.HEADER)
-    if epk.get("crv") != crv:
+    values = [epk[name] for name in ("x", "y") if name in members]
+    if any(type(value) is not str or len(value) != 43 for value in values):
+        raise InvalidToken(Reason.HEADER)
+    coordinates = b"".join(b64u_decode(value) for value in values)
+    # An X25519 u >= 2^255 - 19 (or with the top bit set) is a second encoding, which a sealer never emits.
+    if crv == "X25519" and int.from_bytes(coordinates, "little") >= 2**255 - 19:
         raise InvalidToken(Reason.HEADER)
     try:
-        if crv == _P256:
-            if epk.keys() != _EC_EPK or epk["kty"] != "EC":
-                raise InvalidToken(Reason.HEADER)
-            x, y = _coordinate(epk["x"]), _coordinate(epk["y"])
-            # from_encoded_point refuses any (x, y) not on P-256: the invalid-curve check.
-            return ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), b"\x04" + x + y)
-        if epk.keys() != _OKP_EPK or epk["kty"] != "OKP":
-            raise InvalidToken(Reason.HEADER)
-        u = _coordinate(epk["x"])
-        # Non-canonical u (top bit set, or >= p) has two encodings; a sealer never emits one.
-        if int.from_bytes(u, "little") >= _X25519_P:
-            raise InvalidToken(Reason.HEADER)
-        return x25519.X25519PublicKey.from_public_bytes(u)
+        # OpenSSL refuses a P-256 point off the curve: the invalid-curve check.
+        return _CURVES[crv][0](coordinates)
     except ValueError:
         raise InvalidToken(Reason.HEADER) from None
-
-
-def _coordinate(value: object) -> bytes:
-    if type(value) is not str or len(value) != 43:
-        raise InvalidToken(Reason.HEADER)
-    return b64u_decode(value)

@@ -2,9 +2,6 @@
 
 Threat: unbounded retries turn a KMS outage into a server that never starts
 and never says why; no retries turn one throttled call into a failed deploy.
-Calls here are retried only for causes where waiting can help (throttling,
-transient server or network errors), a fixed number of times, and the last
-cause is reported.
 """
 
 from __future__ import annotations
@@ -17,9 +14,7 @@ from typing import TypeVar
 
 from statecodec.errors import ConfigurationError
 
-__all__ = ["RetryPolicy", "call_with_retries", "check_retry"]
-
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -37,10 +32,6 @@ class RetryPolicy:
         if not (0 <= self.base_delay <= self.max_delay <= 30):
             raise ConfigurationError("retry delays must satisfy 0 <= base_delay <= max_delay <= 30 seconds")
 
-    def delay(self, retry: int) -> float:
-        # Full jitter: fleets restarting together do not retry in lockstep.
-        return random.uniform(0, min(self.max_delay, self.base_delay * (2**retry)))
-
 
 def check_retry(retry: object, default: RetryPolicy) -> RetryPolicy:
     """`retry` when it is a `RetryPolicy`, `default` when it is None; `ConfigurationError` otherwise."""
@@ -52,15 +43,15 @@ def check_retry(retry: object, default: RetryPolicy) -> RetryPolicy:
 
 
 def call_with_retries(
-    fn: Callable[[], T], *, transient: Callable[[BaseException], bool], policy: RetryPolicy
-) -> tuple[T, int]:
+    fn: Callable[[], _T], *, transient: Callable[[BaseException], bool], policy: RetryPolicy
+) -> tuple[_T, int]:
     """(result, attempts used); re-raises the last exception when it is not transient or attempts run out."""
-    attempt = 0
-    while True:
-        attempt += 1
+    for attempt in range(1, policy.attempts):
         try:
             return fn(), attempt
         except Exception as exc:
-            if attempt >= policy.attempts or not transient(exc):
+            if not transient(exc):
                 raise
-            policy.sleep(policy.delay(attempt - 1))
+        # Full jitter: fleets restarting together do not retry in lockstep.
+        policy.sleep(random.uniform(0, min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))))
+    return fn(), policy.attempts

@@ -1,31 +1,16 @@
 """No record from a provider SDK's loggers reaches a handler while statecodec is inside a provider call.
 
-Threat: the provider SDKs log what they send and receive. botocore logs the
-request dict (``botocore.endpoint``) and the response body
-(``botocore.parsers``) of every call at DEBUG; the Cloud KMS client logs
-request and response payloads (its gRPC transport) when its logger is at
-DEBUG, through a handler on ``google`` or Google's own switch
-``GOOGLE_SDK_PYTHON_LOGGING_SCOPE``. ``Decrypt`` responses and ``Encrypt``
-requests carry the data key, so a single
-``logging.basicConfig(level=logging.DEBUG)`` would write every data key to
-the log.
+Threat: botocore logs request and response bodies at DEBUG, the Cloud KMS client its payloads
+(a handler on ``google``, or ``GOOGLE_SDK_PYTHON_LOGGING_SCOPE``); ``Decrypt`` responses and
+``Encrypt`` requests carry the data key. Inside `sdk_logs_withheld(tops)`, every record created in
+this context on a logger in `tops` or below is dropped before any handler sees it, whatever the
+handlers and levels; other loggers, threads and contexts are untouched.
 
-While `sdk_logs_withheld` is active in the calling context, every record
-created on a logger in the named hierarchies (``botocore`` and
-``botocore.parsers`` alike) is dropped before any handler sees it, wherever
-the handlers are (root, the SDK's top logger, the emitting logger itself) and
-whatever their formatters. It holds for loggers created at any time, even
-during the call. Records on other loggers, and records from other threads or
-contexts, pass untouched: the switch is a context variable.
-
-How: Python runs a logger's filters only on records created on that logger,
-not on records propagating from its children, so one filter on ``botocore``
-would not stop ``botocore.parsers``. The record factory
-(`logging.setLogRecordFactory`) is the one hook every record passes through,
-whichever logger creates it. A factory cannot drop a record, so inside a
-provider call it adds the drop filter to the emitting logger, whose filters
-run next, before any handler. The filter decides from the context variable on
-each record; nothing is remembered between calls.
+Not a filter on ``botocore`` for the call's duration: a logger's filters see only records created on
+that very logger (not ``botocore.parsers``), loggers appear during calls, and adding and removing
+filters cuts other threads' records or re-opens the log inside an overlapping call. So the record
+factory, which every record passes through, puts one filter on each SDK logger it sees emitting in a
+call (a factory cannot drop a record); the filter stays and decides from a context variable.
 """
 
 from __future__ import annotations
@@ -37,55 +22,38 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["sdk_logs_withheld"]
-
 _withheld: ContextVar[tuple[str, ...]] = ContextVar("statecodec_withheld_sdk_loggers", default=())
 _install_lock = threading.Lock()
 
 
 def _is_withheld(name: object) -> bool:
     # `logging.makeLogRecord` calls the factory with no logger name.
-    if not isinstance(name, str):
-        return False
-    return any(name == top or name.startswith(top + ".") for top in _withheld.get())
+    return isinstance(name, str) and any(name == top or name.startswith(top + ".") for top in _withheld.get())
 
 
-class _DropWithheld(logging.Filter):
-    """Refuses records from a withheld hierarchy, in a context inside a provider call."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not _is_withheld(record.name)
-
-
-_DROP = _DropWithheld()
+def _drop_withheld(record: logging.LogRecord) -> bool:
+    return not _is_withheld(record.name)
 
 
 class _WithholdingFactory:
-    """The record factory found at install time, plus the drop filter on each withheld logger it meets."""
+    """The record factory found at install time, which also puts `_drop_withheld` on each withheld logger it meets."""
 
     def __init__(self, inner: Callable[..., logging.LogRecord]) -> None:
         self._inner = inner
 
     def __call__(self, name: Any, *args: Any, **kwargs: Any) -> logging.LogRecord:
-        record = self._inner(name, *args, **kwargs)
         if _is_withheld(name):
-            logging.getLogger(name).addFilter(_DROP)  # a no-op once the logger has it
-        return record
-
-
-def _install() -> None:
-    # Checked on every provider call, so a factory set later by the application
-    # (wrapping ours or not) is wrapped in turn rather than switching this off.
-    with _install_lock:
-        current = logging.getLogRecordFactory()
-        if not isinstance(current, _WithholdingFactory):
-            logging.setLogRecordFactory(_WithholdingFactory(current))
+            logging.getLogger(name).addFilter(_drop_withheld)  # a no-op once the logger has it
+        return self._inner(name, *args, **kwargs)
 
 
 @contextmanager
 def sdk_logs_withheld(tops: tuple[str, ...]) -> Iterator[None]:
-    """Drop every record created on a logger named in `tops`, or below one, in this context until exit."""
-    _install()
+    """Drop every record created in this context on a logger in `tops` (or below one) until exit."""
+    with _install_lock:
+        # Checked on every call, so a factory the application sets later is wrapped in turn.
+        if not isinstance(logging.getLogRecordFactory(), _WithholdingFactory):
+            logging.setLogRecordFactory(_WithholdingFactory(logging.getLogRecordFactory()))
     token = _withheld.set((*_withheld.get(), *tops))
     try:
         yield

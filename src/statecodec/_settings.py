@@ -1,0 +1,123 @@
+"""The one reader of ``STATECODEC_*`` settings, from the environment or a config file's members.
+
+Threat: a misread setting (a typo, a file that is not there, a cap that is
+not a number) must not start a server that seals under the wrong key or
+with the wrong cap. Every codec's `from_env`, `codec_from_env` and
+`codec_from_file` read through these functions, so a setting means one thing
+everywhere; every problem is a `ConfigurationError` naming the setting,
+never its value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH
+from statecodec._files import load_json_setting, read_settings_file
+from statecodec.errors import ConfigurationError
+from statecodec.keys import KeyRing
+
+KEYS_VAR = "STATECODEC_KEYS"
+KEYS_FILE_VAR = "STATECODEC_KEYS_FILE"
+MAX_TOKEN_LENGTH_VAR = "STATECODEC_MAX_TOKEN_LENGTH"  # noqa: S105 - a variable name, not a secret
+_PREFIX = "STATECODEC_"
+_MAX_CONFIG_FILE_BYTES = 1024 * 1024
+
+
+def setting(settings: Mapping[str, str], name: str, *, required: bool = True) -> str | None:
+    """The stripped value of `name`; None when unset or blank and optional, else `ConfigurationError`."""
+    value = settings.get(name)
+    if value is None or not value.strip():
+        if required:
+            raise ConfigurationError(f"{name} is not set; it is required for this codec kind")
+        return None
+    return value.strip()
+
+
+def keys_configured(settings: Mapping[str, str]) -> bool:
+    """Whether ``STATECODEC_KEYS`` or ``STATECODEC_KEYS_FILE`` is set."""
+    return any(setting(settings, var, required=False) is not None for var in (KEYS_VAR, KEYS_FILE_VAR))
+
+
+def ring_from_settings(settings: Mapping[str, str]) -> KeyRing:
+    """The key ring from exactly one of ``STATECODEC_KEYS`` or ``STATECODEC_KEYS_FILE``."""
+    text = setting(settings, KEYS_VAR, required=False)
+    path = setting(settings, KEYS_FILE_VAR, required=False)
+    if text is not None and path is not None:
+        raise ConfigurationError(
+            f"both {KEYS_VAR} and {KEYS_FILE_VAR} are set; set exactly one so there is one source of keys"
+        )
+    if path is not None:
+        return KeyRing.from_file(path)
+    if text is not None:
+        return KeyRing.from_env(KEYS_VAR, settings)
+    raise ConfigurationError(
+        f"no keys configured: set {KEYS_VAR} to comma-separated base64url keys (generate one with "
+        f"`statecodec keygen`) or {KEYS_FILE_VAR} to the path of a key file"
+    )
+
+
+def max_token_length_setting(settings: Mapping[str, str]) -> int:
+    """``STATECODEC_MAX_TOKEN_LENGTH`` as a positive int, or the library default when unset."""
+    text = setting(settings, MAX_TOKEN_LENGTH_VAR, required=False)
+    if text is None:
+        return DEFAULT_MAX_TOKEN_LENGTH
+    # isdecimal() first: int() also accepts '+5', '1_000' and non-ASCII digits.
+    if not (text.isascii() and text.isdecimal()) or int(text) < 1:
+        raise ConfigurationError(
+            f"{MAX_TOKEN_LENGTH_VAR} must be a positive decimal integer (characters), "
+            f"for example {DEFAULT_MAX_TOKEN_LENGTH}"
+        )
+    return int(text)
+
+
+class ReadTracker(Mapping[str, str]):
+    """Settings that remember which names were looked up; they may hold keys, so no pickling."""
+
+    def __init__(self, settings: dict[str, str]) -> None:
+        self._settings = settings
+        self.read: set[str] = set()
+
+    def __getitem__(self, name: str) -> str:
+        self.read.add(name)
+        return self._settings[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._settings)
+
+    def __len__(self) -> int:
+        return len(self._settings)
+
+    def unread(self) -> list[str]:
+        return sorted(name for name in self._settings if name not in self.read)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("the settings hold secrets and are not picklable")
+
+
+def settings_from_file(path: Path) -> ReadTracker:
+    """The settings a JSON config file holds: an object whose members are ``STATECODEC_*`` settings.
+
+    Values are strings; integers are accepted for numeric settings and a list
+    of strings for ``STATECODEC_KEYS``. A relative path in a ``*_FILE``
+    member is resolved against the file's directory.
+    """
+    raw = read_settings_file(path, _MAX_CONFIG_FILE_BYTES, "the file", "is it the right file?")
+    doc = load_json_setting(raw, "the file")
+    if not isinstance(doc, dict):
+        raise ConfigurationError(f"the file must hold a JSON object of {_PREFIX}* settings")
+    settings: dict[str, str] = {}
+    for name, value in doc.items():
+        if not name.startswith(_PREFIX):
+            raise ConfigurationError(f"member {name!r} is not a setting; every member starts with {_PREFIX}")
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        elif name == KEYS_VAR and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            value = ",".join(value)
+        if not isinstance(value, str):
+            raise ConfigurationError(f"{name} must be a JSON string, got {type(value).__name__}")
+        if name.endswith("_FILE") and value.strip() and not Path(value.strip()).is_absolute():
+            value = str(path.parent / value.strip())
+        settings[name] = value
+    return ReadTracker(settings)
