@@ -32,8 +32,6 @@ _REFUSED = {"binding": "refusals"}  # the array of texts each file refuses; "inv
 class _Table:
     """The KMS of an envelope entry: each of its wrapped keys unwraps to the data key paired with it."""
 
-    name = "vectors"
-
     def __init__(self, pairs: Mapping[bytes, bytes]) -> None:
         self._pairs = pairs
 
@@ -42,9 +40,6 @@ class _Table:
 
     def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
         return self._pairs[blob]  # EnvelopeCodec asks only for the entry's own blobs
-
-    def wrap(self, data_key: bytes, context: Mapping[str, str]) -> bytes:
-        raise ProviderError("a vectors entry cannot wrap keys")
 
     def new_wrapped_key(self, context: Mapping[str, str]) -> bytes:
         raise ProviderError("a vectors entry cannot wrap keys")
