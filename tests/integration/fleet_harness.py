@@ -82,15 +82,19 @@ def server_env(settings: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
+def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to all at once (they shut down in parallel), then SIGKILL to each whole group."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for process in processes:
         with suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=STOP_GRACE_S)
-    # uvicorn's workers are in the group too: nothing of it may survive the test.
-    with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        # uvicorn's workers are in the group too: nothing of it may survive the test.
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def _wait_ready(server: FleetServer, deadline: float) -> frozenset[str]:
@@ -125,6 +129,8 @@ def fleet(
     """Start one server per entry of `settings` (its environment), all at once; wait until every worker answers."""
     with ExitStack() as stack:
         servers: list[FleetServer] = []
+        processes: list[subprocess.Popen[bytes]] = []
+        stack.callback(_stop, processes)
         for index, env in enumerate(settings):
             port = free_port()
             log = log_dir / f"fleet-{index}-{port}.log"
@@ -139,7 +145,7 @@ def fleet(
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-            stack.callback(_stop, process)
+            processes.append(process)
             servers.append(FleetServer(port, process, log, workers))
         deadline = time.monotonic() + START_DEADLINE_S
         yield [replace(server, instances=_wait_ready(server, deadline)) for server in servers]
