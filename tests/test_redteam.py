@@ -37,7 +37,7 @@ TOKENS = {name: codec.seal(PAYLOAD) for name, codec in CODECS.items()}
 JOSE = [name for name in CODECS if name.startswith(("jwe", "jws", "bound-jws"))]
 # Layering, not confusion: a BoundCodec's token is its inner codec's token.
 LAYERED = {("bound-aesgcm", "aesgcm"), ("bound-jws", "jws-hs256")}
-FUZZ = settings(max_examples=60, derandomize=True, database=None, deadline=None, suppress_health_check=[*HealthCheck])
+FUZZ = settings(max_examples=40, derandomize=True, database=None, deadline=None, suppress_health_check=[*HealthCheck])
 
 
 def refusal(unseal: Callable[[Any], object], token: object) -> InvalidToken:
