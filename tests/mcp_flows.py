@@ -21,7 +21,15 @@ import anyio
 from mcp import Client, MCPError
 from mcp.server.mcpserver import Context, Elicit, MCPServer, RequestStateSecurity, Resolve
 from mcp.server.mcpserver.prompts.base import UserMessage
-from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, ErrorData, InputRequiredResult
+from mcp.types import (
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
+    ErrorData,
+    InputRequests,
+    InputRequiredResult,
+    InputResponses,
+)
 from pydantic import BaseModel
 
 from statecodec import Codec
@@ -38,9 +46,9 @@ STATE_MARKER = "handler-state-7f3a"  # handler state in plain text; an encryptin
 Policy = Codec | RequestStateSecurity
 
 
-def _ask(key: str, message: str) -> ElicitRequest:
+def _ask(key: str, message: str) -> InputRequests:
     schema = {"type": "object", "properties": {key: {"type": "string"}}, "required": [key]}
-    return ElicitRequest(params=ElicitRequestFormParams(message=message, requested_schema=schema))
+    return {key: ElicitRequest(params=ElicitRequestFormParams(message=message, requested_schema=schema))}
 
 
 def answer(responses: dict[str, Any] | None, key: str) -> str | None:
@@ -76,11 +84,11 @@ def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME) -> MC
         state: dict[str, str] = json.loads(ctx.request_state) if ctx.request_state else {}
         region = state.get("region") or answer(ctx.input_responses, "region")
         if region is None:
-            ask = {"region": _ask("region", f"Region for {name}?")}
+            ask = _ask("region", f"Region for {name}?")
             return InputRequiredResult(input_requests=ask, request_state=json.dumps({"marker": STATE_MARKER}))
         size = answer(ctx.input_responses, "size")
         if size is None:
-            ask = {"size": _ask("size", f"Size for {name} in {region}?")}
+            ask = _ask("size", f"Size for {name} in {region}?")
             state = {"region": region, "marker": STATE_MARKER}
             return InputRequiredResult(input_requests=ask, request_state=json.dumps(state))
         return f"provisioned {name} in {region} at size {size}"
@@ -96,7 +104,7 @@ def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME) -> MC
     async def briefing(topic: str, ctx: Context[Any, Any]) -> list[UserMessage] | InputRequiredResult:
         audience = answer(ctx.input_responses, "audience")
         if audience is None:
-            ask = {"audience": _ask("audience", f"Who is the {topic} briefing for?")}
+            ask = _ask("audience", f"Who is the {topic} briefing for?")
             return InputRequiredResult(input_requests=ask, request_state=STATE_MARKER)
         return [UserMessage(f"Brief {audience} on {topic} (state {ctx.request_state}).")]
 
@@ -104,7 +112,7 @@ def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME) -> MC
     async def report(year: str, ctx: Context[Any, Any]) -> str | InputRequiredResult:
         fmt = answer(ctx.input_responses, "format")
         if fmt is None:
-            ask = {"format": _ask("format", f"Format of the {year} report?")}
+            ask = _ask("format", f"Format of the {year} report?")
             return InputRequiredResult(input_requests=ask, request_state=STATE_MARKER)
         return f"report {year} as {fmt} (state {ctx.request_state})"
 
@@ -262,7 +270,7 @@ class _Capture(logging.Handler):
 
 def round_two(server: Any, token: str, arguments: dict[str, Any] | None = None) -> Any:
     """Send `token` as round two of `TOOL` (answering the region); the result, or the `Rejection`."""
-    responses = {"region": ElicitResult(action="accept", content={"region": "region-answer"})}
+    responses: InputResponses = {"region": ElicitResult(action="accept", content={"region": "region-answer"})}
     logger, capture = logging.getLogger(SDK_LOGGER), _Capture()
     previous = logger.level
     logger.addHandler(capture)
