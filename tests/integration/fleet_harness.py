@@ -97,8 +97,9 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
         process.wait()
 
 
-def _wait_ready(server: FleetServer, deadline: float) -> frozenset[str]:
-    """Poll the health route until as many instances as `server.workers` have answered, or fail by `deadline`."""
+def ready(server: FleetServer, deadline: float | None = None) -> FleetServer:
+    """`server` once as many instances as its workers have answered the health route; fail by `deadline`."""
+    deadline = deadline or time.monotonic() + START_DEADLINE_S
     seen: set[str] = set()
     while len(seen) < server.workers:
         if server.process.poll() is not None:
@@ -116,7 +117,7 @@ def _wait_ready(server: FleetServer, deadline: float) -> frozenset[str]:
             seen.add(server.health())
         except httpx.HTTPError:
             time.sleep(0.05)
-    return frozenset(seen)
+    return replace(server, instances=frozenset(seen))
 
 
 @contextmanager
@@ -125,8 +126,10 @@ def fleet(
     settings: Sequence[Mapping[str, str]],
     *,
     workers: int = 1,
+    wait: bool = True,
 ) -> Iterator[list[FleetServer]]:
-    """Start one server per entry of `settings` (its environment), all at once; wait until every worker answers."""
+    """Start one server per entry of `settings` (its environment), all at once; wait until every worker answers
+    (`wait=False`: the caller passes each server to `ready` before using it)."""
     with ExitStack() as stack:
         servers: list[FleetServer] = []
         processes: list[subprocess.Popen[bytes]] = []
@@ -148,4 +151,4 @@ def fleet(
             processes.append(process)
             servers.append(FleetServer(port, process, log, workers))
         deadline = time.monotonic() + START_DEADLINE_S
-        yield [replace(server, instances=_wait_ready(server, deadline)) for server in servers]
+        yield [ready(server, deadline) for server in servers] if wait else servers

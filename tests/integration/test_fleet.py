@@ -26,7 +26,7 @@ import anyio
 import pytest
 from examples.fleet_client import provision
 from mcp import MCPError
-from tests.integration.fleet_harness import FleetServer, fleet
+from tests.integration.fleet_harness import FleetServer, fleet, ready
 from tests.plugins.aws import REGION, MotoServer
 
 from statecodec import format_keys, generate_key
@@ -130,52 +130,6 @@ class TestSdkDefault:
         assert "unknown key" not in str(error.error.data)
 
 
-# Runs in every process Python starts with this directory on its path; it delays only the workers
-# uvicorn spawns, as a slow import on a loaded machine does, before they can answer a health check.
-# uvicorn's supervisor pings the first worker about 0.5 s after spawning it and kills it if no answer
-# comes within its default 5 s: 8 s (plus the worker's own imports) is beyond that window.
-SLOW_WORKER_SITECUSTOMIZE = """
-import sys, time
-if any("spawn_main" in arg for arg in sys.orig_argv):
-    time.sleep(8)
-"""
-# What uvicorn logs at info when its supervisor kills a worker and starts a replacement.
-WORKER_REPLACED = re.compile(r"Child process \[\d+\] died")
-
-
-@pytest.fixture(scope="class")
-def workers(log_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetServer]:
-    """One uvicorn server, two worker processes behind one port sharing a ring, each slow to start."""
-    site = tmp_path_factory.mktemp("slow-site")
-    (site / "sitecustomize.py").write_text(SLOW_WORKER_SITECUSTOMIZE, encoding="utf-8")
-    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
-    with fleet(log_dir, [{**shared(new_ring()), "PYTHONPATH": path}], workers=2) as started:
-        yield started[0]
-
-
-class TestUvicornWorkers:
-    def test_workers_slower_than_the_default_health_check_start_and_serve(self, workers: FleetServer) -> None:
-        # The fixture returned, so both workers answered; under uvicorn's default 5 s health check each
-        # would be killed and replaced by another equally slow worker.
-        assert len(workers.instances) == 2
-        assert not WORKER_REPLACED.search(workers.log_text()), workers.log_tail()
-
-    def test_retries_across_uvicorn_workers_complete_with_the_shared_ring(self, workers: FleetServer) -> None:
-        pairs: list[tuple[str, str]] = []
-        for _ in range(MAX_WORKER_FLOWS):
-            outcome = run_flow(workers, workers)
-            assert (outcome["name"], outcome["region"]) == ("orders", "eu-west-1")
-            pairs.append((outcome["asked_by"], outcome["completed_by"]))
-            if len({done for _, done in pairs}) == 2 and any(asked != done for asked, done in pairs):
-                break
-        # Both workers that started completed retries (none was replaced meanwhile), and at least one
-        # retry completed on the worker that did not seal its state.
-        assert {done for _, done in pairs} == workers.instances, workers.log_tail()
-        assert any(asked != done for asked, done in pairs), workers.log_tail()
-        assert f"pid-{workers.process.pid}" not in workers.instances
-        assert SDK_REJECTION_LOG not in workers.log_text()
-
-
 # --- the same fleet on an AWS KMS envelope ring -------------------------------------------------
 
 
@@ -221,3 +175,61 @@ class TestKmsEnvelopeRing:
         assert (there["asked_by"], there["completed_by"]) == (a.health(), b.health())
         assert (back["asked_by"], back["completed_by"]) == (b.health(), a.health())
         assert SDK_REJECTION_LOG not in a.log_text() + b.log_text()
+
+
+# --- uvicorn workers (last, so their slow start overlaps every test above) -----------------------
+
+
+# Runs in every process Python starts with this directory on its path; it delays only the workers
+# uvicorn spawns, as a slow import on a loaded machine does, before they can answer a health check.
+# uvicorn's supervisor pings the first worker about 0.5 s after spawning it and kills it if no answer
+# comes within its default 5 s: 8 s (plus the worker's own imports) is beyond that window.
+SLOW_WORKER_SITECUSTOMIZE = """
+import sys, time
+if any("spawn_main" in arg for arg in sys.orig_argv):
+    time.sleep(8)
+"""
+# What uvicorn logs at info when its supervisor kills a worker and starts a replacement.
+WORKER_REPLACED = re.compile(r"Child process \[\d+\] died")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def slow_workers(log_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetServer]:
+    """One uvicorn server, two worker processes behind one port sharing a ring, each slow to start.
+
+    Started with the module and not waited for, so their start overlaps the tests above; the
+    processes sleep through most of it.
+    """
+    site = tmp_path_factory.mktemp("slow-site")
+    (site / "sitecustomize.py").write_text(SLOW_WORKER_SITECUSTOMIZE, encoding="utf-8")
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    with fleet(log_dir, [{**shared(new_ring()), "PYTHONPATH": path}], workers=2, wait=False) as started:
+        yield started[0]
+
+
+@pytest.fixture(scope="class")
+def workers(slow_workers: FleetServer) -> FleetServer:
+    return ready(slow_workers)
+
+
+class TestUvicornWorkers:
+    def test_workers_slower_than_the_default_health_check_start_and_serve(self, workers: FleetServer) -> None:
+        # The fixture returned, so both workers answered; under uvicorn's default 5 s health check each
+        # would be killed and replaced by another equally slow worker.
+        assert len(workers.instances) == 2
+        assert not WORKER_REPLACED.search(workers.log_text()), workers.log_tail()
+
+    def test_retries_across_uvicorn_workers_complete_with_the_shared_ring(self, workers: FleetServer) -> None:
+        pairs: list[tuple[str, str]] = []
+        for _ in range(MAX_WORKER_FLOWS):
+            outcome = run_flow(workers, workers)
+            assert (outcome["name"], outcome["region"]) == ("orders", "eu-west-1")
+            pairs.append((outcome["asked_by"], outcome["completed_by"]))
+            if len({done for _, done in pairs}) == 2 and any(asked != done for asked, done in pairs):
+                break
+        # Both workers that started completed retries (none was replaced meanwhile), and at least one
+        # retry completed on the worker that did not seal its state.
+        assert {done for _, done in pairs} == workers.instances, workers.log_tail()
+        assert any(asked != done for asked, done in pairs), workers.log_tail()
+        assert f"pid-{workers.process.pid}" not in workers.instances
+        assert SDK_REJECTION_LOG not in workers.log_text()
