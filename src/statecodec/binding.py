@@ -150,12 +150,12 @@ class BoundCodec:
     ) -> None:
         if not callable(getattr(codec, "seal", None)) or not callable(getattr(codec, "unseal", None)):
             raise ConfigurationError("codec must have seal(bytes) -> str and unseal(str) -> bytes")
-        sample = clock() if callable(clock) else None
+        if not callable(clock):
+            raise ConfigurationError("clock must be a callable returning seconds since the epoch, e.g. time.time")
+        sample = clock()
         if isinstance(sample, bool) or not isinstance(sample, (int, float)):  # datetime.now fails here, not later
-            raise ConfigurationError(
-                "clock must return seconds since the epoch as an int or float (e.g. time.time), "
-                f"got {type(sample if callable(clock) else clock).__name__}"
-            )
+            what = type(sample).__name__
+            raise ConfigurationError(f"clock must return seconds since the epoch (e.g. time.time), got {what}")
         self.audience = _check_label("audience", audience)
         self.purpose = _check_label("purpose", purpose)
         self.ttl = _check_seconds("ttl", ttl, 1, _MAX_TTL)
