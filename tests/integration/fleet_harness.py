@@ -1,14 +1,9 @@
 """Start `examples/fleet_server.py` instances as real processes on free loopback ports.
 
-Every process is started in its own process group, its output goes to a log
-file (never a pipe that could fill up and stall it), and it is always
-stopped on exit: SIGTERM first so uvicorn shuts down cleanly, then SIGKILL to
-the whole group so no worker outlives the test.
-
-Servers log at ``info``, so a worker that uvicorn kills and replaces at
-start-up shows in the log, and every start-up failure quotes the log's tail.
-A server with several workers is ready once each worker has answered the
-health route: a test never runs against a half-started fleet.
+Each process runs in its own process group, logs at ``info`` to a file (never a pipe that could fill
+up and stall it; a worker uvicorn replaces shows there, and every start-up failure quotes the tail),
+and is always stopped: SIGTERM, then SIGKILL to the whole group so no worker outlives the test. A
+server is ready once each of its workers has answered the health route.
 """
 
 from __future__ import annotations
