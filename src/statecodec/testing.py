@@ -39,7 +39,7 @@ import sys
 import tracemalloc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from statecodec._encoding import b64u_encode
 from statecodec._types import Codec
@@ -63,12 +63,19 @@ _GARBAGE = st.one_of(
 )
 
 
+class Failure(NamedTuple):
+    """One broken guarantee: which check, and a short description (no secrets)."""
+
+    check: str
+    detail: str
+
+
 @dataclass
 class ConformanceReport:
-    """What one `check_codec` run found: ``(check, detail)`` failures (no secrets), cases per check, notes."""
+    """Everything one `check_codec` run found: failures, cases run per check, and notes."""
 
     codec: str
-    failures: list[tuple[str, str]] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
     checks: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -166,7 +173,7 @@ class _Kit:
         # Ten details per check at most, so a codec that accepts everything still gives a readable report.
         shown = sum(1 for name, _ in self.report.failures if name == check)
         if shown <= 10:
-            self.report.failures.append((check, detail if shown < 10 else "more failures omitted"))
+            self.report.failures.append(Failure(check, detail if shown < 10 else "more failures omitted"))
 
     def seal(self, payload: bytes) -> str | None:
         try:
