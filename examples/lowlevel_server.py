@@ -41,7 +41,7 @@ from mcp.types import (
     Tool,
 )
 
-from statecodec import AESGCMCodec
+from statecodec import AESGCMCodec, Codec
 from statecodec.mcp import security
 
 SERVICE = "provisioner"
@@ -74,11 +74,13 @@ async def call_tool(
     return CallToolResult(content=[TextContent(type="text", text=text)])
 
 
-def build_server() -> Server[Any]:
-    codec = AESGCMCodec.from_env() if os.environ.get("STATECODEC_KEYS") else AESGCMCodec.ephemeral()
+def build_server(codec: Codec | None = None, audience: str = SERVICE) -> Server[Any]:
+    """The server, sealing with `codec` (default: the ring in STATECODEC_KEYS, or a key for this run)."""
+    if codec is None:
+        codec = AESGCMCodec.from_env() if os.environ.get("STATECODEC_KEYS") else AESGCMCodec.ephemeral()
     policy = security(codec, ttl=300, bind_principal=lambda ctx: current_user)
-    server: Server[Any] = Server(SERVICE, on_list_tools=list_tools, on_call_tool=call_tool)
-    server.middleware.append(RequestStateBoundary(policy, default_audience=SERVICE))
+    server: Server[Any] = Server(audience, on_list_tools=list_tools, on_call_tool=call_tool)
+    server.middleware.append(RequestStateBoundary(policy, default_audience=audience))
     return server
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import logging
 import math
@@ -18,7 +17,6 @@ from hypothesis import strategies as st
 from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken, KeyRing, SealError
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.binding import mcp_request_context
-from statecodec.keys import derive_key
 
 CODEC_KEY = bytes(range(32))
 BINDING_KEY = bytes(range(100, 132))
@@ -171,7 +169,7 @@ def test_any_other_context_is_refused(presented: dict[str, str] | None) -> None:
     )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=4), st.dictionaries(st.text(), st.text()))
 def test_a_token_binds_exactly_its_context(a: dict[str, str], b: dict[str, str]) -> None:
     codec = bound(codec=Plain())
@@ -210,7 +208,7 @@ def test_malformed_claims_are_malformed(payload: bytes, reason: str) -> None:
     assert reason_of(bound(codec=Plain()), b64u_encode(payload)) == reason
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.binary(max_size=80), st.none() | st.just(PRINCIPAL), st.none() | st.just(CONTEXT))
 def test_arbitrary_inner_payloads_raise_only_invalid_token(
     payload: bytes, principal: str | None, context: dict[str, str] | None
@@ -290,50 +288,14 @@ def test_mcp_request_context_binds_method_target_and_arguments() -> None:
     assert unusual["args"] == '{"n":NaN,"\\u00e9":"\\ud83d\\ude00"}'
 
 
-def test_mcp_request_context_refuses_what_json_refuses() -> None:
-    cyclic: list[object] = []
-    cyclic.append(cyclic)
-    with pytest.raises(TypeError):
-        mcp_request_context("tools/call", {"name": "t", "arguments": {"a": object()}})
-    with pytest.raises(ValueError, match="Circular reference"):
-        mcp_request_context("tools/call", {"name": "t", "arguments": {"a": cyclic}})
-
-
-# --- the frozen format -------------------------------------------------------------------------
+# --- the frozen format: read by tests/test_vectors.py, re-derived there from docs/formats.md -------
 
 VECTORS: dict[str, Any] = json.loads((Path(__file__).parent / "vectors" / "binding.json").read_text("utf-8"))
 
 
-def _lp(data: bytes) -> bytes:
-    return len(data).to_bytes(4, "big") + data
-
-
 @pytest.mark.parametrize("v", VECTORS["valid"], ids=lambda v: v["name"])
-def test_vector_claims_follow_the_documented_layout(v: dict[str, Any]) -> None:
-    """Rebuild the claims from docs/formats.md with hashlib and hmac alone; BoundCodec writes and reads them."""
-    key = b64u_decode(VECTORS["binding_key"])
-    prefix = _lp(v["audience"].encode()) + _lp(v["purpose"].encode())
-    items = sorted((v["context"] or {}).items())
-    context = len(items).to_bytes(4, "big") + b"".join(_lp(k.encode()) + _lp(value.encode()) for k, value in items)
-    principal = v["principal"]
-    claims = (
-        bytes([0x01, 0x00 if principal is None else 0x01])
-        + int(v["now"]).to_bytes(5, "big")
-        + v["ttl"].to_bytes(3, "big")
-        + hashlib.sha256(b"statecodec/v1/binding/audience\x00" + v["audience"].encode()).digest()[:3]
-        + hashlib.sha256(b"statecodec/v1/binding/purpose\x00" + v["purpose"].encode()).digest()[:3]
-    )
-    marker = b"\x00" if principal is None else b"\x01" + _lp(principal.encode())
-    claims += hmac.digest(derive_key(key, b"statecodec/v1/binding/binding"), prefix + marker + context, "sha256")[:16]
-    if principal is not None:
-        kp = derive_key(key, b"statecodec/v1/binding/principal")
-        claims += hmac.digest(kp, prefix + _lp(principal.encode()), "sha256")[:16]
-    assert claims.hex() == v["claims"]
+def test_seal_writes_the_vector_claims_byte_for_byte(v: dict[str, Any]) -> None:
     config = {k: v[k] for k in ("audience", "purpose", "ttl", "future_skew")}
-    readable = BoundCodec(Plain(), binding_key=key, clock=Clock(v["now"]), **config)
-    assert b64u_decode(readable.seal(v["state"].encode(), principal=principal, context=v["context"])) == (
-        claims + v["state"].encode()
-    )
-    ring = AESGCMCodec.from_env(environ={"STATECODEC_KEYS": VECTORS["codec_keys"]})
-    codec = BoundCodec(ring, binding_key=key, clock=Clock(v["now"]), **config)
-    assert codec.unseal(v["token"], principal=principal, context=v["context"]) == v["state"].encode()
+    readable = BoundCodec(Plain(), binding_key=b64u_decode(VECTORS["binding_key"]), clock=Clock(v["now"]), **config)
+    sealed = b64u_decode(readable.seal(v["state"].encode(), principal=v["principal"], context=v["context"]))
+    assert sealed == bytes.fromhex(v["claims"]) + v["state"].encode()

@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,47 +184,6 @@ def test_runnable_doc_block(block: Block, tmp_path: Path) -> None:
     cmd = [sys.executable, str(script)] if block.lang == "python" else ["bash", "-euo", "pipefail", str(script)]
     returncode, output = run(cmd, tmp_path)
     assert returncode == 0, f"{block.id}: exit {returncode}\n{output}"
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to inspect process state")
-def test_a_block_cannot_leave_a_process_running(tmp_path: Path) -> None:
-    pid = int(run(["bash", "-c", "sleep 600 & echo $!"], tmp_path)[1])
-
-    def alive() -> bool:  # a killed process waiting to be reaped does not count
-        with suppress(FileNotFoundError):
-            return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] not in ("Z", "X")
-        return False
-
-    for _ in range(1000):  # SIGKILL is delivered asynchronously: a bounded wait for the kernel
-        if not alive():
-            break
-        time.sleep(0.01)
-    assert not alive()
-
-
-SAMPLE = """```python
-print("not marked: never run")
-```
-<!-- runnable -->
-
-```python
-print("one")
-```
-- a list item:
-  <!-- runnable -->
-  ````sh
-  echo two
-  ```
-  still inside
-  ````
-"""
-
-
-def test_extractor_finds_exactly_the_marked_blocks() -> None:
-    assert runnable_blocks("doc.md", SAMPLE) == [
-        Block("doc.md:6", "python", 'print("one")\n'),
-        Block("doc.md:11", "sh", "echo two\n```\nstill inside\n"),
-    ]
 
 
 @pytest.mark.parametrize(

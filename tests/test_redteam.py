@@ -37,7 +37,7 @@ TOKENS = {name: codec.seal(PAYLOAD) for name, codec in CODECS.items()}
 JOSE = [name for name in CODECS if name.startswith(("jwe", "jws", "bound-jws"))]
 # Layering, not confusion: a BoundCodec's token is its inner codec's token.
 LAYERED = {("bound-aesgcm", "aesgcm"), ("bound-jws", "jws-hs256")}
-FUZZ = settings(max_examples=60, derandomize=True, database=None, deadline=None, suppress_health_check=[*HealthCheck])
+FUZZ = settings(max_examples=40, derandomize=True, database=None, deadline=None, suppress_health_check=[*HealthCheck])
 
 
 def refusal(unseal: Callable[[Any], object], token: object) -> InvalidToken:
@@ -230,15 +230,7 @@ def test_segment_swaps_drops_and_duplicates_raise_only_invalid_token(name: str) 
 
 
 def test_describe_token_raises_only_invalid_token_and_keeps_no_header_text() -> None:
-    @FUZZ
-    @given(st.text(st.one_of(st.characters(), st.characters(categories=["Cs"])), max_size=300))
-    def prop(text: str) -> None:
-        with contextlib.suppress(InvalidToken):
-            describe_token(text)
-
-    prop()
-    for junk in (None, b"AQID", 0, "\ud800" * 8, "A" * 200_000, _TokenStr(TOKENS["aesgcm"])):
-        refusal(describe_token, junk)
+    # Any text and any non-str: tests/test_inspect.py. Here: the hostile headers the codecs refuse.
     rest = TOKENS["jwe-dir"][TOKENS["jwe-dir"].index(".") :]
     for text in RAW_HEADERS:
         # A description may describe a header a codec would refuse.

@@ -213,7 +213,7 @@ class Fleet:
                 self.present(t, j)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(st.integers(2, 5), st.data())
 def test_following_the_plan_never_drops_a_round_in_any_order(n: int, data: st.DataObject) -> None:
     CLOCK.now = T0
@@ -229,7 +229,7 @@ def test_following_the_plan_never_drops_a_round_in_any_order(n: int, data: st.Da
     assert all(fleet.checks)  # check_fleet agreed at every step that the fleet was safe
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(st.integers(2, 5), st.data())
 def test_promoting_the_new_key_first_is_caught_before_it_drops_a_token(n: int, data: st.DataObject) -> None:
     CLOCK.now = T0
@@ -246,7 +246,7 @@ def test_promoting_the_new_key_first_is_caught_before_it_drops_a_token(n: int, d
     assert all(t.key_id == CODECS["p2"].key_ids[0] and t.flagged_at_mint for t in fleet.drops)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(st.integers(2, 5), st.data())
 def test_retiring_the_old_key_early_is_caught_by_the_in_flight_check(n: int, data: st.DataObject) -> None:
     CLOCK.now = T0

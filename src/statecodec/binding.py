@@ -1,15 +1,12 @@
 """Claims around any codec: expiry, audience, purpose, principal and request binding.
 
-Threat: a token that verifies is not yet a token that belongs here. A client
-can replay genuine state after it should have lapsed, present state minted by
-another service that shares the keys, move state minted for one user into
-another user's session, or carry state from one request (tool, arguments,
-form, cursor) into another. `BoundCodec` stamps claims that stop each of
-these inside the sealed payload of any codec, and checks them after the inner
-codec has verified the token. The principal and the request context are
-bound with a keyed MAC, so they stay unrecoverable even when the inner codec
-only signs and the client can read the claims. Every refusal is
-`InvalidToken` with its own reason code; no principal or context value ever
+Threat: a token that verifies is not yet a token that belongs here. A client can replay genuine
+state after it should have lapsed, present state minted by another service that shares the keys,
+move state minted for one user into another user's session, or carry state from one request (tool,
+arguments, form, cursor) into another. `BoundCodec` stamps claims that stop each of these inside the
+sealed payload of any codec and checks them after the inner codec has verified the token. Principal
+and context are bound with a keyed MAC, so they stay unrecoverable even when the inner codec only
+signs. Every refusal is `InvalidToken` with its own reason; no principal or context value ever
 reaches a message, a `repr` or a log.
 """
 
@@ -42,13 +39,9 @@ _AUDIENCE_LABEL = b"statecodec/v1/binding/audience\x00"
 _PURPOSE_LABEL = b"statecodec/v1/binding/purpose\x00"
 
 
-def _utf8(value: str) -> bytes:
-    # MAC inputs are never decoded, so surrogatepass keeps every str encodable.
-    return value.encode("utf-8", "surrogatepass")
-
-
-def _lp(data: bytes) -> bytes:
-    """4-byte big-endian length, then the bytes: concatenations stay unambiguous."""
+def _lp(text: str) -> bytes:
+    """4-byte big-endian length, then the UTF-8 bytes: concatenations stay unambiguous."""
+    data = text.encode("utf-8", "surrogatepass")  # MAC inputs are never decoded: every str is encodable
     return len(data).to_bytes(4, "big") + data
 
 
@@ -56,24 +49,21 @@ def _mac(key: bytes, message: bytes) -> bytes:
     return hmac.new(key, message, "sha256").digest()[:_TAG_LENGTH]
 
 
-def _encode_context(context: Mapping[str, str] | None) -> bytes:
-    """Distinct mappings never share an encoding: ``count (4) || lp(key) lp(value)...`` in code-point key order."""
+def _bound_input(principal: str | None, context: Mapping[str, str] | None) -> bytes:
+    """``P`` then the context as ``count (4) || lp(key) lp(value)...`` in code-point key order.
+
+    ``P`` is ``0x00`` for no principal, ``0x01 lp(principal)`` for one. Distinct inputs never share
+    an encoding; anything but str (a str subclass included) is the caller's bug.
+    """
+    if principal is not None and type(principal) is not str:
+        raise TypeError(f"principal must be str or None, got {type(principal).__name__}")
     items = sorted((context or {}).items())
-    parts = [len(items).to_bytes(4, "big")]
+    parts = [b"\x00" if principal is None else b"\x01" + _lp(principal), len(items).to_bytes(4, "big")]
     for key, value in items:
         if type(key) is not str or type(value) is not str:
             raise TypeError("context must map str to str; digest other values first")
-        parts += (_lp(_utf8(key)), _lp(_utf8(value)))
+        parts += (_lp(key), _lp(value))
     return b"".join(parts)
-
-
-def _principal_marker(principal: str | None) -> bytes:
-    """``0x00`` for no principal, ``0x01 lp(principal)`` for one; anything else is the caller's bug."""
-    if principal is None:
-        return b"\x00"
-    if type(principal) is not str:
-        raise TypeError(f"principal must be str or None, got {type(principal).__name__}")
-    return b"\x01" + _lp(_utf8(principal))
 
 
 def mcp_request_context(method: str, params: Mapping[str, Any] | None) -> dict[str, str]:
@@ -107,16 +97,6 @@ def _check_label(name: str, value: object) -> str:
     return value
 
 
-def _binding_ring(binding_key: object) -> KeyRing:
-    if isinstance(binding_key, KeyRing):
-        return binding_key
-    try:
-        return KeyRing([binding_key])  # type: ignore[list-item]
-    except ConfigurationError as exc:
-        # KeyRing names the key by position; here it has a name.
-        raise ConfigurationError(f"binding_key {str(exc).removeprefix('keys[0] ')}") from None
-
-
 class BoundCodec:
     """Binds every token of an inner codec to a lifetime, an audience, a purpose, and optionally
     a principal and a request context.
@@ -131,12 +111,13 @@ class BoundCodec:
         7       3     lifetime: seconds, the ttl at sealing; expiry is at iat + min(lifetime, ttl)
         10      3     SHA-256("statecodec/v1/binding/audience" 0x00 audience)[:3]
         13      3     SHA-256("statecodec/v1/binding/purpose" 0x00 purpose)[:3]
-        16      16    binding tag: HMAC-SHA256(Kb, lp(audience) lp(purpose) P _encode_context(context))[:16]
+        16      16    binding tag: HMAC-SHA256(Kb, lp(audience) lp(purpose) P C)[:16]
         32      16    principal tag, only when flagged: HMAC-SHA256(Kp, lp(audience) lp(purpose) lp(principal))[:16]
         32|48   ...   state
 
     ``lp(x)`` is a 4-byte length then ``x`` (UTF-8); ``P`` is ``0x00`` when no
-    principal is bound and ``0x01 lp(principal)`` when one is. ``Kb`` and
+    principal is bound and ``0x01 lp(principal)`` when one is; ``C`` is the
+    context's 4-byte item count, then ``lp(key) lp(value)`` in key order. ``Kb`` and
     ``Kp`` are HKDF-SHA256 of the binding key under
     ``statecodec/v1/binding/binding`` and ``statecodec/v1/binding/principal``.
     The binding tag, on every token, binds audience, purpose, principal and
@@ -172,24 +153,24 @@ class BoundCodec:
         if not callable(clock):
             raise ConfigurationError("clock must be a callable returning seconds since the epoch, e.g. time.time")
         sample = clock()
-        if isinstance(sample, bool) or not isinstance(sample, (int, float)):
-            # datetime.now and friends fail here, not on the first token.
-            raise ConfigurationError(
-                f"clock must return seconds since the epoch as an int or float (e.g. time.time), "
-                f"got {type(sample).__name__}"
-            )
+        if isinstance(sample, bool) or not isinstance(sample, (int, float)):  # datetime.now fails here, not later
+            what = type(sample).__name__
+            raise ConfigurationError(f"clock must return seconds since the epoch (e.g. time.time), got {what}")
         self.audience = _check_label("audience", audience)
         self.purpose = _check_label("purpose", purpose)
         self.ttl = _check_seconds("ttl", ttl, 1, _MAX_TTL)
         self.future_skew = _check_seconds("future_skew", future_skew, 0, _MAX_FUTURE_SKEW)
-        ring = _binding_ring(binding_key)
+        try:
+            ring = binding_key if isinstance(binding_key, KeyRing) else KeyRing([binding_key])
+        except ConfigurationError as exc:  # KeyRing names the key by position; here it has a name
+            raise ConfigurationError(f"binding_key {str(exc).removeprefix('keys[0] ')}") from None
         self._keys = tuple((derive_key(s, _BINDING_INFO), derive_key(s, _PRINCIPAL_INFO)) for s in ring)  # (Kb, Kp)
         self.codec = codec  # the inner codec
         self._clock = clock
-        self._prefix = _lp(_utf8(audience)) + _lp(_utf8(purpose))
+        self._prefix = _lp(audience) + _lp(purpose)
         self._scope = (
-            hashlib.sha256(_AUDIENCE_LABEL + _utf8(audience)).digest()[:3]
-            + hashlib.sha256(_PURPOSE_LABEL + _utf8(purpose)).digest()[:3]
+            hashlib.sha256(_AUDIENCE_LABEL + audience.encode("utf-8", "surrogatepass")).digest()[:3]
+            + hashlib.sha256(_PURPOSE_LABEL + purpose.encode("utf-8", "surrogatepass")).digest()[:3]
         )
 
     @property
@@ -205,7 +186,7 @@ class BoundCodec:
         self, state: bytes, *, principal: str | None = None, context: Mapping[str, str] | None = None
     ) -> str:
         """Seal `state` with fresh claims: issued now, expiring `ttl` seconds from now."""
-        bound_input = self._prefix + _principal_marker(principal) + _encode_context(context)
+        bound_input = self._prefix + _bound_input(principal, context)
         now = self._clock()
         # Positive check: a NaN, infinite or pre-epoch clock fails it and refuses to mint.
         if not (isinstance(now, (int, float)) and 0 <= now < _LATEST_SEAL):
@@ -215,7 +196,7 @@ class BoundCodec:
         claims = bytes([_VERSION, flags]) + int(now).to_bytes(5, "big") + self.ttl.to_bytes(3, "big") + self._scope
         claims += _mac(binding_key, bound_input)
         if principal is not None:
-            claims += _mac(principal_key, self._prefix + _lp(_utf8(principal)))
+            claims += _mac(principal_key, self._prefix + _lp(principal))
         return self.codec.seal(claims + state)
 
     def _open(self, token: str) -> bytes:
@@ -264,7 +245,7 @@ class BoundCodec:
         is not a `str`, or a context not mapping `str` to `str`, is the caller's
         bug: `TypeError`, as in `seal`, whatever the token.
         """
-        bound_input = self._prefix + _principal_marker(principal) + _encode_context(context)
+        bound_input = self._prefix + _bound_input(principal, context)
         payload = self._open(token)
         offset = _BASE_LENGTH if payload[1] == 0 else _BASE_LENGTH + _TAG_LENGTH
         if (principal is None) != (offset == _BASE_LENGTH):
@@ -275,7 +256,7 @@ class BoundCodec:
             return payload[offset:]
         # Refused either way; the principal tag only tells the log which claim differs.
         if principal is not None:
-            claim, principal_input = payload[_BASE_LENGTH:offset], self._prefix + _lp(_utf8(principal))
+            claim, principal_input = payload[_BASE_LENGTH:offset], self._prefix + _lp(principal)
             if not any(compare_digest(claim, _mac(key, principal_input)) for _, key in self._keys):
                 raise InvalidToken(Reason.PRINCIPAL)
         raise InvalidToken(Reason.BINDING)
@@ -290,10 +271,8 @@ class BoundCodec:
         return self.codec.seal(self._open(token))
 
     def __repr__(self) -> str:
-        return (
-            f"BoundCodec({self.codec!r}, audience={self.audience!r}, purpose={self.purpose!r}, "
-            f"ttl={self.ttl}, future_skew={self.future_skew})"
-        )
+        scope = f"audience={self.audience!r}, purpose={self.purpose!r}"
+        return f"BoundCodec({self.codec!r}, {scope}, ttl={self.ttl}, future_skew={self.future_skew})"
 
     def __reduce__(self) -> tuple[object, ...]:
         raise TypeError("BoundCodec holds keys and is not picklable")

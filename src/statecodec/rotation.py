@@ -19,7 +19,7 @@ from statecodec._types import Codec
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing
 
-__all__ = ["FleetFinding", "FleetReport", "Phase", "RotationPlan", "check_fleet", "parse_fleet", "reseal"]
+__all__ = ["RotationPlan", "check_fleet", "parse_fleet", "reseal"]
 
 _KEY_ID = re.compile(r"[0-9a-f]{1,128}")
 _MAX_INSTANCES = 100_000
@@ -39,7 +39,7 @@ class Phase:
     key_ids: tuple[str, ...]
     wait_after_previous: float
     summary: str
-    keys: KeyRing | None = field(default=None, repr=False)
+    keys: KeyRing | None = field(default=None, repr=False)  # secret
 
     def env_value(self) -> str:
         """The exact ``STATECODEC_KEYS`` value for this phase. Secret."""
@@ -66,8 +66,7 @@ class RotationPlan:
     def __init__(self, old: bytes, new: bytes, ttl: float, *, future_skew: float = 60) -> None:
         try:
             ring = KeyRing([old, new])  # checks both keys; refuses the same key twice and colliding key ids
-        except ConfigurationError as exc:
-            # KeyRing names the keys by position; here they have names.
+        except ConfigurationError as exc:  # KeyRing names the keys by position; here they have names
             message = str(exc).replace("keys[0]", "the old key").replace("keys[1]", "the new key")
             raise ConfigurationError(message) from None
         self._build(*ring.key_ids, ttl=ttl, future_skew=future_skew, ring=ring)
@@ -187,5 +186,4 @@ def reseal(codec: Codec, token: str) -> str:
     does not restart); any other codec seals the payload again.
     """
     own = getattr(codec, "reseal", None)
-    resealed: str = own(token) if callable(own) else codec.seal(codec.unseal(token))
-    return resealed
+    return str(own(token) if callable(own) else codec.seal(codec.unseal(token)))

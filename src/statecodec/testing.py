@@ -84,12 +84,12 @@ class ConformanceReport:
         return not self.failures
 
     def failed_checks(self) -> set[str]:
-        return {f.check for f in self.failures}
+        return {check for check, _ in self.failures}
 
     def __str__(self) -> str:
         cases = ", ".join(f"{name} {count}" for name, count in self.checks.items())
         lines = [f"conformance of {self.codec}: {'PASS' if self.ok else 'FAIL'} (cases: {cases})"]
-        lines += [f"  - {f.check}: {f.detail}" for f in self.failures] + [f"  note: {n}" for n in self.notes]
+        lines += [f"  - {check}: {detail}" for check, detail in self.failures] + [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
@@ -108,8 +108,8 @@ def check_codec(
 
     `error_type` is what every rejection must raise: the MCP SDK's `InvalidRequestState` for a codec
     written for the SDK. `max_mutations` bounds the character, bit-flip and truncation checks (beyond it,
-    positions are sampled evenly, as the report notes): lower it for a codec that calls a remote service
-    per unseal. `deterministic=True` declares a sign-only codec whose token is a function of the payload.
+    positions are sampled evenly): lower it for a codec that calls a remote service per unseal.
+    `deterministic=True` declares a sign-only codec whose token is a function of the payload.
     """
     if max_examples < 1 or max_payload < 0 or max_mutations < 1:
         raise ConfigurationError("max_examples and max_mutations must be >= 1, max_payload >= 0")
@@ -128,23 +128,14 @@ def check_codec(
         _for_all(sizes.flatmap(lambda n: st.binary(min_size=n, max_size=n)), max_examples, kit.round_trip)
         if deterministic:
             kit.report.notes.append("fresh_token: skipped, the codec is declared deterministic (sign-only)")
-        else:
-            kit.report.checks["fresh_token"] = 1
-            first = kit.seal(_MARKER.encode())
-            if first is not None and first == kit.seal(_MARKER.encode()):
-                kit.fail("fresh_token", "two seals of the same payload gave the same token")
-        kit.report.checks["url_safe"] = 1
-        if bad := "".join(sorted({c for c in sample if c not in _UNRESERVED})):
+        elif kit.count("fresh_token") and kit.seal(_MARKER.encode()) == kit.seal(_MARKER.encode()):
+            kit.fail("fresh_token", "two seals of the same payload gave the same token")
+        if kit.count("url_safe") and (bad := "".join(sorted({c for c in sample if c not in _UNRESERVED}))):
             kit.fail("url_safe", f"token has characters outside the unreserved set: {bad[:20]!r}")
-        for check, candidate, what in _altered(kit, sample, max_mutations):
+        for check, candidate, what in _altered(sample, max_mutations):
             if candidate != sample:  # upper-casing, say, may leave a token unchanged
                 kit.refuses(check, candidate, what)
         kit.refuses_oversized(sample + "A" * max(0, oversized_length - len(sample)))
-        raw = sample.encode()
-        for junk in (raw, bytearray(raw), memoryview(raw), None, 0, 1.5, float("nan"), [sample], object()):
-            kit.refuses("non_str", junk, type(junk).__name__)
-        for text in ("", "\x00" * 64, "\ud800" * 64, "." * 4, _MARKER + "\u00e9", b64u_encode(raw) + "\u00e9"):
-            kit.refuses("garbage", text, f"fixed junk of {len(text)} characters")  # an encoder's error keeps it
         _for_all(_GARBAGE, 2 * max_examples, lambda text: kit.refuses("garbage", text, f"{len(text)} characters"))
         if foreign is not None:
             kit.refuses("foreign", foreign.seal(_MARKER.encode()), "a token sealed under other keys")
@@ -152,8 +143,7 @@ def check_codec(
         root.removeHandler(logs)
         root.setLevel(level)
     logged = [t for r in logs.buffer for t in (str(r.msg), repr(r.args), *_chain_texts(r.exc_info and r.exc_info[1]))]
-    needles = [_MARKER, sample[8:40]] if len(sample) >= 40 else [_MARKER]
-    if any(needle in text for text in [repr(codec), *logged] for needle in needles):
+    if any(needle in text for text in [repr(codec), *logged] for needle in _needles(sample)):
         kit.fail("no_leak", "a log record or the codec's repr holds payload or token text")
     kit.report.checks["error_type"] = kit.report.checks["no_leak"] = kit.refusals
     return kit.report
@@ -171,14 +161,17 @@ class _Kit:
     """One run: the codec, the exception its refusals must raise, the report so far."""
 
     def __init__(self, codec: Codec, error_type: type[BaseException]) -> None:
-        self.codec = codec
-        self.error_type = error_type
+        self.codec, self.error_type = codec, error_type
         self.report = ConformanceReport(codec=type(codec).__qualname__)
         self.refusals = 0
 
+    def count(self, check: str) -> bool:
+        self.report.checks[check] = self.report.checks.get(check, 0) + 1
+        return True
+
     def fail(self, check: str, detail: str) -> None:
         # Ten details per check at most, so a codec that accepts everything still gives a readable report.
-        shown = sum(1 for f in self.report.failures if f.check == check)
+        shown = sum(1 for name, _ in self.report.failures if name == check)
         if shown <= 10:
             self.report.failures.append(Failure(check, detail if shown < 10 else "more failures omitted"))
 
@@ -193,7 +186,7 @@ class _Kit:
         return None
 
     def round_trip(self, payload: bytes) -> None:
-        self.report.checks["round_trip"] = self.report.checks.get("round_trip", 0) + 1
+        self.count("round_trip")
         token = self.seal(payload)
         try:
             if token is not None and self.codec.unseal(token) != payload:
@@ -203,15 +196,14 @@ class _Kit:
 
     def refuses(self, check: str, candidate: object, what: str) -> bool:
         """`candidate` is no token the codec minted: unseal raises `error_type`, chaining none of its text."""
-        self.report.checks[check] = self.report.checks.get(check, 0) + 1
+        self.count(check)
         self.refusals += 1
         try:
             self.codec.unseal(candidate)  # type: ignore[arg-type]
         except Exception as exc:
             if not isinstance(exc, self.error_type):
                 self.fail("error_type", f"{check}: {what} raised {type(exc).__name__}, not {self.error_type.__name__}")
-            needles = [_MARKER, candidate[8:40]] if isinstance(candidate, str) and len(candidate) >= 40 else [_MARKER]
-            if any(needle in text for text in _chain_texts(exc) for needle in needles):
+            if any(needle in text for text in _chain_texts(exc) for needle in _needles(candidate)):
                 self.fail("no_leak", f"{check}: the refusal of {what} holds payload or token text")
             return True
         self.fail(check, f"{what} was accepted")
@@ -233,27 +225,24 @@ class _Kit:
         if refused and peak > len(huge) // 4:
             self.fail("oversized", f"refusing {len(huge)} characters allocated {peak} bytes: no length check first")
 
-    def positions(self, check: str, length: int, per_position: int, budget: int) -> list[int]:
-        """Every position, or, over the budget, both ends and an even spread between them."""
-        if length * per_position <= budget:
-            return list(range(length))
-        step = max(1, length * per_position // budget)
-        picked = sorted({*range(min(8, length)), *range(max(0, length - 8), length), *range(0, length, step)})
-        self.report.notes.append(f"{check}: sampled {len(picked)} of {length} positions (max_mutations)")
-        return picked
+
+def _positions(length: int, per_position: int, budget: int) -> list[int]:
+    """Every position, or, over the `max_mutations` budget, both ends and an even spread between them."""
+    step = max(1, -(-length * per_position // budget))
+    return sorted({*range(min(8, length)), *range(max(0, length - 8), length), *range(0, length, step)})
 
 
-def _altered(kit: _Kit, sample: str, budget: int) -> Iterator[tuple[str, str, str]]:
-    """(check, candidate, description) for every altered form of `sample` the kit tries."""
+def _altered(sample: str, budget: int) -> Iterator[tuple[str, object, str]]:
+    """(check, candidate, description) for every altered form of `sample`, and every non-token, the kit tries."""
     alphabet = _UNRESERVED + "=+/ "
-    for pos in kit.positions("char_change", len(sample), len(alphabet), budget):
+    for pos in _positions(len(sample), len(alphabet), budget):
         for c in alphabet.replace(sample[pos], ""):
             yield "char_change", sample[:pos] + c + sample[pos + 1 :], f"char {pos} -> {c!r}"
-    for pos in kit.positions("bit_flip", len(sample), 8, budget):
+    for pos in _positions(len(sample), 8, budget):
         for bit in range(8):
             flipped = chr(ord(sample[pos]) ^ (1 << bit))
             yield "bit_flip", sample[:pos] + flipped + sample[pos + 1 :], f"char {pos} bit {bit}"
-    for i in kit.positions("truncation", len(sample), 2, budget):
+    for i in _positions(len(sample), 2, budget):
         yield "truncation", sample[:i], f"prefix of length {i}"
         if i:
             yield "truncation", sample[i:], f"suffix dropping {i} chars"
@@ -270,9 +259,19 @@ def _altered(kit: _Kit, sample: str, budget: int) -> Iterator[tuple[str, str, st
     yield "non_canonical", sample.lower(), "lower case"
     if "!" <= sample[-1] <= "~":
         yield "non_canonical", sample[:-1] + chr(0xFF01 + ord(sample[-1]) - 0x21), "a fullwidth look-alike"
+    raw = sample.encode()
+    for junk in (raw, bytearray(raw), memoryview(raw), None, 0, 1.5, float("nan"), [sample], object()):
+        yield "non_str", junk, type(junk).__name__
+    for text in ("", "\x00" * 64, "\ud800" * 64, "." * 4, _MARKER + "\u00e9", b64u_encode(raw) + "\u00e9"):
+        yield "garbage", text, f"fixed junk of {len(text)} characters"  # an encoder's error keeps its input
     if "." in sample:  # first segments whose parse errors keep their input (.object, .doc): bad UTF-8, cut JSON
         for header in (b'{"alg":"' + _MARKER.encode() + b'\xff"}', b'{"alg":"' + _MARKER.encode()):
             yield "garbage", b64u_encode(header) + sample[sample.index(".") :], "a hostile first segment"
+
+
+def _needles(text: object) -> list[str]:
+    """What no refusal may show: the payload marker, and a stretch from the middle of a long token."""
+    return [_MARKER, text[8:40]] if isinstance(text, str) and len(text) >= 40 else [_MARKER]
 
 
 def _for_all(strategy: st.SearchStrategy[Any], n: int, test: Callable[[Any], object]) -> None:
@@ -288,8 +287,7 @@ def _for_all(strategy: st.SearchStrategy[Any], n: int, test: Callable[[Any], obj
 
 def _chain_texts(exc: BaseException | None) -> Iterator[str]:
     """What each exception chained to `exc` shows: str, repr, attributes; `__cause__` and `__context__` both."""
-    pending = [] if exc is None else [exc]
-    seen: set[int] = set()
+    pending, seen = ([] if exc is None else [exc]), set()
     while pending:
         cur = pending.pop()
         if id(cur) not in seen:

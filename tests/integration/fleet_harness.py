@@ -1,14 +1,9 @@
 """Start `examples/fleet_server.py` instances as real processes on free loopback ports.
 
-Every process is started in its own process group, its output goes to a log
-file (never a pipe that could fill up and stall it), and it is always
-stopped on exit: SIGTERM first so uvicorn shuts down cleanly, then SIGKILL to
-the whole group so no worker outlives the test.
-
-Servers log at ``info``, so a worker that uvicorn kills and replaces at
-start-up shows in the log, and every start-up failure quotes the log's tail.
-A server with several workers is ready once each worker has answered the
-health route: a test never runs against a half-started fleet.
+Each process runs in its own process group, logs at ``info`` to a file (never a pipe that could fill
+up and stall it; a worker uvicorn replaces shows there, and every start-up failure quotes the tail),
+and is always stopped: SIGTERM, then SIGKILL to the whole group so no worker outlives the test. A
+server is ready once each of its workers has answered the health route.
 """
 
 from __future__ import annotations
@@ -82,19 +77,24 @@ def server_env(settings: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
+def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to all at once (they shut down in parallel), then SIGKILL to each whole group."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for process in processes:
         with suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=STOP_GRACE_S)
-    # uvicorn's workers are in the group too: nothing of it may survive the test.
-    with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        # uvicorn's workers are in the group too: nothing of it may survive the test.
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
-def _wait_ready(server: FleetServer, deadline: float) -> frozenset[str]:
-    """Poll the health route until as many instances as `server.workers` have answered, or fail by `deadline`."""
+def ready(server: FleetServer, deadline: float | None = None) -> FleetServer:
+    """`server` once as many instances as its workers have answered the health route; fail by `deadline`."""
+    deadline = deadline or time.monotonic() + START_DEADLINE_S
     seen: set[str] = set()
     while len(seen) < server.workers:
         if server.process.poll() is not None:
@@ -112,7 +112,7 @@ def _wait_ready(server: FleetServer, deadline: float) -> frozenset[str]:
             seen.add(server.health())
         except httpx.HTTPError:
             time.sleep(0.05)
-    return frozenset(seen)
+    return replace(server, instances=frozenset(seen))
 
 
 @contextmanager
@@ -121,10 +121,14 @@ def fleet(
     settings: Sequence[Mapping[str, str]],
     *,
     workers: int = 1,
+    wait: bool = True,
 ) -> Iterator[list[FleetServer]]:
-    """Start one server per entry of `settings` (its environment), all at once; wait until every worker answers."""
+    """Start one server per entry of `settings` (its environment), all at once; wait until every worker answers
+    (`wait=False`: the caller passes each server to `ready` before using it)."""
     with ExitStack() as stack:
         servers: list[FleetServer] = []
+        processes: list[subprocess.Popen[bytes]] = []
+        stack.callback(_stop, processes)
         for index, env in enumerate(settings):
             port = free_port()
             log = log_dir / f"fleet-{index}-{port}.log"
@@ -139,7 +143,7 @@ def fleet(
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-            stack.callback(_stop, process)
+            processes.append(process)
             servers.append(FleetServer(port, process, log, workers))
         deadline = time.monotonic() + START_DEADLINE_S
-        yield [replace(server, instances=_wait_ready(server, deadline)) for server in servers]
+        yield [ready(server, deadline) for server in servers] if wait else servers

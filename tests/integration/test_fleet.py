@@ -8,7 +8,9 @@ each instance unwraps at start-up. The refusal is the SDK's frozen -32602
 answer; the reason goes to the refusing server's log only.
 
 Each class starts its own servers and stops them when its last test ends, so
-only one group of processes runs at a time.
+only one group of processes runs at a time. The SDK default fails the same way
+across uvicorn workers as across processes (a worker is a process), so it is
+shown across processes only.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import anyio
 import pytest
 from examples.fleet_client import provision
 from mcp import MCPError
-from tests.integration.fleet_harness import FleetServer, fleet
+from tests.integration.fleet_harness import FleetServer, fleet, ready
 from tests.plugins.aws import REGION, MotoServer
 
 from statecodec import format_keys, generate_key
@@ -128,93 +130,6 @@ class TestSdkDefault:
         assert "unknown key" not in str(error.error.data)
 
 
-@pytest.fixture(scope="class")
-def workers(log_dir: Path) -> Iterator[FleetServer]:
-    """One uvicorn server with two worker processes behind one port, sharing a ring."""
-    with fleet(log_dir, [shared(new_ring())], workers=2) as started:
-        yield started[0]
-
-
-class TestUvicornWorkers:
-    def test_retries_across_uvicorn_workers_complete_with_the_shared_ring(self, workers: FleetServer) -> None:
-        pairs: list[tuple[str, str]] = []
-        for _ in range(MAX_WORKER_FLOWS):
-            outcome = run_flow(workers, workers)
-            assert (outcome["name"], outcome["region"]) == ("orders", "eu-west-1")
-            pairs.append((outcome["asked_by"], outcome["completed_by"]))
-            if len({done for _, done in pairs}) == 2 and any(asked != done for asked, done in pairs):
-                break
-        # Both workers that started completed retries (none was replaced meanwhile), and at least one
-        # retry completed on the worker that did not seal its state.
-        assert {done for _, done in pairs} == workers.instances, workers.log_tail()
-        assert any(asked != done for asked, done in pairs), workers.log_tail()
-        assert f"pid-{workers.process.pid}" not in workers.instances
-        assert SDK_REJECTION_LOG not in workers.log_text()
-
-
-# Runs in every process Python starts with this directory on its path; it delays only the workers
-# uvicorn spawns, as a slow import on a loaded machine does, before they can answer a health check.
-# 15 s is beyond any 5 s health-check window uvicorn's supervisor can give a worker (it pings one
-# worker at a time, so a window opens at most about 6 s after the worker starts).
-SLOW_WORKER_SITECUSTOMIZE = """
-import sys, time
-if any("spawn_main" in arg for arg in sys.orig_argv):
-    time.sleep(15)
-"""
-# What uvicorn logs at info when its supervisor kills a worker and starts a replacement.
-WORKER_REPLACED = re.compile(r"Child process \[\d+\] died")
-
-
-@pytest.fixture(scope="class")
-def slow_workers(log_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetServer]:
-    """Two workers that each take longer to start than uvicorn's default 5 s health-check timeout."""
-    site = tmp_path_factory.mktemp("slow-site")
-    (site / "sitecustomize.py").write_text(SLOW_WORKER_SITECUSTOMIZE, encoding="utf-8")
-    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
-    with fleet(log_dir, [{**shared(new_ring()), "PYTHONPATH": path}], workers=2) as started:
-        yield started[0]
-
-
-class TestSlowWorkerStart:
-    def test_workers_slower_than_the_default_health_check_start_and_serve(self, slow_workers: FleetServer) -> None:
-        # The fixture returned, so both workers answered; under uvicorn's default 5 s health check each
-        # would be killed and replaced by another equally slow worker until the start-up deadline.
-        assert len(slow_workers.instances) == 2
-        assert not WORKER_REPLACED.search(slow_workers.log_text()), slow_workers.log_tail()
-        assert run_flow(slow_workers, slow_workers)["completed_by"] in slow_workers.instances
-
-
-@pytest.fixture(scope="class")
-def default_workers(log_dir: Path) -> Iterator[FleetServer]:
-    """One uvicorn server with two workers on the SDK default: a key per worker."""
-    with fleet(log_dir, [SDK_DEFAULT], workers=2) as started:
-        yield started[0]
-
-
-class TestUvicornWorkersSdkDefault:
-    def test_retries_across_uvicorn_workers_are_refused_under_the_sdk_default(
-        self, default_workers: FleetServer
-    ) -> None:
-        completed: list[tuple[str, str]] = []
-        refused: list[MCPError] = []
-        for _ in range(MAX_WORKER_FLOWS):
-            try:
-                outcome = run_flow(default_workers, default_workers)
-            except MCPError as exc:
-                refused.append(exc)
-            else:
-                completed.append((outcome["asked_by"], outcome["completed_by"]))
-            if completed and refused:
-                break
-        # Every retry that completed stayed on the worker that sealed it; the others were refused.
-        assert completed
-        assert all(asked == done for asked, done in completed)
-        assert refused
-        for error in refused:
-            assert_frozen_rejection(error)
-        assert f"{SDK_REJECTION_LOG}: unknown key" in default_workers.log_text()
-
-
 # --- the same fleet on an AWS KMS envelope ring -------------------------------------------------
 
 
@@ -244,30 +159,77 @@ def aws_settings(moto: MotoServer, key_arn: str, wrapped: str) -> dict[str, str]
 
 
 @pytest.fixture(scope="class")
-def kms_fleet(log_dir: Path, moto_server: MotoServer) -> Iterator[dict[str, FleetServer]]:
-    """Two instances on one wrapped ring, one on another ring wrapped by the same KMS key."""
+def kms_fleet(log_dir: Path, moto_server: MotoServer) -> Iterator[list[FleetServer]]:
+    """Two instances on one ring of data keys wrapped by AWS KMS (another ring: tests/integration/test_aws_kms.py)."""
     key_arn, _ = moto_server.create_key()
-    ring = wrapped_ring(moto_server, key_arn, 2)
-    other = wrapped_ring(moto_server, key_arn, 1)
-    settings = [aws_settings(moto_server, key_arn, wrapped) for wrapped in (ring, ring, other)]
-    with fleet(log_dir, settings) as started:
-        yield dict(zip(("a", "b", "foreign"), started, strict=True))
+    settings = aws_settings(moto_server, key_arn, wrapped_ring(moto_server, key_arn, 2))
+    with fleet(log_dir, [settings, settings]) as started:
+        yield started
 
 
 class TestKmsEnvelopeRing:
-    def test_retry_on_another_instance_completes_with_the_kms_envelope_ring(
-        self, kms_fleet: dict[str, FleetServer]
-    ) -> None:
-        a, b = kms_fleet["a"], kms_fleet["b"]
+    def test_retry_on_another_instance_completes_with_the_kms_envelope_ring(self, kms_fleet: list[FleetServer]) -> None:
+        a, b = kms_fleet
         there = run_flow(a, b)
         back = run_flow(b, a)
         assert (there["asked_by"], there["completed_by"]) == (a.health(), b.health())
         assert (back["asked_by"], back["completed_by"]) == (b.health(), a.health())
         assert SDK_REJECTION_LOG not in a.log_text() + b.log_text()
 
-    def test_instance_on_another_wrapped_ring_refuses(self, kms_fleet: dict[str, FleetServer]) -> None:
-        a, foreign = kms_fleet["a"], kms_fleet["foreign"]
-        assert run_flow(foreign, foreign)["completed_by"] == foreign.health()
 
-        assert_frozen_rejection(refusal(a, foreign))
-        assert f"{SDK_REJECTION_LOG}: unknown_key" in foreign.log_text()
+# --- uvicorn workers (last, so their slow start overlaps every test above) -----------------------
+
+
+# Runs in every process Python starts with this directory on its path; it delays only the workers
+# uvicorn spawns, as a slow import on a loaded machine does, before they can answer a health check.
+# uvicorn's supervisor pings the first worker about 0.5 s after spawning it and kills it if no answer
+# comes within its default 5 s: 8 s (plus the worker's own imports) is beyond that window.
+SLOW_WORKER_SITECUSTOMIZE = """
+import sys, time
+if any("spawn_main" in arg for arg in sys.orig_argv):
+    time.sleep(8)
+"""
+# What uvicorn logs at info when its supervisor kills a worker and starts a replacement.
+WORKER_REPLACED = re.compile(r"Child process \[\d+\] died")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def slow_workers(log_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetServer]:
+    """One uvicorn server, two worker processes behind one port sharing a ring, each slow to start.
+
+    Started with the module and not waited for, so their start overlaps the tests above; the
+    processes sleep through most of it.
+    """
+    site = tmp_path_factory.mktemp("slow-site")
+    (site / "sitecustomize.py").write_text(SLOW_WORKER_SITECUSTOMIZE, encoding="utf-8")
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    with fleet(log_dir, [{**shared(new_ring()), "PYTHONPATH": path}], workers=2, wait=False) as started:
+        yield started[0]
+
+
+@pytest.fixture(scope="class")
+def workers(slow_workers: FleetServer) -> FleetServer:
+    return ready(slow_workers)
+
+
+class TestUvicornWorkers:
+    def test_workers_slower_than_the_default_health_check_start_and_serve(self, workers: FleetServer) -> None:
+        # The fixture returned, so both workers answered; under uvicorn's default 5 s health check each
+        # would be killed and replaced by another equally slow worker.
+        assert len(workers.instances) == 2
+        assert not WORKER_REPLACED.search(workers.log_text()), workers.log_tail()
+
+    def test_retries_across_uvicorn_workers_complete_with_the_shared_ring(self, workers: FleetServer) -> None:
+        pairs: list[tuple[str, str]] = []
+        for _ in range(MAX_WORKER_FLOWS):
+            outcome = run_flow(workers, workers)
+            assert (outcome["name"], outcome["region"]) == ("orders", "eu-west-1")
+            pairs.append((outcome["asked_by"], outcome["completed_by"]))
+            if len({done for _, done in pairs}) == 2 and any(asked != done for asked, done in pairs):
+                break
+        # Both workers that started completed retries (none was replaced meanwhile), and at least one
+        # retry completed on the worker that did not seal its state.
+        assert {done for _, done in pairs} == workers.instances, workers.log_tail()
+        assert any(asked != done for asked, done in pairs), workers.log_tail()
+        assert f"pid-{workers.process.pid}" not in workers.instances
+        assert SDK_REJECTION_LOG not in workers.log_text()
