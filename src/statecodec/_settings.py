@@ -1,28 +1,65 @@
-"""The one reader of ``STATECODEC_*`` settings, from the environment or a config file's members.
+"""The one reader of ``STATECODEC_*`` settings, from the environment or a config file, and of the files they name.
 
 Threat: a misread setting (a typo, a file that is not there, a cap that is
 not a number) must not start a server that seals under the wrong key or
 with the wrong cap. Every codec's `from_env`, `codec_from_env` and
 `codec_from_file` read through these functions, so a setting means one thing
 everywhere; every problem is a `ConfigurationError` naming the setting,
-never its value.
+never its value. A file a setting names is read up to a cap (a device or a
+runaway file must not make start-up read without bound) and decoded without
+keeping its content in any exception.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH
-from statecodec._files import load_json_setting, read_settings_file
 from statecodec.errors import ConfigurationError
-from statecodec.keys import KeyRing
+
+if TYPE_CHECKING:
+    from statecodec.keys import KeyRing
 
 KEYS_VAR = "STATECODEC_KEYS"
 KEYS_FILE_VAR = "STATECODEC_KEYS_FILE"
 MAX_TOKEN_LENGTH_VAR = "STATECODEC_MAX_TOKEN_LENGTH"  # noqa: S105 - a variable name, not a secret
 _PREFIX = "STATECODEC_"
 _MAX_CONFIG_FILE_BYTES = 1024 * 1024
+
+
+def read_settings_file(path: Path, limit: int, what: str, hint: str) -> bytes:
+    """At most `limit` bytes of a file a setting names; `ConfigurationError` naming `what` otherwise.
+
+    Reads one byte past the cap instead of trusting the file size; `hint` ends
+    the too-large message (what the file should have been).
+    """
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(limit + 1)
+    except OSError as exc:
+        # An OSError holds the path and the cause, never what the file contains.
+        raise ConfigurationError(f"cannot read {what}: {exc.strerror}") from None
+    if len(raw) > limit:
+        raise ConfigurationError(f"{what} is over {limit} bytes; {hint}")
+    return raw
+
+
+def load_settings_file(path: Path, limit: int, what: str, hint: str, *, as_json: bool = False) -> Any:
+    """The UTF-8 text, or the JSON document, of `read_settings_file`; else `ConfigurationError` with no chain.
+
+    Raised after the handler has ended: a parser's error keeps its input
+    (`UnicodeDecodeError.object`, `json.JSONDecodeError.doc`), reachable as
+    `__context__` even after ``from None``, and its message may quote it.
+    """
+    raw = read_settings_file(path, limit, what, hint)
+    try:
+        return json.loads(raw) if as_json else raw.decode("utf-8")
+    except (ValueError, RecursionError):
+        pass
+    raise ConfigurationError(f"{what} is not {'valid JSON' if as_json else 'UTF-8 text'}")
 
 
 def setting(settings: Mapping[str, str], name: str, *, required: bool = True) -> str | None:
@@ -35,6 +72,17 @@ def setting(settings: Mapping[str, str], name: str, *, required: bool = True) ->
     return value.strip()
 
 
+def text_or_file(settings: Mapping[str, str], name: str, limit: int, hint: str) -> tuple[str | None, str]:
+    """(the value of `name` or the text of the file ``<name>_FILE`` names, where it came from); not both set."""
+    text, path = setting(settings, name, required=False), setting(settings, f"{name}_FILE", required=False)
+    if text is not None and path is not None:
+        raise ConfigurationError(f"both {name} and {name}_FILE are set; set exactly one")
+    if path is None:
+        return text, name
+    source = f"{name}_FILE {path}"
+    return load_settings_file(Path(path), limit, source, hint), source
+
+
 def keys_configured(settings: Mapping[str, str]) -> bool:
     """Whether ``STATECODEC_KEYS`` or ``STATECODEC_KEYS_FILE`` is set."""
     return any(setting(settings, var, required=False) is not None for var in (KEYS_VAR, KEYS_FILE_VAR))
@@ -42,6 +90,8 @@ def keys_configured(settings: Mapping[str, str]) -> bool:
 
 def ring_from_settings(settings: Mapping[str, str]) -> KeyRing:
     """The key ring from exactly one of ``STATECODEC_KEYS`` or ``STATECODEC_KEYS_FILE``."""
+    from statecodec.keys import KeyRing  # keys.py reads its files through this module
+
     text = setting(settings, KEYS_VAR, required=False)
     path = setting(settings, KEYS_FILE_VAR, required=False)
     if text is not None and path is not None:
@@ -103,8 +153,7 @@ def settings_from_file(path: Path) -> ReadTracker:
     of strings for ``STATECODEC_KEYS``. A relative path in a ``*_FILE``
     member is resolved against the file's directory.
     """
-    raw = read_settings_file(path, _MAX_CONFIG_FILE_BYTES, "the file", "is it the right file?")
-    doc = load_json_setting(raw, "the file")
+    doc = load_settings_file(path, _MAX_CONFIG_FILE_BYTES, "the file", "is it the right file?", as_json=True)
     if not isinstance(doc, dict):
         raise ConfigurationError(f"the file must hold a JSON object of {_PREFIX}* settings")
     settings: dict[str, str] = {}

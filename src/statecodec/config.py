@@ -22,12 +22,9 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from statecodec._files import read_settings_file as read_settings_file
-from statecodec._settings import (
-    keys_configured,
-    settings_from_file,
-)
+from statecodec._settings import keys_configured, settings_from_file
 from statecodec._settings import max_token_length_setting as max_token_length_setting
+from statecodec._settings import read_settings_file as read_settings_file
 from statecodec._settings import ring_from_settings as ring_from_settings
 from statecodec._settings import setting as setting
 from statecodec._types import Codec as Codec

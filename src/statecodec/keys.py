@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec._files import decode_settings_text, read_settings_file
+from statecodec._settings import load_settings_file
 from statecodec.errors import ConfigurationError, InvalidToken
 
 MIN_KEY_LENGTH = 32
@@ -151,8 +151,7 @@ class KeyRing(Sequence[bytes]):
     def from_file(cls, path: str | os.PathLike[str]) -> KeyRing:
         """A ring from a file in the text format (one key per line or comma-separated), at most 64 KiB."""
         p = Path(path)
-        raw = read_settings_file(p, _MAX_KEY_FILE_BYTES, f"key file {p}", "it should hold a few lines of keys")
-        text = decode_settings_text(raw, f"key file {p}")
+        text = load_settings_file(p, _MAX_KEY_FILE_BYTES, f"key file {p}", "it should hold a few lines of keys")
         try:
             return cls.parse(text)
         except ConfigurationError as exc:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, check_cap, check_payload, check_token_text, split_segments
-from statecodec._files import load_json_setting, read_settings_file
+from statecodec._settings import load_settings_file
 from statecodec.config import max_token_length_setting, ring_from_settings, setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.jose._header import MAX_HEADER_LENGTH, kid_of, parse_header
@@ -126,7 +126,7 @@ class CompactCodec(Generic[_K]):
         path = setting(settings, JWKS_FILE_VAR, required=False)
         if path is not None:
             what = f"{JWKS_FILE_VAR} {path}"
-            jwks = load_json_setting(read_settings_file(Path(path), _MAX_JWKS_BYTES, what, "is it a JWK Set?"), what)
+            jwks = load_settings_file(Path(path), _MAX_JWKS_BYTES, what, "is it a JWK Set?", as_json=True)
             try:
                 return cls.from_jwks(jwks, alg=alg, max_token_length=limit)
             except ConfigurationError as exc:

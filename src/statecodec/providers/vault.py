@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
-from statecodec._files import decode_settings_text, read_settings_file
-from statecodec.config import max_token_length_setting, setting
+from statecodec._settings import max_token_length_setting, setting, text_or_file
 from statecodec.envelope import EnvelopeCodec, canonical_context
 from statecodec.errors import ConfigurationError, ProviderError
 from statecodec.providers import build_envelope_codec, parse_context
@@ -94,16 +92,11 @@ def _get(settings: Mapping[str, str], name: str) -> str | None:
 
 def _secret(settings: Mapping[str, str], name: str) -> str | None:
     """``STATECODEC_VAULT_<name>`` or the file ``..._FILE`` names (not both), else ``VAULT_<name>`` (a shell's)."""
-    value = setting(settings, f"STATECODEC_VAULT_{name}", required=False)
-    path = _get(settings, f"{name}_FILE")
-    if value is not None and path is not None:
-        raise ConfigurationError(f"set one of STATECODEC_VAULT_{name} and STATECODEC_VAULT_{name}_FILE, not both")
-    if path is None:
+    text, source = text_or_file(settings, f"STATECODEC_VAULT_{name}", _MAX_SECRET_FILE_BYTES, "hold one secret")
+    if text is None:
         return _get(settings, name)
-    what = f"STATECODEC_VAULT_{name}_FILE {path}"
-    text = decode_settings_text(read_settings_file(Path(path), _MAX_SECRET_FILE_BYTES, what, "hold one secret"), what)
     if not text.strip():
-        raise ConfigurationError(f"{what} is empty")
+        raise ConfigurationError(f"{source} is empty")
     return text.strip()
 
 
