@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH
+from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -122,8 +123,8 @@ def max_token_length_setting(settings: Mapping[str, str]) -> int:
     return int(text)
 
 
-class ReadTracker(Mapping[str, str]):
-    """Settings that remember which names were looked up; they may hold keys, so no pickling."""
+class ReadTracker(HoldsSecrets, Mapping[str, str]):
+    """Settings that remember which names were looked up (they may hold keys)."""
 
     def __init__(self, settings: dict[str, str]) -> None:
         self._settings = settings
@@ -141,9 +142,6 @@ class ReadTracker(Mapping[str, str]):
 
     def unread(self) -> list[str]:
         return sorted(name for name in self._settings if name not in self.read)
-
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError("the settings hold secrets and are not picklable")
 
 
 def settings_from_file(path: Path) -> ReadTracker:

@@ -1,4 +1,4 @@
-"""The codec contract, defined once: every codec, wrapper, kit and tool here speaks it."""
+"""The codec contract, defined once: every codec, wrapper, kit and tool here speaks it; and the one no-pickling rule."""
 
 from __future__ import annotations
 
@@ -42,8 +42,18 @@ class Codec(Protocol):
 
     def seal(self, payload: bytes) -> str:
         """An opaque URL-safe token protecting `payload`."""
-        ...
 
     def unseal(self, token: str) -> bytes:
         """The payload of a token this codec minted unmodified; `InvalidToken` for anything else."""
-        ...
+
+
+class HoldsSecrets:
+    """The base of every object that holds keys or credentials: pickle, `copy` and `deepcopy` raise `TypeError`.
+
+    A pickle would put the secret on disk or on the wire; a silent duplicate outlives its owner's `close()`.
+    """
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError(f"{type(self).__name__} holds secrets and is not picklable")

@@ -30,6 +30,7 @@ from statecodec._encoding import (
     check_token_text,
 )
 from statecodec._settings import max_token_length_setting, ring_from_settings
+from statecodec._types import HoldsSecrets
 from statecodec.errors import InvalidToken, Reason
 from statecodec.keys import KEY_ID_LENGTH, KeyRing
 
@@ -89,11 +90,8 @@ class _Ring:
             raise InvalidToken(Reason.SEAL) from None
 
 
-class _RingCodec:
-    """A codec of the AES-GCM family: it holds one `_Ring`, and its seal and unseal are the ring's.
-
-    The delegation costs one call frame per token (about 0.05 µs of a 2 µs seal) and buys one layout.
-    """
+class _RingCodec(HoldsSecrets):
+    """A codec of the AES-GCM family: it holds one `_Ring`, and its seal and unseal are the ring's."""
 
     VERSION: ClassVar[int]
     NONCE_LENGTH: ClassVar[int]
@@ -122,9 +120,6 @@ class _RingCodec:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(key_ids={list(self.key_ids)!r})"
 
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError(f"{type(self).__name__} holds keys and is not picklable")
-
 
 _C = TypeVar("_C", bound="_KeyRingCodec")
 
@@ -133,11 +128,8 @@ class _KeyRingCodec(_RingCodec):
     """A ring codec whose AEAD keys are HKDF-SHA256(secret, info=`_KEY_INFO`) of a `KeyRing`'s secrets."""
 
     _KEY_INFO: ClassVar[bytes]
+    _aead: ClassVar[type[AESGCM | _XAES]]  # the AEAD of one ring key
     __slots__ = ()
-
-    @staticmethod
-    def _aead(key: bytes) -> _AEAD:  # the AEAD of one ring key
-        raise NotImplementedError
 
     def __init__(
         self,
@@ -182,20 +174,16 @@ class AESGCMCodec(_KeyRingCodec):
     VERSION = 0x01
     NONCE_LENGTH = 12
     _KEY_INFO = b"statecodec/v1/aes-256-gcm"
+    _aead = AESGCM
     __slots__ = ()
 
-    @staticmethod
-    def _aead(key: bytes) -> AESGCM:
-        return AESGCM(key)
 
-
-class _XAES:
+class _XAES(HoldsSecrets):
     """XAES-256-GCM as specified at c2sp.org/XAES-256-GCM (24-byte nonces), in the specification's terms.
 
     Per nonce, Kx = AES-256_K(M1 xor K1) || AES-256_K(M2 xor K1) with
     M1 = 0x0001 'X' 0x00 || N[:12], M2 = 0x0002 'X' 0x00 || N[:12] and K1 the
-    CMAC subkey of K; then AES-256-GCM under Kx with nonce N[12:]. Holds a
-    ring key, so it refuses pickling.
+    CMAC subkey of K; then AES-256-GCM under Kx with nonce N[12:].
     """
 
     __slots__ = ("_cipher", "_k1")
@@ -217,9 +205,6 @@ class _XAES:
 
     def decrypt(self, nonce: bytes, data: bytes, aad: bytes) -> bytes:
         return self._derive(nonce).decrypt(nonce[12:], data, aad)
-
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError("the XAES-256-GCM key object holds a ring key and is not picklable")
 
 
 class XAESGCMCodec(_KeyRingCodec):
@@ -243,8 +228,5 @@ class XAESGCMCodec(_KeyRingCodec):
     VERSION = 0x02
     NONCE_LENGTH = 24
     _KEY_INFO = b"statecodec/v1/xaes-256-gcm"
+    _aead = _XAES
     __slots__ = ()
-
-    @staticmethod
-    def _aead(key: bytes) -> _XAES:
-        return _XAES(key)

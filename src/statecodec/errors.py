@@ -51,20 +51,13 @@ class StatecodecError(Exception):
 
 
 class InvalidToken(StatecodecError):
-    """A token was refused. `reason` is a log-only code from `Reason`.
-
-    `str(exc)` is the reason code and nothing else, so a log line that records
-    `str(exc)` names the cause without the token or any secret.
-    """
+    """A token was refused; `reason` is a log-only code from `Reason`, and `str(exc)` is that code alone."""
 
     __slots__ = ("reason",)
 
     def __init__(self, reason: Reason) -> None:
         super().__init__(reason.value)
         self.reason = reason
-
-    def __str__(self) -> str:
-        return self.reason.value
 
     def __repr__(self) -> str:
         return f"InvalidToken({self.reason.value!r})"

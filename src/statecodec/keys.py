@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec._settings import load_settings_file
+from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError, InvalidToken
 
 MIN_KEY_LENGTH = 32
@@ -94,7 +95,7 @@ def _check_secret(index: int, secret: object) -> bytes:
     return material
 
 
-class KeyRing(Sequence[bytes]):
+class KeyRing(HoldsSecrets, Sequence[bytes]):
     """An ordered, validated list of secrets: `ring[0]` seals, every key unseals.
 
     The ring holds copies of the secrets and shows only key ids (4-byte,
@@ -186,9 +187,6 @@ class KeyRing(Sequence[bytes]):
 
     def __hash__(self) -> int:
         return hash(self._ids)
-
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError("KeyRing holds secrets and is not picklable")
 
 
 def parse_keys(text: str) -> list[bytes]:

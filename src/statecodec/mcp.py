@@ -1,20 +1,16 @@
 """Protect an MCP server's ``requestState`` with a statecodec codec in one line.
 
-Threat: a fleet that keeps the SDK's default process-local key rejects every
-retry that lands on another instance or survives a restart, and a
-hand-rolled policy is where keys get hard-coded. `security_from_env` builds
-the SDK's `RequestStateSecurity` around the codec the environment describes::
+Threat: a fleet that keeps the SDK's default process-local key rejects every retry that lands on another
+instance or survives a restart, and a hand-rolled policy is where keys get hard-coded. `security_from_env`
+builds the SDK's `RequestStateSecurity` around the codec the environment describes::
 
     server = MCPServer("billing", request_state_security=security_from_env())
 
-`security(codec)` does the same for a codec built in code; a lowlevel
-`Server` appends the SDK's own ``RequestStateBoundary(security(codec), ...)``.
-The SDK stamps and checks expiry, request binding, audience and principal
-around the codec and answers every refusal with its fixed -32602 error, but
-logs a reason only for its own `InvalidRequestState`: both functions hand it
-an `SDKCodec`, so the log names our reason code. The SDK (``pip install
-'statecodec[mcp]'``) is imported when they are called, never by
-`import statecodec`.
+`security(codec)` does the same for a codec built in code; a lowlevel `Server` appends the SDK's own
+``RequestStateBoundary(security(codec), ...)``. The SDK stamps and checks expiry, request binding, audience
+and principal around the codec and answers every refusal with its fixed -32602 error, but logs a reason only
+for its own `InvalidRequestState`: both functions hand it an `SDKCodec`, so the log names our reason code.
+The SDK (``pip install 'statecodec[mcp]'``) is imported when they are called, never by `import statecodec`.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, check_cap, check_payload, check_token_text, split_segments
 from statecodec._settings import load_settings_file
+from statecodec._types import HoldsSecrets
 from statecodec.config import max_token_length_setting, ring_from_settings, setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.jose._header import MAX_HEADER_LENGTH, kid_of, parse_header
@@ -23,22 +24,19 @@ JWKS_FILE_VAR = "STATECODEC_JWKS_FILE"
 _MAX_JWKS_BYTES = 1024 * 1024
 
 
-class KeySlot:
+class KeySlot(HoldsSecrets):
     """A configured key: its ``kid``, the header segment it emits ("" if made per token), its public half."""
 
     kid: str
     header = ""
     public: PublicKey | None = None
 
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError("a key is not picklable")
-
 
 _K = TypeVar("_K", bound=KeySlot)
 _C = TypeVar("_C", bound="CompactCodec[Any]")
 
 
-class CompactCodec(Generic[_K]):
+class CompactCodec(HoldsSecrets, Generic[_K]):
     """The configuration and checks common to the compact codecs; `_K` is the per-``kid`` key object."""
 
     __slots__ = ("_alg", "_by_kid", "_expect", "_fast", "_max_length", "_max_payload", "_members", "_primary")
@@ -189,5 +187,3 @@ class CompactCodec(Generic[_K]):
         enc = f", enc={self._expect['enc']!r}" if "enc" in self._expect else ""
         return f"{type(self).__name__}(alg={self._alg!r}{enc}, key_ids={list(self._by_kid)!r})"
 
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError(f"{type(self).__name__} holds keys and is not picklable")

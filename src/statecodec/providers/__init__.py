@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 from typing import TypeVar
 
 from statecodec._settings import max_token_length_setting, setting, text_or_file
+from statecodec._types import HoldsSecrets
 from statecodec.envelope import EnvelopeCodec, KeyWrapper, default_context, parse_wrapped_keys
 from statecodec.errors import ConfigurationError
 from statecodec.providers._retry import RetryPolicy as RetryPolicy
@@ -25,7 +26,7 @@ _MAX_WRAPPED_FILE_BYTES = 256 * 1024
 _H = TypeVar("_H", bound="_ClientHolder")
 
 
-class _ClientHolder:
+class _ClientHolder(HoldsSecrets):
     """The base of every provider object: messages and repr name the key only; `close()` closes a client
     the object built (an injected one belongs to the caller); no pickle or copy, since the client holds
     credentials (a Vault client, its token)."""
@@ -48,10 +49,6 @@ class _ClientHolder:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.describe()!r})"
-
-    def __reduce__(self) -> tuple[object, ...]:
-        # Also refuses copy.copy and copy.deepcopy: no silent duplicate of a credential holder.
-        raise TypeError(f"{type(self).__name__} holds a provider client and its credentials and is not picklable")
 
 
 def missing_extra(package: str, extra: str) -> ImportError:
@@ -99,15 +96,19 @@ def parse_context(text: str) -> dict[str, str]:
     return out
 
 
+def context_setting(settings: Mapping[str, str], name: str) -> dict[str, str] | None:
+    """The context setting `name` holds (see `parse_context`), or None when it is unset."""
+    text = setting(settings, name, required=False)
+    try:
+        return None if text is None else parse_context(text)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{name}: {exc}") from None
+
+
 def context_from_settings(settings: Mapping[str, str]) -> dict[str, str]:
     """``STATECODEC_KMS_CONTEXT``, or the default context with ``STATECODEC_KMS_AUDIENCE``."""
-    text = setting(settings, _CONTEXT_VAR, required=False)
-    if text is None:
-        return default_context(setting(settings, _AUDIENCE_VAR, required=False))
-    try:
-        return parse_context(text)
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"{_CONTEXT_VAR}: {exc}") from None
+    context = context_setting(settings, _CONTEXT_VAR)
+    return default_context(setting(settings, _AUDIENCE_VAR, required=False)) if context is None else context
 
 
 def build_envelope_codec(

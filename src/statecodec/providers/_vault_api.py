@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError, ProviderError
 from statecodec.providers import _ClientHolder, missing_extra
 from statecodec.providers._retry import RetryPolicy, call_with_retries
@@ -87,8 +88,8 @@ def vault_client(
     return client
 
 
-class AppRoleLogin:
-    """Logs an AppRole client in; holds the secret id, so its repr shows the mount only and it never pickles."""
+class AppRoleLogin(HoldsSecrets):
+    """Logs an AppRole client in; holds the secret id, so its repr shows the mount only."""
 
     __slots__ = ("_client", "_last", "_mount", "_role_id", "_secret_id")
 
@@ -98,10 +99,6 @@ class AppRoleLogin:
 
     def __repr__(self) -> str:
         return f"AppRoleLogin(mount={self._mount!r})"
-
-    def __reduce__(self) -> tuple[object, ...]:
-        # Also refuses copy.copy and copy.deepcopy: no silent duplicate of a credential holder.
-        raise TypeError("AppRoleLogin holds an AppRole secret id and is not picklable")
 
     def login(self) -> Failure | None:
         try:
@@ -209,7 +206,7 @@ class TransitKey(_ClientHolder):
         try:
             if retry is None:
                 return self._round_trip(op, body)
-            return call_with_retries(lambda: self._round_trip(op, body), transient=_outage, policy=retry)[0]
+            return call_with_retries(lambda: self._round_trip(op, body), transient=_outage, policy=retry)
         except Exception as exc:
             failure = classify(exc)
         return self._fix(failure, op)

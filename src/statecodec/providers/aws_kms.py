@@ -124,8 +124,9 @@ class AwsKmsWrapper(_ClientHolder):
         method = getattr(self._client, operation)
         try:
             with sdk_logs_withheld(_SDK_LOGGERS):
-                response: Mapping[str, Any]
-                response, _ = call_with_retries(lambda: method(**params), transient=_transient, policy=self._retry)
+                response: Mapping[str, Any] = call_with_retries(
+                    lambda: method(**params), transient=_transient, policy=self._retry
+                )
         except (bexc.ClientError, bexc.BotoCoreError) as exc:
             raise ProviderError(f"{self.describe()}: {self._cause(exc)}") from None
         # KMS answers with the key ARN: confirm it is the configured key when that is an ARN or a bare id.

@@ -113,7 +113,7 @@ class GcpKmsWrapper(_ClientHolder):
     def _call(self, attempt: Callable[[], bytes], operation: str) -> bytes:
         try:
             with sdk_logs_withheld(_SDK_LOGGERS):
-                result, _ = call_with_retries(attempt, transient=_transient, policy=self._retry)
+                result = call_with_retries(attempt, transient=_transient, policy=self._retry)
         except _Corrupted as exc:
             raise ProviderError(
                 f"{self.describe()}: {exc} after {self._retry.attempts} attempts (data corrupted in transit)"

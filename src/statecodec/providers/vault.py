@@ -15,7 +15,7 @@ from typing import Any
 from statecodec._settings import max_token_length_setting, setting, text_or_file
 from statecodec.envelope import EnvelopeCodec, canonical_context
 from statecodec.errors import ConfigurationError, ProviderError
-from statecodec.providers import build_envelope_codec, parse_context
+from statecodec.providers import build_envelope_codec, context_setting
 from statecodec.providers._retry import RetryPolicy, check_retry
 from statecodec.providers._vault_api import Failure, TransitKey, b64, parse_vault_ciphertext, unb64, vault_client
 from statecodec.providers._vault_transit import VaultTransitCodec
@@ -158,11 +158,7 @@ def envelope_codec_from_settings(settings: Mapping[str, str]) -> EnvelopeCodec:
 
 def transit_codec_from_settings(settings: Mapping[str, str]) -> VaultTransitCodec:
     """``STATECODEC_CODEC=vault-transit``: one Vault call per seal and per unseal."""
-    text = _get(settings, "CONTEXT")
-    try:
-        context = parse_context(text) if text is not None else None
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"STATECODEC_VAULT_CONTEXT: {exc}") from None
+    context = context_setting(settings, "STATECODEC_VAULT_CONTEXT")
     cap = max_token_length_setting(settings)
     with _client(settings) as (client, key, mount):
         return VaultTransitCodec(
