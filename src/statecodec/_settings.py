@@ -1,13 +1,10 @@
 """The one reader of ``STATECODEC_*`` settings, from the environment or a config file, and of the files they name.
 
-Threat: a misread setting (a typo, a file that is not there, a cap that is
-not a number) must not start a server that seals under the wrong key or
-with the wrong cap. Every codec's `from_env`, `codec_from_env` and
-`codec_from_file` read through these functions, so a setting means one thing
-everywhere; every problem is a `ConfigurationError` naming the setting,
-never its value. A file a setting names is read up to a cap (a device or a
-runaway file must not make start-up read without bound) and decoded without
-keeping its content in any exception.
+Threat: a misread setting (a typo, a file that is not there, a cap that is not a number) must not start a
+server that seals under the wrong key or with the wrong cap. Every `from_env`, `codec_from_env` and
+`codec_from_file` reads through these functions, so a setting means one thing everywhere; every problem is
+a `ConfigurationError` naming the setting, never its value. A file a setting names is read up to a cap (a
+device or a runaway file must not make start-up read without bound), its content kept out of any exception.
 """
 
 from __future__ import annotations
@@ -32,11 +29,8 @@ _MAX_CONFIG_FILE_BYTES = 1024 * 1024
 
 
 def read_settings_file(path: Path, limit: int, what: str, hint: str) -> bytes:
-    """At most `limit` bytes of a file a setting names; `ConfigurationError` naming `what` otherwise.
-
-    Reads one byte past the cap instead of trusting the file size; `hint` ends
-    the too-large message (what the file should have been).
-    """
+    """At most `limit` bytes of a file (one byte past the cap is read: the size is not trusted); else
+    `ConfigurationError` naming `what`, with `hint` (what the file should have been) when it is too large."""
     try:
         with path.open("rb") as fh:
             raw = fh.read(limit + 1)
@@ -49,12 +43,9 @@ def read_settings_file(path: Path, limit: int, what: str, hint: str) -> bytes:
 
 
 def load_settings_file(path: Path, limit: int, what: str, hint: str, *, as_json: bool = False) -> Any:
-    """The UTF-8 text, or the JSON document, of `read_settings_file`; else `ConfigurationError` with no chain.
-
-    Raised after the handler has ended: a parser's error keeps its input
-    (`UnicodeDecodeError.object`, `json.JSONDecodeError.doc`), reachable as
-    `__context__` even after ``from None``, and its message may quote it.
-    """
+    """The UTF-8 text, or the JSON document, of `read_settings_file`; else `ConfigurationError` raised after
+    the handler: a parser's error keeps its input (`UnicodeDecodeError.object`, `JSONDecodeError.doc`),
+    reachable as `__context__` even after ``from None``, and its message may quote it."""
     raw = read_settings_file(path, limit, what, hint)
     try:
         return json.loads(raw) if as_json else raw.decode("utf-8")
@@ -117,8 +108,7 @@ def max_token_length_setting(settings: Mapping[str, str]) -> int:
     # isdecimal() first: int() also accepts '+5', '1_000' and non-ASCII digits.
     if not (text.isascii() and text.isdecimal()) or int(text) < 1:
         raise ConfigurationError(
-            f"{MAX_TOKEN_LENGTH_VAR} must be a positive decimal integer (characters), "
-            f"for example {DEFAULT_MAX_TOKEN_LENGTH}"
+            f"{MAX_TOKEN_LENGTH_VAR} must be a positive decimal integer (characters), e.g. {DEFAULT_MAX_TOKEN_LENGTH}"
         )
     return int(text)
 
@@ -145,12 +135,8 @@ class ReadTracker(HoldsSecrets, Mapping[str, str]):
 
 
 def settings_from_file(path: Path) -> ReadTracker:
-    """The settings a JSON config file holds: an object whose members are ``STATECODEC_*`` settings.
-
-    Values are strings; integers are accepted for numeric settings and a list
-    of strings for ``STATECODEC_KEYS``. A relative path in a ``*_FILE``
-    member is resolved against the file's directory.
-    """
+    """The settings of a JSON config file: an object of ``STATECODEC_*`` members, strings (an integer for a
+    number, a list of strings for ``STATECODEC_KEYS``); a relative ``*_FILE`` path is the file's neighbour."""
     doc = load_settings_file(path, _MAX_CONFIG_FILE_BYTES, "the file", "is it the right file?", as_json=True)
     if not isinstance(doc, dict):
         raise ConfigurationError(f"the file must hold a JSON object of {_PREFIX}* settings")

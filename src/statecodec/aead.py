@@ -1,13 +1,10 @@
 """AES-256-GCM and XAES-256-GCM codecs over a key ring, and the one token layout they share.
 
-Threat: the token is client-held, so the client may read, alter, truncate,
-extend, re-encode or forge it, or present one sealed under another key. These
-codecs give confidentiality and integrity (AEAD), bind the format version and
-the key id under the authentication tag, find the key by id in O(1), accept
-only the exact canonical encoding `seal` produced, and cap the length before
-decoding. The layout is sealed and opened in one place, `_Ring`, which
-`AESGCMCodec`, `XAESGCMCodec` and `EnvelopeCodec` each hold: they differ only
-in the version byte, the nonce length and where the 32-byte keys come from.
+Threat: the token is client-held, so the client may read, alter, truncate, extend, re-encode or forge it,
+or present one sealed under another key. These codecs give confidentiality and integrity (AEAD), bind the
+format version and the key id under the tag, find the key by id in O(1), accept only the exact canonical
+encoding `seal` produced, and cap the length before decoding. `AESGCMCodec`, `XAESGCMCodec` and
+`EnvelopeCodec` each hold one `_Ring`; they differ in the version byte, the nonce length and the keys.
 """
 
 from __future__ import annotations
@@ -47,9 +44,7 @@ def check_ring_cap(max_token_length: object, nonce_length: int) -> int:
 
 
 class _Ring:
-    """The one seal and open of ``base64url(version || key_id || nonce || ciphertext || tag)``.
-
-    The associated data is ``version || key_id``.
+    """The one seal and open of ``b64u(version || key_id || nonce || ciphertext || tag)``, AAD ``version || key_id``.
 
     `entries`: (4-byte key id, AEAD) in ring order, ids unique (the callers' key rules); the first seals.
     """
@@ -214,12 +209,10 @@ class XAESGCMCodec(_KeyRingCodec):
 
         0x02 | key_id (4) | nonce (24, random) | ciphertext (len(payload)) | tag (16)
 
-    Per token, the XAES key is derived from the ring key K and the first 12
-    nonce bytes with two AES-256 block encryptions (the CMAC-based KDF of the
-    C2SP specification); AES-256-GCM then runs under that key with the last
-    12 nonce bytes. Ring keys are HKDF-SHA256(secret, info=
-    ``statecodec/v1/xaes-256-gcm``); key ids and associated data are as for
-    `AESGCMCodec`. Overhead: 45 bytes, 60 characters.
+    Per token, the XAES key comes from the ring key and the first 12 nonce bytes
+    (the C2SP CMAC-based KDF); AES-256-GCM runs under it with the last 12. Ring
+    keys are HKDF-SHA256(secret, info=``statecodec/v1/xaes-256-gcm``); key ids
+    and associated data are as for `AESGCMCodec`. Overhead: 45 bytes, 60 characters.
 
     Usage bound: 192-bit random nonces allow about 2^80 tokens per key at a
     collision probability under 2^-32, which is beyond any fleet's reach.

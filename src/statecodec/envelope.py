@@ -1,13 +1,10 @@
 """Envelope encryption: data keys wrapped by a KMS, unwrapped once, tokens sealed locally.
 
-Threat: a codec that calls a KMS per token stalls the server's event loop for
-every request (KMS calls take tens to hundreds of milliseconds) and makes the
-KMS a per-request dependency. `EnvelopeCodec` asks its `KeyWrapper` to unwrap
-each data key exactly once, at construction; after that seal and unseal are
-local AES-256-GCM with zero provider calls, and keep working if the KMS goes
-away. The configuration holds only wrapped blobs (unpadded base64url,
-comma-separated, the sealing key first), useless without the KMS key and its
-context; rotation is the three phases of a key ring.
+Threat: a codec that calls a KMS per token stalls the event loop for every request (tens to hundreds of
+milliseconds) and makes the KMS a per-request dependency. `EnvelopeCodec` asks its `KeyWrapper` to unwrap
+each data key exactly once, at construction; then seal and unseal are local AES-256-GCM, and keep working
+if the KMS goes away. The configuration holds only wrapped blobs (unpadded base64url, comma-separated,
+the sealing key first), useless without the KMS key and its context; rotation is that of a key ring.
 """
 
 from __future__ import annotations
@@ -91,11 +88,8 @@ def _check_context(context: Mapping[str, str] | None) -> Mapping[str, str]:
 
 
 def canonical_context(context: Mapping[str, str]) -> bytes:
-    """The one byte string of a context, for providers that bind bytes (Cloud KMS AAD, Vault).
-
-    Compact JSON with sorted keys: two mappings with the same pairs give the
-    same bytes, and no two different mappings do.
-    """
+    """The one byte string of a context (Cloud KMS AAD, Vault): compact JSON with sorted keys, so two
+    mappings give the same bytes exactly when they hold the same pairs."""
     return json.dumps(dict(context), sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 

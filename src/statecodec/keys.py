@@ -34,8 +34,7 @@ _KEY_ID_INFO = b"statecodec/v1/key-id"
 _MIN_DISTINCT_BYTES = 8
 _MAX_KEY_FILE_BYTES = 64 * 1024  # over a thousand keys with comments; a key file is never read without bound
 _HOW_TO_GENERATE = (
-    "Generate one with `statecodec keygen` or "
-    "python -c \"import secrets; print(secrets.token_urlsafe(32))\""
+    'Generate one with `statecodec keygen` or python -c "import secrets; print(secrets.token_urlsafe(32))"'
 )
 
 
@@ -77,9 +76,7 @@ def check_unique_ids(name: str, items: Sequence[bytes], ids: Sequence[bytes], ho
 def _check_secret(index: int, secret: object) -> bytes:
     if not isinstance(secret, (bytes, bytearray, memoryview)):
         # Never coerce: bytes(32) is 32 zero bytes, and a str has no single meaning.
-        hint = " (parse text keys with statecodec.parse_keys or KeyRing.from_env)" if isinstance(
-            secret, str
-        ) else ""
+        hint = " (parse text keys with statecodec.parse_keys or KeyRing.from_env)" if isinstance(secret, str) else ""
         raise ConfigurationError(f"keys[{index}] must be bytes, got {type(secret).__name__}{hint}")
     material = bytes(secret)
     if len(material) < MIN_KEY_LENGTH:
@@ -107,13 +104,10 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
 
     def __init__(self, keys: Iterable[bytes | bytearray | memoryview]) -> None:
         if isinstance(keys, (bytes, bytearray, memoryview, str)):
-            raise ConfigurationError(
-                "keys must be a list of secrets, not a single key: write keys=[key]"
-            )
+            raise ConfigurationError("keys must be a list of secrets, not a single key: write keys=[key]")
         if not isinstance(keys, Iterable):
             raise ConfigurationError(
-                f"keys must be a list of byte-string secrets, got {type(keys).__name__}. "
-                f"{_HOW_TO_GENERATE}"
+                f"keys must be a list of byte-string secrets, got {type(keys).__name__}. {_HOW_TO_GENERATE}"
             )
         material = [_check_secret(i, k) for i, k in enumerate(keys)]
         if not material:
@@ -140,8 +134,8 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
         text = env.get(var)
         if text is None or not text.strip():
             raise ConfigurationError(
-                f"environment variable {var} is not set; set it to one or more comma-separated "
-                f"base64url keys. {_HOW_TO_GENERATE}"
+                f"environment variable {var} is not set; set it to one or more comma-separated base64url keys. "
+                f"{_HOW_TO_GENERATE}"
             )
         try:
             return cls.parse(text)
@@ -191,12 +185,8 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
 
 def parse_keys(text: str) -> list[bytes]:
     """Parse the text format into secrets; errors name the key by position, never by value."""
-    items: list[str] = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        items.extend(part.strip() for part in stripped.split(","))
+    lines = [line.strip() for line in text.splitlines()]
+    items = [part.strip() for line in lines if line and not line.startswith("#") for part in line.split(",")]
     out: list[bytes] = []
     for i, item in enumerate(items):
         if not item:
@@ -205,8 +195,7 @@ def parse_keys(text: str) -> list[bytes]:
             out.append(b64u_decode(item))
         except InvalidToken:
             raise ConfigurationError(
-                f"key {i} is not unpadded base64url (alphabet A-Z a-z 0-9 - _, no '='). "
-                f"{_HOW_TO_GENERATE}"
+                f"key {i} is not unpadded base64url (alphabet A-Z a-z 0-9 - _, no '='). {_HOW_TO_GENERATE}"
             ) from None
     if not out:
         raise ConfigurationError(f"no keys found. {_HOW_TO_GENERATE}")
