@@ -99,11 +99,8 @@ def codec_from_env(environ: Mapping[str, str] | None = None) -> Codec:
 
 
 def codec_from_file(path: str | os.PathLike[str]) -> Codec:
-    """The codec a JSON config file describes: an object with the environment variables as members.
-
-    A member the chosen kind does not read is refused: a misspelt one would
-    otherwise pass as an unused setting and leave a default in force.
-    """
+    """The codec a JSON config file describes: an object with the environment variables as members. A member
+    the kind does not read is refused: a misspelt one would pass as unused and leave a default in force."""
     p = Path(path)
     try:
         settings = settings_from_file(p)

@@ -1,11 +1,10 @@
 """One exception family; a rejected token never says more than a reason code.
 
-Tokens arrive from the client, so every way a token can be wrong is an
-attacker's probe. `InvalidToken` is the only exception `unseal` raises: its
-message is a short, log-only reason code from the closed set `Reason`, and
-neither the message nor the `repr` ever holds key material, payload or token
-text. The wire should carry one fixed message for every cause (the MCP SDK
-answers -32602 "Invalid or expired requestState"); the reason is for the log.
+Tokens arrive from the client, so every way a token can be wrong is an attacker's probe. `InvalidToken` is the
+only exception `unseal` raises: its message is a short, log-only reason code from the closed set `Reason`, and
+neither the message nor the `repr` ever holds key material, payload or token text. The wire should carry one
+fixed message for every cause (the MCP SDK answers -32602 "Invalid or expired requestState"); the reason is for
+the log.
 
 Hierarchy::
 
@@ -15,8 +14,8 @@ Hierarchy::
     ├── ProviderError         a KMS or Vault call failed (start-up, or per-token transit seal)
     └── SealError             seal could not produce a token (payload over the cap)
 
-Nothing here depends on the MCP SDK: `statecodec.mcp.SDKCodec` turns each
-`InvalidToken` into the SDK's `InvalidRequestState` with the same reason code.
+Nothing here depends on the MCP SDK: `statecodec.mcp.SDKCodec` turns each `InvalidToken` into the SDK's
+`InvalidRequestState` with the same reason code.
 """
 
 from __future__ import annotations

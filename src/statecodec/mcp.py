@@ -71,11 +71,8 @@ class SDKCodec:
 def security(codec: Codec, *, ttl: float = 600.0, audience: str | None = None, **options: Any) -> RequestStateSecurity:
     """`RequestStateSecurity(codec=SDKCodec(codec), ttl=ttl, audience=audience, **options)`.
 
-    Refused tokens are logged by the SDK with our reason code (see `SDKCodec`).
-    `audience=None` lets `MCPServer` stamp its server name; set it when
-    several services deliberately accept each other's state. `options` go to
-    the SDK as they are: unset, each keeps the SDK's default (for
-    `bind_principal`, the authenticated principal; `None` disables it).
+    `audience=None` lets `MCPServer` stamp its server name; set it when several services deliberately accept
+    each other's state. Unset `options` keep the SDK's defaults (`bind_principal`: the authenticated principal).
     """
     return _sdk()[0](codec=SDKCodec(codec), ttl=ttl, audience=audience, **options)
 
@@ -83,11 +80,7 @@ def security(codec: Codec, *, ttl: float = 600.0, audience: str | None = None, *
 def security_from_env(
     *, ttl: float = 600.0, audience: str | None = None, environ: Mapping[str, str] | None = None, **options: Any
 ) -> RequestStateSecurity:
-    """`security(statecodec.codec_from_env(environ), ...)`.
-
-    Raises `ConfigurationError` (what to set) when the environment does not
-    describe a codec, and `ImportError` naming the extra when the MCP SDK is
-    missing; both before any server starts.
-    """
+    """`security(statecodec.codec_from_env(environ), ...)`; before any server starts, `ConfigurationError`
+    (what to set) when the environment describes no codec, `ImportError` naming the extra without the SDK."""
     _sdk()  # a missing SDK is reported before the configuration is read
     return security(codec_from_env(environ), ttl=ttl, audience=audience, **options)

@@ -1,14 +1,11 @@
 """AWS KMS as the `KeyWrapper` of an `EnvelopeCodec` (``pip install 'statecodec[aws]'``).
 
-Threat: a wrapped data key copied to another deployment, or replayed under
-another key, must not unwrap. Every call sends the encryption context (KMS
-authenticates it), and `Decrypt` pins ``KeyId``, so KMS refuses a blob made
-under any other key, even one the caller may use. Failures are `ProviderError`
-naming the key and the cause, after bounded retries where waiting can help.
-
-Permissions: ``kms:Decrypt`` at start-up, ``kms:GenerateDataKeyWithoutPlaintext``
-to provision (see ``docs/aws-kms.md``). Settings: ``STATECODEC_AWS_KMS_KEY_ID``,
-optional ``STATECODEC_AWS_REGION``, ``STATECODEC_AWS_KMS_ENDPOINT``.
+Threat: a wrapped data key copied to another deployment, or replayed under another key, must not unwrap.
+Every call sends the encryption context (KMS authenticates it), and `Decrypt` pins ``KeyId``, so KMS refuses
+a blob made under any other key, even one the caller may use. Failures are `ProviderError` naming the key
+and the cause, after bounded retries where waiting can help. Permissions: ``kms:Decrypt`` at start-up,
+``kms:GenerateDataKeyWithoutPlaintext`` to provision (``docs/aws-kms.md``). Settings:
+``STATECODEC_AWS_KMS_KEY_ID``, optional ``STATECODEC_AWS_REGION``, ``STATECODEC_AWS_KMS_ENDPOINT``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Google Cloud KMS as the `KeyWrapper` of an `EnvelopeCodec` (``pip install 'statecodec[gcp]'``).
 
-Threat: a wrapped data key replayed under another use, or bytes altered on the way to or from
-KMS, must never yield a data key. Every call binds the context as additional authenticated data
-(`statecodec.envelope.canonical_context`). Requests carry CRC32C checksums of their inputs and
-responses are checked as Google documents (the ``verified_*_crc32c`` fields true, the returned
-bytes matching ``ciphertext_crc32c`` / ``plaintext_crc32c``, ``name`` a version of this key); a
-mismatch is retried a bounded number of times, then fails as `ProviderError` naming the key.
-
+Threat: a wrapped data key replayed under another use, or bytes altered on the way to or from KMS, must
+never yield a data key. Every call binds the context as additional authenticated data (`canonical_context`).
+Requests carry CRC32C checksums of their inputs and responses are checked as Google documents (the
+``verified_*_crc32c`` fields true, the bytes matching ``ciphertext_crc32c`` / ``plaintext_crc32c``, ``name``
+a version of this key); a mismatch is retried a bounded number of times, then is a `ProviderError`.
 Cloud KMS has no data-key API: `new_wrapped_key` encrypts 32 bytes from the OS CSPRNG. Roles:
 ``cryptoKeyDecrypter`` at start-up, ``cryptoKeyEncrypter`` to provision (``docs/gcp-kms.md``).
 """

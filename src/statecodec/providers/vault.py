@@ -34,8 +34,6 @@ class VaultKeyWrapper(TransitKey):
 
     __slots__ = ("_retry",)
 
-    name = "vault"
-
     def __init__(
         self,
         client: Any,
@@ -55,19 +53,12 @@ class VaultKeyWrapper(TransitKey):
             raise ProviderError(f"transit {op} on {self._mount}/{self._key} failed: {out.detail}")
         return out
 
-    def _blob(self, data: Mapping[str, Any]) -> bytes:
-        ciphertext = data.get("ciphertext")
-        if not isinstance(ciphertext, str) or parse_vault_ciphertext(ciphertext) is None:
-            raise ProviderError(f"{self.describe()}: Vault returned a malformed ciphertext")
-        return ciphertext.encode("ascii")
-
-    def wrap(self, data_key: bytes, context: Mapping[str, str]) -> bytes:
-        """Encrypt `data_key` with ``transit/encrypt``, binding `context` (`EnvelopeCodec` checks its length)."""
-        return self._blob(self._call("encrypt", context, plaintext=b64(data_key)))
-
     def new_wrapped_key(self, context: Mapping[str, str]) -> bytes:
         """A fresh 256-bit data key from ``transit/datakey/wrapped``; Vault never returns it in clear."""
-        return self._blob(self._call("datakey/wrapped", context, bits=256))
+        ciphertext = self._call("datakey/wrapped", context, bits=256).get("ciphertext")
+        if parse_vault_ciphertext(ciphertext) is None:
+            raise ProviderError(f"{self.describe()}: Vault returned a malformed ciphertext")
+        return str(ciphertext).encode("ascii")
 
     def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
         """The data key in `blob`, via ``transit/decrypt`` under `context`; `ProviderError` otherwise."""
