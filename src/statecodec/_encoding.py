@@ -43,17 +43,11 @@ def b64u_len(n: int) -> int:
 def b64u_decode(text: str) -> bytes:
     """Decode canonical unpadded base64url, or raise `InvalidToken(MALFORMED)`: only ``A-Z a-z 0-9 - _``,
     no padding, a length that is not 1 mod 4, zero trailing bits; exactly one string decodes to given bytes."""
-    try:
-        raw: bytes | None = text.encode("ascii")
-    except (UnicodeEncodeError, AttributeError):
-        # Raised below, outside the handler: a UnicodeEncodeError holds the whole
-        # token text, and `from None` would still keep it reachable as __context__.
-        raw = None
-    if raw is None:
+    # Checked, not caught: a UnicodeEncodeError would hold the whole token text (as __context__ even after `from None`).
+    if type(text) is not str or not text.isascii() or len(text) & 3 == 1:
         raise InvalidToken(Reason.MALFORMED)
+    raw = text.encode("ascii")
     rem = len(raw) & 3
-    if rem == 1:
-        raise InvalidToken(Reason.MALFORMED)
     try:
         return _decode_canonical(raw, rem)
     except binascii.Error:
@@ -63,9 +57,8 @@ def b64u_decode(text: str) -> bytes:
 if sys.version_info >= (3, 11):
 
     def _decode_canonical(raw: bytes, rem: int) -> bytes:
-        # One pass: '+', '/' and '=' become '!', which strict_mode refuses along
-        # with every other character outside the alphabet; the last character
-        # may not carry bits beyond the encoded bytes.
+        # One pass: '+', '/' and '=' become '!', which strict_mode refuses with every other character outside
+        # the alphabet; the last character may not carry bits beyond the encoded bytes.
         if rem and _VALUES[raw[-1]] & _TRAILING_MASK[rem]:
             raise binascii.Error("non-zero trailing bits")
         return _b64decode(raw.translate(_FROM_URLSAFE_STRICT) + _PAD[rem], strict_mode=True)

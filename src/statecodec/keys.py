@@ -47,8 +47,7 @@ def derive_key(secret: bytes, info: bytes, length: int = 32) -> bytes:
 
 
 def _key_id(secret: bytes) -> bytes:
-    # A non-secret fingerprint: HKDF output under its own label reveals nothing
-    # about the AEAD subkeys, which are derived under other labels.
+    # A non-secret fingerprint: HKDF output under its own label reveals nothing of the subkeys (other labels).
     return derive_key(secret, _KEY_ID_INFO, KEY_ID_LENGTH)
 
 

@@ -71,11 +71,8 @@ def jwk_list(jwks: object) -> list[Mapping[str, Any]]:
 
 
 def load_jwk(jwk: Mapping[str, Any], index: int, alg: str) -> tuple[str, Key]:
-    """(``kid``, key) of a configured JWK for `alg`; the ``kid`` is empty when a public-key JWK has none.
-
-    Symmetric ``k`` is used as given (exactly 32 bytes for a JWE); a JWK
-    with ``d`` gives a private key, whose public half must match.
-    """
+    """(``kid``, key) of a configured JWK for `alg` (``kid`` empty when a public-key JWK has none): ``k`` as
+    given (exactly 32 bytes for a JWE); with ``d``, a private key whose public half must match."""
     use, algs, kinds = PROFILES[alg]
     if "use" in jwk and jwk["use"] != use:
         raise ConfigurationError(f'keys[{index}] has a "use" other than "{use}", the one this codec needs')
