@@ -9,6 +9,7 @@ device or a runaway file must not make start-up read without bound), its content
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -26,6 +27,15 @@ KEYS_FILE_VAR = "STATECODEC_KEYS_FILE"
 MAX_TOKEN_LENGTH_VAR = "STATECODEC_MAX_TOKEN_LENGTH"  # noqa: S105 - a variable name, not a secret
 _PREFIX = "STATECODEC_"
 _MAX_CONFIG_FILE_BYTES = 1024 * 1024
+
+
+@contextlib.contextmanager
+def named_errors(where: str) -> Iterator[None]:
+    """A `ConfigurationError` raised in the block, prefixed with `where` (the setting or file it came from)."""
+    try:
+        yield
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
 
 
 def read_settings_file(path: Path, limit: int, what: str, hint: str) -> bytes:
@@ -73,11 +83,6 @@ def text_or_file(settings: Mapping[str, str], name: str, limit: int, hint: str) 
         return text, name
     source = f"{name}_FILE {path}"
     return load_settings_file(Path(path), limit, source, hint), source
-
-
-def keys_configured(settings: Mapping[str, str]) -> bool:
-    """Whether ``STATECODEC_KEYS`` or ``STATECODEC_KEYS_FILE`` is set."""
-    return any(setting(settings, var, required=False) is not None for var in (KEYS_VAR, KEYS_FILE_VAR))
 
 
 def ring_from_settings(settings: Mapping[str, str]) -> KeyRing:

@@ -16,8 +16,9 @@ import importlib
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import cast
 
-from statecodec._settings import keys_configured, settings_from_file
+from statecodec._settings import KEYS_FILE_VAR, KEYS_VAR, named_errors, settings_from_file
 from statecodec._settings import max_token_length_setting as max_token_length_setting
 from statecodec._settings import read_settings_file as read_settings_file
 from statecodec._settings import ring_from_settings as ring_from_settings
@@ -65,8 +66,7 @@ def _resolve(kind: str, builder: Builder | str) -> Builder:
     found = getattr(module, attr, None)
     if not callable(found):
         raise ConfigurationError(f"the builder for {CODEC_VAR}={kind} ({builder}) does not exist")
-    resolved: Builder = found
-    return resolved
+    return cast(Builder, found)
 
 
 def build_codec(kind: str, settings: Mapping[str, str]) -> Codec:
@@ -84,7 +84,7 @@ def _kind(settings: Mapping[str, str]) -> str:
     kind = setting(settings, CODEC_VAR, required=False)
     if kind is not None:
         return kind.lower()
-    if keys_configured(settings):
+    if setting(settings, KEYS_VAR, required=False) or setting(settings, KEYS_FILE_VAR, required=False):
         return DEFAULT_KIND
     raise ConfigurationError(
         f"no codec configured: set STATECODEC_KEYS (keys from `statecodec keygen`) for the default "
@@ -101,9 +101,8 @@ def codec_from_env(environ: Mapping[str, str] | None = None) -> Codec:
 def codec_from_file(path: str | os.PathLike[str]) -> Codec:
     """The codec a JSON config file describes: an object with the environment variables as members. A member
     the kind does not read is refused: a misspelt one would pass as unused and leave a default in force."""
-    p = Path(path)
-    try:
-        settings = settings_from_file(p)
+    with named_errors(f"config file {Path(path)}"):
+        settings = settings_from_file(Path(path))
         kind = _kind(settings)
         codec = build_codec(kind, settings)
         unused = settings.unread()
@@ -113,5 +112,3 @@ def codec_from_file(path: str | os.PathLike[str]) -> Codec:
                 "check the spelling against docs/configuration.md, or remove the member"
             )
         return codec
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"config file {p}: {exc}") from None

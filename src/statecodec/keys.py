@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec._settings import load_settings_file
+from statecodec._settings import load_settings_file, named_errors
 from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError, InvalidToken
 
@@ -134,20 +134,16 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
                 f"environment variable {var} is not set; set it to one or more comma-separated base64url keys. "
                 f"{_HOW_TO_GENERATE}"
             )
-        try:
+        with named_errors(var):
             return cls.parse(text)
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"{var}: {exc}") from None
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> KeyRing:
         """A ring from a file in the text format (one key per line or comma-separated), at most 64 KiB."""
         p = Path(path)
         text = load_settings_file(p, _MAX_KEY_FILE_BYTES, f"key file {p}", "it should hold a few lines of keys")
-        try:
+        with named_errors(str(p)):
             return cls.parse(text)
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"{p}: {exc}") from None
 
     @property
     def key_ids(self) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, check_cap, check_payload, check_token_text, split_segments
-from statecodec._settings import load_settings_file
+from statecodec._settings import load_settings_file, named_errors
 from statecodec._types import HoldsSecrets
 from statecodec.config import max_token_length_setting, ring_from_settings, setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
@@ -125,10 +125,8 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
         if path is not None:
             what = f"{JWKS_FILE_VAR} {path}"
             jwks = load_settings_file(Path(path), _MAX_JWKS_BYTES, what, "is it a JWK Set?", as_json=True)
-            try:
+            with named_errors(JWKS_FILE_VAR):
                 return cls.from_jwks(jwks, alg=alg, max_token_length=limit)
-            except ConfigurationError as exc:
-                raise ConfigurationError(f"{JWKS_FILE_VAR}: {exc}") from None
         if alg not in LABELS:
             raise ConfigurationError(f"{var}={alg} needs {JWKS_FILE_VAR}: a key ring does not serve it")
         return cls(ring_from_settings(settings), alg=alg, max_token_length=limit)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import TypeVar
 
-from statecodec._settings import max_token_length_setting, setting, text_or_file
+from statecodec._settings import max_token_length_setting, named_errors, setting, text_or_file
 from statecodec._types import HoldsSecrets
 from statecodec.envelope import EnvelopeCodec, KeyWrapper, default_context, parse_wrapped_keys
 from statecodec.errors import ConfigurationError
@@ -67,10 +67,8 @@ def wrapped_keys_from_settings(settings: Mapping[str, str]) -> list[bytes]:
             f"no wrapped data keys configured: set {_WRAPPED_KEYS_VAR} to the output of "
             f"`statecodec kms new-data-key`, or {_WRAPPED_KEYS_VAR}_FILE to a file holding it"
         )
-    try:
+    with named_errors(source):
         return parse_wrapped_keys(text)
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"{source}: {exc}") from None
 
 
 def parse_context(text: str) -> dict[str, str]:
@@ -99,10 +97,8 @@ def parse_context(text: str) -> dict[str, str]:
 def context_setting(settings: Mapping[str, str], name: str) -> dict[str, str] | None:
     """The context setting `name` holds (see `parse_context`), or None when it is unset."""
     text = setting(settings, name, required=False)
-    try:
+    with named_errors(name):
         return None if text is None else parse_context(text)
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"{name}: {exc}") from None
 
 
 def context_from_settings(settings: Mapping[str, str]) -> dict[str, str]:

@@ -90,9 +90,7 @@ class AwsKmsWrapper(_ClientHolder):
         self._retry = check_retry(retry, RetryPolicy())
         self._close_owned = None
         if client is None:
-            if endpoint_url is not None and not (
-                isinstance(endpoint_url, str) and endpoint_url.startswith(("https://", "http://"))
-            ):
+            if endpoint_url is not None and not str(endpoint_url).startswith(("https://", "http://")):
                 raise ConfigurationError(f"the KMS endpoint ({_ENDPOINT_VAR}, --endpoint-url) must be http(s)://...")
             for name, seconds in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout)):
                 # Written positively, so NaN fails here instead of on the first KMS call.
