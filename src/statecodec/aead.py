@@ -155,15 +155,12 @@ class AESGCMCodec(_KeyRingCodec):
 
         0x01 | key_id (4) | nonce (12, random) | ciphertext (len(payload)) | tag (16)
 
-    The AES key of each ring secret is HKDF-SHA256(secret, info=
-    ``statecodec/v1/aes-256-gcm``); the key id is HKDF-SHA256(secret, info=
-    ``statecodec/v1/key-id``)[:4]. The associated data is ``0x01 | key_id``, so
-    the version and key slot are bound under the tag. Overhead: 33 bytes, 44
-    characters over base64url of the payload.
+    The AES key of each ring secret is HKDF-SHA256(secret, info=``statecodec/v1/aes-256-gcm``); the key id is
+    HKDF-SHA256(secret, info=``statecodec/v1/key-id``)[:4]. The associated data is ``0x01 | key_id``, so the
+    version and key slot are bound under the tag. Overhead: 33 bytes, 44 characters over base64url of the payload.
 
-    Usage bound: random 96-bit nonces keep the collision probability under
-    2^-32 for at most 2^32 tokens per key (NIST SP 800-38D, section 8.3).
-    Rotate before a key seals four billion tokens, or use `XAESGCMCodec`.
+    Usage bound: random 96-bit nonces keep the collision probability under 2^-32 for at most 2^32 tokens per key
+    (NIST SP 800-38D, section 8.3). Rotate before a key seals four billion tokens, or use `XAESGCMCodec`.
     """
 
     VERSION = 0x01
@@ -209,13 +206,12 @@ class XAESGCMCodec(_KeyRingCodec):
 
         0x02 | key_id (4) | nonce (24, random) | ciphertext (len(payload)) | tag (16)
 
-    Per token, the XAES key comes from the ring key and the first 12 nonce bytes
-    (the C2SP CMAC-based KDF); AES-256-GCM runs under it with the last 12. Ring
-    keys are HKDF-SHA256(secret, info=``statecodec/v1/xaes-256-gcm``); key ids
-    and associated data are as for `AESGCMCodec`. Overhead: 45 bytes, 60 characters.
+    Per token, the XAES key comes from the ring key and the first 12 nonce bytes (the C2SP CMAC-based KDF);
+    AES-256-GCM runs under it with the last 12. Ring keys are HKDF-SHA256(secret, info=``statecodec/v1/xaes-256-gcm``);
+    key ids and associated data are as for `AESGCMCodec`. Overhead: 45 bytes, 60 characters.
 
-    Usage bound: 192-bit random nonces allow about 2^80 tokens per key at a
-    collision probability under 2^-32, which is beyond any fleet's reach.
+    Usage bound: 192-bit random nonces allow about 2^80 tokens per key at a collision probability under 2^-32, which
+    is beyond any fleet's reach.
     """
 
     VERSION = 0x02

@@ -139,18 +139,15 @@ class EnvelopeCodec(_RingCodec):
 
         0x03 | key_id (4) | nonce (12, random) | ciphertext (len(payload)) | tag (16)
 
-    ``key_id = SHA-256("statecodec/v1/envelope/key-id" || wrapped_blob)[:4]``
-    (derived from the wrapped blob, so an instance can report it without
-    unwrapping); the AES key is HKDF-SHA256(data_key, info=
-    ``statecodec/v1/envelope/aes-256-gcm``); the associated data is
-    ``0x03 | key_id``. The layout and its checks are `AESGCMCodec`'s (one
-    `_Ring`); only the version byte differs, so a token never crosses between
-    a local ring and an envelope ring. Overhead: 33 bytes, 44 characters.
+    ``key_id = SHA-256("statecodec/v1/envelope/key-id" || wrapped_blob)[:4]`` (derived from the wrapped blob, so an
+    instance can report it without unwrapping); the AES key is
+    HKDF-SHA256(data_key, info=``statecodec/v1/envelope/aes-256-gcm``); the associated data is ``0x03 | key_id``.
+    The layout and its checks are `AESGCMCodec`'s (one `_Ring`); only the version byte differs, so a token never
+    crosses between a local ring and an envelope ring. Overhead: 33 bytes, 44 characters.
 
-    Construction unwraps each blob exactly once through `wrapper` under
-    `context`; a failure raises `ProviderError` naming the ring position, key
-    id, provider key and cause. Seal and unseal never call the provider.
-    Usage bound per data key: as `AESGCMCodec`, 2^32 tokens.
+    Construction unwraps each blob exactly once through `wrapper` under `context`; a failure raises `ProviderError`
+    naming the ring position, key id, provider key and cause. Seal and unseal never call the provider. Usage bound
+    per data key: as `AESGCMCodec`, 2^32 tokens.
     """
 
     VERSION = 0x03

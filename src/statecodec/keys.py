@@ -1,12 +1,11 @@
 """Key material, key ids and key rings; loading keys from the environment or a file.
 
-Threat: a weak, duplicated or leaked secret undoes every guarantee above it. A ring refuses secrets under 32
-bytes or with almost no variety (a password, a repeated byte) and duplicates, and never shows a secret in its
-`repr`. Each secret is stretched with HKDF-SHA256 under a label per use, so the same bytes used elsewhere yield
-unrelated keys.
+Threat: a weak, duplicated or leaked secret undoes every guarantee above it. A ring refuses secrets under 32 bytes
+or with almost no variety (a password, a repeated byte) and duplicates, and never shows a secret in its `repr`. Each
+secret is stretched with HKDF-SHA256 under a label per use, so the same bytes used elsewhere yield unrelated keys.
 
-Text format (``STATECODEC_KEYS``, key files, ``statecodec keygen``): unpadded base64url keys separated by commas
-or newlines, the sealing key first; in files, blank lines and lines starting with ``#`` are ignored.
+Text format (``STATECODEC_KEYS``, key files, ``statecodec keygen``): unpadded base64url keys separated by commas or
+newlines, the sealing key first; in files, blank lines and lines starting with ``#`` are ignored.
 """
 
 from __future__ import annotations
@@ -92,9 +91,8 @@ def _check_secret(index: int, secret: object) -> bytes:
 class KeyRing(HoldsSecrets, Sequence[bytes]):
     """An ordered, validated list of secrets: `ring[0]` seals, every key unseals.
 
-    The ring holds copies of the secrets and shows only key ids (4-byte,
-    non-secret HKDF fingerprints, hex) in its `repr` and in `key_ids`, which is
-    what an instance may report to a fleet check.
+    The ring holds copies of the secrets and shows only key ids (4-byte, non-secret HKDF fingerprints, hex) in its
+    `repr` and in `key_ids`, which is what an instance may report to a fleet check.
     """
 
     __slots__ = ("_ids", "_secrets")

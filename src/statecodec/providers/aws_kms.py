@@ -63,10 +63,9 @@ def _transient(exc: BaseException) -> bool:
 class AwsKmsWrapper(_ClientHolder):
     """Wraps data keys under one AWS KMS symmetric key, with an encryption context.
 
-    `key_id` is a key id, key ARN, alias name or alias ARN; prefer the key ARN,
-    which pins the key even if an alias is repointed. Pass a boto3 KMS `client`,
-    or `region` / `endpoint_url` / `profile` to build one (botocore's retries
-    off, so the bounded `retry` policy is the only one; with timeouts).
+    `key_id` is a key id, key ARN, alias name or alias ARN; prefer the key ARN, which pins the key even if an alias
+    is repointed. Pass a boto3 KMS `client`, or `region` / `endpoint_url` / `profile` to build one (botocore's
+    retries off, so the bounded `retry` policy is the only one; with timeouts).
     """
 
     def __init__(

@@ -73,11 +73,10 @@ def _transient(exc: BaseException) -> bool:
 class GcpKmsWrapper(_ClientHolder):
     """Wraps data keys under one Cloud KMS symmetric crypto key, with the context bound as AAD.
 
-    `key_name` is ``projects/P/locations/L/keyRings/R/cryptoKeys/K`` (not a
-    version: new data keys use the primary, old blobs keep decrypting after a
-    rotation). Pass a `client` (``kms_v1.KeyManagementServiceClient``) or let
-    one be built with Application Default Credentials; `emulator_host`
-    (loopback ``HOST:PORT``) talks plaintext gRPC to a local test server.
+    `key_name` is ``projects/P/locations/L/keyRings/R/cryptoKeys/K`` (not a version: new data keys use the primary,
+    old blobs keep decrypting after a rotation). Pass a `client` (``kms_v1.KeyManagementServiceClient``) or let one
+    be built with Application Default Credentials; `emulator_host` (loopback ``HOST:PORT``) talks plaintext gRPC to
+    a local test server.
     """
 
     def __init__(
