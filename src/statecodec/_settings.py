@@ -13,14 +13,11 @@ import contextlib
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH
 from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from statecodec.keys import KeyRing
 
 KEYS_VAR = "STATECODEC_KEYS"
 KEYS_FILE_VAR = "STATECODEC_KEYS_FILE"
@@ -76,33 +73,14 @@ def setting(settings: Mapping[str, str], name: str, *, required: bool = True) ->
 
 def text_or_file(settings: Mapping[str, str], name: str, limit: int, hint: str) -> tuple[str | None, str]:
     """(the value of `name` or the text of the file ``<name>_FILE`` names, where it came from); not both set."""
-    text, path = setting(settings, name, required=False), setting(settings, f"{name}_FILE", required=False)
+    text = setting(settings, name, required=False)
+    path = setting(settings, f"{name}_FILE", required=False)
     if text is not None and path is not None:
         raise ConfigurationError(f"both {name} and {name}_FILE are set; set exactly one")
     if path is None:
         return text, name
     source = f"{name}_FILE {path}"
     return load_settings_file(Path(path), limit, source, hint), source
-
-
-def ring_from_settings(settings: Mapping[str, str]) -> KeyRing:
-    """The key ring from exactly one of ``STATECODEC_KEYS`` or ``STATECODEC_KEYS_FILE``."""
-    from statecodec.keys import KeyRing  # keys.py reads its files through this module
-
-    text = setting(settings, KEYS_VAR, required=False)
-    path = setting(settings, KEYS_FILE_VAR, required=False)
-    if text is not None and path is not None:
-        raise ConfigurationError(
-            f"both {KEYS_VAR} and {KEYS_FILE_VAR} are set; set exactly one so there is one source of keys"
-        )
-    if path is not None:
-        return KeyRing.from_file(path)
-    if text is not None:
-        return KeyRing.from_env(KEYS_VAR, settings)
-    raise ConfigurationError(
-        f"no keys configured: set {KEYS_VAR} to comma-separated base64url keys (generate one with "
-        f"`statecodec keygen`) or {KEYS_FILE_VAR} to the path of a key file"
-    )
 
 
 def max_token_length_setting(settings: Mapping[str, str]) -> int:

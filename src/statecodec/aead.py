@@ -26,10 +26,10 @@ from statecodec._encoding import (
     check_payload,
     check_token_text,
 )
-from statecodec._settings import max_token_length_setting, ring_from_settings
+from statecodec._settings import max_token_length_setting
 from statecodec._types import HoldsSecrets
 from statecodec.errors import InvalidToken, Reason
-from statecodec.keys import KEY_ID_LENGTH, KeyRing
+from statecodec.keys import KEY_ID_LENGTH, KeyRing, ring_from_settings
 
 _HEADER_LENGTH = 1 + KEY_ID_LENGTH
 _TAG_LENGTH = 16

@@ -21,11 +21,11 @@ from typing import cast
 from statecodec._settings import KEYS_FILE_VAR, KEYS_VAR, named_errors, settings_from_file
 from statecodec._settings import max_token_length_setting as max_token_length_setting
 from statecodec._settings import read_settings_file as read_settings_file
-from statecodec._settings import ring_from_settings as ring_from_settings
 from statecodec._settings import setting as setting
 from statecodec._types import Codec as Codec
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
 from statecodec.errors import ConfigurationError
+from statecodec.keys import ring_from_settings as ring_from_settings
 
 CODEC_VAR = "STATECODEC_CODEC"
 DEFAULT_KIND = "aesgcm"

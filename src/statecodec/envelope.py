@@ -40,17 +40,14 @@ class KeyWrapper(Protocol):
 
     Duties of an implementation:
 
-    - `unwrap(blob, context)` returns the data key only if `blob` was produced
-      by this key under exactly `context` (the provider authenticates the
-      context: AWS encryption context, Cloud KMS additional authenticated
+    - `unwrap(blob, context)` returns the data key only if `blob` was produced by this key under exactly
+      `context` (the provider authenticates it: AWS encryption context, Cloud KMS additional authenticated
       data, Vault associated data); anything else raises `ProviderError`.
-    - Every failure is a `ProviderError` whose message names the key and the
-      cause (unreachable, throttled, access denied, wrong key, wrong context,
-      corrupted wrapped key), with bounded retries where retrying can help,
-      and never contains key material.
-    - `describe()` names the key (ARN, resource name, mount and key) and
-      nothing secret; `new_wrapped_key(context)` returns a fresh random
-      32-byte data key in wrapped form only.
+    - Every failure is a `ProviderError` whose message names the key and the cause (unreachable, throttled,
+      access denied, wrong key, wrong context, corrupted wrapped key), with bounded retries where retrying
+      can help, and never contains key material.
+    - `describe()` names the key (ARN, resource name, mount and key) and nothing secret;
+      `new_wrapped_key(context)` returns a fresh random 32-byte data key in wrapped form only.
     """
 
     def describe(self) -> str: ...

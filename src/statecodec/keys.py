@@ -20,13 +20,12 @@ from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec._settings import load_settings_file, named_errors
+from statecodec._settings import KEYS_FILE_VAR, KEYS_VAR, load_settings_file, named_errors, setting
 from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError, InvalidToken
 
 MIN_KEY_LENGTH = 32
 KEY_ID_LENGTH = 4
-DEFAULT_KEYS_ENV = "STATECODEC_KEYS"
 _KEY_ID_INFO = b"statecodec/v1/key-id"
 _MIN_DISTINCT_BYTES = 8
 _MAX_KEY_FILE_BYTES = 64 * 1024  # over a thousand keys with comments; a key file is never read without bound
@@ -123,7 +122,7 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
         return cls(parse_keys(text))
 
     @classmethod
-    def from_env(cls, var: str = DEFAULT_KEYS_ENV, environ: Mapping[str, str] | None = None) -> KeyRing:
+    def from_env(cls, var: str = KEYS_VAR, environ: Mapping[str, str] | None = None) -> KeyRing:
         """A ring from an environment variable in the text format."""
         env = os.environ if environ is None else environ
         text = env.get(var)
@@ -172,6 +171,24 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
 
     def __hash__(self) -> int:
         return hash(self._ids)
+
+
+def ring_from_settings(settings: Mapping[str, str]) -> KeyRing:
+    """The key ring from exactly one of ``STATECODEC_KEYS`` or ``STATECODEC_KEYS_FILE``."""
+    text = setting(settings, KEYS_VAR, required=False)
+    path = setting(settings, KEYS_FILE_VAR, required=False)
+    if text is not None and path is not None:
+        raise ConfigurationError(
+            f"both {KEYS_VAR} and {KEYS_FILE_VAR} are set; set exactly one so there is one source of keys"
+        )
+    if path is not None:
+        return KeyRing.from_file(path)
+    if text is not None:
+        return KeyRing.from_env(KEYS_VAR, settings)
+    raise ConfigurationError(
+        f"no keys configured: set {KEYS_VAR} to comma-separated base64url keys (generate one with "
+        f"`statecodec keygen`) or {KEYS_FILE_VAR} to the path of a key file"
+    )
 
 
 def parse_keys(text: str) -> list[bytes]:

@@ -137,12 +137,8 @@ class GcpKmsWrapper(_ClientHolder):
 
     def _request(self, context: Mapping[str, str], **fields: object) -> dict[str, object]:
         aad = canonical_context(context)
-        return {
-            "name": self._key,
-            **fields,
-            "additional_authenticated_data": aad,
-            "additional_authenticated_data_crc32c": _crc32c(aad),
-        }
+        bound = {"additional_authenticated_data": aad, "additional_authenticated_data_crc32c": _crc32c(aad)}
+        return {"name": self._key, **fields, **bound}
 
     def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
         """`Decrypt` with the context as AAD; request and response checksums verified."""
