@@ -110,7 +110,7 @@ def test_secret_holders_refuse_pickling_and_copying(client: Any, make: Callable[
         ({**TOKEN, "STATECODEC_VAULT_SKIP_VERIFY": "maybe"}, "SKIP_VERIFY"),
         ({**TOKEN, "STATECODEC_VAULT_CLIENT_CERT": "/c.pem"}, "CLIENT_KEY"),
         ({**TOKEN, "STATECODEC_VAULT_TIMEOUT": "soon"}, "STATECODEC_VAULT_TIMEOUT"),
-        ({**ADDR, "STATECODEC_VAULT_TOKEN": SECRET, "STATECODEC_VAULT_TOKEN_FILE": "x"}, "not both"),
+        ({**ADDR, "STATECODEC_VAULT_TOKEN": SECRET, "STATECODEC_VAULT_TOKEN_FILE": "x"}, "exactly one"),
         ({**ADDR, "STATECODEC_VAULT_TOKEN_FILE": "/nonexistent/token"}, "cannot read STATECODEC_VAULT_TOKEN_FILE"),
     ],
 )

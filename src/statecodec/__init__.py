@@ -1,13 +1,11 @@
 """statecodec: seal and unseal opaque state tokens that come back from the client.
 
-Every token a client echoes is attacker-controlled input. A statecodec codec
-seals bytes into a URL-safe token and unseals only tokens it minted unmodified;
-anything else raises `InvalidToken` with a log-only reason code. An MCP
+Every token a client echoes is attacker-controlled input. A statecodec codec seals bytes into a URL-safe token and
+unseals only tokens it minted unmodified; anything else raises `InvalidToken` with a log-only reason code. An MCP
 server hands a codec to the SDK with `statecodec.mcp.security(codec)`.
 
-Importing the package loads cryptography and the AES-GCM family only: JOSE,
-configuration and the token inspector load on first use, and no optional
-package (the MCP SDK, a KMS or Vault client) is ever imported here.
+Importing the package loads cryptography and the AES-GCM family only: JOSE, configuration and the token inspector
+load on first use, and no optional package (the MCP SDK, a KMS or Vault client) is ever imported here.
 """
 
 import importlib

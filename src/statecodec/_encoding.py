@@ -1,9 +1,8 @@
 """Strict base64url and size caps shared by every token format.
 
-Lenient decoding is an attack surface: `base64.urlsafe_b64decode` silently
-drops characters outside the alphabet, accepts padding, and ignores non-zero
-trailing bits, so many strings decode to the same bytes. Here only the exact
-canonical, unpadded encoding of some byte string decodes; everything else is
+Lenient decoding is an attack surface: `base64.urlsafe_b64decode` silently drops characters outside the
+alphabet, accepts padding, and ignores non-zero trailing bits, so many strings decode to the same bytes. Here
+only the exact canonical, unpadded encoding of some byte string decodes; everything else is
 `InvalidToken(MALFORMED)`. Length caps are checked before any decoding.
 """
 
@@ -29,7 +28,6 @@ _ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 _VALUES = bytes(_ALPHABET.index(c) if c in _ALPHABET else 0 for c in range(256))
 _TRAILING_MASK = (0, 0, 0x0F, 0x03)  # by length mod 4: bits the last character must not set
 _PAD = (b"", b"", b"==", b"=")
-_MALFORMED = Reason.MALFORMED
 
 
 def b64u_encode(data: bytes) -> str:
@@ -43,34 +41,24 @@ def b64u_len(n: int) -> int:
 
 
 def b64u_decode(text: str) -> bytes:
-    """Decode canonical unpadded base64url, or raise `InvalidToken(MALFORMED)`.
-
-    Canonical means: only ``A-Z a-z 0-9 - _``, no padding, a length that is not
-    1 mod 4, and zero trailing bits, so exactly one string decodes to given bytes.
-    """
-    try:
-        raw: bytes | None = text.encode("ascii")
-    except (UnicodeEncodeError, AttributeError):
-        # Raised below, outside the handler: a UnicodeEncodeError holds the whole
-        # token text, and `from None` would still keep it reachable as __context__.
-        raw = None
-    if raw is None:
-        raise InvalidToken(_MALFORMED)
+    """Decode canonical unpadded base64url, or raise `InvalidToken(MALFORMED)`: only ``A-Z a-z 0-9 - _``,
+    no padding, a length that is not 1 mod 4, zero trailing bits; exactly one string decodes to given bytes."""
+    # Checked, not caught: a UnicodeEncodeError would hold the whole token text (as __context__ even after `from None`).
+    if type(text) is not str or not text.isascii() or len(text) & 3 == 1:
+        raise InvalidToken(Reason.MALFORMED)
+    raw = text.encode("ascii")
     rem = len(raw) & 3
-    if rem == 1:
-        raise InvalidToken(_MALFORMED)
     try:
         return _decode_canonical(raw, rem)
     except binascii.Error:
-        raise InvalidToken(_MALFORMED) from None
+        raise InvalidToken(Reason.MALFORMED) from None
 
 
 if sys.version_info >= (3, 11):
 
     def _decode_canonical(raw: bytes, rem: int) -> bytes:
-        # One pass: '+', '/' and '=' become '!', which strict_mode refuses along
-        # with every other character outside the alphabet; the last character
-        # may not carry bits beyond the encoded bytes.
+        # One pass: '+', '/' and '=' become '!', which strict_mode refuses with every other character outside
+        # the alphabet; the last character may not carry bits beyond the encoded bytes.
         if rem and _VALUES[raw[-1]] & _TRAILING_MASK[rem]:
             raise binascii.Error("non-zero trailing bits")
         return _b64decode(raw.translate(_FROM_URLSAFE_STRICT) + _PAD[rem], strict_mode=True)
@@ -89,7 +77,7 @@ else:
 def check_token_text(token: object, max_length: int) -> str:
     """Accept only a `str` no longer than `max_length`; checked before any decoding."""
     if type(token) is not str:
-        raise InvalidToken(_MALFORMED)
+        raise InvalidToken(Reason.MALFORMED)
     if len(token) > max_length:
         raise InvalidToken(Reason.OVERSIZED)
     return token
@@ -98,19 +86,16 @@ def check_token_text(token: object, max_length: int) -> str:
 def split_segments(text: str, *counts: int) -> list[str]:
     """The dot-separated segments of `text` when there are one of `counts` of them, else ``malformed``.
 
-    Threat: a cap-length run of dots would make `str.split` build millions of
-    segments; the dots are counted first, which allocates nothing.
+    Threat: a cap-length run of dots would make `str.split` build millions of segments; counting allocates nothing.
     """
     if text.count(".") + 1 not in counts:
-        raise InvalidToken(_MALFORMED)
+        raise InvalidToken(Reason.MALFORMED)
     return text.split(".")
 
 
 def check_cap(max_token_length: object, smallest: int) -> int:
-    """The one cap rule: an int (not a bool), at least the `smallest` token, at most `MAX_TOKEN_LENGTH_LIMIT`.
-
-    Returns the cap, or raises `ConfigurationError` saying what is valid; checked before any provider call.
-    """
+    """The one cap rule: an int (not a bool), at least the `smallest` token, at most `MAX_TOKEN_LENGTH_LIMIT`;
+    `ConfigurationError` saying what is valid otherwise (checked before any provider call)."""
     if isinstance(max_token_length, bool) or not isinstance(max_token_length, int):
         raise ConfigurationError(
             f"max_token_length must be an int (characters), for example {DEFAULT_MAX_TOKEN_LENGTH}"
@@ -128,10 +113,8 @@ def check_cap(max_token_length: object, smallest: int) -> int:
 
 
 def check_payload(payload: object, max_payload: int) -> None:
-    """The one payload rule: `TypeError` unless bytes-like; `SealError` over `max_payload` bytes.
-
-    `max_payload` is what the cap leaves after the overhead, so `seal` refuses what `unseal` would refuse.
-    """
+    """The one payload rule: `TypeError` unless bytes-like; `SealError` over `max_payload` bytes (what the cap
+    leaves after the overhead, so `seal` refuses what `unseal` would refuse)."""
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise TypeError(f"seal takes bytes, got {type(payload).__name__}")
     if len(payload) > max_payload:

@@ -1,28 +1,64 @@
-"""The one reader of ``STATECODEC_*`` settings, from the environment or a config file's members.
+"""The one reader of ``STATECODEC_*`` settings, from the environment or a config file, and of the files they name.
 
-Threat: a misread setting (a typo, a file that is not there, a cap that is
-not a number) must not start a server that seals under the wrong key or
-with the wrong cap. Every codec's `from_env`, `codec_from_env` and
-`codec_from_file` read through these functions, so a setting means one thing
-everywhere; every problem is a `ConfigurationError` naming the setting,
-never its value.
+Threat: a misread setting (a typo, a file that is not there, a cap that is not a number) must not start a
+server that seals under the wrong key or with the wrong cap. Every `from_env`, `codec_from_env` and
+`codec_from_file` reads through these functions, so a setting means one thing everywhere; every problem is
+a `ConfigurationError` naming the setting, never its value. A file a setting names is read up to a cap (a
+device or a runaway file must not make start-up read without bound), its content kept out of any exception.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH
-from statecodec._files import load_json_setting, read_settings_file
+from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError
-from statecodec.keys import KeyRing
 
 KEYS_VAR = "STATECODEC_KEYS"
 KEYS_FILE_VAR = "STATECODEC_KEYS_FILE"
 MAX_TOKEN_LENGTH_VAR = "STATECODEC_MAX_TOKEN_LENGTH"  # noqa: S105 - a variable name, not a secret
 _PREFIX = "STATECODEC_"
 _MAX_CONFIG_FILE_BYTES = 1024 * 1024
+
+
+@contextlib.contextmanager
+def named_errors(where: str) -> Iterator[None]:
+    """A `ConfigurationError` raised in the block, prefixed with `where` (the setting or file it came from)."""
+    try:
+        yield
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
+
+
+def read_settings_file(path: Path, limit: int, what: str, hint: str) -> bytes:
+    """At most `limit` bytes of a file (one byte past the cap is read: the size is not trusted); else
+    `ConfigurationError` naming `what`, with `hint` (what the file should have been) when it is too large."""
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(limit + 1)
+    except OSError as exc:
+        # An OSError holds the path and the cause, never what the file contains.
+        raise ConfigurationError(f"cannot read {what}: {exc.strerror}") from None
+    if len(raw) > limit:
+        raise ConfigurationError(f"{what} is over {limit} bytes; {hint}")
+    return raw
+
+
+def load_settings_file(path: Path, limit: int, what: str, hint: str, *, as_json: bool = False) -> Any:
+    """The UTF-8 text, or the JSON document, of `read_settings_file`; else `ConfigurationError` raised after
+    the handler: a parser's error keeps its input (`UnicodeDecodeError.object`, `JSONDecodeError.doc`),
+    reachable as `__context__` even after ``from None``, and its message may quote it."""
+    raw = read_settings_file(path, limit, what, hint)
+    try:
+        return json.loads(raw) if as_json else raw.decode("utf-8")
+    except (ValueError, RecursionError):
+        pass
+    raise ConfigurationError(f"{what} is not {'valid JSON' if as_json else 'UTF-8 text'}")
 
 
 def setting(settings: Mapping[str, str], name: str, *, required: bool = True) -> str | None:
@@ -35,27 +71,16 @@ def setting(settings: Mapping[str, str], name: str, *, required: bool = True) ->
     return value.strip()
 
 
-def keys_configured(settings: Mapping[str, str]) -> bool:
-    """Whether ``STATECODEC_KEYS`` or ``STATECODEC_KEYS_FILE`` is set."""
-    return any(setting(settings, var, required=False) is not None for var in (KEYS_VAR, KEYS_FILE_VAR))
-
-
-def ring_from_settings(settings: Mapping[str, str]) -> KeyRing:
-    """The key ring from exactly one of ``STATECODEC_KEYS`` or ``STATECODEC_KEYS_FILE``."""
-    text = setting(settings, KEYS_VAR, required=False)
-    path = setting(settings, KEYS_FILE_VAR, required=False)
+def text_or_file(settings: Mapping[str, str], name: str, limit: int, hint: str) -> tuple[str | None, str]:
+    """(the value of `name` or the text of the file ``<name>_FILE`` names, where it came from); not both set."""
+    text = setting(settings, name, required=False)
+    path = setting(settings, f"{name}_FILE", required=False)
     if text is not None and path is not None:
-        raise ConfigurationError(
-            f"both {KEYS_VAR} and {KEYS_FILE_VAR} are set; set exactly one so there is one source of keys"
-        )
-    if path is not None:
-        return KeyRing.from_file(path)
-    if text is not None:
-        return KeyRing.from_env(KEYS_VAR, settings)
-    raise ConfigurationError(
-        f"no keys configured: set {KEYS_VAR} to comma-separated base64url keys (generate one with "
-        f"`statecodec keygen`) or {KEYS_FILE_VAR} to the path of a key file"
-    )
+        raise ConfigurationError(f"both {name} and {name}_FILE are set; set exactly one")
+    if path is None:
+        return text, name
+    source = f"{name}_FILE {path}"
+    return load_settings_file(Path(path), limit, source, hint), source
 
 
 def max_token_length_setting(settings: Mapping[str, str]) -> int:
@@ -66,14 +91,13 @@ def max_token_length_setting(settings: Mapping[str, str]) -> int:
     # isdecimal() first: int() also accepts '+5', '1_000' and non-ASCII digits.
     if not (text.isascii() and text.isdecimal()) or int(text) < 1:
         raise ConfigurationError(
-            f"{MAX_TOKEN_LENGTH_VAR} must be a positive decimal integer (characters), "
-            f"for example {DEFAULT_MAX_TOKEN_LENGTH}"
+            f"{MAX_TOKEN_LENGTH_VAR} must be a positive decimal integer (characters), e.g. {DEFAULT_MAX_TOKEN_LENGTH}"
         )
     return int(text)
 
 
-class ReadTracker(Mapping[str, str]):
-    """Settings that remember which names were looked up; they may hold keys, so no pickling."""
+class ReadTracker(HoldsSecrets, Mapping[str, str]):
+    """Settings that remember which names were looked up (they may hold keys)."""
 
     def __init__(self, settings: dict[str, str]) -> None:
         self._settings = settings
@@ -92,19 +116,11 @@ class ReadTracker(Mapping[str, str]):
     def unread(self) -> list[str]:
         return sorted(name for name in self._settings if name not in self.read)
 
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError("the settings hold secrets and are not picklable")
-
 
 def settings_from_file(path: Path) -> ReadTracker:
-    """The settings a JSON config file holds: an object whose members are ``STATECODEC_*`` settings.
-
-    Values are strings; integers are accepted for numeric settings and a list
-    of strings for ``STATECODEC_KEYS``. A relative path in a ``*_FILE``
-    member is resolved against the file's directory.
-    """
-    raw = read_settings_file(path, _MAX_CONFIG_FILE_BYTES, "the file", "is it the right file?")
-    doc = load_json_setting(raw, "the file")
+    """The settings of a JSON config file: an object of ``STATECODEC_*`` members, strings (an integer for a
+    number, a list of strings for ``STATECODEC_KEYS``); a relative ``*_FILE`` path is the file's neighbour."""
+    doc = load_settings_file(path, _MAX_CONFIG_FILE_BYTES, "the file", "is it the right file?", as_json=True)
     if not isinstance(doc, dict):
         raise ConfigurationError(f"the file must hold a JSON object of {_PREFIX}* settings")
     settings: dict[str, str] = {}

@@ -1,4 +1,4 @@
-"""The codec contract, defined once: every codec, wrapper, kit and tool here speaks it."""
+"""The codec contract, defined once: every codec, wrapper, kit and tool here speaks it; and the one no-pickling rule."""
 
 from __future__ import annotations
 
@@ -9,41 +9,42 @@ from typing import Protocol, runtime_checkable
 class Codec(Protocol):
     """Authenticated sealing of opaque state that comes back from an attacker.
 
-    The shape `RequestStateSecurity(codec=...)` of the MCP SDK accepts (its
-    `RequestStateCodec`), and the only thing `BoundCodec`, the conformance kit
-    (`statecodec.testing`), `statecodec.config` and the command line rely on.
-    A codec's duties:
+    The shape `RequestStateSecurity(codec=...)` of the MCP SDK accepts (its `RequestStateCodec`), and the
+    only thing `BoundCodec`, the conformance kit, `statecodec.config` and the command line rely on. Duties:
 
-    - `unseal(seal(payload)) == payload` for every payload up to the codec's
-      cap; an encrypting codec gives two different tokens for the same
-      payload (a signing codec, whose payload the client can read, may not).
-    - `seal` returns URL-safe ASCII (RFC 3986 unreserved characters). The
-      token never chooses how it is verified: configuration fixes the
-      algorithm, and the format marker (a version prefix, or a JOSE header
-      that is compared, never obeyed) is bound under the tag or signature.
-    - `unseal` raises `statecodec.InvalidToken` with a `Reason` code
-      for every token it did not mint unmodified: malformed, non-canonical,
-      truncated, extended, tampered, oversized, of another format, or made
-      under a key it does not hold. No other exception type ever escapes it.
-    - The length cap is checked before any decoding; tag and signature
-      comparisons are constant-time.
-    - No key material, payload or token text appears in any message,
-      `repr`, exception cause or log record.
-    - Both methods are synchronous and run on the server's event loop: key
-      material is cached at construction, so there is no network call per
-      token (per-token Vault transit is the one deliberate exception, with
-      bounded timeouts, failing closed).
-    - Misconfiguration fails at construction with `ConfigurationError`
-      saying how to fix it; a payload over the cap makes `seal` raise
-      `SealError`; a key provider failure is a `ProviderError`.
+    - `unseal(seal(payload)) == payload` for every payload up to the codec's cap; an encrypting codec gives
+      two different tokens for the same payload (a signing codec, whose payload the client reads, may not).
+    - `seal` returns URL-safe ASCII (RFC 3986 unreserved characters). The token never chooses how it is
+      verified: configuration fixes the algorithm, and the format marker (a version prefix, or a JOSE
+      header that is compared, never obeyed) is bound under the tag or signature.
+    - `unseal` raises `statecodec.InvalidToken` with a `Reason` code for every token it did not mint
+      unmodified: malformed, non-canonical, truncated, extended, tampered, oversized, of another format,
+      or made under a key it does not hold. No other exception type ever escapes it.
+    - The length cap is checked before any decoding; tag and signature comparisons are constant-time.
+    - No key material, payload or token text appears in any message, `repr`, exception cause or log record.
+    - Both methods are synchronous and run on the server's event loop: key material is cached at
+      construction, so no network call per token (per-token Vault transit is the one deliberate
+      exception, with bounded timeouts, failing closed).
+    - Misconfiguration fails at construction with `ConfigurationError` saying how to fix it; a payload
+      over the cap makes `seal` raise `SealError`; a key provider failure is a `ProviderError`.
 
     `statecodec.testing.assert_conformant(codec)` checks the token duties.
     """
 
     def seal(self, payload: bytes) -> str:
         """An opaque URL-safe token protecting `payload`."""
-        ...
 
     def unseal(self, token: str) -> bytes:
         """The payload of a token this codec minted unmodified; `InvalidToken` for anything else."""
-        ...
+
+
+class HoldsSecrets:
+    """The base of every object that holds keys or credentials: pickle, `copy` and `deepcopy` raise `TypeError`.
+
+    A pickle would put the secret on disk or on the wire; a silent duplicate outlives its owner's `close()`.
+    """
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError(f"{type(self).__name__} holds secrets and is not picklable")

@@ -1,18 +1,13 @@
 """Codec kinds: build the codec the environment or a JSON file describes, at start-up, never per token.
 
-Threat: a misread configuration (a typo in a name, a key file that is not
-there, a kind nobody implements) must not start a server that seals under
-the wrong key or silently under none. Every problem is a `ConfigurationError`
-before any token is sealed, naming the setting and how to fix it, never a
-secret. ``STATECODEC_CODEC`` picks the kind (default ``aesgcm`` when
-``STATECODEC_KEYS`` or ``STATECODEC_KEYS_FILE`` is set); each kind's builder
-reads its other ``STATECODEC_*`` settings through `statecodec._settings`
-(docs/configuration.md lists them all). A config file holds the same
-settings as the members of one JSON object.
-
-Adding a kind is one entry in `BUILDERS`: a builder ``(settings) -> codec``,
-or its import path ``"package.module:function"``, resolved only when that
-kind is chosen so an optional dependency is imported only by those who use it.
+Threat: a misread configuration (a typo in a name, a key file that is not there, a kind nobody implements)
+must not start a server that seals under the wrong key or silently under none: every problem is a
+`ConfigurationError` before any token is sealed, naming the setting and how to fix it, never a secret.
+``STATECODEC_CODEC`` picks the kind (default ``aesgcm`` when ``STATECODEC_KEYS(_FILE)`` is set); its builder
+reads the other settings through `statecodec._settings` (docs/configuration.md lists them all); a config
+file holds the same settings as the members of one JSON object. Adding a kind is one entry in `BUILDERS`:
+a builder ``(settings) -> codec``, or its import path ``"package.module:function"``, resolved only when
+that kind is chosen, so an optional dependency is imported only by those who use it.
 """
 
 from __future__ import annotations
@@ -21,18 +16,16 @@ import importlib
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import cast
 
-from statecodec._files import read_settings_file as read_settings_file
-from statecodec._settings import (
-    keys_configured,
-    settings_from_file,
-)
+from statecodec._settings import KEYS_FILE_VAR, KEYS_VAR, named_errors, settings_from_file
 from statecodec._settings import max_token_length_setting as max_token_length_setting
-from statecodec._settings import ring_from_settings as ring_from_settings
+from statecodec._settings import read_settings_file as read_settings_file
 from statecodec._settings import setting as setting
 from statecodec._types import Codec as Codec
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
 from statecodec.errors import ConfigurationError
+from statecodec.keys import ring_from_settings as ring_from_settings
 
 CODEC_VAR = "STATECODEC_CODEC"
 DEFAULT_KIND = "aesgcm"
@@ -73,8 +66,7 @@ def _resolve(kind: str, builder: Builder | str) -> Builder:
     found = getattr(module, attr, None)
     if not callable(found):
         raise ConfigurationError(f"the builder for {CODEC_VAR}={kind} ({builder}) does not exist")
-    resolved: Builder = found
-    return resolved
+    return cast(Builder, found)
 
 
 def build_codec(kind: str, settings: Mapping[str, str]) -> Codec:
@@ -92,7 +84,7 @@ def _kind(settings: Mapping[str, str]) -> str:
     kind = setting(settings, CODEC_VAR, required=False)
     if kind is not None:
         return kind.lower()
-    if keys_configured(settings):
+    if setting(settings, KEYS_VAR, required=False) or setting(settings, KEYS_FILE_VAR, required=False):
         return DEFAULT_KIND
     raise ConfigurationError(
         f"no codec configured: set STATECODEC_KEYS (keys from `statecodec keygen`) for the default "
@@ -107,14 +99,10 @@ def codec_from_env(environ: Mapping[str, str] | None = None) -> Codec:
 
 
 def codec_from_file(path: str | os.PathLike[str]) -> Codec:
-    """The codec a JSON config file describes: an object with the environment variables as members.
-
-    A member the chosen kind does not read is refused: a misspelt one would
-    otherwise pass as an unused setting and leave a default in force.
-    """
-    p = Path(path)
-    try:
-        settings = settings_from_file(p)
+    """The codec a JSON config file describes: an object with the environment variables as members. A member
+    the kind does not read is refused: a misspelt one would pass as unused and leave a default in force."""
+    with named_errors(f"config file {Path(path)}"):
+        settings = settings_from_file(Path(path))
         kind = _kind(settings)
         codec = build_codec(kind, settings)
         unused = settings.unread()
@@ -124,5 +112,3 @@ def codec_from_file(path: str | os.PathLike[str]) -> Codec:
                 "check the spelling against docs/configuration.md, or remove the member"
             )
         return codec
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"config file {p}: {exc}") from None

@@ -1,13 +1,10 @@
 """Envelope encryption: data keys wrapped by a KMS, unwrapped once, tokens sealed locally.
 
-Threat: a codec that calls a KMS per token stalls the server's event loop for
-every request (KMS calls take tens to hundreds of milliseconds) and makes the
-KMS a per-request dependency. `EnvelopeCodec` asks its `KeyWrapper` to unwrap
-each data key exactly once, at construction; after that seal and unseal are
-local AES-256-GCM with zero provider calls, and keep working if the KMS goes
-away. The configuration holds only wrapped blobs (unpadded base64url,
-comma-separated, the sealing key first), useless without the KMS key and its
-context; rotation is the three phases of a key ring.
+Threat: a codec that calls a KMS per token stalls the event loop for every request (tens to hundreds of
+milliseconds) and makes the KMS a per-request dependency. `EnvelopeCodec` asks its `KeyWrapper` to unwrap
+each data key exactly once, at construction; then seal and unseal are local AES-256-GCM, and keep working
+if the KMS goes away. The configuration holds only wrapped blobs (unpadded base64url, comma-separated,
+the sealing key first), useless without the KMS key and its context; rotation is that of a key ring.
 """
 
 from __future__ import annotations
@@ -43,17 +40,14 @@ class KeyWrapper(Protocol):
 
     Duties of an implementation:
 
-    - `unwrap(blob, context)` returns the data key only if `blob` was produced
-      by this key under exactly `context` (the provider authenticates the
-      context: AWS encryption context, Cloud KMS additional authenticated
+    - `unwrap(blob, context)` returns the data key only if `blob` was produced by this key under exactly
+      `context` (the provider authenticates it: AWS encryption context, Cloud KMS additional authenticated
       data, Vault associated data); anything else raises `ProviderError`.
-    - Every failure is a `ProviderError` whose message names the key and the
-      cause (unreachable, throttled, access denied, wrong key, wrong context,
-      corrupted wrapped key), with bounded retries where retrying can help,
-      and never contains key material.
-    - `describe()` names the key (ARN, resource name, mount and key) and
-      nothing secret; `new_wrapped_key(context)` returns a fresh random
-      32-byte data key in wrapped form only.
+    - Every failure is a `ProviderError` whose message names the key and the cause (unreachable, throttled,
+      access denied, wrong key, wrong context, corrupted wrapped key), with bounded retries where retrying
+      can help, and never contains key material.
+    - `describe()` names the key (ARN, resource name, mount and key) and nothing secret;
+      `new_wrapped_key(context)` returns a fresh random 32-byte data key in wrapped form only.
     """
 
     def describe(self) -> str: ...
@@ -91,11 +85,8 @@ def _check_context(context: Mapping[str, str] | None) -> Mapping[str, str]:
 
 
 def canonical_context(context: Mapping[str, str]) -> bytes:
-    """The one byte string of a context, for providers that bind bytes (Cloud KMS AAD, Vault).
-
-    Compact JSON with sorted keys: two mappings with the same pairs give the
-    same bytes, and no two different mappings do.
-    """
+    """The one byte string of a context (Cloud KMS AAD, Vault): compact JSON with sorted keys, so two
+    mappings give the same bytes exactly when they hold the same pairs."""
     return json.dumps(dict(context), sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
@@ -145,18 +136,15 @@ class EnvelopeCodec(_RingCodec):
 
         0x03 | key_id (4) | nonce (12, random) | ciphertext (len(payload)) | tag (16)
 
-    ``key_id = SHA-256("statecodec/v1/envelope/key-id" || wrapped_blob)[:4]``
-    (derived from the wrapped blob, so an instance can report it without
-    unwrapping); the AES key is HKDF-SHA256(data_key, info=
-    ``statecodec/v1/envelope/aes-256-gcm``); the associated data is
-    ``0x03 | key_id``. The layout and its checks are `AESGCMCodec`'s (one
-    `_Ring`); only the version byte differs, so a token never crosses between
-    a local ring and an envelope ring. Overhead: 33 bytes, 44 characters.
+    ``key_id = SHA-256("statecodec/v1/envelope/key-id" || wrapped_blob)[:4]`` (derived from the wrapped blob, so an
+    instance can report it without unwrapping); the AES key is
+    HKDF-SHA256(data_key, info=``statecodec/v1/envelope/aes-256-gcm``); the associated data is ``0x03 | key_id``.
+    The layout and its checks are `AESGCMCodec`'s (one `_Ring`); only the version byte differs, so a token never
+    crosses between a local ring and an envelope ring. Overhead: 33 bytes, 44 characters.
 
-    Construction unwraps each blob exactly once through `wrapper` under
-    `context`; a failure raises `ProviderError` naming the ring position, key
-    id, provider key and cause. Seal and unseal never call the provider.
-    Usage bound per data key: as `AESGCMCodec`, 2^32 tokens.
+    Construction unwraps each blob exactly once through `wrapper` under `context`; a failure raises `ProviderError`
+    naming the ring position, key id, provider key and cause. Seal and unseal never call the provider. Usage bound
+    per data key: as `AESGCMCodec`, 2^32 tokens.
     """
 
     VERSION = 0x03

@@ -1,11 +1,10 @@
 """One exception family; a rejected token never says more than a reason code.
 
-Tokens arrive from the client, so every way a token can be wrong is an
-attacker's probe. `InvalidToken` is the only exception `unseal` raises: its
-message is a short, log-only reason code from the closed set `Reason`, and
-neither the message nor the `repr` ever holds key material, payload or token
-text. The wire should carry one fixed message for every cause (the MCP SDK
-answers -32602 "Invalid or expired requestState"); the reason is for the log.
+Tokens arrive from the client, so every way a token can be wrong is an attacker's probe. `InvalidToken` is the
+only exception `unseal` raises: its message is a short, log-only reason code from the closed set `Reason`, and
+neither the message nor the `repr` ever holds key material, payload or token text. The wire should carry one
+fixed message for every cause (the MCP SDK answers -32602 "Invalid or expired requestState"); the reason is for
+the log.
 
 Hierarchy::
 
@@ -15,8 +14,8 @@ Hierarchy::
     ├── ProviderError         a KMS or Vault call failed (start-up, or per-token transit seal)
     └── SealError             seal could not produce a token (payload over the cap)
 
-Nothing here depends on the MCP SDK: `statecodec.mcp.SDKCodec` turns each
-`InvalidToken` into the SDK's `InvalidRequestState` with the same reason code.
+Nothing here depends on the MCP SDK: `statecodec.mcp.SDKCodec` turns each `InvalidToken` into the SDK's
+`InvalidRequestState` with the same reason code.
 """
 
 from __future__ import annotations
@@ -51,20 +50,13 @@ class StatecodecError(Exception):
 
 
 class InvalidToken(StatecodecError):
-    """A token was refused. `reason` is a log-only code from `Reason`.
-
-    `str(exc)` is the reason code and nothing else, so a log line that records
-    `str(exc)` names the cause without the token or any secret.
-    """
+    """A token was refused; `reason` is a log-only code from `Reason`, and `str(exc)` is that code alone."""
 
     __slots__ = ("reason",)
 
     def __init__(self, reason: Reason) -> None:
         super().__init__(reason.value)
         self.reason = reason
-
-    def __str__(self) -> str:
-        return self.reason.value
 
     def __repr__(self) -> str:
         return f"InvalidToken({self.reason.value!r})"

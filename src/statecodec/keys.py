@@ -1,14 +1,11 @@
 """Key material, key ids and key rings; loading keys from the environment or a file.
 
-Threat: a weak, duplicated or leaked secret undoes every guarantee above it.
-A ring refuses secrets under 32 bytes or with almost no variety (a password,
-a repeated byte) and duplicates, and never shows a secret in its `repr`.
-Each secret is stretched with HKDF-SHA256 under a label per use, so the same
-bytes used elsewhere yield unrelated keys.
+Threat: a weak, duplicated or leaked secret undoes every guarantee above it. A ring refuses secrets under 32 bytes
+or with almost no variety (a password, a repeated byte) and duplicates, and never shows a secret in its `repr`. Each
+secret is stretched with HKDF-SHA256 under a label per use, so the same bytes used elsewhere yield unrelated keys.
 
-Text format (``STATECODEC_KEYS``, key files, ``statecodec keygen``): unpadded
-base64url keys separated by commas or newlines, the sealing key first; in
-files, blank lines and lines starting with ``#`` are ignored.
+Text format (``STATECODEC_KEYS``, key files, ``statecodec keygen``): unpadded base64url keys separated by commas or
+newlines, the sealing key first; in files, blank lines and lines starting with ``#`` are ignored.
 """
 
 from __future__ import annotations
@@ -23,18 +20,17 @@ from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec._files import decode_settings_text, read_settings_file
+from statecodec._settings import KEYS_FILE_VAR, KEYS_VAR, load_settings_file, named_errors, setting
+from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError, InvalidToken
 
 MIN_KEY_LENGTH = 32
 KEY_ID_LENGTH = 4
-DEFAULT_KEYS_ENV = "STATECODEC_KEYS"
 _KEY_ID_INFO = b"statecodec/v1/key-id"
 _MIN_DISTINCT_BYTES = 8
 _MAX_KEY_FILE_BYTES = 64 * 1024  # over a thousand keys with comments; a key file is never read without bound
 _HOW_TO_GENERATE = (
-    "Generate one with `statecodec keygen` or "
-    "python -c \"import secrets; print(secrets.token_urlsafe(32))\""
+    'Generate one with `statecodec keygen` or python -c "import secrets; print(secrets.token_urlsafe(32))"'
 )
 
 
@@ -49,8 +45,7 @@ def derive_key(secret: bytes, info: bytes, length: int = 32) -> bytes:
 
 
 def _key_id(secret: bytes) -> bytes:
-    # A non-secret fingerprint: HKDF output under its own label reveals nothing
-    # about the AEAD subkeys, which are derived under other labels.
+    # A non-secret fingerprint: HKDF output under its own label reveals nothing of the subkeys (other labels).
     return derive_key(secret, _KEY_ID_INFO, KEY_ID_LENGTH)
 
 
@@ -76,9 +71,7 @@ def check_unique_ids(name: str, items: Sequence[bytes], ids: Sequence[bytes], ho
 def _check_secret(index: int, secret: object) -> bytes:
     if not isinstance(secret, (bytes, bytearray, memoryview)):
         # Never coerce: bytes(32) is 32 zero bytes, and a str has no single meaning.
-        hint = " (parse text keys with statecodec.parse_keys or KeyRing.from_env)" if isinstance(
-            secret, str
-        ) else ""
+        hint = " (parse text keys with statecodec.parse_keys or KeyRing.from_env)" if isinstance(secret, str) else ""
         raise ConfigurationError(f"keys[{index}] must be bytes, got {type(secret).__name__}{hint}")
     material = bytes(secret)
     if len(material) < MIN_KEY_LENGTH:
@@ -94,25 +87,21 @@ def _check_secret(index: int, secret: object) -> bytes:
     return material
 
 
-class KeyRing(Sequence[bytes]):
+class KeyRing(HoldsSecrets, Sequence[bytes]):
     """An ordered, validated list of secrets: `ring[0]` seals, every key unseals.
 
-    The ring holds copies of the secrets and shows only key ids (4-byte,
-    non-secret HKDF fingerprints, hex) in its `repr` and in `key_ids`, which is
-    what an instance may report to a fleet check.
+    The ring holds copies of the secrets and shows only key ids (4-byte, non-secret HKDF fingerprints, hex) in its
+    `repr` and in `key_ids`, which is what an instance may report to a fleet check.
     """
 
     __slots__ = ("_ids", "_secrets")
 
     def __init__(self, keys: Iterable[bytes | bytearray | memoryview]) -> None:
         if isinstance(keys, (bytes, bytearray, memoryview, str)):
-            raise ConfigurationError(
-                "keys must be a list of secrets, not a single key: write keys=[key]"
-            )
+            raise ConfigurationError("keys must be a list of secrets, not a single key: write keys=[key]")
         if not isinstance(keys, Iterable):
             raise ConfigurationError(
-                f"keys must be a list of byte-string secrets, got {type(keys).__name__}. "
-                f"{_HOW_TO_GENERATE}"
+                f"keys must be a list of byte-string secrets, got {type(keys).__name__}. {_HOW_TO_GENERATE}"
             )
         material = [_check_secret(i, k) for i, k in enumerate(keys)]
         if not material:
@@ -133,30 +122,25 @@ class KeyRing(Sequence[bytes]):
         return cls(parse_keys(text))
 
     @classmethod
-    def from_env(cls, var: str = DEFAULT_KEYS_ENV, environ: Mapping[str, str] | None = None) -> KeyRing:
+    def from_env(cls, var: str = KEYS_VAR, environ: Mapping[str, str] | None = None) -> KeyRing:
         """A ring from an environment variable in the text format."""
         env = os.environ if environ is None else environ
         text = env.get(var)
         if text is None or not text.strip():
             raise ConfigurationError(
-                f"environment variable {var} is not set; set it to one or more comma-separated "
-                f"base64url keys. {_HOW_TO_GENERATE}"
+                f"environment variable {var} is not set; set it to one or more comma-separated base64url keys. "
+                f"{_HOW_TO_GENERATE}"
             )
-        try:
+        with named_errors(var):
             return cls.parse(text)
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"{var}: {exc}") from None
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> KeyRing:
         """A ring from a file in the text format (one key per line or comma-separated), at most 64 KiB."""
         p = Path(path)
-        raw = read_settings_file(p, _MAX_KEY_FILE_BYTES, f"key file {p}", "it should hold a few lines of keys")
-        text = decode_settings_text(raw, f"key file {p}")
-        try:
+        text = load_settings_file(p, _MAX_KEY_FILE_BYTES, f"key file {p}", "it should hold a few lines of keys")
+        with named_errors(str(p)):
             return cls.parse(text)
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"{p}: {exc}") from None
 
     @property
     def key_ids(self) -> tuple[str, ...]:
@@ -188,18 +172,29 @@ class KeyRing(Sequence[bytes]):
     def __hash__(self) -> int:
         return hash(self._ids)
 
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError("KeyRing holds secrets and is not picklable")
+
+def ring_from_settings(settings: Mapping[str, str]) -> KeyRing:
+    """The key ring from exactly one of ``STATECODEC_KEYS`` or ``STATECODEC_KEYS_FILE``."""
+    text = setting(settings, KEYS_VAR, required=False)
+    path = setting(settings, KEYS_FILE_VAR, required=False)
+    if text is not None and path is not None:
+        raise ConfigurationError(
+            f"both {KEYS_VAR} and {KEYS_FILE_VAR} are set; set exactly one so there is one source of keys"
+        )
+    if path is not None:
+        return KeyRing.from_file(path)
+    if text is not None:
+        return KeyRing.from_env(KEYS_VAR, settings)
+    raise ConfigurationError(
+        f"no keys configured: set {KEYS_VAR} to comma-separated base64url keys (generate one with "
+        f"`statecodec keygen`) or {KEYS_FILE_VAR} to the path of a key file"
+    )
 
 
 def parse_keys(text: str) -> list[bytes]:
     """Parse the text format into secrets; errors name the key by position, never by value."""
-    items: list[str] = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        items.extend(part.strip() for part in stripped.split(","))
+    lines = [line.strip() for line in text.splitlines()]
+    items = [part.strip() for line in lines if line and not line.startswith("#") for part in line.split(",")]
     out: list[bytes] = []
     for i, item in enumerate(items):
         if not item:
@@ -208,8 +203,7 @@ def parse_keys(text: str) -> list[bytes]:
             out.append(b64u_decode(item))
         except InvalidToken:
             raise ConfigurationError(
-                f"key {i} is not unpadded base64url (alphabet A-Z a-z 0-9 - _, no '='). "
-                f"{_HOW_TO_GENERATE}"
+                f"key {i} is not unpadded base64url (alphabet A-Z a-z 0-9 - _, no '='). {_HOW_TO_GENERATE}"
             ) from None
     if not out:
         raise ConfigurationError(f"no keys found. {_HOW_TO_GENERATE}")

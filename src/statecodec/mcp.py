@@ -1,20 +1,16 @@
 """Protect an MCP server's ``requestState`` with a statecodec codec in one line.
 
-Threat: a fleet that keeps the SDK's default process-local key rejects every
-retry that lands on another instance or survives a restart, and a
-hand-rolled policy is where keys get hard-coded. `security_from_env` builds
-the SDK's `RequestStateSecurity` around the codec the environment describes::
+Threat: a fleet that keeps the SDK's default process-local key rejects every retry that lands on another
+instance or survives a restart, and a hand-rolled policy is where keys get hard-coded. `security_from_env`
+builds the SDK's `RequestStateSecurity` around the codec the environment describes::
 
     server = MCPServer("billing", request_state_security=security_from_env())
 
-`security(codec)` does the same for a codec built in code; a lowlevel
-`Server` appends the SDK's own ``RequestStateBoundary(security(codec), ...)``.
-The SDK stamps and checks expiry, request binding, audience and principal
-around the codec and answers every refusal with its fixed -32602 error, but
-logs a reason only for its own `InvalidRequestState`: both functions hand it
-an `SDKCodec`, so the log names our reason code. The SDK (``pip install
-'statecodec[mcp]'``) is imported when they are called, never by
-`import statecodec`.
+`security(codec)` does the same for a codec built in code; a lowlevel `Server` appends the SDK's own
+``RequestStateBoundary(security(codec), ...)``. The SDK stamps and checks expiry, request binding, audience
+and principal around the codec and answers every refusal with its fixed -32602 error, but logs a reason only
+for its own `InvalidRequestState`: both functions hand it an `SDKCodec`, so the log names our reason code.
+The SDK (``pip install 'statecodec[mcp]'``) is imported when they are called, never by `import statecodec`.
 """
 
 from __future__ import annotations
@@ -75,11 +71,8 @@ class SDKCodec:
 def security(codec: Codec, *, ttl: float = 600.0, audience: str | None = None, **options: Any) -> RequestStateSecurity:
     """`RequestStateSecurity(codec=SDKCodec(codec), ttl=ttl, audience=audience, **options)`.
 
-    Refused tokens are logged by the SDK with our reason code (see `SDKCodec`).
-    `audience=None` lets `MCPServer` stamp its server name; set it when
-    several services deliberately accept each other's state. `options` go to
-    the SDK as they are: unset, each keeps the SDK's default (for
-    `bind_principal`, the authenticated principal; `None` disables it).
+    `audience=None` lets `MCPServer` stamp its server name; set it when several services deliberately accept
+    each other's state. Unset `options` keep the SDK's defaults (`bind_principal`: the authenticated principal).
     """
     return _sdk()[0](codec=SDKCodec(codec), ttl=ttl, audience=audience, **options)
 
@@ -87,11 +80,7 @@ def security(codec: Codec, *, ttl: float = 600.0, audience: str | None = None, *
 def security_from_env(
     *, ttl: float = 600.0, audience: str | None = None, environ: Mapping[str, str] | None = None, **options: Any
 ) -> RequestStateSecurity:
-    """`security(statecodec.codec_from_env(environ), ...)`.
-
-    Raises `ConfigurationError` (what to set) when the environment does not
-    describe a codec, and `ImportError` naming the extra when the MCP SDK is
-    missing; both before any server starts.
-    """
+    """`security(statecodec.codec_from_env(environ), ...)`; before any server starts, `ConfigurationError`
+    (what to set) when the environment describes no codec, `ImportError` naming the extra without the SDK."""
     _sdk()  # a missing SDK is reported before the configuration is read
     return security(codec_from_env(environ), ttl=ttl, audience=audience, **options)

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, check_cap, check_payload, check_token_text, split_segments
-from statecodec._files import load_json_setting, read_settings_file
+from statecodec._settings import load_settings_file, named_errors
+from statecodec._types import HoldsSecrets
 from statecodec.config import max_token_length_setting, ring_from_settings, setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.jose._header import MAX_HEADER_LENGTH, kid_of, parse_header
@@ -23,22 +24,19 @@ JWKS_FILE_VAR = "STATECODEC_JWKS_FILE"
 _MAX_JWKS_BYTES = 1024 * 1024
 
 
-class KeySlot:
+class KeySlot(HoldsSecrets):
     """A configured key: its ``kid``, the header segment it emits ("" if made per token), its public half."""
 
     kid: str
     header = ""
     public: PublicKey | None = None
 
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError("a key is not picklable")
-
 
 _K = TypeVar("_K", bound=KeySlot)
 _C = TypeVar("_C", bound="CompactCodec[Any]")
 
 
-class CompactCodec(Generic[_K]):
+class CompactCodec(HoldsSecrets, Generic[_K]):
     """The configuration and checks common to the compact codecs; `_K` is the per-``kid`` key object."""
 
     __slots__ = ("_alg", "_by_kid", "_expect", "_fast", "_max_length", "_max_payload", "_members", "_primary")
@@ -126,11 +124,9 @@ class CompactCodec(Generic[_K]):
         path = setting(settings, JWKS_FILE_VAR, required=False)
         if path is not None:
             what = f"{JWKS_FILE_VAR} {path}"
-            jwks = load_json_setting(read_settings_file(Path(path), _MAX_JWKS_BYTES, what, "is it a JWK Set?"), what)
-            try:
+            jwks = load_settings_file(Path(path), _MAX_JWKS_BYTES, what, "is it a JWK Set?", as_json=True)
+            with named_errors(JWKS_FILE_VAR):
                 return cls.from_jwks(jwks, alg=alg, max_token_length=limit)
-            except ConfigurationError as exc:
-                raise ConfigurationError(f"{JWKS_FILE_VAR}: {exc}") from None
         if alg not in LABELS:
             raise ConfigurationError(f"{var}={alg} needs {JWKS_FILE_VAR}: a key ring does not serve it")
         return cls(ring_from_settings(settings), alg=alg, max_token_length=limit)
@@ -189,5 +185,3 @@ class CompactCodec(Generic[_K]):
         enc = f", enc={self._expect['enc']!r}" if "enc" in self._expect else ""
         return f"{type(self).__name__}(alg={self._alg!r}{enc}, key_ids={list(self._by_kid)!r})"
 
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError(f"{type(self).__name__} holds keys and is not picklable")

@@ -22,8 +22,7 @@ class _DuplicateMember(ValueError):
 
 
 def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # JSON parsers disagree on which duplicate wins; two readers of one header
-    # must never see two different headers, so duplicates are refused outright.
+    # JSON parsers disagree on which duplicate wins; two readers must never see two headers, so: refused.
     obj = dict(pairs)
     if len(obj) != len(pairs):
         raise _DuplicateMember
@@ -42,9 +41,8 @@ def parse_header(segment: str) -> dict[str, Any]:
     if len(segment) > MAX_HEADER_LENGTH:
         raise InvalidToken(Reason.OVERSIZED)
     raw = b64u_decode(segment)
-    # Refusals are raised after the handlers: a UnicodeDecodeError holds the decoded
-    # header and a JSONDecodeError its text (`.doc`), and `raise ... from None` inside
-    # a handler would still keep either reachable as __context__.
+    # Refusals are raised after the handlers: a UnicodeDecodeError holds the decoded header and a JSONDecodeError
+    # its text (`.doc`), and `raise ... from None` inside a handler would keep either reachable as __context__.
     reason: Reason | None = None
     try:
         header = _DECODER.decode(raw.decode("utf-8"))

@@ -1,13 +1,11 @@
 """Keys for the JOSE codecs: configured JWKs, keys derived from a ring, thumbprints, the received ``epk``.
 
-Threat: a configured key of the wrong type, size or curve, and a received
-``epk``, an attacker's point (invalid-curve and small-subgroup attacks).
-Configured keys are checked at construction, echoing no value; an ``epk``
-must have exactly its type's members and canonical coordinates of a point on
-the recipient's curve, or it is ``header``. A ring secret S gives ``kid`` =
-hex(HKDF-SHA256(S, info="statecodec/v1/key-id", L=4)) and ``k`` =
-HKDF-SHA256(S, info=LABELS[alg], L=32): one label per algorithm keeps the
-keys of one secret unrelated to each other and to `AESGCMCodec`'s.
+Threat: a configured key of the wrong type, size or curve, and a received ``epk``, an attacker's point
+(invalid-curve and small-subgroup attacks). Configured keys are checked at construction, echoing no value; an
+``epk`` must have exactly its type's members and canonical coordinates of a point on the recipient's curve, or
+it is ``header``. A ring secret S gives ``kid`` = hex(HKDF-SHA256(S, info="statecodec/v1/key-id", L=4)) and
+``k`` = HKDF-SHA256(S, info=LABELS[alg], L=32): one label per algorithm keeps the keys of one secret unrelated
+to each other and to `AESGCMCodec`'s.
 """
 
 from __future__ import annotations
@@ -73,11 +71,8 @@ def jwk_list(jwks: object) -> list[Mapping[str, Any]]:
 
 
 def load_jwk(jwk: Mapping[str, Any], index: int, alg: str) -> tuple[str, Key]:
-    """(``kid``, key) of a configured JWK for `alg`; the ``kid`` is empty when a public-key JWK has none.
-
-    Symmetric ``k`` is used as given (exactly 32 bytes for a JWE); a JWK
-    with ``d`` gives a private key, whose public half must match.
-    """
+    """(``kid``, key) of a configured JWK for `alg` (``kid`` empty when a public-key JWK has none): ``k`` as
+    given (exactly 32 bytes for a JWE); with ``d``, a private key whose public half must match."""
     use, algs, kinds = PROFILES[alg]
     if "use" in jwk and jwk["use"] != use:
         raise ConfigurationError(f'keys[{index}] has a "use" other than "{use}", the one this codec needs')

@@ -11,28 +11,28 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from pathlib import Path
 from typing import TypeVar
 
-from statecodec._files import decode_settings_text, read_settings_file
-from statecodec.config import max_token_length_setting, setting
+from statecodec._settings import max_token_length_setting, named_errors, setting, text_or_file
+from statecodec._types import HoldsSecrets
 from statecodec.envelope import EnvelopeCodec, KeyWrapper, default_context, parse_wrapped_keys
 from statecodec.errors import ConfigurationError
 from statecodec.providers._retry import RetryPolicy as RetryPolicy
 
-WRAPPED_KEYS_VAR = "STATECODEC_WRAPPED_KEYS"
-WRAPPED_KEYS_FILE_VAR = "STATECODEC_WRAPPED_KEYS_FILE"
+_WRAPPED_KEYS_VAR = "STATECODEC_WRAPPED_KEYS"
 _CONTEXT_VAR = "STATECODEC_KMS_CONTEXT"
 _AUDIENCE_VAR = "STATECODEC_KMS_AUDIENCE"
 _MAX_WRAPPED_FILE_BYTES = 256 * 1024
 _H = TypeVar("_H", bound="_ClientHolder")
 
 
-class _ClientHolder:
-    """Messages and repr name the key only; `close()` closes a client the wrapper built (an injected
-    one belongs to the caller); no pickle or copy, since the client holds credentials."""
+class _ClientHolder(HoldsSecrets):
+    """The base of every provider object: messages and repr name the key only; `close()` closes a client
+    the object built (an injected one belongs to the caller); no pickle or copy, since the client holds
+    credentials (a Vault client, its token)."""
 
-    _close_owned: Callable[[], None] | None  # how to close the client, when the wrapper built it
+    __slots__ = ("_close_owned",)
+    _close_owned: Callable[[], None] | None  # how to close the client, when this object built it
 
     def describe(self) -> str:
         raise NotImplementedError
@@ -50,9 +50,6 @@ class _ClientHolder:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.describe()!r})"
 
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError(f"{type(self).__name__} holds a provider client and its credentials and is not picklable")
-
 
 def missing_extra(package: str, extra: str) -> ImportError:
     """The ImportError a provider module raises when its SDK is not installed."""
@@ -64,24 +61,14 @@ def missing_extra(package: str, extra: str) -> ImportError:
 
 def wrapped_keys_from_settings(settings: Mapping[str, str]) -> list[bytes]:
     """Wrapped blobs from exactly one of ``STATECODEC_WRAPPED_KEYS`` or ``..._FILE``."""
-    text = setting(settings, WRAPPED_KEYS_VAR, required=False)
-    path = setting(settings, WRAPPED_KEYS_FILE_VAR, required=False)
-    if text is not None and path is not None:
-        raise ConfigurationError(f"both {WRAPPED_KEYS_VAR} and {WRAPPED_KEYS_FILE_VAR} are set; set exactly one")
-    source = WRAPPED_KEYS_VAR
-    if path is not None:
-        source = f"{WRAPPED_KEYS_FILE_VAR} {path}"
-        raw = read_settings_file(Path(path), _MAX_WRAPPED_FILE_BYTES, source, "is it a wrapped-key file?")
-        text = decode_settings_text(raw, source)
+    text, source = text_or_file(settings, _WRAPPED_KEYS_VAR, _MAX_WRAPPED_FILE_BYTES, "is it a wrapped-key file?")
     if text is None:
         raise ConfigurationError(
-            f"no wrapped data keys configured: set {WRAPPED_KEYS_VAR} to the output of "
-            f"`statecodec kms new-data-key`, or {WRAPPED_KEYS_FILE_VAR} to a file holding it"
+            f"no wrapped data keys configured: set {_WRAPPED_KEYS_VAR} to the output of "
+            f"`statecodec kms new-data-key`, or {_WRAPPED_KEYS_VAR}_FILE to a file holding it"
         )
-    try:
+    with named_errors(source):
         return parse_wrapped_keys(text)
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"{source}: {exc}") from None
 
 
 def parse_context(text: str) -> dict[str, str]:
@@ -107,15 +94,17 @@ def parse_context(text: str) -> dict[str, str]:
     return out
 
 
+def context_setting(settings: Mapping[str, str], name: str) -> dict[str, str] | None:
+    """The context setting `name` holds (see `parse_context`), or None when it is unset."""
+    text = setting(settings, name, required=False)
+    with named_errors(name):
+        return None if text is None else parse_context(text)
+
+
 def context_from_settings(settings: Mapping[str, str]) -> dict[str, str]:
     """``STATECODEC_KMS_CONTEXT``, or the default context with ``STATECODEC_KMS_AUDIENCE``."""
-    text = setting(settings, _CONTEXT_VAR, required=False)
-    if text is None:
-        return default_context(setting(settings, _AUDIENCE_VAR, required=False))
-    try:
-        return parse_context(text)
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"{_CONTEXT_VAR}: {exc}") from None
+    context = context_setting(settings, _CONTEXT_VAR)
+    return default_context(setting(settings, _AUDIENCE_VAR, required=False)) if context is None else context
 
 
 def build_envelope_codec(

@@ -44,14 +44,14 @@ def check_retry(retry: object, default: RetryPolicy) -> RetryPolicy:
 
 def call_with_retries(
     fn: Callable[[], _T], *, transient: Callable[[BaseException], bool], policy: RetryPolicy
-) -> tuple[_T, int]:
-    """(result, attempts used); re-raises the last exception when it is not transient or attempts run out."""
+) -> _T:
+    """`fn()`, called again while it raises a transient exception; the last exception when attempts run out."""
     for attempt in range(1, policy.attempts):
         try:
-            return fn(), attempt
+            return fn()
         except Exception as exc:
             if not transient(exc):
                 raise
         # Full jitter: fleets restarting together do not retry in lockstep.
         policy.sleep(random.uniform(0, min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))))
-    return fn(), policy.attempts
+    return fn()

@@ -13,10 +13,11 @@ import enum
 import re
 import time
 from collections.abc import Mapping
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
+from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError, ProviderError
-from statecodec.providers import missing_extra
+from statecodec.providers import _ClientHolder, missing_extra
 from statecodec.providers._retry import RetryPolicy, call_with_retries
 
 try:
@@ -87,8 +88,8 @@ def vault_client(
     return client
 
 
-class AppRoleLogin:
-    """Logs an AppRole client in; holds the secret id, so its repr shows the mount only and it never pickles."""
+class AppRoleLogin(HoldsSecrets):
+    """Logs an AppRole client in; holds the secret id, so its repr shows the mount only."""
 
     __slots__ = ("_client", "_last", "_mount", "_role_id", "_secret_id")
 
@@ -98,10 +99,6 @@ class AppRoleLogin:
 
     def __repr__(self) -> str:
         return f"AppRoleLogin(mount={self._mount!r})"
-
-    def __reduce__(self) -> tuple[object, ...]:
-        # Also refuses copy.copy and copy.deepcopy: no silent duplicate of a credential holder.
-        raise TypeError("AppRoleLogin holds an AppRole secret id and is not picklable")
 
     def login(self) -> Failure | None:
         try:
@@ -182,14 +179,11 @@ def _outage(exc: BaseException) -> bool:
     return classify(exc).kind is _K.OUTAGE
 
 
-_H = TypeVar("_H", bound="TransitKey")
-
-
-class TransitKey:
+class TransitKey(_ClientHolder):
     """One transit key over a client from `vault_client`, and with it the Vault token: the base of the
-    Vault wrapper and codec. Its repr names the key and address only; it refuses pickling and copying."""
+    Vault wrapper and codec; `owns_client` (built from settings): `close()` closes its connection pool."""
 
-    __slots__ = ("_client", "_key", "_mount", "_owns_client")
+    __slots__ = ("_client", "_key", "_mount")
 
     def __init__(self, client: Any, key: str, mount_point: str, owns_client: bool) -> None:
         if not isinstance(key, str) or not re.fullmatch(r"\w(?:[\w.-]*\w)?", key, re.ASCII):  # Vault's key names
@@ -198,29 +192,12 @@ class TransitKey:
             raise ConfigurationError("the transit mount must be a path such as 'transit'")
         if not callable(getattr(getattr(client, "adapter", None), "post", None)):
             raise ConfigurationError("client must be an hvac.Client (build one with vault_client(...))")
-        self._client, self._key, self._mount, self._owns_client = client, key, mount_point.strip("/"), owns_client
+        self._client, self._key, self._mount = client, key, mount_point.strip("/")
+        self._close_owned = client.adapter.close if owns_client else None
 
     def describe(self) -> str:
         ns = f" (namespace {self._client.adapter.namespace})" if self._client.adapter.namespace else ""
         return f"vault transit key {self._mount}/{self._key}{ns} at {self._client.url}"
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.describe()!r})"
-
-    def __reduce__(self) -> tuple[object, ...]:
-        # Also refuses copy.copy and copy.deepcopy: no silent duplicate of a credential holder.
-        raise TypeError(f"{type(self).__name__} holds a Vault client and its token and is not picklable")
-
-    def close(self) -> None:
-        """Close the connection pool if this object owns the client (built from settings)."""
-        if self._owns_client:
-            self._client.adapter.close()
-
-    def __enter__(self: _H) -> _H:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _request(
         self, op: str, body: dict[str, Any] | None = None, retry: RetryPolicy | None = None
@@ -229,7 +206,7 @@ class TransitKey:
         try:
             if retry is None:
                 return self._round_trip(op, body)
-            return call_with_retries(lambda: self._round_trip(op, body), transient=_outage, policy=retry)[0]
+            return call_with_retries(lambda: self._round_trip(op, body), transient=_outage, policy=retry)
         except Exception as exc:
             failure = classify(exc)
         return self._fix(failure, op)

@@ -1,14 +1,11 @@
 """AWS KMS as the `KeyWrapper` of an `EnvelopeCodec` (``pip install 'statecodec[aws]'``).
 
-Threat: a wrapped data key copied to another deployment, or replayed under
-another key, must not unwrap. Every call sends the encryption context (KMS
-authenticates it), and `Decrypt` pins ``KeyId``, so KMS refuses a blob made
-under any other key, even one the caller may use. Failures are `ProviderError`
-naming the key and the cause, after bounded retries where waiting can help.
-
-Permissions: ``kms:Decrypt`` at start-up, ``kms:GenerateDataKeyWithoutPlaintext``
-to provision (see ``docs/aws-kms.md``). Settings: ``STATECODEC_AWS_KMS_KEY_ID``,
-optional ``STATECODEC_AWS_REGION``, ``STATECODEC_AWS_KMS_ENDPOINT``.
+Threat: a wrapped data key copied to another deployment, or replayed under another key, must not unwrap.
+Every call sends the encryption context (KMS authenticates it), and `Decrypt` pins ``KeyId``, so KMS refuses
+a blob made under any other key, even one the caller may use. Failures are `ProviderError` naming the key
+and the cause, after bounded retries where waiting can help. Permissions: ``kms:Decrypt`` at start-up,
+``kms:GenerateDataKeyWithoutPlaintext`` to provision (``docs/aws-kms.md``). Settings:
+``STATECODEC_AWS_KMS_KEY_ID``, optional ``STATECODEC_AWS_REGION``, ``STATECODEC_AWS_KMS_ENDPOINT``.
 """
 
 from __future__ import annotations
@@ -66,10 +63,9 @@ def _transient(exc: BaseException) -> bool:
 class AwsKmsWrapper(_ClientHolder):
     """Wraps data keys under one AWS KMS symmetric key, with an encryption context.
 
-    `key_id` is a key id, key ARN, alias name or alias ARN; prefer the key ARN,
-    which pins the key even if an alias is repointed. Pass a boto3 KMS `client`,
-    or `region` / `endpoint_url` / `profile` to build one (botocore's retries
-    off, so the bounded `retry` policy is the only one; with timeouts).
+    `key_id` is a key id, key ARN, alias name or alias ARN; prefer the key ARN, which pins the key even if an alias
+    is repointed. Pass a boto3 KMS `client`, or `region` / `endpoint_url` / `profile` to build one (botocore's
+    retries off, so the bounded `retry` policy is the only one; with timeouts).
     """
 
     def __init__(
@@ -93,9 +89,7 @@ class AwsKmsWrapper(_ClientHolder):
         self._retry = check_retry(retry, RetryPolicy())
         self._close_owned = None
         if client is None:
-            if endpoint_url is not None and not (
-                isinstance(endpoint_url, str) and endpoint_url.startswith(("https://", "http://"))
-            ):
+            if endpoint_url is not None and not str(endpoint_url).startswith(("https://", "http://")):
                 raise ConfigurationError(f"the KMS endpoint ({_ENDPOINT_VAR}, --endpoint-url) must be http(s)://...")
             for name, seconds in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout)):
                 # Written positively, so NaN fails here instead of on the first KMS call.
@@ -124,8 +118,9 @@ class AwsKmsWrapper(_ClientHolder):
         method = getattr(self._client, operation)
         try:
             with sdk_logs_withheld(_SDK_LOGGERS):
-                response: Mapping[str, Any]
-                response, _ = call_with_retries(lambda: method(**params), transient=_transient, policy=self._retry)
+                response: Mapping[str, Any] = call_with_retries(
+                    lambda: method(**params), transient=_transient, policy=self._retry
+                )
         except (bexc.ClientError, bexc.BotoCoreError) as exc:
             raise ProviderError(f"{self.describe()}: {self._cause(exc)}") from None
         # KMS answers with the key ARN: confirm it is the configured key when that is an ARN or a bare id.

@@ -1,12 +1,10 @@
 """Google Cloud KMS as the `KeyWrapper` of an `EnvelopeCodec` (``pip install 'statecodec[gcp]'``).
 
-Threat: a wrapped data key replayed under another use, or bytes altered on the way to or from
-KMS, must never yield a data key. Every call binds the context as additional authenticated data
-(`statecodec.envelope.canonical_context`). Requests carry CRC32C checksums of their inputs and
-responses are checked as Google documents (the ``verified_*_crc32c`` fields true, the returned
-bytes matching ``ciphertext_crc32c`` / ``plaintext_crc32c``, ``name`` a version of this key); a
-mismatch is retried a bounded number of times, then fails as `ProviderError` naming the key.
-
+Threat: a wrapped data key replayed under another use, or bytes altered on the way to or from KMS, must
+never yield a data key. Every call binds the context as additional authenticated data (`canonical_context`).
+Requests carry CRC32C checksums of their inputs and responses are checked as Google documents (the
+``verified_*_crc32c`` fields true, the bytes matching ``ciphertext_crc32c`` / ``plaintext_crc32c``, ``name``
+a version of this key); a mismatch is retried a bounded number of times, then is a `ProviderError`.
 Cloud KMS has no data-key API: `new_wrapped_key` encrypts 32 bytes from the OS CSPRNG. Roles:
 ``cryptoKeyDecrypter`` at start-up, ``cryptoKeyEncrypter`` to provision (``docs/gcp-kms.md``).
 """
@@ -75,11 +73,10 @@ def _transient(exc: BaseException) -> bool:
 class GcpKmsWrapper(_ClientHolder):
     """Wraps data keys under one Cloud KMS symmetric crypto key, with the context bound as AAD.
 
-    `key_name` is ``projects/P/locations/L/keyRings/R/cryptoKeys/K`` (not a
-    version: new data keys use the primary, old blobs keep decrypting after a
-    rotation). Pass a `client` (``kms_v1.KeyManagementServiceClient``) or let
-    one be built with Application Default Credentials; `emulator_host`
-    (loopback ``HOST:PORT``) talks plaintext gRPC to a local test server.
+    `key_name` is ``projects/P/locations/L/keyRings/R/cryptoKeys/K`` (not a version: new data keys use the primary,
+    old blobs keep decrypting after a rotation). Pass a `client` (``kms_v1.KeyManagementServiceClient``) or let one
+    be built with Application Default Credentials; `emulator_host` (loopback ``HOST:PORT``) talks plaintext gRPC to
+    a local test server.
     """
 
     def __init__(
@@ -113,7 +110,7 @@ class GcpKmsWrapper(_ClientHolder):
     def _call(self, attempt: Callable[[], bytes], operation: str) -> bytes:
         try:
             with sdk_logs_withheld(_SDK_LOGGERS):
-                result, _ = call_with_retries(attempt, transient=_transient, policy=self._retry)
+                result = call_with_retries(attempt, transient=_transient, policy=self._retry)
         except _Corrupted as exc:
             raise ProviderError(
                 f"{self.describe()}: {exc} after {self._retry.attempts} attempts (data corrupted in transit)"
@@ -140,12 +137,8 @@ class GcpKmsWrapper(_ClientHolder):
 
     def _request(self, context: Mapping[str, str], **fields: object) -> dict[str, object]:
         aad = canonical_context(context)
-        return {
-            "name": self._key,
-            **fields,
-            "additional_authenticated_data": aad,
-            "additional_authenticated_data_crc32c": _crc32c(aad),
-        }
+        bound = {"additional_authenticated_data": aad, "additional_authenticated_data_crc32c": _crc32c(aad)}
+        return {"name": self._key, **fields, **bound}
 
     def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
         """`Decrypt` with the context as AAD; request and response checksums verified."""

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
-from statecodec._files import decode_settings_text, read_settings_file
-from statecodec.config import max_token_length_setting, setting
+from statecodec._settings import max_token_length_setting, setting, text_or_file
 from statecodec.envelope import EnvelopeCodec, canonical_context
 from statecodec.errors import ConfigurationError, ProviderError
-from statecodec.providers import build_envelope_codec, parse_context
+from statecodec.providers import build_envelope_codec, context_setting
 from statecodec.providers._retry import RetryPolicy, check_retry
 from statecodec.providers._vault_api import Failure, TransitKey, b64, parse_vault_ciphertext, unb64, vault_client
 from statecodec.providers._vault_transit import VaultTransitCodec
@@ -35,8 +33,6 @@ class VaultKeyWrapper(TransitKey):
     """
 
     __slots__ = ("_retry",)
-
-    name = "vault"
 
     def __init__(
         self,
@@ -57,19 +53,12 @@ class VaultKeyWrapper(TransitKey):
             raise ProviderError(f"transit {op} on {self._mount}/{self._key} failed: {out.detail}")
         return out
 
-    def _blob(self, data: Mapping[str, Any]) -> bytes:
-        ciphertext = data.get("ciphertext")
-        if not isinstance(ciphertext, str) or parse_vault_ciphertext(ciphertext) is None:
-            raise ProviderError(f"{self.describe()}: Vault returned a malformed ciphertext")
-        return ciphertext.encode("ascii")
-
-    def wrap(self, data_key: bytes, context: Mapping[str, str]) -> bytes:
-        """Encrypt `data_key` with ``transit/encrypt``, binding `context` (`EnvelopeCodec` checks its length)."""
-        return self._blob(self._call("encrypt", context, plaintext=b64(data_key)))
-
     def new_wrapped_key(self, context: Mapping[str, str]) -> bytes:
         """A fresh 256-bit data key from ``transit/datakey/wrapped``; Vault never returns it in clear."""
-        return self._blob(self._call("datakey/wrapped", context, bits=256))
+        ciphertext = self._call("datakey/wrapped", context, bits=256).get("ciphertext")
+        if parse_vault_ciphertext(ciphertext) is None:
+            raise ProviderError(f"{self.describe()}: Vault returned a malformed ciphertext")
+        return str(ciphertext).encode("ascii")
 
     def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
         """The data key in `blob`, via ``transit/decrypt`` under `context`; `ProviderError` otherwise."""
@@ -94,16 +83,11 @@ def _get(settings: Mapping[str, str], name: str) -> str | None:
 
 def _secret(settings: Mapping[str, str], name: str) -> str | None:
     """``STATECODEC_VAULT_<name>`` or the file ``..._FILE`` names (not both), else ``VAULT_<name>`` (a shell's)."""
-    value = setting(settings, f"STATECODEC_VAULT_{name}", required=False)
-    path = _get(settings, f"{name}_FILE")
-    if value is not None and path is not None:
-        raise ConfigurationError(f"set one of STATECODEC_VAULT_{name} and STATECODEC_VAULT_{name}_FILE, not both")
-    if path is None:
+    text, source = text_or_file(settings, f"STATECODEC_VAULT_{name}", _MAX_SECRET_FILE_BYTES, "hold one secret")
+    if text is None:
         return _get(settings, name)
-    what = f"STATECODEC_VAULT_{name}_FILE {path}"
-    text = decode_settings_text(read_settings_file(Path(path), _MAX_SECRET_FILE_BYTES, what, "hold one secret"), what)
     if not text.strip():
-        raise ConfigurationError(f"{what} is empty")
+        raise ConfigurationError(f"{source} is empty")
     return text.strip()
 
 
@@ -165,11 +149,7 @@ def envelope_codec_from_settings(settings: Mapping[str, str]) -> EnvelopeCodec:
 
 def transit_codec_from_settings(settings: Mapping[str, str]) -> VaultTransitCodec:
     """``STATECODEC_CODEC=vault-transit``: one Vault call per seal and per unseal."""
-    text = _get(settings, "CONTEXT")
-    try:
-        context = parse_context(text) if text is not None else None
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"STATECODEC_VAULT_CONTEXT: {exc}") from None
+    context = context_setting(settings, "STATECODEC_VAULT_CONTEXT")
     cap = max_token_length_setting(settings)
     with _client(settings) as (client, key, mount):
         return VaultTransitCodec(
