@@ -106,9 +106,22 @@ class BaoServer:
         """Freeze the server (SIGSTOP): the kernel accepts connections, nothing answers; resumed on exit."""
         self.process.send_signal(signal.SIGSTOP)
         try:
+            self._wait_for_state(stopped=True)  # the signal is asynchronous: a call made before it lands is answered
             yield
         finally:
             self.process.send_signal(signal.SIGCONT)
+            self._wait_for_state(stopped=False)
+
+    def _wait_for_state(self, *, stopped: bool, timeout: float = 10.0) -> None:
+        """Wait until the kernel reports the process stopped (state T) or running again."""
+        stat = Path(f"/proc/{self.process.pid}/stat")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            # The state is the field after the command name, which is in parentheses and may hold spaces.
+            if (stat.read_text().rpartition(")")[2].split()[0] == "T") == stopped:
+                return
+            time.sleep(0.005)
+        raise AssertionError(f"OpenBao did not {'stop' if stopped else 'resume'} within {timeout} s")
 
     def stop(self) -> None:
         """Stop the server by its PID; idempotent."""
