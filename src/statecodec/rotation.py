@@ -29,10 +29,9 @@ _MAX_INSTANCES = 100_000
 class Phase:
     """One configuration to roll out to every instance before the next phase starts.
 
-    `wait_after_previous`: the least seconds from the previous phase's full
-    roll-out to this one's start. `keys`: the phase's `KeyRing` (None for a plan
-    of key ids), which hides its secrets from `repr`, `pickle`, `copy` and so
-    from `dataclasses.asdict` of a phase or its plan.
+    `wait_after_previous`: the least seconds from the previous phase's full roll-out to this one's
+    start. `keys` (None for a plan of key ids) is a `KeyRing`, which refuses `pickle` and `copy`
+    and so `dataclasses.asdict` of a phase that holds one: the secrets stay out of dumps.
     """
 
     number: int
@@ -53,9 +52,8 @@ class RotationPlan:
 
     1. ``[old, new]``, any time: every instance learns to verify the new key.
     2. ``[new, old]``, once every instance runs phase 1 (`check_fleet`): new mints.
-    3. ``[new]``, no sooner than `ttl` + `future_skew` seconds after the last
-       instance runs phase 2, when every old-key token has expired (the skew
-       covers a minting clock running ahead): old is retired.
+    3. ``[new]``, no sooner than `ttl` + `future_skew` seconds after the last instance runs phase 2,
+       when every old-key token has expired (the skew covers a minting clock running ahead).
 
     Re-seal stored state that must outlive phase 3 with `reseal` during phase 2.
     `old` and `new` are secrets; `from_key_ids` plans keys a KMS or Vault holds.
@@ -69,24 +67,25 @@ class RotationPlan:
         except ConfigurationError as exc:  # KeyRing names the keys by position; here they have names
             message = str(exc).replace("keys[0]", "the old key").replace("keys[1]", "the new key")
             raise ConfigurationError(message) from None
-        self._build(*ring.key_ids, ttl=ttl, future_skew=future_skew, ring=ring)
+        rings = (ring, KeyRing([new, old]), KeyRing([new]))
+        self._build(ring.key_ids, ttl, future_skew, rings)
 
     @classmethod
     def from_key_ids(cls, old: str, new: str, ttl: float, *, future_skew: float = 60) -> RotationPlan:
         """A plan over key ids only, for codecs whose key material is not in the process."""
-        old_id, new_id = _check_key_id("old", old), _check_key_id("new", new)
-        if old_id == new_id:
+        ids = (_check_key_id("old", old), _check_key_id("new", new))
+        if ids[0] == ids[1]:
             raise ConfigurationError("old and new are the same key id; rotate to a new key")
         self = cls.__new__(cls)
-        self._build(old_id, new_id, ttl=ttl, future_skew=future_skew, ring=None)
+        self._build(ids, ttl, future_skew, (None, None, None))
         return self
 
-    def _build(self, old: str, new: str, *, ttl: float, future_skew: float, ring: KeyRing | None) -> None:
+    def _build(self, ids: tuple[str, ...], ttl: float, future_skew: float, rings: tuple[KeyRing | None, ...]) -> None:
         numbers = all(type(v) in (int, float) and math.isfinite(v) for v in (ttl, future_skew))
         if not (numbers and ttl > 0 and future_skew >= 0):
             raise ConfigurationError("ttl must be a finite number of seconds > 0, and future_skew one >= 0")
         self.ttl, self.future_skew = ttl, future_skew
-        rings = (ring, KeyRing([ring[1], ring[0]]), KeyRing([ring[1]])) if ring else (None, None, None)
+        old, new = ids
         self.phases = (
             Phase(1, (old, new), 0, "every instance learns to verify the new key; old still mints", rings[0]),
             Phase(2, (new, old), 0, "the new key mints; tokens under the old key keep verifying", rings[1]),

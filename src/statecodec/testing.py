@@ -23,8 +23,8 @@ no_leak        no message, repr, log record or chained exception (``__cause__`` 
                ``__context__``, with parsers' ``.doc`` and ``.object``) holds token text
 =============  =========================================================================
 
-The kit needs ``hypothesis`` (``pip install statecodec[testing]``), run derandomized, so results
-are deterministic. Use from a test::
+While it runs, log records reaching the root logger go to the kit alone. It needs ``hypothesis``
+(``pip install statecodec[testing]``), run derandomized, so results are deterministic::
 
     from statecodec.testing import assert_conformant
     assert_conformant(MyCodec(...), error_type=InvalidRequestState)
@@ -32,6 +32,7 @@ are deterministic. Use from a test::
 
 from __future__ import annotations
 
+import contextlib
 import logging.handlers
 import random
 import string
@@ -114,11 +115,7 @@ def check_codec(
     if max_examples < 1 or max_payload < 0 or max_mutations < 1:
         raise ConfigurationError("max_examples and max_mutations must be >= 1, max_payload >= 0")
     kit = _Kit(codec, error_type)
-    logs = logging.handlers.BufferingHandler(capacity=sys.maxsize)
-    root, level = logging.getLogger(), logging.getLogger().level
-    root.addHandler(logs)
-    root.setLevel(logging.DEBUG)
-    try:
+    with _root_records() as records:
         sample = kit.seal(b'{"state":"' + _MARKER.encode() + b'","step":1}')
         if sample is None:
             return kit.report
@@ -139,10 +136,7 @@ def check_codec(
         _for_all(_GARBAGE, 2 * max_examples, lambda text: kit.refuses("garbage", text, f"{len(text)} characters"))
         if foreign is not None:
             kit.refuses("foreign", foreign.seal(_MARKER.encode()), "a token sealed under other keys")
-    finally:
-        root.removeHandler(logs)
-        root.setLevel(level)
-    logged = [t for r in logs.buffer for t in (str(r.msg), repr(r.args), *_chain_texts(r.exc_info and r.exc_info[1]))]
+    logged = [t for r in records for t in (str(r.msg), repr(r.args), *_chain_texts(r.exc_info and r.exc_info[1]))]
     if any(needle in text for text in [repr(codec), *logged] for needle in _needles(sample)):
         kit.fail("no_leak", "a log record or the codec's repr holds payload or token text")
     kit.report.checks["error_type"] = kit.report.checks["no_leak"] = kit.refusals
@@ -155,6 +149,29 @@ def assert_conformant(codec: Codec, **kwargs: Any) -> ConformanceReport:
     if not report.ok:
         raise AssertionError(str(report))
     return report
+
+
+@contextlib.contextmanager
+def _root_records() -> Iterator[list[logging.LogRecord]]:
+    """Every record that reaches the root logger meanwhile, kept from its other handlers.
+
+    The records hold the kit's junk (lone surrogates among it): the caller's handlers, a test
+    runner's log capture among them, never see them.
+    """
+    root = logging.getLogger()
+    level, handlers = root.level, root.handlers[:]
+    probe = logging.handlers.BufferingHandler(capacity=sys.maxsize)
+    for handler in handlers:
+        root.removeHandler(handler)
+    root.addHandler(probe)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield probe.buffer
+    finally:
+        root.removeHandler(probe)
+        for handler in handlers:
+            root.addHandler(handler)
+        root.setLevel(level)
 
 
 class _Kit:
