@@ -95,9 +95,9 @@ class RotationPlan:
 
 @dataclass(frozen=True)
 class FleetFinding:
-    """An instance whose primary key some other instance cannot verify, or an in-flight key some cannot."""
+    """A key some instances cannot verify: an instance's primary, or (`instance` None) an in-flight key."""
 
-    instance: str | None  # None for an in-flight key: no instance mints it any more
+    instance: str | None
     key_id: str
     refused_by: tuple[str, ...]
     in_flight: bool = False
@@ -122,7 +122,6 @@ class FleetReport:
 
     @property
     def unsafe_instances(self) -> tuple[str, ...]:
-        """Every instance that could mint a token another instance cannot verify, sorted."""
         return tuple(sorted({f.instance for f in self.findings if f.instance is not None}))
 
     def __str__(self) -> str:
@@ -138,29 +137,31 @@ def _check_key_id(where: str, value: object) -> str:
     return value.lower()
 
 
+def _key_ids(where: str, ids: object) -> tuple[str, ...]:
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):  # a lone id is no list of its characters
+        raise ConfigurationError(f"{where}: key ids must be a list, primary first")
+    return tuple(_check_key_id(where, kid) for kid in ids)
+
+
 def check_fleet(reports: Mapping[str, Sequence[str]], *, in_flight: Iterable[str] = ()) -> FleetReport:
     """Find every token the fleet could drop, from each instance's ``codec.key_ids`` (never keys).
 
-    Safe when every instance verifies every instance's primary (its first key
-    id) and every `in_flight` key id (keys whose tokens are still within TTL).
+    Safe when every instance verifies every instance's primary (its first key id) and every
+    `in_flight` key id (keys whose tokens are still within TTL).
     """
     if not isinstance(reports, Mapping) or not 0 < len(reports) <= _MAX_INSTANCES:
         raise ConfigurationError(f"reports must map 1..{_MAX_INSTANCES} instance names to their key ids, primary first")
-    rings: dict[str, tuple[str, ...]] = {}
-    for name, ids in reports.items():
-        if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence) or not ids:
-            raise ConfigurationError(f"instance {name!r}: key ids must be a non-empty list, primary first")
-        rings[name] = tuple(_check_key_id(f"instance {name!r}", i) for i in ids)
-    if isinstance(in_flight, (str, bytes)):  # a lone id would be read as one key id per character
-        raise ConfigurationError("in_flight must be a list of key ids")
+    rings = {name: _key_ids(f"instance {name!r}", ids) for name, ids in reports.items()}
+    if not all(rings.values()):
+        raise ConfigurationError("every instance must report at least one key id")
     # Every key a token may be under: each instance's primary, then each in-flight key.
-    keys: list[tuple[str | None, str, bool]] = [(name, ring[0], False) for name, ring in rings.items()]
-    keys += [(None, kid, True) for kid in dict.fromkeys(_check_key_id("in_flight", k) for k in in_flight)]
+    flying = dict.fromkeys(_key_ids("in_flight", in_flight))  # each in-flight key once
+    keys = [(name, ring[0]) for name, ring in rings.items()] + [(None, kid) for kid in flying]
     findings = []
-    for minter, kid, flying in keys:
+    for minter, kid in keys:
         refused_by = tuple(other for other, ring in rings.items() if kid not in ring)
         if refused_by:
-            findings.append(FleetFinding(minter, kid, refused_by, in_flight=flying))
+            findings.append(FleetFinding(minter, kid, refused_by, in_flight=minter is None))
     return FleetReport(tuple(rings), tuple(findings))
 
 
@@ -172,7 +173,7 @@ def parse_fleet(document: object) -> tuple[dict[str, list[str]], list[str]]:
         and isinstance(document.get("in_flight", []), list)
     ):
         raise ConfigurationError(
-            'the fleet file must be {"instances": {"web-1": ["a1b2c3d4", ...], ...}, "in_flight": [...]} with '
+            'the fleet file must be {"instances": {"web-1": ["a1b2c3d4", ...], ...}, "in_flight": [...]}: '
             "each instance's key ids, primary first, and optional in-flight key ids"
         )
     return document.get("instances", {}), document.get("in_flight", [])
@@ -181,8 +182,7 @@ def parse_fleet(document: object) -> tuple[dict[str, list[str]], list[str]]:
 def reseal(codec: Codec, token: str) -> str:
     """Re-seal `token` under `codec`'s current primary key; `InvalidToken` if it does not verify.
 
-    A codec's own `reseal` is used (`BoundCodec` keeps its claims, so the expiry
-    does not restart); any other codec seals the payload again.
+    A codec's own `reseal` is used (`BoundCodec` keeps its claims: the expiry does not restart).
     """
     own = getattr(codec, "reseal", None)
     return str(own(token) if callable(own) else codec.seal(codec.unseal(token)))
