@@ -143,12 +143,10 @@ class BoundCodec:
     ) -> None:
         if not callable(getattr(codec, "seal", None)) or not callable(getattr(codec, "unseal", None)):
             raise ConfigurationError("codec must have seal(bytes) -> str and unseal(str) -> bytes")
-        if not callable(clock):
-            raise ConfigurationError("clock must be a callable returning seconds since the epoch, e.g. time.time")
-        sample = clock()
+        sample = clock() if callable(clock) else None
         if isinstance(sample, bool) or not isinstance(sample, (int, float)):  # datetime.now fails here, not later
-            what = type(sample).__name__
-            raise ConfigurationError(f"clock must return seconds since the epoch (e.g. time.time), got {what}")
+            got = f"a clock returning {type(sample).__name__}" if callable(clock) else type(clock).__name__
+            raise ConfigurationError(f"clock must be a callable returning epoch seconds (time.time), got {got}")
         self._scope = _scope_field("audience", audience, _AUDIENCE_LABEL)
         self._scope += _scope_field("purpose", purpose, _PURPOSE_LABEL)
         self.ttl = _check_seconds("ttl", ttl, 1, _MAX_TTL)
@@ -192,14 +190,13 @@ class BoundCodec:
         """Inner unseal plus every check that needs no principal or context; returns the payload."""
         if type(token) is not str:  # whatever the inner codec would make of it
             raise InvalidToken(Reason.MALFORMED)
-        failed = False
         try:
-            payload = self.codec.unseal(token)
+            payload: bytes | None = self.codec.unseal(token)
         except InvalidToken:
             raise
         except Exception:  # deny on error: a foreign inner codec's refusal or bug fails closed
-            failed = True
-        if failed:  # raised outside the handler: even `from None` keeps the inner error (token text) as __context__
+            payload = None
+        if payload is None:  # raised outside the handler: even `from None` keeps the inner error as __context__
             raise InvalidToken(Reason.SEAL)
         # Accept only if: bytes, long enough for the flagged layout, known version, known flags.
         if not (
