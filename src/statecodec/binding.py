@@ -1,13 +1,12 @@
 """Claims around any codec: expiry, audience, purpose, principal and request binding.
 
-Threat: a token that verifies is not yet a token that belongs here. A client can replay genuine
-state after it should have lapsed, present state minted by another service that shares the keys,
-move state minted for one user into another user's session, or carry state from one request (tool,
-arguments, form, cursor) into another. `BoundCodec` stamps claims that stop each of these inside the
-sealed payload of any codec and checks them after the inner codec has verified the token. Principal
-and context are bound with a keyed MAC, so they stay unrecoverable even when the inner codec only
-signs. Every refusal is `InvalidToken` with its own reason; no principal or context value ever
-reaches a message, a `repr` or a log.
+Threat: a token that verifies is not yet a token that belongs here. A client can replay genuine state after it should
+have lapsed, present state minted by another service that shares the keys, move state minted for one user into another
+user's session, or carry state from one request (tool, arguments, form, cursor) into another. `BoundCodec` stamps
+claims that stop each of these inside the sealed payload of any codec and checks them after the inner codec has
+verified the token. Principal and context are bound with a keyed MAC, so they stay unrecoverable even when the inner
+codec only signs. Every refusal is `InvalidToken` with its own reason; no principal or context value ever reaches a
+message, a `repr` or a log.
 """
 
 from __future__ import annotations
@@ -65,9 +64,9 @@ def _bound_input(principal: str | None, context: Mapping[str, str] | None) -> by
 def mcp_request_context(method: str, params: Mapping[str, Any] | None) -> dict[str, str]:
     """The request identity an MCP multi-round token should bind: method, target, arguments.
 
-    Mirrors the SDK boundary's allowlist: `resources/read` binds its `uri`; `tools/call` and
-    `prompts/get` bind `name` and the canonical JSON of `arguments`. The state, input responses
-    and `_meta` never join the binding. Pass the result to both `unseal` and `seal` of a round.
+    Mirrors the SDK boundary's allowlist: `resources/read` binds its `uri`; `tools/call` and `prompts/get` bind `name`
+    and the canonical JSON of `arguments`. The state, input responses and `_meta` never join the binding. Pass the
+    result to both `unseal` and `seal` of a round.
     """
     p: Mapping[str, Any] = params or {}
     if method == "resources/read":
@@ -94,8 +93,7 @@ def _scope_field(name: str, value: object, label: bytes) -> bytes:
 
 
 class BoundCodec:
-    """Binds every token of an inner codec to a lifetime, an audience, a purpose, and optionally
-    a principal and a request context.
+    """Binds an inner codec's tokens to a lifetime, an audience, a purpose, and maybe a principal and a context.
 
     The inner codec seals ``claims || state``; the claims (32 bytes, 48 when principal-bound) are,
     all integers big-endian::

@@ -1,11 +1,9 @@
 """Key rotation without dropped rounds: a three-phase plan, a fleet check, and re-sealing.
 
-Threat: during a rolling deploy, a token minted under a key some instance
-cannot verify is refused when the client's next round lands there: the new
-key promoted before every instance verifies it, or the old key retired while
-its tokens live. The plan orders the phases so neither happens; `check_fleet`
-proves from the key ids instances report (never keys) that none can mint what
-another would refuse; `reseal` moves stored state to the new primary key.
+Threat: during a rolling deploy, a token minted under a key some instance cannot verify is refused when the client's
+next round lands there: the new key promoted before every instance verifies it, or the old key retired while its
+tokens live. The plan orders the phases so neither happens; `check_fleet` proves from the key ids instances report
+(never keys) that none can mint what another would refuse; `reseal` moves stored state to the new primary key.
 """
 
 from __future__ import annotations
@@ -29,9 +27,9 @@ _MAX_INSTANCES = 100_000
 class Phase:
     """One configuration to roll out to every instance before the next phase starts.
 
-    `wait_after_previous`: the least seconds from the previous phase's full roll-out to this one's
-    start. `keys` (None for a plan of key ids) is a `KeyRing`, which refuses `pickle` and `copy`
-    and so `dataclasses.asdict` of a phase that holds one: the secrets stay out of dumps.
+    `wait_after_previous`: the least seconds from the previous phase's full roll-out to this one's start. `keys` (None
+    for a plan of key ids) is a `KeyRing`, which refuses `pickle` and `copy` and so `dataclasses.asdict` of a phase
+    that holds one: the secrets stay out of dumps.
     """
 
     number: int
@@ -146,8 +144,8 @@ def _key_ids(where: str, ids: object) -> tuple[str, ...]:
 def check_fleet(reports: Mapping[str, Sequence[str]], *, in_flight: Iterable[str] = ()) -> FleetReport:
     """Find every token the fleet could drop, from each instance's ``codec.key_ids`` (never keys).
 
-    Safe when every instance verifies every instance's primary (its first key id) and every
-    `in_flight` key id (keys whose tokens are still within TTL).
+    Safe when every instance verifies every instance's primary (its first key id) and every `in_flight` key id (keys
+    whose tokens are still within TTL).
     """
     if not isinstance(reports, Mapping) or not 0 < len(reports) <= _MAX_INSTANCES:
         raise ConfigurationError(f"reports must map 1..{_MAX_INSTANCES} instance names to their key ids, primary first")
