@@ -65,25 +65,23 @@ class RotationPlan:
         except ConfigurationError as exc:  # KeyRing names the keys by position; here they have names
             message = str(exc).replace("keys[0]", "the old key").replace("keys[1]", "the new key")
             raise ConfigurationError(message) from None
-        rings = (ring, KeyRing([new, old]), KeyRing([new]))
-        self._build(ring.key_ids, ttl, future_skew, rings)
+        self._build(*ring.key_ids, ttl=ttl, future_skew=future_skew, rings=(ring, KeyRing([new, old]), KeyRing([new])))
 
     @classmethod
     def from_key_ids(cls, old: str, new: str, ttl: float, *, future_skew: float = 60) -> RotationPlan:
         """A plan over key ids only, for codecs whose key material is not in the process."""
-        ids = (_check_key_id("old", old), _check_key_id("new", new))
-        if ids[0] == ids[1]:
+        old, new = _check_key_id("old", old), _check_key_id("new", new)
+        if old == new:
             raise ConfigurationError("old and new are the same key id; rotate to a new key")
         self = cls.__new__(cls)
-        self._build(ids, ttl, future_skew, (None, None, None))
+        self._build(old, new, ttl=ttl, future_skew=future_skew, rings=(None, None, None))
         return self
 
-    def _build(self, ids: tuple[str, ...], ttl: float, future_skew: float, rings: tuple[KeyRing | None, ...]) -> None:
+    def _build(self, old: str, new: str, *, ttl: float, future_skew: float, rings: tuple[KeyRing | None, ...]) -> None:
         numbers = all(type(v) in (int, float) and math.isfinite(v) for v in (ttl, future_skew))
         if not (numbers and ttl > 0 and future_skew >= 0):
             raise ConfigurationError("ttl must be a finite number of seconds > 0, and future_skew one >= 0")
         self.ttl, self.future_skew = ttl, future_skew
-        old, new = ids
         self.phases = (
             Phase(1, (old, new), 0, "every instance learns to verify the new key; old still mints", rings[0]),
             Phase(2, (new, old), 0, "the new key mints; tokens under the old key keep verifying", rings[1]),
