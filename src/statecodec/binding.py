@@ -16,6 +16,7 @@ import hmac
 import json
 import time
 from collections.abc import Callable, Mapping
+from hmac import compare_digest
 from typing import Any
 
 from statecodec._types import Codec
@@ -233,12 +234,12 @@ class BoundCodec:
             raise InvalidToken(Reason.PRINCIPAL)
         tag = payload[16:_BASE_LENGTH]
         # Primary first; keys being rotated out are tried only after it fails.
-        if any(hmac.compare_digest(tag, _mac(binding_key, bound_input)) for binding_key, _ in self._keys):
+        if any(compare_digest(tag, _mac(binding_key, bound_input)) for binding_key, _ in self._keys):
             return payload[offset:]
         # Refused either way; the principal tag only tells the log which claim differs.
         if principal is not None:
             claim, principal_input = payload[_BASE_LENGTH:offset], self._prefix + _lp(principal)
-            if not any(hmac.compare_digest(claim, _mac(key, principal_input)) for _, key in self._keys):
+            if not any(compare_digest(claim, _mac(key, principal_input)) for _, key in self._keys):
                 raise InvalidToken(Reason.PRINCIPAL)
         raise InvalidToken(Reason.BINDING)
 
