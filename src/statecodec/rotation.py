@@ -133,12 +133,6 @@ def _check_key_id(where: str, value: object) -> str:
     return value.lower()
 
 
-def _key_ids(where: str, ids: object) -> tuple[str, ...]:
-    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):  # a lone id is no list of its characters
-        raise ConfigurationError(f"{where}: key ids must be a list, primary first")
-    return tuple(_check_key_id(where, kid) for kid in ids)
-
-
 def check_fleet(reports: Mapping[str, Sequence[str]], *, in_flight: Iterable[str] = ()) -> FleetReport:
     """Find every token the fleet could drop, from each instance's ``codec.key_ids`` (never keys).
 
@@ -147,11 +141,15 @@ def check_fleet(reports: Mapping[str, Sequence[str]], *, in_flight: Iterable[str
     """
     if not isinstance(reports, Mapping) or not 0 < len(reports) <= _MAX_INSTANCES:
         raise ConfigurationError(f"reports must map 1..{_MAX_INSTANCES} instance names to their key ids, primary first")
-    rings = {name: _key_ids(f"instance {name!r}", ids) for name, ids in reports.items()}
-    if not all(rings.values()):
-        raise ConfigurationError("every instance must report at least one key id")
-    # Every key a token may be under: each instance's primary, then each in-flight key.
-    flying = dict.fromkeys(_key_ids("in_flight", in_flight))  # each in-flight key once
+    rings: dict[str, tuple[str, ...]] = {}
+    for name, ids in reports.items():
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence) or not ids:
+            raise ConfigurationError(f"instance {name!r}: key ids must be a non-empty list, primary first")
+        rings[name] = tuple(_check_key_id(f"instance {name!r}", i) for i in ids)
+    if isinstance(in_flight, (str, bytes)):  # a lone id would be read as one key id per character
+        raise ConfigurationError("in_flight must be a list of key ids")
+    # Every key a token may be under: each instance's primary, then each in-flight key, once.
+    flying = dict.fromkeys(_check_key_id("in_flight", k) for k in in_flight)
     keys = [(name, ring[0]) for name, ring in rings.items()] + [(None, kid) for kid in flying]
     findings = []
     for minter, kid in keys:
