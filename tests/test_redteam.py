@@ -275,7 +275,7 @@ def _misconfigurations() -> Iterator[tuple[str, str | None, Callable[[], object]
         yield f"jws-jwk-alg-{type(alg).__name__}", None, partial(JWSCodec.from_jwks, [jwk]), "this codec accepts"
         yield f"jwe-jwk-alg-{type(alg).__name__}", None, partial(JWECodec.from_jwks, [jwk]), "this codec accepts"
     bound = partial(BoundCodec, AESGCMCodec([SECRET]), audience="svc", binding_key=BINDING_KEY, clock=clock)
-    yield "bound-clock-datetime", None, bound, r"clock must return seconds .*time\.time.*got datetime"
+    yield "bound-clock-datetime", None, bound, r"clock must .*epoch seconds .*got a clock returning datetime"
     aws = partial(_provider, "aws_kms", "AwsKmsWrapper", "1234abcd", region="eu-west-1")
     for kw in ({"endpoint_url": 5}, {"read_timeout": float("nan")}, {"connect_timeout": -1}, {"connect_timeout": "2"}):
         yield f"aws-{kw}", "boto3", partial(aws, **kw), "must be"

@@ -206,3 +206,10 @@ def test_report_is_bounded_sampling_is_bounded_and_tracing_is_left_as_found() ->
     assert report.checks["bit_flip"] < 8 * 40  # sampled positions, not all of them
     with pytest.raises(ConfigurationError):
         check_codec(AESGCMCodec.ephemeral(), max_examples=0)
+
+
+def test_records_the_kit_probes_reach_no_other_handler(caplog: pytest.LogCaptureFixture) -> None:
+    """The kit's junk (lone surrogates) stays out of pytest's capture, which `pytest -n` serialises."""
+    assert "no_leak" in check_codec(_Leaky(), **FAST).failed_checks()  # the kit itself still saw the leak
+    assert not caplog.records
+    assert caplog.handler in logging.getLogger().handlers

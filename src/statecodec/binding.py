@@ -1,13 +1,12 @@
 """Claims around any codec: expiry, audience, purpose, principal and request binding.
 
-Threat: a token that verifies is not yet a token that belongs here. A client can replay genuine
-state after it should have lapsed, present state minted by another service that shares the keys,
-move state minted for one user into another user's session, or carry state from one request (tool,
-arguments, form, cursor) into another. `BoundCodec` stamps claims that stop each of these inside the
-sealed payload of any codec and checks them after the inner codec has verified the token. Principal
-and context are bound with a keyed MAC, so they stay unrecoverable even when the inner codec only
-signs. Every refusal is `InvalidToken` with its own reason; no principal or context value ever
-reaches a message, a `repr` or a log.
+Threat: a token that verifies is not yet a token that belongs here. A client can replay genuine state after it should
+have lapsed, present state minted by another service that shares the keys, move state minted for one user into another
+user's session, or carry state from one request (tool, arguments, form, cursor) into another. `BoundCodec` stamps
+claims that stop each of these inside the sealed payload of any codec and checks them after the inner codec has
+verified the token. Principal and context are bound with a keyed MAC, so they stay unrecoverable even when the inner
+codec only signs. Every refusal is `InvalidToken` with its own reason; no principal or context value ever reaches a
+message, a `repr` or a log.
 """
 
 from __future__ import annotations
@@ -50,11 +49,7 @@ def _mac(key: bytes, message: bytes) -> bytes:
 
 
 def _bound_input(principal: str | None, context: Mapping[str, str] | None) -> bytes:
-    """``P`` then the context as ``count (4) || lp(key) lp(value)...`` in code-point key order.
-
-    ``P`` is ``0x00`` for no principal, ``0x01 lp(principal)`` for one. Distinct inputs never share
-    an encoding; anything but str (a str subclass included) is the caller's bug.
-    """
+    """``P C`` of the class docstring; anything but str (a str subclass included) is the caller's bug."""
     if principal is not None and type(principal) is not str:
         raise TypeError(f"principal must be str or None, got {type(principal).__name__}")
     items = sorted((context or {}).items())
@@ -69,10 +64,9 @@ def _bound_input(principal: str | None, context: Mapping[str, str] | None) -> by
 def mcp_request_context(method: str, params: Mapping[str, Any] | None) -> dict[str, str]:
     """The request identity an MCP multi-round token should bind: method, target, arguments.
 
-    Mirrors the SDK boundary's allowlist: `resources/read` binds its `uri`; `tools/call` and
-    `prompts/get` bind `name` and the canonical JSON of `arguments` (sorted keys, ASCII, no
-    whitespace). The state itself, input responses and `_meta` never join the binding.
-    Pass the result to both the `unseal` and the `seal` of a round.
+    Mirrors the SDK boundary's allowlist: `resources/read` binds its `uri`; `tools/call` and `prompts/get` bind `name`
+    and the canonical JSON of `arguments`. The state, input responses and `_meta` never join the binding. Pass the
+    result to both `unseal` and `seal` of a round.
     """
     p: Mapping[str, Any] = params or {}
     if method == "resources/read":
@@ -91,18 +85,18 @@ def _check_seconds(name: str, value: object, low: int, high: int) -> int:
     return value
 
 
-def _check_label(name: str, value: object) -> str:
+def _scope_field(name: str, value: object, label: bytes) -> bytes:
+    """The 3-byte claim naming an audience or a purpose, which must be a non-empty str."""
     if type(value) is not str or not value:
         raise ConfigurationError(f"{name} must be a non-empty str naming this service or use, e.g. 'billing-api'")
-    return value
+    return hashlib.sha256(label + value.encode("utf-8", "surrogatepass")).digest()[:3]
 
 
 class BoundCodec:
-    """Binds every token of an inner codec to a lifetime, an audience, a purpose, and optionally
-    a principal and a request context.
+    """Binds an inner codec's tokens to a lifetime, an audience, a purpose, and maybe a principal and a context.
 
-    The inner codec seals ``claims || state``; the claims (32 bytes, 48 when
-    principal-bound) are, all integers big-endian::
+    The inner codec seals ``claims || state``; the claims (32 bytes, 48 when principal-bound) are,
+    all integers big-endian::
 
         offset  size  field
         0       1     version 0x01
@@ -115,24 +109,21 @@ class BoundCodec:
         32      16    principal tag, only when flagged: HMAC-SHA256(Kp, lp(audience) lp(purpose) lp(principal))[:16]
         32|48   ...   state
 
-    ``lp(x)`` is a 4-byte length then ``x`` (UTF-8); ``P`` is ``0x00`` when no
-    principal is bound and ``0x01 lp(principal)`` when one is; ``C`` is the
-    context's 4-byte item count, then ``lp(key) lp(value)`` in key order. ``Kb`` and
-    ``Kp`` are HKDF-SHA256 of the binding key under
-    ``statecodec/v1/binding/binding`` and ``statecodec/v1/binding/principal``.
-    The binding tag, on every token, binds audience, purpose, principal and
-    context at full strength and alone decides acceptance; the 3-byte audience
-    and purpose fields and the principal tag only name the cause of a refusal.
+    ``lp(x)`` is a 4-byte length then ``x`` (UTF-8); ``P`` is ``0x00`` when no principal is bound and
+    ``0x01 lp(principal)`` when one is; ``C`` is the context's 4-byte item count, then
+    ``lp(key) lp(value)`` in key order. ``Kb`` and ``Kp`` are HKDF-SHA256 of the binding key under
+    ``statecodec/v1/binding/binding`` and ``statecodec/v1/binding/principal``. The binding tag, on
+    every token, binds audience, purpose, principal and context at full strength and alone decides
+    acceptance; the 3-byte audience and purpose fields and the principal tag only name the cause of
+    a refusal.
 
-    Checks after the inner codec verifies, in order: layout (`malformed`),
-    audience, purpose, issued no later than now + `future_skew`
-    (`not_yet_valid`), now before iat + the lesser of the token's lifetime and
-    this codec's `ttl` (`expired`: lowering `ttl` shortens tokens already
-    issued), principal presence (`principal`), binding tag (`binding`, or
-    `principal` when the principal tag differs too). Without keywords, `seal`
-    and `unseal` bind no principal and an empty context: a `BoundCodec` is
-    itself a codec. The inner codec's refusals pass through; any other
-    exception from a foreign inner codec becomes `InvalidToken(seal)`.
+    Checks after the inner codec verifies, in order: layout (`malformed`), audience, purpose, issued
+    no later than now + `future_skew` (`not_yet_valid`), now before iat + the lesser of the token's
+    lifetime and this codec's `ttl` (`expired`: lowering `ttl` shortens tokens already issued),
+    principal presence (`principal`), binding tag (`binding`, or `principal` when the principal tag
+    differs too). Without keywords, `seal` and `unseal` bind no principal and an empty context: a
+    `BoundCodec` is itself a codec. The inner codec's refusals pass through; any other exception
+    from a foreign inner codec becomes `InvalidToken(seal)`.
     """
 
     __slots__ = ("_clock", "_keys", "_prefix", "_scope", "audience", "codec", "future_skew", "purpose", "ttl")
@@ -150,14 +141,12 @@ class BoundCodec:
     ) -> None:
         if not callable(getattr(codec, "seal", None)) or not callable(getattr(codec, "unseal", None)):
             raise ConfigurationError("codec must have seal(bytes) -> str and unseal(str) -> bytes")
-        if not callable(clock):
-            raise ConfigurationError("clock must be a callable returning seconds since the epoch, e.g. time.time")
-        sample = clock()
+        sample = clock() if callable(clock) else None
         if isinstance(sample, bool) or not isinstance(sample, (int, float)):  # datetime.now fails here, not later
-            what = type(sample).__name__
-            raise ConfigurationError(f"clock must return seconds since the epoch (e.g. time.time), got {what}")
-        self.audience = _check_label("audience", audience)
-        self.purpose = _check_label("purpose", purpose)
+            got = f"a clock returning {type(sample).__name__}" if callable(clock) else type(clock).__name__
+            raise ConfigurationError(f"clock must be a callable returning epoch seconds (time.time), got {got}")
+        self._scope = _scope_field("audience", audience, _AUDIENCE_LABEL)
+        self._scope += _scope_field("purpose", purpose, _PURPOSE_LABEL)
         self.ttl = _check_seconds("ttl", ttl, 1, _MAX_TTL)
         self.future_skew = _check_seconds("future_skew", future_skew, 0, _MAX_FUTURE_SKEW)
         try:
@@ -165,13 +154,9 @@ class BoundCodec:
         except ConfigurationError as exc:  # KeyRing names the key by position; here it has a name
             raise ConfigurationError(f"binding_key {str(exc).removeprefix('keys[0] ')}") from None
         self._keys = tuple((derive_key(s, _BINDING_INFO), derive_key(s, _PRINCIPAL_INFO)) for s in ring)  # (Kb, Kp)
-        self.codec = codec  # the inner codec
-        self._clock = clock
+        self.codec, self._clock = codec, clock  # the inner codec
+        self.audience, self.purpose = audience, purpose
         self._prefix = _lp(audience) + _lp(purpose)
-        self._scope = (
-            hashlib.sha256(_AUDIENCE_LABEL + audience.encode("utf-8", "surrogatepass")).digest()[:3]
-            + hashlib.sha256(_PURPOSE_LABEL + purpose.encode("utf-8", "surrogatepass")).digest()[:3]
-        )
 
     @property
     def key_ids(self) -> tuple[str, ...]:
@@ -203,14 +188,13 @@ class BoundCodec:
         """Inner unseal plus every check that needs no principal or context; returns the payload."""
         if type(token) is not str:  # whatever the inner codec would make of it
             raise InvalidToken(Reason.MALFORMED)
-        failed = False
         try:
-            payload = self.codec.unseal(token)
+            payload: bytes | None = self.codec.unseal(token)
         except InvalidToken:
             raise
         except Exception:  # deny on error: a foreign inner codec's refusal or bug fails closed
-            failed = True
-        if failed:  # raised outside the handler: even `from None` keeps the inner error (token text) as __context__
+            payload = None
+        if payload is None:  # raised outside the handler: even `from None` keeps the inner error as __context__
             raise InvalidToken(Reason.SEAL)
         # Accept only if: bytes, long enough for the flagged layout, known version, known flags.
         if not (
@@ -228,8 +212,7 @@ class BoundCodec:
         iat = int.from_bytes(payload[2:7], "big")
         lifetime = min(int.from_bytes(payload[7:10], "big"), self.ttl)  # the configured ttl is a ceiling
         now = self._clock()
-        # Accept only if now is a number in [iat - skew, iat + lifetime): a NaN or a
-        # non-numeric clock fails the first test and is refused as not yet valid.
+        # Accept only if now is a number in [iat - skew, iat + lifetime): a NaN clock is not yet valid.
         if not (isinstance(now, (int, float)) and iat - self.future_skew <= now):
             raise InvalidToken(Reason.NOT_YET_VALID)
         if not now < iat + lifetime:
@@ -239,11 +222,10 @@ class BoundCodec:
     def unseal(
         self, token: str, *, principal: str | None = None, context: Mapping[str, str] | None = None
     ) -> bytes:
-        """Return the state of a token this codec minted for the same principal and context.
+        """The state of a token this codec minted for the same principal and context.
 
-        Refusals are `InvalidToken` (see the class docstring). A `principal` that
-        is not a `str`, or a context not mapping `str` to `str`, is the caller's
-        bug: `TypeError`, as in `seal`, whatever the token.
+        Refusals are `InvalidToken` (see the class docstring); a principal or context that is not
+        `str` is the caller's bug: `TypeError`, as in `seal`, whatever the token.
         """
         bound_input = self._prefix + _bound_input(principal, context)
         payload = self._open(token)
@@ -262,11 +244,10 @@ class BoundCodec:
         raise InvalidToken(Reason.BINDING)
 
     def reseal(self, token: str) -> str:
-        """Re-seal a live token under the inner codec's current primary key, claims byte for byte.
+        """Re-seal a live token of this audience and purpose under the inner codec's primary key.
 
-        The expiry does not restart and the bindings still hold. The token must
-        be live and for this audience and purpose; principal and context are
-        checked when it is finally unsealed.
+        The claims move byte for byte: the expiry does not restart; principal and context are checked
+        when the token is finally unsealed.
         """
         return self.codec.seal(self._open(token))
 

@@ -1,11 +1,9 @@
 """Key rotation without dropped rounds: a three-phase plan, a fleet check, and re-sealing.
 
-Threat: during a rolling deploy, a token minted under a key some instance
-cannot verify is refused when the client's next round lands there: the new
-key promoted before every instance verifies it, or the old key retired while
-its tokens live. The plan orders the phases so neither happens; `check_fleet`
-proves from the key ids instances report (never keys) that none can mint what
-another would refuse; `reseal` moves stored state to the new primary key.
+Threat: during a rolling deploy, a token minted under a key some instance cannot verify is refused when the client's
+next round lands there: the new key promoted before every instance verifies it, or the old key retired while its
+tokens live. The plan orders the phases so neither happens; `check_fleet` proves from the key ids instances report
+(never keys) that none can mint what another would refuse; `reseal` moves stored state to the new primary key.
 """
 
 from __future__ import annotations
@@ -29,10 +27,9 @@ _MAX_INSTANCES = 100_000
 class Phase:
     """One configuration to roll out to every instance before the next phase starts.
 
-    `wait_after_previous`: the least seconds from the previous phase's full
-    roll-out to this one's start. `keys`: the phase's `KeyRing` (None for a plan
-    of key ids), which hides its secrets from `repr`, `pickle`, `copy` and so
-    from `dataclasses.asdict` of a phase or its plan.
+    `wait_after_previous`: the least seconds from the previous phase's full roll-out to this one's start. `keys` (None
+    for a plan of key ids) is a `KeyRing`, which refuses `pickle` and `copy` and so `dataclasses.asdict` of a phase
+    that holds one: the secrets stay out of dumps.
     """
 
     number: int
@@ -53,9 +50,8 @@ class RotationPlan:
 
     1. ``[old, new]``, any time: every instance learns to verify the new key.
     2. ``[new, old]``, once every instance runs phase 1 (`check_fleet`): new mints.
-    3. ``[new]``, no sooner than `ttl` + `future_skew` seconds after the last
-       instance runs phase 2, when every old-key token has expired (the skew
-       covers a minting clock running ahead): old is retired.
+    3. ``[new]``, no sooner than `ttl` + `future_skew` seconds after the last instance runs phase 2,
+       when every old-key token has expired (the skew covers a minting clock running ahead).
 
     Re-seal stored state that must outlive phase 3 with `reseal` during phase 2.
     `old` and `new` are secrets; `from_key_ids` plans keys a KMS or Vault holds.
@@ -69,24 +65,23 @@ class RotationPlan:
         except ConfigurationError as exc:  # KeyRing names the keys by position; here they have names
             message = str(exc).replace("keys[0]", "the old key").replace("keys[1]", "the new key")
             raise ConfigurationError(message) from None
-        self._build(*ring.key_ids, ttl=ttl, future_skew=future_skew, ring=ring)
+        self._build(*ring.key_ids, ttl=ttl, future_skew=future_skew, rings=(ring, KeyRing([new, old]), KeyRing([new])))
 
     @classmethod
     def from_key_ids(cls, old: str, new: str, ttl: float, *, future_skew: float = 60) -> RotationPlan:
         """A plan over key ids only, for codecs whose key material is not in the process."""
-        old_id, new_id = _check_key_id("old", old), _check_key_id("new", new)
-        if old_id == new_id:
+        old, new = _check_key_id("old", old), _check_key_id("new", new)
+        if old == new:
             raise ConfigurationError("old and new are the same key id; rotate to a new key")
         self = cls.__new__(cls)
-        self._build(old_id, new_id, ttl=ttl, future_skew=future_skew, ring=None)
+        self._build(old, new, ttl=ttl, future_skew=future_skew, rings=(None, None, None))
         return self
 
-    def _build(self, old: str, new: str, *, ttl: float, future_skew: float, ring: KeyRing | None) -> None:
+    def _build(self, old: str, new: str, *, ttl: float, future_skew: float, rings: tuple[KeyRing | None, ...]) -> None:
         numbers = all(type(v) in (int, float) and math.isfinite(v) for v in (ttl, future_skew))
         if not (numbers and ttl > 0 and future_skew >= 0):
             raise ConfigurationError("ttl must be a finite number of seconds > 0, and future_skew one >= 0")
         self.ttl, self.future_skew = ttl, future_skew
-        rings = (ring, KeyRing([ring[1], ring[0]]), KeyRing([ring[1]])) if ring else (None, None, None)
         self.phases = (
             Phase(1, (old, new), 0, "every instance learns to verify the new key; old still mints", rings[0]),
             Phase(2, (new, old), 0, "the new key mints; tokens under the old key keep verifying", rings[1]),
@@ -96,9 +91,9 @@ class RotationPlan:
 
 @dataclass(frozen=True)
 class FleetFinding:
-    """An instance whose primary key some other instance cannot verify, or an in-flight key some cannot."""
+    """A key some instances cannot verify: an instance's primary, or (`instance` None) an in-flight key."""
 
-    instance: str | None  # None for an in-flight key: no instance mints it any more
+    instance: str | None
     key_id: str
     refused_by: tuple[str, ...]
     in_flight: bool = False
@@ -123,7 +118,6 @@ class FleetReport:
 
     @property
     def unsafe_instances(self) -> tuple[str, ...]:
-        """Every instance that could mint a token another instance cannot verify, sorted."""
         return tuple(sorted({f.instance for f in self.findings if f.instance is not None}))
 
     def __str__(self) -> str:
@@ -142,8 +136,8 @@ def _check_key_id(where: str, value: object) -> str:
 def check_fleet(reports: Mapping[str, Sequence[str]], *, in_flight: Iterable[str] = ()) -> FleetReport:
     """Find every token the fleet could drop, from each instance's ``codec.key_ids`` (never keys).
 
-    Safe when every instance verifies every instance's primary (its first key
-    id) and every `in_flight` key id (keys whose tokens are still within TTL).
+    Safe when every instance verifies every instance's primary (its first key id) and every `in_flight` key id (keys
+    whose tokens are still within TTL).
     """
     if not isinstance(reports, Mapping) or not 0 < len(reports) <= _MAX_INSTANCES:
         raise ConfigurationError(f"reports must map 1..{_MAX_INSTANCES} instance names to their key ids, primary first")
@@ -154,14 +148,14 @@ def check_fleet(reports: Mapping[str, Sequence[str]], *, in_flight: Iterable[str
         rings[name] = tuple(_check_key_id(f"instance {name!r}", i) for i in ids)
     if isinstance(in_flight, (str, bytes)):  # a lone id would be read as one key id per character
         raise ConfigurationError("in_flight must be a list of key ids")
-    # Every key a token may be under: each instance's primary, then each in-flight key.
-    keys: list[tuple[str | None, str, bool]] = [(name, ring[0], False) for name, ring in rings.items()]
-    keys += [(None, kid, True) for kid in dict.fromkeys(_check_key_id("in_flight", k) for k in in_flight)]
+    # Every key a token may be under: each instance's primary, then each in-flight key, once.
+    flying = dict.fromkeys(_check_key_id("in_flight", k) for k in in_flight)
+    keys = [(name, ring[0]) for name, ring in rings.items()] + [(None, kid) for kid in flying]
     findings = []
-    for minter, kid, flying in keys:
+    for minter, kid in keys:
         refused_by = tuple(other for other, ring in rings.items() if kid not in ring)
         if refused_by:
-            findings.append(FleetFinding(minter, kid, refused_by, in_flight=flying))
+            findings.append(FleetFinding(minter, kid, refused_by, in_flight=minter is None))
     return FleetReport(tuple(rings), tuple(findings))
 
 
@@ -173,7 +167,7 @@ def parse_fleet(document: object) -> tuple[dict[str, list[str]], list[str]]:
         and isinstance(document.get("in_flight", []), list)
     ):
         raise ConfigurationError(
-            'the fleet file must be {"instances": {"web-1": ["a1b2c3d4", ...], ...}, "in_flight": [...]} with '
+            'the fleet file must be {"instances": {"web-1": ["a1b2c3d4", ...], ...}, "in_flight": [...]}: '
             "each instance's key ids, primary first, and optional in-flight key ids"
         )
     return document.get("instances", {}), document.get("in_flight", [])
@@ -182,8 +176,7 @@ def parse_fleet(document: object) -> tuple[dict[str, list[str]], list[str]]:
 def reseal(codec: Codec, token: str) -> str:
     """Re-seal `token` under `codec`'s current primary key; `InvalidToken` if it does not verify.
 
-    A codec's own `reseal` is used (`BoundCodec` keeps its claims, so the expiry
-    does not restart); any other codec seals the payload again.
+    A codec's own `reseal` is used (`BoundCodec` keeps its claims: the expiry does not restart).
     """
     own = getattr(codec, "reseal", None)
     return str(own(token) if callable(own) else codec.seal(codec.unseal(token)))

@@ -23,8 +23,8 @@ no_leak        no message, repr, log record or chained exception (``__cause__`` 
                ``__context__``, with parsers' ``.doc`` and ``.object``) holds token text
 =============  =========================================================================
 
-The kit needs ``hypothesis`` (``pip install statecodec[testing]``), run derandomized, so results
-are deterministic. Use from a test::
+While it runs, log records reaching the root logger go to the kit alone. It needs ``hypothesis``
+(``pip install statecodec[testing]``), run derandomized, so results are deterministic::
 
     from statecodec.testing import assert_conformant
     assert_conformant(MyCodec(...), error_type=InvalidRequestState)
@@ -106,17 +106,19 @@ def check_codec(
 ) -> ConformanceReport:
     """Run every check against `codec` and return the report (never raises for a failure).
 
-    `error_type` is what every rejection must raise: the MCP SDK's `InvalidRequestState` for a codec
-    written for the SDK. `max_mutations` bounds the character, bit-flip and truncation checks (beyond it,
-    positions are sampled evenly): lower it for a codec that calls a remote service per unseal.
-    `deterministic=True` declares a sign-only codec whose token is a function of the payload.
+    `error_type` is what every rejection must raise: the MCP SDK's `InvalidRequestState` for a codec written for the
+    SDK. `max_mutations` bounds the character, bit-flip and truncation checks (beyond it, positions are sampled
+    evenly): lower it for a codec that calls a remote service per unseal. `deterministic=True` declares a sign-only
+    codec whose token is a function of the payload.
     """
     if max_examples < 1 or max_payload < 0 or max_mutations < 1:
         raise ConfigurationError("max_examples and max_mutations must be >= 1, max_payload >= 0")
     kit = _Kit(codec, error_type)
-    logs = logging.handlers.BufferingHandler(capacity=sys.maxsize)
-    root, level = logging.getLogger(), logging.getLogger().level
-    root.addHandler(logs)
+    root, probe = logging.getLogger(), logging.handlers.BufferingHandler(capacity=sys.maxsize)
+    level, handlers = root.level, root.handlers
+    # The probe alone hears the kit's junk (lone surrogates among it): no other handler, a test runner's log capture
+    # among them, ever sees it.
+    root.handlers = [probe]
     root.setLevel(logging.DEBUG)
     try:
         sample = kit.seal(b'{"state":"' + _MARKER.encode() + b'","step":1}')
@@ -140,9 +142,9 @@ def check_codec(
         if foreign is not None:
             kit.refuses("foreign", foreign.seal(_MARKER.encode()), "a token sealed under other keys")
     finally:
-        root.removeHandler(logs)
+        root.handlers = handlers
         root.setLevel(level)
-    logged = [t for r in logs.buffer for t in (str(r.msg), repr(r.args), *_chain_texts(r.exc_info and r.exc_info[1]))]
+    logged = [t for r in probe.buffer for t in (str(r.msg), repr(r.args), *_chain_texts(r.exc_info and r.exc_info[1]))]
     if any(needle in text for text in [repr(codec), *logged] for needle in _needles(sample)):
         kit.fail("no_leak", "a log record or the codec's repr holds payload or token text")
     kit.report.checks["error_type"] = kit.report.checks["no_leak"] = kit.refusals
@@ -158,8 +160,6 @@ def assert_conformant(codec: Codec, **kwargs: Any) -> ConformanceReport:
 
 
 class _Kit:
-    """One run: the codec, the exception its refusals must raise, the report so far."""
-
     def __init__(self, codec: Codec, error_type: type[BaseException]) -> None:
         self.codec, self.error_type = codec, error_type
         self.report = ConformanceReport(codec=type(codec).__qualname__)
@@ -167,7 +167,7 @@ class _Kit:
 
     def count(self, check: str) -> bool:
         self.report.checks[check] = self.report.checks.get(check, 0) + 1
-        return True
+        return True  # so a check reads `kit.count(name) and <failure condition>`
 
     def fail(self, check: str, detail: str) -> None:
         # Ten details per check at most, so a codec that accepts everything still gives a readable report.
@@ -187,9 +187,10 @@ class _Kit:
 
     def round_trip(self, payload: bytes) -> None:
         self.count("round_trip")
-        token = self.seal(payload)
+        if (token := self.seal(payload)) is None:
+            return
         try:
-            if token is not None and self.codec.unseal(token) != payload:
+            if self.codec.unseal(token) != payload:
                 self.fail("round_trip", f"unseal(seal(p)) != p for a {len(payload)}-byte payload")
         except Exception as exc:
             self.fail("round_trip", f"unseal of a fresh token raised {type(exc).__name__} ({len(payload)} bytes)")
@@ -212,11 +213,10 @@ class _Kit:
     def refuses_oversized(self, huge: str) -> None:
         # A real token's prefix followed by valid-looking characters: only the length is wrong.
         tracing = tracemalloc.is_tracing()  # a caller (or python -X tracemalloc) may be tracing already
-        if not tracing:
-            tracemalloc.start()
+        tracemalloc.start()  # does nothing when tracing already
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
         try:
-            tracemalloc.reset_peak()
-            before = tracemalloc.get_traced_memory()[0]
             refused = self.refuses("oversized", huge, f"a {len(huge)}-character token")
             peak = tracemalloc.get_traced_memory()[1] - before
         finally:
@@ -227,7 +227,7 @@ class _Kit:
 
 
 def _positions(length: int, per_position: int, budget: int) -> list[int]:
-    """Every position, or, over the `max_mutations` budget, both ends and an even spread between them."""
+    """Every position, or, over the budget, both ends and an even spread between them."""
     step = max(1, -(-length * per_position // budget))
     return sorted({*range(min(8, length)), *range(max(0, length - 8), length), *range(0, length, step)})
 
@@ -275,8 +275,6 @@ def _needles(text: object) -> list[str]:
 
 
 def _for_all(strategy: st.SearchStrategy[Any], n: int, test: Callable[[Any], object]) -> None:
-    """Run `test` on `n` derandomized draws of `strategy`."""
-
     @settings(max_examples=n, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
     @given(strategy)
     def run(value: Any) -> None:
