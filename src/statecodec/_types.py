@@ -39,10 +39,8 @@ class Codec(Protocol):
 
 
 class HoldsSecrets:
-    """The base of every object that holds keys or credentials: pickle, `copy` and `deepcopy` raise `TypeError`.
-
-    A pickle would put the secret on disk or on the wire; a silent duplicate outlives its owner's `close()`.
-    """
+    """The base of every object that holds keys or credentials: pickle, `copy` and `deepcopy` raise `TypeError`
+    (a pickle would put the secret on disk or on the wire; a silent duplicate outlives its owner's `close()`)."""
 
     __slots__ = ()
 

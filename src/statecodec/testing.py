@@ -104,13 +104,9 @@ def check_codec(
     foreign: Codec | None = None,
     deterministic: bool = False,
 ) -> ConformanceReport:
-    """Run every check against `codec` and return the report (never raises for a failure).
-
-    `error_type` is what every rejection must raise: the MCP SDK's `InvalidRequestState` for a codec written for the
-    SDK. `max_mutations` bounds the character, bit-flip and truncation checks (beyond it, positions are sampled
-    evenly): lower it for a codec that calls a remote service per unseal. `deterministic=True` declares a sign-only
-    codec whose token is a function of the payload.
-    """
+    """Run every check against `codec` and return the report (never raises for a failure). `error_type` is what
+    every rejection must raise (the SDK's `InvalidRequestState` for an SDK codec); `max_mutations` bounds the
+    character, bit-flip and truncation checks (beyond it, positions are sampled evenly)."""
     if max_examples < 1 or max_payload < 0 or max_mutations < 1:
         raise ConfigurationError("max_examples and max_mutations must be >= 1, max_payload >= 0")
     kit = _Kit(codec, error_type)

@@ -144,11 +144,8 @@ def _finish(coroutine: Coroutine[Any, Any, Any]) -> Any:
 
 
 def _mcp_round() -> dict[str, Op]:
-    """One retried tools/call by an authenticated client (request identity, unseal, seal), both ways.
-
-    What ``BoundCodec`` and the SDK's `RequestStateBoundary` add is each round minus
-    ``bare`` (the codec's own unseal and seal), and for the SDK minus its ``handler`` too.
-    """
+    """One retried tools/call by an authenticated client, both ways: what ``BoundCodec`` and the SDK's boundary add
+    is each round minus ``bare`` (the codec's own unseal and seal), and for the SDK minus its ``handler`` too."""
     from mcp.server.context import ServerRequestContext
     from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 
