@@ -194,7 +194,6 @@ class BoundCodec:
             payload = None
         if payload is None:  # raised outside the handler: even `from None` keeps the inner error as __context__
             raise InvalidToken(Reason.SEAL)
-        # Accept only if: bytes, long enough for the flagged layout, known version, known flags.
         if not (
             isinstance(payload, bytes)
             and len(payload) >= _BASE_LENGTH

@@ -99,8 +99,7 @@ def codec_from_file(path: str | os.PathLike[str]) -> Codec:
         settings = settings_from_file(Path(path))
         kind = _kind(settings)
         codec = build_codec(kind, settings)
-        unused = settings.unread()
-        if unused:
+        if unused := settings.unread():
             raise ConfigurationError(
                 f"{', '.join(unused)} {'is' if len(unused) == 1 else 'are'} not read by codec kind {kind!r}; "
                 "check the spelling against docs/configuration.md, or remove the member"

@@ -1,10 +1,9 @@
 """Envelope encryption: data keys wrapped by a KMS, unwrapped once, tokens sealed locally.
 
-Threat: a codec that calls a KMS per token stalls the event loop for every request (tens to hundreds of
-milliseconds) and makes the KMS a per-request dependency. `EnvelopeCodec` asks its `KeyWrapper` to unwrap
-each data key exactly once, at construction; then seal and unseal are local AES-256-GCM, and keep working
-if the KMS goes away. The configuration holds only wrapped blobs (unpadded base64url, comma-separated,
-the sealing key first), useless without the KMS key and its context; rotation is that of a key ring.
+Threat: a codec that calls a KMS per token stalls the event loop for every request and makes the KMS a per-request
+dependency. `EnvelopeCodec` unwraps each data key exactly once, at construction; then seal and unseal are local
+AES-256-GCM. The configuration holds only wrapped blobs (unpadded base64url, comma-separated, the sealing key
+first), useless without the KMS key and its context.
 """
 
 from __future__ import annotations
@@ -65,9 +64,7 @@ def _check_context(context: Mapping[str, str] | None) -> Mapping[str, str]:
     if not isinstance(context, Mapping):
         raise ConfigurationError("context must be a mapping of str to str, e.g. {'audience': 'billing'}")
     if not context:
-        raise ConfigurationError(
-            "context must not be empty: it binds each wrapped key to its use; omit it for the default"
-        )
+        raise ConfigurationError("an empty context binds a wrapped key to nothing; omit it for the default")
     if len(context) > _MAX_CONTEXT_PAIRS:
         raise ConfigurationError(f"context has {len(context)} entries; at most {_MAX_CONTEXT_PAIRS}")
     for k, v in context.items():

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec._settings import KEYS_FILE_VAR, KEYS_VAR, load_settings_file, named_errors, text_or_file
+from statecodec._settings import KEYS_FILE_VAR, KEYS_VAR, load_settings_file, named_errors, setting, text_or_file
 from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError, InvalidToken
 
@@ -118,9 +118,8 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
     @classmethod
     def from_env(cls, var: str = KEYS_VAR, environ: Mapping[str, str] | None = None) -> KeyRing:
         """A ring from an environment variable in the text format."""
-        env = os.environ if environ is None else environ
-        text = env.get(var)
-        if text is None or not text.strip():
+        text = setting(os.environ if environ is None else environ, var, required=False)
+        if text is None:
             raise ConfigurationError(
                 f"environment variable {var} is not set; set it to one or more comma-separated base64url keys. "
                 f"{_HOW_TO_GENERATE}"

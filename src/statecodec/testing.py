@@ -112,8 +112,7 @@ def check_codec(
     kit = _Kit(codec, error_type)
     root, probe = logging.getLogger(), logging.handlers.BufferingHandler(capacity=sys.maxsize)
     level, handlers = root.level, root.handlers
-    # The probe alone hears the kit's junk (lone surrogates among it): no other handler, a test runner's log capture
-    # among them, ever sees it.
+    # The probe alone hears the kit's junk (lone surrogates among it): no other handler ever sees it.
     root.handlers = [probe]
     root.setLevel(logging.DEBUG)
     try:

@@ -43,7 +43,6 @@ def _demo(args: argparse.Namespace) -> int:
         from statecodec.cli.demo import run_demo  # the only command that imports the MCP SDK
     except ImportError:
         raise ConfigurationError(f"the demo needs the MCP SDK; {MCP_EXTRA_HINT}") from None
-
     return run_demo(from_env=args.from_env)
 
 
