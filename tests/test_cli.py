@@ -132,7 +132,7 @@ def test_a_refused_token_exits_1_with_its_reason_alone(
         (["unseal", "not a token!"], {}, "no codec configured"),  # the configuration is reported first
         (["inspect", "not a token!", "--codec", "aesgcm"], {}, "no keys configured"),
         (["seal"], {"STATECODEC_KEYS": "secret-cart-not-base64!"}, "base64url"),
-        (["seal", "--keys-file", "/nonexistent/keys"], {}, "cannot read key file"),
+        (["seal", "--keys-file", "/nonexistent/keys"], {}, "cannot read STATECODEC_KEYS_FILE"),
         (["seal", "--config", "/nonexistent/c.json", "--codec", "aesgcm"], {}, "go in the --config file"),
         (["seal", "--codec", "rot13"], {"STATECODEC_KEYS": KEYS}, "valid kinds: aesgcm"),
         (["seal", "--max-token-length", "0"], {"STATECODEC_KEYS": KEYS}, "MAX_TOKEN_LENGTH must be a positive"),

@@ -42,7 +42,7 @@ def test_default_kind_is_aesgcm_and_the_kind_is_case_insensitive() -> None:
         ({"STATECODEC_KEYS": KEYS_TEXT, "STATECODEC_MAX_TOKEN_LENGTH": "0"}, "positive decimal integer"),
         ({"STATECODEC_KEYS": KEYS_TEXT, "STATECODEC_MAX_TOKEN_LENGTH": "10"}, "below the smallest token"),
         ({"STATECODEC_KEYS": "not base64!"}, "STATECODEC_KEYS: key 0 is not unpadded base64url"),
-        ({"STATECODEC_KEYS_FILE": "/nonexistent/statecodec-keys"}, "cannot read key file"),
+        ({"STATECODEC_KEYS_FILE": "/nonexistent/statecodec-keys"}, "cannot read STATECODEC_KEYS_FILE"),
     ],
 )
 def test_configuration_errors_say_what_to_fix(env: Mapping[str, str], fragment: str) -> None:

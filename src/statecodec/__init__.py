@@ -1,11 +1,9 @@
 """statecodec: seal and unseal opaque state tokens that come back from the client.
 
-Every token a client echoes is attacker-controlled input. A statecodec codec seals bytes into a URL-safe token and
-unseals only tokens it minted unmodified; anything else raises `InvalidToken` with a log-only reason code. An MCP
-server hands a codec to the SDK with `statecodec.mcp.security(codec)`.
-
-Importing the package loads cryptography and the AES-GCM family only: JOSE, configuration and the token inspector
-load on first use, and no optional package (the MCP SDK, a KMS or Vault client) is ever imported here.
+A codec seals bytes into a URL-safe token and unseals only tokens it minted unmodified; anything else raises
+`InvalidToken` with a log-only reason code. Importing the package loads cryptography and the AES-GCM family only:
+JOSE, configuration and the token inspector load on first use, and no optional package (the MCP SDK, a KMS or
+Vault client) is ever imported here.
 """
 
 import importlib
@@ -49,7 +47,6 @@ _ON_FIRST_USE: dict[str, str] = {
     "codec_from_file": "statecodec.config",
     "describe_token": "statecodec.tokeninfo",
 }
-"""Exported names whose modules load when first asked for, so `import statecodec` stays lean."""
 
 
 def __getattr__(name: str) -> object:

@@ -84,10 +84,8 @@ def check_token_text(token: object, max_length: int) -> str:
 
 
 def split_segments(text: str, *counts: int) -> list[str]:
-    """The dot-separated segments of `text` when there are one of `counts` of them, else ``malformed``.
-
-    Threat: a cap-length run of dots would make `str.split` build millions of segments; counting allocates nothing.
-    """
+    """The dot-separated segments of `text` when there are one of `counts` of them, else ``malformed``
+    (counted first: a cap-length run of dots would make `str.split` build millions of segments)."""
     if text.count(".") + 1 not in counts:
         raise InvalidToken(Reason.MALFORMED)
     return text.split(".")

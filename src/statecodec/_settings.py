@@ -2,9 +2,9 @@
 
 Threat: a misread setting (a typo, a file that is not there, a cap that is not a number) must not start a
 server that seals under the wrong key or with the wrong cap. Every `from_env`, `codec_from_env` and
-`codec_from_file` reads through these functions, so a setting means one thing everywhere; every problem is
-a `ConfigurationError` naming the setting, never its value. A file a setting names is read up to a cap (a
-device or a runaway file must not make start-up read without bound), its content kept out of any exception.
+`codec_from_file` reads through here, so a setting means one thing everywhere; every problem is a
+`ConfigurationError` naming the setting, never its value. A file is read up to a cap, its content kept out of
+any exception.
 """
 
 from __future__ import annotations

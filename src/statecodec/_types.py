@@ -9,8 +9,7 @@ from typing import Protocol, runtime_checkable
 class Codec(Protocol):
     """Authenticated sealing of opaque state that comes back from an attacker.
 
-    The shape `RequestStateSecurity(codec=...)` of the MCP SDK accepts (its `RequestStateCodec`), and the
-    only thing `BoundCodec`, the conformance kit, `statecodec.config` and the command line rely on. Duties:
+    The shape the MCP SDK's `RequestStateSecurity(codec=...)` accepts, and all the rest of statecodec relies on:
 
     - `unseal(seal(payload)) == payload` for every payload up to the codec's cap; an encrypting codec gives
       two different tokens for the same payload (a signing codec, whose payload the client reads, may not).
@@ -39,10 +38,8 @@ class Codec(Protocol):
 
 
 class HoldsSecrets:
-    """The base of every object that holds keys or credentials: pickle, `copy` and `deepcopy` raise `TypeError`.
-
-    A pickle would put the secret on disk or on the wire; a silent duplicate outlives its owner's `close()`.
-    """
+    """The base of every object that holds keys or credentials: pickle, `copy` and `deepcopy` raise `TypeError`
+    (a pickle would put the secret on disk or on the wire; a silent duplicate outlives its owner's `close()`)."""
 
     __slots__ = ()
 

@@ -1,17 +1,16 @@
 """AES-256-GCM and XAES-256-GCM codecs over a key ring, and the one token layout they share.
 
-Threat: the token is client-held, so the client may read, alter, truncate, extend, re-encode or forge it,
-or present one sealed under another key. These codecs give confidentiality and integrity (AEAD), bind the
-format version and the key id under the tag, find the key by id in O(1), accept only the exact canonical
-encoding `seal` produced, and cap the length before decoding. `AESGCMCodec`, `XAESGCMCodec` and
-`EnvelopeCodec` each hold one `_Ring`; they differ in the version byte, the nonce length and the keys.
+Threat: the client may read, alter, truncate, extend, re-encode or forge the token, or present one sealed under
+another key. These codecs give confidentiality and integrity (AEAD), bind the format version and the key id under
+the tag, find the key by id in O(1), accept only the exact canonical encoding `seal` produced, and cap the length
+before decoding.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import ClassVar, TypeAlias, TypeVar
+from typing import ClassVar, TypeVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -35,9 +34,6 @@ _HEADER_LENGTH = 1 + KEY_ID_LENGTH
 _TAG_LENGTH = 16
 
 
-_AEAD: TypeAlias = "AESGCM | _XAES"
-
-
 def check_ring_cap(max_token_length: object, nonce_length: int) -> int:
     """`check_cap` for the ring layout: at least the token of an empty payload."""
     return check_cap(max_token_length, b64u_len(_HEADER_LENGTH + nonce_length + _TAG_LENGTH))
@@ -52,7 +48,7 @@ class _Ring:
     __slots__ = ("_aeads", "_header", "_max_payload", "_min_raw", "_nonce_length", "_primary", "key_ids", "max_length")
 
     def __init__(
-        self, version: int, nonce_length: int, entries: Iterable[tuple[bytes, _AEAD]], max_token_length: int
+        self, version: int, nonce_length: int, entries: Iterable[tuple[bytes, AESGCM | _XAES]], max_token_length: int
     ) -> None:
         self.max_length = check_ring_cap(max_token_length, nonce_length)
         self._aeads = dict(entries)
@@ -208,10 +204,8 @@ class XAESGCMCodec(_KeyRingCodec):
 
     Per token, the XAES key comes from the ring key and the first 12 nonce bytes (the C2SP CMAC-based KDF);
     AES-256-GCM runs under it with the last 12. Ring keys are HKDF-SHA256(secret, info=``statecodec/v1/xaes-256-gcm``);
-    key ids and associated data are as for `AESGCMCodec`. Overhead: 45 bytes, 60 characters.
-
-    Usage bound: 192-bit random nonces allow about 2^80 tokens per key at a collision probability under 2^-32, which
-    is beyond any fleet's reach.
+    key ids and associated data are as for `AESGCMCodec`. Overhead: 45 bytes, 60 characters. Usage bound: 192-bit
+    random nonces allow about 2^80 tokens per key at a collision probability under 2^-32, beyond any fleet's reach.
     """
 
     VERSION = 0x02

@@ -3,10 +3,8 @@
 Threat: a token that verifies is not yet a token that belongs here. A client can replay genuine state after it should
 have lapsed, present state minted by another service that shares the keys, move state minted for one user into another
 user's session, or carry state from one request (tool, arguments, form, cursor) into another. `BoundCodec` stamps
-claims that stop each of these inside the sealed payload of any codec and checks them after the inner codec has
-verified the token. Principal and context are bound with a keyed MAC, so they stay unrecoverable even when the inner
-codec only signs. Every refusal is `InvalidToken` with its own reason; no principal or context value ever reaches a
-message, a `repr` or a log.
+claims that stop each inside the sealed payload of any codec, binding principal and context with a keyed MAC (so they
+stay unrecoverable under a sign-only codec). No principal or context value ever reaches a message, `repr` or log.
 """
 
 from __future__ import annotations
@@ -196,7 +194,6 @@ class BoundCodec:
             payload = None
         if payload is None:  # raised outside the handler: even `from None` keeps the inner error as __context__
             raise InvalidToken(Reason.SEAL)
-        # Accept only if: bytes, long enough for the flagged layout, known version, known flags.
         if not (
             isinstance(payload, bytes)
             and len(payload) >= _BASE_LENGTH
@@ -222,11 +219,8 @@ class BoundCodec:
     def unseal(
         self, token: str, *, principal: str | None = None, context: Mapping[str, str] | None = None
     ) -> bytes:
-        """The state of a token this codec minted for the same principal and context.
-
-        Refusals are `InvalidToken` (see the class docstring); a principal or context that is not
-        `str` is the caller's bug: `TypeError`, as in `seal`, whatever the token.
-        """
+        """The state of a token this codec minted for the same principal and context (checks: class docstring);
+        a principal or context that is not `str` is the caller's bug: `TypeError`, as in `seal`, whatever the token."""
         bound_input = self._prefix + _bound_input(principal, context)
         payload = self._open(token)
         offset = _BASE_LENGTH if payload[1] == 0 else _BASE_LENGTH + _TAG_LENGTH
@@ -244,11 +238,8 @@ class BoundCodec:
         raise InvalidToken(Reason.BINDING)
 
     def reseal(self, token: str) -> str:
-        """Re-seal a live token of this audience and purpose under the inner codec's primary key.
-
-        The claims move byte for byte: the expiry does not restart; principal and context are checked
-        when the token is finally unsealed.
-        """
+        """Re-seal a live token of this audience and purpose under the inner codec's primary key, its claims byte
+        for byte (the expiry does not restart; principal and context are checked when it is finally unsealed)."""
         return self.codec.seal(self._open(token))
 
     def __repr__(self) -> str:

@@ -1,13 +1,9 @@
 """Codec kinds: build the codec the environment or a JSON file describes, at start-up, never per token.
 
-Threat: a misread configuration (a typo in a name, a key file that is not there, a kind nobody implements)
-must not start a server that seals under the wrong key or silently under none: every problem is a
-`ConfigurationError` before any token is sealed, naming the setting and how to fix it, never a secret.
 ``STATECODEC_CODEC`` picks the kind (default ``aesgcm`` when ``STATECODEC_KEYS(_FILE)`` is set); its builder
-reads the other settings through `statecodec._settings` (docs/configuration.md lists them all); a config
-file holds the same settings as the members of one JSON object. Adding a kind is one entry in `BUILDERS`:
-a builder ``(settings) -> codec``, or its import path ``"package.module:function"``, resolved only when
-that kind is chosen, so an optional dependency is imported only by those who use it.
+reads the other settings through `statecodec._settings` (docs/configuration.md lists them all). A kind is one
+entry in `BUILDERS`: a builder, or its import path, resolved only when that kind is chosen, so an optional
+dependency is imported only by those who use it.
 """
 
 from __future__ import annotations
@@ -31,7 +27,6 @@ CODEC_VAR = "STATECODEC_CODEC"
 DEFAULT_KIND = "aesgcm"
 
 Builder = Callable[[Mapping[str, str]], Codec]
-"""Builds a codec from settings (the environment, or a config file's members)."""
 
 BUILDERS: dict[str, Builder | str] = {
     "aesgcm": AESGCMCodec.from_env,
@@ -43,7 +38,6 @@ BUILDERS: dict[str, Builder | str] = {
     "jwe": "statecodec.jose.jwe:from_settings",
     "jws": "statecodec.jose.jws:from_settings",
 }
-"""Codec kinds (values of ``STATECODEC_CODEC``) and their builders or import paths."""
 
 
 def _kinds() -> str:
@@ -105,8 +99,7 @@ def codec_from_file(path: str | os.PathLike[str]) -> Codec:
         settings = settings_from_file(Path(path))
         kind = _kind(settings)
         codec = build_codec(kind, settings)
-        unused = settings.unread()
-        if unused:
+        if unused := settings.unread():
             raise ConfigurationError(
                 f"{', '.join(unused)} {'is' if len(unused) == 1 else 'are'} not read by codec kind {kind!r}; "
                 "check the spelling against docs/configuration.md, or remove the member"

@@ -1,10 +1,9 @@
 """Envelope encryption: data keys wrapped by a KMS, unwrapped once, tokens sealed locally.
 
-Threat: a codec that calls a KMS per token stalls the event loop for every request (tens to hundreds of
-milliseconds) and makes the KMS a per-request dependency. `EnvelopeCodec` asks its `KeyWrapper` to unwrap
-each data key exactly once, at construction; then seal and unseal are local AES-256-GCM, and keep working
-if the KMS goes away. The configuration holds only wrapped blobs (unpadded base64url, comma-separated,
-the sealing key first), useless without the KMS key and its context; rotation is that of a key ring.
+Threat: a codec that calls a KMS per token stalls the event loop for every request and makes the KMS a per-request
+dependency. `EnvelopeCodec` unwraps each data key exactly once, at construction; then seal and unseal are local
+AES-256-GCM. The configuration holds only wrapped blobs (unpadded base64url, comma-separated, the sealing key
+first), useless without the KMS key and its context.
 """
 
 from __future__ import annotations
@@ -36,18 +35,14 @@ _HOW_TO_PROVISION = "print one with `statecodec kms new-data-key`"
 
 @runtime_checkable
 class KeyWrapper(Protocol):
-    """A KMS key that unwraps data keys under a bound context, and provisions new ones.
-
-    Duties of an implementation:
+    """A KMS key that unwraps data keys under a bound context, and provisions new ones. Duties:
 
     - `unwrap(blob, context)` returns the data key only if `blob` was produced by this key under exactly
-      `context` (the provider authenticates it: AWS encryption context, Cloud KMS additional authenticated
-      data, Vault associated data); anything else raises `ProviderError`.
-    - Every failure is a `ProviderError` whose message names the key and the cause (unreachable, throttled,
-      access denied, wrong key, wrong context, corrupted wrapped key), with bounded retries where retrying
-      can help, and never contains key material.
-    - `describe()` names the key (ARN, resource name, mount and key) and nothing secret;
-      `new_wrapped_key(context)` returns a fresh random 32-byte data key in wrapped form only.
+      `context` (the provider authenticates it); anything else raises `ProviderError`.
+    - Every failure is a `ProviderError` naming the key and the cause (unreachable, throttled, access denied,
+      wrong key or context, corrupted), after bounded retries where retrying can help, never key material.
+    - `describe()` names the key and nothing secret; `new_wrapped_key(context)` returns a fresh random
+      32-byte data key in wrapped form only.
     """
 
     def describe(self) -> str: ...
@@ -69,9 +64,7 @@ def _check_context(context: Mapping[str, str] | None) -> Mapping[str, str]:
     if not isinstance(context, Mapping):
         raise ConfigurationError("context must be a mapping of str to str, e.g. {'audience': 'billing'}")
     if not context:
-        raise ConfigurationError(
-            "context must not be empty: it binds each wrapped key to its use; omit it for the default"
-        )
+        raise ConfigurationError("an empty context binds a wrapped key to nothing; omit it for the default")
     if len(context) > _MAX_CONTEXT_PAIRS:
         raise ConfigurationError(f"context has {len(context)} entries; at most {_MAX_CONTEXT_PAIRS}")
     for k, v in context.items():
@@ -136,15 +129,13 @@ class EnvelopeCodec(_RingCodec):
 
         0x03 | key_id (4) | nonce (12, random) | ciphertext (len(payload)) | tag (16)
 
-    ``key_id = SHA-256("statecodec/v1/envelope/key-id" || wrapped_blob)[:4]`` (derived from the wrapped blob, so an
-    instance can report it without unwrapping); the AES key is
-    HKDF-SHA256(data_key, info=``statecodec/v1/envelope/aes-256-gcm``); the associated data is ``0x03 | key_id``.
-    The layout and its checks are `AESGCMCodec`'s (one `_Ring`); only the version byte differs, so a token never
-    crosses between a local ring and an envelope ring. Overhead: 33 bytes, 44 characters.
+    ``key_id = SHA-256("statecodec/v1/envelope/key-id" || wrapped_blob)[:4]`` (reported without unwrapping); the AES
+    key is HKDF-SHA256(data_key, info=``statecodec/v1/envelope/aes-256-gcm``); the associated data is
+    ``0x03 | key_id``. The layout and checks are `AESGCMCodec`'s; only the version byte differs, so a token never
+    crosses between a local ring and an envelope ring. Overhead: 33 bytes, 44 characters; 2^32 tokens per data key.
 
-    Construction unwraps each blob exactly once through `wrapper` under `context`; a failure raises `ProviderError`
-    naming the ring position, key id, provider key and cause. Seal and unseal never call the provider. Usage bound
-    per data key: as `AESGCMCodec`, 2^32 tokens.
+    Construction unwraps each blob once through `wrapper` under `context`; a failure raises `ProviderError` naming
+    the ring position, key id, provider key and cause.
     """
 
     VERSION = 0x03

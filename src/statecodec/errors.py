@@ -1,21 +1,8 @@
 """One exception family; a rejected token never says more than a reason code.
 
-Tokens arrive from the client, so every way a token can be wrong is an attacker's probe. `InvalidToken` is the
-only exception `unseal` raises: its message is a short, log-only reason code from the closed set `Reason`, and
-neither the message nor the `repr` ever holds key material, payload or token text. The wire should carry one
-fixed message for every cause (the MCP SDK answers -32602 "Invalid or expired requestState"); the reason is for
-the log.
-
-Hierarchy::
-
-    StatecodecError
-    ├── InvalidToken          unseal refused a token
-    ├── ConfigurationError    bad construction arguments; also a ValueError
-    ├── ProviderError         a KMS or Vault call failed (start-up, or per-token transit seal)
-    └── SealError             seal could not produce a token (payload over the cap)
-
-Nothing here depends on the MCP SDK: `statecodec.mcp.SDKCodec` turns each `InvalidToken` into the SDK's
-`InvalidRequestState` with the same reason code.
+Every way a token can be wrong is an attacker's probe. `InvalidToken` is the only exception `unseal` raises: its
+message is a log-only reason code from the closed set `Reason`, and neither the message nor the `repr` ever holds
+key material, payload or token text. The wire carries one fixed message for every cause; the reason is for the log.
 """
 
 from __future__ import annotations
@@ -70,7 +57,7 @@ class ConfigurationError(StatecodecError, ValueError):
 
 
 class ProviderError(StatecodecError):
-    """A key provider (KMS, Vault) failed. Names the key and the cause, never secrets."""
+    """A key provider (KMS, Vault) call failed, at start-up or per transit token; names the key and the cause."""
 
 
 class SealError(StatecodecError):

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec._settings import KEYS_FILE_VAR, KEYS_VAR, load_settings_file, named_errors, setting
+from statecodec._settings import KEYS_FILE_VAR, KEYS_VAR, load_settings_file, named_errors, setting, text_or_file
 from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError, InvalidToken
 
@@ -42,11 +42,6 @@ def generate_key() -> bytes:
 def derive_key(secret: bytes, info: bytes, length: int = 32) -> bytes:
     """HKDF-SHA256 of `secret` under a statecodec label: one key per use of a secret."""
     return HKDF(algorithm=SHA256(), length=length, salt=None, info=info).derive(secret)
-
-
-def _key_id(secret: bytes) -> bytes:
-    # A non-secret fingerprint: HKDF output under its own label reveals nothing of the subkeys (other labels).
-    return derive_key(secret, _KEY_ID_INFO, KEY_ID_LENGTH)
 
 
 def check_unique_ids(name: str, items: Sequence[bytes], ids: Sequence[bytes], how_to: str) -> None:
@@ -88,10 +83,8 @@ def _check_secret(index: int, secret: object) -> bytes:
 
 
 class KeyRing(HoldsSecrets, Sequence[bytes]):
-    """An ordered, validated list of secrets: `ring[0]` seals, every key unseals.
-
-    The ring holds copies of the secrets and shows only key ids (4-byte, non-secret HKDF fingerprints, hex) in its
-    `repr` and in `key_ids`, which is what an instance may report to a fleet check.
+    """An ordered, validated list of secrets: `ring[0]` seals, every key unseals. It holds copies of the secrets
+    and shows only key ids (4-byte, non-secret HKDF fingerprints, hex), which an instance may report to a fleet check.
     """
 
     __slots__ = ("_ids", "_secrets")
@@ -106,7 +99,8 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
         material = [_check_secret(i, k) for i, k in enumerate(keys)]
         if not material:
             raise ConfigurationError(f"a key ring needs at least one key. {_HOW_TO_GENERATE}")
-        ids = [_key_id(secret) for secret in material]
+        # Key ids are non-secret fingerprints: HKDF output under its own label reveals nothing of the subkeys.
+        ids = [derive_key(secret, _KEY_ID_INFO, KEY_ID_LENGTH) for secret in material]
         check_unique_ids("keys", material, ids, _HOW_TO_GENERATE)
         self._secrets = tuple(material)
         self._ids = tuple(ids)
@@ -124,9 +118,8 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
     @classmethod
     def from_env(cls, var: str = KEYS_VAR, environ: Mapping[str, str] | None = None) -> KeyRing:
         """A ring from an environment variable in the text format."""
-        env = os.environ if environ is None else environ
-        text = env.get(var)
-        if text is None or not text.strip():
+        text = setting(os.environ if environ is None else environ, var, required=False)
+        if text is None:
             raise ConfigurationError(
                 f"environment variable {var} is not set; set it to one or more comma-separated base64url keys. "
                 f"{_HOW_TO_GENERATE}"
@@ -175,20 +168,14 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
 
 def ring_from_settings(settings: Mapping[str, str]) -> KeyRing:
     """The key ring from exactly one of ``STATECODEC_KEYS`` or ``STATECODEC_KEYS_FILE``."""
-    text = setting(settings, KEYS_VAR, required=False)
-    path = setting(settings, KEYS_FILE_VAR, required=False)
-    if text is not None and path is not None:
+    text, source = text_or_file(settings, KEYS_VAR, _MAX_KEY_FILE_BYTES, "it should hold a few lines of keys")
+    if text is None:
         raise ConfigurationError(
-            f"both {KEYS_VAR} and {KEYS_FILE_VAR} are set; set exactly one so there is one source of keys"
+            f"no keys configured: set {KEYS_VAR} to comma-separated base64url keys (generate one with "
+            f"`statecodec keygen`) or {KEYS_FILE_VAR} to the path of a key file"
         )
-    if path is not None:
-        return KeyRing.from_file(path)
-    if text is not None:
-        return KeyRing.from_env(KEYS_VAR, settings)
-    raise ConfigurationError(
-        f"no keys configured: set {KEYS_VAR} to comma-separated base64url keys (generate one with "
-        f"`statecodec keygen`) or {KEYS_FILE_VAR} to the path of a key file"
-    )
+    with named_errors(source):
+        return KeyRing.parse(text)
 
 
 def parse_keys(text: str) -> list[bytes]:

@@ -6,11 +6,9 @@ builds the SDK's `RequestStateSecurity` around the codec the environment describ
 
     server = MCPServer("billing", request_state_security=security_from_env())
 
-`security(codec)` does the same for a codec built in code; a lowlevel `Server` appends the SDK's own
-``RequestStateBoundary(security(codec), ...)``. The SDK stamps and checks expiry, request binding, audience
-and principal around the codec and answers every refusal with its fixed -32602 error, but logs a reason only
-for its own `InvalidRequestState`: both functions hand it an `SDKCodec`, so the log names our reason code.
-The SDK (``pip install 'statecodec[mcp]'``) is imported when they are called, never by `import statecodec`.
+`security(codec)` does the same for a codec built in code. The SDK stamps and checks expiry, request binding,
+audience and principal around the codec, answers every refusal with its fixed -32602 error, and logs a reason
+only for its own `InvalidRequestState`: hence `SDKCodec`. The SDK is imported when called, never on import.
 """
 
 from __future__ import annotations
@@ -40,12 +38,8 @@ def _sdk() -> tuple[type[RequestStateSecurity], type[InvalidRequestState]]:
 
 
 class SDKCodec:
-    """`codec` as the SDK's `RequestStateCodec`: each `InvalidToken` becomes `InvalidRequestState(reason)`.
-
-    Threat: the SDK logs the reason of its own `InvalidRequestState` only; any
-    other exception becomes "codec error" with a traceback, hiding which probe
-    was refused. The refusal carries the same reason code and no exception chain.
-    """
+    """`codec` as the SDK's `RequestStateCodec`: each `InvalidToken` becomes `InvalidRequestState(reason)`, with
+    no exception chain (any other exception the SDK would log as "codec error" with a traceback)."""
 
     __slots__ = ("_refusal", "codec")
 
@@ -69,11 +63,8 @@ class SDKCodec:
 
 
 def security(codec: Codec, *, ttl: float = 600.0, audience: str | None = None, **options: Any) -> RequestStateSecurity:
-    """`RequestStateSecurity(codec=SDKCodec(codec), ttl=ttl, audience=audience, **options)`.
-
-    `audience=None` lets `MCPServer` stamp its server name; set it when several services deliberately accept
-    each other's state. Unset `options` keep the SDK's defaults (`bind_principal`: the authenticated principal).
-    """
+    """`RequestStateSecurity(codec=SDKCodec(codec), ...)`; `audience=None` lets `MCPServer` stamp its server name,
+    unset `options` keep the SDK's defaults (`bind_principal`: the authenticated principal)."""
     return _sdk()[0](codec=SDKCodec(codec), ttl=ttl, audience=audience, **options)
 
 

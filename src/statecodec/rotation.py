@@ -25,12 +25,9 @@ _MAX_INSTANCES = 100_000
 
 @dataclass(frozen=True)
 class Phase:
-    """One configuration to roll out to every instance before the next phase starts.
-
-    `wait_after_previous`: the least seconds from the previous phase's full roll-out to this one's start. `keys` (None
-    for a plan of key ids) is a `KeyRing`, which refuses `pickle` and `copy` and so `dataclasses.asdict` of a phase
-    that holds one: the secrets stay out of dumps.
-    """
+    """One configuration to roll out to every instance before the next phase starts; `wait_after_previous`: the least
+    seconds since the previous phase's full roll-out. `keys` (None for a plan of key ids) refuses pickling and
+    copying, so `dataclasses.asdict` too."""
 
     number: int
     key_ids: tuple[str, ...]
@@ -134,11 +131,8 @@ def _check_key_id(where: str, value: object) -> str:
 
 
 def check_fleet(reports: Mapping[str, Sequence[str]], *, in_flight: Iterable[str] = ()) -> FleetReport:
-    """Find every token the fleet could drop, from each instance's ``codec.key_ids`` (never keys).
-
-    Safe when every instance verifies every instance's primary (its first key id) and every `in_flight` key id (keys
-    whose tokens are still within TTL).
-    """
+    """Find every token the fleet could drop, from each instance's ``codec.key_ids`` (never keys): safe when every
+    instance verifies every instance's primary and every `in_flight` key id (keys whose tokens are within TTL)."""
     if not isinstance(reports, Mapping) or not 0 < len(reports) <= _MAX_INSTANCES:
         raise ConfigurationError(f"reports must map 1..{_MAX_INSTANCES} instance names to their key ids, primary first")
     rings: dict[str, tuple[str, ...]] = {}
@@ -174,9 +168,7 @@ def parse_fleet(document: object) -> tuple[dict[str, list[str]], list[str]]:
 
 
 def reseal(codec: Codec, token: str) -> str:
-    """Re-seal `token` under `codec`'s current primary key; `InvalidToken` if it does not verify.
-
-    A codec's own `reseal` is used (`BoundCodec` keeps its claims: the expiry does not restart).
-    """
+    """Re-seal `token` under `codec`'s current primary key (through the codec's own `reseal` when it has one, so
+    `BoundCodec` keeps its claims); `InvalidToken` if it does not verify."""
     own = getattr(codec, "reseal", None)
     return str(own(token) if callable(own) else codec.seal(codec.unseal(token)))

@@ -104,20 +104,15 @@ def check_codec(
     foreign: Codec | None = None,
     deterministic: bool = False,
 ) -> ConformanceReport:
-    """Run every check against `codec` and return the report (never raises for a failure).
-
-    `error_type` is what every rejection must raise: the MCP SDK's `InvalidRequestState` for a codec written for the
-    SDK. `max_mutations` bounds the character, bit-flip and truncation checks (beyond it, positions are sampled
-    evenly): lower it for a codec that calls a remote service per unseal. `deterministic=True` declares a sign-only
-    codec whose token is a function of the payload.
-    """
+    """Run every check against `codec` and return the report (never raises for a failure). `error_type` is what
+    every rejection must raise (the SDK's `InvalidRequestState` for an SDK codec); `max_mutations` bounds the
+    character, bit-flip and truncation checks (beyond it, positions are sampled evenly)."""
     if max_examples < 1 or max_payload < 0 or max_mutations < 1:
         raise ConfigurationError("max_examples and max_mutations must be >= 1, max_payload >= 0")
     kit = _Kit(codec, error_type)
     root, probe = logging.getLogger(), logging.handlers.BufferingHandler(capacity=sys.maxsize)
     level, handlers = root.level, root.handlers
-    # The probe alone hears the kit's junk (lone surrogates among it): no other handler, a test runner's log capture
-    # among them, ever sees it.
+    # The probe alone hears the kit's junk (lone surrogates among it): no other handler ever sees it.
     root.handlers = [probe]
     root.setLevel(logging.DEBUG)
     try:

@@ -1,11 +1,8 @@
 """Describe a token's visible structure without verifying it, for debugging and support.
 
-Threat: an inspection tool is pointed at whatever someone pasted, so it is a
-parser of hostile input like `unseal`: it caps the length before decoding and
-raises nothing but `InvalidToken`. It reads only what the format leaves in the
-clear (version byte, key id, lengths; a JOSE header's ``alg``, ``enc`` and
-``kid``), never decrypts or verifies, and never returns payload bytes: a
-description says what a token claims to be, not that it is genuine.
+Threat: an inspection tool parses whatever someone pasted, so like `unseal` it caps the length before decoding
+and raises nothing but `InvalidToken`. It reads only what the format leaves in the clear (version byte, key id,
+lengths; a JOSE header's ``alg``, ``enc`` and ``kid``), never verifies, and never returns payload bytes.
 """
 
 from __future__ import annotations
@@ -13,13 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, check_token_text, split_segments
-from statecodec.aead import AESGCMCodec, XAESGCMCodec
+from statecodec.aead import _TAG_LENGTH, AESGCMCodec, XAESGCMCodec
 from statecodec.envelope import EnvelopeCodec
 from statecodec.errors import InvalidToken, Reason
 from statecodec.jose._header import parse_header
 from statecodec.keys import KEY_ID_LENGTH
 
-_TAG_LENGTH = 16
 _VAULT_TRANSIT_VERSION = 0x05  # VaultTransitCodec.VERSION, held equal by a test (importing it needs hvac)
 _MAX_MEMBER_TEXT = 128  # alg, enc and kid are printed: short, printable text only
 # Every binary layout, version (1) | key id (4) | nonce | ciphertext | tag (16): version -> (format, nonce, text)
@@ -33,11 +29,8 @@ _BINARY = {
 
 @dataclass(frozen=True)
 class TokenInfo:
-    """What a token shows without keys. Holds no payload bytes and no key material.
-
-    `payload_length` is the plaintext length for the AEAD formats (GCM adds
-    no padding) and the length of the encrypted or signed content otherwise.
-    """
+    """What a token claims to be, not that it is genuine; `payload_length` is the plaintext length for the AEAD
+    formats (GCM adds no padding) and the length of the encrypted or signed content otherwise."""
 
     format: str
     token_length: int

@@ -1,11 +1,9 @@
 """`statecodec bench`: what each codec costs, as ratios to the floor and to its peers, from one interleaved run.
 
-The floor is what every AES-GCM token codec must do (a random 96-bit nonce,
-cryptography's AESGCM, base64url) and nothing more. Each round times one batch
-of every operation in a fresh random order (`timeit`, the collector off); a
-ratio is the median over rounds of this round's case over this round's floor,
-so a slow round slows both sides and cancels. Peers, the SDK and the plot need
-``pip install 'statecodec[bench]'``; a case whose package is missing is skipped.
+The floor is what every AES-GCM token codec must do (a random 96-bit nonce, cryptography's AESGCM, base64url)
+and nothing more. Each round times one batch of every operation in a fresh random order (`timeit`, the collector
+off); a ratio is the median over rounds of this round's case over this round's floor, so a slow round slows both
+sides and cancels. Peers, the SDK and the plot need ``pip install 'statecodec[bench]'`` (else skipped).
 """
 
 from __future__ import annotations
@@ -144,11 +142,8 @@ def _finish(coroutine: Coroutine[Any, Any, Any]) -> Any:
 
 
 def _mcp_round() -> dict[str, Op]:
-    """One retried tools/call by an authenticated client (request identity, unseal, seal), both ways.
-
-    What ``BoundCodec`` and the SDK's `RequestStateBoundary` add is each round minus
-    ``bare`` (the codec's own unseal and seal), and for the SDK minus its ``handler`` too.
-    """
+    """One retried tools/call by an authenticated client, both ways: what ``BoundCodec`` and the SDK's boundary add
+    is each round minus ``bare`` (the codec's own unseal and seal), and for the SDK minus its ``handler`` too."""
     from mcp.server.context import ServerRequestContext
     from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 

@@ -1,7 +1,7 @@
 """`statecodec demo`: a real MCP server and client in one process, with sealed requestState.
 
-A token with one character changed is refused with the SDK's fixed error, and the
-server's log names only the reason code. Imports the MCP SDK: only `demo` loads it.
+A token with one character changed is refused with the SDK's fixed error, and the server's log names only the
+reason code. Imports the MCP SDK: only `demo` loads it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """`statecodec kms`: provision wrapped data keys and check a configured envelope ring.
 
-``new-data-key`` prints a new data key wrapped by the KMS (its plaintext never reaches this process
-for AWS and Vault; Cloud KMS drops it right after wrapping). ``check`` builds the codec a server would
-and prints its key ids, never a key. Each flag stands for one ``STATECODEC_*`` setting; credentials
-come from the environment only (a Vault token on the command line shows in `ps`).
+``check`` builds the codec a server would and prints its key ids, never a key. Each flag stands for one
+``STATECODEC_*`` setting; credentials come from the environment only (a token on the command line shows in `ps`).
 """
 
 from __future__ import annotations

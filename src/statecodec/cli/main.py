@@ -1,7 +1,7 @@
 """The `statecodec` command: exit 0 on success, 1 when a token is refused or a check fails, 2 on bad usage.
 
-Errors are one line on stderr: a refused token shows only its reason code, any other
-`StatecodecError` its message; neither ever holds a key, a payload or token text.
+Errors are one line on stderr: a refused token shows only its reason code, any other `StatecodecError` its message;
+neither ever holds a key, a payload or token text.
 """
 
 from __future__ import annotations
@@ -21,10 +21,8 @@ _COMMANDS = ("tokens", "rotate", "kms", "vectors", "bench")  # each module's reg
 
 
 def settings_from_flags(flags: Mapping[str, str | None]) -> dict[str, str]:
-    """The environment with the ``STATECODEC_*`` setting of each flag given over it, for `statecodec.config`.
-
-    A flag is the one source of its setting: it clears the setting's other form (``X`` or ``X_FILE``).
-    """
+    """The environment with the ``STATECODEC_*`` setting of each flag given over it, for `statecodec.config`; a flag
+    is the one source of its setting: it clears the setting's other form (``X`` or ``X_FILE``)."""
     settings = dict(os.environ)
     for name, value in flags.items():
         if value is not None:
@@ -45,7 +43,6 @@ def _demo(args: argparse.Namespace) -> int:
         from statecodec.cli.demo import run_demo  # the only command that imports the MCP SDK
     except ImportError:
         raise ConfigurationError(f"the demo needs the MCP SDK; {MCP_EXTRA_HINT}") from None
-
     return run_demo(from_env=args.from_env)
 
 

@@ -1,9 +1,8 @@
 """`statecodec rotate plan` and `statecodec rotate check`: rotate keys without dropping a round.
 
-`plan` prints the three phases, each rolled out to every instance before the next, with the
-earliest safe start of each (its STATECODEC_KEYS values are secret; --ids-only and --old-id/--new-id
-print none). `check` reads the key ids each instance reports and exits 0 only when no instance can
-mint a token another would refuse.
+`plan` prints the three phases with the earliest safe start of each (its STATECODEC_KEYS values are secret;
+--ids-only and --old-id/--new-id print none). `check` exits 0 only when no instance can mint a token another
+would refuse.
 """
 
 from __future__ import annotations
@@ -44,9 +43,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan.add_argument("--ids-only", action="store_true", help="print key ids only, no secrets")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(func=_plan)
-    check = actions.add_parser(
-        "check", help="exit 0 if no instance mints a token another refuses", epilog=_CHECK_EPILOG
-    )
+    check = actions.add_parser("check", help="exit 0 if no instance mints a token others refuse", epilog=_CHECK_EPILOG)
     check.add_argument("file", metavar="FILE.json", help="the fleet's key ids as JSON, or - for stdin")
     check.add_argument("--in-flight", action="append", default=[], metavar="KEY_ID", help="an in-flight key id")
     check.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -1,10 +1,8 @@
 """`statecodec vectors verify`: every token of a vectors file opens or is refused as pinned.
 
-Threat: a port of a token format that drifts (a label, a field order, a reason code) strands
-tokens and fails open where it should fail closed. Each entry's codec is built by the public
-constructors from the keys the entry holds; a token that opens proves its layout (its tag
-verifies only under the key derived as documented, over the header as documented). A failure
-names the entry and what differs, never a key or a token.
+Threat: a port of a token format that drifts (a label, a field order, a reason code) strands tokens and fails
+open where it should fail closed. Each entry's codec is built by the public constructors from the keys the entry
+holds; a token that opens proves its layout. A failure names the entry and what differs, never a key or a token.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Key providers for `EnvelopeCodec` (`aws_kms`, `gcp_kms`, `vault`), each behind its own extra.
 
-A provider module imports its SDK when imported, raising `ImportError` naming
-the extra when it is missing; `import statecodec` imports none of them. Here:
-the settings every envelope codec reads (``STATECODEC_WRAPPED_KEYS`` or
-``..._FILE``; ``STATECODEC_KMS_CONTEXT`` or ``STATECODEC_KMS_AUDIENCE``).
+A provider module imports its SDK, or raises `ImportError` naming the extra; `import statecodec` imports none
+of them. Here: the settings every envelope codec reads (``STATECODEC_WRAPPED_KEYS(_FILE)``, ``..._KMS_CONTEXT``
+or ``..._KMS_AUDIENCE``).
 """
 
 from __future__ import annotations
@@ -27,9 +26,8 @@ _H = TypeVar("_H", bound="_ClientHolder")
 
 
 class _ClientHolder(HoldsSecrets):
-    """The base of every provider object: messages and repr name the key only; `close()` closes a client
-    the object built (an injected one belongs to the caller); no pickle or copy, since the client holds
-    credentials (a Vault client, its token)."""
+    """The base of every provider object: repr names the key only; `close()` closes a client the object built (an
+    injected one belongs to the caller); no pickle or copy, since the client holds credentials."""
 
     __slots__ = ("_close_owned",)
     _close_owned: Callable[[], None] | None  # how to close the client, when this object built it

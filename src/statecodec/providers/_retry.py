@@ -1,7 +1,7 @@
 """Bounded retries with capped, jittered exponential backoff for provider calls.
 
-Threat: unbounded retries turn a KMS outage into a server that never starts
-and never says why; no retries turn one throttled call into a failed deploy.
+Threat: unbounded retries turn a KMS outage into a server that never starts and never says why; no retries turn
+one throttled call into a failed deploy.
 """
 
 from __future__ import annotations

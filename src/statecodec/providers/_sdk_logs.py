@@ -4,13 +4,9 @@ Threat: botocore logs request and response bodies at DEBUG, the Cloud KMS client
 ``google``, or ``GOOGLE_SDK_PYTHON_LOGGING_SCOPE``); ``Decrypt`` responses and ``Encrypt`` requests carry the
 data key. Inside `sdk_logs_withheld(tops)`, every record created in this context on a logger in `tops` or
 below is dropped before any handler sees it, whatever the handlers and levels; other loggers, threads and
-contexts are untouched.
-
-Not a filter on ``botocore`` for the call's duration: a logger's filters see only records created on that
-very logger (not ``botocore.parsers``), loggers appear during calls, and adding and removing filters cuts
-other threads' records or re-opens the log inside an overlapping call. So the record factory, which every
-record passes through, puts one filter on each SDK logger it sees emitting in a call (a factory cannot drop
-a record); the filter stays and decides from a context variable.
+contexts are untouched. A logger's filters see only records created on that very logger, and adding and
+removing them races other threads; so the record factory puts one lasting filter on each SDK logger it sees
+emitting in a call, and the filter decides from a context variable.
 """
 
 from __future__ import annotations

@@ -2,10 +2,7 @@
 
 Threat: a wrapped data key copied to another deployment, or replayed under another key, must not unwrap.
 Every call sends the encryption context (KMS authenticates it), and `Decrypt` pins ``KeyId``, so KMS refuses
-a blob made under any other key, even one the caller may use. Failures are `ProviderError` naming the key
-and the cause, after bounded retries where waiting can help. Permissions: ``kms:Decrypt`` at start-up,
-``kms:GenerateDataKeyWithoutPlaintext`` to provision (``docs/aws-kms.md``). Settings:
-``STATECODEC_AWS_KMS_KEY_ID``, optional ``STATECODEC_AWS_REGION``, ``STATECODEC_AWS_KMS_ENDPOINT``.
+a blob made under any other key, even one the caller may use. Permissions and settings: ``docs/aws-kms.md``.
 """
 
 from __future__ import annotations
@@ -63,9 +60,8 @@ def _transient(exc: BaseException) -> bool:
 class AwsKmsWrapper(_ClientHolder):
     """Wraps data keys under one AWS KMS symmetric key, with an encryption context.
 
-    `key_id` is a key id, key ARN, alias name or alias ARN; prefer the key ARN, which pins the key even if an alias
-    is repointed. Pass a boto3 KMS `client`, or `region` / `endpoint_url` / `profile` to build one (botocore's
-    retries off, so the bounded `retry` policy is the only one; with timeouts).
+    `key_id` is a key id, key ARN (it pins the key even if an alias is repointed), alias name or alias ARN. Pass a
+    boto3 KMS `client`, or `region` / `endpoint_url` / `profile` to build one (timeouts; botocore's retries off).
     """
 
     def __init__(

@@ -2,11 +2,8 @@
 
 Threat: a wrapped data key replayed under another use, or bytes altered on the way to or from KMS, must
 never yield a data key. Every call binds the context as additional authenticated data (`canonical_context`).
-Requests carry CRC32C checksums of their inputs and responses are checked as Google documents (the
-``verified_*_crc32c`` fields true, the bytes matching ``ciphertext_crc32c`` / ``plaintext_crc32c``, ``name``
-a version of this key); a mismatch is retried a bounded number of times, then is a `ProviderError`.
-Cloud KMS has no data-key API: `new_wrapped_key` encrypts 32 bytes from the OS CSPRNG. Roles:
-``cryptoKeyDecrypter`` at start-up, ``cryptoKeyEncrypter`` to provision (``docs/gcp-kms.md``).
+Requests carry CRC32C checksums of their inputs and responses are checked as Google documents; a mismatch is
+retried a bounded number of times, then is a `ProviderError`. Roles and settings: ``docs/gcp-kms.md``.
 """
 
 from __future__ import annotations
@@ -73,10 +70,9 @@ def _transient(exc: BaseException) -> bool:
 class GcpKmsWrapper(_ClientHolder):
     """Wraps data keys under one Cloud KMS symmetric crypto key, with the context bound as AAD.
 
-    `key_name` is ``projects/P/locations/L/keyRings/R/cryptoKeys/K`` (not a version: new data keys use the primary,
-    old blobs keep decrypting after a rotation). Pass a `client` (``kms_v1.KeyManagementServiceClient``) or let one
-    be built with Application Default Credentials; `emulator_host` (loopback ``HOST:PORT``) talks plaintext gRPC to
-    a local test server.
+    `key_name` is ``projects/P/locations/L/keyRings/R/cryptoKeys/K`` (not a version, so old blobs keep decrypting
+    after a rotation). Pass a `client`, or let one be built with Application Default Credentials (`emulator_host`:
+    plaintext gRPC to a loopback test server).
     """
 
     def __init__(
