@@ -116,13 +116,13 @@ def _member(jwk: Mapping[str, Any], name: str, index: int, size: int | None = No
     return raw
 
 
-def key_halves(key: object, index: int, curves: tuple[str, ...]) -> tuple[str, PrivateKey | None, PublicKey]:
-    """(crv, private key or None, public key) of a configured key object on one of `curves`."""
+def key_halves(kid: str, key: object, index: int, curves: tuple[str, ...]) -> tuple[str, PrivateKey | None, PublicKey]:
+    """(kid, by default the RFC 7638 thumbprint; private key or None; public key) of a key on one of `curves`."""
     private = key if isinstance(key, PrivateKey) else None
     public = key if private is None else private.public_key()
     if not isinstance(public, PublicKey) or _crv(public) not in curves:
         raise ConfigurationError(f"keys[{index}] must be a {' or '.join(curves)} private or public key")
-    return _crv(public), private, public
+    return kid or _thumbprint(public), private, public
 
 
 def _crv(public: PublicKey) -> str:
@@ -140,8 +140,8 @@ def public_jwk(key: PublicKey) -> dict[str, str]:
     return {"kty": "OKP", "crv": _crv(key), "x": b64u_encode(raw)}
 
 
-def thumbprint(key: PublicKey) -> str:
-    """The RFC 7638 SHA-256 thumbprint of a public key (members sorted), base64url: the default ``kid``."""
+def _thumbprint(key: PublicKey) -> str:
+    """The RFC 7638 SHA-256 thumbprint of a public key (members sorted), base64url."""
     return b64u_encode(hashlib.sha256(compact_json(dict(sorted(public_jwk(key).items())))).digest())
 
 
