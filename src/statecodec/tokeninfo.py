@@ -16,7 +16,7 @@ from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, check_to
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
 from statecodec.envelope import EnvelopeCodec
 from statecodec.errors import InvalidToken, Reason
-from statecodec.jose._header import parse_header
+from statecodec.jose._jwk import parse_header
 from statecodec.keys import KEY_ID_LENGTH
 
 _TAG_LENGTH = 16

@@ -1,16 +1,18 @@
-"""Keys for the JOSE codecs: configured JWKs, keys derived from a ring, thumbprints, the received ``epk``.
+"""The JOSE header and keys: strict header parsing, configured JWKs, ring-derived keys, the received ``epk``.
 
-Threat: a configured key of the wrong type, size or curve, and a received ``epk``, an attacker's point
-(invalid-curve and small-subgroup attacks). Configured keys are checked at construction, echoing no value; an
-``epk`` must have exactly its type's members and canonical coordinates of a point on the recipient's curve, or
-it is ``header``. A ring secret S gives ``kid`` = hex(HKDF-SHA256(S, info="statecodec/v1/key-id", L=4)) and
-``k`` = HKDF-SHA256(S, info=LABELS[alg], L=32): one label per algorithm keeps the keys of one secret unrelated
-to each other and to `AESGCMCodec`'s.
+Threat: the header is attacker-chosen JSON, and general JOSE libraries let it steer verification (``alg``,
+``p2c``, ``zip``, ``jwk``, ``jku``). Here it is read with a cap before decoding, as canonical base64url of
+strict UTF-8 JSON (one object, no duplicate member, no ``NaN``), and only compared with the configuration.
+A received ``epk`` is an attacker's point (invalid-curve and small-subgroup attacks): it must have exactly its
+type's members and canonical coordinates of a point on the recipient's curve, or it is ``header``. Configured
+keys are checked at construction, echoing no value. A ring secret S gives ``kid`` =
+hex(HKDF-SHA256(S, info="statecodec/v1/key-id", L=4)) and ``k`` = HKDF-SHA256(S, info=LABELS[alg], L=32):
+one label per algorithm keeps the keys of one secret unrelated to each other and to `AESGCMCodec`'s.
 """
-
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,12 +21,69 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
-from statecodec.jose._header import MAX_KID_LENGTH, compact_json
 from statecodec.keys import KeyRing
 
 PrivateKey = ec.EllipticCurvePrivateKey | x25519.X25519PrivateKey | ed25519.Ed25519PrivateKey
 PublicKey = ec.EllipticCurvePublicKey | x25519.X25519PublicKey | ed25519.Ed25519PublicKey
 Key = bytes | PrivateKey | PublicKey  # a symmetric secret, a private key, or a public key (one way only)
+
+MAX_HEADER_LENGTH = 1024  # base64url characters; our largest header (with a P-256 epk) is about 300
+MAX_KID_LENGTH = 128  # configured keys are held to it too, so every token they seal opens
+
+
+class _DuplicateMember(ValueError):
+    pass
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # JSON parsers disagree on which duplicate wins; two readers must never see two headers, so: refused.
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise _DuplicateMember
+    return obj
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_object, parse_constant=_no_constant)
+
+
+def parse_header(segment: str) -> dict[str, Any]:
+    """The header object of a token's first segment; else ``oversized``, ``header`` (a duplicate) or ``malformed``."""
+    if len(segment) > MAX_HEADER_LENGTH:
+        raise InvalidToken(Reason.OVERSIZED)
+    raw = b64u_decode(segment)
+    # Refusals are raised after the handlers: a UnicodeDecodeError holds the decoded header and a JSONDecodeError
+    # its text (`.doc`), and `raise ... from None` inside a handler would keep either reachable as __context__.
+    reason: Reason | None = None
+    try:
+        header = _DECODER.decode(raw.decode("utf-8"))
+    except _DuplicateMember:
+        reason = Reason.HEADER
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        reason = Reason.MALFORMED
+    if reason is not None:
+        raise InvalidToken(reason)
+    if type(header) is not dict:
+        raise InvalidToken(Reason.MALFORMED)
+    return header
+
+
+def kid_of(header: dict[str, Any]) -> str:
+    """The ``kid`` member, which every token here carries; a non-string or missing one is ``header``."""
+    kid = header.get("kid")
+    # Checked before any dict lookup: a list or object kid is unhashable.
+    if type(kid) is not str or not 0 < len(kid) <= MAX_KID_LENGTH:
+        raise InvalidToken(Reason.HEADER)
+    return kid
+
+
+def compact_json(value: dict[str, Any]) -> bytes:
+    """JSON with no whitespace, members in the given order, ASCII: the exact bytes a header carries."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
 
 # HKDF info per algorithm; frozen: changing one changes every key derived under it.
 LABELS: dict[str, bytes] = {

@@ -26,8 +26,7 @@ from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.jose._compact import CompactCodec, KeySlot
-from statecodec.jose._header import compact_json
-from statecodec.jose._jwk import Key, PrivateKey, PublicKey, key_halves, public_jwk, read_epk
+from statecodec.jose._jwk import Key, PrivateKey, PublicKey, compact_json, key_halves, public_jwk, read_epk
 from statecodec.keys import KeyRing
 
 ENC = "A256GCM"

@@ -22,12 +22,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.jose._compact import CompactCodec, KeySlot
-from statecodec.jose._header import compact_json
-from statecodec.jose._jwk import Key, key_halves
+from statecodec.jose._jwk import Key, compact_json, key_halves
 from statecodec.keys import KeyRing
 
 JWSAlgorithm = Literal["HS256", "EdDSA", "Ed25519"]
 _ED_ALGS = ("EdDSA", "Ed25519")
+_compare = hmac.compare_digest
 
 
 class _HMACKey(KeySlot):
@@ -40,7 +40,7 @@ class _HMACKey(KeySlot):
         return hmac.digest(self.key, data, "sha256")
 
     def verify(self, signature: bytes, data: bytes) -> bool:
-        return hmac.compare_digest(self.sign(data), signature)
+        return _compare(self.sign(data), signature)
 
 
 class _EdKey(KeySlot):
