@@ -183,4 +183,3 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
     def __repr__(self) -> str:
         enc = f", enc={self._expect['enc']!r}" if "enc" in self._expect else ""
         return f"{type(self).__name__}(alg={self._alg!r}{enc}, key_ids={list(self._by_kid)!r})"
-
