@@ -75,9 +75,9 @@ class _Direct(KeySlot):
 
     EK_CHARS = 0
 
-    def __init__(self, kid: str, key: bytes) -> None:
-        self.kid, self.aead = kid, AESGCM(key)
-        self.header = b64u_encode(compact_json({"alg": "dir", "enc": ENC, "kid": kid}))
+    def __init__(self, alg: str, kid: str, key: bytes) -> None:
+        self.kid, self.key, self.aead = kid, key, AESGCM(key)
+        self.header = b64u_encode(compact_json({"alg": alg, "enc": ENC, "kid": kid}))
 
     def wrap(self) -> tuple[str, str, AESGCM]:
         return self.header, "", self.aead
@@ -86,21 +86,17 @@ class _Direct(KeySlot):
         return self.aead
 
 
-class _KeyWrap(KeySlot):
+class _KeyWrap(_Direct):
     """``A256KW``: a fresh content key per token, wrapped (RFC 3394) under the configured key."""
 
     EK_CHARS = _WRAPPED_CHARS
 
-    def __init__(self, kid: str, kek: bytes) -> None:
-        self.kid, self.kek = kid, kek
-        self.header = b64u_encode(compact_json({"alg": "A256KW", "enc": ENC, "kid": kid}))
-
     def wrap(self) -> tuple[str, str, AESGCM]:
         cek = os.urandom(32)
-        return self.header, b64u_encode(aes_key_wrap(self.kek, cek)), AESGCM(cek)
+        return self.header, b64u_encode(aes_key_wrap(self.key, cek)), AESGCM(cek)
 
     def open(self, header: dict[str, Any] | None, wrapped: bytes) -> AESGCM:
-        return _unwrap(self.kek, wrapped)
+        return _unwrap(self.key, wrapped)
 
 
 class _Agreement(KeySlot):
@@ -177,7 +173,7 @@ class JWECodec(CompactCodec[_Slot]):
     def _slot(self, alg: str, kid: str, key: Key, index: int) -> _Slot:
         if alg != _ECDH:
             assert isinstance(key, bytes)  # from a ring or "oct" JWKs, the only sources of these algorithms
-            return _Direct(kid, key) if alg == "dir" else _KeyWrap(kid, key)
+            return _Direct(alg, kid, key) if alg == "dir" else _KeyWrap(alg, kid, key)
         kid, private, public = key_halves(kid, key, index, ("P-256", "X25519"))
         if private is None and index > 0:
             raise ConfigurationError(f"keys[{index}] is public; only the first key may be public (others unseal)")
