@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 pytest.importorskip("hvac")
 
 from statecodec.providers._vault_api import Failure, FailureKind
-from statecodec.providers._vault_transit import _MAX_OUTAGE_BACKOFF, _OutageWindow
+from statecodec.providers.vault import _MAX_OUTAGE_BACKOFF, _OutageWindow
 from tests.plugins.vault import Clock
 
 DOWN = Failure(FailureKind.OUTAGE, "Vault did not answer")

@@ -13,7 +13,7 @@ from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, check_to
 from statecodec.aead import _TAG_LENGTH, AESGCMCodec, XAESGCMCodec
 from statecodec.envelope import EnvelopeCodec
 from statecodec.errors import InvalidToken, Reason
-from statecodec.jose._header import parse_header
+from statecodec.jose._jwk import parse_header
 from statecodec.keys import KEY_ID_LENGTH
 
 _VAULT_TRANSIT_VERSION = 0x05  # VaultTransitCodec.VERSION, held equal by a test (importing it needs hvac)

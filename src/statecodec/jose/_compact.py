@@ -16,8 +16,7 @@ from statecodec._settings import load_settings_file, named_errors
 from statecodec._types import HoldsSecrets
 from statecodec.config import max_token_length_setting, ring_from_settings, setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
-from statecodec.jose._header import MAX_HEADER_LENGTH, kid_of, parse_header
-from statecodec.jose._jwk import LABELS, PROFILES, Key, PublicKey, jwk_list, load_jwk, public_jwk
+from statecodec.jose import _jwk
 from statecodec.keys import KeyRing
 
 JWKS_FILE_VAR = "STATECODEC_JWKS_FILE"
@@ -29,7 +28,7 @@ class KeySlot(HoldsSecrets):
 
     kid: str
     header = ""
-    public: PublicKey | None = None
+    public: _jwk.PublicKey | None = None
 
 
 _K = TypeVar("_K", bound=KeySlot)
@@ -49,18 +48,18 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
         """A codec over a key ring (``dir`` or ``A256KW`` for a JWE, ``HS256`` for a JWS), its keys derived per
         algorithm (`statecodec.jose.derived_jwk`); ``alg`` defaults to ``dir`` or ``HS256``."""
         alg = alg or self._ALGS[0]
-        if alg not in self._ALGS or alg not in LABELS:
+        if alg not in self._ALGS or alg not in _jwk.LABELS:
             raise ConfigurationError(f"a key ring does not serve alg {alg!r}; from_jwks takes {', '.join(self._ALGS)}")
         ring = keys if isinstance(keys, KeyRing) else KeyRing(keys)
-        self._setup(alg, [(kid.hex(), key) for kid, key in ring.subkeys(LABELS[alg])], max_token_length)
+        self._setup(alg, [(kid.hex(), key) for kid, key in ring.subkeys(_jwk.LABELS[alg])], max_token_length)
 
-    def _slot(self, alg: str, kid: str, key: Key, index: int) -> _K:
+    def _slot(self, alg: str, kid: str, key: _jwk.Key, index: int) -> _K:
         raise NotImplementedError
 
     def _seal(self, payload: bytes) -> str:
         raise NotImplementedError
 
-    def _setup(self, alg: str, entries: Sequence[tuple[str, Key]], max_token_length: object) -> None:
+    def _setup(self, alg: str, entries: Sequence[tuple[str, _jwk.Key]], max_token_length: object) -> None:
         """Keys by ``kid`` (the first seals), the header profile, and the caps; `ConfigurationError` otherwise."""
         by_kid: dict[str, _K] = {}
         for i, (kid, key) in enumerate(entries):
@@ -75,9 +74,9 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
         # and the same "alg" and "enc". That token, of an empty payload, is also the smallest.
         own = self._seal(b"")
         headers = [own[: own.index(".")], *(slot.header for slot in by_kid.values())]
-        if max(map(len, headers)) > MAX_HEADER_LENGTH:  # a long kid, once escaped as JSON
-            raise ConfigurationError(f"a header is over {MAX_HEADER_LENGTH} characters: use a shorter, ASCII kid")
-        header = parse_header(headers[0])
+        if max(map(len, headers)) > _jwk.MAX_HEADER_LENGTH:  # a long kid, once escaped as JSON
+            raise ConfigurationError(f"a header is over {_jwk.MAX_HEADER_LENGTH} characters: use a shorter, ASCII kid")
+        header = _jwk.parse_header(headers[0])
         self._members = frozenset(header)
         self._expect = {name: value for name, value in header.items() if name in ("alg", "enc")}
         self._max_length = check_cap(max_token_length, len(own))
@@ -103,7 +102,7 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
         alg = alg or cls._ALGS[0]
         if alg not in cls._ALGS:
             raise ConfigurationError(f"alg must be one of {', '.join(cls._ALGS)}")
-        entries = [load_jwk(jwk, i, alg) for i, jwk in enumerate(jwk_list(jwks))]
+        entries = [_jwk.load_jwk(jwk, i, alg) for i, jwk in enumerate(_jwk.jwk_list(jwks))]
         secrets = [key for _, key in entries if isinstance(key, bytes)]
         if secrets:
             KeyRing(secrets)  # a ring's checks: 32 bytes at least, not a password, no duplicates
@@ -127,7 +126,7 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
             jwks = load_settings_file(Path(path), _MAX_JWKS_BYTES, what, "is it a JWK Set?", as_json=True)
             with named_errors(JWKS_FILE_VAR):
                 return cls.from_jwks(jwks, alg=alg, max_token_length=limit)
-        if alg not in LABELS:
+        if alg not in _jwk.LABELS:
             raise ConfigurationError(f"{var}={alg} needs {JWKS_FILE_VAR}: a key ring does not serve it")
         return cls(ring_from_settings(settings), alg=alg, max_token_length=limit)
 
@@ -151,11 +150,11 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
 
     def public_jwks(self) -> dict[str, list[dict[str, str]]]:
         """The public JWK Set of an ECDH-ES+A256KW or Ed25519 codec, for the stacks that seal to it or verify it."""
-        if self._alg in LABELS:
+        if self._alg in _jwk.LABELS:
             raise ConfigurationError("symmetric keys have no public half; share the key (statecodec.jose.derived_jwk)")
-        use, slots = PROFILES[self._alg][0], self._by_kid.values()
+        use, alg, slots = _jwk.PROFILES[self._alg][0], self._alg, self._by_kid.values()
         return {
-            "keys": [{**public_jwk(s.public), "kid": s.kid, "use": use, "alg": self._alg} for s in slots if s.public]
+            "keys": [{**_jwk.public_jwk(s.public), "kid": s.kid, "use": use, "alg": alg} for s in slots if s.public]
         }
 
     def seal(self, payload: bytes) -> str:
@@ -170,13 +169,13 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
         slot = self._fast.get(segments[0])
         if slot is not None:
             return segments, None, slot
-        header = parse_header(segments[0])
+        header = _jwk.parse_header(segments[0])
         # Compared, never dispatched on: the configuration alone chose the algorithm.
         if any(header.get(name) != value for name, value in self._expect.items()):
             raise InvalidToken(Reason.ALG)
         if not self._members.issuperset(header):
             raise InvalidToken(Reason.HEADER)
-        slot = self._by_kid.get(kid_of(header))
+        slot = self._by_kid.get(_jwk.kid_of(header))
         if slot is None:
             raise InvalidToken(Reason.UNKNOWN_KEY)
         return segments, header, slot
@@ -184,4 +183,3 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
     def __repr__(self) -> str:
         enc = f", enc={self._expect['enc']!r}" if "enc" in self._expect else ""
         return f"{type(self).__name__}(alg={self._alg!r}{enc}, key_ids={list(self._by_kid)!r})"
-

@@ -1,16 +1,19 @@
-"""Keys for the JOSE codecs: configured JWKs, keys derived from a ring, thumbprints, the received ``epk``.
+"""The JOSE header and keys: strict header parsing, configured JWKs, ring-derived keys, the received ``epk``.
 
-Threat: a configured key of the wrong type, size or curve, and a received ``epk``, an attacker's point
-(invalid-curve and small-subgroup attacks). Configured keys are checked at construction, echoing no value; an
-``epk`` must have exactly its type's members and canonical coordinates of a point on the recipient's curve, or
-it is ``header``. A ring secret S gives ``kid`` = hex(HKDF-SHA256(S, info="statecodec/v1/key-id", L=4)) and
-``k`` = HKDF-SHA256(S, info=LABELS[alg], L=32): one label per algorithm keeps the keys of one secret unrelated
-to each other and to `AESGCMCodec`'s.
+Threat: the header is attacker-chosen JSON that general JOSE libraries let steer verification (``alg``, ``p2c``,
+``zip``, ``jwk``, ``jku``); here it is read with a cap, as canonical base64url of strict UTF-8 JSON (one object,
+no duplicate member, no ``NaN``), and only compared with the configuration. A received ``epk`` (invalid-curve and
+small-subgroup attacks) must have exactly its type's members and canonical coordinates of a point on the
+recipient's curve, or it is ``header``. Configured keys are checked at construction, echoing no value. A ring
+secret S gives ``kid`` = hex(HKDF-SHA256(S, info="statecodec/v1/key-id", L=4)) and ``k`` = HKDF-SHA256(S,
+info=LABELS[alg], L=32): one label per algorithm keeps one secret's keys unrelated to each other and to
+`AESGCMCodec`'s.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,12 +22,69 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
-from statecodec.jose._header import MAX_KID_LENGTH, compact_json
 from statecodec.keys import KeyRing
 
 PrivateKey = ec.EllipticCurvePrivateKey | x25519.X25519PrivateKey | ed25519.Ed25519PrivateKey
 PublicKey = ec.EllipticCurvePublicKey | x25519.X25519PublicKey | ed25519.Ed25519PublicKey
 Key = bytes | PrivateKey | PublicKey  # a symmetric secret, a private key, or a public key (one way only)
+
+MAX_HEADER_LENGTH = 1024  # base64url characters; our largest header (with a P-256 epk) is about 300
+MAX_KID_LENGTH = 128  # configured keys are held to it too, so every token they seal opens
+
+
+class _DuplicateMember(ValueError):
+    pass
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # JSON parsers disagree on which duplicate wins; two readers must never see two headers, so: refused.
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise _DuplicateMember
+    return obj
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_object, parse_constant=_no_constant)
+
+
+def parse_header(segment: str) -> dict[str, Any]:
+    """The header object of a token's first segment; else ``oversized``, ``header`` (a duplicate) or ``malformed``."""
+    if len(segment) > MAX_HEADER_LENGTH:
+        raise InvalidToken(Reason.OVERSIZED)
+    raw = b64u_decode(segment)
+    # Refusals are raised after the handlers: a UnicodeDecodeError holds the decoded header and a JSONDecodeError
+    # its text (`.doc`), and `raise ... from None` inside a handler would keep either reachable as __context__.
+    reason: Reason | None = None
+    try:
+        header = _DECODER.decode(raw.decode("utf-8"))
+    except _DuplicateMember:
+        reason = Reason.HEADER
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        reason = Reason.MALFORMED
+    if reason is not None:
+        raise InvalidToken(reason)
+    if type(header) is not dict:
+        raise InvalidToken(Reason.MALFORMED)
+    return header
+
+
+def kid_of(header: dict[str, Any]) -> str:
+    """The ``kid`` member, which every token here carries; a non-string or missing one is ``header``."""
+    kid = header.get("kid")
+    # Checked before any dict lookup: a list or object kid is unhashable.
+    if type(kid) is not str or not 0 < len(kid) <= MAX_KID_LENGTH:
+        raise InvalidToken(Reason.HEADER)
+    return kid
+
+
+def compact_json(value: dict[str, Any]) -> bytes:
+    """JSON with no whitespace, members in the given order, ASCII: the exact bytes a header carries."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
 
 # HKDF info per algorithm; frozen: changing one changes every key derived under it.
 LABELS: dict[str, bytes] = {
@@ -116,13 +176,13 @@ def _member(jwk: Mapping[str, Any], name: str, index: int, size: int | None = No
     return raw
 
 
-def key_halves(key: object, index: int, curves: tuple[str, ...]) -> tuple[str, PrivateKey | None, PublicKey]:
-    """(crv, private key or None, public key) of a configured key object on one of `curves`."""
+def key_halves(kid: str, key: object, index: int, curves: tuple[str, ...]) -> tuple[str, PrivateKey | None, PublicKey]:
+    """(kid, by default the RFC 7638 thumbprint; private key or None; public key) of a key on one of `curves`."""
     private = key if isinstance(key, PrivateKey) else None
     public = key if private is None else private.public_key()
     if not isinstance(public, PublicKey) or _crv(public) not in curves:
         raise ConfigurationError(f"keys[{index}] must be a {' or '.join(curves)} private or public key")
-    return _crv(public), private, public
+    return kid or _thumbprint(public), private, public
 
 
 def _crv(public: PublicKey) -> str:
@@ -140,8 +200,8 @@ def public_jwk(key: PublicKey) -> dict[str, str]:
     return {"kty": "OKP", "crv": _crv(key), "x": b64u_encode(raw)}
 
 
-def thumbprint(key: PublicKey) -> str:
-    """The RFC 7638 SHA-256 thumbprint of a public key (members sorted), base64url: the default ``kid``."""
+def _thumbprint(key: PublicKey) -> str:
+    """The RFC 7638 SHA-256 thumbprint of a public key (members sorted), base64url."""
     return b64u_encode(hashlib.sha256(compact_json(dict(sorted(public_jwk(key).items())))).digest())
 
 

@@ -26,8 +26,7 @@ from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.jose._compact import CompactCodec, KeySlot
-from statecodec.jose._header import compact_json
-from statecodec.jose._jwk import Key, PrivateKey, PublicKey, key_halves, public_jwk, read_epk, thumbprint
+from statecodec.jose._jwk import Key, PrivateKey, PublicKey, compact_json, key_halves, public_jwk, read_epk
 from statecodec.keys import KeyRing
 
 ENC = "A256GCM"
@@ -64,12 +63,6 @@ def _wrapping_key(private: PrivateKey, public: PublicKey) -> bytes:
     return concat_kdf(z, _ECDH, 256)
 
 
-def _wrapped_key(ek64: str) -> bytes:
-    if len(ek64) != _WRAPPED_CHARS:
-        raise InvalidToken(Reason.MALFORMED)
-    return b64u_decode(ek64)
-
-
 def _unwrap(kek: bytes, wrapped: bytes) -> AESGCM:
     try:
         return AESGCM(aes_key_unwrap(kek, wrapped))
@@ -80,41 +73,40 @@ def _unwrap(kek: bytes, wrapped: bytes) -> AESGCM:
 class _Direct(KeySlot):
     """``dir``: the configured key is the content key; the encrypted-key segment is empty."""
 
-    def __init__(self, kid: str, key: bytes) -> None:
-        self.kid, self.aead = kid, AESGCM(key)
-        self.header = b64u_encode(compact_json({"alg": "dir", "enc": ENC, "kid": kid}))
+    EK_CHARS = 0
+
+    def __init__(self, alg: str, kid: str, key: bytes) -> None:
+        self.kid, self.key, self.aead = kid, key, AESGCM(key)
+        self.header = b64u_encode(compact_json({"alg": alg, "enc": ENC, "kid": kid}))
 
     def wrap(self) -> tuple[str, str, AESGCM]:
         return self.header, "", self.aead
 
-    def open(self, header: dict[str, Any] | None, ek64: str) -> AESGCM:
-        if ek64:
-            raise InvalidToken(Reason.MALFORMED)
+    def open(self, header: dict[str, Any] | None, wrapped: bytes) -> AESGCM:
         return self.aead
 
 
-class _KeyWrap(KeySlot):
+class _KeyWrap(_Direct):
     """``A256KW``: a fresh content key per token, wrapped (RFC 3394) under the configured key."""
 
-    def __init__(self, kid: str, kek: bytes) -> None:
-        self.kid, self.kek = kid, kek
-        self.header = b64u_encode(compact_json({"alg": "A256KW", "enc": ENC, "kid": kid}))
+    EK_CHARS = _WRAPPED_CHARS
 
     def wrap(self) -> tuple[str, str, AESGCM]:
         cek = os.urandom(32)
-        return self.header, b64u_encode(aes_key_wrap(self.kek, cek)), AESGCM(cek)
+        return self.header, b64u_encode(aes_key_wrap(self.key, cek)), AESGCM(cek)
 
-    def open(self, header: dict[str, Any] | None, ek64: str) -> AESGCM:
-        return _unwrap(self.kek, _wrapped_key(ek64))
+    def open(self, header: dict[str, Any] | None, wrapped: bytes) -> AESGCM:
+        return _unwrap(self.key, wrapped)
 
 
 class _Agreement(KeySlot):
     """``ECDH-ES+A256KW``: the wrapping key comes from ECDH between an ephemeral key (``epk``) and this one."""
 
     public: PublicKey  # and no header of its own: each token carries its epk
+    EK_CHARS = _WRAPPED_CHARS
 
-    def __init__(self, kid: str, crv: str, private: PrivateKey | None, public: PublicKey) -> None:
-        self.kid, self.crv, self.private, self.public = kid, crv, private, public
+    def __init__(self, kid: str, private: PrivateKey | None, public: PublicKey) -> None:
+        self.kid, self.private, self.public, self.crv = kid, private, public, public_jwk(public)["crv"]
 
     def wrap(self) -> tuple[str, str, AESGCM]:
         ephemeral = _new_key(self.crv)
@@ -124,8 +116,7 @@ class _Agreement(KeySlot):
         header = b64u_encode(compact_json({"alg": _ECDH, "enc": ENC, "kid": self.kid, "epk": epk}))
         return header, b64u_encode(aes_key_wrap(kek, cek)), AESGCM(cek)
 
-    def open(self, header: dict[str, Any] | None, ek64: str) -> AESGCM:
-        wrapped = _wrapped_key(ek64)
+    def open(self, header: dict[str, Any] | None, wrapped: bytes) -> AESGCM:
         if self.private is None or header is None:
             raise InvalidToken(Reason.UNKNOWN_KEY)
         epk = read_epk(header.get("epk"), self.crv)
@@ -182,11 +173,11 @@ class JWECodec(CompactCodec[_Slot]):
     def _slot(self, alg: str, kid: str, key: Key, index: int) -> _Slot:
         if alg != _ECDH:
             assert isinstance(key, bytes)  # from a ring or "oct" JWKs, the only sources of these algorithms
-            return _Direct(kid, key) if alg == "dir" else _KeyWrap(kid, key)
-        crv, private, public = key_halves(key, index, ("P-256", "X25519"))
+            return _Direct(alg, kid, key) if alg == "dir" else _KeyWrap(alg, kid, key)
+        kid, private, public = key_halves(kid, key, index, ("P-256", "X25519"))
         if private is None and index > 0:
             raise ConfigurationError(f"keys[{index}] is public; only the first key may be public (others unseal)")
-        return _Agreement(kid or thumbprint(public), crv, private, public)
+        return _Agreement(kid, private, public)
 
     def _seal(self, payload: bytes) -> str:
         h64, ek64, aead = self._primary.wrap()
@@ -197,10 +188,10 @@ class JWECodec(CompactCodec[_Slot]):
     def unseal(self, token: str) -> bytes:
         """The payload of a JWE this codec's keys can open under its configured algorithms, or `InvalidToken`."""
         (h64, ek64, iv64, ct64, tag64), header, slot = self._parse(token, 5)
-        if len(iv64) != _IV_CHARS or len(tag64) != _TAG_CHARS:
+        if len(ek64) != slot.EK_CHARS or len(iv64) != _IV_CHARS or len(tag64) != _TAG_CHARS:
             raise InvalidToken(Reason.MALFORMED)
-        iv, ct, tag = b64u_decode(iv64), b64u_decode(ct64), b64u_decode(tag64)
-        aead = slot.open(header, ek64)
+        wrapped, iv, ct, tag = b64u_decode(ek64), b64u_decode(iv64), b64u_decode(ct64), b64u_decode(tag64)
+        aead = slot.open(header, wrapped)
         try:
             return aead.decrypt(iv, ct + tag, h64.encode("ascii"))
         except InvalidTag:

@@ -22,8 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.jose._compact import CompactCodec, KeySlot
-from statecodec.jose._header import compact_json
-from statecodec.jose._jwk import Key, key_halves, thumbprint
+from statecodec.jose._jwk import Key, compact_json, key_halves
 from statecodec.keys import KeyRing
 
 JWSAlgorithm = Literal["HS256", "EdDSA", "Ed25519"]
@@ -41,7 +40,7 @@ class _HMACKey(KeySlot):
         return hmac.digest(self.key, data, "sha256")
 
     def verify(self, signature: bytes, data: bytes) -> bool:
-        return _compare(hmac.digest(self.key, data, "sha256"), signature)
+        return _compare(self.sign(data), signature)
 
 
 class _EdKey(KeySlot):
@@ -111,10 +110,9 @@ class JWSCodec(CompactCodec[_Key]):
         if alg == "HS256":
             assert isinstance(key, bytes)  # from a ring or "oct" JWKs, the only sources of HS256 keys
             return _HMACKey(kid, key, b64u_encode(compact_json({"alg": alg, "kid": kid})))
-        _, private, public = key_halves(key, index, ("Ed25519",))
+        kid, private, public = key_halves(kid, key, index, ("Ed25519",))
         if private is None and index == 0:
             raise ConfigurationError('the first key signs, so it must be a private key (with "d")')
-        kid = kid or thumbprint(public)
         return _EdKey(kid, private, public, b64u_encode(compact_json({"alg": alg, "kid": kid})))  # type: ignore[arg-type]
 
     def _seal(self, payload: bytes) -> str:

@@ -30,6 +30,7 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
 
 # Slash-separated segments (no "." or ".."): a mount may not climb out of its path.
 _MOUNT = re.compile(r"(?!\.{1,2}(?:/|$))[\w.-]+(?:/(?!\.{1,2}(?:/|$))[\w.-]+)*", re.ASCII)
+_ONCE = RetryPolicy(attempts=1)
 
 
 def vault_client(
@@ -204,12 +205,9 @@ class TransitKey(_ClientHolder):
     ) -> Mapping[str, Any] | Failure:
         """Vault's ``data`` for ``<mount>/<op>/<key>`` (a read when `body` is None), or why not (never raised)."""
         try:
-            if retry is None:
-                return self._round_trip(op, body)
-            return call_with_retries(lambda: self._round_trip(op, body), transient=_outage, policy=retry)
+            return call_with_retries(lambda: self._round_trip(op, body), transient=_outage, policy=retry or _ONCE)
         except Exception as exc:
-            failure = classify(exc)
-        return self._fix(failure, op)
+            return self._fix(classify(exc), op)
 
     def _round_trip(self, op: str, body: dict[str, Any] | None) -> Mapping[str, Any]:
         # An AppRole client whose token Vault refused logs in again (rate-limited) and retries once:
@@ -247,7 +245,7 @@ def unb64(text: object) -> bytes | None:
         return None
 
 
-def parse_vault_ciphertext(text: object) -> tuple[int, bytes] | None:
+def parse_ciphertext(text: object) -> tuple[int, bytes] | None:
     """(key version, raw ciphertext) of ``vault:vN:<base64>``, else None."""
     m = re.fullmatch(r"vault:v([1-9][0-9]{0,9}):([A-Za-z0-9+/]+={0,2})", text) if isinstance(text, str) else None
     raw = unb64(m.group(2)) if m is not None and int(m.group(1)) < 2**32 else None
