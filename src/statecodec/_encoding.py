@@ -9,7 +9,6 @@ only the exact canonical, unpadded encoding of some byte string decodes; everyth
 from __future__ import annotations
 
 import binascii
-import sys
 
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 
@@ -22,7 +21,6 @@ MAX_TOKEN_LENGTH_LIMIT = 2**31 - 1
 _b64encode = binascii.b2a_base64
 _b64decode = binascii.a2b_base64
 _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
-_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 _FROM_URLSAFE_STRICT = bytes.maketrans(b"-_+/=", b"+/!!!")
 _ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 _VALUES = bytes(_ALPHABET.index(c) if c in _ALPHABET else 0 for c in range(256))
@@ -46,32 +44,15 @@ def b64u_decode(text: str) -> bytes:
     # Checked, not caught: a UnicodeEncodeError would hold the whole token text (as __context__ even after `from None`).
     if type(text) is not str or not text.isascii() or len(text) & 3 == 1:
         raise InvalidToken(Reason.MALFORMED)
-    raw = text.encode("ascii")
-    rem = len(raw) & 3
+    raw, rem = text.encode("ascii"), len(text) & 3
+    # One pass: '+', '/' and '=' become '!', which strict_mode refuses with every other character outside the
+    # alphabet; the last character may not carry bits beyond the encoded bytes.
+    if rem and _VALUES[raw[-1]] & _TRAILING_MASK[rem]:
+        raise InvalidToken(Reason.MALFORMED)
     try:
-        return _decode_canonical(raw, rem)
+        return _b64decode(raw.translate(_FROM_URLSAFE_STRICT) + _PAD[rem], strict_mode=True)
     except binascii.Error:
         raise InvalidToken(Reason.MALFORMED) from None
-
-
-if sys.version_info >= (3, 11):
-
-    def _decode_canonical(raw: bytes, rem: int) -> bytes:
-        # One pass: '+', '/' and '=' become '!', which strict_mode refuses with every other character outside
-        # the alphabet; the last character may not carry bits beyond the encoded bytes.
-        if rem and _VALUES[raw[-1]] & _TRAILING_MASK[rem]:
-            raise binascii.Error("non-zero trailing bits")
-        return _b64decode(raw.translate(_FROM_URLSAFE_STRICT) + _PAD[rem], strict_mode=True)
-
-else:
-
-    def _decode_canonical(raw: bytes, rem: int) -> bytes:
-        # Without strict_mode, a2b_base64 skips characters outside the alphabet
-        # and ignores trailing bits; re-encoding catches both, and '+' or '/'.
-        data = _b64decode(raw.translate(_FROM_URLSAFE) + _PAD[rem])
-        if _b64encode(data, newline=False).translate(_TO_URLSAFE).rstrip(b"=") != raw:
-            raise binascii.Error("non-canonical base64url")
-        return data
 
 
 def check_token_text(token: object, max_length: int) -> str:

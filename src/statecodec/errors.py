@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 
 
-class Reason(str, enum.Enum):
+class Reason(enum.StrEnum):
     """Closed set of log-only reason codes carried by `InvalidToken`."""
 
     MALFORMED = "malformed"  # not a token of this format: bad type, alphabet, encoding, length, layout
@@ -27,9 +27,6 @@ class Reason(str, enum.Enum):
     BINDING = "binding"  # binding: minted for another request context
     PURPOSE = "purpose"  # binding: minted for another purpose
     PROVIDER = "provider"  # a remote provider (Vault transit) could not answer; fail closed
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class StatecodecError(Exception):
