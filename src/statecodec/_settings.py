@@ -35,9 +35,13 @@ def named_errors(where: str) -> Iterator[None]:
         raise ConfigurationError(f"{where}: {exc}") from None
 
 
-def read_settings_file(path: Path, limit: int, what: str, hint: str) -> bytes:
-    """At most `limit` bytes of a file (one byte past the cap is read: the size is not trusted); else
-    `ConfigurationError` naming `what`, with `hint` (what the file should have been) when it is too large."""
+def load_settings_file(path: Path, limit: int, what: str, hint: str, *, as_json: bool = False) -> Any:
+    """The UTF-8 text, or the JSON document, of at most `limit` bytes of a file (one byte past the cap is read:
+    the size is not trusted); else `ConfigurationError` naming `what`, with `hint` when the file is too large.
+
+    Raised after the handler: a parser's error keeps its input (`UnicodeDecodeError.object`,
+    `JSONDecodeError.doc`), reachable as `__context__` even after ``from None``, and its message may quote it.
+    """
     try:
         with path.open("rb") as fh:
             raw = fh.read(limit + 1)
@@ -46,14 +50,6 @@ def read_settings_file(path: Path, limit: int, what: str, hint: str) -> bytes:
         raise ConfigurationError(f"cannot read {what}: {exc.strerror}") from None
     if len(raw) > limit:
         raise ConfigurationError(f"{what} is over {limit} bytes; {hint}")
-    return raw
-
-
-def load_settings_file(path: Path, limit: int, what: str, hint: str, *, as_json: bool = False) -> Any:
-    """The UTF-8 text, or the JSON document, of `read_settings_file`; else `ConfigurationError` raised after
-    the handler: a parser's error keeps its input (`UnicodeDecodeError.object`, `JSONDecodeError.doc`),
-    reachable as `__context__` even after ``from None``, and its message may quote it."""
-    raw = read_settings_file(path, limit, what, hint)
     try:
         return json.loads(raw) if as_json else raw.decode("utf-8")
     except (ValueError, RecursionError):

@@ -16,7 +16,6 @@ from typing import cast
 
 from statecodec._settings import KEYS_FILE_VAR, KEYS_VAR, named_errors, settings_from_file
 from statecodec._settings import max_token_length_setting as max_token_length_setting
-from statecodec._settings import read_settings_file as read_settings_file
 from statecodec._settings import setting as setting
 from statecodec._types import Codec as Codec
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
@@ -38,10 +37,6 @@ BUILDERS: dict[str, Builder | str] = {
     "jwe": "statecodec.jose.jwe:from_settings",
     "jws": "statecodec.jose.jws:from_settings",
 }
-
-
-def _kinds() -> str:
-    return ", ".join(sorted(BUILDERS))
 
 
 def _resolve(kind: str, builder: Builder | str) -> Builder:
@@ -67,7 +62,7 @@ def build_codec(kind: str, settings: Mapping[str, str]) -> Codec:
     """Build a codec of `kind` from `settings`; `ConfigurationError` names the valid kinds."""
     builder = BUILDERS.get(kind)
     if builder is None:
-        raise ConfigurationError(f"{CODEC_VAR}={kind!r} is not a codec kind; valid kinds: {_kinds()}")
+        raise ConfigurationError(f"{CODEC_VAR}={kind!r} is unknown; valid kinds: {', '.join(sorted(BUILDERS))}")
     codec = _resolve(kind, builder)(settings)
     if not isinstance(codec, Codec):
         raise ConfigurationError(f"the builder for {CODEC_VAR}={kind} did not return a codec")
@@ -82,7 +77,7 @@ def _kind(settings: Mapping[str, str]) -> str:
         return DEFAULT_KIND
     raise ConfigurationError(
         f"no codec configured: set STATECODEC_KEYS (keys from `statecodec keygen`) for the default "
-        f"{DEFAULT_KIND} codec, or {CODEC_VAR} to one of: {_kinds()}"
+        f"{DEFAULT_KIND} codec, or {CODEC_VAR} to one of: {', '.join(sorted(BUILDERS))}"
     )
 
 

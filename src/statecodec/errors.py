@@ -42,9 +42,6 @@ class InvalidToken(StatecodecError):
         super().__init__(reason.value)
         self.reason = reason
 
-    def __repr__(self) -> str:
-        return f"InvalidToken({self.reason.value!r})"
-
     def __reduce__(self) -> tuple[type[InvalidToken], tuple[Reason]]:
         return (InvalidToken, (self.reason,))
 

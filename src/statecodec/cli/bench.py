@@ -28,8 +28,6 @@ from typing import Any, cast
 from statecodec import AESGCMCodec, BoundCodec, Codec, JWECodec, JWSCodec, XAESGCMCodec
 from statecodec._encoding import b64u_decode, b64u_encode, b64u_len
 from statecodec.binding import mcp_request_context
-from statecodec.cli.main import settings_from_flags
-from statecodec.config import codec_from_env
 from statecodec.errors import ConfigurationError
 
 _INSTALL = "pip install 'statecodec[bench]'"
@@ -313,7 +311,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "bench", help="benchmark the codecs against the floor, the MCP SDK and peer libraries", description=__doc__
     )
     p.add_argument("--quick", action="store_true", help="15 rounds instead of 101")
-    p.add_argument("--vault-addr", metavar="URL", help="add VaultTransitCodec (STATECODEC_VAULT_* settings)")
     p.add_argument("--json", metavar="PATH", help="write the run as JSON to PATH")
     p.add_argument("--plot", metavar="PATH.png", help="draw the ratios to PATH.png (needs matplotlib)")
     p.set_defaults(func=_bench)
@@ -325,11 +322,7 @@ def _bench(args: argparse.Namespace) -> int:
             import matplotlib  # noqa: F401
         except ImportError:
             raise ConfigurationError(f"--plot needs matplotlib: {_INSTALL}") from None
-    cases = dict(CASES)
-    if args.vault_addr:  # built as a server builds it, from this environment's STATECODEC_VAULT_* settings
-        settings = settings_from_flags({"STATECODEC_CODEC": "vault-transit", "STATECODEC_VAULT_ADDR": args.vault_addr})
-        cases["VaultTransitCodec"] = _ours(lambda keys: codec_from_env(settings))
-    doc = run(cases, rounds=15 if args.quick else 101)
+    doc = run(CASES, rounds=15 if args.quick else 101)
     print(_table(doc))
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

@@ -59,7 +59,12 @@ def vault_client(
         raise ConfigurationError("give exactly one Vault auth: a token, or an AppRole role id and secret id (both)")
     if token is not None and not token.strip():
         raise ConfigurationError("the Vault token is empty")
-    timeout = _check_timeout(timeout)
+    pair = (min(timeout, 0.5), timeout) if isinstance(timeout, (int, float)) else timeout
+    if not isinstance(pair, tuple) or len(pair) != 2:
+        raise ConfigurationError("timeout must be seconds or a (connect, read) pair of seconds")
+    # Positive and bounded: an unbounded timeout would let one call stall the event loop forever.
+    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t <= 60 for t in pair):
+        raise ConfigurationError("Vault timeouts must be numbers of seconds in (0, 60]")
     if not (isinstance(pool_size, int) and 1 <= pool_size <= 1000):
         raise ConfigurationError("pool_size must be an int from 1 to 1000")
     session = requests.Session()
@@ -74,7 +79,7 @@ def vault_client(
         token=token or "",  # never hvac's fallback to VAULT_TOKEN or ~/.vault-token
         verify=verify,
         cert=cert,
-        timeout=timeout,
+        timeout=(float(pair[0]), float(pair[1])),
         namespace=namespace or None,
         session=session,
         allow_redirects=False,
@@ -90,16 +95,13 @@ def vault_client(
 
 
 class AppRoleLogin(HoldsSecrets):
-    """Logs an AppRole client in; holds the secret id, so its repr shows the mount only."""
+    """Logs an AppRole client in; holds the secret id (the default repr shows no field)."""
 
     __slots__ = ("_client", "_last", "_mount", "_role_id", "_secret_id")
 
     def __init__(self, client: Any, role_id: str, secret_id: str, mount: str) -> None:
         self._client, self._role_id, self._secret_id, self._mount = client, role_id, secret_id, mount
         self._last = float("-inf")
-
-    def __repr__(self) -> str:
-        return f"AppRoleLogin(mount={self._mount!r})"
 
     def login(self) -> Failure | None:
         try:
@@ -114,16 +116,6 @@ class AppRoleLogin(HoldsSecrets):
             return False
         self._last = time.monotonic()
         return self.login() is None
-
-
-def _check_timeout(timeout: object) -> tuple[float, float]:
-    pair = (min(timeout, 0.5), timeout) if isinstance(timeout, (int, float)) else timeout
-    if not isinstance(pair, tuple) or len(pair) != 2:
-        raise ConfigurationError("timeout must be seconds or a (connect, read) pair of seconds")
-    # Positive and bounded: an unbounded timeout would let one call stall the event loop forever.
-    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t <= 60 for t in pair):
-        raise ConfigurationError("Vault timeouts must be numbers of seconds in (0, 60]")
-    return float(pair[0]), float(pair[1])
 
 
 class FailureKind(enum.Enum):
