@@ -27,6 +27,9 @@ class Reason(enum.StrEnum):
     BINDING = "binding"  # binding: minted for another request context
     PURPOSE = "purpose"  # binding: minted for another purpose
     PROVIDER = "provider"  # a remote provider (Vault transit) could not answer; fail closed
+    REPLAYED = "replayed"  # single use: this token was already accepted once
+    REVOKED = "revoked"  # single use: minted at or before a revocation of its principal or scope
+    STORE_UNAVAILABLE = "store_unavailable"  # single use: the shared store could not vouch for the token; fail closed
 
 
 class StatecodecError(Exception):
@@ -52,6 +55,10 @@ class ConfigurationError(StatecodecError, ValueError):
 
 class ProviderError(StatecodecError):
     """A key provider (KMS, Vault) call failed, at start-up or per transit token; names the key and the cause."""
+
+
+class StoreError(StatecodecError):
+    """The single-use store did not answer in time, or refused; names the store, never its URL or credentials."""
 
 
 class SealError(StatecodecError):
