@@ -13,17 +13,23 @@ only for its own `InvalidRequestState`: hence `SDKCodec`. The SDK is imported wh
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from statecodec._types import Codec
 from statecodec.config import codec_from_env
-from statecodec.errors import InvalidToken
+from statecodec.errors import InvalidToken, Reason
+from statecodec.single_use import STAMP_LENGTH, SingleUse
 
 if TYPE_CHECKING:
+    from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
     from mcp.server.request_state import InvalidRequestState, RequestStateSecurity
 
-__all__ = ["SDKCodec", "security", "security_from_env"]
+__all__ = ["SDKCodec", "SingleUseMiddleware", "security", "security_from_env", "single_use_from_env"]
+
+logger = logging.getLogger("statecodec.mcp")
 
 MCP_EXTRA_HINT = "install the MCP SDK with: pip install 'statecodec[mcp]'"
 
@@ -75,3 +81,92 @@ def security_from_env(
     (what to set) when the environment describes no codec, `ImportError` naming the extra without the SDK."""
     _sdk()  # a missing SDK is reported before the configuration is read
     return security(codec_from_env(environ), ttl=ttl, audience=audience, **options)
+
+
+def subject_scopes(ctx: ServerRequestContext[Any, Any]) -> dict[str, str | None]:
+    """The default revocable scope of a request: ``principal``, the authenticated subject (else the OAuth client
+    id; none on an unauthenticated transport), as ``statecodec revoke --principal`` names it."""
+    from mcp.server.auth.middleware.auth_context import get_access_token
+
+    token = get_access_token()
+    return {"principal": None if token is None else (token.subject or token.client_id)}
+
+
+class SingleUseMiddleware:
+    """SDK server middleware: each ``requestState`` is accepted at most once across the fleet, and revocable.
+
+    It must run inside the SDK's `RequestStateBoundary`, so that it sees a state only after the boundary verified
+    the token, its expiry, request binding, audience and principal: a stolen token presented for another principal
+    or another request is refused there and consumes nothing. `MCPServer` runs the middleware it is given inside
+    its boundary::
+
+        server = MCPServer("billing", request_state_security=security_from_env(), middleware=[single_use_from_env()])
+
+    On a lowlevel `Server`, append it after the boundary. Outbound, it stamps each state (`SingleUse.stamp`) before
+    the boundary seals it; inbound, it consumes the stamp (`SingleUse.consume`, in a worker thread, so a slow store
+    never blocks the event loop) and refuses with the SDK's own -32602 answer, the reason code in the log only.
+    `scopes(ctx)` names the request's revocable scopes (default `subject_scopes`).
+    """
+
+    def __init__(
+        self,
+        guard: SingleUse,
+        *,
+        scopes: Callable[[ServerRequestContext[Any, Any]], Mapping[str, str | None]] = subject_scopes,
+    ) -> None:
+        from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
+
+        self.guard, self.scopes = guard, scopes
+        self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        import anyio.to_thread
+
+        if ctx.method not in self._methods:
+            return await call_next(ctx)
+        state = (ctx.params or {}).get("requestState")
+        if state is not None:
+            stamp = state[:STAMP_LENGTH].encode("ascii", "replace") if isinstance(state, str) else b""
+            scopes = self.scopes(ctx)
+            reason: Reason | None = None
+            try:
+                # consume() returns what follows the stamp: given the stamp alone, nothing.
+                await anyio.to_thread.run_sync(self.guard.consume, stamp, scopes)
+            except InvalidToken as exc:
+                reason = exc.reason
+            if reason is not None:
+                self._refuse(ctx.method, reason)
+            ctx = replace(ctx, params={**(ctx.params or {}), "requestState": state[STAMP_LENGTH:]})
+        result = await call_next(ctx)
+        if not self._is_input_required(result):
+            return result
+        out = result.get("requestState") if isinstance(result, Mapping) else getattr(result, "request_state", None)
+        if not isinstance(out, str):
+            return result
+        stamped = self.guard.stamp(b"").decode("ascii") + out
+        if isinstance(result, Mapping):
+            return {**result, "requestState": stamped}
+        return result.model_copy(update={"request_state": stamped})
+
+    @staticmethod
+    def _refuse(method: str, reason: Reason) -> None:
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import INVALID_PARAMS
+
+        if reason is Reason.MALFORMED:
+            reason_text = "malformed (no single-use stamp: is SingleUseMiddleware inside RequestStateBoundary?)"
+        else:
+            reason_text = reason.value
+        logger.warning("requestState rejected on %s: %s", method, reason_text, extra={"statecodec_reason": reason})
+        # The SDK boundary's own frozen answer, so a client cannot tell this refusal from any other.
+        raise MCPError(
+            code=INVALID_PARAMS, message="Invalid or expired requestState", data={"reason": "invalid_request_state"}
+        )
+
+    def __repr__(self) -> str:
+        return f"SingleUseMiddleware({self.guard!r})"
+
+
+def single_use_from_env(environ: Mapping[str, str] | None = None) -> SingleUseMiddleware:
+    """`SingleUseMiddleware` around `SingleUse.from_env(environ)`: the store and its key from the environment."""
+    return SingleUseMiddleware(SingleUse.from_env(environ))

@@ -28,6 +28,7 @@ import heapq
 import hmac
 import json
 import logging
+import os
 import secrets
 import threading
 import time
@@ -35,11 +36,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from statecodec._encoding import b64u_decode, b64u_encode
+from statecodec._settings import named_errors, setting, text_or_file
 from statecodec._types import Codec, HoldsSecrets
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError
-from statecodec.keys import KeyRing, derive_key
+from statecodec.keys import KeyRing, derive_key, parse_keys
 
-__all__ = ["Claim", "MemoryStore", "SingleUse", "SingleUseCodec", "Store"]
+__all__ = ["Claim", "MemoryStore", "SingleUse", "SingleUseCodec", "Store", "store_from_settings"]
 
 logger = logging.getLogger("statecodec.single_use")
 
@@ -51,6 +53,12 @@ _CLAIM_INFO = b"statecodec/v1/single-use/claim"
 _SCOPE_INFO = b"statecodec/v1/single-use/scope"
 # Revoking everything must hold whatever store key an instance runs with, so its scope digest needs no key.
 ALL_SCOPE = b"\x00" * _DIGEST_LENGTH
+
+STORE_URL_VAR = "STATECODEC_STORE_URL"
+STORE_KEY_VAR = "STATECODEC_STORE_KEY"
+TTL_VAR = "STATECODEC_TTL"
+_STORE_SETTINGS = ("STATECODEC_STORE_TIMEOUT", "STATECODEC_STORE_NAMESPACE", "STATECODEC_REVOCATION_STALENESS")
+_MAX_STORE_FILE_BYTES = 4096
 
 
 class Claim(enum.Enum):
@@ -192,6 +200,23 @@ class SingleUse(HoldsSecrets):
         if on_store_error == "accept":
             logger.warning("single use is availability first: a token is accepted unchecked while the store is down")
 
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, store: Store | None = None) -> SingleUse:
+        """The `SingleUse` guard the environment describes: the store (`store_from_settings`), ``STATECODEC_STORE_KEY``
+        (or ``_FILE``; a key from `statecodec keygen`, the same on every instance), ``STATECODEC_TTL`` (seconds,
+        default 600, the codec's ttl) and ``STATECODEC_STORE_ON_ERROR`` (``refuse``, the default, or ``accept``)."""
+        settings = os.environ if environ is None else environ
+        text, source = text_or_file(settings, STORE_KEY_VAR, _MAX_STORE_FILE_BYTES, "it holds one key")
+        if text is None:
+            raise ConfigurationError(f"{STORE_KEY_VAR} is not set; set it to a key from `statecodec keygen`")
+        with named_errors(source):
+            keys = parse_keys(text)
+            if len(keys) != 1:
+                raise ConfigurationError(f"holds {len(keys)} keys; the store key is one key")
+        on_error = setting(settings, "STATECODEC_STORE_ON_ERROR", required=False) or "refuse"
+        ttl = _seconds(settings, TTL_VAR, 600)
+        return cls(store or store_from_settings(settings), key=keys[0], ttl=ttl, on_store_error=on_error)
+
     def stamp(self, state: bytes) -> bytes:
         """`state` behind a fresh stamp: a random token id and the issue time."""
         issued_ms = int(self._clock() * 1000)
@@ -290,3 +315,34 @@ class SingleUseCodec:
 
     def __reduce__(self) -> tuple[object, ...]:
         raise TypeError("SingleUseCodec holds keys and is not picklable")
+
+
+def _seconds(settings: Mapping[str, str], name: str, default: float) -> float:
+    text = setting(settings, name, required=False)
+    try:
+        value = default if text is None else float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1e7:  # positive, and a NaN fails too
+        raise ConfigurationError(f"{name} must be a positive number of seconds, e.g. {default:g}")
+    return value
+
+
+def store_from_settings(settings: Mapping[str, str]) -> Store:
+    """The store ``STATECODEC_STORE_URL`` (or ``_FILE``, since a URL may hold a password) names: ``memory`` for
+    one process, ``redis://`` or ``rediss://`` for a fleet (needs ``statecodec[redis]``)."""
+    url, source = text_or_file(settings, STORE_URL_VAR, _MAX_STORE_FILE_BYTES, "it holds one store URL")
+    if url is None:
+        raise ConfigurationError(f"{STORE_URL_VAR} is not set; set it to redis://host:6379/0 (a fleet) or memory")
+    url = url.strip()
+    if url == "memory":
+        return MemoryStore()
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        # Only the scheme is echoed: the rest of a URL may hold credentials.
+        raise ConfigurationError(f"{source} must be memory, redis://, rediss:// or unix://, not {url.split(':')[0]}:")
+    from statecodec.redis_store import RedisStore  # needs the redis extra; imported only when configured
+
+    timeout = _seconds(settings, _STORE_SETTINGS[0], 0.25)
+    staleness = _seconds(settings, _STORE_SETTINGS[2], 1.0)
+    namespace = setting(settings, _STORE_SETTINGS[1], required=False) or "statecodec"
+    return RedisStore.from_url(url, namespace=namespace, timeout=timeout, staleness=staleness)
