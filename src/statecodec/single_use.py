@@ -18,7 +18,11 @@ availability first (``on_store_error="accept"``), which accepts without the sing
 every such token. The store holds keyed digests (HMAC-SHA256 under the store key) of token ids and scope values,
 never a token, a state or a principal; each entry expires with its token.
 
-Stamp, 35 ASCII bytes before the state: ``su1.`` base64url(id(16) || issued-at milliseconds(6, big-endian)) ``.``
+Stamp, 56 ASCII bytes before the state: ``su1.`` base64url(id(16) || issued-at(6) || tag(16)) ``.``, where
+issued-at is milliseconds since the Unix epoch, big-endian, and tag is HMAC-SHA256(Ks, ``su1.`` || id || issued-at)
+truncated to 16 bytes, Ks being HKDF-SHA256 of the store key under ``statecodec/v1/single-use/stamp``. The stamp
+travels inside the sealed payload; its own tag means that, in any composition, no one without the store key can
+mint a fresh stamp (a wrong tag is `seal`).
 """
 
 from __future__ import annotations
@@ -46,10 +50,11 @@ __all__ = ["Claim", "MemoryStore", "SingleUse", "SingleUseCodec", "Store", "stor
 logger = logging.getLogger("statecodec.single_use")
 
 STAMP_PREFIX = b"su1."
-STAMP_LENGTH = 35
+STAMP_LENGTH = 56
 _ID_LENGTH = 16
 _DIGEST_LENGTH = 16
 _CLAIM_INFO = b"statecodec/v1/single-use/claim"
+_STAMP_INFO = b"statecodec/v1/single-use/stamp"
 _SCOPE_INFO = b"statecodec/v1/single-use/scope"
 # Revoking everything must hold whatever store key an instance runs with, so its scope digest needs no key.
 ALL_SCOPE = b"\x00" * _DIGEST_LENGTH
@@ -106,7 +111,7 @@ class MemoryStore:
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
             raise ConfigurationError("max_entries must be a positive int")
         self._clock, self._max = clock, max_entries
-        self._started = clock()
+        self._started = int(clock() * 1000) / 1000  # stamps count whole milliseconds
         self._claims: dict[bytes, float] = {}
         self._expiry: list[tuple[float, bytes]] = []  # a heap: the next claim to expire first
         self._revocations: dict[bytes, tuple[float, float]] = {}  # scope -> (at, expires_at)
@@ -168,7 +173,7 @@ class SingleUse(HoldsSecrets):
     to that many seconds after it, so a fast clock cannot carry an older token past it.
     """
 
-    __slots__ = ("_claim_key", "_clock", "_scope_key", "clock_skew", "on_store_error", "store", "ttl")
+    __slots__ = ("_claim_key", "_clock", "_scope_key", "_stamp_key", "clock_skew", "on_store_error", "store", "ttl")
 
     def __init__(
         self,
@@ -195,6 +200,7 @@ class SingleUse(HoldsSecrets):
             raise ConfigurationError(f"the store key {str(exc).removeprefix('keys[0] ')}") from None
         self._claim_key = derive_key(secret, _CLAIM_INFO)
         self._scope_key = derive_key(secret, _SCOPE_INFO)
+        self._stamp_key = derive_key(secret, _STAMP_INFO)
         self.store, self.ttl, self.clock_skew, self.on_store_error = store, ttl, clock_skew, on_store_error
         self._clock = clock
         if on_store_error == "accept":
@@ -221,6 +227,7 @@ class SingleUse(HoldsSecrets):
         """`state` behind a fresh stamp: a random token id and the issue time."""
         issued_ms = int(self._clock() * 1000)
         body = secrets.token_bytes(_ID_LENGTH) + issued_ms.to_bytes(6, "big")
+        body += self._digest(self._stamp_key, STAMP_PREFIX + body)
         return STAMP_PREFIX + b64u_encode(body).encode("ascii") + b"." + state
 
     def consume(self, stamped: bytes, scopes: Mapping[str, str | None] | None = None) -> bytes:
@@ -274,12 +281,14 @@ class SingleUse(HoldsSecrets):
         # JSON keeps (name, value) pairs unambiguous and escapes what UTF-8 cannot encode.
         return self._digest(self._scope_key, json.dumps([name, value]).encode("ascii"))
 
-    @staticmethod
-    def _parse(stamped: bytes) -> tuple[bytes, float]:
-        if not (isinstance(stamped, bytes) and stamped[:4] == STAMP_PREFIX and stamped[34:35] == b"."):
+    def _parse(self, stamped: bytes) -> tuple[bytes, float]:
+        end = STAMP_LENGTH - 1
+        if not (isinstance(stamped, bytes) and stamped[:4] == STAMP_PREFIX and stamped[end : end + 1] == b"."):
             raise InvalidToken(Reason.MALFORMED)
-        body = b64u_decode(stamped[4:34].decode("ascii", "replace"))
-        return body[:_ID_LENGTH], int.from_bytes(body[_ID_LENGTH:], "big") / 1000
+        body = b64u_decode(stamped[4:end].decode("ascii", "replace"))
+        if not hmac.compare_digest(body[22:], self._digest(self._stamp_key, STAMP_PREFIX + body[:22])):
+            raise InvalidToken(Reason.SEAL)
+        return body[:_ID_LENGTH], int.from_bytes(body[_ID_LENGTH:22], "big") / 1000
 
     def __repr__(self) -> str:
         return f"SingleUse({self.store!r}, ttl={self.ttl}, on_store_error={self.on_store_error!r})"
