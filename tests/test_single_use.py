@@ -384,3 +384,32 @@ def test_lowlevel_server_with_single_use_appended_after_the_boundary() -> None:
     assert anyio.run(lowlevel_server.retry, server, token, {"name": "payroll"}) == lowlevel_server.REFUSED
     assert anyio.run(lowlevel_server.retry, server, token, orders).startswith("provisioned orders")
     assert anyio.run(lowlevel_server.retry, server, token, orders) == lowlevel_server.REFUSED
+
+
+# --- the command line ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def store_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATECODEC_STORE_URL", "memory")
+    monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([STORE_KEY]))
+
+
+@pytest.mark.usefixtures("store_env")
+def test_revoke_refuses_a_store_inside_one_process(capsys: pytest.CaptureFixture[str]) -> None:
+    from statecodec.cli.main import main
+
+    assert main(["revoke", "--principal", ALICE]) == 2
+    assert "redis://" in capsys.readouterr().err
+    assert main(["revoke", "--scope", "tenant"]) == 2
+    assert "NAME=VALUE" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("store_env")
+def test_store_check_prints_health_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from statecodec.cli.main import main
+
+    assert main(["store", "check", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"ready": True, "store": "memory", "live_claims": 0, "revocations": 0}
