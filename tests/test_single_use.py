@@ -413,3 +413,27 @@ def test_store_check_prints_health_as_json(capsys: pytest.CaptureFixture[str]) -
 
     assert main(["store", "check", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"ready": True, "store": "memory", "live_claims": 0, "revocations": 0}
+
+
+def test_the_sdk_unseals_once_and_the_store_is_claimed_once_per_retry() -> None:
+    from statecodec.mcp import SingleUseMiddleware, security
+
+    class Counting:
+        def __init__(self) -> None:
+            self.inner, self.unseals = AESGCMCodec(KeyRing.generate()), 0
+
+        def seal(self, payload: bytes) -> str:
+            return self.inner.seal(payload)
+
+        def unseal(self, token: str) -> bytes:
+            self.unseals += 1
+            return self.inner.unseal(token)
+
+    codec, store = Counting(), Recording(MemoryStore())
+    server = mcp_flows.build_server(security(codec))
+    server.middleware.append(SingleUseMiddleware(SingleUse(store, key=STORE_KEY)))
+    token = anyio.run(mcp_flows.round_one, server)
+    assert not isinstance(mcp_flows.round_two(server, token), mcp_flows.Rejection)
+    assert (codec.unseals, store.claims) == (1, 1)
+    assert isinstance(mcp_flows.round_two(server, token), mcp_flows.Rejection)
+    assert (codec.unseals, store.claims) == (2, 2)
