@@ -17,7 +17,8 @@ from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
 from statecodec.keys import format_keys, generate_key
 from statecodec.mcp import MCP_EXTRA_HINT
 
-_COMMANDS = ("tokens", "rotate", "kms", "vectors", "bench", "store")  # each module's register(sub) sets func(args) -> exit code
+# Each module's register(sub) sets func(args) -> exit code.
+_COMMANDS = ("tokens", "rotate", "kms", "vectors", "bench", "store")
 
 
 def settings_from_flags(flags: Mapping[str, str | None]) -> dict[str, str]:
