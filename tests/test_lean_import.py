@@ -16,6 +16,7 @@ import pytest
 OPTIONAL_PACKAGES = frozenset(
     {"mcp", "mcp_types", "pydantic", "anyio", "starlette", "httpx", "boto3", "botocore", "google", "grpc", "hvac"}
     | {"requests", "jwcrypto", "jwt", "joserfc", "itsdangerous", "tink", "matplotlib", "hypothesis"}
+    | {"opentelemetry"}
 )
 MODULE_BUDGET = 200
 """Modules `import statecodec` may leave loaded, the interpreter's own and cryptography's included."""
@@ -38,8 +39,9 @@ def _optional(modules: list[str]) -> set[str]:
 
 def test_every_listed_optional_package_is_installed() -> None:
     # Otherwise the checks below could pass only because a package is missing.
-    loaded = _loaded_after("import boto3, google.cloud.kms, hvac, jwcrypto, mcp.server.request_state")
-    assert {"mcp", "boto3", "botocore", "google", "hvac", "jwcrypto"} <= {n.split(".")[0] for n in loaded}
+    loaded = _loaded_after("import boto3, google.cloud.kms, hvac, jwcrypto, mcp.server.request_state, statecodec.otel")
+    expected = {"mcp", "boto3", "botocore", "google", "hvac", "jwcrypto", "opentelemetry"}
+    assert expected <= {n.split(".")[0] for n in loaded}
 
 
 def test_import_statecodec_loads_no_optional_package_and_stays_within_budget() -> None:
