@@ -1,0 +1,142 @@
+"""Move a fleet from the MCP SDK's built-in keys (``RequestStateSecurity(keys=[...])``) to a statecodec codec, with
+no flow in flight dropped.
+
+Threat: switching codecs at once strands every flow that has a token of the old format outstanding, and a window
+that accepts the old format for ever keeps retired keys alive. `SDKKeysMigration` seals with one format and opens
+both, the SDK's tokens only until a fixed time: the end of the rollout plus one TTL, after which every SDK token has
+expired anyway and the SDK keys are refused (``unknown_key``) whatever the clock of the boundary says.
+
+The SDK's tokens (``v1.`` base64url(kid(4) || nonce(12) || AES-256-GCM ciphertext || tag(16)), keys derived from each
+secret with HKDF-SHA256 under ``mcp/request-state/v1/aes-256-gcm``) are opened by the SDK's own public
+`AESGCMRequestStateCodec`, behind this module's checks: a `str` of ASCII, at most ``max_token_length`` characters,
+before anything is decoded. No statecodec token starts with ``v1.`` (they are base64url without a dot, or JOSE
+compact tokens whose header starts ``ey``), so the prefix alone routes a token. Runbook: docs/migrate-from-sdk-keys.md.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_len, check_cap, check_payload, check_token_text
+from statecodec._types import Codec, HoldsSecrets
+from statecodec.errors import ConfigurationError, InvalidToken, Reason
+
+__all__ = ["SDK_FORMAT_PREFIX", "SDKKeysMigration"]
+
+SDK_FORMAT_PREFIX = "v1."
+_SDK_OVERHEAD = 4 + 12 + 16  # kid, nonce, tag
+# The SDK's log-only reasons, as statecodec's closed set; anything else it might say is a failed seal.
+_SDK_REASONS = {"malformed": Reason.MALFORMED, "unknown key": Reason.UNKNOWN_KEY, "seal": Reason.SEAL}
+
+
+class SDKKeysMigration(HoldsSecrets):
+    """A codec that opens the MCP SDK's built-in tokens beside `codec`'s, for one migration.
+
+    Two phases, each rolled out to every instance before the next starts (as the SDK's own key rotation):
+
+    1. ``SDKKeysMigration(codec, sdk_keys, seal_with_sdk=True)``: still seals SDK tokens, so instances not yet
+       switched open every token; opens `codec`'s tokens too.
+    2. ``SDKKeysMigration(codec, sdk_keys, sdk_tokens_until=T)``: seals with `codec`; opens SDK tokens while the
+       clock reads before ``T`` (epoch seconds: the end of this phase's rollout plus the SDK ``ttl``), then
+       refuses them with ``unknown_key``.
+
+    Then configure `codec` alone. `sdk_keys` is the SDK's ``keys=[...]`` list as it was (``keys[0]`` sealed); an
+    SDK refusal becomes `InvalidToken` with ``malformed``, ``unknown_key`` or ``seal``, and no chain.
+    """
+
+    __slots__ = (
+        "_clock", "_max_length", "_max_payload", "_refusal", "_sdk", "_seal_with_sdk", "_until", "codec",
+        "sdk_tokens_until",
+    )
+
+    def __init__(
+        self,
+        codec: Codec,
+        sdk_keys: Sequence[bytes | bytearray | str],
+        *,
+        sdk_tokens_until: float | None = None,
+        seal_with_sdk: bool = False,
+        max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not callable(getattr(codec, "seal", None)) or not callable(getattr(codec, "unseal", None)):
+            raise ConfigurationError("codec must have seal(bytes) -> str and unseal(str) -> bytes")
+        if seal_with_sdk and sdk_tokens_until is not None:
+            raise ConfigurationError(
+                "seal_with_sdk=True still mints SDK tokens, so it takes no sdk_tokens_until; set the deadline in the "
+                "second phase, which seals with the new codec"
+            )
+        if not seal_with_sdk and not (
+            isinstance(sdk_tokens_until, (int, float))
+            and not isinstance(sdk_tokens_until, bool)
+            and math.isfinite(sdk_tokens_until)
+        ):
+            raise ConfigurationError(
+                "sdk_tokens_until must be the epoch second after which SDK tokens are refused: the end of this "
+                "rollout plus the SDK ttl, e.g. time.time() + rollout_seconds + 600"
+            )
+        if not callable(clock):
+            raise ConfigurationError("clock must be a callable returning epoch seconds (time.time)")
+        self._sdk, self._refusal = _sdk_codec(sdk_keys)
+        self.codec, self.sdk_tokens_until = codec, sdk_tokens_until
+        self._until = math.inf if sdk_tokens_until is None else float(sdk_tokens_until)
+        self._seal_with_sdk, self._clock = seal_with_sdk, clock
+        self._max_length = check_cap(max_token_length, len(SDK_FORMAT_PREFIX) + b64u_len(_SDK_OVERHEAD))
+        self._max_payload = (self._max_length - len(SDK_FORMAT_PREFIX)) * 3 // 4 - _SDK_OVERHEAD
+
+    @property
+    def seal_with_sdk(self) -> bool:
+        """True in the first phase: tokens are still the SDK's."""
+        return self._seal_with_sdk
+
+    def seal(self, payload: bytes) -> str:
+        """A token of the current phase's format: the SDK's in the first phase, `codec`'s after."""
+        if not self._seal_with_sdk:
+            return self.codec.seal(payload)
+        check_payload(payload, self._max_payload)
+        return str(self._sdk.seal(bytes(payload)))
+
+    def unseal(self, token: str) -> bytes:
+        """The payload of an SDK token (before `sdk_tokens_until`) or of a `codec` token; `InvalidToken` otherwise."""
+        if type(token) is not str or not token.startswith(SDK_FORMAT_PREFIX):
+            return self.codec.unseal(token)
+        check_token_text(token, self._max_length)
+        if not token.isascii():  # the SDK's base64 would chain an error holding the whole token
+            raise InvalidToken(Reason.MALFORMED)
+        now = self._clock()
+        # Positive check: a NaN or non-number clock refuses, like a clock past the deadline (inf in phase one).
+        if not (isinstance(now, (int, float)) and now < self._until):
+            raise InvalidToken(Reason.UNKNOWN_KEY)
+        reason: Reason | None = None
+        try:
+            payload: bytes = self._sdk.unseal(token)
+        except Exception as exc:  # InvalidRequestState, or anything else: deny on error
+            reason = _SDK_REASONS.get(str(exc), Reason.SEAL) if isinstance(exc, self._refusal) else Reason.MALFORMED
+        if reason is not None:  # raised outside the handler: nothing chains back to the SDK's frames or the token
+            raise InvalidToken(reason)
+        return payload
+
+    def __repr__(self) -> str:
+        phase = "seal_with_sdk=True" if self._seal_with_sdk else f"sdk_tokens_until={self.sdk_tokens_until!r}"
+        return f"SDKKeysMigration({self.codec!r}, {phase})"
+
+
+def _sdk_codec(sdk_keys: object) -> tuple[Any, type[Exception]]:
+    """The SDK's own codec over `sdk_keys` and its refusal type; its key checks' messages, naming ``sdk_keys``, as
+    `ConfigurationError`."""
+    from statecodec.mcp import MCP_EXTRA_HINT
+
+    try:
+        from mcp.server.request_state import AESGCMRequestStateCodec, InvalidRequestState
+    except ImportError as exc:
+        raise ImportError(f"statecodec.sdk_migration needs the MCP SDK (mcp>=2.3); {MCP_EXTRA_HINT}") from exc
+    if isinstance(sdk_keys, (str, bytes, bytearray)) or not isinstance(sdk_keys, Sequence):
+        raise ConfigurationError("sdk_keys must be the list given to RequestStateSecurity(keys=[...]), e.g. [key]")
+    try:
+        return AESGCMRequestStateCodec(sdk_keys), InvalidRequestState
+    except (TypeError, ValueError) as exc:  # the SDK's messages name the key's position, never its value
+        message = str(exc).replace("request-state keys", "sdk_keys").replace("keys[", "sdk_keys[")
+        raise ConfigurationError(message) from None

@@ -1,0 +1,178 @@
+"""Moving from ``RequestStateSecurity(keys=[...])`` to a statecodec codec drops no flow in flight, and the SDK's
+keys stop opening anything once the migration window closes."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, MCPError
+from mcp.server.mcpserver import RequestStateSecurity
+from mcp.types import CallToolResult, ElicitResult, InputRequiredResult
+
+from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, Reason, generate_key
+from statecodec.mcp import security
+from statecodec.sdk_migration import SDK_FORMAT_PREFIX, SDKKeysMigration
+from statecodec.testing import assert_conformant
+from tests.mcp_flows import TOOL, accept_token, assert_mcp_rejects, build_server, mint_token
+
+SDK_KEY, OTHER_SDK_KEY = generate_key(), generate_key()
+NEW = AESGCMCodec([generate_key()])
+FAST: dict[str, Any] = {"max_examples": 10, "max_payload": 4096, "max_mutations": 2000, "oversized_length": 1 << 20}
+ANSWERS: dict[str, Any] = {
+    "region": {"region": ElicitResult(action="accept", content={"region": "eu"})},
+    "size": {"size": ElicitResult(action="accept", content={"size": "xl"})},
+}
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def old_policy() -> RequestStateSecurity:
+    return RequestStateSecurity(keys=[SDK_KEY])
+
+
+def phase_one() -> RequestStateSecurity:
+    return security(SDKKeysMigration(NEW, [SDK_KEY], seal_with_sdk=True))
+
+
+def phase_two(clock: Clock | None = None) -> RequestStateSecurity:
+    clock = clock or Clock(time.time())
+    return security(SDKKeysMigration(NEW, [SDK_KEY], sdk_tokens_until=clock.now + 600, clock=clock))
+
+
+def step(policy: RequestStateSecurity, flow: str, state: str | None = None) -> InputRequiredResult | CallToolResult:
+    """One round of `flow` (the `TOOL` call for name `flow`) on a fresh server under `policy`, answering the
+    question the previous round asked; a refused round raises `MCPError`."""
+    server = build_server(policy)
+    kwargs: dict[str, Any] = {"allow_input_required": True}
+    if state is not None:
+        kwargs["request_state"] = state
+        kwargs["input_responses"] = ANSWERS["region" if _ROUND[state] == 1 else "size"]
+
+    async def go() -> InputRequiredResult | CallToolResult:
+        async with Client(server) as client:
+            result: InputRequiredResult | CallToolResult = await client.session.call_tool(
+                TOOL, {"name": flow}, **kwargs
+            )
+            return result
+
+    return anyio.run(go)
+
+
+_ROUND: dict[str, int] = {}  # token -> the round that minted it, so `step` answers the question that round asked
+
+
+def advance(policy: RequestStateSecurity, flow: str, state: str | None = None) -> str:
+    """The next round's token of `flow` from a server under `policy`."""
+    result = step(policy, flow, state)
+    assert isinstance(result, InputRequiredResult), result
+    assert result.request_state is not None
+    _ROUND[result.request_state] = 1 if state is None else _ROUND[state] + 1
+    return result.request_state
+
+
+def finish(policy: RequestStateSecurity, flow: str, state: str) -> str:
+    """Run `flow` to completion from `state` on servers under `policy`; its final text."""
+    while True:
+        result = step(policy, flow, state)
+        if isinstance(result, CallToolResult):
+            assert not result.is_error, result
+            return str(getattr(result.content[0], "text", ""))
+        assert result.request_state is not None
+        _ROUND[result.request_state] = _ROUND[state] + 1
+        state = result.request_state
+
+
+def test_flows_in_flight_on_the_sdk_keys_complete_on_the_migration_codec() -> None:
+    old = old_policy()
+    in_flight = {f"flow-{i}": advance(old, f"flow-{i}") for i in range(3)}  # asked for the region
+    for i in range(3, 6):  # answered the region on the old server too: asked for the size
+        in_flight[f"flow-{i}"] = advance(old, f"flow-{i}", advance(old, f"flow-{i}"))
+    assert all(token.startswith(SDK_FORMAT_PREFIX) for token in in_flight.values())
+
+    new = phase_two()
+    completed, dropped = {}, []
+    for flow, token in in_flight.items():
+        try:
+            completed[flow] = finish(new, flow, token)
+        except MCPError:
+            dropped.append(flow)
+    assert dropped == []
+    assert completed == {flow: f"provisioned {flow} in eu at size xl" for flow in in_flight}
+    # New rounds are the new codec's tokens.
+    fresh = advance(new, "flow-new")
+    assert not fresh.startswith(SDK_FORMAT_PREFIX)
+    assert NEW.unseal(fresh)
+
+
+def test_each_phase_opens_the_tokens_of_the_phases_beside_it_during_a_rollout() -> None:
+    old, one, two = old_policy(), phase_one(), phase_two()
+    # Rolling out phase one: old and phase-one instances share flows both ways.
+    token = advance(one, "a", advance(old, "a"))
+    assert token.startswith(SDK_FORMAT_PREFIX)  # phase one still mints SDK tokens, which old instances open
+    assert finish(old, "a", token) == "provisioned a in eu at size xl"
+    # Rolling out phase two: phase-one and phase-two instances share flows both ways.
+    token = advance(two, "b", advance(one, "b"))
+    assert not token.startswith(SDK_FORMAT_PREFIX)
+    assert finish(one, "b", token) == "provisioned b in eu at size xl"
+
+
+def test_after_the_window_the_sdk_keys_open_nothing() -> None:
+    clock = Clock(time.time())
+    policy = phase_two(clock)
+    sdk_token, new_token = mint_token(old_policy()), mint_token(policy)
+    clock.now += 599
+    accept_token(policy, sdk_token)
+    clock.now += 1
+    # Refused by the migration codec itself (the SDK's own expiry, on its real clock, has not come yet).
+    assert_mcp_rejects(policy, sdk_token, reason="unknown_key")
+    accept_token(policy, new_token)
+
+
+@pytest.mark.parametrize("seal_with_sdk", [True, False], ids=["phase-one", "phase-two"])
+def test_both_phases_are_conformant(seal_with_sdk: bool) -> None:
+    until = None if seal_with_sdk else time.time() + 3600
+    codec = SDKKeysMigration(NEW, [SDK_KEY], seal_with_sdk=seal_with_sdk, sdk_tokens_until=until)
+    foreign = SDKKeysMigration(NEW, [OTHER_SDK_KEY], seal_with_sdk=True) if seal_with_sdk else AESGCMCodec.ephemeral()
+    assert_conformant(codec, foreign=foreign, **FAST)
+
+
+def test_sdk_refusals_keep_their_reason_and_no_chain() -> None:
+    codec = SDKKeysMigration(NEW, [SDK_KEY], sdk_tokens_until=time.time() + 600)
+    sdk_token = RequestStateSecurity(keys=[SDK_KEY]).codec.seal(b"payload")
+    assert codec.unseal(sdk_token) == b"payload"
+    tampered = sdk_token[:-3] + ("A" if sdk_token[-3] != "A" else "B") + sdk_token[-2:]
+    foreign = RequestStateSecurity(keys=[OTHER_SDK_KEY]).codec.seal(b"payload")
+    cases = {tampered: Reason.SEAL, foreign: Reason.UNKNOWN_KEY, "v1.@@": Reason.MALFORMED}
+    cases |= {"v1.\u00e9": Reason.MALFORMED, "v1." + "A" * (1 << 20): Reason.OVERSIZED}
+    for token, reason in cases.items():
+        with pytest.raises(InvalidToken) as info:
+            codec.unseal(token)
+        assert info.value.reason is reason
+        assert info.value.__cause__ is None
+        assert info.value.__context__ is None
+
+
+def test_misconfiguration_fails_at_construction_naming_the_argument() -> None:
+    with pytest.raises(ConfigurationError, match="sdk_tokens_until must be the epoch second"):
+        SDKKeysMigration(NEW, [SDK_KEY])
+    with pytest.raises(ConfigurationError, match="sdk_tokens_until must be"):
+        SDKKeysMigration(NEW, [SDK_KEY], sdk_tokens_until=float("nan"))
+    with pytest.raises(ConfigurationError, match="takes no sdk_tokens_until"):
+        SDKKeysMigration(NEW, [SDK_KEY], seal_with_sdk=True, sdk_tokens_until=1.0)
+    with pytest.raises(ConfigurationError, match=r"sdk_keys\[1\] is 5 bytes"):
+        SDKKeysMigration(NEW, [SDK_KEY, b"short"], seal_with_sdk=True)
+    with pytest.raises(ConfigurationError, match="sdk_keys must be the list"):
+        SDKKeysMigration(NEW, SDK_KEY, seal_with_sdk=True)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="codec must have seal"):
+        SDKKeysMigration(object(), [SDK_KEY], seal_with_sdk=True)  # type: ignore[arg-type]
+    codec = SDKKeysMigration(NEW, [SDK_KEY], seal_with_sdk=True)
+    assert repr(codec) == f"SDKKeysMigration({NEW!r}, seal_with_sdk=True)"
