@@ -19,7 +19,7 @@ from jwcrypto import jwe as cr_jwe
 from jwcrypto import jwk as cr_jwk
 from jwcrypto import jws as cr_jws
 
-from statecodec import JWECodec, JWSCodec
+from statecodec import ConfigurationError, JWECodec, JWSCodec
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.jose import derived_jwk
 from tests.test_jwe import reason
@@ -180,3 +180,66 @@ def test_their_jws_with_a_forbidden_header_is_refused() -> None:
     embedded = cr_jws.JWS(PAYLOADS[0])
     embedded.add_signature(cr_jwk.JWK(**HS_JWK), None, json.dumps({"alg": "HS256", "kid": kid, "jwk": {"kty": "oct"}}))
     assert reason(HS_CODEC, embedded.serialize(compact=True)) == "header"
+
+
+# --- exported private JWK Sets -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["ECDH-ES+A256KW-P-256", "ECDH-ES+A256KW-X25519"])
+def test_the_private_jwks_of_an_ecdh_codec_opens_and_seals_in_jwcrypto_and_joserfc(name: str) -> None:
+    codec, _ = JWE[name]
+    (jwk,) = codec.private_jwks()["keys"]
+    assert jwk["kid"] == codec.primary_key_id
+    assert (jwk["use"], jwk["alg"]) == ("enc", "ECDH-ES+A256KW")
+    assert {k: v for k, v in jwk.items() if k != "d"} == codec.public_jwks()["keys"][0]
+    for payload in PAYLOADS:
+        ours = codec.seal(payload)
+        assert jwcrypto_open(jwk, ours) == payload
+        assert joserfc_open(jwk, codec.alg, ours) == payload
+        assert codec.unseal(jwcrypto_seal(jwk, payload, header(codec, jwk))) == payload
+        assert codec.unseal(joserfc_seal(jwk, payload, header(codec, jwk))) == payload
+    rebuilt = JWECodec.from_jwks(codec.private_jwks(), alg="ECDH-ES+A256KW")
+    assert rebuilt.unseal(codec.seal(PAYLOADS[0])) == PAYLOADS[0]
+    assert codec.unseal(rebuilt.seal(PAYLOADS[0])) == PAYLOADS[0]
+
+
+def test_a_sealing_only_ecdh_codec_exports_its_public_key_alone() -> None:
+    recipient = ec.generate_private_key(ec.SECP256R1())
+    retired = x25519.X25519PrivateKey.generate()
+    codec = JWECodec.ecdh([recipient.public_key()])
+    (jwk,) = codec.private_jwks()["keys"]
+    assert "d" not in jwk
+    assert jwk == codec.public_jwks()["keys"][0]
+    two = JWECodec.ecdh([recipient, retired])
+    assert [("d" in k, k["crv"]) for k in two.private_jwks()["keys"]] == [(True, "P-256"), (True, "X25519")]
+    assert jwcrypto_open(two.private_jwks()["keys"][0], codec.seal(PAYLOADS[0])) == PAYLOADS[0]
+
+
+@pytest.mark.parametrize("alg", ["EdDSA", "Ed25519"])
+@pytest.mark.filterwarnings("ignore:.*RFC 9864:joserfc.errors.SecurityWarning")  # joserfc on the name "EdDSA"
+def test_the_private_jwks_of_an_eddsa_codec_signs_and_verifies_in_jwcrypto_joserfc_and_pyjwt(alg: str) -> None:
+    codec = JWSCodec.eddsa([ed25519.Ed25519PrivateKey.generate()], alg=alg)  # type: ignore[arg-type]
+    (jwk,) = codec.private_jwks()["keys"]
+    assert (jwk["kty"], jwk["crv"], jwk["use"], jwk["alg"]) == ("OKP", "Ed25519", "sig", alg)
+    assert jwk["kid"] == codec.key_ids[0]
+    ours = codec.seal(PAYLOADS[0])
+    signed = cr_jws.JWS(PAYLOADS[0])
+    signed.add_signature(cr_jwk.JWK(**jwk), None, json.dumps({"alg": alg, "kid": jwk["kid"]}))
+    assert codec.unseal(signed.serialize(compact=True)) == PAYLOADS[0]
+    theirs = rfc_jws.serialize_compact({"alg": alg, "kid": jwk["kid"]}, PAYLOADS[0], rfc_key(jwk), algorithms=[alg])
+    assert codec.unseal(theirs) == PAYLOADS[0]
+    assert rfc_jws.deserialize_compact(ours, rfc_key(jwk), algorithms=[alg]).payload == PAYLOADS[0]
+    if alg == "EdDSA":  # PyJWT names the algorithm EdDSA only
+        key = pyjwt.PyJWK(jwk).key
+        assert pyjwt.api_jws.decode(ours, key.public_key(), algorithms=["EdDSA"]) == PAYLOADS[0]
+        headers = {"kid": jwk["kid"], "typ": None}
+        pyjwt_token = pyjwt.api_jws.encode(PAYLOADS[0], key, algorithm="EdDSA", headers=headers)
+        assert codec.unseal(pyjwt_token) == PAYLOADS[0]
+    rebuilt = JWSCodec.from_jwks(codec.private_jwks(), alg=alg)
+    assert rebuilt.seal(PAYLOADS[0]) == ours  # Ed25519 is deterministic: the same key signs the same token
+
+
+def test_symmetric_codecs_export_no_private_jwks() -> None:
+    for codec in (JWECodec([SECRET]), JWSCodec([SECRET])):
+        with pytest.raises(ConfigurationError, match="derived_jwk"):
+            codec.private_jwks()

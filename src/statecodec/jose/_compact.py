@@ -29,6 +29,7 @@ class KeySlot(HoldsSecrets):
     kid: str
     header = ""
     public: _jwk.PublicKey | None = None
+    private: _jwk.PrivateKey | None = None
 
 
 _K = TypeVar("_K", bound=KeySlot)
@@ -150,12 +151,25 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
 
     def public_jwks(self) -> dict[str, list[dict[str, str]]]:
         """The public JWK Set of an ECDH-ES+A256KW or Ed25519 codec, for the stacks that seal to it or verify it."""
+        return self._jwks(private=False)
+
+    def private_jwks(self) -> dict[str, list[dict[str, str]]]:
+        """The JWK Set another JOSE stack needs to do everything this ECDH-ES+A256KW or Ed25519 codec does: each
+        private key with ``d`` and its public members, a key held public only (a sealing-only ECDH codec's) as its
+        public JWK; ``kid``, ``use`` and ``alg`` as in the tokens. It holds secrets: store it as a key, and feed it
+        to `from_jwks` to rebuild this codec."""
+        return self._jwks(private=True)
+
+    def _jwks(self, *, private: bool) -> dict[str, list[dict[str, str]]]:
         if self._alg in _jwk.LABELS:
             raise ConfigurationError("symmetric keys have no public half; share the key (statecodec.jose.derived_jwk)")
-        use, alg, slots = _jwk.PROFILES[self._alg][0], self._alg, self._by_kid.values()
-        return {
-            "keys": [{**_jwk.public_jwk(s.public), "kid": s.kid, "use": use, "alg": alg} for s in slots if s.public]
-        }
+        use, alg, keys = _jwk.PROFILES[self._alg][0], self._alg, []
+        for slot in self._by_kid.values():
+            if slot.public is None:
+                continue
+            jwk = _jwk.private_jwk(slot.private) if private and slot.private else _jwk.public_jwk(slot.public)
+            keys.append({**jwk, "kid": slot.kid, "use": use, "alg": alg})
+        return {"keys": keys}
 
     def seal(self, payload: bytes) -> str:
         """The token of `payload` under the first key (readable by anyone for a JWS)."""

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, x25519
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
@@ -198,6 +198,16 @@ def public_jwk(key: PublicKey) -> dict[str, str]:
         return {"kty": "EC", "crv": "P-256", "x": b64u_encode(point[1:33]), "y": b64u_encode(point[33:])}
     raw = key.public_bytes(Encoding.Raw, PublicFormat.Raw)
     return {"kty": "OKP", "crv": _crv(key), "x": b64u_encode(raw)}
+
+
+def private_jwk(key: PrivateKey) -> dict[str, str]:
+    """The private JWK of `key`: its public members, then ``d`` (32 bytes: the P-256 scalar big-endian, or the
+    X25519/Ed25519 private bytes of RFC 8037)."""
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        d = key.private_numbers().private_value.to_bytes(32, "big")
+    else:
+        d = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+    return {**public_jwk(key.public_key()), "d": b64u_encode(d)}
 
 
 def _thumbprint(key: PublicKey) -> str:

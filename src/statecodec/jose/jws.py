@@ -45,6 +45,7 @@ class _HMACKey(KeySlot):
 
 class _EdKey(KeySlot):
     public: Ed25519PublicKey
+    private: Ed25519PrivateKey | None
     SIGNATURE_CHARS = b64u_len(64)
 
     def __init__(self, kid: str, private: Ed25519PrivateKey | None, public: Ed25519PublicKey, header: str) -> None:
