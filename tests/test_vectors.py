@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ed25519
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, x25519
 from cryptography.hazmat.primitives.ciphers import algorithms
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.cmac import CMAC
 from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.concatkdf import ConcatKDFHash
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.keywrap import aes_key_wrap
 
@@ -63,7 +64,7 @@ def reason_of(unseal: Callable[[], object]) -> str:
     return info.value.reason.value
 
 
-OFFLINE = "aesgcm xaesgcm envelope jwe jws"
+OFFLINE = "aesgcm xaesgcm envelope jwe jwe_ecdh jws"
 
 
 # -- every entry opens or is refused, through the public codec ---------------------------------------
@@ -195,6 +196,43 @@ def test_jwe_token_re_derives_from_its_randoms(data: dict[str, Any], v: dict[str
         ek64 = b64u(aes_key_wrap(key, cek))
     sealed = AESGCM(cek).encrypt(iv, bytes.fromhex(v["payload"]), h64.encode("ascii"))
     assert f"{h64}.{ek64}.{b64u(iv)}.{b64u(sealed[:-16])}.{b64u(sealed[-16:])}" == v["token"]
+
+
+def _ecdh(ephemeral: dict[str, str], recipient: dict[str, str]) -> bytes:
+    """The ECDH shared secret of the ephemeral private JWK and the recipient's public members."""
+    d = unb64u(ephemeral["d"])
+    if recipient["crv"] == "P-256":
+        point = b"\x04" + unb64u(recipient["x"]) + unb64u(recipient["y"])
+        private = ec.derive_private_key(int.from_bytes(d, "big"), ec.SECP256R1())
+        return private.exchange(ec.ECDH(), ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), point))
+    return x25519.X25519PrivateKey.from_private_bytes(d).exchange(
+        x25519.X25519PublicKey.from_public_bytes(unb64u(recipient["x"]))
+    )
+
+
+@json_parametrize("jwe_ecdh", "valid")
+def test_ecdh_token_re_derives_from_its_ephemeral_key_and_randoms(data: dict[str, Any], v: dict[str, Any]) -> None:
+    cek, iv = (bytes.fromhex(r) for r in v["randoms"])
+    eph = v["ephemeral_jwk"]
+    recipient = next(j for j in v["jwks"] if j.get("kid") == v["kid"] or "kid" not in j)
+    if "kid" not in recipient:  # RFC 7638: the required members in lexicographic order
+        members = json.dumps({m: recipient[m] for m in ("crv", "kty", "x", "y")}, separators=(",", ":"))
+        assert b64u(hashlib.sha256(members.encode()).digest()) == v["kid"]
+    # Concat KDF (RFC 7518 4.6.2): AlgorithmID, PartyUInfo and PartyVInfo length-prefixed (both empty), 256 bits.
+    other_info = (14).to_bytes(4, "big") + b"ECDH-ES+A256KW" + bytes(8) + (256).to_bytes(4, "big")
+    kek = ConcatKDFHash(SHA256(), 32, other_info).derive(_ecdh(eph, recipient))
+    epk = {m: eph[m] for m in ("kty", "crv", "x", "y") if m in eph}
+    header = {"alg": "ECDH-ES+A256KW", "enc": "A256GCM", "kid": v["kid"], "epk": epk}
+    h64 = b64u(json.dumps(header, separators=(",", ":")).encode())
+    sealed = AESGCM(cek).encrypt(iv, bytes.fromhex(v["payload"]), h64.encode("ascii"))
+    expected = f"{h64}.{b64u(aes_key_wrap(kek, cek))}.{b64u(iv)}.{b64u(sealed[:-16])}.{b64u(sealed[-16:])}"
+    assert expected == v["token"]
+    # The codec's own tokens carry the same header layout, its fresh ephemeral key in place of this one.
+    own = codec_for(data, v)
+    if v["kid"] == own.primary_key_id:
+        h64 = own.seal(b"")
+        fresh = json.loads(unb64u(h64[: h64.index(".")]))
+        assert h64.startswith(b64u(json.dumps({**header, "epk": fresh["epk"]}, separators=(",", ":")).encode()) + ".")
 
 
 def _thumbprint(jwk: dict[str, str]) -> str:
