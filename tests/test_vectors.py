@@ -213,7 +213,7 @@ def _ecdh(ephemeral: dict[str, str], recipient: dict[str, str]) -> bytes:
 @json_parametrize("jwe_ecdh", "valid")
 def test_ecdh_token_re_derives_from_its_ephemeral_key_and_randoms(data: dict[str, Any], v: dict[str, Any]) -> None:
     cek, iv = (bytes.fromhex(r) for r in v["randoms"])
-    eph = v["ephemeral_jwk"]
+    eph = v["ephemeral_key"]
     recipient = next(j for j in v["jwks"] if j.get("kid") == v["kid"] or "kid" not in j)
     if "kid" not in recipient:  # RFC 7638: the required members in lexicographic order
         members = json.dumps({m: recipient[m] for m in ("crv", "kty", "x", "y")}, separators=(",", ":"))
@@ -310,16 +310,46 @@ def test_each_kind_of_failure_is_named(capsys: pytest.CaptureFixture[str], tmp_p
     files = [data, {**data, "valid": [], "invalid": []}, tmp_path / "none.json", tmp_path / "bad.json", []]
     code, out, err = verify(capsys, tmp_path, *files)
     assert code == 2
-    assert out.splitlines()[0].endswith(": 9 valid, 21 invalid: 4 failure(s)")
+    assert out.splitlines()[0].endswith(": 9 to open, 21 to refuse: 4 failure(s)")
     assert [line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("  - ")] == [
         "not usable (KeyError)",
         "opened to another payload",
         "was accepted",
         "not usable (AttributeError)",
     ]
-    assert out.splitlines()[-1].endswith(": 0 valid, 0 invalid: no vectors")
+    assert out.splitlines()[-1].endswith(": 0 to open, 0 to refuse: no vectors")
     assert [line.split(": ", 2)[2] for line in err.splitlines()] == [
         "cannot read it: No such file or directory (FileNotFoundError)",
         "not a statecodec-vectors/1 file (JSONDecodeError)",
         "not a statecodec-vectors/1 file (TypeError)",
     ]
+
+
+def test_entries_to_open_and_to_refuse_are_counted_apart(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # binding.json pins 4 valid vectors and 14 replays, 2 of which (the edges of a window) still open.
+    code, out, _ = verify(capsys, tmp_path, VECTORS / "binding.json", VECTORS / "jwe_ecdh.json")
+    assert code == 0
+    assert [line.split(": ", 2)[2] for line in out.splitlines()] == [
+        "6 to open, 12 to refuse: all hold",
+        "6 to open, 10 to refuse: all hold",
+    ]
+
+
+def test_json_output_holds_every_count_failure_and_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    data = load("aesgcm")
+    data["invalid"][0]["token"] = data["valid"][1]["token"]
+    (tmp_path / "a.json").write_text(json.dumps(data), encoding="utf-8")
+    paths = [str(VECTORS / "binding.json"), str(tmp_path / "a.json"), str(tmp_path / "missing.json")]
+    code = main(["vectors", "verify", "--json", *paths])
+    out = capsys.readouterr()
+    assert (code, out.err) == (2, "")
+    files = json.loads(out.out)["files"]
+    assert [(f["path"], f.get("to_open"), f.get("to_refuse"), f.get("verdict")) for f in files] == [
+        (paths[0], 6, 12, "all hold"),
+        (paths[1], 9, 21, "1 failure(s)"),
+        (paths[2], None, None, None),
+    ]
+    accepted = {"entry": "invalid[0]", "name": data["invalid"][0]["name"], "problem": "was accepted"}
+    assert files[1]["failures"] == [accepted]
+    assert files[2]["error"] == "cannot read it: No such file or directory (FileNotFoundError)"
+    assert data["valid"][1]["token"] not in out.out

@@ -101,33 +101,53 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     actions = p.add_subparsers(dest="vectors_command", metavar="ACTION", required=True)
     verify = actions.add_parser("verify", help="check vectors files against this library")
     verify.add_argument("paths", nargs="+", metavar="PATH", help=f"vectors file(s) in the {_SCHEMA} schema")
+    verify.add_argument("--json", action="store_true", help="one JSON document on stdout instead of text lines")
     verify.set_defaults(func=_verify)
 
 
 def _verify(args: argparse.Namespace) -> int:
-    status = 0
-    for path in args.paths:
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-            if data["codec"] == "vault-transit":
-                print(f"statecodec: {path}: its tokens open only inside Vault: {_VAULT_HINT}", file=sys.stderr)
-                status = 2
-                continue
-            arrays = {name: list(data[name]) for name in ("valid", _REFUSED.get(data["codec"], "invalid"))}
-        except (OSError, ValueError, TypeError, KeyError) as exc:  # ValueError: not UTF-8 JSON
-            why = f"cannot read it: {exc.strerror}" if isinstance(exc, OSError) else f"not a {_SCHEMA} file"
-            print(f"statecodec: {path}: {why} ({type(exc).__name__})", file=sys.stderr)
-            status = 2
+    results = [_verify_file(path) for path in args.paths]
+    if args.json:
+        print(json.dumps({"files": results}, indent=2))
+    for result in [] if args.json else results:
+        if "error" in result:
+            print(f"statecodec: {result['path']}: {result['error']}", file=sys.stderr)
             continue
-        failures = [line for name, entries in arrays.items() for line in _failures(data, name, entries)]
-        counts = ", ".join(f"{len(entries)} {name}" for name, entries in arrays.items())
-        verdict = f"{len(failures)} failure(s)" if failures else "all hold" if any(arrays.values()) else "no vectors"
-        print(f"{path}: {data['codec']}: {counts}: {verdict}", *failures, sep="\n")
-        status = max(status, 0 if verdict == "all hold" else 1)
-    return status
+        counts = f"{result['to_open']} to open, {result['to_refuse']} to refuse"
+        problems = [f"  - {f['entry']} {f['name']!r}: {f['problem']}" for f in result["failures"]]
+        print(f"{result['path']}: {result['codec']}: {counts}: {result['verdict']}", *problems, sep="\n")
+    return max((2 if "error" in r else 0 if r["verdict"] == "all hold" else 1 for r in results), default=0)
 
 
-def _failures(data: Mapping[str, Any], array: str, entries: list[Any]) -> Iterator[str]:
+def _verify_file(path: str) -> dict[str, Any]:
+    """One file's verdict: entries expected to open and to be refused, counted apart, and every failure."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if data["codec"] == "vault-transit":
+            error = f"its tokens open only inside Vault: {_VAULT_HINT}"
+            return {"path": path, "codec": "vault-transit", "error": error}
+        arrays = {name: list(data[name]) for name in ("valid", _REFUSED.get(data["codec"], "invalid"))}
+    except (OSError, ValueError, TypeError, KeyError) as exc:  # ValueError: not UTF-8 JSON
+        why = f"cannot read it: {exc.strerror}" if isinstance(exc, OSError) else f"not a {_SCHEMA} file"
+        return {"path": path, "error": f"{why} ({type(exc).__name__})"}
+    failures = [failure for name, entries in arrays.items() for failure in _failures(data, name, entries)]
+    # A refusals entry with no reason pins a token that still opens (the edge of a window): it counts as one to open.
+    to_open = len(arrays["valid"]) + sum(
+        1 for name, entries in arrays.items() if name != "valid" for e in entries if _expects_opening(e)
+    )
+    total = sum(map(len, arrays.values()))
+    verdict = f"{len(failures)} failure(s)" if failures else "all hold" if total else "no vectors"
+    return {
+        "path": path, "codec": data["codec"], "to_open": to_open, "to_refuse": total - to_open,
+        "verdict": verdict, "failures": failures,
+    }
+
+
+def _expects_opening(entry: object) -> bool:
+    return isinstance(entry, dict) and "reason" in entry and entry["reason"] is None
+
+
+def _failures(data: Mapping[str, Any], array: str, entries: list[Any]) -> Iterator[dict[str, Any]]:
     for i, entry in enumerate(entries):
         try:
             problem = _check(data, entry, array == "valid")
@@ -137,4 +157,4 @@ def _failures(data: Mapping[str, Any], array: str, entries: list[Any]) -> Iterat
             problem = f"not usable ({type(exc).__name__})"
         if problem:
             name = entry.get("name", entry.get("vector")) if isinstance(entry, dict) else None
-            yield f"  - {array}[{i}] {name!r}: {problem}"
+            yield {"entry": f"{array}[{i}]", "name": name, "problem": problem}
