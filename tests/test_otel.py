@@ -19,6 +19,7 @@ from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken
 from statecodec.otel import REFUSALS, SEAL_DURATION, UNSEAL_DURATION, InstrumentedCodec, instrument
 from statecodec.testing import assert_conformant
 from tests.codecs import BINDING_KEY, CODECS, DETERMINISTIC, FOREIGN, SECRET
+from tests.mcp_flows import assert_mcp_rejects, run_mcp_flows
 
 FAST: dict[str, Any] = {"max_examples": 10, "max_payload": 4096, "max_mutations": 1500, "oversized_length": 1 << 20}
 
@@ -198,3 +199,14 @@ def test_construction_checks_and_secrecy() -> None:
     assert codec.primary_key_id == codec.key_ids[0]
     with pytest.raises(TypeError, match="not picklable"):
         pickle.dumps(codec)
+
+
+def test_an_instrumented_codec_serves_the_mcp_sdk_and_counts_what_its_boundary_refuses() -> None:
+    reader, provider = metered()
+    codec = instrument(AESGCMCodec([SECRET]), provider.get_meter("t"), name="mcp")
+    run_mcp_flows(codec)
+    assert refusal_counts(reader) == {}
+    # A character of the nonce changed: always a failed tag, never a layout error.
+    nonce_changed = lambda token: token[:20] + ("A" if token[20] != "A" else "B") + token[21:]  # noqa: E731
+    assert assert_mcp_rejects(codec, nonce_changed) == "seal"
+    assert refusal_counts(reader) == {("seal", "mcp"): 1}
