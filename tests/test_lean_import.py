@@ -56,8 +56,9 @@ def test_cli_commands_load_no_optional_package(argv: list[str]) -> None:
     assert _optional(_loaded_after(code)) == set()
 
 
-def test_the_mcp_helpers_module_imports_without_loading_the_sdk() -> None:
-    assert _optional(_loaded_after("import statecodec.mcp")) == set()
+@pytest.mark.parametrize("module", ["statecodec.mcp", "statecodec.sdk_migration"])
+def test_the_mcp_helpers_modules_import_without_loading_the_sdk(module: str) -> None:
+    assert _optional(_loaded_after(f"import {module}")) == set()
 
 
 def test_heavier_modules_load_on_first_use_and_every_exported_name_resolves() -> None:
