@@ -66,6 +66,9 @@ logger = logging.getLogger("statecodec.redis_store")
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 # URL query parameters a store URL may carry: TLS material and the database. Anything else (a socket timeout,
 # retries, the protocol) would override the bounds this store sets, so it is refused.
+_ERROR_CODE = re.compile(r"\b(NOPERM|OOM|READONLY|MISCONF|BUSY|LOADING|CROSSSLOT|MOVED|ASK|CLUSTERDOWN|NOAUTH)\b")
+# How often the view's thread wakes to see whether the store is closing.
+_WAKE = 0.1
 _URL_OPTIONS = frozenset({"db", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"})
 
 # Shared by the scripts: the store's epoch, set from the server's clock when missing (a new or flushed store).
@@ -328,7 +331,7 @@ class RedisStore(HoldsSecrets):
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(self.staleness + 2 * self.timeout)
+            self._thread.join(_WAKE + 3 * self.timeout + 1)  # a subscribe, a reload, a read: each bounded
         if self._owned:
             self._client.close()
 
@@ -350,7 +353,7 @@ class RedisStore(HoldsSecrets):
                 if time.monotonic() >= next_reload:
                     self._reload()
                     next_reload = self._loaded + self.staleness / 2
-                message = pubsub.get_message(timeout=max(0.0, next_reload - time.monotonic()))
+                message = pubsub.get_message(timeout=min(_WAKE, max(0.0, next_reload - time.monotonic())))
                 if message is not None and message.get("type") == "message":
                     scope, _, value = bytes(message["data"]).decode("ascii").partition("=")
                     self._merge(scope, value)
@@ -427,12 +430,15 @@ class RedisStore(HoldsSecrets):
             return f"{at} refused the user name or password in STATECODEC_STORE_URL"
         if isinstance(exc, RedisConnectionError | OSError):
             return f"{at} is unreachable (connection refused, dropped or failed TLS)"
-        if isinstance(exc, NoPermissionError):
+        # A script's error carries the server's code inside its text: report the code, never the text.
+        codes = _ERROR_CODE.findall(str(exc)) if isinstance(exc, ResponseError) else []
+        # Redis 7.0 words an ACL refusal inside a script without the NOPERM code.
+        if isinstance(exc, NoPermissionError) or "NOPERM" in codes or "can't run this command" in str(exc):
             return f"{at} refused a command: its ACL user lacks one the store needs (docs/single-use.md)"
-        if isinstance(exc, OutOfMemoryError):
+        if isinstance(exc, OutOfMemoryError) or "OOM" in codes:
             return f"{at} is out of memory (set maxmemory-policy noeviction and enough maxmemory)"
-        if isinstance(exc, ReadOnlyError):
+        if isinstance(exc, ReadOnlyError) or "READONLY" in codes:
             return f"{at} is a read-only replica; point STATECODEC_STORE_URL at the primary"
         if isinstance(exc, ResponseError):
-            return f"{at} answered an error ({type(exc).__name__})"
+            return f"{at} answered an error ({codes[0] if codes else type(exc).__name__})"
         return f"{at} failed ({type(exc).__name__})"
