@@ -449,3 +449,51 @@ def test_the_command_line_revokes_on_a_live_fleet(
     health = json.loads(capsys.readouterr().out)
     assert health["ready"] is True
     assert health["revocations"] >= 1
+
+
+# --- layout and construction -----------------------------------------------------------------------------------
+
+
+def test_the_keys_sit_under_one_hash_tag_and_hold_only_digests(
+    redis_url: str, redis_server: RedisServer, stores: list[RedisStore]
+) -> None:
+    store = open_store(stores, redis_url, listen=False)
+    billing = RedisStore.from_url(redis_url, namespace="billing", listen=False)
+    stores.append(billing)
+    issued = issued_after(store)
+    store.claim(b"\xab" * 16, issued, issued + 600)
+    store.revoke(SCOPE, issued, issued + 600)
+    billing.revoked_at([])
+    keys = set(redis_server.cli("KEYS", "*").split())
+    assert keys == {
+        "{statecodec}:epoch",
+        "{statecodec}:claim:" + "ab" * 16,
+        "{statecodec}:revoked",
+        "{statecodec}:revoked:expiry",
+        "{billing}:epoch",
+    }
+    assert redis_server.cli("HKEYS", "{statecodec}:revoked") == SCOPE.hex()
+    assert 0 < int(redis_server.cli("PTTL", "{statecodec}:claim:" + "ab" * 16)) <= 602_000  # it expires with its token
+
+
+@pytest.mark.parametrize("namespace", ["", "a{b}", "x" * 65, "sp ace"])
+def test_a_namespace_outside_the_hash_tag_alphabet_is_refused(namespace: str) -> None:
+    with pytest.raises(ConfigurationError, match="STATECODEC_STORE_NAMESPACE"):
+        RedisStore.from_url("redis://127.0.0.1:1/0", namespace=namespace, listen=False)
+
+
+def test_an_injected_client_needs_a_socket_timeout(redis_url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        with pytest.raises(ConfigurationError, match="socket_timeout"):
+            RedisStore(client)
+        bounded = redis.Redis.from_url(redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
+        store = RedisStore(bounded, listen=False)
+        assert store.timeout == 0.5
+        store.close()  # an injected client belongs to the caller: it stays usable
+        assert bounded.ping() is True
+        bounded.close()
+    finally:
+        client.close()
