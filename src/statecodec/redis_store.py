@@ -183,7 +183,6 @@ class RedisStore(HoldsSecrets):
         listen: bool = True,
         clock_allowance: float = 1.0,
         clock: Callable[[], float] = time.time,
-        _owned: bool = False,
     ) -> None:
         if not isinstance(client, redis.Redis):
             raise ConfigurationError("client must be a redis.Redis client, e.g. redis.Redis.from_url(url)")
@@ -203,7 +202,8 @@ class RedisStore(HoldsSecrets):
                 "the revocation staleness bound (STATECODEC_REVOCATION_STALENESS) must be at least twice the store "
                 "timeout (STATECODEC_STORE_TIMEOUT), so that the view can be reloaded in time"
             )
-        self._client, self._owned, self._wall = client, _owned, clock
+        self._client, self._wall = client, clock
+        self._owned = False  # an injected client belongs to the caller
         self.namespace, self.staleness, self.timeout = namespace, float(staleness), float(timeout)
         self.clock_allowance = float(clock_allowance)
         self.where = _where(kwargs)
@@ -236,14 +236,15 @@ class RedisStore(HoldsSecrets):
         unreachable server fails the first call, and a store recovers by itself when the server is back."""
         try:
             parts = urlsplit(url)
-            where = f"unix:{parts.path}" if parts.scheme == "unix" else f"{parts.hostname}:{parts.port or 6379}"
+            host = f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
+            where = f"unix:{parts.path}" if parts.scheme == "unix" else host
             options = parse_qs(parts.query)
         except (TypeError, ValueError, AttributeError):
             where, options = "", {}
         if not where or parts.scheme not in ("redis", "rediss", "unix"):
             raise ConfigurationError(
                 "STATECODEC_STORE_URL must be a redis://host:port/db, rediss://host:port/db or unix:///path URL"
-            ) from None
+            )
         unknown = sorted(set(options) - _URL_OPTIONS)
         if unknown:
             raise ConfigurationError(
@@ -263,20 +264,19 @@ class RedisStore(HoldsSecrets):
                 retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
                 health_check_interval=0,
             )
-        except Exception:  # a malformed URL: the client's message may quote it
-            raise ConfigurationError(f"STATECODEC_STORE_URL ({where}) is not a valid Redis URL") from None
+        except Exception:  # a malformed URL: the client's message may quote it, so it is not chained (below)
+            client = None
+        if client is None:
+            raise ConfigurationError(f"STATECODEC_STORE_URL ({where}) is not a valid Redis URL")
         try:
-            return cls(
-                client,
-                namespace=namespace,
-                staleness=staleness,
-                listen=listen,
-                clock_allowance=clock_allowance,
-                _owned=True,
+            store = cls(
+                client, namespace=namespace, staleness=staleness, listen=listen, clock_allowance=clock_allowance
             )
         except BaseException:
             client.close()
             raise
+        store._owned = True
+        return store
 
     # --- the Store protocol -------------------------------------------------------------------------------------
 
@@ -311,6 +311,12 @@ class RedisStore(HoldsSecrets):
         round_trip = time.perf_counter() - started
         info: dict[str, Any] = self._call(self._client.info)  # server, persistence, memory
         self._reload()
+        policy = str(info.get("maxmemory_policy", ""))
+        warnings = []
+        if policy != "noeviction":
+            warnings.append(f"maxmemory-policy is {policy}: an evicted claim reopens a replay")
+        if not info.get("aof_enabled"):
+            warnings.append("appendonly is off: a restart forgets every claim (such tokens are refused, not replayed)")
         return {
             "store": "redis",
             "reachable": True,
@@ -319,13 +325,14 @@ class RedisStore(HoldsSecrets):
             "namespace": self.namespace,
             "round_trip_ms": round(round_trip * 1000, 3),
             "epoch": (self._epoch or 0) / 1000,
-            "persistence": "aof" if info.get("aof_enabled") else "no append-only file: a restart may lose claims",
-            "maxmemory_policy": str(info.get("maxmemory_policy", "")),
+            "persistence": "aof" if info.get("aof_enabled") else "none",
+            "maxmemory_policy": policy,
             "revocations": len(self._view),
             "view_age": round(time.monotonic() - self._loaded, 3),
             "staleness": self.staleness,
             "timeout": self.timeout,
             "listening": self._thread is not None and self._thread.is_alive(),
+            "warnings": warnings,
         }
 
     def close(self) -> None:

@@ -497,3 +497,17 @@ def test_an_injected_client_needs_a_socket_timeout(redis_url: str) -> None:
         bounded.close()
     finally:
         client.close()
+
+
+def test_health_warns_of_a_server_that_can_evict_or_forget(
+    redis_url: str, redis_server: RedisServer, stores: list[RedisStore]
+) -> None:
+    store = open_store(stores, redis_url, listen=False)
+    assert [w for w in store.health()["warnings"] if "maxmemory" in w] == []  # type: ignore[attr-defined]
+    redis_server.cli("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+    try:
+        warnings = store.health()["warnings"]
+    finally:
+        redis_server.cli("CONFIG", "SET", "maxmemory-policy", "noeviction")
+    assert any("allkeys-lru" in w for w in warnings)  # type: ignore[attr-defined]
+    assert any("appendonly" in w for w in warnings)  # type: ignore[attr-defined]
