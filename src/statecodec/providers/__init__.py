@@ -49,10 +49,11 @@ class _ClientHolder(HoldsSecrets):
         return f"{type(self).__name__}({self.describe()!r})"
 
 
-def missing_extra(package: str, extra: str) -> ImportError:
-    """The ImportError a provider module raises when its SDK is not installed."""
+def missing_extra(package: str, extra: str, needed_by: str = "this key provider") -> ImportError:
+    """The ImportError a module behind an extra (a key provider, the Redis store) raises when its client package is
+    not installed."""
     return ImportError(
-        f"this key provider needs the {package!r} package; install it with: pip install 'statecodec[{extra}]'",
+        f"{needed_by} needs the {package!r} package; install it with: pip install 'statecodec[{extra}]'",
         name=package,
     )
 

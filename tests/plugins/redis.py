@@ -1,0 +1,131 @@
+"""Redis for tests: a real `redis-server` on a free loopback port, one per pytest worker, no persistence.
+
+`redis_server` runs for the session; fault tests drive it through `RedisServer.stop()`, `start()` (a restart
+without persistence: the store's memory is gone), `pause()` / `resume()` (SIGSTOP / SIGCONT: a server that
+accepts connections and never answers) and `flush()`. A test that needs its own settings (an ACL file, TLS)
+builds its own `RedisServer(...)` and stops it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.plugins.aws import free_port
+
+REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+_START_TIMEOUT = 30.0
+
+
+class RedisServer:
+    """One `redis-server` process on 127.0.0.1:`port`, in its own temporary directory, without persistence.
+
+    `extra` are further command-line settings, e.g. ``["--aclfile", path]`` or the TLS options."""
+
+    def __init__(self, *, extra: list[str] | None = None, port: int | None = None) -> None:
+        self.port = port if port is not None else free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.extra = list(extra or [])
+        self.dir = Path(tempfile.mkdtemp(prefix="statecodec-redis-"))
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        cmd = [REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no"]
+        cmd += ["--dir", str(self.dir), "--daemonize", "no", "--maxmemory-policy", "noeviction", *self.extra]
+        log = (self.dir / "server.log").open("ab")
+        self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
+        log.close()
+        deadline = time.monotonic() + _START_TIMEOUT
+        while self._proc.poll() is None and time.monotonic() < deadline:
+            if self.ping():
+                return
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"redis-server did not start: {(self.dir / 'server.log').read_text()[-2000:]}")
+
+    def ping(self) -> bool:
+        """True once the server answers a PING on its plain port (False for a TLS-only server: use `wait`)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(64).startswith((b"+PONG", b"-NOAUTH", b"-NOPERM"))
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self.resume()  # a stopped process cannot act on SIGTERM
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+    def restart(self) -> None:
+        """Stop and start again on the same port: without persistence, every key is gone."""
+        self.stop()
+        self.start()
+
+    def pause(self) -> None:
+        """SIGSTOP: connections are accepted by the kernel, nothing is answered."""
+        if self._proc is not None:
+            os.kill(self._proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._proc is not None:
+            os.kill(self._proc.pid, signal.SIGCONT)
+
+    def cli(self, *args: str) -> str:
+        """One command through the server's own `redis-cli` (the default user), its reply as text."""
+        cli = Path(REDIS_SERVER).with_name("redis-cli")
+        result = subprocess.run(
+            [str(cli), "-h", "127.0.0.1", "-p", str(self.port), *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        return result.stdout.strip()
+
+    def flush(self) -> None:
+        self.cli("FLUSHALL")
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A `redis-server` for this worker's session (each xdist worker starts its own, on its own port)."""
+    if not Path(REDIS_SERVER).exists():
+        pytest.fail("redis-server is not installed: .ci/run installs it (apt-get install redis-server)")
+    server = RedisServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> Iterator[str]:
+    """The session server's URL, the server running and flushed before the test (another test may have stopped
+    or paused it)."""
+    redis_server.resume()
+    if not redis_server.ping():
+        redis_server.start()
+    redis_server.flush()
+    yield redis_server.url
+    redis_server.resume()
