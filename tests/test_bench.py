@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -85,6 +86,9 @@ def test_a_stdout_that_cannot_encode_micro_gets_us(tmp_path: Path) -> None:
 
 
 def test_a_missing_package_is_skipped_with_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Loaded first, whatever ran before in this process: otherwise blocking mcp.server.context below would also
+    # skip the SDK's codec, or not, depending on the order the tests ran in.
+    importlib.import_module("mcp.server.request_state")
     monkeypatch.setitem(sys.modules, "joserfc", None)  # import joserfc now raises ImportError
     monkeypatch.setitem(sys.modules, "mcp.server.context", None)
     doc = run(CASES, rounds=2)
