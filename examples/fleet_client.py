@@ -6,27 +6,33 @@ loop is the SDK's manual form (``allow_input_required=True``): answer each
 ``input_requests`` entry, then call the same tool with the same arguments,
 the answers and the echoed ``request_state``.
 
-Run against two instances of ``examples/fleet_server.py``::
+Run against two instances of ``examples/fleet_server.py`` (``--wait`` gives
+servers started a moment ago up to 30 s to listen)::
 
-    python examples/fleet_client.py http://127.0.0.1:8001/mcp --retry-url http://127.0.0.1:8002/mcp
+    python examples/fleet_client.py http://127.0.0.1:8001/mcp --retry-url http://127.0.0.1:8002/mcp --wait 30
 
 It prints the tool's structured result as JSON and exits 0; when the retry is
-refused it prints the error code and message and exits 2.
+refused it prints the error code and message and exits 2; when a server does
+not listen (within ``--wait``) it says which and exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 from mcp import Client, MCPError
 from mcp.types import CallToolResult, ElicitRequest, ElicitResult, InputRequest, InputRequiredResult, InputResponse
 
 TOOL = "provision"
+EXIT_UNREACHABLE = 1
 EXIT_REJECTED = 2
 
 
@@ -76,13 +82,39 @@ def structured(result: CallToolResult) -> dict[str, Any]:
     return dict(result.structured_content)
 
 
+def first_silent(urls: Sequence[str], wait_s: float) -> str | None:
+    """The first of `urls` whose server accepts no TCP connection within `wait_s` seconds, or None when all do.
+
+    A server that was just started in the background is not listening yet; without this the first request fails
+    with a connection error. uvicorn listens only once the application has started, so a connection means ready.
+    """
+    deadline = time.monotonic() + wait_s
+    for url in urls:
+        parts = urlsplit(url)
+        address = (parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80))
+        while True:
+            try:
+                socket.create_connection(address, timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    return url
+                time.sleep(0.1)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the fleet example's two-round tool across two servers.")
     parser.add_argument("url", help="the server that gets round 1, e.g. http://127.0.0.1:8001/mcp")
     parser.add_argument("--retry-url", help="the server that gets the retry (default: the same server)")
     parser.add_argument("--name", default="orders")
     parser.add_argument("--region", default="eu-west-1")
+    parser.add_argument("--wait", type=float, default=0, metavar="SECONDS", help="wait for the servers to listen")
     args = parser.parse_args(argv)
+    silent = first_silent([args.url, args.retry_url or args.url], args.wait)
+    if silent is not None:
+        print(f"cannot reach {silent}: nothing listens there (start it first, or pass --wait SECONDS)", file=sys.stderr)
+        return EXIT_UNREACHABLE
     try:
         outcome = anyio.run(lambda: provision(args.url, retry_url=args.retry_url, name=args.name, region=args.region))
     except MCPError as exc:

@@ -19,7 +19,7 @@ Run (the ring is shared through ``STATECODEC_KEYS``; any codec kind of
     export STATECODEC_KEYS="$(statecodec keygen)"
     python examples/fleet_server.py --port 8001 &
     python examples/fleet_server.py --port 8002 &
-    python examples/fleet_client.py http://127.0.0.1:8001/mcp --retry-url http://127.0.0.1:8002/mcp
+    python examples/fleet_client.py http://127.0.0.1:8001/mcp --retry-url http://127.0.0.1:8002/mcp --wait 30
 
 Several workers behind one port need an import string, which `create_app`
 serves as a factory::
@@ -53,6 +53,7 @@ from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from uvicorn.config import STARTUP_FAILURE
 
 from statecodec import StatecodecError
 from statecodec.mcp import security_from_env
@@ -143,10 +144,20 @@ def check_loopback(host: str) -> str:
 
 
 def create_app() -> Starlette:
-    """App factory for uvicorn (``--factory fleet_server:create_app``): settings from the environment."""
-    mode = os.environ.get("FLEET_MODE", "shared")
-    host = check_loopback(os.environ.get("FLEET_HOST", DEFAULT_HOST))
-    return app_for(security_for(mode), host)
+    """App factory for uvicorn (``--factory fleet_server:create_app``): settings from the environment.
+
+    A bad configuration fails every worker the same way, and uvicorn replaces a worker that dies of an exception,
+    forever. Exiting with uvicorn's start-up failure status instead (3, ``uvicorn.config.STARTUP_FAILURE``) makes
+    the supervisor stop after one message on stderr, naming what to fix.
+    """
+    try:
+        mode = os.environ.get("FLEET_MODE", "shared")
+        host = check_loopback(os.environ.get("FLEET_HOST", DEFAULT_HOST))
+        return app_for(security_for(mode), host)
+    except (StatecodecError, SystemExit) as exc:
+        message = exc if isinstance(exc, StatecodecError) else exc.code
+        print(f"fleet_server: cannot start: {message}", file=sys.stderr, flush=True)
+        raise SystemExit(STARTUP_FAILURE) from None
 
 
 def app_for(security: RequestStateSecurity | None, host: str) -> Starlette:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ def test_a_quick_run_writes_ratios_the_round_figure_a_table_and_a_png(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, png = tmp_path / "run.json", tmp_path / "run.png"
-    assert main(["bench", "--quick", "--json", str(path), "--plot", str(png)]) == 0
+    assert main(["bench", "--quick", "--output", str(path), "--plot", str(png)]) == 0
     doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     assert (doc["rounds"], doc["payloads"], doc["skipped"]) == (15, {k: len(v) for k, v in PAYLOADS.items()}, {})
     assert doc["environment"]["packages"]["cryptography"]
@@ -28,13 +31,64 @@ def test_a_quick_run_writes_ratios_the_round_figure_a_table_and_a_png(
     assert [r["token_overhead"] for r in doc["results"][::3][:2]] == [38, 44]  # nonce + tag; AESGCMCodec: header
     # An added cost is a difference of noisy timings: a finite number, of either sign on a busy machine.
     assert math.isfinite(doc["bound_vs_sdk_added"])
-    table = capsys.readouterr().out
-    assert "seal/floor" in table
-    assert "BoundCodec adds" in table
+    assert set(doc["floor_seconds"]) == set(PAYLOADS)
+    captured = capsys.readouterr()
+    assert "seal/floor" in captured.out
+    assert "BoundCodec adds" in captured.out
+    assert "bench: round 15/15" in captured.err  # not a terminal: plain progress lines, on stderr
+    assert f"bench: wrote {path}" in captured.err
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_json_goes_to_stdout_alone_and_only_selects_cases(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--quick", "--json", "--only", "aesgcmcodec"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)  # nothing but the JSON document
+    # A whole name selects that case alone (not XAESGCMCodec); the floor always runs; no round was asked for.
+    assert {r["case"] for r in doc["results"]} == {"floor", "AESGCMCodec"}
+    assert doc["bound_vs_sdk_added"] is None
+    assert "bench: round" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--only", "nosuchcodec"], "--only 'nosuchcodec' matches no case; the cases are: floor, AESGCMCodec"),
+        (["--output", "missing-folder/run.json"], "the folder 'missing-folder' does not exist"),
+        (["--output", "run.txt"], "--output 'run.txt': the file name must end in .json"),
+        (["--plot", "missing-folder/run.png"], "the folder 'missing-folder' does not exist"),
+        (["--plot", "."], "the file name must end in .png"),
+    ],
+    ids=["only-matches-nothing", "output-folder", "output-suffix", "plot-folder", "plot-suffix"],
+)
+def test_bad_arguments_fail_with_exit_2_before_measuring(
+    args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--quick", *args]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err
+    assert "bench: round" not in captured.err  # nothing was measured
+    assert captured.out == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stdout_that_cannot_encode_micro_gets_us(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys; from statecodec.cli.main import main; sys.exit(main())",
+         "bench", "--quick", "--only", "AESGCMCodec"],
+        capture_output=True, env=env, cwd=tmp_path, timeout=120, check=False,
+    )
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    assert b" us, unseal " in result.stdout
+    assert "µ".encode() not in result.stdout
+
+
 def test_a_missing_package_is_skipped_with_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Loaded first, whatever ran before in this process: otherwise blocking mcp.server.context below would also
+    # skip the SDK's codec, or not, depending on the order the tests ran in.
+    importlib.import_module("mcp.server.request_state")
     monkeypatch.setitem(sys.modules, "joserfc", None)  # import joserfc now raises ImportError
     monkeypatch.setitem(sys.modules, "mcp.server.context", None)
     doc = run(CASES, rounds=2)

@@ -9,10 +9,12 @@ fails the suite, so a typo cannot turn a block off. How blocks run: docs/contrib
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -153,6 +155,30 @@ def test_fleet_server_stops_before_serving_on_a_network_address_or_without_a_rin
     assert info.value.__suppress_context__  # a one-line message, no traceback
 
 
+def test_fleet_server_factory_on_a_bad_configuration_stops_uvicorn_instead_of_restarting_workers(
+    tmp_path: Path,
+) -> None:
+    # Every worker fails the same way; uvicorn stops on a worker's start-up failure status (3), not on a traceback.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STATECODEC_")}
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    uvicorn = [sys.executable, "-m", "uvicorn", "--factory", "--app-dir", str(EXAMPLES), "fleet_server:create_app"]
+    for workers in ("1", "2"):
+        result = subprocess.run(
+            [*uvicorn, "--host", "127.0.0.1", "--port", str(port), "--workers", workers],
+            cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT_S,
+            check=False,
+        )
+        message = "fleet_server: cannot start: no codec configured: set STATECODEC_KEYS"
+        assert 1 <= result.stderr.count(message) <= int(workers), result.stderr  # each worker once at most
+        assert "Traceback" not in result.stderr
+        if workers == "1":
+            assert result.returncode == 3  # the factory runs in uvicorn's own process
+        else:  # the supervisor stops the fleet (and, as uvicorn does, exits 0 itself)
+            assert "failed to start, stopping the parent process" in result.stderr
+
+
 # --- runnable documentation blocks --------------------------------------------------------------
 
 
@@ -184,6 +210,37 @@ def test_runnable_doc_block(block: Block, tmp_path: Path) -> None:
     cmd = [sys.executable, str(script)] if block.lang == "python" else ["bash", "-euo", "pipefail", str(script)]
     returncode, output = run(cmd, tmp_path)
     assert returncode == 0, f"{block.id}: exit {returncode}\n{output}"
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports nothing listens on now, held together while chosen so that no two are the same."""
+    with contextlib.ExitStack() as stack:
+        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in probes]
+
+
+def test_the_two_instance_blocks_run_as_written(tmp_path: Path) -> None:
+    # Run as the page shows them, on free ports in place of 8001 to 8004, so that a run beside another one (or
+    # a server a reader left running) cannot answer in place of the block's own servers.
+    text = (ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"^```sh\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE) if "fleet_client" in b]
+    assert len(blocks) == 2, "docs/deployment.md: expected the shared-ring block and the SDK-default block"
+    (tmp_path / "examples").symlink_to(EXAMPLES, target_is_directory=True)
+    ports = dict(zip(("8001", "8002", "8003", "8004"), map(str, _free_ports(4)), strict=True))
+    outputs = []
+    for block in blocks:
+        script = tmp_path / "block.sh"
+        script.write_text(re.sub(r"\b800[1-4]\b", lambda m: ports[m[0]], block), encoding="utf-8")
+        returncode, output = run(["bash", "-euo", "pipefail", str(script)], tmp_path)
+        assert returncode == 0, output
+        assert "Traceback" not in output
+        outputs.append(output)
+    shared, sdk_default = outputs
+    assert '"completed_by": "pid-' in shared
+    assert "rejected: -32602 Invalid or expired requestState" in sdk_default
+    assert "exit status 2" in sdk_default
 
 
 @pytest.mark.parametrize(

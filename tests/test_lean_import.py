@@ -15,7 +15,7 @@ import pytest
 
 OPTIONAL_PACKAGES = frozenset(
     {"mcp", "mcp_types", "pydantic", "anyio", "starlette", "httpx", "boto3", "botocore", "google", "grpc", "hvac"}
-    | {"requests", "jwcrypto", "jwt", "joserfc", "itsdangerous", "tink", "matplotlib", "hypothesis", "redis"}
+    | {"requests", "jwcrypto", "jwt", "joserfc", "itsdangerous", "tink", "matplotlib", "hypothesis", "redis", "tqdm"}
     | {"opentelemetry"}
 )
 MODULE_BUDGET = 200

@@ -3,13 +3,18 @@
 The floor is what every AES-GCM token codec must do (a random 96-bit nonce, cryptography's AESGCM, base64url)
 and nothing more. Each round times one batch of every operation in a fresh random order (`timeit`, the collector
 off); a ratio is the median over rounds of this round's case over this round's floor, so a slow round slows both
-sides and cancels. Peers, the SDK and the plot need ``pip install 'statecodec[bench]'`` (else skipped).
+sides and cancels. Peers, the SDK, the plot and the progress bar need ``pip install 'statecodec[bench]'`` (a
+missing peer is skipped; a missing plotter stops the run before anything is measured).
+
+Output: the table on stdout, or with ``--json`` the run as JSON on stdout; ``--output FILE`` also writes that JSON
+to FILE; progress and status go to stderr, so stdout can be piped.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import functools
 import gc
 import hashlib
@@ -21,7 +26,7 @@ import random
 import statistics
 import sys
 import timeit
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -31,6 +36,7 @@ from statecodec.binding import mcp_request_context
 from statecodec.errors import ConfigurationError
 
 _INSTALL = "pip install 'statecodec[bench]'"
+MCP_ROUND = "MCP round"
 _BATCH_S = 0.0005
 _PACKAGES = ("statecodec", "cryptography", "mcp", "itsdangerous", "joserfc", "tink")
 _ROW = "  {case:30} {seal_vs_floor:10.2f} {unseal_vs_floor:12.2f} {token_overhead:+7d}"
@@ -187,8 +193,11 @@ def _batch(op: Op, n: int) -> float:
     return timeit.Timer(op).timeit(n) / n
 
 
-def interleave(ops: Mapping[str, Op], rounds: int) -> dict[str, list[float]]:
-    """Seconds per call of every operation, one sample per round, in a fresh order each round."""
+def interleave(
+    ops: Mapping[str, Op], rounds: int, progress: Callable[[int], None] = lambda done: None
+) -> dict[str, list[float]]:
+    """Seconds per call of every operation, one sample per round, in a fresh order each round; `progress` is told
+    each round that is done."""
     counts = {}
     for key, op in ops.items():  # calls per batch: doubled until they fill half a batch, then scaled to one
         n = 1
@@ -202,9 +211,30 @@ def interleave(ops: Mapping[str, Op], rounds: int) -> dict[str, list[float]]:
         gc.collect()
         for key in order:
             samples[key].append(_batch(ops[key], counts[key]))
-        if sys.stderr.isatty():
-            print(f"\r  round {done}/{rounds}", end="\n" if done == rounds else "", file=sys.stderr, flush=True)
+        progress(done)
     return samples
+
+
+@contextlib.contextmanager
+def _progress(rounds: int) -> Iterator[Callable[[int], None]]:
+    """A progress bar on a terminal (tqdm, from the bench extra), else a plain line on stderr every fifth of the
+    run, so a log or a CI job shows the run is alive without carriage returns."""
+    if sys.stderr.isatty():
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            pass
+        else:
+            with tqdm(total=rounds, desc="bench", unit="round", file=sys.stderr, leave=False) as bar:
+                yield lambda done: bar.update(done - bar.n)
+            return
+    step = -(-rounds // 5)  # five lines a run, the last one at the end
+
+    def line(done: int) -> None:
+        if done % step == 0 or done == rounds:
+            print(f"bench: round {done}/{rounds}", file=sys.stderr, flush=True)
+
+    yield line
 
 
 def paired(a: list[float], b: list[float]) -> float:
@@ -221,8 +251,14 @@ def _build(name: str, build: Callable[[], Any], skipped: dict[str, str]) -> Any:
         return None
 
 
-def run(cases: Mapping[str, Callable[[], Pair]], rounds: int) -> dict[str, Any]:
-    """Build, check and time every case (the floor first) on every payload, and the MCP round."""
+def run(
+    cases: Mapping[str, Callable[[], Pair]],
+    rounds: int,
+    *,
+    mcp_round: bool = True,
+    progress: Callable[[int], None] = lambda done: None,
+) -> dict[str, Any]:
+    """Build, check and time every case (the floor first) on every payload, and the MCP round unless told not to."""
     skipped: dict[str, str] = {}
     ops: dict[str, Op] = {}
     overhead: dict[str, int] = {}
@@ -236,9 +272,9 @@ def run(cases: Mapping[str, Callable[[], Pair]], rounds: int) -> dict[str, Any]:
             ops[f"{name}/{payload}/seal"] = functools.partial(seal, data)
             ops[f"{name}/{payload}/unseal"] = functools.partial(unseal, token)
             overhead[f"{name}/{payload}"] = len(token) - b64u_len(len(data))  # no case's length varies by nonce
-    mcp_round = _build("MCP round", _mcp_round, skipped)
-    ops.update({f"round/{key}": op for key, op in (mcp_round or {}).items()})
-    samples = interleave(ops, rounds)
+    round_ops = _build(MCP_ROUND, _mcp_round, skipped) if mcp_round else None
+    ops.update({f"round/{key}": op for key, op in (round_ops or {}).items()})
+    samples = interleave(ops, rounds, progress)
     results = []
     for case in overhead:
         name, payload = case.split("/")
@@ -247,7 +283,7 @@ def run(cases: Mapping[str, Callable[[], Pair]], rounds: int) -> dict[str, Any]:
             row[f"{op}_vs_floor"] = paired(samples[f"{case}/{op}"], samples[f"floor/{payload}/{op}"])
         results.append({**row, "token_overhead": overhead[case]})
     figure = None
-    if mcp_round:
+    if round_ops:
         bare, bound, handler, sdk = (samples[f"round/{k}"] for k in ("bare", "BoundCodec", "handler", "boundary"))
         bound_added = [b - c for b, c in zip(bound, bare, strict=True)]
         figure = paired(bound_added, [s - h - c for s, h, c in zip(sdk, handler, bare, strict=True)])
@@ -262,17 +298,38 @@ def run(cases: Mapping[str, Callable[[], Pair]], rounds: int) -> dict[str, Any]:
         },
         "rounds": rounds,
         "payloads": {name: len(data) for name, data in PAYLOADS.items()},
+        # Seconds per call of the floor, the one absolute figure: what a ratio of 1 costs on this machine.
+        "floor_seconds": {
+            payload: {op: statistics.median(samples[f"floor/{payload}/{op}"]) for op in ("seal", "unseal")}
+            for payload in PAYLOADS
+        },
         "results": results,
         "bound_vs_sdk_added": figure,
         "skipped": skipped,
     }
 
 
-def _table(doc: Mapping[str, Any]) -> str:
-    """One block per payload: each case's seal and unseal as ratios to the floor, and its token overhead."""
+def _micro(stream: Any) -> str:
+    """The microsecond unit this stream can print: "µs", or "us" on a stream whose encoding has no µ (a terminal
+    or a pipe under ``PYTHONIOENCODING=ascii``, a Latin-less locale), so the table never fails on a unit."""
+    try:
+        "µ".encode(getattr(stream, "encoding", None) or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return "us"
+    return "µs"
+
+
+def _table(doc: Mapping[str, Any], micro: str = "µs") -> str:
+    """One block per payload: the floor's own time, each case's seal and unseal as ratios to it, its overhead."""
     lines = []
     for payload, size in doc["payloads"].items():
-        lines += ["", f"{payload} ({size:,} bytes)", _HEAD]
+        floor = doc["floor_seconds"][payload]
+        lines += [
+            "",
+            f"{payload} ({size:,} bytes; floor: seal {floor['seal'] * 1e6:.1f} {micro}, "
+            f"unseal {floor['unseal'] * 1e6:.1f} {micro})",
+            _HEAD,
+        ]
         lines += [_ROW.format(**r) for r in doc["results"] if r["payload"] == payload]
     if doc["bound_vs_sdk_added"] is not None:
         lines.append(
@@ -284,48 +341,119 @@ def _table(doc: Mapping[str, Any]) -> str:
 
 
 def _plot(doc: Mapping[str, Any], path: str) -> None:
-    """Each payload's ratios to the floor (log scale, seal and unseal side by side) as a PNG."""
+    """Each payload's ratios to the floor as one panel: a bar from the floor (1x) to each ratio, seal and unseal
+    side by side and labelled with their value, log scale; a PNG readable at its 150 dpi."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
     payloads = list(doc["payloads"])
-    fig, axes = plt.subplots(1, len(payloads), figsize=(4.5 * len(payloads), 6), sharey=True, squeeze=False)
+    cases = list(dict.fromkeys(r["case"] for r in doc["results"] if r["case"] != "floor"))[::-1]
+    ratios = [r[f"{op}_vs_floor"] for r in doc["results"] for op in ("seal", "unseal")]
+    low, high = min([*ratios, 1.0]) / 1.25, max([*ratios, 1.0]) * 1.6
+    fig, axes = plt.subplots(
+        1, len(payloads), figsize=(4.2 * len(payloads) + 2.0, 0.6 * len(cases) + 2.0), sharey=True, squeeze=False
+    )
     for ax, payload in zip(axes[0], payloads, strict=True):
-        rows = [r for r in doc["results"] if r["payload"] == payload][::-1]
-        for op, shift in (("seal", 0.2), ("unseal", -0.2)):
-            ax.barh([y + shift for y in range(len(rows))], [r[f"{op}_vs_floor"] for r in rows], height=0.4, label=op)
-        ax.set_yticks(range(len(rows)), [r["case"] for r in rows])
+        rows = {r["case"]: r for r in doc["results"] if r["payload"] == payload}
+        for op, shift, color in (("seal", 0.2, "#1f77b4"), ("unseal", -0.2, "#ff7f0e")):
+            ys = [y + shift for y, case in enumerate(cases) if case in rows]
+            values = [rows[case][f"{op}_vs_floor"] for case in cases if case in rows]
+            # From the floor, so a bar's length and side say how much dearer (right) or cheaper (left) it is.
+            bars = ax.barh(ys, [v - 1 for v in values], left=1, height=0.38, label=op, color=color)
+            ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], padding=2, fontsize=8)
         ax.set_xscale("log")
-        ax.axvline(1.0, color="grey", linewidth=0.8)
-        ax.set_title(f"{payload}: cost / floor")
-    axes[0][-1].legend(loc="upper right")
+        ax.set_xlim(low, high)
+        ax.xaxis.set_major_locator(FixedLocator([0.5, 1, 2, 5, 10, 20, 50, 100]))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}x"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.axvline(1.0, color="black", linewidth=1)
+        ax.set_title(f"{payload} ({doc['payloads'][payload]:,} bytes)", fontsize=11)
+        ax.grid(axis="x", which="major", alpha=0.3)
+    axes[0][0].set_yticks(range(len(cases)), cases, fontsize=10)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper right", ncols=2, fontsize=9, frameon=False)
+    fig.suptitle(f"statecodec bench: seal and unseal cost over the floor's ({doc['rounds']} rounds)", fontsize=12)
+    fig.supxlabel("cost / floor, log scale (1x = a bare AES-GCM seal or unseal with base64url)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=150)
     plt.close(fig)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
-        "bench", help="benchmark the codecs against the floor, the MCP SDK and peer libraries", description=__doc__
+        "bench",
+        help="benchmark the codecs against the floor, the MCP SDK and peer libraries",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--quick", action="store_true", help="15 rounds instead of 101")
-    p.add_argument("--json", metavar="PATH", help="write the run as JSON to PATH")
+    p.add_argument(
+        "--only",
+        metavar="NAMES",
+        help=f"comma-separated case names, or parts of names, to measure (the floor is always measured; "
+        f"'{MCP_ROUND}' selects the round); none matching is an error",
+    )
+    p.add_argument("--json", action="store_true", help="print the run as JSON on stdout instead of the table")
+    p.add_argument("--output", metavar="FILE.json", help="also write the run as JSON to FILE.json")
     p.add_argument("--plot", metavar="PATH.png", help="draw the ratios to PATH.png (needs matplotlib)")
     p.set_defaults(func=_bench)
 
 
+def _selected(only: str | None) -> tuple[dict[str, Callable[[], Pair]], bool]:
+    """The cases `--only` names (the floor always), and whether it names the MCP round; every case when unset. A part
+    equal to a name (any case) selects that name alone; any other part selects every name that contains it."""
+    if only is None:
+        return dict(CASES), True
+    names = [*CASES, MCP_ROUND]
+    chosen: set[str] = set()
+    for part in (part.strip().lower() for part in only.split(",") if part.strip()):
+        exact = [name for name in names if name.lower() == part]  # "AESGCMCodec" is not also "XAESGCMCodec"
+        chosen.update(exact or [name for name in names if part in name.lower()])
+    if not chosen:
+        raise ConfigurationError(f"--only {only!r} matches no case; the cases are: {', '.join(names)}")
+    return {name: CASES[name] for name in CASES if name == "floor" or name in chosen}, MCP_ROUND in chosen
+
+
+def _writable(flag: str, path: str, suffix: str) -> None:
+    """Refuse an output path before the run rather than after it: a missing folder or a wrong suffix."""
+    target = Path(path)
+    if target.suffix.lower() != suffix:
+        raise ConfigurationError(f"{flag} {path!r}: the file name must end in {suffix}")
+    if target.is_dir():
+        raise ConfigurationError(f"{flag} {path!r} is a directory; give a file name ending in {suffix}")
+    folder = target.parent
+    if not folder.is_dir():
+        raise ConfigurationError(f"{flag} {path!r}: the folder {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise ConfigurationError(f"{flag} {path!r}: the folder {str(folder)!r} is not writable")
+
+
 def _bench(args: argparse.Namespace) -> int:
+    # Everything that can fail without measuring fails first: a bad --only, path or plotter costs no run.
+    cases, mcp_round = _selected(args.only)
+    if args.output:
+        _writable("--output", args.output, ".json")
     if args.plot:
+        _writable("--plot", args.plot, ".png")
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             raise ConfigurationError(f"--plot needs matplotlib: {_INSTALL}") from None
-    doc = run(CASES, rounds=15 if args.quick else 101)
-    print(_table(doc))
+    rounds = 15 if args.quick else 101
+    with _progress(rounds) as progress:
+        doc = run(cases, rounds=rounds, mcp_round=mcp_round, progress=progress)
+    text = json.dumps(doc, indent=1, ensure_ascii=True) + "\n"
     if args.json:
-        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        sys.stdout.write(text)
+    else:
+        print(_table(doc, _micro(sys.stdout)))
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"bench: wrote {args.output}", file=sys.stderr)
     if args.plot:
         _plot(doc, args.plot)
+        print(f"bench: wrote {args.plot}", file=sys.stderr)
     return 0
