@@ -41,6 +41,9 @@ API_MODULES = (
     "statecodec.providers.aws_kms",
     "statecodec.providers.gcp_kms",
     "statecodec.providers.vault",
+    "statecodec.redis_store",
+    "statecodec.otel",
+    "statecodec.sdk_migration",
 )
 
 
