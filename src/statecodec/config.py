@@ -208,21 +208,22 @@ def _kind(settings: Mapping[str, str]) -> str:
 
 def configured_codec(
     environ: Mapping[str, str] | None = None, *, path: str | os.PathLike[str] | None = None
-) -> tuple[str, Codec]:
-    """(kind, codec) of the config file at `path`, else of the environment: checked whole (`check_settings`)
-    before the builder runs, so no provider is contacted for a configuration that is wrong."""
+) -> tuple[str, Codec, Mapping[str, str]]:
+    """(kind, codec, settings) of the config file at `path`, else of the environment: checked whole
+    (`check_settings`) before the builder runs, so no provider is contacted for a configuration that is wrong.
+    The settings may hold keys: read a named, non-secret setting from them, never show them whole."""
     if path is None:
         settings = os.environ if environ is None else environ
         check_names(settings)  # a misspelt STATECODEC_CODEC is named before the kind is guessed without it
         kind = _kind(settings)
         check_settings(settings, kind)
-        return kind, build_codec(kind, settings)
+        return kind, build_codec(kind, settings), settings
     with named_errors(f"config file {Path(path)}"):
         from_file = settings_from_file(Path(path))
         check_names(from_file)
         kind = _kind(from_file)
         check_settings(from_file, kind, file=True)
-        return kind, build_codec(kind, from_file)
+        return kind, build_codec(kind, from_file), from_file
 
 
 def codec_from_env(environ: Mapping[str, str] | None = None) -> Codec:

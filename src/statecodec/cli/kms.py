@@ -11,7 +11,7 @@ import importlib
 from typing import Any
 
 from statecodec.cli.main import settings_from_flags
-from statecodec.config import codec_from_env, codec_from_file
+from statecodec.config import check_settings, codec_from_env, codec_from_file
 from statecodec.envelope import format_wrapped_keys, new_wrapped_key
 from statecodec.errors import ConfigurationError
 
@@ -57,6 +57,7 @@ def _new_data_key(args: argparse.Namespace) -> int:
     from statecodec.providers import context_from_settings
 
     settings = _settings(args)
+    check_settings(settings, _PROVIDERS[args.provider][0])  # a typo is named before the provider is contacted
     provider = importlib.import_module(f"statecodec.providers.{_PROVIDERS[args.provider][1]}")
     with provider.wrapper_from_settings(settings) as wrapper:
         blob = new_wrapped_key(wrapper, context_from_settings(settings))

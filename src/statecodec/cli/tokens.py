@@ -100,8 +100,9 @@ def _inspect(args: argparse.Namespace) -> int:
                 doc["payload"] = text if text.encode() == payload else "(hex) " + payload.hex()
     lines = [f"{name:<15} {'-' if value is None else value}" for name, value in doc.items()]
     print(json.dumps(doc, indent=2) if args.json else "\n".join(lines))
-    if refused is not None:
-        raise refused
+    if refused is not None:  # the description above is the one document on stdout, its reason field included
+        print(f"statecodec inspect: invalid token: {refused}", file=sys.stderr)
+        return 1
     return 0
 
 
