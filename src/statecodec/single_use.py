@@ -222,6 +222,10 @@ class SingleUse(HoldsSecrets):
             if len(keys) != 1:
                 raise ConfigurationError(f"holds {len(keys)} keys; the store key is one key")
         on_error = setting(settings, "STATECODEC_STORE_ON_ERROR", required=False) or "refuse"
+        if on_error not in ("refuse", "accept"):
+            raise ConfigurationError(
+                "STATECODEC_STORE_ON_ERROR must be refuse (fail closed, the default) or accept (availability first)"
+            )
         ttl = ttl_setting(settings)
         return cls(store or store_from_settings(settings), key=keys[0], ttl=ttl, on_store_error=on_error)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 from typing import Any
 
 from statecodec.cli.main import settings_from_flags
@@ -34,6 +35,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     new.set_defaults(func=_new_data_key)
     check = actions.add_parser("check", help="build the configured envelope codec once and print its key ids")
     check.add_argument("--config", help="a statecodec JSON config file (instead of the environment)")
+    check.add_argument("--json", action="store_true", help="print the key ids and provider as JSON on stdout")
     check.set_defaults(func=_check)
     for parser in (new, check):
         parser.add_argument("--provider", choices=sorted(_PROVIDERS), required=parser is new, help="the KMS")
@@ -71,6 +73,12 @@ def _check(args: argparse.Namespace) -> int:
         raise ConfigurationError(f"the configured codec is {type(codec).__name__}, not a KMS or Vault codec")
     ids = list(codec.key_ids)
     wrapper = getattr(codec, "wrapper", None)
+    if args.json:
+        doc = {"provider": (wrapper or codec).describe(), "context": dict(codec.context), "key_ids": ids}
+        print(json.dumps({**doc, "primary_key_id": ids[0], "per_token_calls": wrapper is None}))
+        if wrapper is None:
+            codec.close()
+        return 0
     print(f"provider: {(wrapper or codec).describe()}" + ("" if wrapper else " (one call per seal and per unseal)"))
     print(f"context: {','.join(f'{k}={v}' for k, v in sorted(codec.context.items()))}")
     print(f"key {'versions' if wrapper is None else 'ids'}: {ids[0]} (primary)" + "".join(f", {k}" for k in ids[1:]))
