@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from statecodec.cli.main import settings_from_flags
-from statecodec.config import Codec, codec_from_env, codec_from_file, max_token_length_setting
+from statecodec.config import Codec, check_names, codec_from_env, codec_from_file, max_token_length_setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.tokeninfo import describe_token
 
@@ -77,6 +77,7 @@ def _read_token(arg: str, codec: Codec | None, settings: Mapping[str, str]) -> t
 
 def _inspect(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    check_names(settings)  # a misspelt STATECODEC_KEYS must not pass for "no codec configured"
     names = ("STATECODEC_CODEC", "STATECODEC_KEYS", "STATECODEC_KEYS_FILE")
     configured = bool(args.config) or any(settings.get(name, "").strip() for name in names)
     if args.show_payload and not configured:
