@@ -417,3 +417,26 @@ def test_errors_with_json_are_one_json_object_on_stdout(
     )
     assert err == f"statecodec {argv[0]}: {doc['message']}\n"
     assert not [secret for secret in SECRETS if secret in out.decode()]
+
+
+def test_rotate_plan_takes_the_servers_ttl_from_the_environment(cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = ("rotate", "plan", "--old-id", "a1b2c3d4", "--new-id", "e5f6a7b8", "--json")
+    monkeypatch.setenv("STATECODEC_TTL", "120")
+    assert json.loads(cli(*argv)[1])["ttl"] == 120
+    assert json.loads(cli(*argv, "--ttl", "30")[1])["ttl"] == 30
+    monkeypatch.setenv("STATECODEC_TTL", "soon")
+    code, _, err = cli(*argv)
+    assert code == 2
+    assert "STATECODEC_TTL must be whole seconds" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["inspect", TOKEN], ["kms", "new-data-key", "--provider", "aws", "--key-id", "alias/state"], ["store", "check"]],
+    ids=["inspect-without-codec", "kms-new-data-key", "store-check"],
+)
+def test_every_command_names_a_misspelt_setting(cli: Run, monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
+    monkeypatch.setenv("STATECODEC_KMS_AUDIENSE", "billing")
+    code, out, err = cli(*argv)
+    assert (code, out) == (2, b"")
+    assert "unknown setting STATECODEC_KMS_AUDIENSE; did you mean STATECODEC_KMS_AUDIENCE?" in err

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 from statecodec.cli import check as instance_check
 from statecodec.cli._output import emit
 from statecodec.cli.main import settings_from_flags
-from statecodec.config import ring_from_settings
+from statecodec.config import ring_from_settings, ttl_setting
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing, generate_key
 from statecodec.rotation import RotationPlan, check_fleet, parse_fleet
@@ -46,7 +47,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         group.add_argument(f"--{side}-key", metavar="KEY", help=f"the {side} key itself (lands in shell history)")
         group.add_argument(f"--{side}-id", metavar="KEY_ID", help=f"the {side} key's id, for keys a KMS holds")
     group.add_argument("--generate-new", action="store_true", help="generate a fresh new key")
-    plan.add_argument("--ttl", type=float, default=600.0, help="token lifetime in seconds (default 600)")
+    plan.add_argument("--ttl", type=float, help="token lifetime in seconds (default STATECODEC_TTL, else 600)")
     plan.add_argument("--future-skew", type=float, default=60.0, help="allowance for clocks ahead (default 60 s)")
     plan.add_argument("--ids-only", action="store_true", help="print key ids only, no secrets")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON on stdout")
@@ -90,11 +91,12 @@ def _plan(args: argparse.Namespace) -> int:
         )
     if (args.old_id is None) != (args.new_id is None):
         raise ConfigurationError("--old-id and --new-id go together: a plan is over two keys or two key ids")
+    ttl = ttl_setting(os.environ) if args.ttl is None else args.ttl  # the servers' token lifetime
     if args.old_id is not None:
-        plan = RotationPlan.from_key_ids(args.old_id, args.new_id, args.ttl, future_skew=args.future_skew)
+        plan = RotationPlan.from_key_ids(args.old_id, args.new_id, ttl, future_skew=args.future_skew)
     else:
         new = generate_key() if args.generate_new else _key(args, "new")
-        plan = RotationPlan(_key(args, "old"), new, args.ttl, future_skew=args.future_skew)
+        plan = RotationPlan(_key(args, "old"), new, ttl, future_skew=args.future_skew)
     secrets = not args.ids_only and args.old_id is None
     if secrets and args.output is None:
         print("statecodec rotate: SECRET KEYS below; store them like a key file, or use --ids-only", file=sys.stderr)
