@@ -51,7 +51,6 @@ BUILDERS: dict[str, Builder | str] = {
 }
 
 
-
 def _names(*names: str) -> frozenset[str]:
     return frozenset(f"{_PREFIX}{name}" for name in names)
 
@@ -59,9 +58,9 @@ def _names(*names: str) -> frozenset[str]:
 _RING = _names("KEYS", "KEYS_FILE")
 _ENVELOPE = _names("WRAPPED_KEYS", "WRAPPED_KEYS_FILE", "KMS_CONTEXT", "KMS_AUDIENCE")
 _VAULT = _names(
-    *(f"VAULT_{name}" for name in ("ADDR", "TOKEN", "TOKEN_FILE", "ROLE_ID", "SECRET_ID", "SECRET_ID_FILE")),
-    *(f"VAULT_{name}" for name in ("APPROLE_MOUNT", "NAMESPACE", "CACERT", "CLIENT_CERT", "CLIENT_KEY")),
-    *(f"VAULT_{name}" for name in ("SKIP_VERIFY", "MOUNT", "KEY", "TIMEOUT")),
+    "VAULT_ADDR", "VAULT_TOKEN", "VAULT_TOKEN_FILE", "VAULT_ROLE_ID", "VAULT_SECRET_ID", "VAULT_SECRET_ID_FILE",
+    "VAULT_APPROLE_MOUNT", "VAULT_NAMESPACE", "VAULT_CACERT", "VAULT_CLIENT_CERT", "VAULT_CLIENT_KEY",
+    "VAULT_SKIP_VERIFY", "VAULT_MOUNT", "VAULT_KEY", "VAULT_TIMEOUT",
 )
 # What each kind reads besides STATECODEC_CODEC and STATECODEC_MAX_TOKEN_LENGTH: the one table the configuration is
 # checked against before a builder runs (docs/configuration.md, "All variables at a glance", is its prose form).
@@ -83,15 +82,15 @@ ENVIRONMENT_ONLY = _names(
     "REVOCATION_STALENESS", "STORE_ON_ERROR",
 )
 # (setting, the settings that make it ineffective when set, how to fix): a kind reads the first only without them.
+_JWKS = _names("JWKS_FILE")
+_APPROLE = _names("VAULT_ROLE_ID", "VAULT_SECRET_ID", "VAULT_SECRET_ID_FILE")
+_USE_APPROLE = "AppRole replaces token auth; unset the token or the AppRole settings"
 SHADOWED: tuple[tuple[str, frozenset[str], str], ...] = (
     (f"{_PREFIX}KMS_AUDIENCE", _names("KMS_CONTEXT"), "put audience=... in the context, or unset one of them"),
-    (f"{_PREFIX}KEYS", _names("JWKS_FILE"), "the JWK Set replaces the key ring; unset one of them"),
-    (f"{_PREFIX}KEYS_FILE", _names("JWKS_FILE"), "the JWK Set replaces the key ring; unset one of them"),
-    *(
-        (f"{_PREFIX}VAULT_{name}", _names("VAULT_ROLE_ID", "VAULT_SECRET_ID", "VAULT_SECRET_ID_FILE"),
-         "AppRole replaces token auth; unset the token or the AppRole settings")
-        for name in ("TOKEN", "TOKEN_FILE")
-    ),
+    (f"{_PREFIX}KEYS", _JWKS, "the JWK Set replaces the key ring; unset one of them"),
+    (f"{_PREFIX}KEYS_FILE", _JWKS, "the JWK Set replaces the key ring; unset one of them"),
+    (f"{_PREFIX}VAULT_TOKEN", _APPROLE, _USE_APPROLE),
+    (f"{_PREFIX}VAULT_TOKEN_FILE", _APPROLE, _USE_APPROLE),
 )
 
 
@@ -154,9 +153,7 @@ def ttl_setting(settings: Mapping[str, str]) -> int:
         return DEFAULT_TTL
     # isdecimal() first: int() also accepts '+5', '1_000' and non-ASCII digits.
     if not (text.isascii() and text.isdecimal()) or not 1 <= int(text) <= MAX_TTL:
-        raise ConfigurationError(
-            f"{TTL_VAR} must be whole seconds from 1 to {MAX_TTL} (30 days), e.g. {DEFAULT_TTL}"
-        )
+        raise ConfigurationError(f"{TTL_VAR} must be whole seconds from 1 to {MAX_TTL} (30 days), e.g. {DEFAULT_TTL}")
     return int(text)
 
 
