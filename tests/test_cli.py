@@ -134,11 +134,11 @@ def test_a_refused_token_exits_1_with_its_reason_alone(
         (["unseal", "not a token!"], {}, "no codec configured"),  # the configuration is reported first
         (["inspect", "not a token!", "--codec", "aesgcm"], {}, "no keys configured"),
         (["seal"], {"STATECODEC_KEYS": "secret-cart-not-base64!"}, "base64url"),
-        (["seal", "--keys-file", "/nonexistent/keys"], {}, "cannot read STATECODEC_KEYS_FILE"),
+        (["seal", "--keys-file", "/nonexistent/keys"], {}, "cannot read --keys-file (STATECODEC_KEYS_FILE)"),
         (["seal", "--config", "/nonexistent/c.json", "--codec", "aesgcm"], {}, "go in the --config file"),
         (["seal", "--codec", "rot13"], {"STATECODEC_KEYS": KEYS}, "valid kinds: aesgcm"),
-        (["seal", "--max-token-length", "0"], {"STATECODEC_KEYS": KEYS}, "MAX_TOKEN_LENGTH must be a positive"),
-        (["inspect", TOKEN, "--max-token-length", "+5"], {}, "MAX_TOKEN_LENGTH must be a positive"),
+        (["seal", "--max-token-length", "0"], {"STATECODEC_KEYS": KEYS}, "(STATECODEC_MAX_TOKEN_LENGTH) must be"),
+        (["inspect", TOKEN, "--max-token-length", "+5"], {}, "--max-token-length (STATECODEC_MAX_TOKEN_LENGTH) must"),
         (["seal", "--max-token-length", "60"], {"STATECODEC_KEYS": KEYS}, "exceeds"),  # the payload's token
         (["inspect", TOKEN, "--show-payload"], {}, "--show-payload needs keys"),
         (["keygen", "-n", "0"], {}, "--count must be at least 1"),
@@ -440,3 +440,35 @@ def test_every_command_names_a_misspelt_setting(cli: Run, monkeypatch: pytest.Mo
     code, out, err = cli(*argv)
     assert (code, out) == (2, b"")
     assert "unknown setting STATECODEC_KMS_AUDIENSE; did you mean STATECODEC_KMS_AUDIENCE?" in err
+
+
+WRAPPED = ("--wrapped-keys", "AAAA")
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["seal", "--codec", "rot13"], "--codec (STATECODEC_CODEC)='rot13' is unknown"),
+        (["seal", "--max-token-length", "+5"], "--max-token-length (STATECODEC_MAX_TOKEN_LENGTH) must be a positive"),
+        (["unseal", "--keys-file", "/nonexistent/k", TOKEN], "cannot read --keys-file (STATECODEC_KEYS_FILE) /nonex"),
+        (
+            ["kms", "check", "--provider", "aws", "--key-id", "k", *WRAPPED, "--context", "x"],
+            "--context (STATECODEC_KMS_CONTEXT): context must be comma-separated key=value pairs",
+        ),
+        (
+            ["kms", "check", "--provider", "vault", "--vault-addr", "vault:8200", "--vault-key", "k", *WRAPPED],
+            "--vault-addr (STATECODEC_VAULT_ADDR) (or VAULT_ADDR): the Vault address must be http(s)://host[:port]",
+        ),
+    ],
+    ids=["codec", "max-token-length", "keys-file", "kms-context", "vault-addr"],
+)
+def test_an_error_names_the_flag_the_user_wrote(
+    cli: Run, monkeypatch: pytest.MonkeyPatch, argv: list[str], fragment: str
+) -> None:
+    monkeypatch.setenv("STATECODEC_KEYS", KEYS)
+    if argv[0] == "kms":
+        monkeypatch.delenv("STATECODEC_KEYS")
+        pytest.importorskip("boto3" if "aws" in argv else "hvac")
+    code, out, err = cli(*argv, stdin=PAYLOAD)
+    assert (code, out) == (2, b"")
+    assert fragment in err

@@ -9,11 +9,13 @@ message; neither ever holds a key, a payload or token text.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
+import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from statecodec import __version__
 from statecodec.cli._output import emit
@@ -34,6 +36,21 @@ def settings_from_flags(flags: Mapping[str, str | None]) -> dict[str, str]:
             settings.pop(name.removesuffix("_FILE") if name.endswith("_FILE") else f"{name}_FILE", None)
             settings[name] = value
     return settings
+
+
+@contextlib.contextmanager
+def flags_named(flags: Mapping[str, str | None]) -> Iterator[None]:
+    """A `ConfigurationError` in the block names the flag the user wrote (``--codec``) beside the setting it stands
+    for (``STATECODEC_CODEC``); `flags` maps each setting to its flag, None when the flag was not given."""
+    try:
+        yield
+    except ConfigurationError as exc:
+        message = str(exc)
+        for name, flag in flags.items():
+            if flag is not None and flag not in message:
+                # Whole names only: STATECODEC_KEYS is not the start of STATECODEC_KEYS_FILE.
+                message = re.sub(rf"(?<![A-Z_]){name}(?![A-Z_])", f"{flag} ({name})", message)
+        raise ConfigurationError(message) from None
 
 
 def _keygen(args: argparse.Namespace) -> int:
