@@ -42,8 +42,9 @@ _HOW_TO_GENERATE = (
 def _text_refusal(item: str) -> str | None:
     """Why a key's text is not what `statecodec keygen` prints, when it is recognisably something else: hex and
     standard base64 would decode (or half-decode) to other bytes than the ones meant, and a password is not a key.
-    A random key of 43 characters has 16 distinct characters or more, and both cases of letter, but for about
-    one in a billion; that one is refused with the advice to generate another."""
+    A random key of 43 characters has 16 distinct characters or more, and both cases of letter, but for fewer than
+    one in a billion (each case is missing with probability (38/64)**43, about 2e-10); that one is refused with
+    the advice to generate another."""
     if any(c in item for c in "=+/"):
         return "is not unpadded base64url: it looks like standard or padded base64 (openssl rand -base64)"
     if len(item) >= MIN_KEY_LENGTH and all(c in string.hexdigits for c in item):
