@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from statecodec import AESGCMCodec, ConfigurationError, ProviderError, format_keys, generate_key
 from statecodec import config as cfg
@@ -293,3 +295,14 @@ def test_the_mcp_policy_and_the_single_use_guard_read_one_ttl() -> None:
     assert security_from_env(environ=env).ttl == 120 == SingleUse.from_env(env).ttl
     assert security_from_env(environ=env, ttl=30).ttl == 30  # an argument in code wins
     assert security_from_env(environ={"STATECODEC_KEYS": KEYS}).ttl == 600
+
+
+@given(st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ_", min_size=1, max_size=30))
+def test_every_unknown_name_is_refused_and_every_foreign_variable_ignored(suffix: str) -> None:
+    name = f"STATECODEC_{suffix}"
+    env = {"STATECODEC_KEYS": KEYS, name: "1", f"OTHER_{suffix}": "1"}
+    if name in cfg.known_settings():
+        return  # a real setting: judged by the kind tables instead
+    with pytest.raises(ConfigurationError, match=f"^unknown setting {name}; "):
+        cfg.codec_from_env(env)
+    assert isinstance(cfg.codec_from_env({"STATECODEC_KEYS": KEYS, f"OTHER_{suffix}": "1"}), AESGCMCodec)
