@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import hmac
 import pickle
 import re
+import secrets as secrets_module
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from hypothesis import strategies as st
 
 from statecodec import ConfigurationError, KeyRing, format_keys, parse_keys
 from statecodec._encoding import b64u_encode
-from statecodec.keys import MIN_KEY_LENGTH, derive_key
+from statecodec.keys import MIN_KEY_LENGTH, _text_refusal, derive_key, generate_key
 from tests.secrecy import COLLIDING_SECRETS, assert_unreachable
 
 K0 = bytes(range(32))
@@ -173,6 +175,10 @@ def test_parse_errors_name_the_position_not_the_value(text: str, expected: str) 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.binary(min_size=32, max_size=64), min_size=1, max_size=5))
 def test_text_format_round_trip(secrets: list[bytes]) -> None:
+    if any(_text_refusal(b64u_encode(k)) for k in secrets):  # zero bytes: "AAAA...", never a random key's text
+        with pytest.raises(ConfigurationError, match=" looks like "):
+            parse_keys(format_keys(secrets))
+        return
     assert parse_keys(format_keys(secrets)) == secrets
     if len(set(secrets)) == len(secrets) and all(len(set(k)) >= 8 for k in secrets):
         assert KeyRing.parse(KeyRing(secrets).to_text()) == KeyRing(secrets)
@@ -295,3 +301,31 @@ def test_derive_key_is_hkdf_sha256_and_separates_uses() -> None:
     assert bytes.fromhex(KeyRing([K0]).key_ids[0]) not in (aes[:4], xaes[:4])
     assert KeyRing([K0]).subkeys(b"statecodec/v1/aes-256-gcm") == [(bytes.fromhex("3d7ec38c"), aes)]
     assert derive_key(K0, b"x", 64) == hkdf_sha256(K0, b"x", 64)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        (secrets_module.token_hex(32), "looks like hex"),
+        (base64.b64encode(secrets_module.token_bytes(32)).decode(), "looks like standard or padded base64"),
+        (base64.b64encode(bytes(range(223, 256))).decode(), "looks like standard or padded base64"),  # no '='
+        ("correcthorsebatterystaplecorrecthorsebattery", "looks like a password or passphrase"),
+        ("CORRECT-HORSE-BATTERY-STAPLE-CORRECT-HORSE-", "looks like a password or passphrase"),
+        ("Correct Horse Battery Staple Correct Horse!", "is not unpadded base64url"),
+    ],
+    ids=["hex", "padded-base64", "standard-base64", "lowercase-passphrase", "uppercase-passphrase", "printable"],
+)
+def test_key_text_in_another_encoding_is_refused_saying_what_a_key_is(text: str, fragment: str) -> None:
+    """A key in hex or standard base64 would decode to other bytes than meant; a password is not a key."""
+    with pytest.raises(ConfigurationError) as info:
+        KeyRing.parse(text)
+    message = str(info.value)
+    assert fragment in message
+    assert "43 characters or more" in message
+    assert "statecodec keygen" in message
+    assert text not in message
+
+
+def test_generated_keys_are_never_refused_as_text() -> None:
+    for _ in range(2000):
+        assert len(parse_keys(format_keys([generate_key()]))) == 1

@@ -280,7 +280,7 @@ def test_no_secret_in_repr_and_no_pickle() -> None:
         ({"STATECODEC_STORE_KEY": "@KEY", "STATECODEC_STORE_URL": "memory", "STATECODEC_TTL": "0"}, "STATECODEC_TTL"),
         (
             {"STATECODEC_STORE_KEY": "@KEY", "STATECODEC_STORE_URL": "memory", "STATECODEC_STORE_ON_ERROR": "x"},
-            "on_store_error",
+            "STATECODEC_STORE_ON_ERROR must be refuse",
         ),
     ],
     ids=["no-key", "bad-key", "two-keys", "no-url", "other-scheme", "bad-ttl", "bad-on-error"],

@@ -109,9 +109,6 @@ class ReadTracker(HoldsSecrets, Mapping[str, str]):
     def __len__(self) -> int:
         return len(self._settings)
 
-    def unread(self) -> list[str]:
-        return sorted(name for name in self._settings if name not in self.read)
-
 
 def settings_from_file(path: Path) -> ReadTracker:
     """The settings of a JSON config file: an object of ``STATECODEC_*`` members, strings (an integer for a

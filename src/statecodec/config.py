@@ -1,20 +1,28 @@
 """Codec kinds: build the codec the environment or a JSON file describes, at start-up, never per token.
 
+Threat: a misspelt or ineffective setting (``STATECODEC_CODE``, ``STATECODEC_KMS_AUDIENCE`` beside a context)
+leaves a default in force without a word, and a provider contacted with a half-read configuration spends a
+network call, or a credential, on a set-up that was wrong from the start. So the whole configuration is checked
+against `READS`, the one table of what each kind reads, before any builder runs: an unknown ``STATECODEC_*`` name
+is refused with the closest valid one, a setting the chosen kind does not read or another setting makes
+ineffective is refused, and only then is the provider contacted.
+
 ``STATECODEC_CODEC`` picks the kind (default ``aesgcm`` when ``STATECODEC_KEYS(_FILE)`` is set); its builder
 reads the other settings through `statecodec._settings` (docs/configuration.md lists them all). A kind is one
 entry in `BUILDERS`: a builder, or its import path, resolved only when that kind is chosen, so an optional
-dependency is imported only by those who use it.
+dependency is imported only by those who use it; and one entry in `READS`.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import cast
 
-from statecodec._settings import KEYS_FILE_VAR, KEYS_VAR, named_errors, settings_from_file
+from statecodec._settings import KEYS_FILE_VAR, KEYS_VAR, MAX_TOKEN_LENGTH_VAR, named_errors, settings_from_file
 from statecodec._settings import max_token_length_setting as max_token_length_setting
 from statecodec._settings import setting as setting
 from statecodec._types import Codec as Codec
@@ -23,7 +31,11 @@ from statecodec.errors import ConfigurationError
 from statecodec.keys import ring_from_settings as ring_from_settings
 
 CODEC_VAR = "STATECODEC_CODEC"
+TTL_VAR = "STATECODEC_TTL"
 DEFAULT_KIND = "aesgcm"
+DEFAULT_TTL = 600
+MAX_TTL = 30 * 24 * 3600  # a state token lives for a conversation, not for months
+_PREFIX = "STATECODEC_"
 
 Builder = Callable[[Mapping[str, str]], Codec]
 
@@ -37,6 +49,119 @@ BUILDERS: dict[str, Builder | str] = {
     "jwe": "statecodec.jose.jwe:from_settings",
     "jws": "statecodec.jose.jws:from_settings",
 }
+
+
+def _names(*names: str) -> frozenset[str]:
+    return frozenset(f"{_PREFIX}{name}" for name in names)
+
+
+_RING = _names("KEYS", "KEYS_FILE")
+_ENVELOPE = _names("WRAPPED_KEYS", "WRAPPED_KEYS_FILE", "KMS_CONTEXT", "KMS_AUDIENCE")
+_VAULT = _names(
+    "VAULT_ADDR", "VAULT_TOKEN", "VAULT_TOKEN_FILE", "VAULT_ROLE_ID", "VAULT_SECRET_ID", "VAULT_SECRET_ID_FILE",
+    "VAULT_APPROLE_MOUNT", "VAULT_NAMESPACE", "VAULT_CACERT", "VAULT_CLIENT_CERT", "VAULT_CLIENT_KEY",
+    "VAULT_SKIP_VERIFY", "VAULT_MOUNT", "VAULT_KEY", "VAULT_TIMEOUT",
+)
+# What each kind reads besides STATECODEC_CODEC and STATECODEC_MAX_TOKEN_LENGTH: the one table the configuration is
+# checked against before a builder runs (docs/configuration.md, "All variables at a glance", is its prose form).
+READS: dict[str, frozenset[str]] = {
+    "aesgcm": _RING,
+    "xaesgcm": _RING,
+    "aws-kms": _ENVELOPE | _names("AWS_KMS_KEY_ID", "AWS_REGION", "AWS_KMS_ENDPOINT"),
+    "gcp-kms": _ENVELOPE | _names("GCP_KMS_KEY", "GCP_KMS_EMULATOR_HOST"),
+    "vault-envelope": _ENVELOPE | _VAULT,
+    "vault-transit": _VAULT | _names("VAULT_CONTEXT"),
+    "jwe": _RING | _names("JWE_ALG", "JWKS_FILE"),
+    "jws": _RING | _names("JWS_ALG", "JWKS_FILE"),
+}
+_EVERY_KIND = frozenset({CODEC_VAR, MAX_TOKEN_LENGTH_VAR})
+# Read from the environment by `statecodec.single_use` and `statecodec.mcp`, whatever the codec kind: never from a
+# codec's config file.
+ENVIRONMENT_ONLY = _names(
+    "TTL", "STORE_URL", "STORE_URL_FILE", "STORE_KEY", "STORE_KEY_FILE", "STORE_TIMEOUT", "STORE_NAMESPACE",
+    "REVOCATION_STALENESS", "STORE_ON_ERROR",
+)
+# (setting, the settings that make it ineffective when set, how to fix): a kind reads the first only without them.
+_JWKS = _names("JWKS_FILE")
+_APPROLE = _names("VAULT_ROLE_ID", "VAULT_SECRET_ID", "VAULT_SECRET_ID_FILE")
+_USE_APPROLE = "AppRole replaces token auth; unset the token or the AppRole settings"
+SHADOWED: tuple[tuple[str, frozenset[str], str], ...] = (
+    (f"{_PREFIX}KMS_AUDIENCE", _names("KMS_CONTEXT"), "put audience=... in the context, or unset one of them"),
+    (f"{_PREFIX}KEYS", _JWKS, "the JWK Set replaces the key ring; unset one of them"),
+    (f"{_PREFIX}KEYS_FILE", _JWKS, "the JWK Set replaces the key ring; unset one of them"),
+    (f"{_PREFIX}VAULT_TOKEN", _APPROLE, _USE_APPROLE),
+    (f"{_PREFIX}VAULT_TOKEN_FILE", _APPROLE, _USE_APPROLE),
+)
+
+
+def known_settings() -> frozenset[str]:
+    """Every ``STATECODEC_*`` name statecodec reads, whatever the kind."""
+    return frozenset().union(_EVERY_KIND, ENVIRONMENT_ONLY, *READS.values())
+
+
+def _is_set(settings: Mapping[str, str], name: str) -> bool:
+    return setting(settings, name, required=False) is not None
+
+
+def check_names(settings: Mapping[str, str]) -> None:
+    """Refuse an unknown ``STATECODEC_*`` name (naming the closest valid one), and a setting given both as ``X``
+    and as ``X_FILE``: one of the two would be ignored."""
+    known = known_settings()
+    for name in sorted(settings):
+        if not name.startswith(_PREFIX) or name in known:
+            continue
+        # Compared without the prefix every name shares, which would make any two names look alike.
+        close = difflib.get_close_matches(name.removeprefix(_PREFIX), [k.removeprefix(_PREFIX) for k in known], n=1)
+        hint = f"did you mean {_PREFIX}{close[0]}?" if close else "docs/configuration.md lists every setting"
+        raise ConfigurationError(f"unknown setting {name}; {hint}")
+    for name in sorted(known):
+        if name.endswith("_FILE") and _is_set(settings, name) and _is_set(settings, name.removesuffix("_FILE")):
+            raise ConfigurationError(f"both {name.removesuffix('_FILE')} and {name} are set; set exactly one")
+
+
+def check_settings(settings: Mapping[str, str], kind: str, *, file: bool = False) -> None:
+    """Refuse, before any builder runs, what `kind` would not read: an unknown name (`check_names`), a setting of
+    another kind, one another setting makes ineffective (`SHADOWED`) and, in a config `file`, a setting that is
+    read from the environment only (`ENVIRONMENT_ONLY`)."""
+    check_names(settings)
+    _builder(kind)  # an unknown kind is named as such, before its settings are judged
+    reads = READS.get(kind, frozenset()) | _EVERY_KIND
+    given = {name for name in settings if name.startswith(_PREFIX) and _is_set(settings, name)}
+    for name in sorted(given - reads):
+        if name in ENVIRONMENT_ONLY:
+            if file:
+                raise ConfigurationError(
+                    f"{name} is read from the environment (single use, the MCP ttl), not from a codec's config file"
+                )
+            continue
+        readers = sorted(k for k, names in READS.items() if name in names)
+        raise ConfigurationError(
+            f"{name} is set but codec kind {kind!r} does not read it (it is read by {', '.join(readers)}); "
+            f"unset it, or set {CODEC_VAR} to the kind it belongs to"
+        )
+    for name, by, fix in SHADOWED:
+        shadows = sorted(other for other in by if other in given)
+        if name in given and name in reads and shadows:
+            raise ConfigurationError(f"{name} has no effect beside {' and '.join(shadows)}: {fix}")
+
+
+def ttl_setting(settings: Mapping[str, str]) -> int:
+    """``STATECODEC_TTL``: the seconds a token stays valid, 1 to `MAX_TTL`, default `DEFAULT_TTL`; the one reader
+    for the MCP security policy and the single-use guard, so their lifetimes cannot disagree."""
+    text = setting(settings, TTL_VAR, required=False)
+    if text is None:
+        return DEFAULT_TTL
+    # isdecimal() first: int() also accepts '+5', '1_000' and non-ASCII digits.
+    if not (text.isascii() and text.isdecimal()) or not 1 <= int(text) <= MAX_TTL:
+        raise ConfigurationError(f"{TTL_VAR} must be whole seconds from 1 to {MAX_TTL} (30 days), e.g. {DEFAULT_TTL}")
+    return int(text)
+
+
+def _builder(kind: str) -> Builder | str:
+    builder = BUILDERS.get(kind)
+    if builder is None:
+        raise ConfigurationError(f"{CODEC_VAR}={kind!r} is unknown; valid kinds: {', '.join(sorted(BUILDERS))}")
+    return builder
 
 
 def _resolve(kind: str, builder: Builder | str) -> Builder:
@@ -60,10 +185,7 @@ def _resolve(kind: str, builder: Builder | str) -> Builder:
 
 def build_codec(kind: str, settings: Mapping[str, str]) -> Codec:
     """Build a codec of `kind` from `settings`; `ConfigurationError` names the valid kinds."""
-    builder = BUILDERS.get(kind)
-    if builder is None:
-        raise ConfigurationError(f"{CODEC_VAR}={kind!r} is unknown; valid kinds: {', '.join(sorted(BUILDERS))}")
-    codec = _resolve(kind, builder)(settings)
+    codec = _resolve(kind, _builder(kind))(settings)
     if not isinstance(codec, Codec):
         raise ConfigurationError(f"the builder for {CODEC_VAR}={kind} did not return a codec")
     return codec
@@ -81,22 +203,32 @@ def _kind(settings: Mapping[str, str]) -> str:
     )
 
 
+def configured_codec(
+    environ: Mapping[str, str] | None = None, *, path: str | os.PathLike[str] | None = None
+) -> tuple[str, Codec, Mapping[str, str]]:
+    """(kind, codec, settings) of the config file at `path`, else of the environment: checked whole
+    (`check_settings`) before the builder runs, so no provider is contacted for a configuration that is wrong.
+    The settings may hold keys: read a named, non-secret setting from them, never show them whole."""
+    if path is None:
+        settings = os.environ if environ is None else environ
+        check_names(settings)  # a misspelt STATECODEC_CODEC is named before the kind is guessed without it
+        kind = _kind(settings)
+        check_settings(settings, kind)
+        return kind, build_codec(kind, settings), settings
+    with named_errors(f"config file {Path(path)}"):
+        from_file = settings_from_file(Path(path))
+        check_names(from_file)
+        kind = _kind(from_file)
+        check_settings(from_file, kind, file=True)
+        return kind, build_codec(kind, from_file), from_file
+
+
 def codec_from_env(environ: Mapping[str, str] | None = None) -> Codec:
     """The codec the environment describes (see the module docstring for the variables)."""
-    settings = os.environ if environ is None else environ
-    return build_codec(_kind(settings), settings)
+    return configured_codec(environ)[1]
 
 
 def codec_from_file(path: str | os.PathLike[str]) -> Codec:
     """The codec a JSON config file describes: an object with the environment variables as members. A member
-    the kind does not read is refused: a misspelt one would pass as unused and leave a default in force."""
-    with named_errors(f"config file {Path(path)}"):
-        settings = settings_from_file(Path(path))
-        kind = _kind(settings)
-        codec = build_codec(kind, settings)
-        if unused := settings.unread():
-            raise ConfigurationError(
-                f"{', '.join(unused)} {'is' if len(unused) == 1 else 'are'} not read by codec kind {kind!r}; "
-                "check the spelling against docs/configuration.md, or remove the member"
-            )
-        return codec
+    the kind does not read is refused before the builder runs: a misspelt one would leave a default in force."""
+    return configured_codec(path=path)[1]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import string
 from collections.abc import Iterable, Mapping, Sequence
 from hmac import compare_digest
 from pathlib import Path
@@ -29,9 +30,28 @@ KEY_ID_LENGTH = 4
 _KEY_ID_INFO = b"statecodec/v1/key-id"
 _MIN_DISTINCT_BYTES = 8
 _MAX_KEY_FILE_BYTES = 64 * 1024  # over a thousand keys with comments; a key file is never read without bound
+_KEY_TEXT_LENGTH = 43  # unpadded base64url of MIN_KEY_LENGTH bytes
+_WHAT_A_KEY_IS = (
+    "A key is unpadded base64url (A-Z a-z 0-9 - _, no '=') of at least 32 random bytes: 43 characters or more."
+)
 _HOW_TO_GENERATE = (
     'Generate one with `statecodec keygen` or python -c "import secrets; print(secrets.token_urlsafe(32))"'
 )
+
+
+def _text_refusal(item: str) -> str | None:
+    """Why a key's text is not what `statecodec keygen` prints, when it is recognisably something else: hex and
+    standard base64 would decode (or half-decode) to other bytes than the ones meant, and a password is not a key.
+    A random key of 43 characters has 16 distinct characters or more, and both cases of letter, but for fewer than
+    one in a billion (each case is missing with probability (38/64)**43, about 2e-10); that one is refused with
+    the advice to generate another."""
+    if any(c in item for c in "=+/"):
+        return "is not unpadded base64url: it looks like standard or padded base64 (openssl rand -base64)"
+    if len(item) >= MIN_KEY_LENGTH and all(c in string.hexdigits for c in item):
+        return "is not unpadded base64url: it looks like hex (openssl rand -hex)"
+    if len(item) >= _KEY_TEXT_LENGTH and (len(set(item)) < 16 or item.lower() == item or item.upper() == item):
+        return "looks like a password or passphrase, not random bytes"
+    return None
 
 
 def generate_key() -> bytes:
@@ -186,12 +206,14 @@ def parse_keys(text: str) -> list[bytes]:
     for i, item in enumerate(items):
         if not item:
             raise ConfigurationError(f"key {i} is empty (stray comma?)")
+        why = _text_refusal(item)
         try:
-            out.append(b64u_decode(item))
+            if why is None:
+                out.append(b64u_decode(item))
         except InvalidToken:
-            raise ConfigurationError(
-                f"key {i} is not unpadded base64url (alphabet A-Z a-z 0-9 - _, no '='). {_HOW_TO_GENERATE}"
-            ) from None
+            why = "is not unpadded base64url"
+        if why is not None:
+            raise ConfigurationError(f"key {i} {why}. {_WHAT_A_KEY_IS} {_HOW_TO_GENERATE}") from None
     if not out:
         raise ConfigurationError(f"no keys found. {_HOW_TO_GENERATE}")
     return out

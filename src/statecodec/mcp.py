@@ -14,12 +14,13 @@ only for its own `InvalidRequestState`: hence `SDKCodec`. The SDK is imported wh
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from statecodec._types import Codec
-from statecodec.config import codec_from_env
+from statecodec.config import codec_from_env, ttl_setting
 from statecodec.errors import InvalidToken, Reason
 from statecodec.single_use import STAMP_LENGTH, SingleUse
 
@@ -75,12 +76,20 @@ def security(codec: Codec, *, ttl: float = 600.0, audience: str | None = None, *
 
 
 def security_from_env(
-    *, ttl: float = 600.0, audience: str | None = None, environ: Mapping[str, str] | None = None, **options: Any
+    *,
+    ttl: float | None = None,
+    audience: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    **options: Any,
 ) -> RequestStateSecurity:
     """`security(statecodec.codec_from_env(environ), ...)`; before any server starts, `ConfigurationError`
-    (what to set) when the environment describes no codec, `ImportError` naming the extra without the SDK."""
+    (what to set) when the environment describes no codec, `ImportError` naming the extra without the SDK.
+    `ttl` defaults to ``STATECODEC_TTL`` (`statecodec.config.ttl_setting`, 600 s when unset), the same
+    lifetime `single_use_from_env` gives its store entries."""
     _sdk()  # a missing SDK is reported before the configuration is read
-    return security(codec_from_env(environ), ttl=ttl, audience=audience, **options)
+    settings = os.environ if environ is None else environ
+    codec = codec_from_env(settings)
+    return security(codec, ttl=ttl_setting(settings) if ttl is None else ttl, audience=audience, **options)
 
 
 def subject_scopes(ctx: ServerRequestContext[Any, Any]) -> dict[str, str | None]:

@@ -42,6 +42,7 @@ from typing import Protocol, runtime_checkable
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec._settings import named_errors, setting, text_or_file
 from statecodec._types import Codec, HoldsSecrets
+from statecodec.config import check_names, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError
 from statecodec.keys import KeyRing, derive_key, parse_keys
 
@@ -61,7 +62,6 @@ ALL_SCOPE = b"\x00" * _DIGEST_LENGTH
 
 STORE_URL_VAR = "STATECODEC_STORE_URL"
 STORE_KEY_VAR = "STATECODEC_STORE_KEY"
-TTL_VAR = "STATECODEC_TTL"
 _STORE_SETTINGS = ("STATECODEC_STORE_TIMEOUT", "STATECODEC_STORE_NAMESPACE", "STATECODEC_REVOCATION_STALENESS")
 _MAX_STORE_FILE_BYTES = 4096
 
@@ -209,9 +209,11 @@ class SingleUse(HoldsSecrets):
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *, store: Store | None = None) -> SingleUse:
         """The `SingleUse` guard the environment describes: the store (`store_from_settings`), ``STATECODEC_STORE_KEY``
-        (or ``_FILE``; a key from `statecodec keygen`, the same on every instance), ``STATECODEC_TTL`` (seconds,
-        default 600, the codec's ttl) and ``STATECODEC_STORE_ON_ERROR`` (``refuse``, the default, or ``accept``)."""
+        (or ``_FILE``; a key from `statecodec keygen`, the same on every instance), ``STATECODEC_TTL``
+        (`statecodec.config.ttl_setting`, which `security_from_env` reads too) and ``STATECODEC_STORE_ON_ERROR``
+        (``refuse``, the default, or ``accept``). A misspelt ``STATECODEC_*`` name is refused, naming the closest."""
         settings = os.environ if environ is None else environ
+        check_names(settings)
         text, source = text_or_file(settings, STORE_KEY_VAR, _MAX_STORE_FILE_BYTES, "it holds one key")
         if text is None:
             raise ConfigurationError(f"{STORE_KEY_VAR} is not set; set it to a key from `statecodec keygen`")
@@ -220,7 +222,11 @@ class SingleUse(HoldsSecrets):
             if len(keys) != 1:
                 raise ConfigurationError(f"holds {len(keys)} keys; the store key is one key")
         on_error = setting(settings, "STATECODEC_STORE_ON_ERROR", required=False) or "refuse"
-        ttl = _seconds(settings, TTL_VAR, 600)
+        if on_error not in ("refuse", "accept"):
+            raise ConfigurationError(
+                "STATECODEC_STORE_ON_ERROR must be refuse (fail closed, the default) or accept (availability first)"
+            )
+        ttl = ttl_setting(settings)
         return cls(store or store_from_settings(settings), key=keys[0], ttl=ttl, on_store_error=on_error)
 
     def stamp(self, state: bytes) -> bytes:

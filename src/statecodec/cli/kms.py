@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
+from collections.abc import Callable
 from typing import Any
 
-from statecodec.cli.main import settings_from_flags
-from statecodec.config import codec_from_env, codec_from_file
+from statecodec.cli.main import flags_named, settings_from_flags
+from statecodec.config import check_settings, codec_from_env, codec_from_file
 from statecodec.envelope import format_wrapped_keys, new_wrapped_key
 from statecodec.errors import ConfigurationError
 
@@ -31,10 +33,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     kms = sub.add_parser("kms", help="provision and check KMS-wrapped data keys (envelope codecs)")
     actions = kms.add_subparsers(dest="kms_command", metavar="SUBCOMMAND", required=True)
     new = actions.add_parser("new-data-key", help="print a new wrapped data key for STATECODEC_WRAPPED_KEYS")
-    new.set_defaults(func=_new_data_key)
+    new.set_defaults(func=_flags_named(_new_data_key))
     check = actions.add_parser("check", help="build the configured envelope codec once and print its key ids")
     check.add_argument("--config", help="a statecodec JSON config file (instead of the environment)")
-    check.set_defaults(func=_check)
+    check.add_argument("--json", action="store_true", help="print the key ids and provider as JSON on stdout")
+    check.set_defaults(func=_flags_named(_check))
     for parser in (new, check):
         parser.add_argument("--provider", choices=sorted(_PROVIDERS), required=parser is new, help="the KMS")
         flags = [(None, _COMMON)] + [(name, flags) for name, (_, _, flags) in _PROVIDERS.items()]
@@ -43,6 +46,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             for flag, name in options.items():
                 if parser is check or flag != "--wrapped-keys":
                     group.add_argument(flag, metavar="VALUE", help=f"sets STATECODEC_{name}")
+
+
+def _flags_named(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """`func`, whose configuration errors name each flag given beside the setting it stands for."""
+
+    def run(args: argparse.Namespace) -> int:
+        options = [(flag, name) for _, _, flags in _PROVIDERS.values() for flag, name in flags.items()]
+        given = {
+            f"STATECODEC_{name}": flag if getattr(args, flag[2:].replace("-", "_"), None) is not None else None
+            for flag, name in [*_COMMON.items(), *options]
+        }
+        with flags_named(given):
+            return func(args)
+
+    return run
 
 
 def _settings(args: argparse.Namespace) -> dict[str, str]:
@@ -57,6 +75,7 @@ def _new_data_key(args: argparse.Namespace) -> int:
     from statecodec.providers import context_from_settings
 
     settings = _settings(args)
+    check_settings(settings, _PROVIDERS[args.provider][0])  # a typo is named before the provider is contacted
     provider = importlib.import_module(f"statecodec.providers.{_PROVIDERS[args.provider][1]}")
     with provider.wrapper_from_settings(settings) as wrapper:
         blob = new_wrapped_key(wrapper, context_from_settings(settings))
@@ -70,6 +89,12 @@ def _check(args: argparse.Namespace) -> int:
         raise ConfigurationError(f"the configured codec is {type(codec).__name__}, not a KMS or Vault codec")
     ids = list(codec.key_ids)
     wrapper = getattr(codec, "wrapper", None)
+    if args.json:
+        doc = {"provider": (wrapper or codec).describe(), "context": dict(codec.context), "key_ids": ids}
+        print(json.dumps({**doc, "primary_key_id": ids[0], "per_token_calls": wrapper is None}))
+        if wrapper is None:
+            codec.close()
+        return 0
     print(f"provider: {(wrapper or codec).describe()}" + ("" if wrapper else " (one call per seal and per unseal)"))
     print(f"context: {','.join(f'{k}={v}' for k, v in sorted(codec.context.items()))}")
     print(f"key {'versions' if wrapper is None else 'ids'}: {ids[0]} (primary)" + "".join(f", {k}" for k in ids[1:]))

@@ -1,8 +1,9 @@
 """`statecodec rotate plan` and `statecodec rotate check`: rotate keys without dropping a round.
 
 `plan` prints the three phases with the earliest safe start of each (its STATECODEC_KEYS values are secret;
---ids-only and --old-id/--new-id print none). `check` exits 0 only when no instance can mint a token another
-would refuse.
+--ids-only and --old-id/--new-id print none; --output writes them to a new 0600 file). `check` exits 0 only when
+no instance can mint a token another would refuse; it reads the fleet file, or the reports `statecodec check
+--json --instance NAME` prints on each instance (one file each, or all of them concatenated on stdin).
 """
 
 from __future__ import annotations
@@ -10,17 +11,25 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from statecodec.cli import check as instance_check
+from statecodec.cli._output import emit
 from statecodec.cli.main import settings_from_flags
-from statecodec.config import ring_from_settings
+from statecodec.config import ring_from_settings, ttl_setting
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing, generate_key
 from statecodec.rotation import RotationPlan, check_fleet, parse_fleet
 
-_CHECK_EPILOG = 'FILE.json: {"instances": {"web-1": ["a1b2c3d4", "e5f6a7b8"], "web-2": ["a1b2c3d4"]}, "in_flight": []}'
+_CHECK_EPILOG = """\
+FILE: the reports of `statecodec check --json --instance NAME`, one per instance (several files, or all of them
+concatenated on stdin: for h in web-1 web-2; do ssh $h statecodec check --json --instance $h; done | ... check -),
+or a fleet file: {"instances": {"web-1": ["a1b2c3d4", "e5f6a7b8"], "web-2": ["a1b2c3d4"]}, "in_flight": []}
+"""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,13 +47,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         group.add_argument(f"--{side}-key", metavar="KEY", help=f"the {side} key itself (lands in shell history)")
         group.add_argument(f"--{side}-id", metavar="KEY_ID", help=f"the {side} key's id, for keys a KMS holds")
     group.add_argument("--generate-new", action="store_true", help="generate a fresh new key")
-    plan.add_argument("--ttl", type=float, default=600.0, help="token lifetime in seconds (default 600)")
+    plan.add_argument("--ttl", type=float, help="token lifetime in seconds (default STATECODEC_TTL, else 600)")
     plan.add_argument("--future-skew", type=float, default=60.0, help="allowance for clocks ahead (default 60 s)")
     plan.add_argument("--ids-only", action="store_true", help="print key ids only, no secrets")
-    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON on stdout")
+    plan.add_argument("-o", "--output", metavar="FILE", help="write the plan to a new file, mode 0600 (not stdout)")
     plan.set_defaults(func=_plan)
-    check = actions.add_parser("check", help="exit 0 if no instance mints a token others refuse", epilog=_CHECK_EPILOG)
-    check.add_argument("file", metavar="FILE.json", help="the fleet's key ids as JSON, or - for stdin")
+    check = actions.add_parser(
+        "check",
+        help="exit 0 if no instance mints a token others refuse",
+        epilog=_CHECK_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    check.add_argument("files", nargs="+", metavar="FILE", help="check reports or a fleet file (JSON), or - for stdin")
     check.add_argument("--in-flight", action="append", default=[], metavar="KEY_ID", help="an in-flight key id")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(func=_check)
@@ -76,13 +91,14 @@ def _plan(args: argparse.Namespace) -> int:
         )
     if (args.old_id is None) != (args.new_id is None):
         raise ConfigurationError("--old-id and --new-id go together: a plan is over two keys or two key ids")
+    ttl = ttl_setting(os.environ) if args.ttl is None else args.ttl  # the servers' token lifetime
     if args.old_id is not None:
-        plan = RotationPlan.from_key_ids(args.old_id, args.new_id, args.ttl, future_skew=args.future_skew)
+        plan = RotationPlan.from_key_ids(args.old_id, args.new_id, ttl, future_skew=args.future_skew)
     else:
         new = generate_key() if args.generate_new else _key(args, "new")
-        plan = RotationPlan(_key(args, "old"), new, args.ttl, future_skew=args.future_skew)
+        plan = RotationPlan(_key(args, "old"), new, ttl, future_skew=args.future_skew)
     secrets = not args.ids_only and args.old_id is None
-    if secrets:
+    if secrets and args.output is None:
         print("statecodec rotate: SECRET KEYS below; store them like a key file, or use --ids-only", file=sys.stderr)
     p1, p2, p3 = plan.phases
     starts = (
@@ -104,24 +120,86 @@ def _plan(args: argparse.Namespace) -> int:
             entry["STATECODEC_KEYS"] = phase.env_value()
         phases.append(entry)
     if args.json:
-        print(json.dumps({"ttl": plan.ttl, "future_skew": plan.future_skew, "phases": phases}, indent=2))
-        return 0
-    old_id, new_id = p1.key_ids
-    print(f"Rotation from key {old_id} to key {new_id} (ttl {plan.ttl:g} s, future skew {plan.future_skew:g} s)")
-    for entry in phases:
-        keys = f"\n  STATECODEC_KEYS={entry['STATECODEC_KEYS']}" if secrets else ""
-        print(f"\nPhase {entry['phase']}: {entry['summary']}\n  start:   {entry['start']}")
-        print(f"  key ids: {', '.join(entry['key_ids'])}{keys}")
+        emit(json.dumps({"ttl": plan.ttl, "future_skew": plan.future_skew, "phases": phases}, indent=2), args.output)
+    else:
+        old_id, new_id = p1.key_ids
+        lines = [f"Rotation from key {old_id} to key {new_id} (ttl {plan.ttl:g} s, future skew {plan.future_skew:g} s)"]
+        for entry in phases:
+            keys = f"\n  STATECODEC_KEYS={entry['STATECODEC_KEYS']}" if secrets else ""
+            lines.append(f"\nPhase {entry['phase']}: {entry['summary']}\n  start:   {entry['start']}")
+            lines.append(f"  key ids: {', '.join(entry['key_ids'])}{keys}")
+        emit("\n".join(lines), args.output)
+    if args.output is not None:
+        print(f"statecodec rotate: wrote the plan to {args.output} (mode 0600)", file=sys.stderr)
     return 0
 
 
-def _check(args: argparse.Namespace) -> int:
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at].isspace():
+        at += 1
+    return at
+
+
+def _documents(source: str) -> Iterator[object]:
+    """Every JSON value in `source` (a file, or - for stdin): one document, or several one after another."""
+    where = "stdin" if source == "-" else source
     try:
-        document = json.loads(sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        source = "stdin" if args.file == "-" else args.file
-        raise ConfigurationError(f"cannot read {source} as JSON: {getattr(exc, 'strerror', None) or exc}") from None
-    reports, in_flight = parse_fleet(document)
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        raise ConfigurationError(f"cannot read {where}: {getattr(exc, 'strerror', None) or 'not UTF-8'}") from None
+    decoder, at = json.JSONDecoder(), _skip_space(text, 0)
+    if at == len(text):
+        raise ConfigurationError(f"{where} holds no JSON document")
+    while at < len(text):
+        try:
+            value, at = decoder.raw_decode(text, at)
+        except ValueError as exc:  # its message names a line and column, never the text
+            raise ConfigurationError(f"cannot read {where} as JSON: {exc}") from None
+        at = _skip_space(text, at)
+        yield value
+
+
+def _instance(where: str, report: object) -> tuple[str, list[str]]:
+    """(instance name, key ids) of one `statecodec check --json` report; a not-ready instance cannot be judged."""
+    if not (isinstance(report, dict) and report.get("schema") == instance_check.SCHEMA):
+        raise ConfigurationError(
+            f"{where}: expected a report of `statecodec check --json` or a fleet file (see --help)"
+        )
+    name = report.get("instance")
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(f"{where}: a report without an instance name; run statecodec check --instance NAME")
+    if report.get("ready") is not True:
+        raise ConfigurationError(
+            f"{where}: instance {name!r} is {report.get('status', 'not ready')} ({report.get('error')}); "
+            "fix it and collect its report again: a rotation is judged on every instance's keys"
+        )
+    return name, report.get("key_ids", [])
+
+
+def _fleet(sources: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """(instances, in-flight key ids) from fleet files and `statecodec check` reports; an instance once only."""
+    instances: dict[str, Any] = {}
+    in_flight: list[str] = []
+    for source in sources:
+        for i, document in enumerate(_documents(source)):
+            where = f"{'stdin' if source == '-' else source} (document {i + 1})"
+            if isinstance(document, dict) and "schema" not in document:
+                found, flying = parse_fleet(document)
+                if not isinstance(found, dict):
+                    raise ConfigurationError(f'{where}: "instances" must map instance names to their key ids')
+                pairs = list(found.items())
+                in_flight.extend(flying)
+            else:
+                pairs = [_instance(where, r) for r in (document if isinstance(document, list) else [document])]
+            for name, ids in pairs:
+                if name in instances:
+                    raise ConfigurationError(f"{where}: instance {name!r} is reported twice")
+                instances[name] = ids
+    return instances, in_flight
+
+
+def _check(args: argparse.Namespace) -> int:
+    reports, in_flight = _fleet(args.files)
     report = check_fleet(reports, in_flight=[*in_flight, *args.in_flight])
     if args.json:
         findings = [dataclasses.asdict(finding) for finding in report.findings]

@@ -10,11 +10,11 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from statecodec.cli.main import settings_from_flags
-from statecodec.config import Codec, codec_from_env, codec_from_file, max_token_length_setting
+from statecodec.cli.main import flags_named, settings_from_flags
+from statecodec.config import Codec, check_names, codec_from_env, codec_from_file, max_token_length_setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.tokeninfo import describe_token
 
@@ -23,6 +23,25 @@ The codec is the one a server builds from the STATECODEC_* environment (docs/con
 each flag overrides the setting named in its help, and --config FILE replaces the environment.
 Exit status: 0 success, 1 token refused (reason code on stderr), 2 bad usage or configuration.
 """
+
+
+# argparse dest: (flag, the setting it stands for)
+_FLAGS = {
+    "keys_file": ("--keys-file", "STATECODEC_KEYS_FILE"),
+    "codec": ("--codec", "STATECODEC_CODEC"),
+    "max_token_length": ("--max-token-length", "STATECODEC_MAX_TOKEN_LENGTH"),
+}
+
+
+def _flags_named(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """`func`, whose configuration errors name each flag given beside the setting it stands for."""
+
+    def run(args: argparse.Namespace) -> int:
+        given = {name: flag if getattr(args, dest) is not None else None for dest, (flag, name) in _FLAGS.items()}
+        with flags_named(given):
+            return func(args)
+
+    return run
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,7 +65,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             p.add_argument("token", metavar="TOKEN", help="the token, or - to read it from stdin")
         elif name == "unseal":
             p.add_argument("token", metavar="TOKEN", nargs="?", default="-", help="the token (default -: stdin)")
-        p.set_defaults(func=func)
+        p.set_defaults(func=_flags_named(func))
 
 
 def _settings(args: argparse.Namespace) -> dict[str, str]:
@@ -55,8 +74,7 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
         if args.codec is not None or args.max_token_length is not None:
             raise ConfigurationError("--codec and --max-token-length go in the --config file, not beside it")
         return {}
-    flags = {"KEYS_FILE": args.keys_file, "CODEC": args.codec, "MAX_TOKEN_LENGTH": args.max_token_length}
-    return settings_from_flags({f"STATECODEC_{name}": value for name, value in flags.items()})
+    return settings_from_flags({name: getattr(args, dest) for dest, (_, name) in _FLAGS.items()})
 
 
 def _codec(args: argparse.Namespace, settings: Mapping[str, str]) -> Codec:
@@ -77,6 +95,7 @@ def _read_token(arg: str, codec: Codec | None, settings: Mapping[str, str]) -> t
 
 def _inspect(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    check_names(settings)  # a misspelt STATECODEC_KEYS must not pass for "no codec configured"
     names = ("STATECODEC_CODEC", "STATECODEC_KEYS", "STATECODEC_KEYS_FILE")
     configured = bool(args.config) or any(settings.get(name, "").strip() for name in names)
     if args.show_payload and not configured:
@@ -100,8 +119,9 @@ def _inspect(args: argparse.Namespace) -> int:
                 doc["payload"] = text if text.encode() == payload else "(hex) " + payload.hex()
     lines = [f"{name:<15} {'-' if value is None else value}" for name, value in doc.items()]
     print(json.dumps(doc, indent=2) if args.json else "\n".join(lines))
-    if refused is not None:
-        raise refused
+    if refused is not None:  # the description above is the one document on stdout, its reason field included
+        print(f"statecodec inspect: invalid token: {refused}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from statecodec._settings import max_token_length_setting, named_errors, setting, text_or_file
 from statecodec._types import HoldsSecrets
-from statecodec.envelope import EnvelopeCodec, KeyWrapper, default_context, parse_wrapped_keys
+from statecodec.envelope import EnvelopeCodec, KeyWrapper, _check_context, default_context, parse_wrapped_keys
 from statecodec.errors import ConfigurationError
 from statecodec.providers._retry import RetryPolicy as RetryPolicy
 
@@ -94,10 +94,15 @@ def parse_context(text: str) -> dict[str, str]:
 
 
 def context_setting(settings: Mapping[str, str], name: str) -> dict[str, str] | None:
-    """The context setting `name` holds (see `parse_context`), or None when it is unset."""
+    """The context setting `name` holds (see `parse_context`), checked as a codec will check it, or None when
+    it is unset: a bad context is named by its setting, not as a constructor's argument."""
     text = setting(settings, name, required=False)
+    if text is None:
+        return None
     with named_errors(name):
-        return None if text is None else parse_context(text)
+        context = parse_context(text)
+        _check_context(context)
+        return context
 
 
 def context_from_settings(settings: Mapping[str, str]) -> dict[str, str]:

@@ -33,6 +33,19 @@ _MOUNT = re.compile(r"(?!\.{1,2}(?:/|$))[\w.-]+(?:/(?!\.{1,2}(?:/|$))[\w.-]+)*",
 _ONCE = RetryPolicy(attempts=1)
 
 
+def check_address(url: object) -> None:
+    """Refuse a Vault address that is not http(s)://host[:port]."""
+    # No user:password@ part: the address is named in every message and repr.
+    if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/?#@]+/?", url):
+        raise ConfigurationError("the Vault address must be http(s)://host[:port] (no credentials in it)")
+
+
+def check_key_name(key: object) -> None:
+    """Refuse a transit key name Vault would not accept."""
+    if not isinstance(key, str) or not re.fullmatch(r"\w(?:[\w.-]*\w)?", key, re.ASCII):  # Vault's key names
+        raise ConfigurationError("the transit key name must be letters, digits, '_', '-' or '.', e.g. statecodec")
+
+
 def vault_client(
     url: str,
     *,
@@ -51,9 +64,7 @@ def vault_client(
     `token`, or AppRole (`role_id`, `secret_id`; logged in here). `timeout`: seconds to read (connect: at most
     0.5), or (connect, read); a stalled Vault costs at most that per call. Close with ``client.adapter.close()``.
     """
-    # No user:password@ part: the address is named in every message and repr.
-    if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/?#@]+/?", url):
-        raise ConfigurationError("the Vault address must be http(s)://host[:port] (no credentials in it)")
+    check_address(url)
     approle = role_id is not None or secret_id is not None
     if (token is not None) == approle or (approle and not (role_id and secret_id)):
         raise ConfigurationError("give exactly one Vault auth: a token, or an AppRole role id and secret id (both)")
@@ -179,8 +190,7 @@ class TransitKey(_ClientHolder):
     __slots__ = ("_client", "_key", "_mount")
 
     def __init__(self, client: Any, key: str, mount_point: str, owns_client: bool) -> None:
-        if not isinstance(key, str) or not re.fullmatch(r"\w(?:[\w.-]*\w)?", key, re.ASCII):  # Vault's key names
-            raise ConfigurationError("the transit key name must be letters, digits, '_', '-' or '.', e.g. statecodec")
+        check_key_name(key)
         if not isinstance(mount_point, str) or not _MOUNT.fullmatch(mount_point.strip("/")):
             raise ConfigurationError("the transit mount must be a path such as 'transit'")
         if not callable(getattr(getattr(client, "adapter", None), "post", None)):

@@ -176,8 +176,8 @@ def _default_client() -> Any:
         return kms_v1.KeyManagementServiceClient()
     except auth_exc.GoogleAuthError as exc:
         raise ConfigurationError(
-            "no Google credentials for Cloud KMS: run on a service account, set "
-            f"GOOGLE_APPLICATION_CREDENTIALS, or pass client= ({type(exc).__name__})"
+            "no Google credentials for Cloud KMS: run on a service account or set GOOGLE_APPLICATION_CREDENTIALS "
+            f"(in Python, GcpKmsWrapper(client=...) takes a client you built) ({type(exc).__name__})"
         ) from None
 
 

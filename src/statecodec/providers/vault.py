@@ -23,12 +23,22 @@ from statecodec._encoding import (
     check_payload,
     check_token_text,
 )
-from statecodec._settings import max_token_length_setting, setting, text_or_file
+from statecodec._settings import max_token_length_setting, named_errors, setting, text_or_file
 from statecodec.envelope import EnvelopeCodec, _check_context, canonical_context
 from statecodec.errors import ConfigurationError, InvalidToken, ProviderError, Reason
 from statecodec.providers import build_envelope_codec, context_setting
 from statecodec.providers._retry import RetryPolicy, check_retry
-from statecodec.providers._vault_api import Failure, FailureKind, TransitKey, b64, parse_ciphertext, unb64, vault_client
+from statecodec.providers._vault_api import (
+    Failure,
+    FailureKind,
+    TransitKey,
+    b64,
+    check_address,
+    check_key_name,
+    parse_ciphertext,
+    unb64,
+    vault_client,
+)
 
 __all__ = ["VaultKeyWrapper", "VaultTransitCodec", "vault_client"]
 
@@ -330,8 +340,15 @@ def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
     url = _get(settings, "ADDR")
     if url is None:
         raise ConfigurationError("STATECODEC_VAULT_ADDR (or VAULT_ADDR) is not set; e.g. https://vault.example:8200")
+    with named_errors("STATECODEC_VAULT_ADDR (or VAULT_ADDR)"):
+        check_address(url)
     role_id, secret_id = _get(settings, "ROLE_ID"), _secret(settings, "SECRET_ID")
     token = None if role_id or secret_id else _secret(settings, "TOKEN")
+    if token is None and not (role_id and secret_id):
+        raise ConfigurationError(
+            "give exactly one Vault auth: STATECODEC_VAULT_TOKEN_FILE (or STATECODEC_VAULT_TOKEN, VAULT_TOKEN), or "
+            "AppRole: both STATECODEC_VAULT_ROLE_ID and STATECODEC_VAULT_SECRET_ID_FILE (or ..._SECRET_ID)"
+        )
     skip = (_get(settings, "SKIP_VERIFY") or "false").lower()
     if skip not in {"true", "false", "1", "0"}:
         raise ConfigurationError("STATECODEC_VAULT_SKIP_VERIFY must be true or false")
@@ -342,7 +359,9 @@ def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
     try:
         seconds = 1.0 if timeout is None else float(timeout)  # vault_client's default
     except ValueError:
-        raise ConfigurationError("STATECODEC_VAULT_TIMEOUT must be seconds, e.g. 2") from None
+        seconds = -1.0
+    if not 0 < seconds <= 60:  # written positively: NaN fails too
+        raise ConfigurationError("STATECODEC_VAULT_TIMEOUT must be seconds in (0, 60], e.g. 2")
     return vault_client(
         url,
         token=token,
@@ -362,6 +381,8 @@ def _client(settings: Mapping[str, str]) -> Iterator[tuple[Any, str, str]]:
     key = _get(settings, "KEY")
     if key is None:
         raise ConfigurationError("STATECODEC_VAULT_KEY is not set; name the transit key, e.g. statecodec")
+    with named_errors("STATECODEC_VAULT_KEY"):
+        check_key_name(key)
     client = vault_client_from_settings(settings)
     try:
         yield client, key, _get(settings, "MOUNT") or "transit"

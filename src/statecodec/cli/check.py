@@ -1,0 +1,95 @@
+"""`statecodec check`: is this instance ready to seal and unseal, and under which keys?
+
+Builds the codec a server would (the environment, or ``--config FILE``), seals a probe and unseals it, and reports
+the codec kind, its key ids (primary first), the provider and key name: never a key, a credential or a token. The
+JSON report (``--json``) is what `statecodec rotate check` reads from every instance of a fleet.
+Exit status: 0 ready, 1 not ready (the probe failed, the provider is unreachable or refused), 2 misconfigured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from statecodec.config import configured_codec, setting
+from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
+
+SCHEMA = "statecodec-check/1"
+_PROBE = b"statecodec check probe"
+# The setting that names the key a provider holds (a name, never key material).
+_KEY_NAME = {
+    "aws-kms": "STATECODEC_AWS_KMS_KEY_ID",
+    "gcp-kms": "STATECODEC_GCP_KMS_KEY",
+    "vault-envelope": "STATECODEC_VAULT_KEY",
+    "vault-transit": "STATECODEC_VAULT_KEY",
+}
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "check",
+        help="build the configured codec, seal and unseal a probe, report kind and key ids (exit 0 ready)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", metavar="FILE", help="a JSON file of STATECODEC_* settings instead of the environment")
+    p.add_argument("--instance", metavar="NAME", help="this instance's name in the report (for rotate check)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.set_defaults(func=_check)
+
+
+def _describe(kind: str, codec: Any, settings: Mapping[str, str]) -> dict[str, Any]:
+    ids = [str(kid) for kid in getattr(codec, "key_ids", ())]
+    holder = getattr(codec, "wrapper", None) or (codec if callable(getattr(codec, "describe", None)) else None)
+    name = _KEY_NAME.get(kind)
+    return {
+        "kind": kind,
+        "codec": type(codec).__name__,
+        "key_ids": ids,
+        "primary_key_id": str(getattr(codec, "primary_key_id", None) or (ids[0] if ids else "")) or None,
+        "provider": None if holder is None else holder.describe(),
+        "key_name": None if name is None else setting(settings, name, required=False),
+    }
+
+
+def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, Any]]:
+    """(exit status, report): the report holds the status, and on failure the one-line error (never a secret)."""
+    report: dict[str, Any] = {"schema": SCHEMA, "instance": instance, "ready": False}
+    try:
+        kind, codec, settings = configured_codec(path=config)
+    except ConfigurationError as exc:
+        return 2, {**report, "status": "misconfigured", "error": str(exc)}
+    except StatecodecError as exc:  # ProviderError: unreachable, or refused the configured key
+        return 1, {**report, "status": "not ready", "error": str(exc)}
+    report.update(_describe(kind, codec, settings))
+    try:
+        opened = codec.unseal(codec.seal(_PROBE))
+        error = None if opened == _PROBE else "the probe unsealed to other bytes"
+    except InvalidToken as exc:
+        error = f"the probe token was refused: {exc}"
+    except StatecodecError as exc:
+        error = f"the probe failed: {exc}"
+    finally:
+        close = getattr(codec, "close", None)
+        if callable(close):
+            close()
+    if error is not None:
+        return 1, {**report, "status": "not ready", "error": error}
+    return 0, {**report, "ready": True, "status": "ready", "error": None}
+
+
+def _check(args: argparse.Namespace) -> int:
+    code, report = run_check(args.config, args.instance)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for name in ("instance", "status", "kind", "codec", "key_ids", "primary_key_id", "provider", "key_name"):
+            value = report.get(name)
+            if value is not None:
+                print(f"{name:<15} {', '.join(value) if isinstance(value, list) else value}")
+    if report["error"] is not None:
+        print(f"statecodec check: {report['error']}", file=sys.stderr)
+    return code
