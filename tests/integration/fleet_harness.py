@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -241,3 +242,20 @@ async def retry(
     result = answer["result"]
     assert (result.get("resultType"), result["structuredContent"]["region"]) == ("complete", region), answer
     return True
+
+
+async def flow(client: httpx.AsyncClient, first: FleetServer, then: FleetServer, subject: str) -> bool:
+    """A two-round flow, round 1 on `first` and the retry on `then`: True when the retry completed."""
+    return await retry(client, then, await round_one(client, first, subject=subject), subject=subject)
+
+
+async def until_flows_complete(client: httpx.AsyncClient, servers: Sequence[FleetServer], deadline_s: float) -> None:
+    """Poll with fresh flows until one completes from each server to the next, or raise after `deadline_s`: a
+    single-use store whose memory just began (new, restarted or flushed) refuses the tokens stamped within its clock
+    allowance (1 s) of that moment, as they may predate it."""
+    deadline = time.monotonic() + deadline_s
+    for first, then in zip(servers, [*servers[1:], *servers[:1]], strict=True):
+        while not await flow(client, first, then, "warm-up"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no flow from port {first.port} to port {then.port} completed in {deadline_s} s")
+            await anyio.sleep(0.1)

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 import pytest
-from tests.integration.fleet_harness import FleetServer, fleet, retry, round_one
+from tests.integration.fleet_harness import FleetServer, fleet, flow, retry, round_one, until_flows_complete
 from tests.plugins.redis import RedisServer
 
 from statecodec import format_keys, generate_key
@@ -101,8 +101,7 @@ def shared(redis: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 @pytest.fixture
 def ready_fleet(shared: Fleet) -> Fleet:
-    """The fleet with its Redis running, serving complete flows: a store whose memory just began (new, restarted or
-    flushed) refuses tokens stamped within its clock allowance (1 s) of that moment, as they may predate it."""
+    """The fleet with its Redis running, serving complete flows (`until_flows_complete`)."""
     if not shared.redis.ping():
         shared.redis.start()
     run(lambda client: until_a_flow_completes(client, shared))
@@ -124,21 +123,8 @@ def subject(role: str) -> str:
     return f"{role}-{uuid.uuid4().hex[:8]}"
 
 
-async def flow(client: httpx.AsyncClient, first: FleetServer, then: FleetServer, user: str) -> bool:
-    """A two-round flow, round 1 on `first` and the retry on `then`: True when the retry completed."""
-    return await retry(client, then, await round_one(client, first, subject=user), subject=user)
-
-
 async def until_a_flow_completes(client: httpx.AsyncClient, shared: Fleet) -> None:
-    """Poll with fresh flows until one completes on every pair of neighbours (the store is back and its new
-    memory began before the flows' tokens), or fail after a generous deadline."""
-    deadline = time.monotonic() + RECOVERY_DEADLINE_S
-    user = subject("recovery")
-    servers = shared.servers
-    for first, then in zip(servers, servers[1:] + servers[:1], strict=True):
-        while not await flow(client, first, then, user):
-            assert time.monotonic() < deadline, "the fleet did not recover after Redis came back"
-            await anyio.sleep(0.1)
+    await until_flows_complete(client, shared.servers, RECOVERY_DEADLINE_S)
 
 
 # --- single use ------------------------------------------------------------------------------------------------
