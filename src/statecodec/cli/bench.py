@@ -313,6 +313,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--quick", action="store_true", help="15 rounds instead of 101")
     p.add_argument("--json", metavar="PATH", help="write the run as JSON to PATH")
     p.add_argument("--plot", metavar="PATH.png", help="draw the ratios to PATH.png (needs matplotlib)")
+    p.add_argument(
+        "--store-url",
+        metavar="URL",
+        help="also time the single-use Redis store at URL (redis://host:6379/0) against a bare PING to it; its claims "
+        "go to the statecodec-bench namespace (needs statecodec[redis])",
+    )
     p.set_defaults(func=_bench)
 
 
@@ -322,8 +328,13 @@ def _bench(args: argparse.Namespace) -> int:
             import matplotlib  # noqa: F401
         except ImportError:
             raise ConfigurationError(f"--plot needs matplotlib: {_INSTALL}") from None
-    doc = run(CASES, rounds=15 if args.quick else 101)
-    print(_table(doc))
+    from statecodec.cli import bench_single_use
+
+    rounds = 15 if args.quick else 101
+    with bench_single_use.redis_store(args.store_url) as store:  # a bad URL or a missing extra stops here
+        doc = run(CASES, rounds=rounds)
+        doc["single_use"] = bench_single_use.run(rounds, store, lag_s=0.5 if args.quick else 2.0)
+    print(_table(doc) + bench_single_use.table(doc["single_use"]))
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     if args.plot:
