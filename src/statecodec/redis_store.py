@@ -66,6 +66,9 @@ logger = logging.getLogger("statecodec.redis_store")
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 # URL query parameters a store URL may carry: TLS material and the database. Anything else (a socket timeout,
 # retries, the protocol) would override the bounds this store sets, so it is refused.
+_ERROR_CODE = re.compile(r"\b(NOPERM|OOM|READONLY|MISCONF|BUSY|LOADING|CROSSSLOT|MOVED|ASK|CLUSTERDOWN|NOAUTH)\b")
+# How often the view's thread wakes to see whether the store is closing.
+_WAKE = 0.1
 _URL_OPTIONS = frozenset({"db", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"})
 
 # Shared by the scripts: the store's epoch, set from the server's clock when missing (a new or flushed store).
@@ -180,7 +183,6 @@ class RedisStore(HoldsSecrets):
         listen: bool = True,
         clock_allowance: float = 1.0,
         clock: Callable[[], float] = time.time,
-        _owned: bool = False,
     ) -> None:
         if not isinstance(client, redis.Redis):
             raise ConfigurationError("client must be a redis.Redis client, e.g. redis.Redis.from_url(url)")
@@ -200,7 +202,8 @@ class RedisStore(HoldsSecrets):
                 "the revocation staleness bound (STATECODEC_REVOCATION_STALENESS) must be at least twice the store "
                 "timeout (STATECODEC_STORE_TIMEOUT), so that the view can be reloaded in time"
             )
-        self._client, self._owned, self._wall = client, _owned, clock
+        self._client, self._wall = client, clock
+        self._owned = False  # an injected client belongs to the caller
         self.namespace, self.staleness, self.timeout = namespace, float(staleness), float(timeout)
         self.clock_allowance = float(clock_allowance)
         self.where = _where(kwargs)
@@ -233,14 +236,15 @@ class RedisStore(HoldsSecrets):
         unreachable server fails the first call, and a store recovers by itself when the server is back."""
         try:
             parts = urlsplit(url)
-            where = f"unix:{parts.path}" if parts.scheme == "unix" else f"{parts.hostname}:{parts.port or 6379}"
+            host = f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
+            where = f"unix:{parts.path}" if parts.scheme == "unix" else host
             options = parse_qs(parts.query)
         except (TypeError, ValueError, AttributeError):
             where, options = "", {}
         if not where or parts.scheme not in ("redis", "rediss", "unix"):
             raise ConfigurationError(
                 "STATECODEC_STORE_URL must be a redis://host:port/db, rediss://host:port/db or unix:///path URL"
-            ) from None
+            )
         unknown = sorted(set(options) - _URL_OPTIONS)
         if unknown:
             raise ConfigurationError(
@@ -260,20 +264,19 @@ class RedisStore(HoldsSecrets):
                 retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
                 health_check_interval=0,
             )
-        except Exception:  # a malformed URL: the client's message may quote it
-            raise ConfigurationError(f"STATECODEC_STORE_URL ({where}) is not a valid Redis URL") from None
+        except Exception:  # a malformed URL: the client's message may quote it, so it is not chained (below)
+            client = None
+        if client is None:
+            raise ConfigurationError(f"STATECODEC_STORE_URL ({where}) is not a valid Redis URL")
         try:
-            return cls(
-                client,
-                namespace=namespace,
-                staleness=staleness,
-                listen=listen,
-                clock_allowance=clock_allowance,
-                _owned=True,
+            store = cls(
+                client, namespace=namespace, staleness=staleness, listen=listen, clock_allowance=clock_allowance
             )
         except BaseException:
             client.close()
             raise
+        store._owned = True
+        return store
 
     # --- the Store protocol -------------------------------------------------------------------------------------
 
@@ -308,6 +311,12 @@ class RedisStore(HoldsSecrets):
         round_trip = time.perf_counter() - started
         info: dict[str, Any] = self._call(self._client.info)  # server, persistence, memory
         self._reload()
+        policy = str(info.get("maxmemory_policy", ""))
+        warnings = []
+        if policy != "noeviction":
+            warnings.append(f"maxmemory-policy is {policy}: an evicted claim reopens a replay")
+        if not info.get("aof_enabled"):
+            warnings.append("appendonly is off: a restart forgets every claim (such tokens are refused, not replayed)")
         return {
             "store": "redis",
             "reachable": True,
@@ -316,19 +325,20 @@ class RedisStore(HoldsSecrets):
             "namespace": self.namespace,
             "round_trip_ms": round(round_trip * 1000, 3),
             "epoch": (self._epoch or 0) / 1000,
-            "persistence": "aof" if info.get("aof_enabled") else "no append-only file: a restart may lose claims",
-            "maxmemory_policy": str(info.get("maxmemory_policy", "")),
+            "persistence": "aof" if info.get("aof_enabled") else "none",
+            "maxmemory_policy": policy,
             "revocations": len(self._view),
             "view_age": round(time.monotonic() - self._loaded, 3),
             "staleness": self.staleness,
             "timeout": self.timeout,
             "listening": self._thread is not None and self._thread.is_alive(),
+            "warnings": warnings,
         }
 
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(self.staleness + 2 * self.timeout)
+            self._thread.join(_WAKE + 3 * self.timeout + 1)  # a subscribe, a reload, a read: each bounded
         if self._owned:
             self._client.close()
 
@@ -350,7 +360,7 @@ class RedisStore(HoldsSecrets):
                 if time.monotonic() >= next_reload:
                     self._reload()
                     next_reload = self._loaded + self.staleness / 2
-                message = pubsub.get_message(timeout=max(0.0, next_reload - time.monotonic()))
+                message = pubsub.get_message(timeout=min(_WAKE, max(0.0, next_reload - time.monotonic())))
                 if message is not None and message.get("type") == "message":
                     scope, _, value = bytes(message["data"]).decode("ascii").partition("=")
                     self._merge(scope, value)
@@ -427,12 +437,15 @@ class RedisStore(HoldsSecrets):
             return f"{at} refused the user name or password in STATECODEC_STORE_URL"
         if isinstance(exc, RedisConnectionError | OSError):
             return f"{at} is unreachable (connection refused, dropped or failed TLS)"
-        if isinstance(exc, NoPermissionError):
+        # A script's error carries the server's code inside its text: report the code, never the text.
+        codes = _ERROR_CODE.findall(str(exc)) if isinstance(exc, ResponseError) else []
+        # Redis 7.0 words an ACL refusal inside a script without the NOPERM code.
+        if isinstance(exc, NoPermissionError) or "NOPERM" in codes or "can't run this command" in str(exc):
             return f"{at} refused a command: its ACL user lacks one the store needs (docs/single-use.md)"
-        if isinstance(exc, OutOfMemoryError):
+        if isinstance(exc, OutOfMemoryError) or "OOM" in codes:
             return f"{at} is out of memory (set maxmemory-policy noeviction and enough maxmemory)"
-        if isinstance(exc, ReadOnlyError):
+        if isinstance(exc, ReadOnlyError) or "READONLY" in codes:
             return f"{at} is a read-only replica; point STATECODEC_STORE_URL at the primary"
         if isinstance(exc, ResponseError):
-            return f"{at} answered an error ({type(exc).__name__})"
+            return f"{at} answered an error ({codes[0] if codes else type(exc).__name__})"
         return f"{at} failed ({type(exc).__name__})"
