@@ -33,6 +33,7 @@ def test_a_quick_run_writes_ratios_the_round_figure_a_table_and_a_png(
     # Without --store-url, single use is timed over the in-process store only.
     single_use = doc["single_use"]
     assert math.isfinite(single_use["memory_added_vs_bound"])
+    assert math.isfinite(single_use["memory_unseal_added_vs_bound_unseal"])
     assert set(single_use["loop_lag"]) == {"idle", "memory/thread", "memory/loop"}
     assert "round_trips_per_token" not in single_use
     table = capsys.readouterr().out
@@ -74,7 +75,7 @@ def test_a_redis_store_costs_one_round_trip_per_consumed_token(redis_url: str) -
     with bench_single_use.redis_store(redis_url) as store:
         doc = bench_single_use.run(2, store, lag_s=0.05)
     assert doc["round_trips_per_token"] == 1.0  # the claim script; the revocation view is read locally
-    assert all(math.isfinite(doc[k]) for k in ("ping_us", "redis_added_us", "redis_added_vs_ping"))
+    assert all(math.isfinite(doc[k]) for k in ("ping_us", "redis_added_vs_ping", "redis_unseal_added_vs_ping"))
     assert {"redis/thread", "redis/loop"} <= set(doc["loop_lag"])
 
 

@@ -1,10 +1,11 @@
 """What single use adds to a token, measured by `statecodec bench` (``--store-url`` for a Redis store).
 
-Single use stamps a token at seal and consumes it at unseal: a token is sealed once and unsealed once, so each
-case times one seal and one unseal of a fresh token (`BoundCodec` with a principal and a request context, 300 bytes
-of state) and the figure is what single use adds to that pair:
+Single use stamps a token at seal and consumes it at unseal. A token cannot be unsealed twice, so each case times
+the seal of a fresh token and the seal and unseal of another (`BoundCodec` with a principal and a request context,
+300 bytes of state), interleaved in the same rounds; the unseal is their difference. The figures are what single
+use adds, per token (seal and unseal) and per unseal:
 
-- over the in-process store (`MemoryStore`), as a ratio to `BoundCodec`'s own pair;
+- over the in-process store (`MemoryStore`), as a ratio to `BoundCodec`'s own;
 - over a Redis store, as a ratio to one bare ``PING`` round trip to the same server, timed in the same rounds
   (the goal is about 1: one claim, one round trip), with the round trips the consuming thread made per token
   counted on the client's connections (the revocation view's own thread is not counted: it reloads on a timer,
@@ -48,18 +49,21 @@ def _codecs(store: Store) -> tuple[BoundCodec, SingleUseCodec]:
     return bound, SingleUseCodec(bound, SingleUse(store, key=os.urandom(32), ttl=_TTL_S))
 
 
-def _round(codec: BoundCodec | SingleUseCodec) -> Op:
-    """Seal then unseal one fresh token, as a flow does once per retry."""
+def _ops(codec: BoundCodec | SingleUseCodec) -> tuple[Op, Op]:
+    """(seal then unseal one fresh token, as a flow does once per retry; seal alone): their difference is the
+    unseal of a fresh token, which a single-use token cannot be unsealed twice to time alone."""
     state = PAYLOADS["state"]
     context = mcp_request_context("tools/call", {"name": "provision", "arguments": {"name": "orders"}})
 
-    def op() -> bytes:
-        token = codec.seal(state, principal=_PRINCIPAL, context=context)
-        return codec.unseal(token, principal=_PRINCIPAL, context=context)
+    def seal() -> str:
+        return codec.seal(state, principal=_PRINCIPAL, context=context)
 
-    if op() != state:  # checks before measuring: a store that refuses fails here
+    def pair() -> bytes:
+        return codec.unseal(seal(), principal=_PRINCIPAL, context=context)
+
+    if pair() != state:  # checks before measuring: a store that refuses fails here
         raise RuntimeError(f"{type(codec).__name__}: unseal(seal(state)) is not the state")
-    return op
+    return pair, seal
 
 
 class _Redis:
@@ -177,44 +181,60 @@ def _consumer(codec: SingleUseCodec, count: int) -> Callable[[], object]:
 def run(rounds: int, redis: _Redis | None, lag_s: float) -> dict[str, Any]:
     """Time the rounds (interleaved, as every `statecodec bench` case) and the loop lag."""
     bound, in_process = _codecs(MemoryStore())
-    ops: dict[str, Op] = {"bound": _round(bound), "memory": _round(in_process)}
+    codecs: dict[str, BoundCodec | SingleUseCodec] = {"bound": bound, "memory": in_process}
     shared: SingleUseCodec | None = None
+    ops: dict[str, Op] = {}
     if redis is not None:
-        shared = _codecs(redis.store)[1]
-        ops["redis"], ops["ping"] = _round(shared), redis.bare.ping
+        shared = codecs["redis"] = _codecs(redis.store)[1]
+        ops["ping"] = redis.bare.ping
+    for name, codec in codecs.items():
+        ops[name], ops[f"{name}/seal"] = _ops(codec)
     samples = interleave(ops, rounds)
-    added = {key: [s - b for s, b in zip(samples[key], samples["bound"], strict=True)] for key in ops}
+    for name in codecs:
+        samples[f"{name}/unseal"] = [p - s for p, s in zip(samples[name], samples[f"{name}/seal"], strict=True)]
+
+    def added(name: str, op: str = "") -> list[float]:
+        return [s - b for s, b in zip(samples[name + op], samples["bound" + op], strict=True)]
+
     doc: dict[str, Any] = {
-        "bound_round_us": statistics.median(samples["bound"]) * 1e6,
-        "memory_added_us": statistics.median(added["memory"]) * 1e6,
-        "memory_added_vs_bound": paired(added["memory"], samples["bound"]),
+        "bound_pair_us": statistics.median(samples["bound"]) * 1e6,
+        "bound_unseal_us": statistics.median(samples["bound/unseal"]) * 1e6,
+        "memory_added_us": statistics.median(added("memory")) * 1e6,
+        "memory_added_vs_bound": paired(added("memory"), samples["bound"]),
+        "memory_unseal_added_us": statistics.median(added("memory", "/unseal")) * 1e6,
+        "memory_unseal_added_vs_bound_unseal": paired(added("memory", "/unseal"), samples["bound/unseal"]),
     }
+    if redis is not None:
+        doc["ping_us"] = statistics.median(samples["ping"]) * 1e6
+        doc["redis_added_us"] = statistics.median(added("redis")) * 1e6
+        doc["redis_added_vs_ping"] = paired(added("redis"), samples["ping"])
+        doc["redis_unseal_added_us"] = statistics.median(added("redis", "/unseal")) * 1e6
+        doc["redis_unseal_added_vs_ping"] = paired(added("redis", "/unseal"), samples["ping"])
+        doc["round_trips_per_token"] = redis.round_trips(ops["redis"], _ROUND_TRIP_TOKENS)
     per_tick = int(lag_s / _CONSUME_EVERY_S) + 10  # more tokens than the consumer can reach in `lag_s`
     lag = {"idle": _lag_figures(_lag(None, False, lag_s))}
-    for name, codec in (("memory", in_process), ("redis", shared)):
-        if codec is None:
+    for name, guarded in (("memory", in_process), ("redis", shared)):
+        if guarded is None:
             continue
         for where, on_loop in (("thread", False), ("loop", True)):
-            lag[f"{name}/{where}"] = _lag_figures(_lag(_consumer(codec, per_tick), on_loop, lag_s))
+            lag[f"{name}/{where}"] = _lag_figures(_lag(_consumer(guarded, per_tick), on_loop, lag_s))
     doc["loop_lag"] = lag
-    if redis is not None and shared is not None:
-        doc["ping_us"] = statistics.median(samples["ping"]) * 1e6
-        doc["redis_added_us"] = statistics.median(added["redis"]) * 1e6
-        doc["redis_added_vs_ping"] = paired(added["redis"], samples["ping"])
-        doc["round_trips_per_token"] = redis.round_trips(_round(shared), _ROUND_TRIP_TOKENS)
     return doc
 
 
 def table(doc: dict[str, Any]) -> str:
     lines = [
-        "\n\nsingle use (a fresh token sealed and unsealed, BoundCodec with a principal and a request context):",
-        f"  BoundCodec pair {doc['bound_round_us']:.1f} us; the in-process store adds {doc['memory_added_us']:.1f} us"
-        f" ({doc['memory_added_vs_bound']:.2f}x of the pair)",
+        "\n\nsingle use (BoundCodec with a principal and a request context; a token is sealed once, unsealed once):",
+        f"  BoundCodec seal+unseal {doc['bound_pair_us']:.1f} us, unseal {doc['bound_unseal_us']:.1f} us",
+        f"  the in-process store adds {doc['memory_added_us']:.1f} us per token ({doc['memory_added_vs_bound']:.2f}x"
+        f" of the pair), {doc['memory_unseal_added_us']:.1f} us per unseal"
+        f" ({doc['memory_unseal_added_vs_bound_unseal']:.2f}x of the unseal)",
     ]
     if "ping_us" in doc:
         lines.append(
-            f"  the Redis store adds {doc['redis_added_us']:.1f} us, {doc['redis_added_vs_ping']:.2f}x of one bare "
-            f"PING ({doc['ping_us']:.1f} us); {doc['round_trips_per_token']:.2f} round trips per consumed token"
+            f"  the Redis store adds {doc['redis_added_us']:.1f} us per token, {doc['redis_unseal_added_us']:.1f} us"
+            f" per unseal: {doc['redis_added_vs_ping']:.2f}x and {doc['redis_unseal_added_vs_ping']:.2f}x of one bare"
+            f" PING ({doc['ping_us']:.1f} us); {doc['round_trips_per_token']:.2f} round trips per consumed token"
         )
     lines.append(f"  event-loop lag of a 1 ms sleeper while a token is consumed every {_CONSUME_EVERY_S * 1000:g} ms:")
     lines += [
