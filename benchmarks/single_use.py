@@ -31,7 +31,15 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.integration.fleet_harness import FleetServer, fleet, flow, retry, round_one, until_flows_complete
+from tests.integration.fleet_harness import (
+    KEEPALIVE_EXPIRY_S,
+    FleetServer,
+    fleet,
+    flow,
+    retry,
+    round_one,
+    until_flows_complete,
+)
 from tests.plugins.redis import RedisServer
 
 from statecodec import format_keys, generate_key
@@ -102,7 +110,7 @@ async def outage(client: httpx.AsyncClient, servers: Sequence[FleetServer], redi
 async def measure(
     args: argparse.Namespace, redis: RedisServer, with_store: list[FleetServer], without: list[FleetServer]
 ) -> None:
-    limits = httpx.Limits(max_connections=args.in_flight * 2 + 8)
+    limits = httpx.Limits(max_connections=args.in_flight * 2 + 8, keepalive_expiry=KEEPALIVE_EXPIRY_S)
     async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S, limits=limits) as client:
         await until_flows_complete(client, with_store, WARM_UP_S)
         await until_flows_complete(client, without, WARM_UP_S)
@@ -150,7 +158,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="statecodec-fleet-bench-") as logs:
             settings = [base | store] * args.servers + [base] * args.servers
             with fleet(Path(logs), settings) as servers:
-                anyio.run(measure, args, redis, servers[: args.servers], servers[args.servers :])
+                try:
+                    anyio.run(measure, args, redis, servers[: args.servers], servers[args.servers :])
+                except BaseException:
+                    for server in servers:  # the logs go with the temporary directory: say what they said
+                        print(f"last lines of the server on port {server.port}:\n{server.log_tail()}", file=sys.stderr)
+                    raise
     finally:
         redis.close()
     return 0

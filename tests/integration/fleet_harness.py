@@ -158,6 +158,9 @@ def fleet(
 # --- raw 2026-07-28 requests ------------------------------------------------------------------------------------
 
 PROTOCOL_VERSION = "2026-07-28"
+# uvicorn closes a connection idle for 5 s (its keep-alive timeout) and httpx keeps one 5 s by default: a request
+# sent on a pooled connection just as the server closes it fails with a ReadError. Clients here let go first.
+KEEPALIVE_EXPIRY_S = 1.0
 TOOL = "provision"
 INVALID_PARAMS = -32602
 # What a client declares in each request's envelope: it can answer a form elicitation.

@@ -28,7 +28,15 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 import pytest
-from tests.integration.fleet_harness import FleetServer, fleet, flow, retry, round_one, until_flows_complete
+from tests.integration.fleet_harness import (
+    KEEPALIVE_EXPIRY_S,
+    FleetServer,
+    fleet,
+    flow,
+    retry,
+    round_one,
+    until_flows_complete,
+)
 from tests.plugins.redis import RedisServer
 
 from statecodec import format_keys, generate_key
@@ -112,7 +120,7 @@ def run(body: Callable[[httpx.AsyncClient], Awaitable[T]]) -> T:
     """`body` with an HTTP client that can hold every request of a test open at once."""
 
     async def main() -> T:
-        limits = httpx.Limits(max_connections=CONCURRENT_PRESENTATIONS + 10, max_keepalive_connections=20)
+        limits = httpx.Limits(max_connections=CONCURRENT_PRESENTATIONS + 10, keepalive_expiry=KEEPALIVE_EXPIRY_S)
         async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S, limits=limits) as client:
             return await body(client)
 
