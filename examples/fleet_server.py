@@ -27,12 +27,26 @@ serves as a factory::
     python examples/fleet_server.py --port 8001 --workers 2
     uvicorn --factory --app-dir examples fleet_server:create_app --port 8001 --workers 2
 
+Single use and revocation (docs/single-use.md): when ``STATECODEC_STORE_URL``
+names the fleet's shared store, each ``requestState`` is accepted at most once
+on any instance, and ``statecodec revoke --principal P`` ends P's flows in
+flight. Every instance needs the same two settings, and the server adds one
+middleware::
+
+    export STATECODEC_STORE_URL=redis://127.0.0.1:6379/0 STATECODEC_STORE_KEY="$(statecodec keygen)"
+    MCPServer("fleet", request_state_security=security_from_env(), middleware=[single_use_from_env()])
+
+A revocation names a principal, the authenticated subject. ``--demo-auth``
+(``FLEET_DEMO_AUTH=1``) turns on a demonstration bearer scheme in which the
+token ``demo-<subject>`` authenticates as ``<subject>``; anyone can forge it,
+so it exists only to let a client on this machine act as different users.
+
 ``--mode sdk-default`` (or ``FLEET_MODE=sdk-default``) leaves the SDK's
 per-process key in place, to show the failure the shared ring prevents.
 Settings come from the command line or the environment (``FLEET_HOST``,
-``FLEET_PORT``, ``FLEET_WORKERS``, ``FLEET_MODE``, ``FLEET_LOG_LEVEL``: at
-``info``, uvicorn logs each worker's start, death and replacement); the server
-binds a loopback address only.
+``FLEET_PORT``, ``FLEET_WORKERS``, ``FLEET_MODE``, ``FLEET_DEMO_AUTH``,
+``FLEET_LOG_LEVEL``: at ``info``, uvicorn logs each worker's start, death and
+replacement); the server binds a loopback address only.
 """
 
 from __future__ import annotations
@@ -40,23 +54,27 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import uvicorn
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer, RequestStateSecurity
 from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
-from pydantic import BaseModel
+from pydantic import AnyHttpUrl, BaseModel
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from uvicorn.config import STARTUP_FAILURE
 
 from statecodec import StatecodecError
-from statecodec.mcp import security_from_env
+from statecodec.mcp import SingleUseMiddleware, security_from_env, single_use_from_env
+from statecodec.single_use import STORE_URL_VAR
 
 SERVER_NAME = "fleet"
 TOOL = "provision"
@@ -66,6 +84,9 @@ DEFAULT_PORT = 8001
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
 LOG_LEVELS = ("debug", "info", "warning", "error")
+DEMO_TOKEN_PREFIX = "demo-"  # noqa: S105 (a prefix, not a secret)
+# The demonstration issuer: AuthSettings needs one; no token is ever fetched from it.
+DEMO_ISSUER = AnyHttpUrl("http://127.0.0.1/demo-issuer")
 # uvicorn spawns each worker, and a spawned worker re-runs this file (importing the MCP SDK, 1.5 to 3 s
 # on an idle machine) before it can answer the supervisor's first health check. uvicorn's default of
 # 5 s kills a worker that is merely slow to import on a loaded machine; a hung worker is still replaced.
@@ -107,9 +128,52 @@ def security_for(mode: str) -> RequestStateSecurity | None:
     raise SystemExit(f"unknown mode {mode!r}; choose one of: {', '.join(MODES)}")
 
 
-def build_server(security: RequestStateSecurity | None) -> MCPServer[Any]:
-    """The MCP server with its two-round ``provision`` tool and a health route."""
-    server: MCPServer[Any] = MCPServer(SERVER_NAME, request_state_security=security, log_level="WARNING")
+def single_use_for(environ: Mapping[str, str]) -> list[SingleUseMiddleware]:
+    """Single use and revocation when ``STATECODEC_STORE_URL`` (or its ``_FILE`` form) names a store, else none.
+
+    Raises ConfigurationError (what to set, e.g. ``STATECODEC_STORE_KEY``) before the server starts."""
+    if not (environ.get(STORE_URL_VAR) or environ.get(f"{STORE_URL_VAR}_FILE")):
+        return []
+    return [single_use_from_env(environ)]
+
+
+class DemoTokenVerifier:
+    """Demonstration only: the bearer token ``demo-<subject>`` authenticates as ``<subject>``, so that a client on
+    this machine can act as different users. Anyone can forge such a token; a real server verifies the tokens its
+    authorization server issued (the SDK's `TokenVerifier`)."""
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        subject = token.removeprefix(DEMO_TOKEN_PREFIX)
+        if not token.startswith(DEMO_TOKEN_PREFIX) or not subject:
+            return None
+        return AccessToken(token=token, client_id="fleet-demo", scopes=[], subject=subject)
+
+
+def demo_auth_enabled(value: str) -> bool:
+    """``FLEET_DEMO_AUTH``: 1 turns the demonstration bearer scheme on, 0 or empty leaves the server open."""
+    if value not in ("", "0", "1"):
+        raise SystemExit(f"FLEET_DEMO_AUTH must be 1 or 0, not {value!r}")
+    return value == "1"
+
+
+def build_server(
+    security: RequestStateSecurity | None,
+    *,
+    single_use: Sequence[SingleUseMiddleware] = (),
+    demo_auth: bool = False,
+) -> MCPServer[Any]:
+    """The MCP server with its two-round ``provision`` tool and a health route; `single_use` runs inside the SDK's
+    request-state boundary, so a token is consumed only once the boundary verified it for this user and request."""
+    auth: dict[str, Any] = {}
+    if demo_auth:
+        settings = AuthSettings(issuer_url=DEMO_ISSUER, resource_server_url=None)
+        auth = {"token_verifier": DemoTokenVerifier(), "auth": settings}
+    # One log line per record: the SDK installs rich's handler when rich is importable, which wraps long lines at
+    # the terminal's width and so splits the refusal lines an operator greps for. The SDK keeps a handler set first.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s:%(name)s:%(message)s")
+    server: MCPServer[Any] = MCPServer(
+        SERVER_NAME, request_state_security=security, log_level="WARNING", middleware=list(single_use), **auth
+    )
 
     @server.tool(name=TOOL)
     async def provision(name: str, ctx: Context[Any, Any]) -> Provisioned | InputRequiredResult:
@@ -150,18 +214,21 @@ def create_app() -> Starlette:
     forever. Exiting with uvicorn's start-up failure status instead (3, ``uvicorn.config.STARTUP_FAILURE``) makes
     the supervisor stop after one message on stderr, naming what to fix.
     """
+    env = os.environ
     try:
-        mode = os.environ.get("FLEET_MODE", "shared")
-        host = check_loopback(os.environ.get("FLEET_HOST", DEFAULT_HOST))
-        return app_for(security_for(mode), host)
+        host = check_loopback(env.get("FLEET_HOST", DEFAULT_HOST))
+        security = security_for(env.get("FLEET_MODE", "shared"))
+        demo_auth = demo_auth_enabled(env.get("FLEET_DEMO_AUTH", ""))
+        server = build_server(security, single_use=single_use_for(env), demo_auth=demo_auth)
     except (StatecodecError, SystemExit) as exc:
         message = exc if isinstance(exc, StatecodecError) else exc.code
         print(f"fleet_server: cannot start: {message}", file=sys.stderr, flush=True)
         raise SystemExit(STARTUP_FAILURE) from None
+    return app_for(server, host)
 
 
-def app_for(security: RequestStateSecurity | None, host: str) -> Starlette:
-    return build_server(security).streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+def app_for(server: MCPServer[Any], host: str) -> Starlette:
+    return server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -172,6 +239,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=env.get("FLEET_PORT", str(DEFAULT_PORT)))
     parser.add_argument("--workers", type=int, default=env.get("FLEET_WORKERS", "1"))
     parser.add_argument("--mode", choices=MODES, default=env.get("FLEET_MODE", "shared"))
+    parser.add_argument(
+        "--demo-auth",
+        action="store_true",
+        default=demo_auth_enabled(env.get("FLEET_DEMO_AUTH", "")),
+        help="accept the forgeable bearer token demo-<subject> as <subject> (a demonstration of per-user revocation)",
+    )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default=env.get("FLEET_LOG_LEVEL", "warning"))
     return parser.parse_args(argv)
 
@@ -182,12 +255,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Built here even when workers build their own, so a bad configuration stops before any worker starts.
         security = security_for(args.mode)
+        single_use = single_use_for(os.environ)
     except StatecodecError as exc:
         raise SystemExit(f"cannot start: {exc}") from None
     # Workers re-create the app from these, so the factory and this process agree.
     os.environ["FLEET_HOST"] = host
     os.environ["FLEET_MODE"] = args.mode
+    os.environ["FLEET_DEMO_AUTH"] = "1" if args.demo_auth else "0"
     if args.workers > 1:
+        for middleware in single_use:  # each worker connects to the store itself
+            middleware.guard.store.close()
         uvicorn.run(
             "fleet_server:create_app",
             factory=True,
@@ -200,7 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             access_log=False,
         )
     else:
-        uvicorn.run(app_for(security, host), host=host, port=args.port, log_level=args.log_level, access_log=False)
+        server = build_server(security, single_use=single_use, demo_auth=args.demo_auth)
+        uvicorn.run(app_for(server, host), host=host, port=args.port, log_level=args.log_level, access_log=False)
     return 0
 
 

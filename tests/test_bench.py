@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
+from statecodec.cli import bench_single_use
 from statecodec.cli.bench import CASES, PAYLOADS, paired, run
 from statecodec.cli.main import main
+from tests.plugins.aws import free_port
 
 
 def test_a_quick_run_writes_ratios_the_round_figure_a_table_and_a_png(
@@ -32,9 +34,16 @@ def test_a_quick_run_writes_ratios_the_round_figure_a_table_and_a_png(
     # An added cost is a difference of noisy timings: a finite number, of either sign on a busy machine.
     assert math.isfinite(doc["bound_vs_sdk_added"])
     assert set(doc["floor_seconds"]) == set(PAYLOADS)
+    # Without --store-url, single use is timed over the in-process store only.
+    single_use = doc["single_use"]
+    assert math.isfinite(single_use["memory_added_vs_bound"])
+    assert math.isfinite(single_use["memory_unseal_added_vs_bound_unseal"])
+    assert set(single_use["loop_lag"]) == {"idle", "memory/thread", "memory/loop"}
+    assert "round_trips_per_token" not in single_use
     captured = capsys.readouterr()
     assert "seal/floor" in captured.out
     assert "BoundCodec adds" in captured.out
+    assert "the in-process store adds" in captured.out
     assert "bench: round 15/15" in captured.err  # not a terminal: plain progress lines, on stderr
     assert f"bench: wrote {path}" in captured.err
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -113,3 +122,31 @@ def test_plot_without_matplotlib_is_refused_before_measuring(
 def test_ratios_are_taken_round_by_round_then_the_median() -> None:
     # Per round the case costs 2, 3 and 1 times the floor: median 2, where the medians' ratio (4 / 4) says 1.
     assert paired([2.0, 30.0, 4.0], [1.0, 10.0, 4.0]) == 2.0
+
+
+@pytest.mark.integration
+def test_a_redis_store_costs_one_round_trip_per_consumed_token(redis_url: str) -> None:
+    with bench_single_use.redis_store(redis_url) as store:
+        doc = bench_single_use.run(2, store, lag_s=0.05)
+    assert doc["round_trips_per_token"] == 1.0  # the claim script; the revocation view is read locally
+    assert all(math.isfinite(doc[k]) for k in ("ping_us", "redis_added_vs_ping", "redis_unseal_added_vs_ping"))
+    assert {"redis/thread", "redis/loop"} <= set(doc["loop_lag"])
+
+
+@pytest.mark.parametrize(
+    ("blocked", "url", "message"),
+    [
+        ("redis", "redis://127.0.0.1:6379/0", "--store-url needs the redis package: pip install 'statecodec[redis]'"),
+        (None, "http://127.0.0.1:6379/0", "--store-url must be a redis://, rediss:// or unix:// URL, not http:"),
+        (None, "redis://127.0.0.1:{port}/0", "--store-url: the Redis server does not answer a PING"),
+    ],
+)
+def test_a_store_that_cannot_be_used_is_refused_before_measuring(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], blocked: str | None, url: str, message: str
+) -> None:
+    if blocked:
+        monkeypatch.setitem(sys.modules, blocked, None)  # import redis now raises ImportError
+    assert main(["bench", "--quick", "--store-url", url.format(port=free_port())]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err
+    assert captured.out == ""  # nothing was measured

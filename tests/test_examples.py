@@ -32,7 +32,11 @@ EXAMPLES = ROOT / "examples"
 TIMEOUT_S = 120
 MARKER = "<!-- runnable -->"
 DRIVEN_ELSEWHERE: dict[str, tuple[str, ...]] = {
-    "fleet_server.py": ("tests/integration/fleet_harness.py", "tests/integration/test_fleet.py"),
+    "fleet_server.py": (
+        "tests/integration/fleet_harness.py",
+        "tests/integration/test_fleet.py",
+        "tests/integration/test_fleet_single_use.py",
+    ),
     "fleet_client.py": ("tests/integration/test_fleet.py",),
 }
 LANGUAGES = {"python": "python", "py": "python", "sh": "sh", "bash": "sh", "shell": "sh"}
@@ -177,6 +181,22 @@ def test_fleet_server_factory_on_a_bad_configuration_stops_uvicorn_instead_of_re
             assert result.returncode == 3  # the factory runs in uvicorn's own process
         else:  # the supervisor stops the fleet (and, as uvicorn does, exits 0 itself)
             assert "failed to start, stopping the parent process" in result.stderr
+
+
+def test_fleet_server_stops_before_serving_with_half_a_single_use_setup_or_a_bad_auth_flag(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = _example("fleet_server.py")
+    for name in [k for k in os.environ if k.startswith(("STATECODEC_", "FLEET_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("STATECODEC_KEYS", format_keys([generate_key()]))
+    monkeypatch.setenv("STATECODEC_STORE_URL", "redis://127.0.0.1:1/0")
+    with pytest.raises(SystemExit, match="cannot start: STATECODEC_STORE_KEY is not set") as info:
+        server.main(["--port", "1"])
+    assert info.value.__suppress_context__
+    monkeypatch.setenv("FLEET_DEMO_AUTH", "yes")
+    with pytest.raises(SystemExit, match="FLEET_DEMO_AUTH must be 1 or 0, not 'yes'"):
+        server.main(["--port", "1"])
 
 
 # --- runnable documentation blocks --------------------------------------------------------------

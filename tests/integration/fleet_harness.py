@@ -4,10 +4,14 @@ Each process runs in its own process group, logs at ``info`` to a file (never a 
 up and stall it; a worker uvicorn replaces shows there, and every start-up failure quotes the tail),
 and is always stopped: SIGTERM, then SIGKILL to the whole group so no worker outlives the test. A
 server is ready once each of its workers has answered the health route.
+
+`call_provision`, `round_one` and `retry` speak to them as a 2026-07-28 client does, one self-contained HTTP
+exchange per request (no initialize, no session), with the demonstration bearer token of a chosen subject.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -18,7 +22,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
+import anyio
 import httpx
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -147,3 +153,112 @@ def fleet(
             servers.append(FleetServer(port, process, log, workers))
         deadline = time.monotonic() + START_DEADLINE_S
         yield [ready(server, deadline) for server in servers] if wait else servers
+
+
+# --- raw 2026-07-28 requests ------------------------------------------------------------------------------------
+
+PROTOCOL_VERSION = "2026-07-28"
+# uvicorn closes a connection idle for 5 s (its keep-alive timeout) and httpx keeps one 5 s by default: a request
+# sent on a pooled connection just as the server closes it fails with a ReadError. Clients here let go first.
+KEEPALIVE_EXPIRY_S = 1.0
+TOOL = "provision"
+INVALID_PARAMS = -32602
+# What a client declares in each request's envelope: it can answer a form elicitation.
+_ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
+    "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+}
+
+
+def region_answer(region: str = "eu-west-1") -> dict[str, Any]:
+    """The ``inputResponses`` of a retry: the user accepted the form with `region`."""
+    return {"region": {"action": "accept", "content": {"region": region}}}
+
+
+def _message(response: httpx.Response) -> dict[str, Any]:
+    """The JSON-RPC answer in `response`, sent as JSON or as the last event of an SSE stream."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        events = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+        answers = [json.loads(event) for event in events if event]
+        message = next(m for m in reversed(answers) if "result" in m or "error" in m)
+    else:
+        message = response.json()
+    assert isinstance(message, dict), response.text
+    return message
+
+
+async def call_provision(
+    client: httpx.AsyncClient,
+    server: FleetServer,
+    *,
+    subject: str | None = None,
+    name: str = "orders",
+    request_state: str | None = None,
+    input_responses: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One ``tools/call`` of ``provision`` as a single 2026-07-28 HTTP exchange (no initialize, no session), as
+    `subject` (the demonstration bearer token ``demo-<subject>``); the JSON-RPC answer, result or error."""
+    params: dict[str, Any] = {"name": TOOL, "arguments": {"name": name}, "_meta": _ENVELOPE}
+    if request_state is not None:
+        params["requestState"] = request_state
+    if input_responses is not None:
+        params["inputResponses"] = dict(input_responses)
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": PROTOCOL_VERSION,
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": TOOL,
+    }
+    if subject is not None:
+        headers["Authorization"] = f"Bearer demo-{subject}"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+    return _message(await client.post(server.url, json=body, headers=headers))
+
+
+async def round_one(client: httpx.AsyncClient, server: FleetServer, *, subject: str, name: str = "orders") -> str:
+    """Round 1 on `server`: the ``requestState`` of its ``InputRequiredResult``."""
+    answer = await call_provision(client, server, subject=subject, name=name)
+    result = answer.get("result") or {}
+    assert result.get("resultType") == "input_required", answer
+    state = result["requestState"]
+    assert isinstance(state, str)
+    return state
+
+
+async def retry(
+    client: httpx.AsyncClient,
+    server: FleetServer,
+    state: str,
+    *,
+    subject: str,
+    name: str = "orders",
+    region: str = "eu-west-1",
+) -> bool:
+    """The retry that answers round 1, on `server`: True when it completed, False when it was refused with the
+    SDK's -32602; anything else fails the caller."""
+    answer = await call_provision(
+        client, server, subject=subject, name=name, request_state=state, input_responses=region_answer(region)
+    )
+    if "error" in answer:
+        assert answer["error"]["code"] == INVALID_PARAMS, answer
+        return False
+    result = answer["result"]
+    assert (result.get("resultType"), result["structuredContent"]["region"]) == ("complete", region), answer
+    return True
+
+
+async def flow(client: httpx.AsyncClient, first: FleetServer, then: FleetServer, subject: str) -> bool:
+    """A two-round flow, round 1 on `first` and the retry on `then`: True when the retry completed."""
+    return await retry(client, then, await round_one(client, first, subject=subject), subject=subject)
+
+
+async def until_flows_complete(client: httpx.AsyncClient, servers: Sequence[FleetServer], deadline_s: float) -> None:
+    """Poll with fresh flows until one completes from each server to the next, or raise after `deadline_s`: a
+    single-use store whose memory just began (new, restarted or flushed) refuses the tokens stamped within its clock
+    allowance (1 s) of that moment, as they may predate it."""
+    deadline = time.monotonic() + deadline_s
+    for first, then in zip(servers, [*servers[1:], *servers[:1]], strict=True):
+        while not await flow(client, first, then, "warm-up"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no flow from port {first.port} to port {then.port} completed in {deadline_s} s")
+            await anyio.sleep(0.1)

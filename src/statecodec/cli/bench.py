@@ -399,6 +399,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--json", action="store_true", help="print the run as JSON on stdout instead of the table")
     p.add_argument("--output", metavar="FILE.json", help="also write the run as JSON to FILE.json")
     p.add_argument("--plot", metavar="PATH.png", help="draw the ratios to PATH.png (needs matplotlib)")
+    p.add_argument(
+        "--store-url",
+        metavar="URL",
+        help="also time the single-use Redis store at URL (redis://host:6379/0) against a bare PING to it; its claims "
+        "go to the statecodec-bench namespace (needs statecodec[redis])",
+    )
     p.set_defaults(func=_bench)
 
 
@@ -442,14 +448,20 @@ def _bench(args: argparse.Namespace) -> int:
             import matplotlib  # noqa: F401
         except ImportError:
             raise ConfigurationError(f"--plot needs matplotlib: {_INSTALL}") from None
+    from statecodec.cli import bench_single_use
+
     rounds = 15 if args.quick else 101
-    with _progress(rounds) as progress:
-        doc = run(cases, rounds=rounds, mcp_round=mcp_round, progress=progress)
+    with bench_single_use.redis_store(args.store_url) as store:  # a bad URL or a missing extra stops here
+        with _progress(rounds) as progress:
+            doc = run(cases, rounds=rounds, mcp_round=mcp_round, progress=progress)
+        if args.only is None or store is not None:  # single use is measured with the whole run or when asked for
+            doc["single_use"] = bench_single_use.run(rounds, store, lag_s=0.5 if args.quick else 2.0)
     text = json.dumps(doc, indent=1, ensure_ascii=True) + "\n"
     if args.json:
         sys.stdout.write(text)
     else:
-        print(_table(doc, _micro(sys.stdout)))
+        single_use = bench_single_use.table(doc["single_use"]) if "single_use" in doc else ""
+        print(_table(doc, _micro(sys.stdout)) + single_use)
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
         print(f"bench: wrote {args.output}", file=sys.stderr)
