@@ -241,12 +241,14 @@ def _free_ports(count: int) -> list[int]:
         return [probe.getsockname()[1] for probe in probes]
 
 
-def test_the_two_instance_blocks_run_as_written(tmp_path: Path) -> None:
+def test_the_two_instance_blocks_run_as_written(tmp_path: Path, redis_url: str) -> None:
     # Run as the page shows them, on free ports in place of 8001 to 8004, so that a run beside another one (or
-    # a server a reader left running) cannot answer in place of the block's own servers.
+    # a server a reader left running) cannot answer in place of the block's own servers; the single-use block
+    # on the test's own redis-server in place of the one at 6379.
     text = (ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")
     blocks = [b for b in re.findall(r"^```sh\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE) if "fleet_client" in b]
-    assert len(blocks) == 2, "docs/deployment.md: expected the shared-ring block and the SDK-default block"
+    assert len(blocks) == 3, "docs/deployment.md: expected the shared-ring, SDK-default and single-use blocks"
+    blocks = [block.replace("redis://127.0.0.1:6379/0", redis_url) for block in blocks]
     (tmp_path / "examples").symlink_to(EXAMPLES, target_is_directory=True)
     ports = dict(zip(("8001", "8002", "8003", "8004"), map(str, _free_ports(4)), strict=True))
     outputs = []
@@ -257,8 +259,9 @@ def test_the_two_instance_blocks_run_as_written(tmp_path: Path) -> None:
         assert returncode == 0, output
         assert "Traceback" not in output
         outputs.append(output)
-    shared, sdk_default = outputs
+    shared, sdk_default, single_use = outputs
     assert '"completed_by": "pid-' in shared
+    assert '"completed_by": "pid-' in single_use
     assert "rejected: -32602 Invalid or expired requestState" in sdk_default
     assert "exit status 2" in sdk_default
 
