@@ -341,9 +341,10 @@ def _seconds(settings: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
-def store_from_settings(settings: Mapping[str, str]) -> Store:
+def store_from_settings(settings: Mapping[str, str], *, listen: bool = True) -> Store:
     """The store ``STATECODEC_STORE_URL`` (or ``_FILE``, since a URL may hold a password) names: ``memory`` for
-    one process, ``redis://`` or ``rediss://`` for a fleet (needs ``statecodec[redis]``)."""
+    one process, ``redis://`` or ``rediss://`` for a fleet (needs ``statecodec[redis]``). ``listen=False`` is for
+    a one-shot command: a Redis store then reads revocations at each call instead of keeping a view current."""
     url, source = text_or_file(settings, STORE_URL_VAR, _MAX_STORE_FILE_BYTES, "it holds one store URL")
     if url is None:
         raise ConfigurationError(f"{STORE_URL_VAR} is not set; set it to redis://host:6379/0 (a fleet) or memory")
@@ -358,4 +359,4 @@ def store_from_settings(settings: Mapping[str, str]) -> Store:
     timeout = _seconds(settings, _STORE_SETTINGS[0], 0.25)
     staleness = _seconds(settings, _STORE_SETTINGS[2], 1.0)
     namespace = setting(settings, _STORE_SETTINGS[1], required=False) or "statecodec"
-    return RedisStore.from_url(url, namespace=namespace, timeout=timeout, staleness=staleness)
+    return RedisStore.from_url(url, namespace=namespace, timeout=timeout, staleness=staleness, listen=listen)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
+from statecodec.config import check_names
 from statecodec.errors import ConfigurationError, StoreError
-from statecodec.single_use import MemoryStore, SingleUse
+from statecodec.single_use import MemoryStore, SingleUse, store_from_settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,7 +33,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _guard() -> SingleUse:
-    return SingleUse.from_env()
+    check_names(os.environ)  # a misspelt name is named before any store is built
+    # One call and done: no revocation view to keep current, so no listener thread.
+    return SingleUse.from_env(store=store_from_settings(os.environ, listen=False))
 
 
 def _revoke(args: argparse.Namespace) -> int:
