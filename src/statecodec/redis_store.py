@@ -253,6 +253,13 @@ class RedisStore(HoldsSecrets):
             )
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 60:
             raise ConfigurationError("the store timeout (STATECODEC_STORE_TIMEOUT) must be in 0..60 seconds")
+        # No CLIENT SETINFO on connect: the minimal ACL (docs/single-use.md) denies CLIENT, so every connection
+        # would add a denial to the server's ACL LOG, burying the ones that matter. redis-py spells it
+        # driver_info=None since it has DriverInfo, lib_name=lib_version=None before.
+        if hasattr(redis, "DriverInfo"):
+            no_setinfo: dict[str, None] = {"driver_info": None}
+        else:
+            no_setinfo = {"lib_name": None, "lib_version": None}
         try:
             client = redis.Redis.from_url(
                 url,
@@ -263,6 +270,7 @@ class RedisStore(HoldsSecrets):
                 # on a timeout, which would double the bound.
                 retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
                 health_check_interval=0,
+                **no_setinfo,
             )
         except Exception:  # a malformed URL: the client's message may quote it, so it is not chained (below)
             client = None
