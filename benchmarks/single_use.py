@@ -149,23 +149,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if min(args.flows, args.in_flight, args.servers, args.batch, args.outage_retries) < 1:
         parser.error("every count must be at least 1")
-    redis = RedisServer()
-    redis.start()
     base = {"FLEET_MODE": "shared", "STATECODEC_CODEC": "aesgcm", "FLEET_DEMO_AUTH": "1"}
     base["STATECODEC_KEYS"] = format_keys([generate_key()])
-    store = {"STATECODEC_STORE_URL": redis.url, "STATECODEC_STORE_KEY": format_keys([generate_key()])}
-    try:
-        with tempfile.TemporaryDirectory(prefix="statecodec-fleet-bench-") as logs:
-            settings = [base | store] * args.servers + [base] * args.servers
-            with fleet(Path(logs), settings) as servers:
-                try:
-                    anyio.run(measure, args, redis, servers[: args.servers], servers[args.servers :])
-                except BaseException:
-                    for server in servers:  # the logs go with the temporary directory: say what they said
-                        print(f"last lines of the server on port {server.port}:\n{server.log_tail()}", file=sys.stderr)
-                    raise
-    finally:
-        redis.close()
+    with RedisServer() as redis, tempfile.TemporaryDirectory(prefix="statecodec-fleet-bench-") as logs:
+        store = {"STATECODEC_STORE_URL": redis.url, "STATECODEC_STORE_KEY": format_keys([generate_key()])}
+        settings = [base | store] * args.servers + [base] * args.servers
+        with fleet(Path(logs), settings) as servers:
+            try:
+                anyio.run(measure, args, redis, servers[: args.servers], servers[args.servers :])
+            except BaseException:
+                for server in servers:  # the logs go with the temporary directory: say what they said
+                    print(f"last lines of the server on port {server.port}:\n{server.log_tail()}", file=sys.stderr)
+                raise
     return 0
 
 

@@ -256,7 +256,8 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Redis
     try:
         server.start()
     except RuntimeError as exc:
-        if "TLS" not in str(exc) or "not supported" not in str(exc).lower():
+        # A build without TLS: Redis 7 says "TLS ... not supported"; 6.2 does not know the tls-port directive.
+        if not ("TLS" in str(exc) and "not supported" in str(exc).lower()) and "'tls-port" not in str(exc):
             raise
         pytest.skip("this redis-server build has no TLS support")
     try:

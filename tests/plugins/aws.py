@@ -24,6 +24,8 @@ import boto3
 import pytest
 from botocore.config import Config
 
+from tests.plugins import stop_process
+
 REGION = "us-east-1"
 CREDENTIALS = {"aws_access_key_id": "AKIASTATECODECTEST", "aws_secret_access_key": "statecodec-test-secret-access-key"}
 _START_TIMEOUT = 30.0
@@ -71,12 +73,7 @@ class MotoServer:
 
     def stop(self) -> None:
         if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+            stop_process(self._proc)
             self._proc = None
 
     def client(self) -> Any:

