@@ -1,4 +1,5 @@
-"""The codec contract, defined once: every codec, wrapper, kit and tool here speaks it; and the one no-pickling rule."""
+"""The codec contract, defined once: every codec, wrapper, kit and tool here speaks it; the one no-pickling rule;
+and what a codec around another reports as its keys."""
 
 from __future__ import annotations
 
@@ -45,3 +46,19 @@ class HoldsSecrets:
 
     def __reduce__(self) -> tuple[object, ...]:
         raise TypeError(f"{type(self).__name__} holds secrets and is not picklable")
+
+
+class WrapsCodec:
+    """A codec around another (`codec`): its key ids are the inner codec's, primary first (empty when it has
+    none), so rotation checks and `statecodec check` see through any stack of wrappers."""
+
+    __slots__ = ()
+    codec: Codec
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        return tuple(getattr(self.codec, "key_ids", ()))
+
+    @property
+    def primary_key_id(self) -> str | None:
+        return self.key_ids[0] if self.key_ids else None

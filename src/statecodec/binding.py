@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from hmac import compare_digest
 from typing import Any
 
-from statecodec._types import Codec
+from statecodec._types import Codec, WrapsCodec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 from statecodec.keys import KeyRing, derive_key
 
@@ -90,7 +90,7 @@ def _scope_field(name: str, value: object, label: bytes) -> bytes:
     return hashlib.sha256(label + value.encode("utf-8", "surrogatepass")).digest()[:3]
 
 
-class BoundCodec:
+class BoundCodec(WrapsCodec):
     """Binds an inner codec's tokens to a lifetime, an audience, a purpose, and maybe a principal and a context.
 
     The inner codec seals ``claims || state``; the claims (32 bytes, 48 when principal-bound) are,
@@ -155,15 +155,6 @@ class BoundCodec:
         self.codec, self._clock = codec, clock  # the inner codec
         self.audience, self.purpose = audience, purpose
         self._prefix = _lp(audience) + _lp(purpose)
-
-    @property
-    def key_ids(self) -> tuple[str, ...]:
-        """The inner codec's key ids, primary first (empty when it has none)."""
-        return tuple(getattr(self.codec, "key_ids", ()))
-
-    @property
-    def primary_key_id(self) -> str | None:
-        return self.key_ids[0] if self.key_ids else None
 
     def seal(
         self, state: bytes, *, principal: str | None = None, context: Mapping[str, str] | None = None

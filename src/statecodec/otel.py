@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from statecodec import __version__
-from statecodec._types import Codec, HoldsSecrets
+from statecodec._types import Codec, HoldsSecrets, WrapsCodec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 
 try:
@@ -42,7 +42,7 @@ _ROUTINE = frozenset({Reason.EXPIRED, Reason.NOT_YET_VALID, Reason.UNKNOWN_KEY, 
 _clock = time.perf_counter
 
 
-class InstrumentedCodec(HoldsSecrets):
+class InstrumentedCodec(WrapsCodec, HoldsSecrets):
     """`codec`, counted and timed: the same tokens, the same refusals, the same keyword arguments.
 
     `seal` and `unseal` pass their arguments (``principal=``, ``context=`` of a `BoundCodec`, ``scopes=`` of a
@@ -81,15 +81,6 @@ class InstrumentedCodec(HoldsSecrets):
         self._seal_attrs = {"codec": self.name}
         self._accepted = {"codec": self.name, "outcome": "accepted"}
         self._refused = {"codec": self.name, "outcome": "refused"}
-
-    @property
-    def key_ids(self) -> tuple[str, ...]:
-        """The inner codec's key ids, primary first (empty when it has none)."""
-        return tuple(getattr(self.codec, "key_ids", ()))
-
-    @property
-    def primary_key_id(self) -> str | None:
-        return self.key_ids[0] if self.key_ids else None
 
     def seal(self, payload: bytes, **kwargs: Any) -> str:
         """The inner codec's token for `payload`, timed."""

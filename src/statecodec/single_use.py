@@ -41,7 +41,7 @@ from typing import Protocol, runtime_checkable
 
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec._settings import named_errors, setting, text_or_file
-from statecodec._types import Codec, HoldsSecrets
+from statecodec._types import Codec, HoldsSecrets, WrapsCodec
 from statecodec.config import check_names, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError
 from statecodec.keys import KeyRing, derive_key, parse_keys
@@ -298,7 +298,7 @@ class SingleUse(HoldsSecrets):
         return f"SingleUse({self.store!r}, ttl={self.ttl}, on_store_error={self.on_store_error!r})"
 
 
-class SingleUseCodec:
+class SingleUseCodec(WrapsCodec):
     """`codec` whose tokens are accepted at most once: seal stamps the state, unseal consumes the stamp only after
     the inner unseal (with its principal and context checks) passed. Keyword arguments go to the inner codec
     (`BoundCodec`'s ``principal=`` and ``context=``); the presenting principal is a revocable scope, and `scopes`
@@ -318,10 +318,6 @@ class SingleUseCodec:
         principal = kwargs.get("principal")
         scopes = {**(scopes or {}), "principal": principal if isinstance(principal, str) else None}
         return self.guard.consume(stamped, scopes)
-
-    @property
-    def key_ids(self) -> tuple[str, ...]:
-        return tuple(getattr(self.codec, "key_ids", ()))
 
     def __repr__(self) -> str:
         return f"SingleUseCodec({self.codec!r}, {self.guard!r})"
