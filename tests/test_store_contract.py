@@ -26,9 +26,10 @@ def _memory() -> Store:
     return MemoryStore()
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "redis-cluster"])
 def make_store(request: pytest.FixtureRequest) -> Iterator[Callable[[], Store]]:
-    """A factory of stores over one backing state (one process's memory, or one flushed Redis database)."""
+    """A factory of stores over one backing state (one process's memory, one flushed Redis database, or one
+    flushed three-node Redis Cluster, each store named by another node)."""
     stores: list[Store] = []
     if request.param == "memory":
         shared = MemoryStore()
@@ -39,11 +40,16 @@ def make_store(request: pytest.FixtureRequest) -> Iterator[Callable[[], Store]]:
     else:
         from statecodec.redis_store import RedisStore
 
-        url: str = request.getfixturevalue("redis_url")
+        if request.param == "redis":
+            urls = [request.getfixturevalue("redis_url")]
+        else:
+            cluster = request.getfixturevalue("redis_cluster")
+            request.getfixturevalue("redis_cluster_url")  # flushed
+            urls = [f"redis+cluster://127.0.0.1:{node.port}" for node in cluster.nodes]
 
         def make() -> Store:
             # clock_allowance 0: the store's memory begins at its first call, and the tests issue tokens just after
-            store = RedisStore.from_url(url, clock_allowance=0)
+            store = RedisStore.from_url(urls[len(stores) % len(urls)], clock_allowance=0)
             store.revoked_at([])  # the first call: the store's memory (its epoch) begins here
             stores.append(store)
             return store

@@ -21,7 +21,8 @@ namespace, ``statecodec`` by default):
 
 Commands, for an ACL user (`docs/single-use.md`): ``evalsha eval subscribe ping info`` called by the client, and
 ``get set time hget hset hdel hgetall zadd zrangebyscore zremrangebyscore publish`` called by the scripts, on keys
-``~{ns}:*`` and channel ``&{ns}:revocations``.
+``~{ns}:*`` and channel ``&{ns}:revocations``; on a Redis Cluster (``redis+cluster://``) also ``cluster|slots
+command``, which the cluster client reads when it is built.
 """
 
 from __future__ import annotations
@@ -39,17 +40,19 @@ from urllib.parse import parse_qs, urlsplit
 from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError, StoreError
 from statecodec.providers import missing_extra
-from statecodec.single_use import Claim
+from statecodec.single_use import REDIS_SCHEMES, Claim
 
 try:
     import redis
     from redis.backoff import NoBackoff
+    from redis.cluster import RedisCluster
     from redis.exceptions import (
         AuthenticationError,
         NoPermissionError,
         NoScriptError,
         OutOfMemoryError,
         ReadOnlyError,
+        RedisClusterException,
         RedisError,
         ResponseError,
     )
@@ -176,7 +179,7 @@ class RedisStore(HoldsSecrets):
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: redis.Redis | RedisCluster,
         *,
         namespace: str = "statecodec",
         staleness: float = 1.0,
@@ -184,13 +187,20 @@ class RedisStore(HoldsSecrets):
         clock_allowance: float = 1.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if not isinstance(client, redis.Redis):
-            raise ConfigurationError("client must be a redis.Redis client, e.g. redis.Redis.from_url(url)")
+        if not isinstance(client, redis.Redis | RedisCluster):
+            raise ConfigurationError(
+                "client must be a redis.Redis or redis.cluster.RedisCluster client, e.g. redis.Redis.from_url(url)"
+            )
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
             raise ConfigurationError(
                 "the store namespace (STATECODEC_STORE_NAMESPACE) must be 1-64 letters, digits, '_', '.' or '-'"
             )
-        kwargs = client.connection_pool.connection_kwargs
+        if isinstance(client, RedisCluster):  # the connection settings every node's pool shares
+            kwargs = dict(client.nodes_manager.connection_kwargs)
+            node = client.get_default_node()  # type: ignore[no-untyped-call]
+            kwargs |= {"host": node.host, "port": node.port}
+        else:
+            kwargs = client.connection_pool.connection_kwargs
         timeout = kwargs.get("socket_timeout")
         if not isinstance(timeout, (int, float)) or not 0 < timeout <= 60:
             raise ConfigurationError("the Redis client needs a socket_timeout (seconds) so that no call can hang")
@@ -233,7 +243,10 @@ class RedisStore(HoldsSecrets):
     ) -> RedisStore:
         """The store at ``redis://[user:password@]host:port/db``, ``rediss://`` (TLS; ``?ssl_ca_certs=/path`` for a
         private CA) or ``unix:///path``; `timeout` bounds each call (connect and read). Connects lazily: an
-        unreachable server fails the first call, and a store recovers by itself when the server is back."""
+        unreachable server fails the first call, and a store recovers by itself when the server is back.
+
+        ``redis+cluster://host:port`` (``rediss+cluster://`` with TLS) names a Redis Cluster by any of its nodes.
+        A cluster client learns the cluster's slots when it is built, so that node must answer then."""
         try:
             parts = urlsplit(url)
             host = f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
@@ -241,10 +254,8 @@ class RedisStore(HoldsSecrets):
             options = parse_qs(parts.query)
         except (TypeError, ValueError, AttributeError):
             where, options = "", {}
-        if not where or parts.scheme not in ("redis", "rediss", "unix"):
-            raise ConfigurationError(
-                "STATECODEC_STORE_URL must be a redis://host:port/db, rediss://host:port/db or unix:///path URL"
-            )
+        if not where or parts.scheme not in REDIS_SCHEMES:
+            raise ConfigurationError(f"STATECODEC_STORE_URL must be a URL of a scheme in: {', '.join(REDIS_SCHEMES)}")
         unknown = sorted(set(options) - _URL_OPTIONS)
         if unknown:
             raise ConfigurationError(
@@ -260,20 +271,30 @@ class RedisStore(HoldsSecrets):
             no_setinfo: dict[str, None] = {"driver_info": None}
         else:
             no_setinfo = {"lib_name": None, "lib_version": None}
+        settings: dict[str, Any] = {
+            "socket_timeout": timeout,
+            "socket_connect_timeout": timeout,
+            "protocol": 2,
+            # One immediate retry on a refused or dropped connection (a pooled socket the server closed); never on
+            # a timeout, which would double the bound.
+            "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+            "health_check_interval": 0,
+            **no_setinfo,
+        }
+        client: redis.Redis | RedisCluster | None = None
+        unreachable = False
         try:
-            client = redis.Redis.from_url(
-                url,
-                socket_timeout=timeout,
-                socket_connect_timeout=timeout,
-                protocol=2,
-                # One immediate retry on a refused or dropped connection (a pooled socket the server closed); never
-                # on a timeout, which would double the bound.
-                retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-                health_check_interval=0,
-                **no_setinfo,
-            )
+            if parts.scheme.endswith("+cluster"):
+                cluster_url = parts.scheme.removesuffix("+cluster") + url[len(parts.scheme) :]
+                client = RedisCluster.from_url(cluster_url, **settings)
+            else:
+                client = redis.Redis.from_url(url, **settings)
+        except (RedisError, RedisClusterException, OSError):  # a cluster client asks for its slots when built
+            unreachable = True
         except Exception:  # a malformed URL: the client's message may quote it, so it is not chained (below)
             client = None
+        if unreachable:
+            raise StoreError(f"the Redis cluster at {where} gave no slots: unreachable, or it refused the credentials")
         if client is None:
             raise ConfigurationError(f"STATECODEC_STORE_URL ({where}) is not a valid Redis URL")
         try:
@@ -314,10 +335,16 @@ class RedisStore(HoldsSecrets):
     def health(self) -> dict[str, object]:
         """Reachability, round trip, server version, persistence, eviction policy, epoch and view age; raises
         `StoreError` when the server does not answer."""
+        # On a cluster, the node that holds this namespace's slot: the one whose persistence and eviction matter.
+        node: dict[str, Any] = {}
+        cluster = self._client
+        if isinstance(cluster, RedisCluster):
+            key = self._keys["epoch"]
+            node = {"target_nodes": self._call(lambda: cluster.get_node_from_key(key))}  # type: ignore[no-untyped-call]
         started = time.perf_counter()
-        self._call(self._client.ping)
+        self._call(lambda: self._client.ping(**node))
         round_trip = time.perf_counter() - started
-        info: dict[str, Any] = self._call(self._client.info)  # server, persistence, memory
+        info: dict[str, Any] = self._call(lambda: self._client.info(**node))  # server, persistence, memory
         self._reload()
         policy = str(info.get("maxmemory_policy", ""))
         warnings = []

@@ -62,6 +62,8 @@ ALL_SCOPE = b"\x00" * _DIGEST_LENGTH
 
 STORE_URL_VAR = "STATECODEC_STORE_URL"
 STORE_KEY_VAR = "STATECODEC_STORE_KEY"
+# The URL schemes of a Redis store (statecodec.redis_store): a server, over TLS, a socket, a Cluster by any node.
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 _STORE_SETTINGS = ("STATECODEC_STORE_TIMEOUT", "STATECODEC_STORE_NAMESPACE", "STATECODEC_REVOCATION_STALENESS")
 _MAX_STORE_FILE_BYTES = 4096
 
@@ -339,17 +341,19 @@ def _seconds(settings: Mapping[str, str], name: str, default: float) -> float:
 
 def store_from_settings(settings: Mapping[str, str], *, listen: bool = True) -> Store:
     """The store ``STATECODEC_STORE_URL`` (or ``_FILE``, since a URL may hold a password) names: ``memory`` for
-    one process, ``redis://`` or ``rediss://`` for a fleet (needs ``statecodec[redis]``). ``listen=False`` is for
-    a one-shot command: a Redis store then reads revocations at each call instead of keeping a view current."""
+    one process, ``redis://``, ``rediss://`` or ``redis+cluster://`` for a fleet (needs ``statecodec[redis]``).
+    ``listen=False`` is for a one-shot command: a Redis store then reads revocations at each call instead of
+    keeping a view current."""
     url, source = text_or_file(settings, STORE_URL_VAR, _MAX_STORE_FILE_BYTES, "it holds one store URL")
     if url is None:
         raise ConfigurationError(f"{STORE_URL_VAR} is not set; set it to redis://host:6379/0 (a fleet) or memory")
     url = url.strip()
     if url == "memory":
         return MemoryStore()
-    if not url.startswith(("redis://", "rediss://", "unix://")):
+    if url.partition("://")[0] not in REDIS_SCHEMES:
         # Only the scheme is echoed: the rest of a URL may hold credentials.
-        raise ConfigurationError(f"{source} must be memory, redis://, rediss:// or unix://, not {url.split(':')[0]}:")
+        schemes = ", ".join(f"{scheme}://" for scheme in REDIS_SCHEMES)
+        raise ConfigurationError(f"{source} must be memory or a URL of {schemes}, not {url.split(':')[0]}:")
     from statecodec.redis_store import RedisStore  # needs the redis extra; imported only when configured
 
     timeout = _seconds(settings, _STORE_SETTINGS[0], 0.25)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from tests.plugins.aws import free_port
-from tests.plugins.redis import RedisServer
+from tests.plugins.redis import RedisClusterServers, RedisServer
 
 from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken, KeyRing, format_keys
 from statecodec.errors import StoreError
@@ -39,6 +40,8 @@ DEADLINE = 30.0
 ACL_COMMANDS = ["+evalsha", "+eval", "+subscribe", "+ping", "+info"]
 ACL_COMMANDS += ["+get", "+set", "+time", "+hget", "+hset", "+hdel", "+hgetall", "+zadd", "+zrangebyscore"]
 ACL_COMMANDS += ["+zremrangebyscore", "+publish"]
+# On a Redis Cluster, also what the cluster client reads when it is built. Also in docs/single-use.md.
+CLUSTER_ACL_COMMANDS = ["+cluster|slots", "+command"]
 ACL_RULES = ["on", f">{PASSWORD}", "resetkeys", "resetchannels", "~{statecodec}:*", "&{statecodec}:revocations"]
 ACL_RULES += ["-@all", *ACL_COMMANDS]
 
@@ -501,3 +504,70 @@ def test_health_warns_of_a_server_that_can_evict_or_forget(
         redis_server.cli("CONFIG", "SET", "maxmemory-policy", "noeviction")
     assert any("allkeys-lru" in w for w in warnings)  # type: ignore[attr-defined]
     assert any("appendonly" in w for w in warnings)  # type: ignore[attr-defined]
+
+
+# --- Redis Cluster ---------------------------------------------------------------------------------------------
+
+
+def test_a_cluster_keeps_a_namespace_in_one_slot_on_one_node(
+    redis_cluster: RedisClusterServers, redis_cluster_url: str, stores: list[RedisStore]
+) -> None:
+    store = open_store(stores, redis_cluster_url)
+    issued = issued_after(store)
+    for n in range(20):  # claims whose digests would spread over every node without the hash tag
+        assert store.claim(bytes([n]) * 16, issued, issued + 600) is Claim.FIRST
+    store.revoke(SCOPE, issued, issued + 600)
+    holding = [node for node in redis_cluster.nodes if int(node.cli("DBSIZE")) > 0]
+    assert len(holding) == 1
+    keys = holding[0].cli("KEYS", "*").split()
+    assert len(keys) == 20 + 3  # the claims, the epoch, the revocation hash and its expiry set
+    assert len({holding[0].cli("CLUSTER", "KEYSLOT", key) for key in keys}) == 1
+    assert store.health()["server"] in {f"127.0.0.1:{node.port}" for node in redis_cluster.nodes}
+
+
+def test_a_claim_and_a_revocation_cross_a_cluster_between_stores_named_by_different_nodes(
+    redis_cluster: RedisClusterServers, redis_cluster_url: str, stores: list[RedisStore]
+) -> None:
+    first, second = (f"redis+cluster://127.0.0.1:{node.port}" for node in redis_cluster.nodes[1:])
+    # The listener reloads in full only every 300 s here: what arrives sooner came through pub/sub.
+    listener, writer = open_store(stores, first, staleness=600), open_store(stores, second)
+    issued = issued_after(writer)
+    assert writer.claim(b"\x09" * 16, issued, issued + 600) is Claim.FIRST
+    assert listener.claim(b"\x09" * 16, issued, issued + 600) is Claim.USED
+    listener.revoked_at([])
+    # A cluster broadcasts each PUBLISH to every node: the listener may be subscribed on any of them.
+    eventually(lambda: sum(subscribers(node) for node in redis_cluster.nodes) >= 1, "the listener subscribed")
+    writer.revoke(SCOPE, 1_767_225_600.0, time.time() + 600)
+    assert eventually(lambda: listener.revoked_at([SCOPE]), "the revocation arrived") == 1_767_225_600.0
+
+
+def test_a_cluster_that_does_not_answer_at_start_is_a_store_error_without_the_password() -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with pytest.raises(StoreError, match="gave no slots") as info:
+        RedisStore.from_url(f"redis+cluster://user:{PASSWORD}@127.0.0.1:{port}")
+    assert_silent_about_secrets(info.value)
+
+
+def test_the_minimal_acl_user_on_a_cluster_needs_only_the_slot_map_and_the_command_table_more(
+    redis_cluster: RedisClusterServers, redis_cluster_url: str, stores: list[RedisStore]
+) -> None:
+    # A cluster client reads the slot map (CLUSTER SLOTS) and the command table (COMMAND) when it is built.
+    for node in redis_cluster.nodes:
+        node.cli("ACL", "SETUSER", "statecodec", "reset", *ACL_RULES, *CLUSTER_ACL_COMMANDS)
+        node.cli("ACL", "LOG", "RESET")
+    try:
+        url = f"redis+cluster://statecodec:{PASSWORD}@127.0.0.1:{redis_cluster.nodes[0].port}"
+        store, other = open_store(stores, url), open_store(stores, url, staleness=600)
+        issued = issued_after(store)
+        assert store.claim(b"\x01" * 16, issued, issued + 600) is Claim.FIRST
+        assert other.claim(b"\x01" * 16, issued, issued + 600) is Claim.USED
+        eventually(lambda: sum(subscribers(node) for node in redis_cluster.nodes) >= 2, "both stores subscribed")
+        store.revoke(SCOPE, issued, issued + 600)
+        assert eventually(lambda: other.revoked_at([SCOPE]), "the revocation published to the other store") == issued
+        assert store.health()["reachable"] is True
+        assert all(node.cli("ACL", "LOG") == "" for node in redis_cluster.nodes)  # nothing was refused
+    finally:
+        for node in redis_cluster.nodes:
+            node.cli("ACL", "DELUSER", "statecodec")

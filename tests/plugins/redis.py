@@ -129,3 +129,65 @@ def redis_url(redis_server: RedisServer) -> Iterator[str]:
     redis_server.flush()
     yield redis_server.url
     redis_server.resume()
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free too."""
+    while True:
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as bus:
+            try:
+                bus.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+
+
+class RedisClusterServers:
+    """A real Redis Cluster: three masters on loopback, no replicas, the slots spread by `redis-cli --cluster
+    create`. `url` names it by its first node, as `STATECODEC_STORE_URL` does."""
+
+    def __init__(self) -> None:
+        cluster = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"]
+        self.nodes = [RedisServer(extra=cluster, port=_cluster_port()) for _ in range(3)]
+        self.url = f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+
+    def __enter__(self) -> RedisClusterServers:
+        for node in self.nodes:
+            node.__enter__()
+        cli = Path(REDIS_SERVER).with_name("redis-cli")
+        addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+        subprocess.run(
+            [str(cli), "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            capture_output=True, timeout=60, check=True,
+        )
+        deadline = time.monotonic() + _START_TIMEOUT
+        while not all("cluster_state:ok" in node.cli("CLUSTER", "INFO") for node in self.nodes):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the Redis cluster did not reach cluster_state:ok")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for node in self.nodes:
+            node.close()
+
+    def flush(self) -> None:
+        for node in self.nodes:
+            node.flush()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServers]:
+    """A Redis Cluster for this worker's session, started the first time a test asks for it."""
+    with RedisClusterServers() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def redis_cluster_url(redis_cluster: RedisClusterServers) -> str:
+    """The session cluster's URL, every node flushed before the test."""
+    redis_cluster.flush()
+    return redis_cluster.url
