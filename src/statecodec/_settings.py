@@ -67,12 +67,17 @@ def setting(settings: Mapping[str, str], name: str, *, required: bool = True) ->
     return value.strip()
 
 
+def check_one_form(settings: Mapping[str, str], name: str) -> None:
+    """Refuse `name` given both as itself and as ``<name>_FILE``: one of the two would be ignored."""
+    if setting(settings, name, required=False) is not None and setting(settings, f"{name}_FILE", required=False):
+        raise ConfigurationError(f"both {name} and {name}_FILE are set; set exactly one")
+
+
 def text_or_file(settings: Mapping[str, str], name: str, limit: int, hint: str) -> tuple[str | None, str]:
     """(the value of `name` or the text of the file ``<name>_FILE`` names, where it came from); not both set."""
+    check_one_form(settings, name)
     text = setting(settings, name, required=False)
     path = setting(settings, f"{name}_FILE", required=False)
-    if text is not None and path is not None:
-        raise ConfigurationError(f"both {name} and {name}_FILE are set; set exactly one")
     if path is None:
         return text, name
     source = f"{name}_FILE {path}"

@@ -22,7 +22,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import cast
 
-from statecodec._settings import KEYS_FILE_VAR, KEYS_VAR, MAX_TOKEN_LENGTH_VAR, named_errors, settings_from_file
+from statecodec._settings import (
+    KEYS_FILE_VAR,
+    KEYS_VAR,
+    MAX_TOKEN_LENGTH_VAR,
+    check_one_form,
+    named_errors,
+    settings_from_file,
+)
 from statecodec._settings import max_token_length_setting as max_token_length_setting
 from statecodec._settings import setting as setting
 from statecodec._types import Codec as Codec
@@ -115,8 +122,8 @@ def check_names(settings: Mapping[str, str]) -> None:
         hint = f"did you mean {_PREFIX}{close[0]}?" if close else "docs/configuration.md lists every setting"
         raise ConfigurationError(f"unknown setting {name}; {hint}")
     for name in sorted(known):
-        if name.endswith("_FILE") and _is_set(settings, name) and _is_set(settings, name.removesuffix("_FILE")):
-            raise ConfigurationError(f"both {name.removesuffix('_FILE')} and {name} are set; set exactly one")
+        if name.endswith("_FILE"):
+            check_one_form(settings, name.removesuffix("_FILE"))
 
 
 def check_settings(settings: Mapping[str, str], kind: str, *, file: bool = False) -> None:
