@@ -385,11 +385,12 @@ class RedisStore(HoldsSecrets):
     def _keep_view(self) -> None:
         """Background: subscribe, reload in full every half staleness bound, merge what is published between."""
         pubsub: Any = None
+        client: Any = self._client  # redis-py types pubsub() in some releases only
         next_reload = 0.0
         while not self._stop.is_set():
             try:
                 if pubsub is None:
-                    pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+                    pubsub = client.pubsub(ignore_subscribe_messages=True)
                     pubsub.subscribe(self._channel)
                     next_reload = 0.0  # subscribed before reloading: nothing published between is lost
                 if time.monotonic() >= next_reload:
