@@ -57,6 +57,45 @@ def load_settings_file(path: Path, limit: int, what: str, hint: str, *, as_json:
     raise ConfigurationError(f"{what} is not {'valid JSON' if as_json else 'UTF-8 text'}")
 
 
+def seconds(
+    name: str, value: object, *, low: float, high: float, integer: bool = False, low_open: bool = False
+) -> float:
+    """The one check of a number of seconds, from code or a setting: `value` (an int or float; a str is parsed,
+    ``isdecimal`` first when `integer`) within `low`..`high` (`low` excluded when `low_open`), else a
+    `ConfigurationError` naming `name` and the range. Written positively, so a NaN fails too."""
+    number: object = value
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            number = int(text) if integer and text.isascii() and text.isdecimal() else float(text)
+        except ValueError:
+            number = None
+    ok = type(number) is int or (type(number) is float and not integer)
+    if ok and isinstance(number, (int, float)) and (low < number if low_open else low <= number) and number <= high:
+        return number
+    kind = "whole seconds" if integer else "a number of seconds"
+    low_text, high_text = (str(int(bound)) if bound == int(bound) else str(bound) for bound in (low, high))
+    bound = f"more than {low_text} and at most {high_text}" if low_open else f"from {low_text} to {high_text}"
+    raise ConfigurationError(f"{name} must be {kind} {bound}")
+
+
+def seconds_setting(
+    settings: Mapping[str, str],
+    name: str,
+    *,
+    default: float,
+    low: float,
+    high: float,
+    integer: bool = False,
+    low_open: bool = False,
+) -> float:
+    """The setting `name` read by `seconds`, or `default` when unset or blank."""
+    text = setting(settings, name, required=False)
+    if text is None:
+        return default
+    return seconds(name, text, low=low, high=high, integer=integer, low_open=low_open)
+
+
 def setting(settings: Mapping[str, str], name: str, *, required: bool = True) -> str | None:
     """The stripped value of `name`; None when unset or blank and optional, else `ConfigurationError`."""
     value = settings.get(name)

@@ -28,6 +28,7 @@ from statecodec._settings import (
     MAX_TOKEN_LENGTH_VAR,
     check_one_form,
     named_errors,
+    seconds_setting,
     settings_from_file,
 )
 from statecodec._settings import max_token_length_setting as max_token_length_setting
@@ -155,13 +156,7 @@ def check_settings(settings: Mapping[str, str], kind: str, *, file: bool = False
 def ttl_setting(settings: Mapping[str, str]) -> int:
     """``STATECODEC_TTL``: the seconds a token stays valid, 1 to `MAX_TTL`, default `DEFAULT_TTL`; the one reader
     for the MCP security policy and the single-use guard, so their lifetimes cannot disagree."""
-    text = setting(settings, TTL_VAR, required=False)
-    if text is None:
-        return DEFAULT_TTL
-    # isdecimal() first: int() also accepts '+5', '1_000' and non-ASCII digits.
-    if not (text.isascii() and text.isdecimal()) or not 1 <= int(text) <= MAX_TTL:
-        raise ConfigurationError(f"{TTL_VAR} must be whole seconds from 1 to {MAX_TTL} (30 days), e.g. {DEFAULT_TTL}")
-    return int(text)
+    return int(seconds_setting(settings, TTL_VAR, default=DEFAULT_TTL, low=1, high=MAX_TTL, integer=True))
 
 
 def _builder(kind: str) -> Builder | str:
