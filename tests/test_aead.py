@@ -2,13 +2,12 @@
 
 What the conformance suite (tests/test_redteam.py) proves for every codec, tampering, junk, foreign
 tokens and leaks, is not repeated here: these tests pin the layout, its refusal order, the ring and
-the caps, and replay the frozen vectors through `seal` itself.
+the caps (tests/test_vectors.py replays the frozen vectors through `seal`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import pickle
 from pathlib import Path
@@ -21,12 +20,10 @@ from hypothesis import strategies as st
 from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, KeyRing, Reason, SealError, XAESGCMCodec
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
 from statecodec.aead import _XAES, _Ring
-from statecodec.cli.vectors import codec_for
 
 RingCodec = AESGCMCodec | XAESGCMCodec
 CODECS: list[type[RingCodec]] = [AESGCMCodec, XAESGCMCodec]
 K0, K1 = bytes(range(32)), bytes(range(32, 64))
-VECTORS = Path(__file__).parent / "vectors"
 
 
 def overhead(cls: type[RingCodec]) -> int:
@@ -42,23 +39,6 @@ def reason_of(codec: Any, token: object) -> Reason:
 @pytest.fixture(params=CODECS, ids=["aesgcm", "xaesgcm"])
 def cls(request: pytest.FixtureRequest) -> type[RingCodec]:
     return request.param  # type: ignore[no-any-return]
-
-
-def json_parametrize(*names: str) -> pytest.MarkDecorator:
-    """One case ``(data, v)`` per valid entry of each named vectors file, as cryptography reads its vectors."""
-    files = [json.loads((VECTORS / f"{name}.json").read_text(encoding="utf-8")) for name in names]
-    cases = [(data, v) for data in files for v in data["valid"]]
-    return pytest.mark.parametrize(("data", "v"), cases, ids=[f"{d['codec']}: {v['name']}" for d, v in cases])
-
-
-@json_parametrize("aesgcm", "xaesgcm", "envelope")
-def test_seal_reproduces_every_frozen_token(data: dict[str, Any], v: dict[str, Any], monkeypatch: Any) -> None:
-    slot = v["sealed_with"]
-    primary_first: dict[str, Any] = {k: v[k][slot:] for k in ("keys", "wrapped_keys", "data_keys") if k in v}
-    codec = codec_for(data, {**v, **primary_first})
-    monkeypatch.setattr(os, "urandom", lambda n: bytes.fromhex(v["nonce"]))
-    assert codec.seal(bytes.fromhex(v["payload"])) == v["token"]
-    assert codec.primary_key_id == v["key_id"]
 
 
 # -- the layout: header, refusal order, what the tag binds --------------------------------------------
