@@ -6,6 +6,9 @@ ring codecs share one secret on purpose: key reuse across formats is the hardest
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, x25519
 
 from statecodec import AESGCMCodec, BoundCodec, Codec, EnvelopeCodec, JWECodec, JWSCodec, XAESGCMCodec
@@ -15,6 +18,14 @@ from tests.envelope_wrappers import LocalWrapper
 SECRET = bytes(range(7, 39))
 OTHER = bytes(range(200, 232))
 BINDING_KEY = bytes(range(101, 133))
+# The configurations built from a list of secrets, primary first (keyword: max_token_length).
+RINGS: dict[str, Callable[..., Codec]] = {
+    "aesgcm": AESGCMCodec,
+    "xaesgcm": XAESGCMCodec,
+    "jwe-dir": JWECodec,
+    "jwe-a256kw": partial(JWECodec, alg="A256KW"),
+    "jws-hs256": JWSCodec,
+}
 
 
 def _bound(inner: Codec) -> BoundCodec:
@@ -29,16 +40,12 @@ def _configurations() -> dict[str, tuple[Codec, Codec]]:
     wrapper, ed_key = LocalWrapper(bytes(range(50, 82))), ed25519.Ed25519PrivateKey.generate()
     p256, x25519_key = ec.generate_private_key(ec.SECP256R1()), x25519.X25519PrivateKey.generate()
     return {
-        "aesgcm": (AESGCMCodec([SECRET]), AESGCMCodec([OTHER])),
-        "xaesgcm": (XAESGCMCodec([SECRET]), XAESGCMCodec([OTHER])),
+        **{name: (ring([SECRET]), ring([OTHER])) for name, ring in RINGS.items()},
         "envelope": (_envelope(wrapper), _envelope(wrapper)),
         "bound-aesgcm": (_bound(AESGCMCodec([SECRET])), _bound(AESGCMCodec([OTHER]))),
         "bound-jws": (_bound(JWSCodec([SECRET])), _bound(JWSCodec([OTHER]))),
-        "jwe-dir": (JWECodec([SECRET]), JWECodec([OTHER])),
-        "jwe-a256kw": (JWECodec([SECRET], alg="A256KW"), JWECodec([OTHER], alg="A256KW")),
         "jwe-ecdh-p256": (JWECodec.ecdh([p256]), JWECodec.ephemeral(alg="ECDH-ES+A256KW", curve="P-256")),
         "jwe-ecdh-x25519": (JWECodec.ecdh([x25519_key]), JWECodec.ephemeral(alg="ECDH-ES+A256KW", curve="X25519")),
-        "jws-hs256": (JWSCodec([SECRET]), JWSCodec([OTHER])),
         "jws-eddsa": (JWSCodec.eddsa([ed_key]), JWSCodec.ephemeral(alg="EdDSA")),
         "jws-ed25519": (JWSCodec.eddsa([ed_key], alg="Ed25519"), JWSCodec.ephemeral(alg="Ed25519")),
     }

@@ -1,8 +1,8 @@
 """The AES-GCM token layout (`_Ring`) and the codecs that hold it: AESGCMCodec, XAESGCMCodec, EnvelopeCodec.
 
-What the conformance suite (tests/test_redteam.py) proves for every codec, tampering, junk, foreign
-tokens and leaks, is not repeated here: these tests pin the layout, its refusal order, the ring and
-the caps (tests/test_vectors.py replays the frozen vectors through `seal`).
+What the codec contract (tests/test_redteam.py) proves for every codec, tampering, junk, foreign tokens,
+leaks, repr and copies, caps and rotation, is not repeated here: these tests pin the layout, its refusal
+order, the key lookup and XAES-256-GCM itself (tests/test_vectors.py replays the frozen vectors).
 """
 
 from __future__ import annotations
@@ -14,11 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, KeyRing, Reason, SealError, XAESGCMCodec
-from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
+from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, KeyRing, Reason, XAESGCMCodec
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode
 from statecodec.aead import _XAES, _Ring
 
 RingCodec = AESGCMCodec | XAESGCMCodec
@@ -62,13 +60,6 @@ def test_reason_codes_in_order(cls: type[RingCodec]) -> None:
     assert codec.unseal(codec.seal(b"")) == b""  # the smallest token is exactly the minimum length
 
 
-def test_tokens_of_the_other_format_are_refused_with_format() -> None:
-    aes, xaes = AESGCMCodec([K0]), XAESGCMCodec([K0])
-    assert aes.key_ids == xaes.key_ids  # same secret, same key id: only the version tells them apart
-    assert reason_of(aes, xaes.seal(b"x")) is Reason.FORMAT
-    assert reason_of(xaes, aes.seal(b"twelve bytes")) is Reason.FORMAT
-
-
 def test_version_byte_is_bound_under_the_tag() -> None:
     """A ring with another version over the same AES key still refuses a relabelled token."""
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -92,18 +83,6 @@ def test_key_id_is_bound_under_the_tag(cls: type[RingCodec]) -> None:
 
 
 # -- the ring: keys[0] seals, every key unseals, found by key id ---------------------------------------
-
-
-def test_rotation_phases(cls: type[RingCodec]) -> None:
-    old, new = K0, K1
-    before = cls([old]).seal(b"minted before rotation")
-    phase1, phase2, phase3 = cls([old, new]), cls([new, old]), cls([new])
-    t1, t2 = phase1.seal(b"phase 1"), phase2.seal(b"phase 2")
-    assert phase2.primary_key_id == KeyRing([new]).key_ids[0]
-    for codec in (phase1, phase2):
-        assert [codec.unseal(t) for t in (before, t1, t2)] == [b"minted before rotation", b"phase 1", b"phase 2"]
-    assert phase3.unseal(t2) == b"phase 2"
-    assert reason_of(phase3, before) is reason_of(phase3, t1) is Reason.UNKNOWN_KEY
 
 
 def test_lookup_by_key_id_never_tries_other_keys(cls: type[RingCodec]) -> None:
@@ -131,31 +110,6 @@ def test_lookup_by_key_id_never_tries_other_keys(cls: type[RingCodec]) -> None:
 
 
 # -- caps --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("codec_cls", CODECS, ids=["aesgcm", "xaesgcm"])
-@settings(max_examples=40, deadline=None)
-@given(extra=st.integers(min_value=0, max_value=600))
-def test_seal_and_unseal_caps_agree(codec_cls: type[RingCodec], extra: int) -> None:
-    cap = b64u_len(overhead(codec_cls)) + extra
-    codec = codec_cls([K0], max_token_length=cap)
-    largest = max(n for n in range(cap) if b64u_len(overhead(codec_cls) + n) <= cap)
-    token = codec.seal(bytes(largest))
-    assert len(token) <= cap
-    assert codec.unseal(token) == bytes(largest)
-    with pytest.raises(SealError, match=str(largest)):
-        codec.seal(bytes(largest + 1))
-    if len(token) - 1 >= b64u_len(overhead(codec_cls)):
-        assert reason_of(codec_cls([K0], max_token_length=len(token) - 1), token) is Reason.OVERSIZED
-
-
-def test_default_cap_holds_a_64_kib_payload(cls: type[RingCodec]) -> None:
-    codec = cls([K0])
-    assert codec.max_token_length == DEFAULT_MAX_TOKEN_LENGTH
-    token = codec.seal(bytearray(64 * 1024))  # type: ignore[arg-type]
-    assert codec.unseal(token) == bytes(64 * 1024)
-    with pytest.raises(TypeError, match="seal takes bytes"):
-        codec.seal("text")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("cap", [True, "4096", 4096.0, None, 0, 10, 2**31])
@@ -186,14 +140,6 @@ def test_ephemeral_codecs_do_not_share_keys(cls: type[RingCodec]) -> None:
     assert reason_of(b, a.seal(b"process-local")) is Reason.UNKNOWN_KEY
 
 
-def test_repr_shows_key_ids_only_and_pickling_is_refused(cls: type[RingCodec]) -> None:
-    codec = cls([K0, K1])
-    assert repr(codec) == f"{cls.__name__}(key_ids={list(codec.key_ids)!r})"
-    for obj in (codec, _XAES(K0)):
-        with pytest.raises(TypeError, match="not picklable"):
-            pickle.dumps(obj)
-
-
 # -- XAES-256-GCM against the C2SP specification ---------------------------------------------------------
 
 
@@ -220,6 +166,8 @@ def test_xaes_published_vectors(key: str, aad: bytes, k1: str, ciphertext: str) 
     assert xaes._k1 == int(k1, 16)
     assert xaes.encrypt(nonce, b"XAES-256-GCM", aad) == bytes.fromhex(ciphertext)
     assert xaes.decrypt(nonce, bytes.fromhex(ciphertext), aad) == b"XAES-256-GCM"
+    with pytest.raises(TypeError, match="not picklable"):  # the codec's: tests/test_redteam.py
+        pickle.dumps(xaes)
 
 
 def test_xaes_accumulated_10000() -> None:

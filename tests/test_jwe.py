@@ -1,6 +1,6 @@
 """JWECodec: the format, every refusal with its reason, the received epk, configuration.
 
-tests/test_redteam.py runs the conformance kit on every JWE configuration; tests/test_vectors.py reads every vector.
+tests/test_redteam.py runs the codec contract on every JWE configuration; tests/test_vectors.py reads every vector.
 """
 
 from __future__ import annotations

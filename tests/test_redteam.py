@@ -1,34 +1,41 @@
-"""Hostile input against every codec configuration: only InvalidToken escapes, nothing leaks, formats never cross.
+"""The codec contract: every configuration of tests/codecs.py runs it; only InvalidToken escapes, nothing leaks.
 
-The conformance kit runs once per configuration of tests/codecs.py; the tests after it cover what it cannot
-know: reason codes, format separation under one secret, the binary and JOSE layouts, construction refusals.
+The conformance kit runs once per configuration; the tests after it cover what it cannot know: reason codes,
+format separation under one secret, repr and copies, the caps seal and unseal share, rotation, the binary and
+JOSE layouts, construction refusals. A codec's own file tests only what is its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime
 import hmac
 import importlib
+import itertools
 import json
 import os
+import pickle
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, JWECodec, JWSCodec, Reason
-from statecodec._encoding import b64u_decode, b64u_encode
+from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, JWECodec, JWSCodec, KeyRing, Reason, SealError
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode
+from statecodec._types import HoldsSecrets
 from statecodec.binding import BoundCodec
 from statecodec.envelope import EnvelopeCodec, new_wrapped_key
 from statecodec.testing import assert_conformant
 from statecodec.tokeninfo import describe_token
-from tests.codecs import BINDING_KEY, CODECS, DETERMINISTIC, FOREIGN, SECRET
+from tests.codecs import BINDING_KEY, CODECS, DETERMINISTIC, FOREIGN, OTHER, RINGS, SECRET
 from tests.envelope_wrappers import LocalWrapper
+from tests.integration.kms_support import assert_no_secret_in
 from tests.secrecy import chain_texts
 
 MARKER = "redteam-marker-do-not-log-4b1d"
@@ -58,7 +65,7 @@ class _TokenStr(str):
         return 0
 
 
-# --- every configuration ------------------------------------------------------------------------
+# --- every configuration: the contract ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", CODECS)
@@ -76,11 +83,94 @@ def test_reason_codes_for_a_str_subclass_and_for_one_character_over_the_cap(name
     assert refusal(codec.unseal, token + "A" * (limit + 1 - len(token))).reason is Reason.OVERSIZED
 
 
+def _layout(name: str) -> tuple[str, str | None]:
+    """("binary", None), or the JOSE class and alg of a configuration (a BoundCodec's is its inner codec's)."""
+    inner: Any = getattr(CODECS[name], "codec", CODECS[name])
+    return ("binary", None) if not isinstance(inner, JWECodec | JWSCodec) else (type(inner).__name__, inner.alg)
+
+
 @pytest.mark.parametrize("target", CODECS)
-def test_a_token_of_one_codec_never_opens_in_another(target: str) -> None:
+def test_a_token_of_one_codec_never_opens_in_another_and_never_reaches_its_tag(target: str) -> None:
+    """Refused by the format (version byte, segment count, alg) before any key is tried, under one shared secret."""
+    assert len({cast(Any, CODECS[name]).key_ids for name in RINGS}) == 1  # one secret, one key id, five formats
+    kind, alg = _layout(target)
     for source, token in TOKENS.items():
         if source != target and (source, target) not in LAYERED:
-            refusal(CODECS[target].unseal, token)
+            theirs = _layout(source)
+            expected = (
+                Reason.MALFORMED if (target, source) in LAYERED  # the inner codec opens it: no claims inside
+                else Reason.FORMAT if kind == theirs[0] == "binary"
+                else Reason.MALFORMED if kind != theirs[0]
+                else Reason.ALG if alg != theirs[1]
+                else Reason.UNKNOWN_KEY  # two ECDH-ES recipients: another key of the same format
+            )  # fmt: skip
+            assert refusal(CODECS[target].unseal, token).reason is expected, source
+
+
+@pytest.mark.parametrize("name", CODECS)
+def test_repr_names_key_ids_only_and_no_copy_of_the_codec_or_its_keys_can_be_made(name: str) -> None:
+    codec, inner = CODECS[name], cast(Any, getattr(CODECS[name], "codec", CODECS[name]))
+    assert repr(codec).startswith(f"{type(codec).__name__}(")
+    assert f"key_ids={list(inner.key_ids)!r}" in repr(codec)
+    private = [b64u_decode(k["d"]) for k in inner.private_jwks()["keys"]] if "ecdh" in name or "ed" in name else []
+    assert_no_secret_in([repr(codec)], [SECRET, BINDING_KEY, *private])
+    names = {n for cls in type(inner).__mro__ for n in getattr(cls, "__slots__", ())}
+    names |= set(getattr(inner, "__dict__", ()))
+    held = [v for n in names if isinstance(v := getattr(inner, n, None), HoldsSecrets)]  # key slots, rings
+    for holder, duplicate in itertools.product([codec, *held], (pickle.dumps, copy.copy, copy.deepcopy)):
+        with pytest.raises(TypeError, match="not picklable"):
+            duplicate(holder)
+
+
+@pytest.mark.parametrize("name", CODECS)
+def test_seal_takes_bytes_and_the_default_cap_holds_a_64_kib_payload(name: str) -> None:
+    codec = CODECS[name]
+    assert cast(Any, getattr(codec, "codec", codec)).max_token_length == DEFAULT_MAX_TOKEN_LENGTH
+    assert codec.unseal(codec.seal(cast(Any, bytearray(64 * 1024)))) == bytes(64 * 1024)
+    with pytest.raises(TypeError):
+        codec.seal(cast(Any, "text"))
+
+
+CAPPED: dict[str, Callable[..., Any]] = {name: partial(ring, [SECRET]) for name, ring in RINGS.items()}
+CAPPED |= {
+    "envelope": partial(EnvelopeCodec, _WRAPS := LocalWrapper(), [new_wrapped_key(_WRAPS)]),
+    "jwe-ecdh-x25519": partial(JWECodec.ecdh, [x25519.X25519PrivateKey.generate()]),
+    "jws-eddsa": partial(JWSCodec.eddsa, [ed25519.Ed25519PrivateKey.generate()]),
+}
+
+
+@pytest.mark.parametrize("name", CAPPED)
+@settings(max_examples=15, deadline=None, derandomize=True, database=None)
+@given(extra=st.integers(min_value=0, max_value=600))
+def test_seal_refuses_exactly_what_unseal_would_refuse(name: str, extra: int) -> None:
+    """At any cap, the largest payload that seals opens, one byte more is a SealError, and its token (from a
+    codec with a higher cap) is OVERSIZED here, as is the largest token under a cap one character lower."""
+    cap = len(CAPPED[name]().seal(b"")) + extra
+    codec, roomy = CAPPED[name](max_token_length=cap), CAPPED[name](max_token_length=2 * cap)
+    low, high = 0, cap  # the largest payload length whose token fits: seal fits n bytes, not n + 1
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if len(roomy.seal(bytes(mid))) <= cap else (low, mid - 1)
+    token = codec.seal(bytes(low))
+    assert codec.unseal(token) == bytes(low)
+    with pytest.raises(SealError):
+        codec.seal(bytes(low + 1))
+    assert refusal(codec.unseal, roomy.seal(bytes(low + 1))).reason is Reason.OVERSIZED
+    if extra:
+        lower = CAPPED[name](max_token_length=len(token) - 1)
+        assert refusal(lower.unseal, token).reason is Reason.OVERSIZED
+
+
+@pytest.mark.parametrize("name", RINGS)
+def test_rotation_phases_keep_every_token_in_flight_until_the_old_key_is_retired(name: str) -> None:
+    ring = RINGS[name]
+    before = ring([SECRET]).seal(PAYLOAD)
+    phase1, phase2, phase3 = ring([SECRET, OTHER]), ring([OTHER, SECRET]), ring([OTHER])
+    t1, t2 = phase1.seal(PAYLOAD), phase2.seal(PAYLOAD)
+    assert cast(Any, phase2).key_ids == (*KeyRing([OTHER]).key_ids, *KeyRing([SECRET]).key_ids)
+    assert all(codec.unseal(t) == PAYLOAD for codec in (phase1, phase2) for t in (before, t1, t2))
+    assert phase3.unseal(t2) == PAYLOAD
+    assert refusal(phase3.unseal, before).reason is refusal(phase3.unseal, t1).reason is Reason.UNKNOWN_KEY
 
 
 @pytest.mark.parametrize("name", ["aesgcm", "xaesgcm", "envelope"])
