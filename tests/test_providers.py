@@ -14,7 +14,7 @@ import pytest
 from statecodec.envelope import default_context
 from statecodec.errors import ConfigurationError
 from statecodec.providers import context_from_settings, parse_context, wrapped_keys_from_settings
-from statecodec.providers._retry import RetryPolicy, call_with_retries
+from statecodec.providers._retry import RetryPolicy
 from statecodec.providers._sdk_logs import sdk_logs_withheld
 from tests.integration.kms_support import capture_every_record
 
@@ -48,25 +48,6 @@ def test_wrapped_keys_from_settings(tmp_path: Path) -> None:
         wrapped_keys_from_settings({"STATECODEC_WRAPPED_KEYS": "AQID,A==="})
     with pytest.raises(ConfigurationError, match="cannot read"):
         wrapped_keys_from_settings({"STATECODEC_WRAPPED_KEYS_FILE": str(tmp_path / "missing")})
-
-
-def test_retries_are_bounded_and_only_for_transient_causes() -> None:
-    delays: list[float] = []
-    policy = RetryPolicy(attempts=4, base_delay=0.1, max_delay=0.3, sleep=delays.append)
-    calls: list[int] = []
-
-    def fails() -> str:
-        calls.append(1)
-        raise TimeoutError
-
-    with pytest.raises(TimeoutError):
-        call_with_retries(fails, transient=lambda _: True, policy=policy)
-    assert len(calls) == 4
-    with pytest.raises(TimeoutError):
-        call_with_retries(fails, transient=lambda _: False, policy=policy)
-    assert len(calls) == 5  # a cause that waiting cannot help is raised at once
-    assert len(delays) == 3
-    assert all(0 <= d <= 0.3 for d in delays)
 
 
 @pytest.mark.parametrize(

@@ -24,21 +24,6 @@ def open_until(window: _OutageWindow, clock: Clock) -> float:
     return opened
 
 
-def test_a_window_names_the_cause_and_doubles_only_after_it_expired() -> None:
-    clock = Clock()
-    window = _OutageWindow(1.0, clock)
-    first, _ = window.start()
-    window.failed(first, DOWN)  # window 0 to 1
-    assert window.start()[1] == Failure(FailureKind.OUTAGE, "Vault did not answer (backing off)")
-    clock.now = 1.0
-    second, down = window.start()
-    assert down is None
-    clock.now = 1.5
-    window.failed(second, DOWN)  # started after the window was set: doubles, 1.5 to 3.5
-    window.failed(first, DOWN)  # a straggler from before: ignored
-    assert open_until(window, clock) == 3.5
-
-
 def test_an_answer_closes_the_window_and_resets_its_length() -> None:
     clock = Clock()
     window = _OutageWindow(2.0, clock)

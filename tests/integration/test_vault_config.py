@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from tests.plugins.vault import BaoServer, client_for, reason, transit_policy
 
-from statecodec import EnvelopeCodec, ProviderError, Reason, VaultTransitCodec
+from statecodec import ProviderError, Reason, VaultTransitCodec
 from statecodec.cli.main import main
 from statecodec.config import codec_from_env, codec_from_file
 
@@ -64,37 +64,6 @@ def test_kms_check_probes_a_transit_configuration(
     monkeypatch.setenv("STATECODEC_VAULT_KEY", "missing-key")
     assert main(["kms", "check"]) == 2
     assert "does not exist" in capsys.readouterr().err
-
-
-def test_envelope_through_cli_and_env(
-    vault_server: BaoServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    key = vault_server.new_key()
-    for name, value in _env(vault_server, key).items():
-        monkeypatch.setenv(name, value)
-    assert main(["kms", "new-data-key", "--provider", "vault", "--audience", "orders"]) == 0
-    wrapped = capsys.readouterr().out.strip()
-    assert vault_server.root_token not in wrapped
-    more = {
-        "STATECODEC_WRAPPED_KEYS": wrapped,
-        "STATECODEC_KMS_AUDIENCE": "orders",
-        "STATECODEC_CODEC": "vault-envelope",
-    }
-    for name, value in more.items():
-        monkeypatch.setenv(name, value)
-    codec = codec_from_env()
-    assert isinstance(codec, EnvelopeCodec)
-    assert codec.unseal(codec.seal(b"cli")) == b"cli"
-    assert main(["kms", "check"]) == 0
-    out = capsys.readouterr().out
-    assert f"key ids: {codec.primary_key_id} (primary)" in out
-    assert f"transit/{key}" in out
-    # The same ring checked from flags, with a wrong context: a start-up error, exit code 2.
-    monkeypatch.delenv("STATECODEC_VAULT_KEY")
-    assert main(["kms", "check", "--provider", "vault", "--vault-key", key, "--audience", "search"]) == 2
-    err = capsys.readouterr().err
-    assert "did not verify" in err
-    assert vault_server.root_token not in err
 
 
 # urllib3 warns on every unverified request, as it should; the test asserts the setting took effect.
