@@ -333,16 +333,16 @@ def test_describe_token_raises_only_invalid_token_and_keeps_no_header_text() -> 
 # --- misconfiguration: refused at construction, saying how to fix it, echoing no secret ----------
 
 
-def _provider(module: str, name: str, *args: Any, **kwargs: Any) -> object:
-    """`statecodec.providers.<module>.<name>(*args, **kwargs)`, imported only when called (an optional extra)."""
-    return getattr(importlib.import_module(f"statecodec.providers.{module}"), name)(*args, **kwargs)
+def _late(module: str, name: str, *args: Any, **kwargs: Any) -> object:
+    """`statecodec.<module>.<name>(*args, **kwargs)`, imported only when called (an optional extra)."""
+    return getattr(importlib.import_module(f"statecodec.{module}"), name)(*args, **kwargs)
 
 
 def _with_vault_client(name: str, *args: Any, **kwargs: Any) -> object:
     """`<name>(client, ...)` with a client for an address where nothing listens: a call would fail otherwise."""
-    client: Any = _provider("vault", "vault_client", "http://127.0.0.1:1", token="s.token")
+    client: Any = _late("providers.vault", "vault_client", "http://127.0.0.1:1", token="s.token")
     try:
-        return _provider("vault", name, client, *args, **kwargs)
+        return _late("providers.vault", name, client, *args, **kwargs)
     finally:
         client.adapter.close()
 
@@ -355,26 +355,43 @@ def _misconfigurations() -> Iterator[tuple[str, str | None, Callable[[], object]
     five, clock = cast(Any, 5), cast(Any, datetime.datetime.now)
     for bad in (None, 5, 1.5):
         yield f"envelope-keys-{bad}", None, partial(EnvelopeCodec, WRAPPER, cast(Any, bad)), "wrapped_keys must be"
-    for cap in ("4096", True, 10, 2**31):
-        capped = partial(EnvelopeCodec, WRAPPER, [new_wrapped_key(WRAPPER)], max_token_length=cast(Any, cap))
-        yield f"envelope-cap-{cap!r}", None, capped, "max_token_length"
+    for ring, cap in itertools.product(("envelope", "aesgcm", "xaesgcm"), ("4096", True, 4096.0, None, 0, 10, 2**31)):
+        build = CAPPED[ring] if ring != "envelope" else partial(EnvelopeCodec, WRAPPER, [new_wrapped_key(WRAPPER)])
+        yield f"{ring}-cap-{cap!r}", None, partial(build, max_token_length=cast(Any, cap)), "max_token_length"
     yield "ecdh-keys", None, partial(JWECodec.ecdh, five), "non-empty list"
     yield "eddsa-keys", None, partial(JWSCodec.eddsa, five), "non-empty list"
     for alg in (["HS256"], {"k": MARKER}, 7, MARKER * 4):
         jwk = {"kty": "oct", "kid": "a", "k": b64u_encode(os.urandom(32)), "alg": alg}
         yield f"jws-jwk-alg-{type(alg).__name__}", None, partial(JWSCodec.from_jwks, [jwk]), "this codec accepts"
         yield f"jwe-jwk-alg-{type(alg).__name__}", None, partial(JWECodec.from_jwks, [jwk]), "this codec accepts"
+    migration = partial(_late, "sdk_migration", "SDKKeysMigration", AESGCMCodec([SECRET]))
+    sdk: list[tuple[dict[str, Any], str]] = [
+        ({}, "sdk_tokens_until must be the epoch second"),
+        ({"sdk_tokens_until": float("nan")}, "sdk_tokens_until must be"),
+        ({"seal_with_sdk": True, "sdk_tokens_until": 1.0}, "takes no sdk_tokens_until"),
+        ({"seal_with_sdk": True, "sdk_keys": [OTHER, b"short"]}, r"sdk_keys\[1\] is 5 bytes"),
+        ({"seal_with_sdk": True, "sdk_keys": OTHER}, "sdk_keys must be the list"),
+    ]
+    for kw, match in sdk:
+        yield f"sdk-migration-{match[:20]}", "mcp", partial(migration, **{"sdk_keys": [OTHER], **kw}), match
+    no_codec = partial(_late, "sdk_migration", "SDKKeysMigration", object(), [OTHER], seal_with_sdk=True)
+    yield "sdk-migration-codec", "mcp", no_codec, "codec must have seal"
     bound = partial(BoundCodec, AESGCMCodec([SECRET]), audience="svc", binding_key=BINDING_KEY, clock=clock)
     yield "bound-clock-datetime", None, bound, r"clock must .*epoch seconds .*got a clock returning datetime"
-    aws = partial(_provider, "aws_kms", "AwsKmsWrapper", "1234abcd", region="eu-west-1")
+    aws = partial(_late, "providers.aws_kms", "AwsKmsWrapper", "1234abcd", region="eu-west-1")
     for kw in ({"endpoint_url": 5}, {"read_timeout": float("nan")}, {"connect_timeout": -1}, {"connect_timeout": "2"}):
         yield f"aws-{kw}", "boto3", partial(aws, **kw), "must be"
     gcp_key = "projects/p/locations/global/keyRings/r/cryptoKeys/k"
-    gcp = partial(_provider, "gcp_kms", "GcpKmsWrapper", gcp_key, client=0)
-    yield "gcp-retry", "google.cloud.kms", partial(gcp, retry=5), "RetryPolicy"
-    yield "gcp-timeout", "google.cloud.kms", partial(gcp, timeout=True), "timeout"
-    vault = partial(_provider, "vault", "vault_client", f"https://ops:{MARKER}@vault.example:8200", token="s.token")
-    yield "vault-url", "hvac", vault, "no credentials"
+    gcp = partial(_late, "providers.gcp_kms", "GcpKmsWrapper", client=0)
+    yield "gcp-retry", "google.cloud.kms", partial(gcp, gcp_key, retry=5), "RetryPolicy"
+    yield "gcp-timeout", "google.cloud.kms", partial(gcp, gcp_key, timeout=True), "timeout"
+    for name in ("projects/p/locations/l/keyRings/r", gcp_key + "/cryptoKeyVersions/1"):
+        yield f"gcp-name-{name[-12:]}", "google.cloud.kms", partial(gcp, name), "crypto key name"
+    for host in ("10.0.0.5:9000", "kms.example.com:443", "::1"):  # the emulator is loopback only
+        emulated = partial(gcp, gcp_key, client=None, emulator_host=host)
+        yield f"gcp-emulator-{host}", "google.cloud.kms", emulated, "loopback"
+    vault = partial(_late, "providers.vault", "vault_client", token="s.token")
+    yield "vault-url", "hvac", partial(vault, f"https://ops:{MARKER}@vault.example:8200"), "no credentials"
     transit = partial(_with_vault_client, "VaultTransitCodec", "k", clock=None)
     yield "vault-transit-clock", "hvac", transit, "clock must be a callable"
     yield "vault-wrapper-retry", "hvac", partial(_with_vault_client, "VaultKeyWrapper", "k", retry=5), "RetryPolicy"
@@ -403,5 +420,5 @@ def test_vault_secret_files_are_read_with_a_bound(tmp_path: Path) -> None:
     huge.write_bytes(b"s." + b"x" * (128 * 1024))
     settings_ = {"STATECODEC_VAULT_ADDR": "http://127.0.0.1:1", "STATECODEC_VAULT_TOKEN_FILE": str(huge)}
     with pytest.raises(ConfigurationError, match="is over") as info:
-        _provider("vault", "vault_client_from_settings", settings_)
+        _late("providers.vault", "vault_client_from_settings", settings_)
     assert "xxxx" not in str(info.value)

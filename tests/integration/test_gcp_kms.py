@@ -15,7 +15,6 @@ from tests.plugins.gcp import CORRUPTIONS, FakeCloudKms, key_name
 
 from statecodec import EnvelopeCodec, ProviderError
 from statecodec.envelope import canonical_context, default_context, new_wrapped_key
-from statecodec.errors import ConfigurationError
 from statecodec.providers._retry import RetryPolicy
 from statecodec.providers.gcp_kms import GcpKmsWrapper
 
@@ -113,19 +112,6 @@ def test_kms_errors_are_named_and_retried_only_when_waiting_can_help(
 def test_unknown_key(ring: list[bytes], gcp_client: Any) -> None:
     with pytest.raises(ProviderError, match="not found"):
         EnvelopeCodec(GcpKmsWrapper(key_name("p", "r", "never-created"), client=gcp_client), ring)
-
-
-@pytest.mark.parametrize(
-    ("name", "host", "match"),
-    [
-        ("projects/p/locations/l/keyRings/r", None, "crypto key name"),
-        ("projects/p/locations/l/keyRings/r/cryptoKeys/k/cryptoKeyVersions/1", None, "crypto key name"),
-        *((key_name("p", "r", "k"), host, "loopback") for host in ("10.0.0.5:9000", "kms.example.com:443", "::1")),
-    ],
-)
-def test_misconfiguration_is_refused_at_construction(name: str, host: str | None, match: str) -> None:
-    with pytest.raises(ConfigurationError, match=match):
-        GcpKmsWrapper(name, client=object() if host is None else None, emulator_host=host)
 
 
 @pytest.fixture
