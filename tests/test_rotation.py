@@ -18,6 +18,7 @@ from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken
 from statecodec.cli.main import main
 from statecodec.keys import format_keys, parse_keys
 from statecodec.rotation import FleetReport, Phase, RotationPlan, check_fleet, parse_fleet, reseal
+from tests.plugins.vault import Clock
 from tests.secrecy import COLLIDING_SECRETS
 
 OLD = bytes(range(32))
@@ -29,16 +30,8 @@ T0 = 1_767_225_600
 PLAN = RotationPlan(OLD, NEW, TTL, future_skew=SKEW)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now: float = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 RINGS: dict[str, list[bytes]] = {"old": [OLD], "p1": [OLD, NEW], "p2": [NEW, OLD], "p3": [NEW]}
-CLOCK = Clock()
+CLOCK = Clock(T0)
 CODECS = {
     name: BoundCodec(AESGCMCodec(keys), audience="svc", binding_key=BINDING_KEY, ttl=TTL, future_skew=SKEW,
                      clock=CLOCK)

@@ -17,6 +17,7 @@ from statecodec.mcp import security
 from statecodec.sdk_migration import SDK_FORMAT_PREFIX, SDKKeysMigration
 from statecodec.testing import assert_conformant
 from tests.mcp_flows import TOOL, accept_token, assert_mcp_rejects, build_server, mint_token
+from tests.plugins.vault import Clock
 
 SDK_KEY, OTHER_SDK_KEY = generate_key(), generate_key()
 NEW = AESGCMCodec([generate_key()])
@@ -25,14 +26,6 @@ ANSWERS: dict[str, Any] = {
     "region": {"region": ElicitResult(action="accept", content={"region": "eu"})},
     "size": {"size": ElicitResult(action="accept", content={"size": "xl"})},
 }
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def old_policy() -> RequestStateSecurity:

@@ -247,8 +247,8 @@ def reason(call: Callable[..., object], *args: object) -> Reason:
 class Clock:
     """A clock the test moves by hand (``clock.now += 1``)."""
 
-    def __init__(self) -> None:
-        self.now = 0.0
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
 
     def __call__(self) -> float:
         return self.now
