@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from statecodec import EnvelopeCodec, KeyWrapper
+from statecodec import EnvelopeCodec
 from statecodec._encoding import b64u_encode
 from statecodec.envelope import (
     MAX_WRAPPED_KEY_LENGTH,
@@ -21,7 +21,7 @@ from statecodec.envelope import (
     new_wrapped_key,
     parse_wrapped_keys,
 )
-from statecodec.errors import ConfigurationError, ProviderError
+from statecodec.errors import ProviderError
 from tests.envelope_wrappers import LocalWrapper, TableWrapper
 
 
@@ -71,45 +71,6 @@ def test_an_unexpected_provider_answer_becomes_a_provider_error() -> None:
     short = TableWrapper({(b"blob", canonical_context(default_context())): b"short key"})
     with pytest.raises(ProviderError, match="32\\+ bytes"):
         EnvelopeCodec(short, [b"blob"])
-
-
-class _Refuses(LocalWrapper):
-    def unwrap(self, blob: bytes, context: Any) -> bytes:
-        raise AssertionError("the provider must not be called")
-
-
-@pytest.mark.parametrize(
-    ("wrapped", "match"),
-    [
-        (b"single", "a list"),
-        ("single", "a list"),
-        ([], "at least one"),
-        ([b""], "empty"),
-        ([b"x" * (MAX_WRAPPED_KEY_LENGTH + 1)], "maximum"),
-        (["not base64!"], "base64url"),
-        (["AB=="], "base64url"),
-        ([b"same", b"same"], "duplicates"),
-        ([42], "bytes or base64url"),
-    ],
-)
-def test_bad_rings_fail_before_any_provider_call(wrapped: Any, match: str) -> None:
-    with pytest.raises(ConfigurationError, match=match):
-        EnvelopeCodec(_Refuses(), wrapped)
-
-
-@pytest.mark.parametrize(
-    ("context", "match"),
-    [({}, "empty"), ({"": "x"}, "non-empty"), ({"k": 1}, "str"), ({"k": "x" * 300}, "at most"), ("a=b", "mapping")],
-)
-def test_bad_contexts_fail_at_construction(context: Any, match: str) -> None:
-    with pytest.raises(ConfigurationError, match=match):
-        EnvelopeCodec(_Refuses(), [b"blob"], context=context)
-
-
-def test_wrapper_must_look_like_a_key_wrapper() -> None:
-    with pytest.raises(ConfigurationError, match="KeyWrapper"):
-        EnvelopeCodec(object(), [b"blob"])  # type: ignore[arg-type]
-    assert isinstance(LocalWrapper(), KeyWrapper)
 
 
 def test_repr_shows_provider_and_key_ids_only_and_it_does_not_pickle() -> None:

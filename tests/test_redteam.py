@@ -30,7 +30,7 @@ from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, JWECodec, 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode
 from statecodec._types import HoldsSecrets
 from statecodec.binding import BoundCodec
-from statecodec.envelope import EnvelopeCodec, new_wrapped_key
+from statecodec.envelope import MAX_WRAPPED_KEY_LENGTH, EnvelopeCodec, new_wrapped_key
 from statecodec.testing import assert_conformant
 from statecodec.tokeninfo import describe_token
 from tests.codecs import BINDING_KEY, CODECS, DETERMINISTIC, FOREIGN, OTHER, RINGS, SECRET
@@ -353,8 +353,17 @@ WRAPPER = LocalWrapper()  # counts unwraps: a configuration error is found befor
 def _misconfigurations() -> Iterator[tuple[str, str | None, Callable[[], object], str]]:
     """(id, the extra it needs, a construction that must fail, what the message must say)."""
     five, clock = cast(Any, 5), cast(Any, datetime.datetime.now)
-    for bad in (None, 5, 1.5):
-        yield f"envelope-keys-{bad}", None, partial(EnvelopeCodec, WRAPPER, cast(Any, bad)), "wrapped_keys must be"
+    huge, must = [b"x" * (MAX_WRAPPED_KEY_LENGTH + 1)], "wrapped_keys must be"
+    for ring, match in [
+        *((bad, must) for bad in (None, 5, 1.5)), (b"single", "a list"), ("single", "a list"), ([], "at least one"),
+        ([b""], "empty"), (huge, "maximum"), (["not base64!"], "base64url"), (["AB=="], "base64url"),
+        ([b"same", b"same"], "duplicates"), ([42], "bytes or base64url"),
+    ]:  # fmt: skip
+        yield f"envelope-keys-{ring!r:.20}", None, partial(EnvelopeCodec, WRAPPER, cast(Any, ring)), match
+    contexts: list[tuple[Any, str]] = [({}, "empty"), ({"": "x"}, "non-empty"), ({"k": 1}, "str"), ("a=b", "mapping")]
+    for context, match in [*contexts, ({"k": "x" * 300}, "at most")]:
+        yield f"envelope-context-{context!r:.20}", None, partial(EnvelopeCodec, WRAPPER, [b"b"], context=context), match
+    yield "envelope-wrapper", None, partial(EnvelopeCodec, cast(Any, object()), [b"b"]), "KeyWrapper"
     for ring, cap in itertools.product(("envelope", "aesgcm", "xaesgcm"), ("4096", True, 4096.0, None, 0, 10, 2**31)):
         build = CAPPED[ring] if ring != "envelope" else partial(EnvelopeCodec, WRAPPER, [new_wrapped_key(WRAPPER)])
         yield f"{ring}-cap-{cap!r}", None, partial(build, max_token_length=cast(Any, cap)), "max_token_length"
