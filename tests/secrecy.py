@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections.abc import Iterator
 
 from statecodec._encoding import b64u_encode
@@ -25,12 +26,10 @@ def chain_texts(exc: BaseException) -> Iterator[str]:
         seen.add(id(cur))
         yield str(cur)
         yield repr(cur)
-        for name in dir(cur):
-            if name.startswith("__"):
-                continue
-            value = getattr(cur, name, None)
-            if not callable(value):
-                yield repr(value)
+        with warnings.catch_warnings():  # reading a deprecated attribute (urllib3's .pool) warns
+            warnings.simplefilter("ignore")
+            values = [getattr(cur, name, None) for name in dir(cur) if not name.startswith("__")]
+        yield from (repr(value) for value in values if not callable(value))
         pending.extend(e for e in (cur.__cause__, cur.__context__) if e is not None)
 
 

@@ -27,6 +27,7 @@ import pytest
 from examples.fleet_client import provision
 from mcp import MCPError
 from tests.integration.fleet_harness import FleetServer, fleet, ready
+from tests.mcp_flows import INVALID_PARAMS, REJECTION_MESSAGE
 from tests.plugins.aws import REGION, MotoServer
 
 from statecodec import format_keys, generate_key
@@ -35,8 +36,6 @@ from statecodec.providers.aws_kms import AwsKmsWrapper
 
 pytestmark = pytest.mark.integration
 
-INVALID_PARAMS = -32602
-REJECTION_MESSAGE = "Invalid or expired requestState"
 SDK_REJECTION_LOG = "requestState rejected on tools/call"
 SDK_DEFAULT = {"FLEET_MODE": "sdk-default"}
 # Bounded by count: the kernel spreads connections over the workers, not in a fixed order.

@@ -21,6 +21,7 @@ from tests.integration.kms_support import ATTEMPTS, assert_no_secret_in, capture
 from tests.plugins.aws import CREDENTIALS, REGION, MotoServer
 from tests.plugins.gcp import FakeCloudKms, key_name
 from tests.plugins.vault import CallLog, client_for, transit_policy
+from tests.secrecy import chain_texts
 
 from statecodec import EnvelopeCodec, InvalidToken, ProviderError, Reason
 from statecodec._encoding import b64u_decode
@@ -164,12 +165,7 @@ def _refused(provider: Provider, wrapper: Any, blobs: list[bytes], secrets: list
     """Start-up fails as a `ProviderError` naming the ring slot and the key; no secret in its message or chain."""
     with pytest.raises(ProviderError) as info:
         EnvelopeCodec(wrapper, blobs, **kw)
-    chain: list[BaseException] = []
-    exc: BaseException | None = info.value
-    while exc is not None and exc not in chain:
-        chain.append(exc)
-        exc = exc.__cause__ or exc.__context__
-    assert_no_secret_in([f"{e!r} {vars(e)!r}" for e in chain], [*secrets, *provider.secrets])
+    assert_no_secret_in(chain_texts(info.value), [*secrets, *provider.secrets])
     message = str(info.value)
     assert "wrapped_keys[0]" in message
     assert provider.key in message
