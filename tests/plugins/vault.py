@@ -255,7 +255,7 @@ class Clock:
 
 
 def assert_not_copyable(holder: object) -> None:
-    """`holder` (it holds a Vault token or secret id) refuses every pickle protocol, `copy` and `deepcopy`."""
+    """`holder` (it holds a key, a Vault token or a secret id) refuses every pickle protocol, `copy` and `deepcopy`."""
     dumps: list[Callable[[object], object]] = [copy.copy, copy.deepcopy]
     dumps += [functools.partial(pickle.dumps, protocol=p) for p in range(pickle.HIGHEST_PROTOCOL + 1)]
     for dump in dumps:
