@@ -306,7 +306,7 @@ def test_segment_swaps_drops_and_duplicates_raise_only_invalid_token(name: str) 
 
 
 def test_describe_token_raises_only_invalid_token_and_keeps_no_header_text() -> None:
-    # Any text and any non-str: tests/test_inspect.py. Here: the hostile headers the codecs refuse.
+    # Any text and any non-str: tests/test_tokeninfo.py. Here: the hostile headers the codecs refuse.
     rest = TOKENS["jwe-dir"][TOKENS["jwe-dir"].index(".") :]
     for text in RAW_HEADERS:
         # A description may describe a header a codec would refuse.
