@@ -1,7 +1,7 @@
 """Interoperability both ways with jwcrypto and joserfc (and PyJWT for JWS), for every supported algorithm.
 
 Another stack holds the same key (the ring's derived JWK, a raw JWK, or the recipient's EC/OKP key): our
-tokens must open there, theirs must open here, and theirs with anything outside the profile are refused here.
+tokens must open there, and theirs must open here.
 """
 
 from __future__ import annotations
@@ -99,35 +99,11 @@ def test_jwe_round_trips_both_ways_with_jwcrypto_and_joserfc(name: str) -> None:
         assert codec.unseal(joserfc_seal(jwk, payload, header(codec, jwk))) == payload
 
 
-@pytest.mark.parametrize(
-    ("extra", "expected"),
-    [
-        ({"zip": "DEF"}, "header"),
-        ({"typ": "JWE"}, "header"),
-        ({"jku": "https://attacker.example/jwks"}, "header"),
-        ({"enc": "A256CBC-HS512"}, "alg"),
-        ({"enc": "A128GCM"}, "alg"),
-    ],
-)
-def test_their_jwe_with_a_forbidden_header_is_refused(extra: dict[str, str], expected: str) -> None:
-    # dir fixes the key size to the enc; A256KW wraps a content key of any size.
-    codec, jwk = JWE["A256KW-raw" if "enc" in extra else "dir-raw"]
-    token = jwcrypto_seal(jwk, PAYLOADS[0], header(codec, jwk, **extra))
-    assert jwcrypto_open(jwk, token) == PAYLOADS[0]  # a valid JWE, by the general library's rules
-    assert reason(codec, token) == expected
-
-
-def test_their_jwe_with_another_algorithm_serialization_or_recipient_is_refused() -> None:
-    direct, jwk = JWE["dir-raw"]
-    wrapped = {"alg": "A256KW", "enc": "A256GCM", "kid": jwk["kid"]}
-    assert reason(direct, joserfc_seal(jwk, PAYLOADS[0], wrapped)) == "alg"
-    assert reason(direct, jwcrypto_seal(jwk, PAYLOADS[0], wrapped)) == "alg"
+def test_their_jwe_to_another_key_under_our_kid_is_refused() -> None:
+    """Headers outside the profile, whoever made the token: tests/test_jwe.py and tests/test_jws.py forge
+    them with a valid tag or MAC. Here: another stack encrypting to a stranger's key under our kid."""
     p256, p256_jwk = JWE["ECDH-ES+A256KW-P-256"]
-    assert reason(p256, jwcrypto_seal(p256_jwk, PAYLOADS[0], header(p256, p256_jwk, alg="ECDH-ES"))) == "alg"
-    general = cr_jwe.JWE(PAYLOADS[0], json.dumps(header(direct, jwk)))
-    general.add_recipient(cr_jwk.JWK(**jwk))
-    assert reason(direct, str(general.serialize())) == "malformed"
-    stranger = {**pyca_jwk(ec.generate_private_key(ec.SECP256R1())), "kid": p256_jwk["kid"]}  # another key, our kid
+    stranger = {**pyca_jwk(ec.generate_private_key(ec.SECP256R1())), "kid": p256_jwk["kid"]}
     assert reason(p256, joserfc_seal(stranger, PAYLOADS[0], header(p256, stranger))) == "seal"
 
 
@@ -166,23 +142,6 @@ def test_jws_verifies_both_ways_with_jwcrypto_joserfc_and_pyjwt(alg: str) -> Non
         assert pyjwt.api_jws.decode(ours, public, algorithms=[alg]) == PAYLOADS[0]
         pyjwt_token = pyjwt.api_jws.encode(PAYLOADS[0], key, algorithm=alg, headers={"kid": jwk["kid"], "typ": None})
         assert codec.unseal(pyjwt_token) == PAYLOADS[0]
-
-
-def test_their_jws_with_a_forbidden_header_is_refused() -> None:
-    key, kid = b64u_decode(HS_JWK["k"]), HS_JWK["kid"]
-    # PyJWT adds "typ": "JWT" unless told not to: outside the profile.
-    assert reason(HS_CODEC, pyjwt.api_jws.encode(PAYLOADS[0], key, algorithm="HS256", headers={"kid": kid})) == "header"
-    # The alg is refused before any key is chosen; a 48-byte key keeps PyJWT from warning about HS384.
-    hs384 = pyjwt.api_jws.encode(PAYLOADS[0], key + key[:16], algorithm="HS384", headers={"kid": kid, "typ": None})
-    assert reason(HS_CODEC, hs384) == "alg"
-    unencoded = {"alg": "HS256", "kid": kid, "b64": False, "crit": ["b64"]}
-    assert reason(HS_CODEC, rfc_jws.serialize_compact(unencoded, b"payload", rfc_key(HS_JWK))) in {
-        "header",
-        "malformed",
-    }
-    embedded = cr_jws.JWS(PAYLOADS[0])
-    embedded.add_signature(cr_jwk.JWK(**HS_JWK), None, json.dumps({"alg": "HS256", "kid": kid, "jwk": {"kty": "oct"}}))
-    assert reason(HS_CODEC, embedded.serialize(compact=True)) == "header"
 
 
 # --- exported private JWK Sets -------------------------------------------------------------------
