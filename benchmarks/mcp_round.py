@@ -3,8 +3,8 @@
 One retried tools/call by an authenticated client, both ways: the boundary as its ``__call__`` runs it (request
 identity, unseal and seal of a 300-byte state, a principal), and BoundCodec's unseal and seal with the request
 context. What each adds is its round minus the bare codec's unseal and seal (and, for the SDK, minus the handler
-it awaits). Every operation is timed in each round in a fresh order; the figure is the median over rounds of
-BoundCodec's added cost over the SDK's in the same round.
+it awaits). Every operation is timed in each round in a fresh order (`statecodec bench`'s `interleave`); the
+figure is the median over rounds of BoundCodec's added cost over the SDK's in the same round.
 
 Run: ``python benchmarks/mcp_round.py [--rounds N]``.
 """
@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import statistics
-import timeit
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
@@ -24,6 +22,7 @@ from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 
 from statecodec import AESGCMCodec, BoundCodec
 from statecodec.binding import mcp_request_context
+from statecodec.cli.bench import interleave
 
 METHOD, PRINCIPAL = "tools/call", '{"client_id":"app-1","issuer":"https://id.example.com","subject":"user-42"}'
 PARAMS: dict[str, Any] = {"name": "provision", "arguments": {"name": "orders", "tier": "standard", "replicas": 3}}
@@ -80,14 +79,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=101)
     rounds = parser.parse_args().rounds
-    ops = operations()
-    loops = {key: max(1, round(0.001 / (timeit.Timer(op).timeit(20) / 20))) for key, op in ops.items()}
-    values: dict[str, list[float]] = {key: [] for key in ops}
-    order = list(ops)
-    for _ in range(rounds):
-        random.shuffle(order)
-        for key in order:
-            values[key].append(min(timeit.Timer(ops[key]).repeat(3, loops[key])) / loops[key])
+    values = interleave(operations(), rounds)
     bare, bound, handler, sdk = (values[k] for k in ("bare", "BoundCodec", "handler", "boundary"))
     ratio = statistics.median((b - c) / (s - h - c) for b, c, s, h in zip(bound, bare, sdk, handler, strict=True))
     print(f"MCP round ({rounds} rounds): BoundCodec adds {ratio:.2f}x of what the SDK's RequestStateBoundary adds")

@@ -93,9 +93,22 @@ CASES: dict[str, Callable[[], Pair]] = {
 }
 
 
-def measure(rounds: int, batch_s: float = 0.001) -> tuple[dict[str, list[float]], dict[str, int], dict[str, str]]:
-    """Seconds per call of each case's seal and unseal of each payload, one value a round (the best of three batches
-    of about `batch_s`), rounds interleaved; each case's token overhead; the skipped cases."""
+def interleave(ops: dict[str, Callable[[], object]], rounds: int, batch_s: float = 0.001) -> dict[str, list[float]]:
+    """Seconds per call of each operation, one value a round (the best of three batches of about `batch_s`), every
+    operation timed in each round in a fresh order."""
+    loops = {key: max(1, round(batch_s / (timeit.Timer(op).timeit(20) / 20))) for key, op in ops.items()}
+    values: dict[str, list[float]] = {key: [] for key in ops}
+    order = list(ops)
+    for _ in range(rounds):
+        random.shuffle(order)
+        for key in order:
+            values[key].append(min(timeit.Timer(ops[key]).repeat(3, loops[key])) / loops[key])
+    return values
+
+
+def measure(rounds: int) -> tuple[dict[str, list[float]], dict[str, int], dict[str, str]]:
+    """`interleave` over each case's seal and unseal of each payload; each case's token overhead; the skipped
+    cases."""
     ops: dict[str, Callable[[], object]] = {}
     overhead, skipped = {}, {}
     for name, build in CASES.items():
@@ -111,14 +124,7 @@ def measure(rounds: int, batch_s: float = 0.001) -> tuple[dict[str, list[float]]
             ops[f"{name} seal {size}"] = functools.partial(seal, payload)
             ops[f"{name} unseal {size}"] = functools.partial(unseal, token)
             overhead[f"{name} {size}"] = len(token) + (-4 * len(payload) // 3)  # over the payload in base64
-    loops = {key: max(1, round(batch_s / (timeit.Timer(op).timeit(20) / 20))) for key, op in ops.items()}
-    values: dict[str, list[float]] = {key: [] for key in ops}
-    order = list(ops)
-    for _ in range(rounds):
-        random.shuffle(order)
-        for key in order:
-            values[key].append(min(timeit.Timer(ops[key]).repeat(3, loops[key])) / loops[key])
-    return values, overhead, skipped
+    return interleave(ops, rounds), overhead, skipped
 
 
 def _bench(args: argparse.Namespace) -> int:
