@@ -1,9 +1,8 @@
 """`statecodec bench`: each codec's seal and unseal cost as a ratio to the floor, beside its peer libraries.
 
-The floor: a random 96-bit nonce, cryptography's AESGCM and base64url. Each round times every operation in a fresh
-order, so a busy moment slows every case alike; a ratio is the median over rounds of case / floor in one round
-(pyperf's runner, one benchmark after another, moved ratios by more than their gaps on a shared machine: see
-docs/performance.md). pyperf writes the run (--output) for ``python -m pyperf compare_to`` and ``stats``.
+Every operation is timed in each round in a fresh order, so a busy moment slows every case alike; a ratio is the
+median over rounds of case / floor in one round. pyperf writes the run; its own runner, one benchmark after
+another, moved ratios by more than their gaps on a shared machine (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -107,8 +106,7 @@ def interleave(ops: dict[str, Callable[[], object]], rounds: int, batch_s: float
 
 
 def measure(rounds: int) -> tuple[dict[str, list[float]], dict[str, int], dict[str, str]]:
-    """`interleave` over each case's seal and unseal of each payload; each case's token overhead; the skipped
-    cases."""
+    """`interleave` over each case's seal and unseal of each payload; each case's token overhead; skipped cases."""
     ops: dict[str, Callable[[], object]] = {}
     overhead, skipped = {}, {}
     for name, build in CASES.items():
