@@ -10,17 +10,21 @@ costs `unseal` (not a test).
    codec holding that key alone: for tokens of the current format (version 0x02, a key id), and of version 0x01
    (read through their lifetime: one HMAC per key tried). ``refusal``: the same for a token presented with another
    context, which any client holding one token can do.
+3. ``parts``: what two of `BoundCodec`'s choices buy, per call: `json.dumps` with keywords (a new `JSONEncoder` each
+   call) against one module-level encoder, and `hmac.new` against copying an HMAC keyed once.
 
 Each round times one batch of every operation, in a fresh random order, so that every side sees the same machine
 load; a figure is the median over rounds of the per-round ratio.
 
-Run: ``python benchmarks/binding.py [--rounds 31] [--batch-ms 20]``.
+Run: ``python benchmarks/binding.py [--rounds 61] [--batch-ms 20]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import hmac
+import json
 import os
 import random
 import statistics
@@ -109,6 +113,25 @@ def ring_ops(size: int = 200) -> dict[str, Op]:
     return ops
 
 
+def part_ops() -> dict[str, Op]:
+    """The alternatives `statecodec.binding` chose between, on a round's own inputs."""
+    arguments, encoder = PARAMS["arguments"], json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+    key, prefix, message = generate_key(), b"\x00\x00\x00\x05bench\x00\x00\x00\x0drequest-state", STATE[:120]
+    keyed = hmac.new(key, prefix, "sha256")
+
+    def copied() -> bytes:
+        mac = keyed.copy()
+        mac.update(message)
+        return mac.digest()
+
+    return {
+        "dumps": lambda: json.dumps(arguments, sort_keys=True, separators=(",", ":")),
+        "encoder": lambda: encoder.encode(arguments),
+        "hmac.new": lambda: hmac.new(key, prefix + message, "sha256").digest(),
+        "copy": copied,
+    }
+
+
 def interleave(ops: dict[str, Op], rounds: int, batch_s: float) -> dict[str, list[float]]:
     """Seconds per call of every operation: one batch of about `batch_s` each per round, in a fresh order."""
     counts = {}
@@ -133,11 +156,12 @@ def median_ratio(a: list[float], b: list[float]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=31)
+    parser.add_argument("--rounds", type=int, default=61)
     parser.add_argument("--batch-ms", type=float, default=20.0)
     args = parser.parse_args()
     ops = {f"round/{k}": op for k, op in round_ops().items()}
     ops.update({f"ring/{k}": op for k, op in ring_ops().items()})
+    ops.update({f"part/{k}": op for k, op in part_ops().items()})
     s = interleave(ops, args.rounds, args.batch_ms / 1000)
     bare, bound, handler, sdk = (s[f"round/{k}"] for k in ("bare", "bound", "handler", "boundary"))
     ours = [b - c for b, c in zip(bound, bare, strict=True)]
@@ -150,6 +174,9 @@ def main() -> None:
             one, many = s[f"ring/v{version}/1/{outcome}"], s[f"ring/v{version}/200/{outcome}"]
             print(f"ring: version {version} {outcome}, 200 keys vs 1: {median_ratio(many, one):.2f} "
                   f"({statistics.median(one) * 1e6:.1f} us with 1 key)")  # fmt: skip
+    for slow, fast in (("dumps", "encoder"), ("hmac.new", "copy")):
+        a, b = s[f"part/{slow}"], s[f"part/{fast}"]
+        print(f"parts: {slow} {statistics.median(a) * 1e6:.2f} us, {fast} {statistics.median(b) * 1e6:.2f} us a call")
 
 
 if __name__ == "__main__":

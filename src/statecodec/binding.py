@@ -38,8 +38,9 @@ _INFO = {
 }
 _AUDIENCE_LABEL = b"statecodec/v1/binding/audience\x00"
 _PURPOSE_LABEL = b"statecodec/v1/binding/purpose\x00"
-# The context's "args": the exact bytes the binding tag covers. One encoder for the process, as json.dumps with
-# keywords builds a new JSONEncoder per call (18% of what a BoundCodec round added; benchmarks/binding.py).
+# The context's "args": the exact bytes the binding tag covers. One encoder for the process (it keeps no state between
+# calls): json.dumps with keywords builds a new JSONEncoder per call, 1.5x the time (5.2 against 3.6 us a call in one
+# run of benchmarks/binding.py, "parts").
 _ARGS_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
 
 
@@ -59,9 +60,8 @@ def _macs(ring: KeyRing, version: int, prefix: bytes) -> list[tuple[bytes, hmac.
 def _mac(keyed: hmac.HMAC, *parts: bytes) -> bytes:
     """HMAC-SHA256 of what `keyed` was fed then `parts`, truncated to 16 bytes.
 
-    Copying a keyed HMAC (the `hmac` docs' idiom for a shared key prefix) skips the key set-up that `hmac.new`
-    repeats per call: with one join of the bound input, it took a BoundCodec round from 0.61 to 0.50 of what the
-    SDK's boundary adds (benchmarks/binding.py).
+    Copying an HMAC keyed once (the `hmac` docs' idiom for a shared prefix) skips the key set-up `hmac.new` repeats:
+    2.3 against 3.3 us a tag, three tags a round (one run of benchmarks/binding.py, "parts").
     """
     mac = keyed.copy()
     for part in parts:
@@ -79,13 +79,11 @@ def _bound_input(principal: str | None, context: Mapping[str, str] | None) -> by
         raise TypeError(f"principal must be str or None, got {type(principal).__name__}")
     items = sorted((context or {}).items())
     parts.append(len(items).to_bytes(4, "big"))
-    for item in items:
-        for text in item:  # lp(key) lp(value), inline: a call per string was a tenth of the round
-            if type(text) is not str:
-                raise TypeError("context must map str to str; digest other values first")
-            data = text.encode("utf-8", "surrogatepass")
-            parts += (len(data).to_bytes(4, "big"), data)
-    return b"".join(parts)  # one join, not one bytes object per concatenation
+    for key, value in items:
+        if type(key) is not str or type(value) is not str:
+            raise TypeError("context must map str to str; digest other values first")
+        parts += (_lp(key), _lp(value))
+    return b"".join(parts)
 
 
 def mcp_request_context(method: str, params: Mapping[str, Any] | None) -> dict[str, str]:
