@@ -24,7 +24,6 @@ from statecodec.keys import KeyRing
 __all__ = ["BoundCodec", "mcp_request_context"]
 
 _V1, _V2 = 0x01, 0x02
-_SEAL_VERSIONS = (_V2, _V1)
 _TAG_AT = {_V1: 16, _V2: 20}  # where the binding tag starts: version 0x02 carries the binding key's id at 16..19
 _PRINCIPAL_FLAG = 0x01
 _MAX_TTL = (1 << 24) - 1  # the 3-byte lifetime field: 16,777,215 s, about 194 days
@@ -51,7 +50,8 @@ def _lp(text: str) -> bytes:
 
 
 def _macs(ring: KeyRing, version: int, prefix: bytes) -> list[tuple[bytes, hmac.HMAC, hmac.HMAC]]:
-    """(key id, Kb, Kp) per ring key, in ring order, each an HMAC keyed once and fed `prefix`: `_mac` copies it."""
+    """(key id, Kb, Kp) per ring key, in ring order, each an HMAC keyed once and fed `prefix`. `_mac` copies them and
+    nothing updates them after this, so threads share them safely; they hold keys, never a tag or a verdict."""
     binding, principal = (ring.subkeys(info) for info in _INFO[version])
     return [(kid, hmac.new(kb, prefix, "sha256"), hmac.new(kp, prefix, "sha256")) for (kid, kb), (_, kp) in
             zip(binding, principal, strict=True)]  # fmt: skip
@@ -71,14 +71,10 @@ def _mac(keyed: hmac.HMAC, *parts: bytes) -> bytes:
 
 def _bound_input(principal: str | None, context: Mapping[str, str] | None) -> bytes:
     """``P C`` of the format; anything but str (a str subclass included) is the caller's bug."""
-    if principal is None:
-        parts = [b"\x00"]
-    elif type(principal) is str:
-        parts = [b"\x01", _lp(principal)]
-    else:
+    if principal is not None and type(principal) is not str:
         raise TypeError(f"principal must be str or None, got {type(principal).__name__}")
     items = sorted((context or {}).items())
-    parts.append(len(items).to_bytes(4, "big"))
+    parts = [b"\x00" if principal is None else b"\x01" + _lp(principal), len(items).to_bytes(4, "big")]
     for key, value in items:
         if type(key) is not str or type(value) is not str:
             raise TypeError("context must map str to str; digest other values first")
@@ -118,32 +114,13 @@ def _scope_field(name: str, value: object, label: bytes) -> bytes:
 class BoundCodec(WrapsCodec):
     """Binds an inner codec's tokens to a lifetime, an audience, a purpose, and maybe a principal and a context.
 
-    The inner codec seals ``claims || state``; the claims (36 bytes, 52 when principal-bound) are,
-    all integers big-endian::
-
-        offset  size  field
-        0       1     version 0x02
-        1       1     flags: 0x01 principal-bound; every other bit zero
-        2       5     iat: issued-at, whole seconds since the Unix epoch
-        7       3     lifetime: seconds, the ttl at sealing; expiry is at iat + min(lifetime, ttl)
-        10      3     SHA-256("statecodec/v1/binding/audience" 0x00 audience)[:3]
-        13      3     SHA-256("statecodec/v1/binding/purpose" 0x00 purpose)[:3]
-        16      4     key id of the binding key (its `KeyRing` id)
-        20      16    binding tag: HMAC-SHA256(Kb, claims[0:20] lp(audience) lp(purpose) P C)[:16]
-        36      16    principal tag, only when flagged: HMAC-SHA256(Kp, claims[0:20] lp(audience) lp(purpose)
-                      lp(principal))[:16]
-        36|52   ...   state
-
-    ``lp(x)`` is a 4-byte length then ``x`` (UTF-8); ``P`` is ``0x00`` when no principal is bound and
-    ``0x01 lp(principal)`` when one is; ``C`` is the context's 4-byte item count, then
-    ``lp(key) lp(value)`` in key order. ``Kb`` and ``Kp`` are HKDF-SHA256 of the binding key named by
-    the key id under ``statecodec/v2/binding/binding`` and ``statecodec/v2/binding/principal``. The
-    binding tag, on every token, binds the header, audience, purpose, principal and context at full
-    strength and alone decides acceptance; the 3-byte audience and purpose fields and the principal
-    tag only name the cause of a refusal. The key id makes `unseal` one HMAC whatever the ring's length.
-
-    Version 0x01 (no key id, tags over no header, v1 labels; docs/formats.md) is still read, at one HMAC
-    per ring key, for its tokens' lifetime, and sealed with ``seal_version=1`` during a rolling upgrade.
+    The inner codec seals ``claims || state``. Claims version 0x02 (docs/formats.md has the exact bytes): version,
+    flags, iat, lifetime, 3-byte audience and purpose fields, the binding key's id, then the binding tag, an HMAC under
+    that key of the header, audience, purpose, principal and context, and when a principal is bound a principal tag.
+    The binding tag alone decides acceptance; the audience and purpose fields and the principal tag only name the
+    cause of a refusal. The key id makes `unseal` one HMAC whatever the ring's length, refusals included. Version
+    0x01 (no key id) is still read, at one HMAC per ring key, until its tokens expire; ``seal_version=1`` seals it
+    during a rolling upgrade from a release that reads nothing else.
 
     Checks after the inner codec verifies, in order: layout (`malformed`), audience, purpose, issued
     no later than now + `future_skew` (`not_yet_valid`), now before iat + the lesser of the token's
@@ -185,9 +162,10 @@ class BoundCodec(WrapsCodec):
             ring = binding_key if isinstance(binding_key, KeyRing) else KeyRing([binding_key])
         except ConfigurationError as exc:  # KeyRing names the key by position; here it has a name
             raise ConfigurationError(f"binding_key {str(exc).removeprefix('keys[0] ')}") from None
-        if seal_version not in _SEAL_VERSIONS:
+        if seal_version not in (_V1, _V2):
             raise ConfigurationError(
-                "seal_version must be 2 (the default) or 1 (only while instances that read only version 1 remain)"
+                f"seal_version must be 2 (the default) or 1 (only while instances that read only version 1 remain), "
+                f"got {seal_version!r}"
             )
         prefix = _lp(audience) + _lp(purpose)  # lp(audience) lp(purpose) opens every tag's input
         self._v1 = [(kb, kp) for _, kb, kp in _macs(ring, _V1, prefix)]  # version 0x01: tried in ring order
