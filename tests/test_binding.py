@@ -282,9 +282,8 @@ def test_mcp_request_context_binds_method_target_and_arguments() -> None:
     assert call != mcp_request_context("prompts/get", {"name": "t", "arguments": {"a": 1, "b": [2]}})
     resource = {"method": "resources/read", "target": "report://2026", "args": ""}
     assert mcp_request_context("resources/read", {"uri": "report://2026", "arguments": {"a": 1}}) == resource
-    arguments: object
-    for arguments in (None, {}, [], ""):
-        assert mcp_request_context("tools/call", {"name": "t", "arguments": arguments})["args"] == "{}"
+    empty: tuple[object, ...] = (None, {}, [], "")
+    assert {mcp_request_context("tools/call", {"arguments": x})["args"] for x in empty} == {"{}"}
     assert mcp_request_context("tools/call", None) == {"method": "tools/call", "target": "", "args": "{}"}
     # The bytes the binding tag covers: ASCII-escaped, and NaN as Python's JSON writes it.
     unusual = mcp_request_context("tools/call", {"name": "t", "arguments": {"\u00e9": "\U0001f600", "n": math.nan}})

@@ -16,7 +16,7 @@ from examples.lowlevel_server import SERVICE, build_server
 from mcp.types import CallToolResult, TextContent
 
 from statecodec import AESGCMCodec
-from statecodec._encoding import b64u_decode, b64u_encode
+from statecodec._encoding import b64u_decode
 from tests.mcp_flows import INVALID_PARAMS, REJECTION_MESSAGE, Rejection, mint_token, round_one, round_two, submit_token
 
 KEY, OTHER_KEY = bytes(range(32)), bytes(range(64, 96))
@@ -32,10 +32,8 @@ def refused(server: object, token: str, arguments: dict[str, str] | None = None)
     return outcome.reason
 
 
-def _flip(token: str) -> str:
-    raw = bytearray(b64u_decode(token))
-    raw[len(raw) // 2] ^= 0x01
-    return b64u_encode(bytes(raw))
+def _flip(token: str) -> str:  # a character inside the token: still canonical base64url, no longer authentic
+    return token[:20] + ("B" if token[20] == "A" else "A") + token[21:]
 
 
 def test_same_refusals_as_mcpserver(monkeypatch: pytest.MonkeyPatch) -> None:
