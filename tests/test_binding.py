@@ -115,6 +115,8 @@ def test_principal_tag_is_keyed_and_reveals_nothing_under_a_readable_codec() -> 
         assert digest(PRINCIPAL.encode()).digest()[:16] not in payload
     other = bound(codec=Plain(), binding_key=OTHER_BINDING_KEY)  # without the binding key, no tag to test a guess
     assert payload[36:52] != b64u_decode(other.seal(b"", principal=PRINCIPAL))[36:52]
+    later = b64u_decode(bound(Clock(T0 + 1), codec=Plain()).seal(b"", principal=PRINCIPAL))  # nor a stable pseudonym
+    assert payload[36:52] != later[36:52]
     assert reason_of(bound(), bound().seal(b"s", principal=""), principal=PRINCIPAL) == "principal"
 
 
