@@ -8,13 +8,14 @@ costs `unseal` (not a test).
    minus its handler too. Figure: BoundCodec's added cost over the SDK's.
 2. ``ring``: `unseal` of a token bound under the oldest of 200 binding keys, over `unseal` of the same token by a
    codec holding that key alone: for tokens of the current format (version 0x02, a key id), and of version 0x01
-   (read through their lifetime: one HMAC per key tried). ``refusal``: the same for a token presented with another
+   (read through their lifetime: one HMAC per key tried); ``accept`` as sealed, ``refuse`` presented with another
    context, which any client holding one token can do.
 3. ``parts``: what two of `BoundCodec`'s choices buy, per call: `json.dumps` with keywords (a new `JSONEncoder` each
    call) against one module-level encoder, and `hmac.new` against copying an HMAC keyed once.
 
-Each round times every operation in a fresh random order, three times over, keeping each operation's fastest batch,
-so that every side sees the same machine load; a figure is the median over rounds of the per-round ratio.
+Each round times every operation (in this process's CPU time) in a fresh random order, three times over, keeping
+each operation's fastest batch, so that every side sees the same machine load; a figure is the median over rounds of
+the per-round ratio.
 
 Run: ``python benchmarks/binding.py [--rounds 61] [--batch-ms 5]``.
 """
