@@ -28,6 +28,7 @@ OTHER_BINDING_KEY = bytes(range(200, 232))
 T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
 PRINCIPAL = "alice@example.com"
 CONTEXT = {"method": "tools/call", "target": "provision", "args": "9f86d081"}
+KIDS = {k: bytes.fromhex(KeyRing([k]).key_ids[0]) for k in (BINDING_KEY, OTHER_BINDING_KEY, CODEC_KEY)}
 VECTORS = {n: json.loads((Path(__file__).parent / f"vectors/{n}.json").read_text()) for n in ("binding", "binding_v2")}
 
 
@@ -40,8 +41,7 @@ class Clock:
 
 
 class Plain:
-    """A transparent codec (no integrity, no secrecy): shows exactly what the claims reveal, and lets a test rewrite
-    them as a holder of the inner codec's keys could."""
+    """No integrity, no secrecy: shows what the claims reveal, and lets a test rewrite them as the inner keys could."""
 
     def seal(self, payload: bytes) -> str:
         return b64u_encode(payload)
@@ -60,10 +60,6 @@ def reason_of(codec: BoundCodec, token: str, **kw: Any) -> str:
     with pytest.raises(InvalidToken) as info:
         codec.unseal(token, **kw)
     return info.value.reason.value
-
-
-def kid(key: bytes) -> bytes:
-    return bytes.fromhex(KeyRing([key]).key_ids[0])
 
 
 def test_round_trip_of_any_bytes_like_state_in_any_context_order() -> None:
@@ -139,8 +135,7 @@ def test_a_token_binds_exactly_its_context(a: dict[str, str], b: dict[str, str])
 
 
 def rewritten(token: str, version: int | None = None, key_id: bytes = b"") -> str:
-    """A Plain token's claims rewritten: with `key_id` alone, another id in version 0x02 claims; `version` 1 drops
-    the id of version 0x02 claims, 2 inserts `key_id` into version 0x01 ones."""
+    """A Plain token with another key id (`key_id` alone), or rewritten to `version` 1 (id dropped) or 2 (inserted)."""
     raw = b64u_decode(token)
     head = bytes([version or raw[0]]) + raw[1:16]
     return b64u_encode(head + (raw[20:] if version == 1 else key_id + raw[16 if version == 2 else 20 :]))
@@ -167,11 +162,11 @@ def test_a_rewritten_key_id_or_version_verifies_under_no_key(principal: str | No
         for k, v in ((BINDING_KEY, 2), (OTHER_BINDING_KEY, 2), (BINDING_KEY, 1))
     )
     assert [ring.unseal(t, principal=principal, context=CONTEXT) for t in (mine, other, old)] == [b"s"] * 3
-    forged = [rewritten(mine, key_id=kid(OTHER_BINDING_KEY)), rewritten(other, key_id=kid(BINDING_KEY)),
-              rewritten(mine, version=1), rewritten(old, version=2, key_id=kid(BINDING_KEY))]  # fmt: skip
+    forged = [rewritten(mine, key_id=KIDS[OTHER_BINDING_KEY]), rewritten(other, key_id=KIDS[BINDING_KEY]),
+              rewritten(mine, version=1), rewritten(old, version=2, key_id=KIDS[BINDING_KEY])]  # fmt: skip
     reasons = {reason_of(ring, f, principal=principal, context=CONTEXT) for f in forged}
     assert reasons == {"principal" if principal else "binding"}
-    assert reason_of(ring, rewritten(ring.seal(b"s"), key_id=kid(CODEC_KEY))) == "unknown_key"
+    assert reason_of(ring, rewritten(ring.seal(b"s"), key_id=KIDS[CODEC_KEY])) == "unknown_key"
 
 
 def test_unseal_computes_one_mac_whatever_the_ring_refusals_included(monkeypatch: pytest.MonkeyPatch) -> None:

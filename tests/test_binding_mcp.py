@@ -1,9 +1,5 @@
-"""A lowlevel MCP `Server` protected by the SDK's own `RequestStateBoundary` around a statecodec codec.
-
-The lowlevel tier seals nothing by itself. Appending the SDK's boundary with `statecodec.mcp.security(codec)` (as
-`examples/lowlevel_server.py` does) gives it what `MCPServer` has: handlers read and write plaintext, and every
-refusal is the SDK's frozen -32602 answer with our reason code in the server log only.
-"""
+"""A lowlevel MCP `Server` with the SDK's own `RequestStateBoundary` around a statecodec codec, as
+`examples/lowlevel_server.py` builds it: handlers see plaintext, refusals are `MCPServer`'s, reasons in the log only."""
 
 from __future__ import annotations
 
@@ -45,8 +41,7 @@ def test_same_refusals_as_mcpserver(monkeypatch: pytest.MonkeyPatch) -> None:
     done = round_two(server, token)  # the handler asks again unless it reads its own plaintext back
     assert isinstance(done, CallToolResult)
     assert done.content == [TextContent(type="text", text="provisioned orders in region-answer for alice")]
-    sdk_codec = AESGCMCodec([KEY])
-    sdk_token = mint_token(sdk_codec)
+    sdk_codec, sdk_token = AESGCMCodec([KEY]), mint_token(AESGCMCodec([KEY]))
     assert [refused(server, _flip(token)), refused(server, token, {"name": "billing"}),
             refused(build_server(AESGCMCodec([KEY]), "another-service"), token),
             refused(build_server(AESGCMCodec([OTHER_KEY])), token), refused(server, "asked-region")] == [
