@@ -183,30 +183,6 @@ def test_inspect_json_from_stdin(cli: Run, monkeypatch: pytest.MonkeyPatch) -> N
     assert (code, doc["verified"], doc["reason"], "payload" in doc) == (1, False, "seal", False)
 
 
-def test_demo_runs_a_two_round_flow_and_a_rejection(cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("STATECODEC_KEYS", KEYS)
-    monkeypatch.setenv("STATECODEC_CODEC", "xaesgcm")
-    code, out, err = cli("demo", "--from-env")
-    text = out.decode()
-    assert (code, err) == (0, "")
-    assert f"codec: XAESGCMCodec(key_ids=['{XAESGCMCodec([KEY]).primary_key_id}'])" in text
-    tokens = [line.strip() for line in text.splitlines() if line.startswith("         ") and len(line.strip()) > 100]
-    sealed, tampered = tokens
-    assert sum(a != b for a, b in zip(sealed, tampered, strict=True)) == 1
-    assert "result: Provisioned 'orders' in eu-west-1" in text
-    assert "client got error -32602: 'Invalid or expired requestState'" in text
-    assert "server log: requestState rejected on tools/call: seal" in text
-    assert not [secret for secret in SECRETS if secret in text]
-
-
-def test_demo_without_the_sdk_names_the_extra(cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "mcp", None)  # import mcp now raises ImportError
-    monkeypatch.delitem(sys.modules, "statecodec.cli.demo", raising=False)
-    code, _, err = cli("demo")
-    assert code == 2
-    assert "pip install 'statecodec[mcp]'" in err
-
-
 def test_keygen_output_is_a_new_owner_only_file_never_overwritten(cli: Run, tmp_path: Path) -> None:
     path = tmp_path / "new.key"
     old_umask = os.umask(0)  # the mode must not depend on the caller's umask

@@ -15,13 +15,12 @@ SRC = Path(statecodec.__file__).resolve().parent
 
 def test_public_name_is_the_single_definition() -> None:
     import statecodec.binding
-    import statecodec.cli.bench
     import statecodec.config
     import statecodec.testing
 
     assert Codec is DefinedCodec
     assert "Codec" in statecodec.__all__
-    for module in (statecodec.binding, statecodec.config, statecodec.testing, statecodec.cli.bench):
+    for module in (statecodec.binding, statecodec.config, statecodec.testing):
         assert module.Codec is DefinedCodec, module.__name__
 
 
