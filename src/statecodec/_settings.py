@@ -136,15 +136,16 @@ def max_token_length_setting(settings: Mapping[str, str]) -> int:
     return int(text)
 
 
-class ReadTracker(HoldsSecrets, Mapping[str, str]):
-    """Settings that remember which names were looked up (they may hold keys)."""
+class Settings(HoldsSecrets, Mapping[str, str]):
+    """Settings that may hold keys, so never pickled; given `reads`, a view where looking up any other name raises
+    `ConfigurationError` naming `reader`: a table of what a reader reads is then enforced where it reads."""
 
-    def __init__(self, settings: dict[str, str]) -> None:
-        self._settings = settings
-        self.read: set[str] = set()
+    def __init__(self, settings: Mapping[str, str], reads: frozenset[str] | None = None, reader: str = "") -> None:
+        self._settings, self._reads, self._reader = dict(settings), reads, reader
 
     def __getitem__(self, name: str) -> str:
-        self.read.add(name)
+        if self._reads is not None and name not in self._reads:
+            raise ConfigurationError(f"{self._reader} reads {name}, which its entry in the table of reads omits")
         return self._settings[name]
 
     def __iter__(self) -> Iterator[str]:
@@ -154,7 +155,7 @@ class ReadTracker(HoldsSecrets, Mapping[str, str]):
         return len(self._settings)
 
 
-def settings_from_file(path: Path) -> ReadTracker:
+def settings_from_file(path: Path) -> Settings:
     """The settings of a JSON config file: an object of ``STATECODEC_*`` members, strings (an integer for a
     number, a list of strings for ``STATECODEC_KEYS``); a relative ``*_FILE`` path is the file's neighbour."""
     doc = load_settings_file(path, _MAX_CONFIG_FILE_BYTES, "the file", "is it the right file?", as_json=True)
@@ -173,4 +174,4 @@ def settings_from_file(path: Path) -> ReadTracker:
         if name.endswith("_FILE") and value.strip() and not Path(value.strip()).is_absolute():
             value = str(path.parent / value.strip())
         settings[name] = value
-    return ReadTracker(settings)
+    return Settings(settings)

@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-from statecodec.config import configured_codec, setting
+from statecodec.config import ENVIRONMENT_ONLY, TTL_VAR, configured_codec, missing_package, setting, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
+from statecodec.single_use import SingleUse, store_from_settings
 
+_DESCRIPTION = """\
+Build the codec this instance's configuration describes (the STATECODEC_* environment, or --config FILE) as a
+server does at start-up, check the single-use settings a server reads (STATECODEC_TTL, STATECODEC_STORE_*)
+without connecting to the store, seal a probe and unseal it. Reports the codec kind and key ids, never a key.
+The --json report is what `statecodec rotate check` reads from every instance of a fleet.
+Exit status: 0 ready, 1 not ready (the probe failed, the provider is unreachable or refused), 2 misconfigured.
+"""
 SCHEMA = "statecodec-check/1"
 _PROBE = b"statecodec check probe"
 # The setting that names the key a provider holds (a name, never key material).
@@ -32,7 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "check",
         help="build the configured codec, seal and unseal a probe, report kind and key ids (exit 0 ready)",
-        description=__doc__,
+        description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", metavar="FILE", help="a JSON file of STATECODEC_* settings instead of the environment")
@@ -55,13 +64,29 @@ def _describe(kind: str, codec: Any, settings: Mapping[str, str]) -> dict[str, A
     }
 
 
+def _check_server_settings(environ: Mapping[str, str]) -> None:
+    """Read what a server reads from the environment besides its codec, by the functions it calls, so a setting
+    that stops the server at start-up stops this check too: the MCP ttl and, when any store setting is given, the
+    single-use guard and its store (built, not contacted: a Redis store connects at its first call)."""
+    ttl_setting(environ)
+    if any(setting(environ, name, required=False) for name in ENVIRONMENT_ONLY - {TTL_VAR}):
+        store = store_from_settings(environ, listen=False)
+        try:
+            SingleUse.from_env(environ, store=store)
+        finally:
+            store.close()
+
+
 def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, Any]]:
     """(exit status, report): the report holds the status, and on failure the one-line error (never a secret)."""
     report: dict[str, Any] = {"schema": SCHEMA, "instance": instance, "ready": False}
     try:
+        _check_server_settings(os.environ)
         kind, codec, settings = configured_codec(path=config)
     except ConfigurationError as exc:
         return 2, {**report, "status": "misconfigured", "error": str(exc)}
+    except ImportError as exc:  # the extra a configured store or provider needs
+        return 2, {**report, "status": "misconfigured", "error": missing_package(exc)}
     except StatecodecError as exc:  # ProviderError: unreachable, or refused the configured key
         return 1, {**report, "status": "not ready", "error": str(exc)}
     report.update(_describe(kind, codec, settings))

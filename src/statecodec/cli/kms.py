@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from statecodec.cli.main import flags_named, settings_from_flags
-from statecodec.config import check_settings, codec_from_env, codec_from_file
+from statecodec.config import CODEC_VAR, READS, check_names, check_settings, codec_from_env, codec_from_file
 from statecodec.envelope import format_wrapped_keys, new_wrapped_key
 from statecodec.errors import ConfigurationError
 
@@ -74,8 +74,12 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
 def _new_data_key(args: argparse.Namespace) -> int:
     from statecodec.providers import context_from_settings
 
+    kind = _PROVIDERS[args.provider][0]
     settings = _settings(args)
-    check_settings(settings, _PROVIDERS[args.provider][0])  # a typo is named before the provider is contacted
+    check_names(settings)  # a typo is named before the provider is contacted
+    # Only the provider's settings: a server's others (its STATECODEC_KEYS) are not this command's to judge.
+    settings = {k: v for k, v in settings.items() if not k.startswith("STATECODEC_") or k in READS[kind] | {CODEC_VAR}}
+    check_settings(settings, kind)
     provider = importlib.import_module(f"statecodec.providers.{_PROVIDERS[args.provider][1]}")
     with provider.wrapper_from_settings(settings) as wrapper:
         blob = new_wrapped_key(wrapper, context_from_settings(settings))

@@ -1,4 +1,5 @@
-"""The `statecodec` command: exit 0 on success, 1 when a token is refused or a check fails, 2 on bad usage.
+"""The `statecodec` command: exit 0 on success, 1 when a token is refused or a check fails, 2 on bad usage
+(an optional extra not installed included), 130 interrupted, 141 when the reader of stdout went away (``| head``).
 
 One convention for every command: the result goes to stdout (``--json``: as JSON), or into a new file with
 ``--output FILE``; status and progress go to stderr. Errors are one line on stderr and, with ``--json``, also a
@@ -16,9 +17,11 @@ import os
 import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from statecodec import __version__
 from statecodec.cli._output import emit
+from statecodec.config import missing_package
 from statecodec.errors import ConfigurationError, InvalidToken, ProviderError, SealError, StatecodecError, StoreError
 from statecodec.keys import format_keys, generate_key
 from statecodec.mcp import MCP_EXTRA_HINT
@@ -70,8 +73,24 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(from_env=args.from_env)
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser whose every (sub)command's --help opens with the line its parent's list shows for it."""
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        commands = super().add_subparsers(**kwargs)
+        add = commands.add_parser
+
+        def add_parser(name: str, **options: Any) -> argparse.ArgumentParser:
+            options.setdefault("description", options.get("help"))
+            parser: argparse.ArgumentParser = add(name, **options)
+            return parser
+
+        setattr(commands, "add_parser", add_parser)  # noqa: B010 - an instance's method, replaced
+        return commands
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="statecodec",
         description="Seal, unseal and inspect opaque state tokens; manage keys, rotation and benchmarks.",
     )
@@ -97,10 +116,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # here, so that a reader gone away is caught below
     except InvalidToken as exc:
         return _error(args, exc, f"invalid token: {exc}", 1)
     except StatecodecError as exc:
         return _error(args, exc, str(exc), 2)
+    except ImportError as exc:  # an optional extra this command needs is not installed
+        return _error(args, ConfigurationError(missing_package(exc)), missing_package(exc), 2)
+    except BrokenPipeError:
+        # The reader of stdout went away (`| head`): stop quietly, as `yes | head` does; stdout is pointed at
+        # /dev/null so that the interpreter's last flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         return 130
     return code
