@@ -137,14 +137,15 @@ def max_token_length_setting(settings: Mapping[str, str]) -> int:
 
 
 class Settings(HoldsSecrets, Mapping[str, str]):
-    """Settings that may hold keys, so never pickled; given `reads`, a view where looking up any other name raises
-    `ConfigurationError` naming `reader`: a table of what a reader reads is then enforced where it reads."""
+    """Settings that may hold keys, so never pickled; given `reads`, a view where looking up any other
+    ``STATECODEC_*`` name raises `ConfigurationError` naming `reader`: a table of what a reader reads is then
+    enforced where it reads (a provider's own variables, such as ``VAULT_ADDR``, are not in the table)."""
 
     def __init__(self, settings: Mapping[str, str], reads: frozenset[str] | None = None, reader: str = "") -> None:
         self._settings, self._reads, self._reader = dict(settings), reads, reader
 
     def __getitem__(self, name: str) -> str:
-        if self._reads is not None and name not in self._reads:
+        if self._reads is not None and name.startswith(_PREFIX) and name not in self._reads:
             raise ConfigurationError(f"{self._reader} reads {name}, which its entry in the table of reads omits")
         return self._settings[name]
 
