@@ -222,14 +222,29 @@ def test_the_suite_finds_every_example_and_block_and_no_stray_marker() -> None:
     assert MARKER_ERRORS == []
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
-def test_runnable_doc_block(block: Block, tmp_path: Path) -> None:
+# Pages whose blocks cannot run in one shell as a reader pastes them, each with the reason.
+SKIP_PAGES: dict[str, str] = {}
+PAGES = sorted({block.id.partition(":")[0] for block in BLOCKS})
+
+
+def one_shell_script(blocks: list[Block]) -> str:
+    """The page's blocks in order, as a reader pastes them into one shell: variables, exports and files carry
+    over from block to block; a Python block is fed to ``python -`` as pasted. A failure names its block."""
+    lines = ["trap 'echo \"failed in block $BLOCK\" >&2' ERR"]
+    for block in blocks:
+        lines.append(f"BLOCK={block.id}")
+        lines.append(block.code if block.lang == "sh" else f"python - <<'PASTED_PYTHON'\n{block.code}PASTED_PYTHON")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_page_runs_in_one_shell_as_a_reader_pastes_it(page: str, tmp_path: Path) -> None:
+    if page in SKIP_PAGES:
+        pytest.skip(SKIP_PAGES[page])
     (tmp_path / "examples").symlink_to(EXAMPLES, target_is_directory=True)
-    script = tmp_path / ("block.py" if block.lang == "python" else "block.sh")
-    script.write_text(block.code, encoding="utf-8")
-    cmd = [sys.executable, str(script)] if block.lang == "python" else ["bash", "-euo", "pipefail", str(script)]
-    returncode, output = run(cmd, tmp_path)
-    assert returncode == 0, f"{block.id}: exit {returncode}\n{output}"
+    (tmp_path / "page.sh").write_text(one_shell_script([b for b in BLOCKS if b.id.startswith(f"{page}:")]))
+    returncode, output = run(["bash", "-euo", "pipefail", str(tmp_path / "page.sh")], tmp_path)
+    assert returncode == 0, f"{page}: exit {returncode}\n{output}"
 
 
 def _free_ports(count: int) -> list[int]:

@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check = actions.add_parser("check", help="build the configured envelope codec once and print its key ids")
     check.add_argument("--config", help="a statecodec JSON config file (instead of the environment)")
     check.add_argument("--json", action="store_true", help="print the key ids and provider as JSON on stdout")
+    new.add_argument("--json", action="store_true", help="print the wrapped key as JSON on stdout")
     check.set_defaults(func=_flags_named(_check))
     for parser in (new, check):
         parser.add_argument("--provider", choices=sorted(_PROVIDERS), required=parser is new, help="the KMS")
@@ -83,7 +84,8 @@ def _new_data_key(args: argparse.Namespace) -> int:
     provider = importlib.import_module(f"statecodec.providers.{_PROVIDERS[args.provider][1]}")
     with provider.wrapper_from_settings(settings) as wrapper:
         blob = new_wrapped_key(wrapper, context_from_settings(settings))
-    print(format_wrapped_keys([blob]))
+    text = format_wrapped_keys([blob])
+    print(json.dumps({"STATECODEC_WRAPPED_KEYS": text}) if args.json else text)
     return 0
 
 

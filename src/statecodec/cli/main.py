@@ -59,7 +59,8 @@ def flags_named(flags: Mapping[str, str | None]) -> Iterator[None]:
 def _keygen(args: argparse.Namespace) -> int:
     if args.count < 1:
         raise ConfigurationError("--count must be at least 1")
-    emit(format_keys(generate_key() for _ in range(args.count)), args.output)
+    keys = format_keys(generate_key() for _ in range(args.count))
+    emit(json.dumps({"STATECODEC_KEYS": keys}) if args.json else keys, args.output)
     if args.output is not None:
         print(f"statecodec keygen: wrote {args.count} key(s) to {args.output} (mode 0600)", file=sys.stderr)
     return 0
@@ -99,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     keygen = sub.add_parser("keygen", help="print a new random key in the STATECODEC_KEYS format")
     keygen.add_argument("-n", "--count", type=int, default=1, help="how many keys (comma-separated)")
     keygen.add_argument("-o", "--output", metavar="FILE", help="write a new file, mode 0600 (never overwrites)")
+    keygen.add_argument("--json", action="store_true", help="print the keys as a JSON object")
     keygen.set_defaults(func=_keygen)
     demo = sub.add_parser("demo", help="run an MCP server and client in memory: two rounds, then a tampered token")
     demo.add_argument("--from-env", action="store_true", help="use the STATECODEC_* codec, not a fresh key")
