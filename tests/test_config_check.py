@@ -138,28 +138,6 @@ def test_a_misspelt_member_never_reaches_the_provider(tmp_path: Path, monkeypatc
 
 
 @pytest.mark.parametrize(
-    ("env", "fragment"),
-    [
-        ({"STATECODEC_VAULT_ADDR": "vault.example:8200"}, "STATECODEC_VAULT_ADDR (or VAULT_ADDR): the Vault address"),
-        ({"STATECODEC_VAULT_KEY": "no spaces"}, "STATECODEC_VAULT_KEY: the transit key name"),
-        *[
-            ({"STATECODEC_VAULT_TIMEOUT": bad}, "STATECODEC_VAULT_TIMEOUT must be a number of seconds more than 0 and")
-            for bad in ("600", "0", "nan", "soon")
-        ],
-        ({"STATECODEC_VAULT_TOKEN": None}, "STATECODEC_VAULT_TOKEN_FILE (or STATECODEC_VAULT_TOKEN, VAULT_TOKEN)"),
-    ],
-)
-def test_provider_messages_name_the_variable_the_user_wrote(env: dict[str, str | None], fragment: str) -> None:
-    pytest.importorskip("hvac")
-    base = {**VAULT, "STATECODEC_VAULT_ADDR": "http://127.0.0.1:9"}
-    settings = {name: value for name, value in {**base, **env}.items() if value is not None}
-    with pytest.raises(ConfigurationError) as info:
-        cfg.codec_from_env(settings)
-    assert fragment in str(info.value)
-    assert "s.statecodec-test-token" not in str(info.value)
-
-
-@pytest.mark.parametrize(
     ("text", "seconds"),
     [(None, 600), ("1", 1), ("86400", 86400), (" 300 ", 300)]
     + [(bad, None) for bad in ("0", "-5", "+5", "1_000", "1.5", "nan", "2592001", "\u0663", "abc")],

@@ -104,10 +104,14 @@ def test_secret_holders_refuse_pickling_and_copying(client: Any, make: Callable[
     ("settings", "message"),
     [
         ({}, "STATECODEC_VAULT_ADDR"),
-        (ADDR, "exactly one Vault auth"),
+        ({"STATECODEC_VAULT_ADDR": "vault:8200"}, r"STATECODEC_VAULT_ADDR \(or VAULT_ADDR\): the Vault address"),
+        (ADDR, r"STATECODEC_VAULT_TOKEN_FILE \(or STATECODEC_VAULT_TOKEN, VAULT_TOKEN\)"),
         ({**TOKEN, "STATECODEC_VAULT_SKIP_VERIFY": "maybe"}, "SKIP_VERIFY"),
         ({**TOKEN, "STATECODEC_VAULT_CLIENT_CERT": "/c.pem"}, "CLIENT_KEY"),
-        ({**TOKEN, "STATECODEC_VAULT_TIMEOUT": "soon"}, "STATECODEC_VAULT_TIMEOUT"),
+        *[
+            ({**TOKEN, "STATECODEC_VAULT_TIMEOUT": bad}, "STATECODEC_VAULT_TIMEOUT must be a number of seconds more than")
+            for bad in ("soon", "600", "0", "nan")
+        ],
         ({**ADDR, "STATECODEC_VAULT_TOKEN": SECRET, "STATECODEC_VAULT_TOKEN_FILE": "x"}, "exactly one"),
         ({**ADDR, "STATECODEC_VAULT_TOKEN_FILE": "/nonexistent/token"}, "cannot read STATECODEC_VAULT_TOKEN_FILE"),
     ],
@@ -153,6 +157,8 @@ def test_a_secret_file_that_is_not_utf8_leaves_the_secret_out_of_the_exception(t
 def test_codec_kinds_read_their_settings_before_vault() -> None:
     with pytest.raises(ConfigurationError, match="STATECODEC_VAULT_KEY"):
         codec_from_env({"STATECODEC_CODEC": "vault-transit", **TOKEN})
+    with pytest.raises(ConfigurationError, match="STATECODEC_VAULT_KEY: the transit key name"):
+        codec_from_env({"STATECODEC_CODEC": "vault-transit", **TOKEN, "STATECODEC_VAULT_KEY": "no spaces"})
     with pytest.raises(ConfigurationError, match="STATECODEC_VAULT_CONTEXT"):
         transit_codec_from_settings({**TOKEN, "STATECODEC_VAULT_KEY": "k", "STATECODEC_VAULT_CONTEXT": "no-pairs"})
 
