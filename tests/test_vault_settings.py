@@ -109,7 +109,7 @@ def test_secret_holders_refuse_pickling_and_copying(client: Any, make: Callable[
         ({**TOKEN, "STATECODEC_VAULT_SKIP_VERIFY": "maybe"}, "SKIP_VERIFY"),
         ({**TOKEN, "STATECODEC_VAULT_CLIENT_CERT": "/c.pem"}, "CLIENT_KEY"),
         *[
-            ({**TOKEN, "STATECODEC_VAULT_TIMEOUT": bad}, "STATECODEC_VAULT_TIMEOUT must be a number of seconds more than")
+            ({**TOKEN, "STATECODEC_VAULT_TIMEOUT": bad}, "STATECODEC_VAULT_TIMEOUT must be a number of seconds more")
             for bad in ("soon", "600", "0", "nan")
         ],
         ({**ADDR, "STATECODEC_VAULT_TOKEN": SECRET, "STATECODEC_VAULT_TOKEN_FILE": "x"}, "exactly one"),
