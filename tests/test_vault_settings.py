@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -161,18 +159,3 @@ def test_codec_kinds_read_their_settings_before_vault() -> None:
         codec_from_env({"STATECODEC_CODEC": "vault-transit", **TOKEN, "STATECODEC_VAULT_KEY": "no spaces"})
     with pytest.raises(ConfigurationError, match="STATECODEC_VAULT_CONTEXT"):
         transit_codec_from_settings({**TOKEN, "STATECODEC_VAULT_KEY": "k", "STATECODEC_VAULT_CONTEXT": "no-pairs"})
-
-
-def test_without_hvac_statecodec_imports_and_names_the_extra() -> None:
-    script = (
-        "import sys; sys.modules['hvac'] = None\n"  # as if the extra were not installed
-        "import statecodec\n"
-        "for use in (lambda: statecodec.VaultTransitCodec, lambda: statecodec.codec_from_env({'STATECODEC_CODEC': "
-        "'vault-transit'})):\n"
-        "    try: use()\n"
-        "    except (ImportError, statecodec.ConfigurationError) as exc: print(type(exc).__name__, exc)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60)
-    lines = out.stdout.splitlines()
-    assert [line.split()[0] for line in lines] == ["ImportError", "ConfigurationError"]
-    assert all("pip install 'statecodec[vault]'" in line for line in lines)
