@@ -328,3 +328,13 @@ def test_every_unknown_name_is_refused_and_every_foreign_variable_ignored(suffix
     with pytest.raises(ConfigurationError, match=f"^unknown setting {name}; "):
         cfg.codec_from_env({"STATECODEC_KEYS": KEYS, name: "1", f"OTHER_{suffix}": "1"})
     assert isinstance(cfg.codec_from_env({"STATECODEC_KEYS": KEYS, f"OTHER_{suffix}": "1"}), AESGCMCodec)
+
+
+@pytest.mark.parametrize(("kind", "alg"), [("jwe", "ECDH-ES+A256KW"), ("jws", "EdDSA"), ("jws", "Ed25519")])
+def test_a_jose_codec_is_rebuilt_from_the_jwk_set_it_exports_without_naming_its_alg(kind: str, alg: str) -> None:
+    from statecodec import JWECodec, JWSCodec
+
+    cls = JWECodec if kind == "jwe" else JWSCodec
+    codec = cls.ephemeral(alg=alg)  # type: ignore[arg-type]
+    rebuilt = cls.from_jwks(codec.private_jwks())  # each exported JWK names its "alg"
+    assert (rebuilt.alg, rebuilt.unseal(codec.seal(b"state"))) == (alg, b"state")
