@@ -60,19 +60,12 @@ def load_settings_file(path: Path, limit: int, what: str, hint: str, *, as_json:
 def seconds(
     name: str, value: object, *, low: float, high: float, integer: bool = False, low_open: bool = False
 ) -> float:
-    """The one check of a number of seconds, from code or a setting: `value` (an int or float; a str is parsed,
-    ``isdecimal`` first when `integer`) within `low`..`high` (`low` excluded when `low_open`), else a
-    `ConfigurationError` naming `name` and the range. Written positively, so a NaN fails too."""
-    number: object = value
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            number = int(text) if integer and text.isascii() and text.isdecimal() else float(text)
-        except ValueError:
-            number = None
-    ok = type(number) is int or (type(number) is float and not integer)
-    if ok and isinstance(number, (int, float)) and (low < number if low_open else low <= number) and number <= high:
-        return number
+    """The one check of a number of seconds, from code or a setting: `value` an int or float (a str from code is
+    refused; `seconds_setting` parses a setting's text) within `low`..`high` (`low` excluded when `low_open`), else
+    a `ConfigurationError` naming `name` and the range. Written positively, so a NaN fails too."""
+    ok = type(value) is int or (type(value) is float and not integer)
+    if ok and isinstance(value, (int, float)) and (low < value if low_open else low <= value) and value <= high:
+        return value
     kind = "whole seconds" if integer else "a number of seconds"
     low_text, high_text = (str(int(bound)) if bound == int(bound) else str(bound) for bound in (low, high))
     bound = f"more than {low_text} and at most {high_text}" if low_open else f"from {low_text} to {high_text}"
@@ -89,11 +82,15 @@ def seconds_setting(
     integer: bool = False,
     low_open: bool = False,
 ) -> float:
-    """The setting `name` read by `seconds`, or `default` when unset or blank."""
+    """The setting `name` read by `seconds` (``isdecimal`` first when `integer`: `int` also takes ``+5``, ``1_000``
+    and non-ASCII digits), or `default` when unset or blank."""
     text = setting(settings, name, required=False)
     if text is None:
         return default
-    return seconds(name, text, low=low, high=high, integer=integer, low_open=low_open)
+    number: object = None
+    with contextlib.suppress(ValueError):
+        number = int(text) if integer and text.isascii() and text.isdecimal() else float(text)
+    return seconds(name, number, low=low, high=high, integer=integer, low_open=low_open)
 
 
 def setting(settings: Mapping[str, str], name: str, *, required: bool = True) -> str | None:

@@ -150,7 +150,7 @@ class BoundCodec(WrapsCodec):
         try:
             ring = binding_key if isinstance(binding_key, KeyRing) else KeyRing([binding_key])
         except ConfigurationError as exc:  # KeyRing names the key by position; here it has a name
-            raise ConfigurationError(f"binding_key {str(exc).removeprefix('keys[0] ')}") from None
+            raise ConfigurationError(f"binding_key {str(exc).removeprefix('key 0 ')}") from None
         self._keys = tuple((derive_key(s, _BINDING_INFO), derive_key(s, _PRINCIPAL_INFO)) for s in ring)  # (Kb, Kp)
         self.codec, self._clock = codec, clock  # the inner codec
         self.audience, self.purpose = audience, purpose

@@ -1,6 +1,7 @@
 """`statecodec check`: is this instance ready to seal and unseal, and under which keys?
 
-Builds the codec a server would (the environment, or ``--config FILE``), seals a probe and unseals it, and reports
+Builds the codec a server would (the environment, or ``--config FILE``) and reads the other settings a server reads
+(``STATECODEC_TTL``, the single-use store's, without contacting the store), seals a probe and unseals it, and reports
 the codec kind, its key ids (primary first), the provider and key name: never a key, a credential or a token. The
 JSON report (``--json``) is what `statecodec rotate check` reads from every instance of a fleet.
 Exit status: 0 ready, 1 not ready (the probe failed, the provider is unreachable or refused), 2 misconfigured.
@@ -19,13 +20,6 @@ from statecodec.config import ENVIRONMENT_ONLY, TTL_VAR, configured_codec, missi
 from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
 from statecodec.single_use import SingleUse, store_from_settings
 
-_DESCRIPTION = """\
-Build the codec this instance's configuration describes (the STATECODEC_* environment, or --config FILE) as a
-server does at start-up, check the single-use settings a server reads (STATECODEC_TTL, STATECODEC_STORE_*)
-without connecting to the store, seal a probe and unseal it. Reports the codec kind and key ids, never a key.
-The --json report is what `statecodec rotate check` reads from every instance of a fleet.
-Exit status: 0 ready, 1 not ready (the probe failed, the provider is unreachable or refused), 2 misconfigured.
-"""
 SCHEMA = "statecodec-check/1"
 _PROBE = b"statecodec check probe"
 # The setting that names the key a provider holds (a name, never key material).
@@ -41,8 +35,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "check",
         help="build the configured codec, seal and unseal a probe, report kind and key ids (exit 0 ready)",
-        description=_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Exit status: 0 ready, 1 not ready (the probe failed, the provider is unreachable), 2 misconfigured.",
     )
     p.add_argument("--config", metavar="FILE", help="a JSON file of STATECODEC_* settings instead of the environment")
     p.add_argument("--instance", metavar="NAME", help="this instance's name in the report (for rotate check)")
