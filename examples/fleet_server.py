@@ -52,12 +52,13 @@ replacement); the server binds a loopback address only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import json
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -228,7 +229,20 @@ def create_app() -> Starlette:
 
 
 def app_for(server: MCPServer[Any], host: str) -> Starlette:
-    return server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    """The server's app, which prints one line on stdout once it serves: the socket is bound before the app starts
+    (by uvicorn's supervisor, or by `main` for one worker), so whoever started it knows when to connect."""
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    lifespan = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def announced(app: Starlette) -> AsyncIterator[Any]:
+        async with lifespan(app) as state:
+            port = os.environ.get("FLEET_PORT", "")
+            print(f"fleet_server: process {os.getpid()} serving http://{host}:{port}{MCP_PATH}", flush=True)
+            yield state
+
+    app.router.lifespan_context = announced
+    return app
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -260,6 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"cannot start: {exc}") from None
     # Workers re-create the app from these, so the factory and this process agree.
     os.environ["FLEET_HOST"] = host
+    os.environ["FLEET_PORT"] = str(args.port)
     os.environ["FLEET_MODE"] = args.mode
     os.environ["FLEET_DEMO_AUTH"] = "1" if args.demo_auth else "0"
     if args.workers > 1:
@@ -277,8 +292,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             access_log=False,
         )
     else:
-        server = build_server(security, single_use=single_use, demo_auth=args.demo_auth)
-        uvicorn.run(app_for(server, host), host=host, port=args.port, log_level=args.log_level, access_log=False)
+        app = app_for(build_server(security, single_use=single_use, demo_auth=args.demo_auth), host)
+        config = uvicorn.Config(app, host=host, port=args.port, log_level=args.log_level, access_log=False)
+        sock = config.bind_socket()  # before the app starts, so its line means it can be reached
+        server = uvicorn.Server(config)
+        server.run(sockets=[sock])
+        return 0 if server.started else STARTUP_FAILURE
     return 0
 
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, KeyRing, Reason, SealError, XAESGCMCodec
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode, b64u_len
 from statecodec.aead import _XAES, _Ring
-from statecodec.cli.vectors import codec_for
+from tests.vector_codecs import codec_for
 
 RingCodec = AESGCMCodec | XAESGCMCodec
 CODECS: list[type[RingCodec]] = [AESGCMCodec, XAESGCMCodec]

@@ -206,14 +206,13 @@ AWS = {"STATECODEC_CODEC": "aws-kms", "STATECODEC_AWS_KMS_KEY_ID": "alias/k", "S
         (["check"], {"STATECODEC_KEYS": KEYS, **STORE}, "redis", "redis"),
         (["revoke", "--all"], STORE, "redis", "redis"),
         (["store", "check"], STORE, "redis", "redis"),
-        (["demo"], {}, "mcp", "mcp"),
     ],
 )
 def test_an_optional_extra_missing_is_one_line_naming_it_and_exit_2(
     cli: Run, monkeypatch: pytest.MonkeyPatch, argv: list[str], env: dict[str, str], package: str, extra: str
 ) -> None:
     monkeypatch.setitem(sys.modules, package, None)  # as if not installed, and the modules that import it unloaded
-    loaded = ("statecodec.providers.", "statecodec.redis", "statecodec.cli.demo")
+    loaded = ("statecodec.providers.", "statecodec.redis")
     for name in [m for m in sys.modules if m.startswith(loaded)]:
         monkeypatch.delitem(sys.modules, name)
     code, _, err = cli(*argv, env=env)
@@ -246,8 +245,6 @@ PARSERS = list(_parsers(build_parser()))
 
 @pytest.mark.parametrize(("command", "parser"), PARSERS, ids=[command for command, _ in PARSERS])
 def test_every_command_help_opens_with_a_description_for_its_user(command: str, parser: Any) -> None:
-    if command.split()[1] in ("bench", "vectors"):
-        pytest.skip("rebuilt outside the library")
     text = parser.format_help()
     assert parser.description, command
     assert "``" not in text, command

@@ -122,6 +122,20 @@ def test_example_script_runs(name: str, tmp_path: Path) -> None:
     assert output.strip(), f"{name} printed nothing"
 
 
+def test_demo_narrates_two_rounds_a_refused_tamper_and_what_next(tmp_path: Path) -> None:
+    returncode, text = run([sys.executable, str(EXAMPLES / "demo.py"), "--from-env"], tmp_path)
+    assert returncode == 0, text
+    assert "codec: AESGCMCodec(key_ids=[" in text
+    tokens = [line.strip() for line in text.splitlines() if line.startswith("         ") and len(line.strip()) > 100]
+    sealed, tampered = tokens
+    assert sum(a != b for a, b in zip(sealed, tampered, strict=True)) == 1
+    assert "result: Provisioned 'orders' in eu-west-1" in text
+    assert "client got error -32602: 'Invalid or expired requestState'" in text
+    assert "server log: requestState rejected on tools/call: seal" in text
+    assert "cannot read or change it" in text  # what sealing means
+    assert "next: " in text
+
+
 @pytest.mark.parametrize("name", sorted(DRIVEN_ELSEWHERE))
 def test_served_example_is_driven_by_its_tests(name: str) -> None:
     assert (EXAMPLES / name).is_file(), f"{name} is listed in DRIVEN_ELSEWHERE but was removed"

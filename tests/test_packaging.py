@@ -1,4 +1,5 @@
-"""What a release ships: the Apache-2.0 licence it declares, and an sdist without the tests.
+"""What a release ships: the Apache-2.0 licence it declares, an sdist without the tests, metadata without the
+development tooling, only public names at the top level, and a command that also runs as ``python -m``.
 
 The sdist itself is built and checked (`python -m build`, `twine check`) by .ci/run; building it here would
 cost an isolated build environment per run, so these tests read the declarations that decide its contents.
@@ -6,8 +7,14 @@ cost an isolated build environment per run, so these tests read the declarations
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
+
+import pytest
+
+import statecodec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,3 +34,32 @@ def test_the_sdist_leaves_out_what_needs_the_repository() -> None:
     lines = {line.strip() for line in (ROOT / "MANIFEST.in").read_text(encoding="utf-8").splitlines()}
     assert {"prune tests", "prune benchmarks", "prune examples", "prune docs"} <= lines
     assert "include LICENSE README.md CHANGELOG.md SECURITY.md" in lines
+
+
+def test_the_published_metadata_names_versions_and_links_and_no_dev_tooling() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert "dev" not in project["optional-dependencies"]  # tooling lives in requirements-dev.txt
+    versions = {c.rpartition(" :: ")[2] for c in project["classifiers"] if c.startswith("Programming Language :: Py")}
+    assert {"3.11", "3.12", "3.13"} <= versions
+    assert project["requires-python"] == ">=3.11"
+    assert {"Source", "Documentation", "Issues", "Changelog"} <= set(project["urls"])
+
+
+def test_ci_runs_the_readme_test_command_verbatim() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = next(line for line in readme.splitlines() if line.endswith("-m pytest"))
+    assert "-c constraints.txt -r requirements-dev.txt" in command
+    assert command in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+
+
+def test_the_top_level_shows_only_its_public_names() -> None:
+    assert dir(statecodec) == sorted(statecodec.__all__)
+    assert len(statecodec.__all__) <= 60
+    assert not [name for name in statecodec.__all__ if name.startswith("_") and name != "__version__"]
+
+
+@pytest.mark.parametrize("module", ["statecodec", "statecodec.cli.main"])
+def test_the_command_runs_as_a_module_and_prints_a_key(module: str) -> None:
+    result = subprocess.run([sys.executable, "-m", module, "keygen"], capture_output=True, text=True, check=False)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert len(statecodec.KeyRing.parse(result.stdout.strip())) == 1

@@ -1,6 +1,6 @@
 """Every frozen vectors file still holds: tokens open, re-derive byte for byte, and are refused as pinned.
 
-Each entry is one test case (`json_parametrize`), its codec built by `statecodec.cli.vectors.codec_for`
+Each entry is one test case (`json_parametrize`), its codec built by `tests.vector_codecs.codec_for`
 from the keys it holds. Where a format is deterministic given the recorded nonce, IV or content key,
 the token is rebuilt from ``docs/formats.md`` with cryptography's primitives alone, as a port would.
 """
@@ -26,8 +26,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.keywrap import aes_key_wrap
 
 from statecodec import InvalidToken
-from statecodec.cli.main import main
-from statecodec.cli.vectors import codec_for
+from tests.vector_codecs import codec_for
 
 VECTORS = Path(__file__).parent / "vectors"
 FILES = sorted(p for p in VECTORS.glob("*.json") if p.name != "vault_transit.json")
@@ -256,100 +255,3 @@ def test_jws_token_re_derives(data: dict[str, Any], v: dict[str, Any]) -> None:
         signature = ed25519.Ed25519PrivateKey.from_private_bytes(unb64u(jwk["d"])).sign(signing_input)
     assert f"{signing_input.decode()}.{b64u(signature)}" == v["token"]
 
-
-# -- statecodec vectors verify ------------------------------------------------------------------------
-
-
-def verify(capsys: pytest.CaptureFixture[str], tmp_path: Path, *files: object) -> tuple[int, str, str]:
-    """The command over `files`, each a path or a document written to a file first."""
-    paths = []
-    for i, f in enumerate(files):
-        if not isinstance(f, Path):
-            f, text = tmp_path / f"{i}.json", json.dumps(f)
-            f.write_text(text, encoding="utf-8")
-        paths.append(str(f))
-    code = main(["vectors", "verify", *paths])
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def test_every_frozen_file_holds(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code, out, err = verify(capsys, tmp_path, *FILES)
-    assert (code, err, len(out.splitlines())) == (0, "", len(FILES))
-    assert all(line.endswith(": all hold") for line in out.splitlines())
-    code, out, err = verify(capsys, tmp_path, VECTORS / "vault_transit.json")
-    assert (code, out) == (2, "")
-    assert "its tokens open only inside Vault: restore its key backups (transit/restore)" in err
-
-
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
-def test_drift_is_named_without_its_token(path: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    data = json.loads(path.read_text(encoding="utf-8"))
-    valid, key = data["valid"][-1], "refusals" if data["codec"] == "binding" else "invalid"
-    pos = len(valid["token"]) - 5  # inside the last segment, so the text stays canonical base64url
-    valid["token"] = valid["token"][:pos] + ("B" if valid["token"][pos] == "A" else "A") + valid["token"][pos + 1 :]
-    i, refused = next((i, v) for i, v in enumerate(data[key]) if v["reason"] is not None)
-    pinned, refused["reason"] = refused["reason"], "purpose" if refused["reason"] != "purpose" else "seal"
-    code, out, err = verify(capsys, tmp_path, data)
-    assert (code, err) == (1, "")
-    assert out.splitlines()[1:] == [
-        f"  - valid[{len(data['valid']) - 1}] {valid['name']!r}: refused with seal, expected it to open",
-        f"  - {key}[{i}] {refused.get('name', refused.get('vector'))!r}: refused with {pinned}, "
-        f"expected {refused['reason']}",
-    ]
-    assert valid["token"] not in out
-
-
-def test_each_kind_of_failure_is_named(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    data = load("aesgcm")
-    data["invalid"][0]["token"] = data["valid"][1]["token"]
-    data["valid"][1]["payload"] += "00"
-    del data["valid"][0]["keys"]
-    data["invalid"][1] = []
-    (tmp_path / "bad.json").write_text("{", encoding="utf-8")
-    files = [data, {**data, "valid": [], "invalid": []}, tmp_path / "none.json", tmp_path / "bad.json", []]
-    code, out, err = verify(capsys, tmp_path, *files)
-    assert code == 2
-    assert out.splitlines()[0].endswith(": 9 to open, 21 to refuse: 4 failure(s)")
-    assert [line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("  - ")] == [
-        "not usable (KeyError)",
-        "opened to another payload",
-        "was accepted",
-        "not usable (AttributeError)",
-    ]
-    assert out.splitlines()[-1].endswith(": 0 to open, 0 to refuse: no vectors")
-    assert [line.split(": ", 2)[2] for line in err.splitlines()] == [
-        "cannot read it: No such file or directory (FileNotFoundError)",
-        "not a statecodec-vectors/1 file (JSONDecodeError)",
-        "not a statecodec-vectors/1 file (TypeError)",
-    ]
-
-
-def test_entries_to_open_and_to_refuse_are_counted_apart(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    # binding.json pins 4 valid vectors and 14 replays, 2 of which (the edges of a window) still open.
-    code, out, _ = verify(capsys, tmp_path, VECTORS / "binding.json", VECTORS / "jwe_ecdh.json")
-    assert code == 0
-    assert [line.split(": ", 2)[2] for line in out.splitlines()] == [
-        "6 to open, 12 to refuse: all hold",
-        "6 to open, 10 to refuse: all hold",
-    ]
-
-
-def test_json_output_holds_every_count_failure_and_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    data = load("aesgcm")
-    data["invalid"][0]["token"] = data["valid"][1]["token"]
-    (tmp_path / "a.json").write_text(json.dumps(data), encoding="utf-8")
-    paths = [str(VECTORS / "binding.json"), str(tmp_path / "a.json"), str(tmp_path / "missing.json")]
-    code = main(["vectors", "verify", "--json", *paths])
-    out = capsys.readouterr()
-    assert (code, out.err) == (2, "")
-    files = json.loads(out.out)["files"]
-    assert [(f["path"], f.get("to_open"), f.get("to_refuse"), f.get("verdict")) for f in files] == [
-        (paths[0], 6, 12, "all hold"),
-        (paths[1], 9, 21, "1 failure(s)"),
-        (paths[2], None, None, None),
-    ]
-    accepted = {"entry": "invalid[0]", "name": data["invalid"][0]["name"], "problem": "was accepted"}
-    assert files[1]["failures"] == [accepted]
-    assert files[2]["error"] == "cannot read it: No such file or directory (FileNotFoundError)"
-    assert data["valid"][1]["token"] not in out.out

@@ -6,8 +6,8 @@ JOSE, configuration and the token inspector load on first use, and no optional p
 Vault client) is ever imported here.
 """
 
-import importlib
-from typing import TYPE_CHECKING
+from importlib import import_module as _import_module
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from statecodec._types import Codec
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
@@ -32,7 +32,7 @@ __all__ = [
     "format_keys", "generate_key", "parse_keys"
 ]
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from statecodec.config import codec_from_env, codec_from_file
     from statecodec.jose import JWECodec, JWSCodec
     from statecodec.providers.vault import VaultTransitCodec
@@ -53,4 +53,9 @@ def __getattr__(name: str) -> object:
     module = _ON_FIRST_USE.get(name)
     if module is None:
         raise AttributeError(f"module 'statecodec' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    return getattr(_import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    # The public names only: not the submodules imports leave behind, nor this module's own helpers.
+    return sorted(__all__)

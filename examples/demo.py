@@ -1,11 +1,17 @@
-"""`statecodec demo`: a real MCP server and client in one process, with sealed requestState.
+"""A real MCP server and client in one process, with sealed requestState; a tampered token is refused.
 
-A token with one character changed is refused with the SDK's fixed error, and the server's log names only the
-reason code. Imports the MCP SDK: only `demo` loads it.
+The server's tool asks a question and hands the client its state sealed: encrypted and authenticated under a
+key only the server holds, so the client can echo it back but neither read nor change it. A token with one
+character changed is refused with the SDK's fixed error, and the server's log names only the reason code.
+
+    pip install -e '.[mcp]'
+    python examples/demo.py              # a fresh key held only by this process
+    python examples/demo.py --from-env   # the codec the STATECODEC_* settings describe
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
@@ -16,8 +22,7 @@ from mcp import Client, MCPError
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult, InputResponses
 
-from statecodec.aead import AESGCMCodec
-from statecodec.config import Codec, codec_from_env
+from statecodec import AESGCMCodec, Codec, codec_from_env
 from statecodec.mcp import security
 
 TOOL, ARGUMENTS, ANSWER = "provision", {"name": "orders"}, {"region": "eu-west-1"}
@@ -55,7 +60,8 @@ async def _run(codec: Codec) -> int:
             print(f"{_INDENT}unexpected answer from the server")
             return 1
         print(f"{_INDENT}server asks [region]: {_ASK_REGION.params.message}")
-        print(f"{_INDENT}sealed requestState ({len(token)} characters):\n{_INDENT}{token}")
+        print(f"{_INDENT}sealed requestState ({len(token)} characters; the state encrypted and authenticated under")
+        print(f"{_INDENT}the server's key: the client echoes it back, it cannot read or change it):\n{_INDENT}{token}")
         print(f"round 2  tools/call {TOOL} with answer {json.dumps(ANSWER)} and the requestState echoed")
         second = await client.session.call_tool(TOOL, ARGUMENTS, input_responses=answers, request_state=token)
         print(f"{_INDENT}result: {getattr(second.content[0], 'text', second.content)}\n")
@@ -70,7 +76,8 @@ async def _run(codec: Codec) -> int:
         try:
             await client.session.call_tool(TOOL, ARGUMENTS, input_responses=answers, request_state=bad)
         except MCPError as exc:
-            print(f"{_INDENT}client got error {exc.error.code}: {exc.error.message!r}")
+            print(f"{_INDENT}client got error {exc.error.code}: {exc.error.message!r}\n")
+            print(_NEXT)
             return 0
         finally:
             logger.removeHandler(handler)
@@ -79,8 +86,20 @@ async def _run(codec: Codec) -> int:
     return 1
 
 
-def run_demo(*, from_env: bool = False) -> int:
+_NEXT = """next: protect your own server with a key every instance shares (docs/quickstart.md):
+  export STATECODEC_KEYS="$(statecodec keygen)"
+  then MCPServer(..., request_state_security=statecodec.mcp.security_from_env())"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="An MCP server and client in memory: two rounds, then a tamper.")
+    parser.add_argument("--from-env", action="store_true", help="use the STATECODEC_* codec, not a fresh key")
+    from_env = parser.parse_args().from_env
     codec = codec_from_env() if from_env else AESGCMCodec.ephemeral()
     print("statecodec demo: an MCPServer and a Client in one process, connected in memory")
     print(f"codec: {codec!r}" + ("" if from_env else " (fresh key held only by this process)") + "\n", flush=True)
-    return anyio.run(_run, codec)
+    return int(anyio.run(_run, codec))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
