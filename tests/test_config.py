@@ -213,15 +213,9 @@ def test_an_unknown_setting_is_refused_with_the_closest_valid_name(tmp_path: Pat
 
 
 def test_the_single_use_settings_are_valid_beside_any_codec_and_checked_for_typos_too() -> None:
-    env = {
-        **STORE,
-        "STATECODEC_KEYS": KEYS,
-        "STATECODEC_TTL": "300",
-        "STATECODEC_STORE_TIMEOUT": "0.5",
-        "STATECODEC_STORE_NAMESPACE": "billing",
-        "STATECODEC_REVOCATION_STALENESS": "2",
-        "STATECODEC_STORE_ON_ERROR": "refuse",
-    }
+    env = {**STORE, "STATECODEC_KEYS": KEYS, "STATECODEC_TTL": "300", "STATECODEC_STORE_TIMEOUT": "0.5"}
+    env |= {"STATECODEC_STORE_NAMESPACE": "b", "STATECODEC_REVOCATION_STALENESS": "2",
+            "STATECODEC_STORE_ON_ERROR": "refuse"}
     assert isinstance(cfg.codec_from_env(env), AESGCMCodec)
     assert SingleUse.from_env(env).ttl == 300
     with pytest.raises(ConfigurationError, match="unknown setting STATECODEC_STORE_TIMEOUTS; did you mean"):
@@ -235,25 +229,16 @@ def _with(codec: str, **settings: str) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("env", "fragment"),
     [
-        (
-            _with("aesgcm", KEYS=KEYS, VAULT_ADDR="https://vault.example"),
-            "STATECODEC_VAULT_ADDR is set but codec kind 'aesgcm' does not read it (it is read by vault-envelope, "
-            "vault-transit)",
-        ),
+        (_with("aesgcm", KEYS=KEYS, VAULT_ADDR="https://v"), "STATECODEC_VAULT_ADDR is set but codec kind 'aesgcm' "
+         "does not read it (it is read by vault-envelope, vault-transit)"),
         (_with("jwe", KEYS=KEYS, JWS_ALG="HS256"), "STATECODEC_JWS_ALG is set but codec kind 'jwe' does not read it"),
         (_with("jws", KEYS=KEYS, JWKS_FILE="/s.json"), "STATECODEC_KEYS has no effect beside STATECODEC_JWKS_FILE"),
-        (
-            _with("aws-kms", KMS_CONTEXT="purpose=x", KMS_AUDIENCE="billing"),
-            "STATECODEC_KMS_AUDIENCE has no effect beside STATECODEC_KMS_CONTEXT",
-        ),
-        (
-            _with("vault-transit", VAULT_TOKEN_FILE="/t", VAULT_ROLE_ID="role"),
-            "STATECODEC_VAULT_TOKEN_FILE has no effect beside STATECODEC_VAULT_ROLE_ID",
-        ),
-        (
-            _with("vault-transit", VAULT_SECRET_ID="s", VAULT_SECRET_ID_FILE="/s"),
-            "both STATECODEC_VAULT_SECRET_ID and STATECODEC_VAULT_SECRET_ID_FILE are set; set exactly one",
-        ),
+        (_with("aws-kms", KMS_CONTEXT="purpose=x", KMS_AUDIENCE="billing"),
+         "STATECODEC_KMS_AUDIENCE has no effect beside STATECODEC_KMS_CONTEXT"),
+        (_with("vault-transit", VAULT_TOKEN_FILE="/t", VAULT_ROLE_ID="role"),
+         "STATECODEC_VAULT_TOKEN_FILE has no effect beside STATECODEC_VAULT_ROLE_ID"),
+        (_with("vault-transit", VAULT_SECRET_ID="s", VAULT_SECRET_ID_FILE="/s"),
+         "both STATECODEC_VAULT_SECRET_ID and STATECODEC_VAULT_SECRET_ID_FILE are set; set exactly one"),
     ],
     ids=["other-kind", "jws-for-jwe", "ring-beside-jwks", "audience-beside-context", "token-beside-approle", "x-file"],
 )
@@ -263,12 +248,7 @@ def test_a_setting_made_ineffective_is_an_error_not_a_silent_drop(env: dict[str,
     assert fragment in str(info.value)
 
 
-AWS = _with(
-    "aws-kms",
-    AWS_KMS_KEY_ID="1234abcd-12ab-34cd-56ef-1234567890ab",
-    AWS_REGION="eu-west-1",
-    WRAPPED_KEYS=format_keys([generate_key()]),
-)
+AWS = _with("aws-kms", AWS_KMS_KEY_ID="1234abcd", AWS_REGION="eu-west-1", WRAPPED_KEYS=format_keys([generate_key()]))
 VAULT = _with("vault-transit", VAULT_TOKEN="s.statecodec-test-token", VAULT_KEY="statecodec")
 
 
