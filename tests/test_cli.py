@@ -1,6 +1,6 @@
 """The `statecodec` command line: flags map onto the settings a server reads; exit 0 ok, 1 refused, 2 usage.
 
-`rotate plan|check` is tested in test_rotation.py, `bench` and `vectors` in their own files.
+`rotate plan|check` is tested in test_rotation.py, `bench` in test_bench.py.
 """
 
 from __future__ import annotations
