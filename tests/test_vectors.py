@@ -79,14 +79,14 @@ def test_invalid_entry_is_refused_with_its_reason(data: dict[str, Any], v: dict[
     assert reason_of(lambda: codec_for(data, v).unseal(v["token"])) == v["reason"]
 
 
-@json_parametrize("binding", "valid")
+@json_parametrize("binding binding_v2", "valid")
 def test_binding_vector_opens_at_its_time(data: dict[str, Any], v: dict[str, Any]) -> None:
     codec = codec_for(data, v)
     assert codec.unseal(v["token"], principal=v["principal"], context=v["context"]) == v["state"].encode()
     assert codec.codec.unseal(v["token"]) == bytes.fromhex(v["claims"]) + v["state"].encode()
 
 
-@json_parametrize("binding", "refusals")
+@json_parametrize("binding binding_v2", "refusals")
 def test_binding_replay_is_refused_with_its_reason(data: dict[str, Any], v: dict[str, Any]) -> None:
     vector = next(x for x in data["valid"] if x["name"] == v["vector"])
     codec = codec_for(data, vector, at=v)

@@ -1,0 +1,196 @@
+"""What `BoundCodec` adds to an MCP round beside the SDK's `RequestStateBoundary`, and what a long binding key ring
+costs `unseal` (not a test).
+
+1. ``round``: one retried tools/call by an authenticated client, around the same `AESGCMCodec` and ~300-byte state.
+   `BoundCodec`'s round is `mcp_request_context`, `unseal` and `seal`; the SDK's is `RequestStateBoundary.__call__`
+   around a handler answering ``input_required``, awaited as a server awaits it (it never suspends, so no event
+   loop is timed). What each adds is its round minus the codec's own unseal and seal of the state, and for the SDK
+   minus its handler too. Figure: BoundCodec's added cost over the SDK's.
+2. ``ring``: `unseal` of a token bound under the oldest of 200 binding keys, over `unseal` of the same token by a
+   codec holding that key alone: for tokens of the current format (version 0x02, a key id), and of version 0x01
+   (read through their lifetime: one HMAC per key tried); ``accept`` as sealed, ``refuse`` presented with another
+   context, which any client holding one token can do.
+3. ``parts``: what two of `BoundCodec`'s choices buy, per call: `json.dumps` with keywords (a new `JSONEncoder` each
+   call) against one module-level encoder, and `hmac.new` against copying an HMAC keyed once.
+
+Each round times every operation (in this process's CPU time) in a fresh random order, three times over, keeping
+each operation's fastest batch, so that every side sees the same machine load; a figure is the median over rounds of
+the per-round ratio.
+
+Run: ``python benchmarks/binding.py [--rounds 61] [--batch-ms 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hmac
+import json
+import os
+import random
+import statistics
+import time
+import timeit
+from collections.abc import Callable, Coroutine
+from typing import Any, cast
+
+from mcp.server.context import ServerRequestContext
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+
+from statecodec import AESGCMCodec, BoundCodec, InvalidToken, KeyRing, generate_key
+from statecodec.binding import mcp_request_context
+
+Op = Callable[[], object]
+METHOD = "tools/call"
+PRINCIPAL = '{"client_id":"app-1","issuer":"https://id.example.com","subject":"user-42"}'
+PARAMS: dict[str, Any] = {"name": "provision", "arguments": {"name": "orders", "tier": "standard", "replicas": 3}}
+STATE = b'{"step":2,"asked":"region","draft":"' + b"x" * 260 + b'"}'
+
+
+def _finish(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """The result of a coroutine that never suspends."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise RuntimeError("the boundary suspended; it cannot be timed without an event loop")
+
+
+def round_ops() -> dict[str, Op]:
+    """One retried tools/call each way, plus the codec alone (`bare`) and the SDK's handler alone."""
+    codec = AESGCMCodec([os.urandom(32)])
+    answer = {"resultType": "input_required", "requestState": STATE.decode()}
+
+    async def handler(ctx: object) -> dict[str, str]:
+        return answer
+
+    def request(params: dict[str, Any]) -> Any:  # the boundary reads only the method and the params
+        return ServerRequestContext(
+            session=cast(Any, None), lifespan_context={}, protocol_version="2026-07-28", method=METHOD, params=params
+        )
+
+    boundary = RequestStateBoundary(
+        RequestStateSecurity(codec=codec, bind_principal=lambda ctx: PRINCIPAL), default_audience="bench"
+    )
+    retry = request({**PARAMS, "requestState": _finish(boundary(request(PARAMS), handler))["requestState"]})
+    bound = BoundCodec(codec, audience="bench", binding_key=generate_key())
+    bound_token = bound.seal(STATE, principal=PRINCIPAL, context=mcp_request_context(METHOD, retry.params))
+    bare_token = codec.seal(STATE)
+
+    def bound_round() -> str:
+        context = mcp_request_context(METHOD, retry.params)
+        bound.unseal(bound_token, principal=PRINCIPAL, context=context)
+        return bound.seal(STATE, principal=PRINCIPAL, context=context)
+
+    return {
+        "bare": lambda: (codec.unseal(bare_token), codec.seal(STATE)),
+        "bound": bound_round,
+        "handler": lambda: _finish(handler(retry)),
+        "boundary": lambda: _finish(boundary(retry, handler)),
+    }
+
+
+def ring_ops(size: int = 200) -> dict[str, Op]:
+    """Unseal under a ring of `size` binding keys, the token's key last, and under that key alone."""
+    codec, context = AESGCMCodec([os.urandom(32)]), mcp_request_context(METHOD, PARAMS)
+    oldest, others = generate_key(), [generate_key() for _ in range(size - 1)]
+    ops: dict[str, Op] = {}
+    for version in (2, 1):
+        sealer = BoundCodec(codec, audience="bench", binding_key=oldest, seal_version=version)
+        token = sealer.seal(STATE, principal=PRINCIPAL, context=context)
+        for name, ring in (("1", [oldest]), (str(size), [*others, oldest])):
+            bound = BoundCodec(codec, audience="bench", binding_key=KeyRing(ring))
+
+            def accept(bound: BoundCodec = bound, token: str = token) -> object:
+                return bound.unseal(token, principal=PRINCIPAL, context=context)
+
+            def refuse(bound: BoundCodec = bound, token: str = token) -> object:
+                try:
+                    return bound.unseal(token, principal=PRINCIPAL, context={})
+                except InvalidToken as refused:
+                    return refused
+
+            ops[f"v{version}/{name}/accept"], ops[f"v{version}/{name}/refuse"] = accept, refuse
+    return ops
+
+
+def part_ops() -> dict[str, Op]:
+    """The alternatives `statecodec.binding` chose between, on a round's own inputs."""
+    arguments, encoder = PARAMS["arguments"], json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+    key, prefix, message = generate_key(), b"\x00\x00\x00\x05bench\x00\x00\x00\x0drequest-state", STATE[:120]
+    keyed = hmac.new(key, prefix, "sha256")
+
+    def copied() -> bytes:
+        mac = keyed.copy()
+        mac.update(message)
+        return mac.digest()
+
+    return {
+        "dumps": lambda: json.dumps(arguments, sort_keys=True, separators=(",", ":")),
+        "encoder": lambda: encoder.encode(arguments),
+        "hmac.new": lambda: hmac.new(key, prefix + message, "sha256").digest(),
+        "copy": copied,
+    }
+
+
+def _timer(op: Op) -> timeit.Timer:
+    """CPU time of this process: on a machine shared with other work, wall time also counts their time slices."""
+    return timeit.Timer(op, timer=time.process_time)
+
+
+def interleave(ops: dict[str, Op], rounds: int, batch_s: float, passes: int = 3) -> dict[str, list[float]]:
+    """Seconds per call of every operation, one sample per round: each round makes `passes` passes over every
+    operation in a fresh order, a batch of about `batch_s` each, and keeps each operation's fastest batch, so that
+    a batch the scheduler interrupted on a shared machine does not become the round's sample."""
+    counts = {}
+    for key, op in ops.items():
+        if isinstance(op(), InvalidToken) and "refuse" not in key:  # a side that refuses is not timing a round
+            raise RuntimeError(f"{key} refused its token")
+        per_call = _timer(op).timeit(50) / 50
+        counts[key] = max(1, round(batch_s / per_call))
+    samples: dict[str, list[float]] = {key: [] for key in ops}
+    order = list(ops)
+    for _ in range(rounds):
+        gc.collect()
+        best = dict.fromkeys(ops, float("inf"))
+        for _ in range(passes):
+            random.shuffle(order)
+            for key in order:  # timeit turns the collector off during a batch
+                best[key] = min(best[key], _timer(ops[key]).timeit(counts[key]) / counts[key])
+        for key, seconds in best.items():
+            samples[key].append(seconds)
+    return samples
+
+
+def median_ratio(a: list[float], b: list[float]) -> float:
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=61)
+    parser.add_argument("--batch-ms", type=float, default=5.0)
+    args = parser.parse_args()
+    ops = {f"round/{k}": op for k, op in round_ops().items()}
+    ops.update({f"ring/{k}": op for k, op in ring_ops().items()})
+    ops.update({f"part/{k}": op for k, op in part_ops().items()})
+    s = interleave(ops, args.rounds, args.batch_ms / 1000)
+    bare, bound, handler, sdk = (s[f"round/{k}"] for k in ("bare", "bound", "handler", "boundary"))
+    ours = [b - c for b, c in zip(bound, bare, strict=True)]
+    theirs = [x - h - c for x, h, c in zip(sdk, handler, bare, strict=True)]
+    print(f"{args.rounds} interleaved rounds, medians")
+    print(f"round: BoundCodec adds {statistics.median(ours) * 1e6:.1f} us, the SDK's boundary "
+          f"{statistics.median(theirs) * 1e6:.1f} us: ratio {median_ratio(ours, theirs):.2f}")  # fmt: skip
+    for version in (2, 1):
+        for outcome in ("accept", "refuse"):
+            one, many = s[f"ring/v{version}/1/{outcome}"], s[f"ring/v{version}/200/{outcome}"]
+            print(f"ring: version {version} {outcome}, 200 keys vs 1: {median_ratio(many, one):.2f} "
+                  f"({statistics.median(one) * 1e6:.1f} us with 1 key)")  # fmt: skip
+    for slow, fast in (("dumps", "encoder"), ("hmac.new", "copy")):
+        a, b = s[f"part/{slow}"], s[f"part/{fast}"]
+        print(f"parts: {slow} {statistics.median(a) * 1e6:.2f} us, {fast} {statistics.median(b) * 1e6:.2f} us a call")
+
+
+if __name__ == "__main__":
+    main()
