@@ -243,8 +243,8 @@ def test_no_principal_or_context_in_messages_reprs_or_logs(caplog: pytest.LogCap
 @pytest.mark.parametrize(
     ("kw", "fragment"),
     [({"binding_key": b"short"}, "binding_key is 5 bytes"), ({"binding_key": b"a" * 40}, "distinct byte values"),
-     ({"binding_key": "text-key-" * 5}, "binding_key must be bytes"), ({"ttl": 0}, "ttl=0"),
-     ({"ttl": 1.5}, "ttl must be an int"), ({"future_skew": 3601}, "future_skew=3601"),
+     ({"binding_key": "text-key-" * 5}, "binding_key must be bytes"), ({"ttl": 0}, "ttl must be whole seconds from 1"),
+     ({"ttl": 1.5}, "ttl must be whole seconds"), ({"future_skew": 3601}, "future_skew must be whole seconds"),
      ({"audience": ""}, "audience must be a non-empty str"), ({"clock": 1.0}, "clock must"),
      ({"codec": object()}, "codec must have seal"), ({"seal_version": 3}, "seal_version must be 2")],
 )  # fmt: skip

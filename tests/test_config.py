@@ -1,7 +1,10 @@
-"""Configuration from the environment and from JSON files: every mistake fails at start-up."""
+"""Configuration from the environment and from JSON files: every mistake fails at start-up, and the whole
+configuration is checked before any builder runs: typos named with the closest valid name, settings another makes
+ineffective refused, and nothing reaches a provider until the configuration is right."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pickle
 import re
@@ -9,16 +12,33 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from statecodec import AESGCMCodec, ConfigurationError, XAESGCMCodec, format_keys, generate_key
 from statecodec import config as cfg
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH
-from statecodec._settings import ReadTracker
+from statecodec._settings import settings_from_file
+from statecodec.single_use import SingleUse
 from tests.secrecy import assert_unreachable
 
-KEY_A = generate_key()
-KEY_B = generate_key()
+KEY_A, KEY_B = generate_key(), generate_key()
 KEYS_TEXT = format_keys([KEY_A, KEY_B])
+KEY, KEYS = KEY_A, format_keys([KEY_A])
+STORE = {"STATECODEC_STORE_URL": "memory", "STATECODEC_STORE_KEY": format_keys([generate_key()])}
+
+
+def _refused(build: object, fragment: str) -> ConfigurationError:
+    with pytest.raises(ConfigurationError) as info:
+        build()  # type: ignore[operator]
+    assert fragment in str(info.value)
+    assert not [k for k in (KEYS_TEXT, *map(format_keys, ([KEY_A], [KEY_B]))) if k in str(info.value)]
+    return info.value
+
+
+def _write(path: Path, doc: object) -> Path:
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return path
 
 
 def test_default_kind_is_aesgcm_and_the_kind_is_case_insensitive() -> None:
@@ -47,69 +67,65 @@ def test_default_kind_is_aesgcm_and_the_kind_is_case_insensitive() -> None:
     ],
 )
 def test_configuration_errors_say_what_to_fix(env: Mapping[str, str], fragment: str) -> None:
-    with pytest.raises(ConfigurationError) as info:
-        cfg.codec_from_env(env)
-    message = str(info.value)
-    assert fragment in message
-    assert format_keys([KEY_A]) not in message
-    assert format_keys([KEY_B]) not in message
+    _refused(lambda: cfg.codec_from_env(env), fragment)
 
 
-def test_registry_entry_by_import_path_is_resolved_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_registry_entries_resolve_lazily_and_must_build_a_codec(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     seen: list[Mapping[str, str]] = []
 
     def build(settings: Mapping[str, str]) -> AESGCMCodec:
         seen.append(settings)
         return AESGCMCodec([KEY_A])
 
-    monkeypatch.setitem(cfg.BUILDERS, "callable-kind", build)
-    monkeypatch.setitem(cfg.BUILDERS, "path-kind", "statecodec.aead:AESGCMCodec.ephemeral")
-    monkeypatch.setitem(cfg.BUILDERS, "missing-dep", "statecodec_no_such_module.sub:build")
-    monkeypatch.setitem(cfg.BUILDERS, "missing-attr", "statecodec.aead:no_such_builder")
-
-    env = {"STATECODEC_CODEC": "callable-kind", "STATECODEC_MAX_TOKEN_LENGTH": "1000"}
-    assert isinstance(cfg.codec_from_env(env), AESGCMCodec)
-    assert seen == [env]
-    with pytest.raises(ConfigurationError, match="does not exist"):
-        cfg.codec_from_env({"STATECODEC_CODEC": "path-kind"})
-    with pytest.raises(ConfigurationError, match=r"'statecodec_no_such_module'.*not installed"):
-        cfg.codec_from_env({"STATECODEC_CODEC": "missing-dep"})
-    with pytest.raises(ConfigurationError, match="does not exist"):
-        cfg.codec_from_env({"STATECODEC_CODEC": "missing-attr"})
-
-
-def test_a_guarded_provider_import_passes_its_extra_hint_through(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
     (tmp_path / "statecodec_guarded_provider.py").write_text(
         "raise ImportError(\"this codec needs boto3: pip install 'statecodec[aws]'\")\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setitem(cfg.BUILDERS, "guarded", "statecodec_guarded_provider:build")
-    with pytest.raises(ConfigurationError, match=r"STATECODEC_CODEC=guarded: .*statecodec\[aws\]"):
-        cfg.codec_from_env({"STATECODEC_CODEC": "guarded"})
+    kinds = {
+        "callable-kind": build,
+        "path-kind": "statecodec.aead:AESGCMCodec.ephemeral",
+        "missing-dep": "statecodec_no_such_module.sub:build",
+        "missing-attr": "statecodec.aead:no_such_builder",
+        "guarded": "statecodec_guarded_provider:build",
+        "broken": lambda settings: object(),
+    }
+    for kind, builder in kinds.items():
+        monkeypatch.setitem(cfg.BUILDERS, kind, builder)
+    env = {"STATECODEC_CODEC": "callable-kind", "STATECODEC_MAX_TOKEN_LENGTH": "1000"}
+    assert isinstance(cfg.codec_from_env(env), AESGCMCodec)
+    assert seen == [env]
+    for kind, fragment in [
+        ("path-kind", "does not exist"),
+        ("missing-dep", "STATECODEC_CODEC=missing-dep: the Python package 'statecodec_no_such_module' is not"),
+        ("missing-attr", "does not exist"),
+        ("guarded", "STATECODEC_CODEC=guarded: this codec needs boto3: pip install 'statecodec[aws]'"),
+        ("broken", "must have seal(bytes) -> str and unseal(str) -> bytes"),
+    ]:
+        _refused(lambda: cfg.codec_from_env({"STATECODEC_CODEC": kind}), fragment)  # noqa: B023 - called at once
 
 
-def test_a_builder_returning_a_non_codec_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(cfg.BUILDERS, "broken", lambda settings: object())
-    with pytest.raises(ConfigurationError, match="did not return a codec"):
-        cfg.codec_from_env({"STATECODEC_CODEC": "broken"})
-
-
-def _write(path: Path, doc: object) -> Path:
-    path.write_text(json.dumps(doc))
-    return path
+def test_a_builder_sees_only_the_settings_its_entry_in_the_table_lists(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`READS` is the one table of what each kind reads: a builder reading more fails, so it cannot fall behind."""
+    monkeypatch.setitem(cfg.BUILDERS, "peek", lambda settings: AESGCMCodec.from_env(settings))
+    monkeypatch.setitem(cfg.READS, "peek", frozenset())
+    env = {"STATECODEC_CODEC": "peek"}
+    _refused(lambda: cfg.codec_from_env(env), "STATECODEC_CODEC=peek reads STATECODEC_KEYS, which its entry")
+    monkeypatch.setitem(cfg.READS, "peek", cfg.READS["aesgcm"])
+    assert isinstance(cfg.codec_from_env({**env, "STATECODEC_KEYS": KEYS_TEXT}), AESGCMCodec)
 
 
 def test_codec_from_file(tmp_path: Path) -> None:
     (tmp_path / "keys.txt").write_text(KEYS_TEXT)
     conf = {"STATECODEC_CODEC": "xaesgcm", "STATECODEC_KEYS_FILE": "keys.txt", "STATECODEC_MAX_TOKEN_LENGTH": 2048}
     codec = cfg.codec_from_file(_write(tmp_path / "statecodec.json", conf))
-    assert type(codec) is XAESGCMCodec
-    assert codec.max_token_length == 2048
-    assert codec.key_ids == XAESGCMCodec([KEY_A, KEY_B]).key_ids
+    assert (type(codec), codec.max_token_length) == (XAESGCMCodec, 2048)  # type: ignore[attr-defined]
+    assert codec.key_ids == XAESGCMCodec([KEY_A, KEY_B]).key_ids  # type: ignore[attr-defined]
     listed = _write(tmp_path / "c.json", {"STATECODEC_KEYS": [format_keys([KEY_B]), format_keys([KEY_A])]})
     assert cfg.codec_from_file(listed).key_ids == AESGCMCodec([KEY_B, KEY_A]).key_ids  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="not picklable"):  # the settings may hold keys
+        pickle.dumps(settings_from_file(listed))
 
 
 @pytest.mark.parametrize(
@@ -122,39 +138,30 @@ def test_codec_from_file(tmp_path: Path) -> None:
         (json.dumps({"STATECODEC_CODEC": ["aesgcm"]}), "must be a JSON string"),
         (json.dumps({"STATECODEC_CODEC": "aesgcm"}), "no keys configured"),
         ("[" * 100_000, "is not valid JSON"),
+        (" " * (1024 * 1024 + 1), "the file is over"),
+        (None, "cannot read the file"),
     ],
 )
-def test_codec_from_file_errors(tmp_path: Path, content: str, fragment: str) -> None:
-    conf = tmp_path / "c.json"
-    conf.write_text(content)
-    with pytest.raises(ConfigurationError) as info:
-        cfg.codec_from_file(conf)
-    assert fragment in str(info.value)
-    assert str(conf) in str(info.value)
-    assert format_keys([KEY_A]) not in str(info.value)
+def test_codec_from_file_errors(tmp_path: Path, content: str | None, fragment: str) -> None:
+    conf = tmp_path / "c.json" if content is None else _write(tmp_path / "c.json", content)
+    _refused(lambda: cfg.codec_from_file(conf), f"config file {conf}: ")
+    _refused(lambda: cfg.codec_from_file(conf), fragment)
 
 
 @pytest.mark.parametrize(
-    "content",
+    ("name", "content"),
     [
         # The parser's error holds the whole document (JSONDecodeError.doc, UnicodeDecodeError.object).
-        f'{{"STATECODEC_KEYS": "{KEYS_TEXT}",}}'.encode(),
-        f'{{"STATECODEC_KEYS": "{KEYS_TEXT}", "STATECODEC_CODEC": "caf\xe9"}}'.encode("latin-1"),
+        ("c.json", f'{{"STATECODEC_KEYS": "{KEYS_TEXT}",}}'.encode()),
+        ("c.json", f'{{"STATECODEC_KEYS": "{KEYS_TEXT}", "STATECODEC_CODEC": "caf\xe9"}}'.encode("latin-1")),
+        ("keys.txt", KEYS_TEXT.encode() + b"\n# caf\xe9\n"),  # a key file the config file names
     ],
-    ids=["syntax", "not-utf8"],
+    ids=["syntax", "not-utf8", "key-file"],
 )
-def test_a_broken_config_file_keeps_no_secret_in_the_exception_chain(tmp_path: Path, content: bytes) -> None:
-    conf = tmp_path / "c.json"
-    conf.write_bytes(content)
-    with pytest.raises(ConfigurationError, match="is not valid JSON") as info:
-        cfg.codec_from_file(conf)
-    assert_unreachable(info.value, KEY_A, KEY_B)
-
-
-def test_a_broken_key_file_named_by_a_config_file_keeps_no_secret_in_the_chain(tmp_path: Path) -> None:
-    (tmp_path / "keys.txt").write_bytes(KEYS_TEXT.encode() + b"\n# caf\xe9\n")
-    conf = _write(tmp_path / "c.json", {"STATECODEC_KEYS_FILE": "keys.txt"})
-    with pytest.raises(ConfigurationError, match="not UTF-8") as info:
+def test_a_broken_config_file_keeps_no_secret_in_the_exception_chain(tmp_path: Path, name: str, content: bytes) -> None:
+    (tmp_path / name).write_bytes(content)
+    conf = tmp_path / "c.json" if name == "c.json" else _write(tmp_path / "c.json", {"STATECODEC_KEYS_FILE": name})
+    with pytest.raises(ConfigurationError, match=r"is not valid JSON|not UTF-8") as info:
         cfg.codec_from_file(conf)
     assert_unreachable(info.value, KEY_A, KEY_B)
 
@@ -166,22 +173,148 @@ def test_a_misspelt_or_foreign_member_is_refused(tmp_path: Path) -> None:
     hint = "unknown setting STATECODEC_MAX_TOKEN_LENGHT; did you mean STATECODEC_MAX_TOKEN_LENGTH?"
     with pytest.raises(ConfigurationError, match=re.escape(hint)):
         cfg.codec_from_file(typo)
-    # A real setting of another codec kind is as wrong here as a typo.
-    foreign = _write(tmp_path / "foreign.json", {"STATECODEC_KEYS": keys, "STATECODEC_JWE_ALG": "dir"})
-    refusal = "STATECODEC_JWE_ALG is set but codec kind 'aesgcm' does not read it"
-    with pytest.raises(ConfigurationError, match=refusal) as info:
-        cfg.codec_from_file(foreign)
-    assert keys not in str(info.value)
+    # A real setting of another codec kind is as wrong here as a typo; one read from the environment too.
+    for name, value, refusal in [
+        ("STATECODEC_JWE_ALG", "dir", "STATECODEC_JWE_ALG is set but codec kind 'aesgcm' does not read it"),
+        ("STATECODEC_TTL", "60", "STATECODEC_TTL is read from the environment"),
+    ]:
+        foreign = _write(tmp_path / "foreign.json", {"STATECODEC_KEYS": keys, name: value})
+        _refused(lambda: cfg.codec_from_file(foreign), refusal)  # noqa: B023 - called at once
     spelt = _write(tmp_path / "ok.json", {"STATECODEC_KEYS": keys, "STATECODEC_MAX_TOKEN_LENGTH": "1000"})
     assert cfg.codec_from_file(spelt).max_token_length == 1000  # type: ignore[attr-defined]
-    with pytest.raises(TypeError, match="not picklable"):  # the settings it tracks may hold keys
-        pickle.dumps(ReadTracker({"STATECODEC_KEYS": keys}))
 
 
-def test_codec_from_file_missing_and_oversized(tmp_path: Path) -> None:
-    with pytest.raises(ConfigurationError, match=r"config file .*: cannot read the file"):
-        cfg.codec_from_file(tmp_path / "absent.json")
-    big = tmp_path / "big.json"
-    big.write_bytes(b" " * (1024 * 1024 + 1))
-    with pytest.raises(ConfigurationError, match="is over"):
-        cfg.codec_from_file(big)
+@pytest.mark.parametrize(
+    ("typo", "hint"),
+    [
+        ("STATECODEC_CODE", "did you mean STATECODEC_CODEC?"),
+        ("STATECODEC_KEY", "did you mean STATECODEC_KEYS?"),
+        ("STATECODEC_KMS_AUDIENSE", "did you mean STATECODEC_KMS_AUDIENCE?"),
+        ("STATECODEC_VAULT_TOKEN_FLE", "did you mean STATECODEC_VAULT_TOKEN_FILE?"),
+        ("STATECODEC_STORE_ULR", "did you mean STATECODEC_STORE_URL?"),
+        ("STATECODEC_TLL", "did you mean STATECODEC_TTL?"),
+        ("STATECODEC_ZZZZZZZZ", "docs/configuration.md lists every setting"),
+    ],
+)
+def test_an_unknown_setting_is_refused_with_the_closest_valid_name(tmp_path: Path, typo: str, hint: str) -> None:
+    env = {"STATECODEC_KEYS": KEYS, typo: "1"}
+    if typo == "STATECODEC_KEY":
+        env = {"STATECODEC_CODEC": "aesgcm", typo: KEYS}
+    expected = f"unknown setting {typo}; {hint}"
+    with pytest.raises(ConfigurationError) as info:
+        cfg.codec_from_env(env)
+    assert str(info.value) == expected
+    conf = tmp_path / "c.json"
+    conf.write_text(json.dumps(env))
+    with pytest.raises(ConfigurationError) as info:
+        cfg.codec_from_file(conf)
+    assert str(info.value) == f"config file {conf}: {expected}"
+    assert KEYS not in str(info.value)
+
+
+def test_the_single_use_settings_are_valid_beside_any_codec_and_checked_for_typos_too() -> None:
+    env = {**STORE, "STATECODEC_KEYS": KEYS, "STATECODEC_TTL": "300", "STATECODEC_STORE_TIMEOUT": "0.5"}
+    env |= {"STATECODEC_STORE_NAMESPACE": "b", "STATECODEC_REVOCATION_STALENESS": "2",
+            "STATECODEC_STORE_ON_ERROR": "refuse"}
+    assert isinstance(cfg.codec_from_env(env), AESGCMCodec)
+    assert SingleUse.from_env(env).ttl == 300
+    with pytest.raises(ConfigurationError, match="unknown setting STATECODEC_STORE_TIMEOUTS; did you mean"):
+        SingleUse.from_env({**STORE, "STATECODEC_STORE_TIMEOUTS": "1"})
+
+
+def _with(codec: str, **settings: str) -> dict[str, str]:
+    return {"STATECODEC_CODEC": codec, **{f"STATECODEC_{name}": value for name, value in settings.items()}}
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        (_with("aesgcm", KEYS=KEYS, VAULT_ADDR="https://v"), "STATECODEC_VAULT_ADDR is set but codec kind 'aesgcm' "
+         "does not read it (it is read by vault-envelope, vault-transit)"),
+        (_with("jwe", KEYS=KEYS, JWS_ALG="HS256"), "STATECODEC_JWS_ALG is set but codec kind 'jwe' does not read it"),
+        (_with("jws", KEYS=KEYS, JWKS_FILE="/s.json"), "STATECODEC_KEYS has no effect beside STATECODEC_JWKS_FILE"),
+        (_with("aws-kms", KMS_CONTEXT="purpose=x", KMS_AUDIENCE="billing"),
+         "STATECODEC_KMS_AUDIENCE has no effect beside STATECODEC_KMS_CONTEXT"),
+        (_with("vault-transit", VAULT_TOKEN_FILE="/t", VAULT_ROLE_ID="role"),
+         "STATECODEC_VAULT_TOKEN_FILE has no effect beside STATECODEC_VAULT_ROLE_ID"),
+        (_with("vault-transit", VAULT_SECRET_ID="s", VAULT_SECRET_ID_FILE="/s"),
+         "both STATECODEC_VAULT_SECRET_ID and STATECODEC_VAULT_SECRET_ID_FILE are set; set exactly one"),
+    ],
+    ids=["other-kind", "jws-for-jwe", "ring-beside-jwks", "audience-beside-context", "token-beside-approle", "x-file"],
+)
+def test_a_setting_made_ineffective_is_an_error_not_a_silent_drop(env: dict[str, str], fragment: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        cfg.codec_from_env(env)
+    assert fragment in str(info.value)
+
+
+AWS = _with("aws-kms", AWS_KMS_KEY_ID="1234abcd", AWS_REGION="eu-west-1", WRAPPED_KEYS=format_keys([generate_key()]))
+VAULT = _with("vault-transit", VAULT_TOKEN="s.statecodec-test-token", VAULT_KEY="statecodec")
+
+
+def test_a_misspelt_member_never_reaches_the_provider(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issue's case: `STATECODEC_KMS_AUDIENSE` in a config file is refused before the provider's builder runs
+    (it is the only code that contacts a provider), and so is a typo in the environment."""
+    built: list[str] = []
+
+    def spy(settings: Mapping[str, str]) -> AESGCMCodec:
+        built.append(settings["STATECODEC_CODEC"])
+        return AESGCMCodec([KEY])
+
+    for kind in ("aws-kms", "vault-transit"):
+        monkeypatch.setitem(cfg.BUILDERS, kind, spy)
+    conf = tmp_path / "aws.json"
+    for extra, refusal in [
+        ({"STATECODEC_KMS_AUDIENSE": "billing"}, "unknown setting STATECODEC_KMS_AUDIENSE; did you mean"),
+        ({"STATECODEC_VAULT_KEY": "statecodec"}, "STATECODEC_VAULT_KEY is set but codec kind 'aws-kms'"),
+    ]:
+        conf.write_text(json.dumps({**AWS, **extra}))
+        with pytest.raises(ConfigurationError, match=refusal):
+            cfg.codec_from_file(conf)
+    with pytest.raises(ConfigurationError, match="unknown setting STATECODEC_VAULT_CONTXT; did you mean"):
+        cfg.codec_from_env({**VAULT, "STATECODEC_VAULT_CONTXT": "purpose=x"})
+    assert built == []
+    conf.write_text(json.dumps({**AWS, "STATECODEC_KMS_AUDIENCE": "billing"}))  # spelt right: built
+    assert isinstance(cfg.codec_from_file(conf), AESGCMCodec)
+    assert isinstance(cfg.codec_from_env(VAULT), AESGCMCodec)
+    assert built == ["aws-kms", "vault-transit"]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [(None, 600), ("1", 1), ("86400", 86400), (" 300 ", 300)]
+    + [(bad, None) for bad in ("0", "-5", "+5", "1_000", "1.5", "nan", "2592001", "\u0663", "abc")],
+)
+def test_one_ttl_for_the_mcp_policy_and_the_single_use_guard(text: str | None, seconds: int | None) -> None:
+    env = {} if text is None else {"STATECODEC_TTL": text}
+    if seconds is None:
+        for read in (cfg.ttl_setting, lambda env: SingleUse.from_env({**STORE, **env})):
+            with pytest.raises(ConfigurationError, match=r"STATECODEC_TTL must be whole seconds from 1 to 2592000"):
+                read(env)
+        return
+    assert cfg.ttl_setting(env) == seconds == SingleUse.from_env({**STORE, **env}).ttl
+    if importlib.util.find_spec("mcp") is not None:
+        from statecodec.mcp import security_from_env
+
+        assert security_from_env(environ={"STATECODEC_KEYS": KEYS, **env}).ttl == seconds
+        assert security_from_env(environ={"STATECODEC_KEYS": KEYS, **env}, ttl=30).ttl == 30  # code wins
+
+
+@given(st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ_", min_size=1, max_size=30))
+def test_every_unknown_name_is_refused_and_every_foreign_variable_ignored(suffix: str) -> None:
+    name = f"STATECODEC_{suffix}"
+    if name in cfg.known_settings():
+        return  # a real setting: judged by the kind tables instead
+    with pytest.raises(ConfigurationError, match=f"^unknown setting {name}; "):
+        cfg.codec_from_env({"STATECODEC_KEYS": KEYS, name: "1", f"OTHER_{suffix}": "1"})
+    assert isinstance(cfg.codec_from_env({"STATECODEC_KEYS": KEYS, f"OTHER_{suffix}": "1"}), AESGCMCodec)
+
+
+@pytest.mark.parametrize(("kind", "alg"), [("jwe", "ECDH-ES+A256KW"), ("jws", "EdDSA"), ("jws", "Ed25519")])
+def test_a_jose_codec_is_rebuilt_from_the_jwk_set_it_exports_without_naming_its_alg(kind: str, alg: str) -> None:
+    from statecodec import JWECodec, JWSCodec
+
+    cls = JWECodec if kind == "jwe" else JWSCodec
+    codec = cls.ephemeral(alg=alg)  # type: ignore[arg-type]
+    rebuilt = cls.from_jwks(codec.private_jwks())  # each exported JWK names its "alg"
+    assert (rebuilt.alg, rebuilt.unseal(codec.seal(b"state"))) == (alg, b"state")

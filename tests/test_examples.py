@@ -57,39 +57,31 @@ class MarkerError(ValueError):
 
 
 def _closes(line: str, fence: str) -> bool:
-    stripped = line.strip()
-    return set(stripped) == {fence[0]} and len(stripped) >= len(fence)
+    return set(line.strip()) == {fence[0]} and len(line.strip()) >= len(fence)
 
 
 def runnable_blocks(name: str, text: str) -> list[Block]:
     """The blocks of one Markdown document marked runnable, in order; `MarkerError` on a stray marker."""
-    lines = text.splitlines()
-    blocks: list[Block] = []
+    lines, blocks, i = text.splitlines(), [], 0
     pending: int | None = None  # line number of a marker still waiting for its block
-    i = 0
     while i < len(lines):
         match = _FENCE.match(lines[i])
         if match is None:
             if pending is not None and lines[i].strip():
                 raise MarkerError(f"{name}:{pending}: runnable marker not followed by a code block")
-            if lines[i].strip() == MARKER:
-                pending = i + 1
-            i += 1
+            pending, i = (i + 1 if lines[i].strip() == MARKER else pending), i + 1
             continue
         indent, fence, opening = match["indent"], match["fence"], i + 1
-        body: list[str] = []
-        i += 1
-        while i < len(lines) and not _closes(lines[i], fence):
-            body.append(lines[i].removeprefix(indent) if lines[i].startswith(indent) else lines[i].lstrip())
-            i += 1
+        end = next((j for j in range(opening, len(lines)) if _closes(lines[j], fence)), len(lines))
         if pending is not None:
-            if i == len(lines):
+            if end == len(lines):
                 raise MarkerError(f"{name}:{opening}: runnable code block never closed")
             if match["lang"].lower() not in LANGUAGES:
                 raise MarkerError(f"{name}:{pending}: runnable block in {match['lang'] or 'no language'}")
+            body = [ln.removeprefix(indent) if ln.startswith(indent) else ln.lstrip() for ln in lines[opening:end]]
             blocks.append(Block(f"{name}:{opening}", LANGUAGES[match["lang"].lower()], "\n".join(body) + "\n"))
             pending = None
-        i += 1
+        i = end + 1
     if pending is not None:
         raise MarkerError(f"{name}:{pending}: runnable marker not followed by a code block")
     return blocks
@@ -151,8 +143,13 @@ def test_served_example_is_driven_by_its_tests(name: str) -> None:
         assert Path(name).stem in (ROOT / module).read_text(encoding="utf-8"), f"{module} does not drive {name}"
 
 
-def _example(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(Path(name).stem, EXAMPLES / name)
+def _fleet_server(monkeypatch: pytest.MonkeyPatch, **env: str) -> ModuleType:
+    """examples/fleet_server.py, imported with `env` as its only STATECODEC_* and FLEET_* settings."""
+    for name in [k for k in os.environ if k.startswith(("STATECODEC_", "FLEET_"))]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    spec = importlib.util.spec_from_file_location("fleet_server", EXAMPLES / "fleet_server.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -160,17 +157,24 @@ def _example(name: str) -> ModuleType:
     return module
 
 
-def test_fleet_server_stops_before_serving_on_a_network_address_or_without_a_ring(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--host", "0.0.0.0"], {"STATECODEC_KEYS": format_keys([generate_key()])}, "loopback"),
+        ([], {}, "cannot start: no codec configured: set STATECODEC_KEYS"),
+        ([], {"STATECODEC_KEYS": format_keys([generate_key()]), "STATECODEC_STORE_URL": "redis://127.0.0.1:1/0"},
+         "cannot start: STATECODEC_STORE_KEY is not set"),
+        ([], {"STATECODEC_KEYS": format_keys([generate_key()]), "FLEET_DEMO_AUTH": "yes"},
+         "FLEET_DEMO_AUTH must be 1 or 0, not 'yes'"),
+    ],
+    ids=["network-address", "no-ring", "half-a-single-use-setup", "bad-auth-flag"],
+)
+def test_fleet_server_stops_before_serving_with_one_line_on_a_bad_setup(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], env: dict[str, str], message: str
 ) -> None:
-    server = _example("fleet_server.py")
-    with pytest.raises(SystemExit, match="loopback"):
-        server.main(["--host", "0.0.0.0", "--port", "1"])
-    for name in [k for k in os.environ if k.startswith("STATECODEC_")]:
-        monkeypatch.delenv(name)
-    with pytest.raises(SystemExit, match="cannot start: no codec configured: set STATECODEC_KEYS") as info:
-        server.main(["--port", "1"])
-    assert info.value.__suppress_context__  # a one-line message, no traceback
+    with pytest.raises(SystemExit, match=message) as info:
+        _fleet_server(monkeypatch, **env).main([*argv, "--port", "1"])
+    assert info.value.__suppress_context__ or info.value.__context__ is None  # one line, no traceback
 
 
 def test_fleet_server_factory_on_a_bad_configuration_stops_uvicorn_instead_of_restarting_workers(
@@ -178,13 +182,10 @@ def test_fleet_server_factory_on_a_bad_configuration_stops_uvicorn_instead_of_re
 ) -> None:
     # Every worker fails the same way; uvicorn stops on a worker's start-up failure status (3), not on a traceback.
     env = {k: v for k, v in os.environ.items() if not k.startswith("STATECODEC_")}
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     uvicorn = [sys.executable, "-m", "uvicorn", "--factory", "--app-dir", str(EXAMPLES), "fleet_server:create_app"]
     for workers in ("1", "2"):
         result = subprocess.run(
-            [*uvicorn, "--host", "127.0.0.1", "--port", str(port), "--workers", workers],
+            [*uvicorn, "--host", "127.0.0.1", "--port", str(_free_ports(1)[0]), "--workers", workers],
             cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT_S,
             check=False,
         )
@@ -195,22 +196,6 @@ def test_fleet_server_factory_on_a_bad_configuration_stops_uvicorn_instead_of_re
             assert result.returncode == 3  # the factory runs in uvicorn's own process
         else:  # the supervisor stops the fleet (and, as uvicorn does, exits 0 itself)
             assert "failed to start, stopping the parent process" in result.stderr
-
-
-def test_fleet_server_stops_before_serving_with_half_a_single_use_setup_or_a_bad_auth_flag(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    server = _example("fleet_server.py")
-    for name in [k for k in os.environ if k.startswith(("STATECODEC_", "FLEET_"))]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("STATECODEC_KEYS", format_keys([generate_key()]))
-    monkeypatch.setenv("STATECODEC_STORE_URL", "redis://127.0.0.1:1/0")
-    with pytest.raises(SystemExit, match="cannot start: STATECODEC_STORE_KEY is not set") as info:
-        server.main(["--port", "1"])
-    assert info.value.__suppress_context__
-    monkeypatch.setenv("FLEET_DEMO_AUTH", "yes")
-    with pytest.raises(SystemExit, match="FLEET_DEMO_AUTH must be 1 or 0, not 'yes'"):
-        server.main(["--port", "1"])
 
 
 # --- runnable documentation blocks --------------------------------------------------------------
@@ -236,14 +221,44 @@ def test_the_suite_finds_every_example_and_block_and_no_stray_marker() -> None:
     assert MARKER_ERRORS == []
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
-def test_runnable_doc_block(block: Block, tmp_path: Path) -> None:
+# Pages whose blocks cannot run in one shell as a reader pastes them, each with the reason.
+SKIP_PAGES: dict[str, str] = {}
+PAGES = sorted({block.id.partition(":")[0] for block in BLOCKS})
+
+
+def one_shell_script(blocks: list[Block]) -> str:
+    """The page's blocks in order, as a reader pastes them into one shell: variables, exports and files carry
+    over from block to block; a Python block is fed to ``python -`` as pasted. A failure names its block."""
+    lines = ["trap 'echo \"failed in block $BLOCK\" >&2' ERR"]
+    for block in blocks:
+        lines.append(f"BLOCK={block.id}")
+        lines.append(block.code if block.lang == "sh" else f"python - <<'PASTED_PYTHON'\n{block.code}PASTED_PYTHON")
+    return "\n".join(lines) + "\n"
+
+
+def run_page(blocks: list[Block], tmp_path: Path) -> tuple[int, str]:
     (tmp_path / "examples").symlink_to(EXAMPLES, target_is_directory=True)
-    script = tmp_path / ("block.py" if block.lang == "python" else "block.sh")
-    script.write_text(block.code, encoding="utf-8")
-    cmd = [sys.executable, str(script)] if block.lang == "python" else ["bash", "-euo", "pipefail", str(script)]
-    returncode, output = run(cmd, tmp_path)
-    assert returncode == 0, f"{block.id}: exit {returncode}\n{output}"
+    (tmp_path / "page.sh").write_text(one_shell_script(blocks), encoding="utf-8")
+    return run(["bash", "-euo", "pipefail", str(tmp_path / "page.sh")], tmp_path)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_page_runs_in_one_shell_as_a_reader_pastes_it(page: str, tmp_path: Path) -> None:
+    if page in SKIP_PAGES:
+        pytest.skip(SKIP_PAGES[page])
+    returncode, output = run_page([b for b in BLOCKS if b.id.startswith(f"{page}:")], tmp_path)
+    assert returncode == 0, f"{page}: exit {returncode}\n{output}"
+
+
+def test_blocks_share_one_shell_and_a_failure_names_its_block(tmp_path: Path) -> None:
+    page = "```sh\nexport SHARED=1\necho kept > file.txt\n```\n```python\nimport os, pathlib\n"
+    page += "assert os.environ['SHARED'] == '1' and pathlib.Path('file.txt').is_file()\n```\n```sh\nfalse\n```\n"
+    blocks = runnable_blocks("page.md", page.replace("```sh\n", "<!-- runnable -->\n```sh\n").replace(
+        "```python\n", "<!-- runnable -->\n```python\n"))
+    assert [b.lang for b in blocks] == ["sh", "python", "sh"]
+    returncode, output = run_page(blocks, tmp_path)
+    assert returncode != 0
+    assert output.strip().endswith("failed in block page.md:12")
 
 
 def _free_ports(count: int) -> list[int]:

@@ -62,9 +62,9 @@ def test_plan_phases_and_configuration_values() -> None:
         (OLD, b"a" * 40, TTL, "the new key has fewer than"),
         ("zz", "aa", TTL, "hex"),
         ("aa", "AA", TTL, "same key id"),
-        (OLD, NEW, 0, "ttl must be a finite number of seconds > 0"),
-        (OLD, NEW, float("nan"), "finite"),
-        ("aa", "bb", True, "finite"),
+        (OLD, NEW, 0, "ttl must be a number of seconds more than 0"),
+        (OLD, NEW, float("nan"), "ttl must be a number of seconds"),
+        ("aa", "bb", True, "ttl must be a number of seconds"),
     ],
 )
 def test_plan_misconfiguration(old: Any, new: Any, ttl: float, fragment: str) -> None:

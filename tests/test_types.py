@@ -5,9 +5,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import statecodec
 from statecodec import Codec
 from statecodec._types import Codec as DefinedCodec
+from statecodec._types import check_codec
+from statecodec.errors import ConfigurationError
 from tests.codecs import CODECS
 
 SRC = Path(statecodec.__file__).resolve().parent
@@ -43,5 +47,7 @@ def test_no_module_declares_a_second_codec_protocol() -> None:
     assert found == ["_types.py:Codec"]
 
 
-def test_every_registered_codec_satisfies_the_runtime_check() -> None:
-    assert all(isinstance(codec, Codec) for codec in CODECS.values())
+def test_every_registered_codec_passes_the_one_codec_check() -> None:
+    assert all(isinstance(codec, Codec) and check_codec(codec) is codec for codec in CODECS.values())
+    with pytest.raises(ConfigurationError, match=r"^the codec must have seal\(bytes\) -> str and unseal"):
+        check_codec(type("SealOnly", (), {"seal": lambda self, p: ""})(), "the codec")

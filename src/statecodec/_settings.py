@@ -60,19 +60,12 @@ def load_settings_file(path: Path, limit: int, what: str, hint: str, *, as_json:
 def seconds(
     name: str, value: object, *, low: float, high: float, integer: bool = False, low_open: bool = False
 ) -> float:
-    """The one check of a number of seconds, from code or a setting: `value` (an int or float; a str is parsed,
-    ``isdecimal`` first when `integer`) within `low`..`high` (`low` excluded when `low_open`), else a
-    `ConfigurationError` naming `name` and the range. Written positively, so a NaN fails too."""
-    number: object = value
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            number = int(text) if integer and text.isascii() and text.isdecimal() else float(text)
-        except ValueError:
-            number = None
-    ok = type(number) is int or (type(number) is float and not integer)
-    if ok and isinstance(number, (int, float)) and (low < number if low_open else low <= number) and number <= high:
-        return number
+    """The one check of a number of seconds, from code or a setting: `value` an int or float (a str from code is
+    refused; `seconds_setting` parses a setting's text) within `low`..`high` (`low` excluded when `low_open`), else
+    a `ConfigurationError` naming `name` and the range. Written positively, so a NaN fails too."""
+    ok = type(value) is int or (type(value) is float and not integer)
+    if ok and isinstance(value, (int, float)) and (low < value if low_open else low <= value) and value <= high:
+        return value
     kind = "whole seconds" if integer else "a number of seconds"
     low_text, high_text = (str(int(bound)) if bound == int(bound) else str(bound) for bound in (low, high))
     bound = f"more than {low_text} and at most {high_text}" if low_open else f"from {low_text} to {high_text}"
@@ -89,11 +82,15 @@ def seconds_setting(
     integer: bool = False,
     low_open: bool = False,
 ) -> float:
-    """The setting `name` read by `seconds`, or `default` when unset or blank."""
+    """The setting `name` read by `seconds` (``isdecimal`` first when `integer`: `int` also takes ``+5``, ``1_000``
+    and non-ASCII digits), or `default` when unset or blank."""
     text = setting(settings, name, required=False)
     if text is None:
         return default
-    return seconds(name, text, low=low, high=high, integer=integer, low_open=low_open)
+    number: object = None
+    with contextlib.suppress(ValueError):
+        number = int(text) if integer and text.isascii() and text.isdecimal() else float(text)
+    return seconds(name, number, low=low, high=high, integer=integer, low_open=low_open)
 
 
 def setting(settings: Mapping[str, str], name: str, *, required: bool = True) -> str | None:
@@ -136,15 +133,17 @@ def max_token_length_setting(settings: Mapping[str, str]) -> int:
     return int(text)
 
 
-class ReadTracker(HoldsSecrets, Mapping[str, str]):
-    """Settings that remember which names were looked up (they may hold keys)."""
+class Settings(HoldsSecrets, Mapping[str, str]):
+    """Settings that may hold keys, so never pickled; given `reads`, a view where looking up any other
+    ``STATECODEC_*`` name raises `ConfigurationError` naming `reader`: a table of what a reader reads is then
+    enforced where it reads (a provider's own variables, such as ``VAULT_ADDR``, are not in the table)."""
 
-    def __init__(self, settings: dict[str, str]) -> None:
-        self._settings = settings
-        self.read: set[str] = set()
+    def __init__(self, settings: Mapping[str, str], reads: frozenset[str] | None = None, reader: str = "") -> None:
+        self._settings, self._reads, self._reader = dict(settings), reads, reader
 
     def __getitem__(self, name: str) -> str:
-        self.read.add(name)
+        if self._reads is not None and name.startswith(_PREFIX) and name not in self._reads:
+            raise ConfigurationError(f"{self._reader} reads {name}, which its entry in the table of reads omits")
         return self._settings[name]
 
     def __iter__(self) -> Iterator[str]:
@@ -154,7 +153,7 @@ class ReadTracker(HoldsSecrets, Mapping[str, str]):
         return len(self._settings)
 
 
-def settings_from_file(path: Path) -> ReadTracker:
+def settings_from_file(path: Path) -> Settings:
     """The settings of a JSON config file: an object of ``STATECODEC_*`` members, strings (an integer for a
     number, a list of strings for ``STATECODEC_KEYS``); a relative ``*_FILE`` path is the file's neighbour."""
     doc = load_settings_file(path, _MAX_CONFIG_FILE_BYTES, "the file", "is it the right file?", as_json=True)
@@ -173,4 +172,4 @@ def settings_from_file(path: Path) -> ReadTracker:
         if name.endswith("_FILE") and value.strip() and not Path(value.strip()).is_absolute():
             value = str(path.parent / value.strip())
         settings[name] = value
-    return ReadTracker(settings)
+    return Settings(settings)

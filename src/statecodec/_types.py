@@ -3,7 +3,9 @@ and what a codec around another reports as its keys."""
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
+
+from statecodec.errors import ConfigurationError
 
 
 @runtime_checkable
@@ -36,6 +38,14 @@ class Codec(Protocol):
 
     def unseal(self, token: str) -> bytes:
         """The payload of a token this codec minted unmodified; `InvalidToken` for anything else."""
+
+
+def check_codec(codec: object, what: str = "codec") -> Codec:
+    """The one check that `codec` is a codec (callable `seal` and `unseal`), done where it is given, not at the
+    first token; else `ConfigurationError` naming `what`."""
+    if not (callable(getattr(codec, "seal", None)) and callable(getattr(codec, "unseal", None))):
+        raise ConfigurationError(f"{what} must have seal(bytes) -> str and unseal(str) -> bytes")
+    return cast(Codec, codec)
 
 
 class HoldsSecrets:

@@ -28,7 +28,7 @@ from statecodec._encoding import (
 from statecodec._settings import max_token_length_setting
 from statecodec._types import HoldsSecrets
 from statecodec.errors import InvalidToken, Reason
-from statecodec.keys import KEY_ID_LENGTH, KeyRing, ring_from_settings
+from statecodec.keys import KEY_ID_LENGTH, KeyRing
 
 _HEADER_LENGTH = 1 + KEY_ID_LENGTH
 _TAG_LENGTH = 16
@@ -141,7 +141,7 @@ class _KeyRingCodec(_RingCodec):
     def from_env(cls: type[_C], environ: Mapping[str, str] | None = None) -> _C:
         """A codec over ``STATECODEC_KEYS(_FILE)`` and ``STATECODEC_MAX_TOKEN_LENGTH``, read as by `codec_from_env`."""
         settings = os.environ if environ is None else environ
-        return cls(ring_from_settings(settings), max_token_length=max_token_length_setting(settings))
+        return cls(KeyRing.from_env(environ=settings), max_token_length=max_token_length_setting(settings))
 
 
 class AESGCMCodec(_KeyRingCodec):

@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 from hmac import compare_digest
 from typing import Any
 
-from statecodec._types import Codec, WrapsCodec
+from statecodec._settings import seconds
+from statecodec._types import Codec, WrapsCodec, check_codec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 from statecodec.keys import KeyRing
 
@@ -97,14 +98,6 @@ def mcp_request_context(method: str, params: Mapping[str, Any] | None) -> dict[s
     return {"method": method, "target": str(p.get("name", "")), "args": _ARGS_JSON.encode(arguments)}
 
 
-def _check_seconds(name: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigurationError(f"{name} must be an int number of seconds, got {type(value).__name__}")
-    if not (low <= value <= high):
-        raise ConfigurationError(f"{name}={value} is outside {low}..{high} seconds")
-    return value
-
-
 def _scope_field(name: str, value: object, label: bytes) -> bytes:
     """The 3-byte claim naming an audience or a purpose, which must be a non-empty str."""
     if type(value) is not str or not value:
@@ -149,20 +142,19 @@ class BoundCodec(WrapsCodec):
         clock: Callable[[], float] = time.time,
         seal_version: int = _V2,
     ) -> None:
-        if not callable(getattr(codec, "seal", None)) or not callable(getattr(codec, "unseal", None)):
-            raise ConfigurationError("codec must have seal(bytes) -> str and unseal(str) -> bytes")
+        check_codec(codec)
         sample = clock() if callable(clock) else None
         if isinstance(sample, bool) or not isinstance(sample, (int, float)):  # datetime.now fails here, not later
             got = f"a clock returning {type(sample).__name__}" if callable(clock) else type(clock).__name__
             raise ConfigurationError(f"clock must be a callable returning epoch seconds (time.time), got {got}")
         self._scope = _scope_field("audience", audience, _AUDIENCE_LABEL)
         self._scope += _scope_field("purpose", purpose, _PURPOSE_LABEL)
-        self.ttl = _check_seconds("ttl", ttl, 1, _MAX_TTL)
-        self.future_skew = _check_seconds("future_skew", future_skew, 0, _MAX_FUTURE_SKEW)
+        self.ttl = int(seconds("ttl", ttl, low=1, high=_MAX_TTL, integer=True))
+        self.future_skew = int(seconds("future_skew", future_skew, low=0, high=_MAX_FUTURE_SKEW, integer=True))
         try:
             ring = binding_key if isinstance(binding_key, KeyRing) else KeyRing([binding_key])
         except ConfigurationError as exc:  # KeyRing names the key by position; here it has a name
-            raise ConfigurationError(f"binding_key {str(exc).removeprefix('keys[0] ')}") from None
+            raise ConfigurationError(f"binding_key {str(exc).removeprefix('key 0 ')}") from None
         if seal_version not in (_V1, _V2):
             raise ConfigurationError(
                 f"seal_version must be 2 (the default) or 1 (only while instances that read only version 1 remain), "

@@ -26,6 +26,7 @@ from statecodec._settings import (
     KEYS_FILE_VAR,
     KEYS_VAR,
     MAX_TOKEN_LENGTH_VAR,
+    Settings,
     check_one_form,
     named_errors,
     seconds_setting,
@@ -34,9 +35,9 @@ from statecodec._settings import (
 from statecodec._settings import max_token_length_setting as max_token_length_setting
 from statecodec._settings import setting as setting
 from statecodec._types import Codec as Codec
+from statecodec._types import check_codec
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
 from statecodec.errors import ConfigurationError
-from statecodec.keys import ring_from_settings as ring_from_settings
 
 CODEC_VAR = "STATECODEC_CODEC"
 TTL_VAR = "STATECODEC_TTL"
@@ -71,7 +72,9 @@ _VAULT = _names(
     "VAULT_SKIP_VERIFY", "VAULT_MOUNT", "VAULT_KEY", "VAULT_TIMEOUT",
 )
 # What each kind reads besides STATECODEC_CODEC and STATECODEC_MAX_TOKEN_LENGTH: the one table the configuration is
-# checked against before a builder runs (docs/configuration.md, "All variables at a glance", is its prose form).
+# checked against before a builder runs, and the only names a builder can look up (`build_codec`): a builder that
+# reads a setting its entry omits fails, so the table cannot fall behind the code. docs/configuration.md, "All
+# variables at a glance", is its prose form.
 READS: dict[str, frozenset[str]] = {
     "aesgcm": _RING,
     "xaesgcm": _RING,
@@ -159,6 +162,14 @@ def ttl_setting(settings: Mapping[str, str]) -> int:
     return int(seconds_setting(settings, TTL_VAR, default=DEFAULT_TTL, low=1, high=MAX_TTL, integer=True))
 
 
+def missing_package(exc: ImportError) -> str:
+    """One line for an optional package that is not installed: the guard's own message where it names the extra
+    (every provider module and the Redis store have one), else the package."""
+    if "statecodec[" in str(exc):
+        return str(exc)
+    return f"the Python package {exc.name!r} is not installed; install the statecodec extra that provides it"
+
+
 def _builder(kind: str) -> Builder | str:
     builder = BUILDERS.get(kind)
     if builder is None:
@@ -173,12 +184,7 @@ def _resolve(kind: str, builder: Builder | str) -> Builder:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        if "statecodec[" in str(exc):  # the provider module's own guard names its extra
-            raise ConfigurationError(f"{CODEC_VAR}={kind}: {exc}") from None
-        raise ConfigurationError(
-            f"{CODEC_VAR}={kind} needs the Python package {exc.name or module_name!r}, which is not installed; "
-            "install the statecodec extra that provides it"
-        ) from None
+        raise ConfigurationError(f"{CODEC_VAR}={kind}: {missing_package(exc)}") from None
     found = getattr(module, attr, None)
     if not callable(found):
         raise ConfigurationError(f"the builder for {CODEC_VAR}={kind} ({builder}) does not exist")
@@ -186,11 +192,11 @@ def _resolve(kind: str, builder: Builder | str) -> Builder:
 
 
 def build_codec(kind: str, settings: Mapping[str, str]) -> Codec:
-    """Build a codec of `kind` from `settings`; `ConfigurationError` names the valid kinds."""
-    codec = _resolve(kind, _builder(kind))(settings)
-    if not isinstance(codec, Codec):
-        raise ConfigurationError(f"the builder for {CODEC_VAR}={kind} did not return a codec")
-    return codec
+    """Build a codec of `kind` from `settings`, its builder seeing only what `READS` lists for it; `ConfigurationError`
+    names the valid kinds."""
+    what = f"the builder of {CODEC_VAR}={kind}"
+    view = Settings(settings, READS.get(kind, frozenset()) | _EVERY_KIND, what)
+    return check_codec(_resolve(kind, _builder(kind))(view), f"{what}'s result")
 
 
 def _kind(settings: Mapping[str, str]) -> str:

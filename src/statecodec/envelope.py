@@ -162,7 +162,7 @@ class EnvelopeCodec(_RingCodec):
         if not blobs:
             raise ConfigurationError(f"an envelope ring needs at least one wrapped data key; {_HOW_TO_PROVISION}")
         ids = [hashlib.sha256(_KEY_ID_LABEL + blob).digest()[:KEY_ID_LENGTH] for blob in blobs]
-        check_unique_ids("wrapped_keys", blobs, ids, _HOW_TO_PROVISION)
+        check_unique_ids("wrapped_keys[{}]", blobs, ids, _HOW_TO_PROVISION)
         ctx = _check_context(context)
         check_ring_cap(max_token_length, self.NONCE_LENGTH)  # before any provider call
         pairs = enumerate(zip(ids, blobs, strict=True))

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec._settings import KEYS_FILE_VAR, KEYS_VAR, load_settings_file, named_errors, setting, text_or_file
+from statecodec._settings import KEYS_VAR, load_settings_file, named_errors, text_or_file
 from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError, InvalidToken
 
@@ -41,13 +41,18 @@ _HOW_TO_GENERATE = (
 
 def _text_refusal(item: str) -> str | None:
     """Why a key's text is not what `statecodec keygen` prints, when it is recognisably something else: hex and
-    standard base64 would decode (or half-decode) to other bytes than the ones meant, and a password is not a key.
+    standard base64 would decode (or half-decode) to other bytes than the ones meant, a path names a file of keys,
+    and a password is not a key.
     A random key of 43 characters has 16 distinct characters or more, and both cases of letter, but for fewer than
     one in a billion (each case is missing with probability (38/64)**43, about 2e-10); that one is refused with
     the advice to generate another."""
+    if item.startswith(("/", "./", "../", "~/")) and not item.endswith("="):
+        return "looks like a file path: a file of keys is named by the setting's _FILE form (STATECODEC_KEYS_FILE)"
     if any(c in item for c in "=+/"):
         return "is not unpadded base64url: it looks like standard or padded base64 (openssl rand -base64)"
-    if len(item) >= MIN_KEY_LENGTH and all(c in string.hexdigits for c in item):
+    # Hex encodes whole bytes (an even length) and has the variety of random bytes: a repeated letter is no hex.
+    hexlike = len(item) % 2 == 0 and len(set(item.lower())) >= _MIN_DISTINCT_BYTES
+    if hexlike and len(item) >= MIN_KEY_LENGTH and all(c in string.hexdigits for c in item):
         return "is not unpadded base64url: it looks like hex (openssl rand -hex)"
     if len(item) >= _KEY_TEXT_LENGTH and (len(set(item)) < 16 or item.lower() == item or item.upper() == item):
         return "looks like a password or passphrase, not random bytes"
@@ -65,7 +70,8 @@ def derive_key(secret: bytes, info: bytes, length: int = 32) -> bytes:
 
 
 def check_unique_ids(name: str, items: Sequence[bytes], ids: Sequence[bytes], how_to: str) -> None:
-    """The one duplicate rule for a ring: refuse an item listed twice, and two different items whose ids collide."""
+    """The one duplicate rule for a ring: refuse an item listed twice, and two different items whose ids collide;
+    `name` formats an item's position (``"key {}"``)."""
     first: dict[bytes, int] = {}
     for i, kid in enumerate(ids):
         j = first.setdefault(kid, i)
@@ -73,13 +79,13 @@ def check_unique_ids(name: str, items: Sequence[bytes], ids: Sequence[bytes], ho
             continue
         if compare_digest(items[i], items[j]):
             raise ConfigurationError(
-                f"{name}[{i}] duplicates {name}[{j}]; list each key once "
+                f"{name.format(i)} duplicates {name.format(j)}; list each key once "
                 "(rotation is [old, new] -> [new, old] -> [new])"
             )
         raise ConfigurationError(
-            f"{name}[{i}] and {name}[{j}] are different keys whose {KEY_ID_LENGTH}-byte key ids collide (a 1 in "
-            f"2^32 chance for any two keys); tokens name their key by id, so generate another key to use "
-            f"in place of {name}[{i}]. {how_to}"
+            f"{name.format(i)} and {name.format(j)} are different keys whose {KEY_ID_LENGTH}-byte key ids collide "
+            f"(a 1 in 2^32 chance for any two keys); tokens name their key by id, so generate another key to use "
+            f"in place of {name.format(i)}. {how_to}"
         )
 
 
@@ -87,16 +93,16 @@ def _check_secret(index: int, secret: object) -> bytes:
     if not isinstance(secret, (bytes, bytearray, memoryview)):
         # Never coerce: bytes(32) is 32 zero bytes, and a str has no single meaning.
         hint = " (parse text keys with statecodec.parse_keys or KeyRing.from_env)" if isinstance(secret, str) else ""
-        raise ConfigurationError(f"keys[{index}] must be bytes, got {type(secret).__name__}{hint}")
+        raise ConfigurationError(f"key {index} must be bytes, got {type(secret).__name__}{hint}")
     material = bytes(secret)
     if len(material) < MIN_KEY_LENGTH:
         raise ConfigurationError(
-            f"keys[{index}] is {len(material)} bytes; keys must be at least {MIN_KEY_LENGTH} bytes "
+            f"key {index} is {len(material)} bytes; keys must be at least {MIN_KEY_LENGTH} bytes "
             f"of secret randomness. {_HOW_TO_GENERATE}"
         )
     if len(set(material)) < _MIN_DISTINCT_BYTES:
         raise ConfigurationError(
-            f"keys[{index}] has fewer than {_MIN_DISTINCT_BYTES} distinct byte values, which no "
+            f"key {index} has fewer than {_MIN_DISTINCT_BYTES} distinct byte values, which no "
             f"random secret has; it looks like a password or a placeholder. {_HOW_TO_GENERATE}"
         )
     return material
@@ -121,7 +127,7 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
             raise ConfigurationError(f"a key ring needs at least one key. {_HOW_TO_GENERATE}")
         # Key ids are non-secret fingerprints: HKDF output under its own label reveals nothing of the subkeys.
         ids = [derive_key(secret, _KEY_ID_INFO, KEY_ID_LENGTH) for secret in material]
-        check_unique_ids("keys", material, ids, _HOW_TO_GENERATE)
+        check_unique_ids("key {}", material, ids, _HOW_TO_GENERATE)
         self._secrets = tuple(material)
         self._ids = tuple(ids)
 
@@ -137,14 +143,16 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
 
     @classmethod
     def from_env(cls, var: str = KEYS_VAR, environ: Mapping[str, str] | None = None) -> KeyRing:
-        """A ring from an environment variable in the text format."""
-        text = setting(os.environ if environ is None else environ, var, required=False)
+        """The one key reader of settings: a ring from exactly one of `var` (the text format) or ``<var>_FILE``
+        (the path of a key file), in `environ` (default: the environment); errors name the setting."""
+        settings = os.environ if environ is None else environ
+        text, source = text_or_file(settings, var, _MAX_KEY_FILE_BYTES, "it should hold a few lines of keys")
         if text is None:
             raise ConfigurationError(
-                f"environment variable {var} is not set; set it to one or more comma-separated base64url keys. "
-                f"{_HOW_TO_GENERATE}"
+                f"no keys configured: set {var} to comma-separated base64url keys (generate one with "
+                f"`statecodec keygen`) or {var}_FILE to the path of a key file"
             )
-        with named_errors(var):
+        with named_errors(source):
             return cls.parse(text)
 
     @classmethod
@@ -184,18 +192,6 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
 
     def __hash__(self) -> int:
         return hash(self._ids)
-
-
-def ring_from_settings(settings: Mapping[str, str]) -> KeyRing:
-    """The key ring from exactly one of ``STATECODEC_KEYS`` or ``STATECODEC_KEYS_FILE``."""
-    text, source = text_or_file(settings, KEYS_VAR, _MAX_KEY_FILE_BYTES, "it should hold a few lines of keys")
-    if text is None:
-        raise ConfigurationError(
-            f"no keys configured: set {KEYS_VAR} to comma-separated base64url keys (generate one with "
-            f"`statecodec keygen`) or {KEYS_FILE_VAR} to the path of a key file"
-        )
-    with named_errors(source):
-        return KeyRing.parse(text)
 
 
 def parse_keys(text: str) -> list[bytes]:

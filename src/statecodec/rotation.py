@@ -8,11 +8,11 @@ tokens live. The plan orders the phases so neither happens; `check_fleet` proves
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from statecodec._settings import seconds
 from statecodec._types import Codec
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing
@@ -21,6 +21,7 @@ __all__ = ["RotationPlan", "check_fleet", "parse_fleet", "reseal"]
 
 _KEY_ID = re.compile(r"[0-9a-f]{1,128}")
 _MAX_INSTANCES = 100_000
+_YEAR = 365 * 24 * 3600  # longer than any token lives
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class RotationPlan:
         try:
             ring = KeyRing([old, new])  # checks both keys; refuses the same key twice and colliding key ids
         except ConfigurationError as exc:  # KeyRing names the keys by position; here they have names
-            message = str(exc).replace("keys[0]", "the old key").replace("keys[1]", "the new key")
+            message = str(exc).replace("key 0", "the old key").replace("key 1", "the new key")
             raise ConfigurationError(message) from None
         self._build(*ring.key_ids, ttl=ttl, future_skew=future_skew, rings=(ring, KeyRing([new, old]), KeyRing([new])))
 
@@ -75,10 +76,8 @@ class RotationPlan:
         return self
 
     def _build(self, old: str, new: str, *, ttl: float, future_skew: float, rings: tuple[KeyRing | None, ...]) -> None:
-        numbers = all(type(v) in (int, float) and math.isfinite(v) for v in (ttl, future_skew))
-        if not (numbers and ttl > 0 and future_skew >= 0):
-            raise ConfigurationError("ttl must be a finite number of seconds > 0, and future_skew one >= 0")
-        self.ttl, self.future_skew = ttl, future_skew
+        ttl = seconds("ttl", ttl, low=0, high=_YEAR, low_open=True)
+        self.ttl, self.future_skew = ttl, seconds("future_skew", future_skew, low=0, high=_YEAR)
         self.phases = (
             Phase(1, (old, new), 0, "every instance learns to verify the new key; old still mints", rings[0]),
             Phase(2, (new, old), 0, "the new key mints; tokens under the old key keep verifying", rings[1]),

@@ -21,7 +21,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_len, check_cap, check_payload, check_token_text
-from statecodec._types import Codec, HoldsSecrets
+from statecodec._settings import seconds
+from statecodec._types import Codec, HoldsSecrets, check_codec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 
 __all__ = ["SDK_FORMAT_PREFIX", "SDKKeysMigration"]
@@ -62,22 +63,20 @@ class SDKKeysMigration(HoldsSecrets):
         max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if not callable(getattr(codec, "seal", None)) or not callable(getattr(codec, "unseal", None)):
-            raise ConfigurationError("codec must have seal(bytes) -> str and unseal(str) -> bytes")
+        check_codec(codec)
         if seal_with_sdk and sdk_tokens_until is not None:
             raise ConfigurationError(
                 "seal_with_sdk=True still mints SDK tokens, so it takes no sdk_tokens_until; set the deadline in the "
                 "second phase, which seals with the new codec"
             )
-        if not seal_with_sdk and not (
-            isinstance(sdk_tokens_until, (int, float))
-            and not isinstance(sdk_tokens_until, bool)
-            and math.isfinite(sdk_tokens_until)
-        ):
+        try:
+            if not seal_with_sdk:
+                seconds("sdk_tokens_until", sdk_tokens_until, low=0, high=2**40)
+        except ConfigurationError:
             raise ConfigurationError(
                 "sdk_tokens_until must be the epoch second after which SDK tokens are refused: the end of this "
                 "rollout plus the SDK ttl, e.g. time.time() + rollout_seconds + 600"
-            )
+            ) from None
         if not callable(clock):
             raise ConfigurationError("clock must be a callable returning epoch seconds (time.time)")
         self._sdk, self._refusal = _sdk_codec(sdk_keys)

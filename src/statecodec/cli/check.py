@@ -1,6 +1,7 @@
 """`statecodec check`: is this instance ready to seal and unseal, and under which keys?
 
-Builds the codec a server would (the environment, or ``--config FILE``), seals a probe and unseals it, and reports
+Builds the codec a server would (the environment, or ``--config FILE``) and reads the other settings a server reads
+(``STATECODEC_TTL``, the single-use store's, without contacting the store), seals a probe and unseals it, and reports
 the codec kind, its key ids (primary first), the provider and key name: never a key, a credential or a token. The
 JSON report (``--json``) is what `statecodec rotate check` reads from every instance of a fleet.
 Exit status: 0 ready, 1 not ready (the probe failed, the provider is unreachable or refused), 2 misconfigured.
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-from statecodec.config import configured_codec, setting
+from statecodec.config import ENVIRONMENT_ONLY, TTL_VAR, configured_codec, missing_package, setting, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
+from statecodec.single_use import SingleUse, store_from_settings
 
 SCHEMA = "statecodec-check/1"
 _PROBE = b"statecodec check probe"
@@ -32,8 +35,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "check",
         help="build the configured codec, seal and unseal a probe, report kind and key ids (exit 0 ready)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Exit status: 0 ready, 1 not ready (the probe failed, the provider is unreachable), 2 misconfigured.",
     )
     p.add_argument("--config", metavar="FILE", help="a JSON file of STATECODEC_* settings instead of the environment")
     p.add_argument("--instance", metavar="NAME", help="this instance's name in the report (for rotate check)")
@@ -55,13 +57,29 @@ def _describe(kind: str, codec: Any, settings: Mapping[str, str]) -> dict[str, A
     }
 
 
+def _check_server_settings(environ: Mapping[str, str]) -> None:
+    """Read what a server reads from the environment besides its codec, by the functions it calls, so a setting
+    that stops the server at start-up stops this check too: the MCP ttl and, when any store setting is given, the
+    single-use guard and its store (built, not contacted: a Redis store connects at its first call)."""
+    ttl_setting(environ)
+    if any(setting(environ, name, required=False) for name in ENVIRONMENT_ONLY - {TTL_VAR}):
+        store = store_from_settings(environ, listen=False)
+        try:
+            SingleUse.from_env(environ, store=store)
+        finally:
+            store.close()
+
+
 def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, Any]]:
     """(exit status, report): the report holds the status, and on failure the one-line error (never a secret)."""
     report: dict[str, Any] = {"schema": SCHEMA, "instance": instance, "ready": False}
     try:
+        _check_server_settings(os.environ)
         kind, codec, settings = configured_codec(path=config)
     except ConfigurationError as exc:
         return 2, {**report, "status": "misconfigured", "error": str(exc)}
+    except ImportError as exc:  # the extra a configured store or provider needs
+        return 2, {**report, "status": "misconfigured", "error": missing_package(exc)}
     except StatecodecError as exc:  # ProviderError: unreachable, or refused the configured key
         return 1, {**report, "status": "not ready", "error": str(exc)}
     report.update(_describe(kind, codec, settings))

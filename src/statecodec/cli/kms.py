@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from statecodec.cli.main import flags_named, settings_from_flags
-from statecodec.config import check_settings, codec_from_env, codec_from_file
+from statecodec.config import CODEC_VAR, READS, check_names, check_settings, codec_from_env, codec_from_file
 from statecodec.envelope import format_wrapped_keys, new_wrapped_key
 from statecodec.errors import ConfigurationError
 
@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check = actions.add_parser("check", help="build the configured envelope codec once and print its key ids")
     check.add_argument("--config", help="a statecodec JSON config file (instead of the environment)")
     check.add_argument("--json", action="store_true", help="print the key ids and provider as JSON on stdout")
+    new.add_argument("--json", action="store_true", help="print the wrapped key as JSON on stdout")
     check.set_defaults(func=_flags_named(_check))
     for parser in (new, check):
         parser.add_argument("--provider", choices=sorted(_PROVIDERS), required=parser is new, help="the KMS")
@@ -74,12 +75,17 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
 def _new_data_key(args: argparse.Namespace) -> int:
     from statecodec.providers import context_from_settings
 
+    kind = _PROVIDERS[args.provider][0]
     settings = _settings(args)
-    check_settings(settings, _PROVIDERS[args.provider][0])  # a typo is named before the provider is contacted
+    check_names(settings)  # a typo is named before the provider is contacted
+    # Only the provider's settings: a server's others (its STATECODEC_KEYS) are not this command's to judge.
+    settings = {k: v for k, v in settings.items() if not k.startswith("STATECODEC_") or k in READS[kind] | {CODEC_VAR}}
+    check_settings(settings, kind)
     provider = importlib.import_module(f"statecodec.providers.{_PROVIDERS[args.provider][1]}")
     with provider.wrapper_from_settings(settings) as wrapper:
         blob = new_wrapped_key(wrapper, context_from_settings(settings))
-    print(format_wrapped_keys([blob]))
+    text = format_wrapped_keys([blob])
+    print(json.dumps({"STATECODEC_WRAPPED_KEYS": text}) if args.json else text)
     return 0
 
 

@@ -1,4 +1,5 @@
-"""The `statecodec` command: exit 0 on success, 1 when a token is refused or a check fails, 2 on bad usage.
+"""The `statecodec` command: exit 0 on success, 1 when a token is refused or a check fails, 2 on bad usage
+(an optional extra not installed included), 130 interrupted, 141 when the reader of stdout went away (``| head``).
 
 One convention for every command: the result goes to stdout (``--json``: as JSON), or into a new file with
 ``--output FILE``; status and progress go to stderr. Errors are one line on stderr and, with ``--json``, also a
@@ -16,9 +17,11 @@ import os
 import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from statecodec import __version__
 from statecodec.cli._output import emit
+from statecodec.config import missing_package
 from statecodec.errors import ConfigurationError, InvalidToken, ProviderError, SealError, StatecodecError, StoreError
 from statecodec.keys import format_keys, generate_key
 
@@ -55,14 +58,31 @@ def flags_named(flags: Mapping[str, str | None]) -> Iterator[None]:
 def _keygen(args: argparse.Namespace) -> int:
     if args.count < 1:
         raise ConfigurationError("--count must be at least 1")
-    emit(format_keys(generate_key() for _ in range(args.count)), args.output)
+    keys = format_keys(generate_key() for _ in range(args.count))
+    emit(json.dumps({"STATECODEC_KEYS": keys}) if args.json else keys, args.output)
     if args.output is not None:
         print(f"statecodec keygen: wrote {args.count} key(s) to {args.output} (mode 0600)", file=sys.stderr)
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser whose every (sub)command's --help opens with the line its parent's list shows for it."""
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        commands = super().add_subparsers(**kwargs)
+        add = commands.add_parser
+
+        def add_parser(name: str, **options: Any) -> argparse.ArgumentParser:
+            options.setdefault("description", options.get("help"))
+            parser: argparse.ArgumentParser = add(name, **options)
+            return parser
+
+        setattr(commands, "add_parser", add_parser)  # noqa: B010 - an instance's method, replaced
+        return commands
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="statecodec",
         description="Seal, unseal and inspect opaque state tokens; manage keys, rotation and benchmarks.",
     )
@@ -71,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     keygen = sub.add_parser("keygen", help="print a new random key in the STATECODEC_KEYS format")
     keygen.add_argument("-n", "--count", type=int, default=1, help="how many keys (comma-separated)")
     keygen.add_argument("-o", "--output", metavar="FILE", help="write a new file, mode 0600 (never overwrites)")
+    keygen.add_argument("--json", action="store_true", help="print the keys as a JSON object")
     keygen.set_defaults(func=_keygen)
     for name in _COMMANDS:
         importlib.import_module(f"statecodec.cli.{name}").register(sub)
@@ -85,10 +106,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # here, so that a reader gone away is caught below
     except InvalidToken as exc:
         return _error(args, exc, f"invalid token: {exc}", 1)
     except StatecodecError as exc:
         return _error(args, exc, str(exc), 2)
+    except ImportError as exc:  # an optional extra this command needs is not installed
+        return _error(args, ConfigurationError(missing_package(exc)), missing_package(exc), 2)
+    except BrokenPipeError:
+        # The reader of stdout went away (`| head`): stop quietly, as `yes | head` does; stdout is pointed at
+        # /dev/null so that the interpreter's last flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         return 130
     return code

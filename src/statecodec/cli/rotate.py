@@ -20,7 +20,7 @@ from typing import Any
 from statecodec.cli import check as instance_check
 from statecodec.cli._output import emit
 from statecodec.cli.main import settings_from_flags
-from statecodec.config import ring_from_settings, ttl_setting
+from statecodec.config import ttl_setting
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing, generate_key
 from statecodec.rotation import RotationPlan, check_fleet, parse_fleet
@@ -72,7 +72,7 @@ def _key(args: argparse.Namespace, side: str) -> bytes:
         if var is not None:
             ring = KeyRing.from_env(var)
         else:
-            ring = ring_from_settings(settings_from_flags({"STATECODEC_KEYS_FILE": file, "STATECODEC_KEYS": key}))
+            ring = KeyRing.from_env(environ=settings_from_flags({"STATECODEC_KEYS_FILE": file, "STATECODEC_KEYS": key}))
     except ConfigurationError as exc:
         raise ConfigurationError(f"the {side} key: {exc}") from None
     if len(ring) != 1:

@@ -13,9 +13,10 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from statecodec._encoding import b64u_encode
 from statecodec.cli.main import flags_named, settings_from_flags
 from statecodec.config import Codec, check_names, codec_from_env, codec_from_file, max_token_length_setting
-from statecodec.errors import ConfigurationError, InvalidToken, Reason
+from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 from statecodec.tokeninfo import describe_token
 
 _EPILOG = """\
@@ -59,12 +60,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         source.add_argument("--config", metavar="FILE", help="a JSON file of STATECODEC_* settings")
         p.add_argument("--codec", metavar="KIND", help="the codec kind, such as xaesgcm (STATECODEC_CODEC)")
         p.add_argument("--max-token-length", metavar="N", help="the token cap (STATECODEC_MAX_TOKEN_LENGTH)")
+        p.add_argument("--json", action="store_true", help="print the result as one JSON object")
         if name == "inspect":
             p.add_argument("--show-payload", action="store_true", help="after verifying, print the payload")
-            p.add_argument("--json", action="store_true", help="print the description as JSON")
             p.add_argument("token", metavar="TOKEN", help="the token, or - to read it from stdin")
         elif name == "unseal":
-            p.add_argument("token", metavar="TOKEN", nargs="?", default="-", help="the token (default -: stdin)")
+            p.add_argument("token", metavar="TOKEN", nargs="?", help="the token, or - (the default) for stdin")
         p.set_defaults(func=_flags_named(func))
 
 
@@ -129,14 +130,26 @@ def _seal(args: argparse.Namespace) -> int:
     codec = _codec(args, _settings(args))
     # No payload is longer than its token: read just past the cap and let seal refuse the rest.
     cap = getattr(codec, "max_token_length", None)
-    print(codec.seal(sys.stdin.buffer.read(cap + 1 if isinstance(cap, int) else -1)))
+    payload = sys.stdin.buffer.read(cap + 1 if isinstance(cap, int) else -1)
+    try:
+        token = codec.seal(payload)
+    except SealError as exc:  # the real size, not the part read: count (and drop) the rest of stdin
+        size = len(payload) + sum(map(len, iter(lambda: sys.stdin.buffer.read(1 << 16), b"")))
+        raise SealError(str(exc).replace(f"payload of {len(payload)} bytes", f"payload of {size} bytes")) from None
+    print(json.dumps({"token": token}) if args.json else token)
     return 0
 
 
 def _unseal(args: argparse.Namespace) -> int:
     settings = _settings(args)
     codec = _codec(args, settings)
-    payload = codec.unseal(_read_token(args.token, codec, settings)[0])
+    if args.token is None and sys.stdin.isatty():
+        raise ConfigurationError("no TOKEN given and stdin is a terminal: pass the token, or pipe it in")
+    payload = codec.unseal(_read_token(args.token or "-", codec, settings)[0])
+    if args.json:  # the bytes exactly, and as text when they are UTF-8
+        text = payload.decode("utf-8", errors="replace")
+        doc = {"payload": text if text.encode() == payload else None, "payload_base64url": b64u_encode(payload)}
+        print(json.dumps(doc))
+        return 0
     sys.stdout.buffer.write(payload)
-    sys.stdout.buffer.flush()
     return 0

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, check_cap, check_payload, check_token_text, split_segments
-from statecodec._settings import load_settings_file, named_errors
+from statecodec._settings import load_settings_file, max_token_length_setting, named_errors, setting
 from statecodec._types import HoldsSecrets
-from statecodec.config import max_token_length_setting, ring_from_settings, setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.jose import _jwk
 from statecodec.keys import KeyRing
@@ -99,8 +98,10 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
         """A codec over JWKs shared with another JOSE stack (a JWK Set, a list, or one JWK): the first key seals.
 
         ``k`` is used as given, with its ``kid``; an EC or OKP key's ``kid`` defaults to its RFC 7638 thumbprint.
-        A public first key makes a sealing-only ECDH-ES+A256KW codec; the first JWS key must be private."""
-        alg = alg or cls._ALGS[0]
+        A public first key makes a sealing-only ECDH-ES+A256KW codec; the first JWS key must be private. Without
+        `alg`, the first key's ``alg`` member (as `private_jwks` and `public_jwks` write it), else the default."""
+        named = _jwk.jwk_list(jwks)[0].get("alg")
+        alg = alg or (named if isinstance(named, str) and named in cls._ALGS else cls._ALGS[0])
         if alg not in cls._ALGS:
             raise ConfigurationError(f"alg must be one of {', '.join(cls._ALGS)}")
         entries = [_jwk.load_jwk(jwk, i, alg) for i, jwk in enumerate(_jwk.jwk_list(jwks))]
@@ -129,7 +130,7 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
                 return cls.from_jwks(jwks, alg=alg, max_token_length=limit)
         if alg not in _jwk.LABELS:
             raise ConfigurationError(f"{var}={alg} needs {JWKS_FILE_VAR}: a key ring does not serve it")
-        return cls(ring_from_settings(settings), alg=alg, max_token_length=limit)
+        return cls(KeyRing.from_env(environ=settings), alg=alg, max_token_length=limit)
 
     @property
     def alg(self) -> str:

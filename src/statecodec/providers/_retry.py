@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from statecodec._settings import seconds
 from statecodec.errors import ConfigurationError
 
 _T = TypeVar("_T")
@@ -29,8 +30,8 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if not (isinstance(self.attempts, int) and 1 <= self.attempts <= 10):
             raise ConfigurationError("retry attempts must be an int from 1 to 10")
-        if not (0 <= self.base_delay <= self.max_delay <= 30):
-            raise ConfigurationError("retry delays must satisfy 0 <= base_delay <= max_delay <= 30 seconds")
+        seconds("max_delay", self.max_delay, low=0, high=30)
+        seconds("base_delay", self.base_delay, low=0, high=self.max_delay)
 
 
 def check_retry(retry: object, default: RetryPolicy) -> RetryPolicy:

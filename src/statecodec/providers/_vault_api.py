@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from statecodec._settings import seconds
 from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError, ProviderError
 from statecodec.providers import _ClientHolder, missing_extra
@@ -74,8 +75,8 @@ def vault_client(
     if not isinstance(pair, tuple) or len(pair) != 2:
         raise ConfigurationError("timeout must be seconds or a (connect, read) pair of seconds")
     # Positive and bounded: an unbounded timeout would let one call stall the event loop forever.
-    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t <= 60 for t in pair):
-        raise ConfigurationError("Vault timeouts must be numbers of seconds in (0, 60]")
+    connect, read = (seconds(f"the Vault {what} timeout", t, low=0, high=60, low_open=True) for what, t in (
+        ("connect", pair[0]), ("read", pair[1])))
     if not (isinstance(pool_size, int) and 1 <= pool_size <= 1000):
         raise ConfigurationError("pool_size must be an int from 1 to 1000")
     session = requests.Session()
@@ -90,7 +91,7 @@ def vault_client(
         token=token or "",  # never hvac's fallback to VAULT_TOKEN or ~/.vault-token
         verify=verify,
         cert=cert,
-        timeout=(float(pair[0]), float(pair[1])),
+        timeout=(float(connect), float(read)),
         namespace=namespace or None,
         session=session,
         allow_redirects=False,

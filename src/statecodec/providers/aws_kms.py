@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from statecodec._settings import seconds
 from statecodec.config import setting
 from statecodec.envelope import EnvelopeCodec
 from statecodec.errors import ConfigurationError, ProviderError
@@ -87,10 +88,8 @@ class AwsKmsWrapper(_ClientHolder):
         if client is None:
             if endpoint_url is not None and not str(endpoint_url).startswith(("https://", "http://")):
                 raise ConfigurationError(f"the KMS endpoint ({_ENDPOINT_VAR}, --endpoint-url) must be http(s)://...")
-            for name, seconds in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout)):
-                # Written positively, so NaN fails here instead of on the first KMS call.
-                if isinstance(seconds, bool) or not (isinstance(seconds, (int, float)) and 0 < seconds <= 120):
-                    raise ConfigurationError(f"{name} must be a number of seconds in (0, 120]")
+            for name, value in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout)):
+                seconds(name, value, low=0, high=120, low_open=True)  # NaN fails here, not on the first KMS call
             retries = {"total_max_attempts": 1, "mode": "standard"}
             config = Config(retries=retries, connect_timeout=connect_timeout, read_timeout=read_timeout)
             try:

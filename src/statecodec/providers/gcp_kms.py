@@ -13,6 +13,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from statecodec._settings import seconds
 from statecodec.config import setting
 from statecodec.envelope import EnvelopeCodec, canonical_context
 from statecodec.errors import ConfigurationError, ProviderError
@@ -89,11 +90,9 @@ class GcpKmsWrapper(_ClientHolder):
                 f"the Cloud KMS key ({_KEY_VAR}, --key) must be a crypto key name: "
                 "projects/PROJECT/locations/LOCATION/keyRings/RING/cryptoKeys/KEY"
             )
-        if isinstance(timeout, bool) or not (isinstance(timeout, (int, float)) and 0 < timeout <= 120):
-            raise ConfigurationError("timeout must be a number of seconds in (0, 120]")
+        self._timeout = float(seconds("timeout", timeout, low=0, high=120, low_open=True))
         self._key = key_name.strip()
         self._retry = check_retry(retry, RetryPolicy())
-        self._timeout = float(timeout)
         self._close_owned = None
         if client is None:
             client = _emulator_client(emulator_host) if emulator_host is not None else _default_client()

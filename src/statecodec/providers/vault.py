@@ -23,7 +23,7 @@ from statecodec._encoding import (
     check_payload,
     check_token_text,
 )
-from statecodec._settings import max_token_length_setting, named_errors, setting, text_or_file
+from statecodec._settings import max_token_length_setting, named_errors, seconds, seconds_setting, setting, text_or_file
 from statecodec.envelope import EnvelopeCodec, _check_context, canonical_context
 from statecodec.errors import ConfigurationError, InvalidToken, ProviderError, Reason
 from statecodec.providers import build_envelope_codec, context_setting
@@ -137,8 +137,7 @@ class VaultTransitCodec(TransitKey):
         super().__init__(client, key, mount_point, owns_client)
         self._max_length = check_cap(max_token_length, b64u_len(_HEADER + _GCM_OVERHEAD))
         self._max_payload = (self._max_length * 3) // 4 - _HEADER - _GCM_OVERHEAD
-        if type(outage_backoff) not in (int, float) or not 0 <= outage_backoff <= 60:
-            raise ConfigurationError("outage_backoff must be seconds (0 to 60)")
+        outage_backoff = seconds("outage_backoff", outage_backoff, low=0, high=60)
         if not callable(clock):  # here, not at the first outage, where it would escape unseal as a TypeError
             raise ConfigurationError("clock must be a callable returning seconds, e.g. time.monotonic")
         if not isinstance(allow_exportable_key, bool):
@@ -355,13 +354,8 @@ def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
     cert, cert_key = _get(settings, "CLIENT_CERT"), _get(settings, "CLIENT_KEY")
     if (cert is None) != (cert_key is None):
         raise ConfigurationError("set both STATECODEC_VAULT_CLIENT_CERT and STATECODEC_VAULT_CLIENT_KEY, or neither")
-    timeout = _get(settings, "TIMEOUT")
-    try:
-        seconds = 1.0 if timeout is None else float(timeout)  # vault_client's default
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds <= 60:  # written positively: NaN fails too
-        raise ConfigurationError("STATECODEC_VAULT_TIMEOUT must be seconds in (0, 60], e.g. 2")
+    # 1 s: vault_client's default.
+    timeout = seconds_setting(settings, "STATECODEC_VAULT_TIMEOUT", default=1.0, low=0, high=60, low_open=True)
     return vault_client(
         url,
         token=token,
@@ -371,7 +365,7 @@ def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
         namespace=_get(settings, "NAMESPACE"),
         verify=False if skip in {"true", "1"} else _get(settings, "CACERT") or True,
         cert=(cert, cert_key) if cert is not None and cert_key is not None else None,
-        timeout=seconds,
+        timeout=timeout,
     )
 
 
