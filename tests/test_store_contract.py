@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from tests.plugins.redis import RedisServer
 
 from statecodec import ConfigurationError, InvalidToken, StoreError
 from statecodec.single_use import SingleUse
 from statecodec.store import MemoryStore, Store
+from tests.plugins.redis import RedisServer
 
 pytestmark = pytest.mark.anyio
 KEY = bytes(range(50, 82))
