@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import re
 import secrets
+import socket
 import ssl
 from collections.abc import Sequence
 from typing import Any
@@ -186,11 +187,11 @@ class RedisStore(HoldsSecrets):
             return StoreUnreachable(f"{at} did not answer within {self.timeout:g} s")
         if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in text:
             return StoreUnreachable(f"{at} is unreachable: TLS failed (is its CA in ssl_ca_certs?)")
-        if "Name or service not known" in text or "not known" in text or "getaddrinfo" in text:
+        if any(isinstance(e, socket.gaierror) for e in chain):
             return StoreUnreachable(f"{at} is unreachable: its host name does not resolve")
         if isinstance(exc, RedisConnectionError | OSError | RedisClusterException):
-            cause = "connection refused" if "refused" in text.lower() else "connection failed or dropped"
-            return StoreUnreachable(f"{at} is unreachable: {cause}")
+            refused = any(isinstance(e, ConnectionRefusedError) for e in chain)
+            return StoreUnreachable(f"{at} is unreachable: {'connection refused' if refused else 'no connection'}")
         code = next((code for code in _CODES if code in text), None)
         if isinstance(exc, NoPermissionError) or code == "NOPERM" or "can't run this command" in text:
             return StoreError(f"{at} refused a command: its ACL user lacks one the store needs (docs/single-use.md)")
