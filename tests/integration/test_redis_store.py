@@ -190,7 +190,8 @@ async def _started_and_closed(url: str, **kw: Any) -> SingleUse:
 
 
 def test_many_revocations_cost_nothing_per_claim_and_a_malformed_one_is_skipped_and_named(
-    redis_url: str, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+    redis_url: str, redis_server: RedisServer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     async def scenario() -> list[bytes]:
         guard = await started(redis_url)
@@ -214,6 +215,11 @@ def test_many_revocations_cost_nothing_per_claim_and_a_malformed_one_is_skipped_
     assert "cmdstat_evalsha:calls=10," in stats  # point 12: one round trip per token, whatever is revoked
     assert "hgetall" not in stats
     assert "hscan" not in stats
+    monkeypatch.setenv("STATECODEC_STORE_URL", redis_url)
+    monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([KEY]))
+    assert main(["store", "check", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert (report["malformed"], report["revocations"]) == ([alice.decode()], 100_001)
 
 
 # --- the operator's commands on a live store ---------------------------------------------------------------------
