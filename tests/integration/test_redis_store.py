@@ -232,6 +232,8 @@ def test_revoke_and_store_check_on_a_live_store_and_under_the_wrong_settings(
     monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([KEY]))
     assert main(["revoke", "--principal", "alice"]) == 2  # point 3: no server has used this store yet
     assert "no server has used the store" in capsys.readouterr().err
+    assert main(["store", "check"]) == 1  # nor is it "ready": a wrong namespace looks just like this
+    assert "no server has used this store" in capsys.readouterr().out
     guard = run(_started_and_closed, redis_url)
     assert main(["revoke", "--principal", "alice", "--issuer", "https://idp", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["revoked_until"].startswith(str(datetime.date.today().year))
