@@ -96,6 +96,16 @@ def test_the_invalid_vectors_are_refused_and_claim_nothing(v: dict[str, Any]) ->
     assert (info.value.reason.value, store.claims) == (v["reason"], [])  # point 6: a moved stamp is `seal`
 
 
+def test_an_unspent_stamp_cannot_carry_a_consumed_state() -> None:
+    guard, store = fixed_guard(1_767_225_600_000)  # point 6: the tag covers the state it precedes
+    consumed, unspent = guard.stamp(b"transfer 100 to mallory"), guard.stamp(b"noop")
+    assert asyncio.run(guard.consume(consumed)) == b"transfer 100 to mallory"
+    grafted = unspent.rpartition(b".")[0] + b".transfer 100 to mallory"
+    with pytest.raises(InvalidToken, match="seal"):
+        asyncio.run(guard.consume(grafted))
+    assert len(store.claims) == 1  # refused before the store was asked
+
+
 def _hkdf(secret: bytes, info: str) -> bytes:
     """RFC 5869 with SHA-256, no salt (32 zero bytes), 32 bytes out: what docs/formats.md specifies."""
     prk = hmac.new(b"\x00" * 32, secret, hashlib.sha256).digest()
