@@ -200,6 +200,17 @@ def test_availability_first_accepts_only_when_the_store_cannot_be_reached(
     assert "a bug in a custom store" not in caplog.text
 
 
+def test_an_outage_is_one_warning_naming_the_store_not_one_per_token(caplog: pytest.LogCaptureFixture) -> None:
+    guard, store = fixed_guard(1_767_225_600_000)  # point 13
+    stamped = [guard.stamp(b"x") for _ in range(5)]
+    store.error = StoreUnreachable("the store at fixed:0 is unreachable: connection refused")
+    with caplog.at_level(logging.WARNING, "statecodec.single_use"):
+        for token in stamped:
+            with pytest.raises(InvalidToken, match="store_unavailable"):
+                asyncio.run(guard.consume(token))
+    assert [r.getMessage() for r in caplog.records] == [f"{store.error}: tokens refused until it answers"]
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
