@@ -10,6 +10,7 @@ Exit status: 0 ready, 1 not ready (the probe failed, the provider is unreachable
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
@@ -18,7 +19,7 @@ from typing import Any
 
 from statecodec.config import ENVIRONMENT_ONLY, TTL_VAR, configured_codec, missing_package, setting, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
-from statecodec.single_use import SingleUse, store_from_settings
+from statecodec.single_use import SingleUse
 
 SCHEMA = "statecodec-check/1"
 _PROBE = b"statecodec check probe"
@@ -63,11 +64,8 @@ def _check_server_settings(environ: Mapping[str, str]) -> None:
     single-use guard and its store (built, not contacted: a Redis store connects at its first call)."""
     ttl_setting(environ)
     if any(setting(environ, name, required=False) for name in ENVIRONMENT_ONLY - {TTL_VAR}):
-        store = store_from_settings(environ, listen=False)
-        try:
-            SingleUse.from_env(environ, store=store)
-        finally:
-            store.close()
+        guard = SingleUse.from_env(environ)
+        asyncio.run(guard.aclose())
 
 
 def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, Any]]:
