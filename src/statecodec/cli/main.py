@@ -1,10 +1,6 @@
-"""The `statecodec` command: exit 0 on success, 1 when a token is refused or a check fails, 2 on bad usage
-(an optional extra not installed included), 130 interrupted, 141 when the reader of stdout went away (``| head``).
-
-One convention for every command: the result goes to stdout (``--json``: as JSON), or into a new file with
-``--output FILE``; status and progress go to stderr. Errors are one line on stderr and, with ``--json``, also a
-JSON error object on stdout: a refused token shows only its reason code, any other `StatecodecError` its
-message; neither ever holds a key, a payload or token text.
+"""The `statecodec` command. One convention for every command (docs/cli.md): the result on stdout (``--json``: as
+JSON) or in a new file (``--output``), status on stderr; exit 0 success, 1 token refused or check failed, 2 bad
+usage, 130 interrupted, 141 stdout closed. No error ever holds a key, a payload or token text.
 """
 
 from __future__ import annotations
