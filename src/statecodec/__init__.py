@@ -13,14 +13,7 @@ from statecodec._types import Codec
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
 from statecodec.binding import BoundCodec
 from statecodec.envelope import EnvelopeCodec, KeyWrapper
-from statecodec.errors import (
-    ConfigurationError,
-    InvalidToken,
-    ProviderError,
-    Reason,
-    SealError,
-    StatecodecError,
-)
+from statecodec.errors import ConfigurationError, InvalidToken, ProviderError, Reason, SealError, StatecodecError
 from statecodec.keys import KeyRing, format_keys, generate_key, parse_keys
 
 __version__ = "0.1.0"
