@@ -52,6 +52,7 @@ replacement); the server binds a loopback address only.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import ipaddress
 import json
@@ -279,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ["FLEET_DEMO_AUTH"] = "1" if args.demo_auth else "0"
     if args.workers > 1:
         for middleware in single_use:  # each worker connects to the store itself
-            middleware.guard.store.close()
+            asyncio.run(middleware.guard.aclose())
         uvicorn.run(
             "fleet_server:create_app",
             factory=True,

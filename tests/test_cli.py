@@ -288,10 +288,10 @@ def test_check_reports_a_ready_instance_in_text_and_json(cli: Run) -> None:
     [
         ({"STATECODEC_CODE": "jws"}, "unknown setting STATECODEC_CODE; did you mean STATECODEC_CODEC?"),
         ({"STATECODEC_TTL": "abc"}, "STATECODEC_TTL must be whole seconds from 1 to 2592000"),
-        ({**STORE, "STATECODEC_STORE_TIMEOUT": "abc"}, "STATECODEC_STORE_TIMEOUT must be a positive number of seconds"),
+        ({**STORE, "STATECODEC_STORE_TIMEOUT": "abc"}, "STATECODEC_STORE_TIMEOUT must be a number of seconds more than 0"),
         ({**STORE, "STATECODEC_STORE_KEY": "short"}, "STATECODEC_STORE_KEY: key 0 is not unpadded base64url"),
-        ({**STORE, "STATECODEC_STORE_URL": "http://store:6379"}, "STATECODEC_STORE_URL must be memory or a URL of"),
-        ({**STORE, "STATECODEC_STORE_ON_ERROR": "maybe"}, "STATECODEC_STORE_ON_ERROR must be refuse (fail closed"),
+        ({**STORE, "STATECODEC_STORE_URL": "http://store:6379"}, "STATECODEC_STORE_URL must be memory or a URL starting redis://"),
+        ({**STORE, "STATECODEC_STORE_ON_ERROR": "maybe"}, "STATECODEC_STORE_ON_ERROR must be refuse (the default) or accept"),
         ({"STATECODEC_STORE_KEY": format_keys([OTHER])}, "STATECODEC_STORE_URL is not set"),
     ],
     ids=["typo", "ttl", "store-timeout", "store-key", "store-url", "on-error", "half-a-store"],

@@ -214,8 +214,7 @@ def test_an_unknown_setting_is_refused_with_the_closest_valid_name(tmp_path: Pat
 
 def test_the_single_use_settings_are_valid_beside_any_codec_and_checked_for_typos_too() -> None:
     env = {**STORE, "STATECODEC_KEYS": KEYS, "STATECODEC_TTL": "300", "STATECODEC_STORE_TIMEOUT": "0.5"}
-    env |= {"STATECODEC_STORE_NAMESPACE": "b", "STATECODEC_REVOCATION_STALENESS": "2",
-            "STATECODEC_STORE_ON_ERROR": "refuse"}
+    env |= {"STATECODEC_STORE_NAMESPACE": "b", "STATECODEC_STORE_ON_ERROR": "refuse"}
     assert isinstance(cfg.codec_from_env(env), AESGCMCodec)
     assert SingleUse.from_env(env).ttl == 300
     with pytest.raises(ConfigurationError, match="unknown setting STATECODEC_STORE_TIMEOUTS; did you mean"):

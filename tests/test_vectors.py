@@ -29,7 +29,7 @@ from statecodec import InvalidToken
 from tests.vector_codecs import codec_for
 
 VECTORS = Path(__file__).parent / "vectors"
-FILES = sorted(p for p in VECTORS.glob("*.json") if p.name != "vault_transit.json")
+FILES = sorted(p for p in VECTORS.glob("*.json") if p.name not in ("vault_transit.json", "single_use.json"))
 
 
 def load(name: str) -> dict[str, Any]:

@@ -13,14 +13,24 @@ from statecodec._types import Codec
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
 from statecodec.binding import BoundCodec
 from statecodec.envelope import EnvelopeCodec, KeyWrapper
-from statecodec.errors import ConfigurationError, InvalidToken, ProviderError, Reason, SealError, StatecodecError
+from statecodec.errors import (
+    ConfigurationError,
+    InvalidToken,
+    ProviderError,
+    Reason,
+    SealError,
+    StatecodecError,
+    StoreError,
+    StoreUnreachable,
+)
 from statecodec.keys import KeyRing, format_keys, generate_key, parse_keys
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AESGCMCodec", "BoundCodec", "Codec", "ConfigurationError", "EnvelopeCodec", "InvalidToken", "JWECodec",
-    "JWSCodec", "KeyRing", "KeyWrapper", "ProviderError", "Reason", "SealError", "StatecodecError", "TokenInfo",
+    "JWSCodec", "KeyRing", "KeyWrapper", "ProviderError", "Reason", "SealError", "StatecodecError", "StoreError",
+    "StoreUnreachable", "TokenInfo",
     "VaultTransitCodec", "XAESGCMCodec", "__version__", "codec_from_env", "codec_from_file", "describe_token",
     "format_keys", "generate_key", "parse_keys"
 ]

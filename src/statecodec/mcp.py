@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from statecodec._types import Codec
 from statecodec.config import codec_from_env, ttl_setting
 from statecodec.errors import InvalidToken, Reason
-from statecodec.single_use import STAMP_LENGTH, SingleUse
+from statecodec.single_use import Principal, SingleUse
 
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -92,13 +92,13 @@ def security_from_env(
     return security(codec, ttl=ttl_setting(settings) if ttl is None else ttl, audience=audience, **options)
 
 
-def subject_scopes(ctx: ServerRequestContext[Any, Any]) -> dict[str, str | None]:
-    """The default revocable scope of a request: ``principal``, the authenticated subject (else the OAuth client
-    id; none on an unauthenticated transport), as ``statecodec revoke --principal`` names it."""
+def minting_principal() -> Principal | None:
+    """The SDK's (client_id, issuer, subject) of the request being answered, as its boundary binds it."""
     from mcp.server.auth.middleware.auth_context import get_access_token
+    from mcp.server.auth.provider import principal_components
 
     token = get_access_token()
-    return {"principal": None if token is None else (token.subject or token.client_id)}
+    return None if token is None else principal_components(token)
 
 
 class SingleUseMiddleware:
@@ -114,48 +114,41 @@ class SingleUseMiddleware:
     On a lowlevel `Server`, append it after the boundary. Outbound, it stamps each state (`SingleUse.stamp`) before
     the boundary seals it; inbound, it consumes the stamp (`SingleUse.consume`, in a worker thread, so a slow store
     never blocks the event loop) and refuses with the SDK's own -32602 answer, the reason code in the log only.
-    `scopes(ctx)` names the request's revocable scopes (default `subject_scopes`).
     """
 
-    def __init__(
-        self,
-        guard: SingleUse,
-        *,
-        scopes: Callable[[ServerRequestContext[Any, Any]], Mapping[str, str | None]] = subject_scopes,
-    ) -> None:
+    def __init__(self, guard: SingleUse) -> None:
         from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 
-        self.guard, self.scopes = guard, scopes
+        self.guard = guard
         self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        import anyio.to_thread
-
         if ctx.method not in self._methods:
             return await call_next(ctx)
         state = (ctx.params or {}).get("requestState")
         if state is not None:
-            stamp = state[:STAMP_LENGTH].encode("ascii", "replace") if isinstance(state, str) else b""
-            scopes = self.scopes(ctx)
             reason: Reason | None = None
+            inner = ""
             try:
-                # consume() returns what follows the stamp: given the stamp alone, nothing.
-                await anyio.to_thread.run_sync(self.guard.consume, stamp, scopes)
+                stamped = state.encode("utf-8", "replace") if isinstance(state, str) else b""
+                inner = (await self.guard.consume(stamped)).decode("utf-8")
             except InvalidToken as exc:
                 reason = exc.reason
             if reason is not None:
                 self._refuse(ctx.method, reason)
-            ctx = replace(ctx, params={**(ctx.params or {}), "requestState": state[STAMP_LENGTH:]})
+            ctx = replace(ctx, params={**(ctx.params or {}), "requestState": inner})
         result = await call_next(ctx)
         if not self._is_input_required(result):
             return result
         out = result.get("requestState") if isinstance(result, Mapping) else getattr(result, "request_state", None)
         if not isinstance(out, str):
             return result
-        stamped = self.guard.stamp(b"").decode("ascii") + out
+        if not self.guard.started:
+            await self.guard.start()
+        sealed_in = self.guard.stamp(out.encode("utf-8"), principal=minting_principal()).decode("utf-8")
         if isinstance(result, Mapping):
-            return {**result, "requestState": stamped}
-        return result.model_copy(update={"request_state": stamped})
+            return {**result, "requestState": sealed_in}
+        return result.model_copy(update={"request_state": sealed_in})
 
     @staticmethod
     def _refuse(method: str, reason: Reason) -> None:

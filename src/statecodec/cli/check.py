@@ -8,6 +8,7 @@ unseals a probe, and reports kind, key ids, provider and key name, never a secre
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
@@ -16,7 +17,7 @@ from typing import Any
 
 from statecodec.config import ENVIRONMENT_ONLY, TTL_VAR, configured_codec, missing_package, setting, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
-from statecodec.single_use import SingleUse, store_from_settings
+from statecodec.single_use import SingleUse
 
 SCHEMA = "statecodec-check/1"
 _PROBE = b"statecodec check probe"
@@ -61,11 +62,8 @@ def _check_server_settings(environ: Mapping[str, str]) -> None:
     single-use guard and its store (built, not contacted: a Redis store connects at its first call)."""
     ttl_setting(environ)
     if any(setting(environ, name, required=False) for name in ENVIRONMENT_ONLY - {TTL_VAR}):
-        store = store_from_settings(environ, listen=False)
-        try:
-            SingleUse.from_env(environ, store=store)
-        finally:
-            store.close()
+        guard = SingleUse.from_env(environ)
+        asyncio.run(guard.aclose())
 
 
 def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, Any]]:

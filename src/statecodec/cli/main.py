@@ -116,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, so that a reader gone away is caught below
     except InvalidToken as exc:
         return _error(args, exc, f"invalid token: {exc}", 1)
+    except StoreError as exc:  # a store that cannot answer is a failed check, as a provider is in `check`
+        return _error(args, exc, str(exc), 1)
     except StatecodecError as exc:
         return _error(args, exc, str(exc), 2)
     except ImportError as exc:  # an optional extra this command needs is not installed

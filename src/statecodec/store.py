@@ -1,0 +1,172 @@
+"""The single-use store seam: what `SingleUse` asks a store, and `MemoryStore`, the store of one process.
+
+Threat: a store that decides by an instance's clock, lifetime or key reopens replays and loses revocations. Each
+decision is one atomic step on the store's own clock, the claim also answering revocation and expiry; the store
+records whose it is and the longest token lifetime and skew it saw, so a revocation outlives every token it covers.
+Unreachable is `StoreUnreachable`; an answered error (full, no permission) is `StoreError`, refused in every mode.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from statecodec.errors import ConfigurationError, StoreError
+
+__all__ = ["REDIS_SCHEMES", "Claim", "Hello", "MemoryStore", "Store", "Verdict", "check_owner"]
+
+# The URL schemes of a Redis store (statecodec.redis_store): a server, over TLS, a socket, a Cluster by any node.
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+
+
+class Claim(enum.Enum):
+    """The store's answer to a claim, in the order it is decided."""
+
+    FOREIGN = "foreign"  # the store belongs to another store key or namespace
+    FORGOTTEN = "forgotten"  # minted under another epoch: the store lost its memory since, or has none yet
+    EXPIRED = "expired"  # past the token's own expiry, by the store's clock
+    REVOKED = "revoked"  # one of its scopes was revoked at or after its issue time
+    FIRST = "first"  # never claimed: accept; kept until the token expires
+    USED = "used"  # claimed before: a replay
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    claim: Claim
+    epoch: bytes  # the store's epoch: the instance mints under it from then on
+    now_ms: int  # the store's clock
+    malformed: tuple[str, ...] = ()  # revocation entries (scope digests, hex) that could not be read: skipped
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    owner: str  # "new" (this call began the store's memory), "ok" or "foreign"
+    epoch: bytes
+    now_ms: int
+
+
+def check_owner(owner: str, where: str) -> None:
+    """The one message for a store that is not this configuration's, or that no server has used."""
+    if owner == "foreign":
+        raise ConfigurationError(f"the store at {where} belongs to another store key or namespace; set "
+                                 "STATECODEC_STORE_KEY and STATECODEC_STORE_NAMESPACE to the values the servers use")
+    if owner == "unused":
+        raise ConfigurationError(f"no server has used the store at {where} under this store key and namespace: a "
+                                 "revocation there would reach no one; check the settings, or start a server first")
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Shared state behind `SingleUse`, in milliseconds of the store's clock (docs/formats.md, "The scripts").
+
+    `hello` begins the store's memory if it has none and records the instance's lifetime and skew; `claim`
+    answers a `Verdict`; `revoke` answers the instant a revocation took effect; `lift` whether there was one;
+    `revoke`, `lift` and `health` check the fingerprint with `check_owner`.
+    """
+
+    where: str  # host:port, for messages; never a credential
+    namespace: str
+
+    async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello: ...
+    async def claim(
+        self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int, lifetime_ms: int,
+        skew_ms: int, scopes: Sequence[bytes],
+    ) -> Verdict: ...
+    async def revoke(self, scope: bytes, *, fingerprint: bytes, skew_ms: int) -> int: ...
+    async def lift(self, scope: bytes, *, fingerprint: bytes) -> bool: ...
+    async def health(self, *, fingerprint: bytes) -> dict[str, object]: ...
+    async def aclose(self) -> None: ...
+
+
+class MemoryStore:
+    """`Store` for one process, on its own clock: at most `max_entries` live claims and revocations together, each
+    dropped when it expires. Full is an answered error (`StoreError`): it refuses in every mode."""
+
+    where = "memory"
+
+    def __init__(
+        self, *, max_entries: int = 1_000_000, namespace: str = "statecodec", clock: Callable[[], float] = time.time
+    ) -> None:
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+            raise ConfigurationError("max_entries must be a positive int")
+        self.namespace, self._max, self._clock = namespace, max_entries, clock
+        self._meta: tuple[bytes, bytes] | None = None  # (epoch, fingerprint), once the memory began
+        self._lifetime = self._skew = 0
+        self._claims: dict[bytes, int] = {}  # claim key -> until
+        self._revoked: dict[bytes, tuple[int, int]] = {}  # scope -> (at, until)
+        self._expiry: list[tuple[int, bool, bytes]] = []  # heap of (until, is a revocation, key)
+        self._lock = threading.Lock()  # a codec's loop thread and a server's loop may share one store
+
+    def _now(self, fingerprint: bytes, lifetime_ms: int = 0, skew_ms: int = 0) -> tuple[int, str]:
+        """(the store's clock, whose the store is), after dropping what expired and recording the lifetime."""
+        now = int(self._clock() * 1000)
+        while self._expiry and self._expiry[0][0] <= now:
+            until, revocation, key = heapq.heappop(self._expiry)
+            if (self._revoked.get(key, (0, 0))[1] if revocation else self._claims.get(key)) == until:
+                (self._revoked if revocation else self._claims).pop(key)
+        owner = "unused" if self._meta is None else "ok" if self._meta[1] == fingerprint else "foreign"
+        if lifetime_ms and owner != "foreign":
+            self._meta = self._meta or (secrets.token_bytes(8), fingerprint)
+            self._lifetime, self._skew = max(self._lifetime, lifetime_ms), max(self._skew, skew_ms)
+        return now, "new" if owner == "unused" and lifetime_ms else owner
+
+    def _keep(self, until: int, revocation: bool, key: bytes, new: bool) -> None:
+        if new and len(self._claims) + len(self._revoked) >= self._max:
+            raise StoreError(f"the in-process store holds {self._max} live entries, its max_entries")
+        heapq.heappush(self._expiry, (until, revocation, key))
+
+    async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello:
+        with self._lock:
+            now, owner = self._now(fingerprint, max(lifetime_ms, 1), skew_ms)
+            return Hello(owner, self._meta[0] if self._meta else b"", now)
+
+    async def claim(
+        self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int, lifetime_ms: int,
+        skew_ms: int, scopes: Sequence[bytes],
+    ) -> Verdict:
+        with self._lock:
+            now, owner = self._now(fingerprint, max(lifetime_ms, expires_ms - issued_ms, 1), skew_ms)
+            current = self._meta[0] if self._meta else b""
+            if owner == "foreign" or owner == "new" or epoch != current:
+                return Verdict(Claim.FOREIGN if owner == "foreign" else Claim.FORGOTTEN, current, now)
+            if expires_ms <= now:
+                return Verdict(Claim.EXPIRED, current, now)
+            if any(self._revoked.get(scope, (-1, 0))[0] >= issued_ms for scope in scopes):
+                return Verdict(Claim.REVOKED, current, now)
+            if key in self._claims:
+                return Verdict(Claim.USED, current, now)
+            self._keep(expires_ms, False, key, True)
+            self._claims[key] = expires_ms
+            return Verdict(Claim.FIRST, current, now)
+
+    async def revoke(self, scope: bytes, *, fingerprint: bytes, skew_ms: int) -> int:
+        with self._lock:
+            now, owner = self._now(fingerprint)
+            check_owner(owner, self.where)
+            skew, old = max(skew_ms, self._skew), self._revoked.get(scope, (0, 0))
+            at, until = max(now + skew, old[0]), max(now + 2 * skew + self._lifetime, old[1])
+            self._keep(until, True, scope, scope not in self._revoked)
+            self._revoked[scope] = (at, until)
+            return at
+
+    async def lift(self, scope: bytes, *, fingerprint: bytes) -> bool:
+        with self._lock:
+            check_owner(self._now(fingerprint)[1], self.where)
+            return self._revoked.pop(scope, None) is not None
+
+    async def health(self, *, fingerprint: bytes) -> dict[str, object]:
+        with self._lock:
+            owner = self._now(fingerprint)[1]
+            return {"store": "memory", "owner": owner, "claims": len(self._claims), "revocations": len(self._revoked)}
+
+    async def aclose(self) -> None:
+        pass  # nothing to release
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(max_entries={self._max})"
