@@ -24,12 +24,10 @@ from statecodec._settings import (
     check_one_form,
     named_errors,
     seconds_setting,
+    setting,
     settings_from_file,
 )
-from statecodec._settings import max_token_length_setting as max_token_length_setting
-from statecodec._settings import setting as setting
-from statecodec._types import Codec as Codec
-from statecodec._types import check_codec
+from statecodec._types import Codec, check_codec
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
 from statecodec.errors import ConfigurationError
 

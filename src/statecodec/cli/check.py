@@ -15,7 +15,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from statecodec.config import ENVIRONMENT_ONLY, TTL_VAR, configured_codec, missing_package, setting, ttl_setting
+from statecodec._settings import setting
+from statecodec.config import ENVIRONMENT_ONLY, TTL_VAR, configured_codec, missing_package, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
 from statecodec.single_use import SingleUse
 

@@ -14,8 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from statecodec._encoding import b64u_encode
+from statecodec._settings import max_token_length_setting
+from statecodec._types import Codec
 from statecodec.cli.main import flag_values, flags_named, settings_from_flags
-from statecodec.config import Codec, check_names, codec_from_env, codec_from_file, max_token_length_setting
+from statecodec.config import check_names, codec_from_env, codec_from_file
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 from statecodec.tokeninfo import describe_token
 

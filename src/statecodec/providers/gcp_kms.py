@@ -12,8 +12,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from statecodec._settings import seconds
-from statecodec.config import setting
+from statecodec._settings import seconds, setting
 from statecodec.envelope import EnvelopeCodec, canonical_context
 from statecodec.errors import ConfigurationError, ProviderError
 from statecodec.keys import MIN_KEY_LENGTH
