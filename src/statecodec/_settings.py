@@ -1,10 +1,8 @@
 """The one reader of ``STATECODEC_*`` settings, from the environment or a config file, and of the files they name.
 
-Threat: a misread setting (a typo, a file that is not there, a cap that is not a number) must not start a
-server that seals under the wrong key or with the wrong cap. Every `from_env`, `codec_from_env` and
-`codec_from_file` reads through here, so a setting means one thing everywhere; every problem is a
-`ConfigurationError` naming the setting, never its value. A file is read up to a cap, its content kept out of
-any exception.
+Threat: a misread setting must not start a server that seals under the wrong key or cap. Every reader goes
+through here; every problem is a `ConfigurationError` naming the setting, never its value; a file is read up to
+a cap, its content kept out of any exception.
 """
 
 from __future__ import annotations

@@ -154,9 +154,7 @@ class AESGCMCodec(_KeyRingCodec):
     The AES key of each ring secret is HKDF-SHA256(secret, info=``statecodec/v1/aes-256-gcm``); the key id is
     HKDF-SHA256(secret, info=``statecodec/v1/key-id``)[:4]. The associated data is ``0x01 | key_id``, so the
     version and key slot are bound under the tag. Overhead: 33 bytes, 44 characters over base64url of the payload.
-
-    Usage bound: random 96-bit nonces keep the collision probability under 2^-32 for at most 2^32 tokens per key
-    (NIST SP 800-38D, section 8.3). Rotate before a key seals four billion tokens, or use `XAESGCMCodec`.
+    Usage bound: 2^32 tokens per key (NIST SP 800-38D, random 96-bit nonces); beyond that, `XAESGCMCodec`.
     """
 
     VERSION = 0x01

@@ -1,16 +1,10 @@
 """Codec kinds: build the codec the environment or a JSON file describes, at start-up, never per token.
 
-Threat: a misspelt or ineffective setting (``STATECODEC_CODE``, ``STATECODEC_KMS_AUDIENCE`` beside a context)
-leaves a default in force without a word, and a provider contacted with a half-read configuration spends a
-network call, or a credential, on a set-up that was wrong from the start. So the whole configuration is checked
-against `READS`, the one table of what each kind reads, before any builder runs: an unknown ``STATECODEC_*`` name
-is refused with the closest valid one, a setting the chosen kind does not read or another setting makes
-ineffective is refused, and only then is the provider contacted.
-
-``STATECODEC_CODEC`` picks the kind (default ``aesgcm`` when ``STATECODEC_KEYS(_FILE)`` is set); its builder
-reads the other settings through `statecodec._settings` (docs/configuration.md lists them all). A kind is one
-entry in `BUILDERS`: a builder, or its import path, resolved only when that kind is chosen, so an optional
-dependency is imported only by those who use it; and one entry in `READS`.
+Threat: a misspelt or ineffective setting leaves a default in force without a word, and a provider contacted with a
+half-read configuration spends a call on a set-up that was wrong from the start. So the whole configuration is
+checked against `READS`, the one table of what each kind reads, before any builder runs (docs/configuration.md).
+A kind is one entry in `BUILDERS` (a builder or its import path, so an optional package is imported only when
+that kind is chosen) and one in `READS`.
 """
 
 from __future__ import annotations
@@ -30,12 +24,10 @@ from statecodec._settings import (
     check_one_form,
     named_errors,
     seconds_setting,
+    setting,
     settings_from_file,
 )
-from statecodec._settings import max_token_length_setting as max_token_length_setting
-from statecodec._settings import setting as setting
-from statecodec._types import Codec as Codec
-from statecodec._types import check_codec
+from statecodec._types import Codec, check_codec
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
 from statecodec.errors import ConfigurationError
 
@@ -110,10 +102,6 @@ def known_settings() -> frozenset[str]:
     return frozenset().union(_EVERY_KIND, ENVIRONMENT_ONLY, *READS.values())
 
 
-def _is_set(settings: Mapping[str, str], name: str) -> bool:
-    return setting(settings, name, required=False) is not None
-
-
 def check_names(settings: Mapping[str, str]) -> None:
     """Refuse an unknown ``STATECODEC_*`` name (naming the closest valid one), and a setting given both as ``X``
     and as ``X_FILE``: one of the two would be ignored."""
@@ -131,13 +119,12 @@ def check_names(settings: Mapping[str, str]) -> None:
 
 
 def check_settings(settings: Mapping[str, str], kind: str, *, file: bool = False) -> None:
-    """Refuse, before any builder runs, what `kind` would not read: an unknown name (`check_names`), a setting of
-    another kind, one another setting makes ineffective (`SHADOWED`) and, in a config `file`, a setting that is
-    read from the environment only (`ENVIRONMENT_ONLY`)."""
-    check_names(settings)
+    """Refuse, after `check_names` and before any builder runs, what `kind` would not read: a setting of another
+    kind, one another setting makes ineffective (`SHADOWED`) and, in a config `file`, one read from the
+    environment only (`ENVIRONMENT_ONLY`)."""
     _builder(kind)  # an unknown kind is named as such, before its settings are judged
     reads = READS.get(kind, frozenset()) | _EVERY_KIND
-    given = {name for name in settings if name.startswith(_PREFIX) and _is_set(settings, name)}
+    given = {name for name in settings if name.startswith(_PREFIX) and setting(settings, name, required=False)}
     for name in sorted(given - reads):
         if name in ENVIRONMENT_ONLY:
             if file:
@@ -218,17 +205,16 @@ def configured_codec(
     (`check_settings`) before the builder runs, so no provider is contacted for a configuration that is wrong.
     The settings may hold keys: read a named, non-secret setting from them, never show them whole."""
     if path is None:
-        settings = os.environ if environ is None else environ
-        check_names(settings)  # a misspelt STATECODEC_CODEC is named before the kind is guessed without it
-        kind = _kind(settings)
-        check_settings(settings, kind)
-        return kind, build_codec(kind, settings), settings
+        return _configured(os.environ if environ is None else environ, file=False)
     with named_errors(f"config file {Path(path)}"):
-        from_file = settings_from_file(Path(path))
-        check_names(from_file)
-        kind = _kind(from_file)
-        check_settings(from_file, kind, file=True)
-        return kind, build_codec(kind, from_file), from_file
+        return _configured(settings_from_file(Path(path)), file=True)
+
+
+def _configured(settings: Mapping[str, str], *, file: bool) -> tuple[str, Codec, Mapping[str, str]]:
+    check_names(settings)  # a misspelt STATECODEC_CODEC is named before the kind is guessed without it
+    kind = _kind(settings)
+    check_settings(settings, kind, file=file)
+    return kind, build_codec(kind, settings), settings
 
 
 def codec_from_env(environ: Mapping[str, str] | None = None) -> Codec:

@@ -40,12 +40,8 @@ _HOW_TO_GENERATE = (
 
 
 def _text_refusal(item: str) -> str | None:
-    """Why a key's text is not what `statecodec keygen` prints, when it is recognisably something else: hex and
-    standard base64 would decode (or half-decode) to other bytes than the ones meant, a path names a file of keys,
-    and a password is not a key.
-    A random key of 43 characters has 16 distinct characters or more, and both cases of letter, but for fewer than
-    one in a billion (each case is missing with probability (38/64)**43, about 2e-10); that one is refused with
-    the advice to generate another."""
+    """Why a key's text is recognisably not what `statecodec keygen` prints (hex, standard base64, a path, a
+    password), else None. A random 43-character key lacks a letter case with probability about 2e-10."""
     if item.startswith(("/", "./", "../", "~/")) and not item.endswith("="):
         return "looks like a file path: a file of keys is named by the setting's _FILE form (STATECODEC_KEYS_FILE)"
     if any(c in item for c in "=+/"):

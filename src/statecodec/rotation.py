@@ -44,16 +44,9 @@ class Phase:
 
 
 class RotationPlan:
-    """Rotate from `old` to `new` in three phases, each fully rolled out before the next.
-
-    1. ``[old, new]``, any time: every instance learns to verify the new key.
-    2. ``[new, old]``, once every instance runs phase 1 (`check_fleet`): new mints.
-    3. ``[new]``, no sooner than `ttl` + `future_skew` seconds after the last instance runs phase 2,
-       when every old-key token has expired (the skew covers a minting clock running ahead).
-
-    Re-seal stored state that must outlive phase 3 with `reseal` during phase 2.
-    `old` and `new` are secrets; `from_key_ids` plans keys a KMS or Vault holds.
-    """
+    """Rotate from `old` to `new` (secrets; `from_key_ids` for keys a KMS or Vault holds) in three phases, each
+    fully rolled out before the next: ``[old, new]``; ``[new, old]`` once `check_fleet` says every instance runs
+    phase 1; ``[new]`` no sooner than `ttl` + `future_skew` seconds after phase 2 (docs/rotation.md)."""
 
     __slots__ = ("future_skew", "phases", "ttl")
 

@@ -1,16 +1,10 @@
 """Move a fleet from the MCP SDK's built-in keys (``RequestStateSecurity(keys=[...])``) to a statecodec codec, with
 no flow in flight dropped.
 
-Threat: switching codecs at once strands every flow that has a token of the old format outstanding, and a window
-that accepts the old format for ever keeps retired keys alive. `SDKKeysMigration` seals with one format and opens
-both, the SDK's tokens only until a fixed time: the end of the rollout plus one TTL, after which every SDK token has
-expired anyway and the SDK keys are refused (``unknown_key``) whatever the clock of the boundary says.
-
-The SDK's tokens (``v1.`` base64url(kid(4) || nonce(12) || AES-256-GCM ciphertext || tag(16)), keys derived from each
-secret with HKDF-SHA256 under ``mcp/request-state/v1/aes-256-gcm``) are opened by the SDK's own public
-`AESGCMRequestStateCodec`, behind this module's checks: a `str` of ASCII, at most ``max_token_length`` characters,
-before anything is decoded. No statecodec token starts with ``v1.`` (they are base64url without a dot, or JOSE
-compact tokens whose header starts ``ey``), so the prefix alone routes a token. Runbook: docs/migrate-from-sdk-keys.md.
+Threat: switching codecs at once strands every flow with an old token outstanding, and a window that accepts the
+old format for ever keeps retired keys alive. SDK tokens (``v1.`` prefix, which no statecodec token has) are opened
+by the SDK's own public codec behind this module's length and ASCII checks, only until a fixed time. Runbook and
+phases: docs/migrate-from-sdk-keys.md.
 """
 
 from __future__ import annotations
@@ -36,16 +30,9 @@ _SDK_REASONS = {"malformed": Reason.MALFORMED, "unknown key": Reason.UNKNOWN_KEY
 class SDKKeysMigration(HoldsSecrets):
     """A codec that opens the MCP SDK's built-in tokens beside `codec`'s, for one migration.
 
-    Two phases, each rolled out to every instance before the next starts (as the SDK's own key rotation):
-
-    1. ``SDKKeysMigration(codec, sdk_keys, seal_with_sdk=True)``: still seals SDK tokens, so instances not yet
-       switched open every token; opens `codec`'s tokens too.
-    2. ``SDKKeysMigration(codec, sdk_keys, sdk_tokens_until=T)``: seals with `codec`; opens SDK tokens while the
-       clock reads before ``T`` (epoch seconds: the end of this phase's rollout plus the SDK ``ttl``), then
-       refuses them with ``unknown_key``.
-
-    Then configure `codec` alone. `sdk_keys` is the SDK's ``keys=[...]`` list as it was (``keys[0]`` sealed); an
-    SDK refusal becomes `InvalidToken` with ``malformed``, ``unknown_key`` or ``seal``, and no chain.
+    Phase 1, ``seal_with_sdk=True``: seals SDK tokens, opens both. Phase 2, ``sdk_tokens_until=T`` (epoch seconds:
+    the end of this phase's rollout plus the SDK ``ttl``): seals with `codec`, opens SDK tokens only before ``T``,
+    then refuses them with ``unknown_key``. An SDK refusal becomes `InvalidToken`, with no chain.
     """
 
     __slots__ = (

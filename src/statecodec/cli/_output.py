@@ -1,9 +1,8 @@
 """Where a command's result goes: stdout, or a file that may hold secrets, created 0600 and never overwritten.
 
-Threat: a key written with the default umask is world-readable until someone runs chmod, and a key written over
-an existing file destroys the only copy of a key that live tokens still need. `write_new_file` creates the file
-with ``O_CREAT | O_EXCL`` at mode 0600 in one call, so there is no moment when another user can read it, and
-refuses a path that exists (a symlink included: ``O_EXCL`` does not follow it).
+Threat: a key written with the default umask is readable by others, and one written over an existing file may
+destroy the only copy of a live key. ``O_CREAT | O_EXCL`` at mode 0600 in one call: never readable by another
+user, never over an existing path (a symlink included).
 """
 
 from __future__ import annotations

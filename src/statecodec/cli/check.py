@@ -1,10 +1,8 @@
 """`statecodec check`: is this instance ready to seal and unseal, and under which keys?
 
-Builds the codec a server would (the environment, or ``--config FILE``) and reads the other settings a server reads
-(``STATECODEC_TTL``, the single-use store's, without contacting the store), seals a probe and unseals it, and reports
-the codec kind, its key ids (primary first), the provider and key name: never a key, a credential or a token. The
-JSON report (``--json``) is what `statecodec rotate check` reads from every instance of a fleet.
-Exit status: 0 ready, 1 not ready (the probe failed, the provider is unreachable or refused), 2 misconfigured.
+Builds the codec a server would, reads the other settings a server reads (without contacting a store), seals and
+unseals a probe, and reports kind, key ids, provider and key name, never a secret; ``--json`` is what
+`statecodec rotate check` reads. Exit status: 0 ready, 1 not ready, 2 misconfigured.
 """
 
 from __future__ import annotations
@@ -17,7 +15,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from statecodec.config import ENVIRONMENT_ONLY, TTL_VAR, configured_codec, missing_package, setting, ttl_setting
+from statecodec._settings import setting
+from statecodec.config import ENVIRONMENT_ONLY, TTL_VAR, configured_codec, missing_package, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
 from statecodec.single_use import SingleUse
 

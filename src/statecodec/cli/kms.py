@@ -9,10 +9,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-from collections.abc import Callable
 from typing import Any
 
-from statecodec.cli.main import flags_named, settings_from_flags
+from statecodec.cli.main import flag_values, flags_named, settings_from_flags
 from statecodec.config import CODEC_VAR, READS, check_names, check_settings, codec_from_env, codec_from_file
 from statecodec.envelope import format_wrapped_keys, new_wrapped_key
 from statecodec.errors import ConfigurationError
@@ -27,18 +26,19 @@ _PROVIDERS = {
     "vault": ("vault-envelope", "vault", _VAULT),
 }
 _COMMON = {"--context": "KMS_CONTEXT", "--audience": "KMS_AUDIENCE", "--wrapped-keys": "WRAPPED_KEYS"}
+_EVERY_FLAG = {flag: f"STATECODEC_{name}" for table in (_COMMON, _AWS, _GCP, _VAULT) for flag, name in table.items()}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     kms = sub.add_parser("kms", help="provision and check KMS-wrapped data keys (envelope codecs)")
     actions = kms.add_subparsers(dest="kms_command", metavar="SUBCOMMAND", required=True)
     new = actions.add_parser("new-data-key", help="print a new wrapped data key for STATECODEC_WRAPPED_KEYS")
-    new.set_defaults(func=_flags_named(_new_data_key))
+    new.set_defaults(func=flags_named(_EVERY_FLAG)(_new_data_key))
     check = actions.add_parser("check", help="build the configured envelope codec once and print its key ids")
     check.add_argument("--config", help="a statecodec JSON config file (instead of the environment)")
     check.add_argument("--json", action="store_true", help="print the key ids and provider as JSON on stdout")
     new.add_argument("--json", action="store_true", help="print the wrapped key as JSON on stdout")
-    check.set_defaults(func=_flags_named(_check))
+    check.set_defaults(func=flags_named(_EVERY_FLAG)(_check))
     for parser in (new, check):
         parser.add_argument("--provider", choices=sorted(_PROVIDERS), required=parser is new, help="the KMS")
         flags = [(None, _COMMON)] + [(name, flags) for name, (_, _, flags) in _PROVIDERS.items()]
@@ -49,26 +49,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     group.add_argument(flag, metavar="VALUE", help=f"sets STATECODEC_{name}")
 
 
-def _flags_named(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """`func`, whose configuration errors name each flag given beside the setting it stands for."""
-
-    def run(args: argparse.Namespace) -> int:
-        options = [(flag, name) for _, _, flags in _PROVIDERS.values() for flag, name in flags.items()]
-        given = {
-            f"STATECODEC_{name}": flag if getattr(args, flag[2:].replace("-", "_"), None) is not None else None
-            for flag, name in [*_COMMON.items(), *options]
-        }
-        with flags_named(given):
-            return func(args)
-
-    return run
-
-
 def _settings(args: argparse.Namespace) -> dict[str, str]:
     """The environment with the flags given over it, and the codec kind of --provider if given."""
     kind, _, flags = _PROVIDERS.get(args.provider, (None, "", {}))
-    options = {**_COMMON, **flags}.items()
-    values = {f"STATECODEC_{name}": getattr(args, flag[2:].replace("-", "_"), None) for flag, name in options}
+    values = flag_values(args, {flag: _EVERY_FLAG[flag] for flag in {**_COMMON, **flags}})
     return settings_from_flags({"STATECODEC_CODEC": kind, **values})
 
 

@@ -1,22 +1,17 @@
-"""The `statecodec` command: exit 0 on success, 1 when a token is refused or a check fails, 2 on bad usage
-(an optional extra not installed included), 130 interrupted, 141 when the reader of stdout went away (``| head``).
-
-One convention for every command: the result goes to stdout (``--json``: as JSON), or into a new file with
-``--output FILE``; status and progress go to stderr. Errors are one line on stderr and, with ``--json``, also a
-JSON error object on stdout: a refused token shows only its reason code, any other `StatecodecError` its
-message; neither ever holds a key, a payload or token text.
+"""The `statecodec` command. One convention for every command (docs/cli.md): the result on stdout (``--json``: as
+JSON) or in a new file (``--output``), status on stderr; exit 0 success, 1 token refused or check failed, 2 bad
+usage, 130 interrupted, 141 stdout closed. No error ever holds a key, a payload or token text.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import json
 import os
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from statecodec import __version__
@@ -25,6 +20,7 @@ from statecodec.config import missing_package
 from statecodec.errors import ConfigurationError, InvalidToken, ProviderError, SealError, StatecodecError, StoreError
 from statecodec.keys import format_keys, generate_key
 
+Command = Callable[[argparse.Namespace], int]
 # Each module's register(sub) sets func(args) -> exit code.
 _COMMANDS = ("tokens", "rotate", "kms", "bench", "store", "check")
 
@@ -40,19 +36,30 @@ def settings_from_flags(flags: Mapping[str, str | None]) -> dict[str, str]:
     return settings
 
 
-@contextlib.contextmanager
-def flags_named(flags: Mapping[str, str | None]) -> Iterator[None]:
-    """A `ConfigurationError` in the block names the flag the user wrote (``--codec``) beside the setting it stands
-    for (``STATECODEC_CODEC``); `flags` maps each setting to its flag, None when the flag was not given."""
-    try:
-        yield
-    except ConfigurationError as exc:
-        message = str(exc)
-        for name, flag in flags.items():
-            if flag is not None and flag not in message:
-                # Whole names only: STATECODEC_KEYS is not the start of STATECODEC_KEYS_FILE.
-                message = re.sub(rf"(?<![A-Z_]){name}(?![A-Z_])", f"{flag} ({name})", message)
-        raise ConfigurationError(message) from None
+def flag_values(args: argparse.Namespace, table: Mapping[str, str]) -> dict[str, str | None]:
+    """{setting: the value of its flag, None when not given}, for `table` (flag -> the setting it stands for)."""
+    return {name: getattr(args, flag[2:].replace("-", "_"), None) for flag, name in table.items()}
+
+
+def flags_named(table: Mapping[str, str]) -> Callable[[Command], Command]:
+    """The command, whose `ConfigurationError` names each flag of `table` the user gave (``--codec``) beside the
+    setting it stands for (``STATECODEC_CODEC``)."""
+
+    def wrap(func: Command) -> Command:
+        def run(args: argparse.Namespace) -> int:
+            try:
+                return func(args)
+            except ConfigurationError as exc:
+                message = str(exc)
+                for flag, name in table.items():
+                    if flag_values(args, {flag: name})[name] is not None and flag not in message:
+                        # Whole names only: STATECODEC_KEYS is not the start of STATECODEC_KEYS_FILE.
+                        message = re.sub(rf"(?<![A-Z_]){name}(?![A-Z_])", f"{flag} ({name})", message)
+                raise ConfigurationError(message) from None
+
+        return run
+
+    return wrap
 
 
 def _keygen(args: argparse.Namespace) -> int:

@@ -1,9 +1,7 @@
-"""`statecodec rotate plan` and `statecodec rotate check`: rotate keys without dropping a round.
+"""`statecodec rotate plan` and `statecodec rotate check`: rotate keys without dropping a round (docs/rotation.md).
 
-`plan` prints the three phases with the earliest safe start of each (its STATECODEC_KEYS values are secret;
---ids-only and --old-id/--new-id print none; --output writes them to a new 0600 file). `check` exits 0 only when
-no instance can mint a token another would refuse; it reads the fleet file, or the reports `statecodec check
---json --instance NAME` prints on each instance (one file each, or all of them concatenated on stdin).
+`plan` prints secret STATECODEC_KEYS values unless --ids-only or --old-id/--new-id (--output: a new 0600 file);
+`check` exits 0 only when no instance can mint a token another would refuse.
 """
 
 from __future__ import annotations

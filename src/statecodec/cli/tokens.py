@@ -10,12 +10,14 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from statecodec._encoding import b64u_encode
-from statecodec.cli.main import flags_named, settings_from_flags
-from statecodec.config import Codec, check_names, codec_from_env, codec_from_file, max_token_length_setting
+from statecodec._settings import max_token_length_setting
+from statecodec._types import Codec
+from statecodec.cli.main import flag_values, flags_named, settings_from_flags
+from statecodec.config import check_names, codec_from_env, codec_from_file
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 from statecodec.tokeninfo import describe_token
 
@@ -26,23 +28,12 @@ Exit status: 0 success, 1 token refused (reason code on stderr), 2 bad usage or 
 """
 
 
-# argparse dest: (flag, the setting it stands for)
+# flag: the setting it stands for
 _FLAGS = {
-    "keys_file": ("--keys-file", "STATECODEC_KEYS_FILE"),
-    "codec": ("--codec", "STATECODEC_CODEC"),
-    "max_token_length": ("--max-token-length", "STATECODEC_MAX_TOKEN_LENGTH"),
+    "--keys-file": "STATECODEC_KEYS_FILE",
+    "--codec": "STATECODEC_CODEC",
+    "--max-token-length": "STATECODEC_MAX_TOKEN_LENGTH",
 }
-
-
-def _flags_named(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """`func`, whose configuration errors name each flag given beside the setting it stands for."""
-
-    def run(args: argparse.Namespace) -> int:
-        given = {name: flag if getattr(args, dest) is not None else None for dest, (flag, name) in _FLAGS.items()}
-        with flags_named(given):
-            return func(args)
-
-    return run
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,7 +57,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             p.add_argument("token", metavar="TOKEN", help="the token, or - to read it from stdin")
         elif name == "unseal":
             p.add_argument("token", metavar="TOKEN", nargs="?", help="the token, or - (the default) for stdin")
-        p.set_defaults(func=_flags_named(func))
+        p.set_defaults(func=flags_named(_FLAGS)(func))
 
 
 def _settings(args: argparse.Namespace) -> dict[str, str]:
@@ -75,7 +66,7 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
         if args.codec is not None or args.max_token_length is not None:
             raise ConfigurationError("--codec and --max-token-length go in the --config file, not beside it")
         return {}
-    return settings_from_flags({name: getattr(args, dest) for dest, (_, name) in _FLAGS.items()})
+    return settings_from_flags(flag_values(args, _FLAGS))
 
 
 def _codec(args: argparse.Namespace, settings: Mapping[str, str]) -> Codec:

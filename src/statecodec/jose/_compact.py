@@ -96,10 +96,7 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
         cls: type[_C], jwks: object, *, alg: str = "", max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
     ) -> _C:
         """A codec over JWKs shared with another JOSE stack (a JWK Set, a list, or one JWK): the first key seals.
-
-        ``k`` is used as given, with its ``kid``; an EC or OKP key's ``kid`` defaults to its RFC 7638 thumbprint.
-        A public first key makes a sealing-only ECDH-ES+A256KW codec; the first JWS key must be private. Without
-        `alg`, the first key's ``alg`` member (as `private_jwks` and `public_jwks` write it), else the default."""
+        Without `alg`, the first key's ``alg`` member, else the default (docs/jwe.md, docs/jws.md)."""
         named = _jwk.jwk_list(jwks)[0].get("alg")
         alg = alg or (named if isinstance(named, str) and named in cls._ALGS else cls._ALGS[0])
         if alg not in cls._ALGS:
@@ -155,10 +152,8 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
         return self._jwks(private=False)
 
     def private_jwks(self) -> dict[str, list[dict[str, str]]]:
-        """The JWK Set another JOSE stack needs to do everything this ECDH-ES+A256KW or Ed25519 codec does: each
-        private key with ``d`` and its public members, a key held public only (a sealing-only ECDH codec's) as its
-        public JWK; ``kid``, ``use`` and ``alg`` as in the tokens. It holds secrets: store it as a key, and feed it
-        to `from_jwks` to rebuild this codec."""
+        """The JWK Set (secret: private keys with ``d``) another JOSE stack needs to do everything this
+        ECDH-ES+A256KW or Ed25519 codec does; `from_jwks` rebuilds this codec from it."""
         return self._jwks(private=True)
 
     def _jwks(self, *, private: bool) -> dict[str, list[dict[str, str]]]:

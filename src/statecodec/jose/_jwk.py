@@ -2,12 +2,9 @@
 
 Threat: the header is attacker-chosen JSON that general JOSE libraries let steer verification (``alg``, ``p2c``,
 ``zip``, ``jwk``, ``jku``); here it is read with a cap, as canonical base64url of strict UTF-8 JSON (one object,
-no duplicate member, no ``NaN``), and only compared with the configuration. A received ``epk`` (invalid-curve and
-small-subgroup attacks) must have exactly its type's members and canonical coordinates of a point on the
-recipient's curve, or it is ``header``. Configured keys are checked at construction, echoing no value. A ring
-secret S gives ``kid`` = hex(HKDF-SHA256(S, info="statecodec/v1/key-id", L=4)) and ``k`` = HKDF-SHA256(S,
-info=LABELS[alg], L=32): one label per algorithm keeps one secret's keys unrelated to each other and to
-`AESGCMCodec`'s.
+no duplicate member, no ``NaN``), and only compared with the configuration. A received ``epk`` must have exactly
+its type's members and canonical coordinates of a point on the recipient's curve, or it is ``header``. Ring-derived
+keys (one HKDF label per algorithm, `LABELS`): docs/formats.md.
 """
 
 from __future__ import annotations

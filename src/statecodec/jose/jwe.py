@@ -1,12 +1,7 @@
 """Compact JWE whose algorithms are fixed by configuration, never by the token.
 
-Threat: every field of a received JWE is chosen by whoever sent it. Excluded here: the token choosing its
-algorithm (CVE-2024-33663), a JWS accepted as a JWE (CVE-2022-3102), PBES2 work factors and ``zip`` bombs
-(CVE-2023-6681, CVE-2024-28102), invalid-curve ECDH-ES keys, and unbounded input (CVE-2025-61920). `unseal`
-checks in this order and reports the first failure: five segments and the header (`CompactCodec._parse`); an IV
-of 16 and a tag of 22 characters, all canonical base64url (``malformed``); the content key, none for ``dir``,
-else a 40-byte AES key unwrap with the private key and ``epk`` checked first (``malformed``, ``unknown_key``,
-``header``, ``seal``); AES-256-GCM with the header segment, as received, as the associated data (``seal``).
+Threat: every field of a received JWE is chosen by whoever sent it (the attacks excluded, with their CVEs, are
+in docs/jwe.md; the checks `unseal` makes, in order, with their reason codes, in docs/formats.md).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Compact JWS, sign-only: integrity without confidentiality, algorithm fixed by configuration.
 
-Threat: the client reads the whole payload (it is only base64url-encoded) and may send back anything. The codec
-guarantees the payload is one a key of this codec signed, unmodified; it hides nothing. Excluded: the token
-choosing its algorithm (``none``, or HS256 keyed with a public key: CVE-2024-33663), a JWE accepted as a JWS
-(CVE-2022-3102), ``b64``, ``crit``, embedded or fetched keys, and unbounded input (CVE-2025-61920). `unseal`
-checks in this order and reports the first failure: three segments and the header (`CompactCodec._parse`); a
-signature of its exact length (43 characters for HS256, 86 for Ed25519), all canonical base64url
-(``malformed``); the signature over the first two segments as received, an HMAC compared in constant time
-(``seal``).
+Threat: the client reads the whole payload (only base64url-encoded) and may send back anything; the codec
+guarantees only that a key of this codec signed it, unmodified. Attacks excluded: docs/jws.md; checks in order:
+docs/formats.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """No record from a provider SDK's loggers reaches a handler while statecodec is inside a provider call.
 
-Threat: botocore logs request and response bodies at DEBUG, the Cloud KMS client its payloads (a handler on
-``google``, or ``GOOGLE_SDK_PYTHON_LOGGING_SCOPE``); ``Decrypt`` responses and ``Encrypt`` requests carry the
-data key. Inside `sdk_logs_withheld(tops)`, every record created in this context on a logger in `tops` or
-below is dropped before any handler sees it, whatever the handlers and levels; other loggers, threads and
-contexts are untouched. A logger's filters see only records created on that very logger, and adding and
-removing them races other threads; so the record factory puts one lasting filter on each SDK logger it sees
-emitting in a call, and the filter decides from a context variable.
+Threat: botocore and the Cloud KMS client log request and response bodies, data keys included (docs/threat-model.md).
+A logger's filters see only records created on that very logger, and adding and removing them races other
+threads; so the record factory puts one lasting filter on each SDK logger it sees emitting in a call, and the
+filter decides from a context variable.
 """
 
 from __future__ import annotations

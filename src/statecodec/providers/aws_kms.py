@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from statecodec._settings import seconds
-from statecodec.config import setting
+from statecodec._settings import seconds, setting
 from statecodec.envelope import EnvelopeCodec
 from statecodec.errors import ConfigurationError, ProviderError
 from statecodec.providers import _ClientHolder, build_envelope_codec, missing_extra

@@ -1,9 +1,8 @@
 """Google Cloud KMS as the `KeyWrapper` of an `EnvelopeCodec` (``pip install 'statecodec[gcp]'``).
 
-Threat: a wrapped data key replayed under another use, or bytes altered on the way to or from KMS, must
-never yield a data key. Every call binds the context as additional authenticated data (`canonical_context`).
-Requests carry CRC32C checksums of their inputs and responses are checked as Google documents; a mismatch is
-retried a bounded number of times, then is a `ProviderError`. Roles and settings: ``docs/gcp-kms.md``.
+Threat: a wrapped data key replayed under another use, or bytes altered on the way to or from KMS, must never
+yield a data key: the context is bound as AAD, and CRC32C checksums are sent and checked (a mismatch is retried,
+then a `ProviderError`). Roles and settings: ``docs/gcp-kms.md``.
 """
 
 from __future__ import annotations
@@ -13,8 +12,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from statecodec._settings import seconds
-from statecodec.config import setting
+from statecodec._settings import seconds, setting
 from statecodec.envelope import EnvelopeCodec, canonical_context
 from statecodec.errors import ConfigurationError, ProviderError
 from statecodec.keys import MIN_KEY_LENGTH

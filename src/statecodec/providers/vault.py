@@ -1,9 +1,7 @@
 """HashiCorp Vault / OpenBao transit (``pip install 'statecodec[vault]'``): a data-key wrapper and a per-token codec.
 
-Threat: the transit key never leaves Vault, so whoever reaches Vault with the right token can mint or open
-state, and whoever makes Vault unreachable stops every per-token call. `VaultKeyWrapper` (for `EnvelopeCodec`,
-recommended) needs Vault at start-up only; `VaultTransitCodec` calls it for every token. Both take a client
-from `vault_client`. No message holds a Vault token, key material, payload or token.
+Threat: whoever reaches Vault with the right token can mint or open state; whoever makes it unreachable stops
+every per-token call. No message holds a Vault token, key material, payload or token. Operation: docs/vault.md.
 """
 
 from __future__ import annotations
@@ -110,13 +108,7 @@ class VaultTransitCodec(TransitKey):
     is N, and the token's key id is N as 8 hex digits (``00000003``). Overhead: 33 bytes, 44 characters.
     The prefix is bound with ``"statecodec/v1/vault-transit" 0x00 0x05 0x00 || canonical_context(context)``:
     as the key-derivation context on a derived key (recommended; ``rewrap`` carries it, so `reseal` is one
-    call), and also as AES-GCM associated data on a non-derived one.
-
-    Checks before any network call: type and cap (OVERSIZED), canonical base64url, length and key version
-    >= 1 (MALFORMED), version byte (FORMAT). Then Vault: tag or context mismatch -> SEAL; version retired or
-    not yet created -> UNKNOWN_KEY; Vault down, denied or the key gone -> PROVIDER (seal: `ProviderError`).
-    Construction serves only an allow-listed key (``aes256-gcm96`` or ``chacha20-poly1305``, not convergent,
-    not exportable unless `allow_exportable_key`) and proves the binding with one encrypt and one decrypt.
+    call), and also as AES-GCM associated data on a non-derived one. Key requirements and reasons: docs/vault.md.
     """
 
     VERSION = 0x05
@@ -224,9 +216,9 @@ class VaultTransitCodec(TransitKey):
         return b64u_encode(bytes([self.VERSION]) + parsed[0].to_bytes(4, "big") + parsed[1])
 
     def _seal(self, payload: bytes | Failure) -> str | Failure:
-        return (
-            payload if isinstance(payload, Failure) else self._token(self._call("encrypt", {"plaintext": b64(payload)}))
-        )
+        if isinstance(payload, Failure):
+            return payload
+        return self._token(self._call("encrypt", {"plaintext": b64(payload)}))
 
     def _open(self, ciphertext: str) -> bytes | Failure:
         out = self._call("decrypt", {"ciphertext": ciphertext})
@@ -266,9 +258,7 @@ class VaultTransitCodec(TransitKey):
 class _OutageWindow:
     """While Vault cannot answer, calls fail at once for `base` seconds, doubling (at most 30 s) while it lasts.
 
-    One rule: a failure opens or doubles the window only if its call started at or after the moment the current
-    window was set. Calls in flight when Vault stalled are one failure, not one each, so however many callers a
-    stall catches, the codec serves again within one `base` of Vault answering. Any answer closes the window.
+    Only a call started after the window was set can double it: a stall is one failure, not one per caller.
     """
 
     __slots__ = ("_base", "_clock", "_down", "_lock", "_next", "_set_at", "_until")
