@@ -3,7 +3,7 @@
 `run_mcp_flows(codec)` drives a tool, a resolver tool, a prompt and a resource template to completion
 and checks every wire token; `assert_mcp_rejects(codec, bad)` sends a bad token (or a function of a
 genuine round-one token) and checks the SDK's frozen -32602 answer and the reason the server logged.
-Each takes a codec, handed to the SDK the documented way (`statecodec.mcp.security`), or a whole
+Each takes a codec, handed to the SDK as it is (`RequestStateSecurity(codec=codec)`), or a whole
 `RequestStateSecurity`.
 """
 
@@ -33,7 +33,6 @@ from mcp.types import (
 from pydantic import BaseModel
 
 from statecodec import Codec
-from statecodec.mcp import security
 
 SERVER_NAME = "statecodec-flows"
 TOOL = "provision"
@@ -139,7 +138,7 @@ class _Recorder:
 def _security(policy: Policy, codec: Codec | None = None) -> RequestStateSecurity:
     """`policy` as a RequestStateSecurity, its codec optionally replaced (same ttl, principal, audience)."""
     if not isinstance(policy, RequestStateSecurity):
-        return security(codec or policy)
+        return RequestStateSecurity(codec=codec or policy)
     if codec is None:
         return policy
     principal, audience = policy.bind_principal, policy.audience

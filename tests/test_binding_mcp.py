@@ -1,7 +1,7 @@
 """A lowlevel MCP `Server` protected by the SDK's own `RequestStateBoundary` around a statecodec codec.
 
 The lowlevel tier seals nothing by itself: `requestState` crosses the wire as the handler wrote it.
-Appending the SDK's `RequestStateBoundary` with `statecodec.mcp.security(codec)` (as
+Appending the SDK's `RequestStateBoundary` around the codec itself (as
 `examples/lowlevel_server.py` does) gives it what `MCPServer` has: handlers read and write plaintext,
 and every refusal is the SDK's frozen -32602 answer with our reason code in the server log only.
 """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import pickle
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from mcp.server.request_state import InvalidRequestState, authenticated_principa
 
 from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, XAESGCMCodec, format_keys, generate_key
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec.mcp import SDKCodec, security, security_from_env
+from statecodec.mcp import security_from_env
 from tests.mcp_flows import (
     accept_token,
     assert_mcp_rejects,
@@ -45,29 +46,20 @@ def test_flows_complete_through_the_codec(codec_cls: type[AESGCMCodec | XAESGCMC
 
 
 @pytest.mark.parametrize("token", ["", "v1.AAAA", "A" * 300_000])
-def test_sdk_codec_refuses_with_the_sdks_error_and_our_reason_only(token: str) -> None:
-    codec = AESGCMCodec([KEY])
-    with pytest.raises(InvalidToken) as ours:
-        codec.unseal(token)
-    with pytest.raises(InvalidRequestState) as theirs:
-        SDKCodec(codec).unseal(token)
-    assert str(theirs.value) == ours.value.reason.value
-    assert theirs.value.__cause__ is None
-    assert theirs.value.__context__ is None
-    assert not isinstance(theirs.value, InvalidToken)
-    adapted = SDKCodec(codec)
-    assert adapted.unseal(codec.seal(b"state")) == codec.unseal(adapted.seal(b"state")) == b"state"
-    assert repr(adapted) == f"SDKCodec({codec!r})"
+def test_a_refusal_is_also_the_sdks_own_error_once_the_sdk_is_loaded(token: str) -> None:
+    with pytest.raises(InvalidRequestState) as refused:
+        AESGCMCodec([KEY]).unseal(token)
+    assert isinstance(refused.value, InvalidToken)
+    assert str(refused.value) == refused.value.reason.value
+    assert refused.value.__cause__ is None
+    assert pickle.loads(pickle.dumps(refused.value)).reason is refused.value.reason  # noqa: S301 - our own bytes
 
 
-def test_a_codec_handed_to_the_sdk_as_it_is_still_fails_closed_but_loses_the_reason() -> None:
-    # Why the docs say security(codec): the SDK logs only its own error's reason, anything else as "codec error".
-    codec = AESGCMCodec([KEY])
-    raw = RequestStateSecurity(codec=codec)
-    rejection = submit_token(raw, _flip_last_byte(mint_token(raw)))
-    assert (rejection.code, rejection.message, rejection.reason) == (-32602, "Invalid or expired requestState",
-                                                                     "codec error")
-    assert assert_mcp_rejects(security(codec), _flip_last_byte, reason="seal") == "seal"
+@pytest.mark.parametrize("codec_cls", [AESGCMCodec, XAESGCMCodec])
+def test_the_plain_sdk_line_logs_the_reason_without_a_traceback(codec_cls: type[AESGCMCodec]) -> None:
+    # RequestStateSecurity(codec=...) with the codec as it is, on a real MCPServer (assert_mcp_rejects checks the log).
+    policy = RequestStateSecurity(codec=codec_cls([KEY]))
+    assert assert_mcp_rejects(policy, _flip_last_byte, reason="seal") == "seal"
 
 
 @pytest.mark.parametrize(
@@ -96,7 +88,7 @@ def test_foreign_key_token_is_unknown_key() -> None:
 def test_other_server_same_key_is_refused_by_audience() -> None:
     codec = AESGCMCodec([KEY])
     assert_mcp_rejects(codec, lambda t: t, minted_on="another-service", reason="audience")
-    shared = security(codec, audience="shared-audience")
+    shared = RequestStateSecurity(codec=codec, audience="shared-audience")
     assert_mcp_rejects(codec, lambda t: t, minted_by=shared, minted_on="another-service", reason="audience")
 
 
@@ -126,16 +118,12 @@ def _env(**extra: str) -> dict[str, str]:
     return {"STATECODEC_KEYS": format_keys([KEY, OTHER_KEY]), **extra}
 
 
-def test_security_and_security_from_env_wrap_the_codec_and_leave_unset_options_to_the_sdk() -> None:
-    codec = AESGCMCodec([KEY])
-    policy = security(codec, ttl=5.0)
-    assert isinstance(policy.codec, SDKCodec)
-    assert (policy.codec.codec, policy.ttl, policy.bind_principal) == (codec, 5.0, authenticated_principal)
-    assert security(codec, bind_principal=None).bind_principal is None
-    policy = security_from_env(environ=_env(STATECODEC_CODEC="xaesgcm"), audience="billing", bind_principal=None)
-    assert isinstance(policy.codec, SDKCodec)
-    assert policy.codec.codec.key_ids == XAESGCMCodec([KEY, OTHER_KEY]).key_ids  # type: ignore[attr-defined]
-    assert (policy.audience, policy.bind_principal) == ("billing", None)
+def test_security_from_env_is_the_sdks_policy_around_the_configured_codec_as_it_is() -> None:
+    policy = security_from_env(environ=_env(STATECODEC_CODEC="xaesgcm", STATECODEC_TTL="5"), audience="billing")
+    assert isinstance(policy.codec, XAESGCMCodec)
+    assert policy.codec.key_ids == XAESGCMCodec([KEY, OTHER_KEY]).key_ids
+    assert (policy.ttl, policy.audience, policy.bind_principal) == (5, "billing", authenticated_principal)
+    assert security_from_env(environ=_env(), bind_principal=None, ttl=30).bind_principal is None
     with pytest.raises(ConfigurationError, match="no codec configured"):
         security_from_env(environ={})
 
@@ -151,16 +139,14 @@ def test_without_the_sdk_the_error_names_the_extra(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(builtins, "__import__", no_mcp)
     with pytest.raises(ImportError, match=r"pip install 'statecodec\[mcp\]'"):
         security_from_env(environ=_env())
-    with pytest.raises(ImportError, match=r"statecodec\[mcp\]"):
-        security(AESGCMCodec([KEY]))
 
 
 def test_principal_binding_through_the_security_helper() -> None:
     codec = AESGCMCodec([KEY])
-    token = mint_token(security(codec, bind_principal=lambda ctx: "alice"))
-    accept_token(security(codec, bind_principal=lambda ctx: "alice"), token)
-    assert_mcp_rejects(security(codec, bind_principal=lambda ctx: "bob"), token, reason="principal")
-    assert_mcp_rejects(security(codec, bind_principal=None), token, reason="principal drift")
+    token = mint_token(RequestStateSecurity(codec=codec, bind_principal=lambda ctx: "alice"))
+    accept_token(RequestStateSecurity(codec=codec, bind_principal=lambda ctx: "alice"), token)
+    assert_mcp_rejects(RequestStateSecurity(codec=codec, bind_principal=lambda ctx: "bob"), token, reason="principal")
+    assert_mcp_rejects(RequestStateSecurity(codec=codec, bind_principal=None), token, reason="principal drift")
 
 
 class _Clock:
@@ -175,7 +161,7 @@ def test_expiry_is_enforced_by_the_sdk_around_our_codec(monkeypatch: pytest.Monk
     clock = _Clock(1_000_000.0)
     monkeypatch.setattr("mcp.server.request_state.time", clock)
     codec = AESGCMCodec([KEY])
-    policy = security(codec, ttl=60.0)
+    policy = RequestStateSecurity(codec=codec, ttl=60.0)
     token = mint_token(policy)
     clock.now += 59.0
     accept_token(policy, token)

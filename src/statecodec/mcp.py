@@ -1,179 +1,188 @@
-"""Protect an MCP server's ``requestState`` with a statecodec codec in one line.
+"""Protect an MCP server's ``requestState`` with statecodec: any codec as it is, and single use.
 
-Threat: a fleet that keeps the SDK's default process-local key rejects every retry that lands on another
-instance or survives a restart, and a hand-rolled policy is where keys get hard-coded. `security_from_env`
-builds the SDK's `RequestStateSecurity` around the codec the environment describes::
-
-    server = MCPServer("billing", request_state_security=security_from_env())
-
-`security(codec)` does the same for a codec built in code. The SDK stamps and checks expiry, request binding,
-audience and principal around the codec, answers every refusal with its fixed -32602 error, and logs a reason
-only for its own `InvalidRequestState`: hence `SDKCodec`. The SDK is imported when called, never on import.
+Any statecodec codec is the SDK's request-state codec as it is, ``RequestStateSecurity(codec=AESGCMCodec.from_env())``:
+its refusals are the SDK's own `InvalidRequestState` (see `statecodec.errors.InvalidToken`), logged with the
+reason code and no traceback. `security_from_env()` builds that policy from the ``STATECODEC_*`` settings, with
+the ``STATECODEC_TTL`` that single use reads too. The SDK is imported when called, never on import.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from statecodec._types import Codec
+from statecodec._settings import seconds
 from statecodec.config import codec_from_env, ttl_setting
-from statecodec.errors import InvalidToken, Reason
-from statecodec.single_use import STAMP_LENGTH, SingleUse
+from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable
+from statecodec.single_use import SingleUse
 
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-    from mcp.server.request_state import InvalidRequestState, RequestStateSecurity
+    from mcp.server.request_state import RequestStateSecurity
+    from mcp.shared.exceptions import MCPError
 
-__all__ = ["SDKCodec", "SingleUseMiddleware", "security", "security_from_env", "single_use_from_env"]
+__all__ = ["SingleUseMiddleware", "security_from_env", "single_use_from_env"]
 
 logger = logging.getLogger("statecodec.mcp")
 
 MCP_EXTRA_HINT = "install the MCP SDK with: pip install 'statecodec[mcp]'"
-
-
-def _sdk() -> tuple[type[RequestStateSecurity], type[InvalidRequestState]]:
-    """The SDK's policy and refusal types, or an ImportError that names the extra to install."""
-    try:
-        from mcp.server.request_state import InvalidRequestState, RequestStateSecurity
-    except ImportError as exc:
-        raise ImportError(f"statecodec.mcp needs the MCP SDK (mcp>=2.3); {MCP_EXTRA_HINT}") from exc
-    return RequestStateSecurity, InvalidRequestState
-
-
-class SDKCodec:
-    """`codec` as the SDK's `RequestStateCodec`: each `InvalidToken` becomes `InvalidRequestState(reason)`, with
-    no exception chain (any other exception the SDK would log as "codec error" with a traceback)."""
-
-    __slots__ = ("_refusal", "codec")
-
-    def __init__(self, codec: Codec) -> None:
-        self.codec = codec
-        self._refusal = _sdk()[1]
-
-    def seal(self, payload: bytes) -> str:
-        return self.codec.seal(payload)
-
-    def unseal(self, token: str) -> bytes:
-        try:
-            return self.codec.unseal(token)
-        except InvalidToken as exc:
-            reason = exc.reason.value
-        # Raised outside the handler, so nothing chains back to the codec's frames.
-        raise self._refusal(reason)
-
-    def __repr__(self) -> str:
-        return f"SDKCodec({self.codec!r})"
-
-
-def security(codec: Codec, *, ttl: float = 600.0, audience: str | None = None, **options: Any) -> RequestStateSecurity:
-    """`RequestStateSecurity(codec=SDKCodec(codec), ...)`; `audience=None` lets `MCPServer` stamp its server name,
-    unset `options` keep the SDK's defaults (`bind_principal`: the authenticated principal)."""
-    return _sdk()[0](codec=SDKCodec(codec), ttl=ttl, audience=audience, **options)
+REJECTED = "requestState rejected on %s: %s"
+"""The SDK boundary's own log line for a refusal; ours is the same, so one reader (`statecodec.otel`) counts both."""
+_WARN_EVERY = 60.0  # seconds between two warnings that the store is not answering: a brown-out logs, not floods
 
 
 def security_from_env(
-    *,
-    ttl: float | None = None,
-    audience: str | None = None,
-    environ: Mapping[str, str] | None = None,
+    *, ttl: float | None = None, audience: str | None = None, environ: Mapping[str, str] | None = None,
     **options: Any,
 ) -> RequestStateSecurity:
-    """`security(statecodec.codec_from_env(environ), ...)`; before any server starts, `ConfigurationError`
-    (what to set) when the environment describes no codec, `ImportError` naming the extra without the SDK.
-    `ttl` defaults to ``STATECODEC_TTL`` (`statecodec.config.ttl_setting`, 600 s when unset), the same
-    lifetime `single_use_from_env` gives its store entries."""
-    _sdk()  # a missing SDK is reported before the configuration is read
+    """The SDK's `RequestStateSecurity` around `statecodec.codec_from_env(environ)`, `ttl` defaulting to
+    ``STATECODEC_TTL`` (600 s when unset), the lifetime `single_use_from_env` gives its stamps; unset `options`
+    keep the SDK's defaults. Before any server starts: `ConfigurationError` (what to set) when the environment
+    describes no codec, `ImportError` naming the extra without the SDK."""
+    try:
+        from mcp.server.request_state import RequestStateSecurity
+    except ImportError as exc:
+        raise ImportError(f"statecodec.mcp needs the MCP SDK (mcp>=2.3); {MCP_EXTRA_HINT}") from exc
     settings = os.environ if environ is None else environ
-    codec = codec_from_env(settings)
-    return security(codec, ttl=ttl_setting(settings) if ttl is None else ttl, audience=audience, **options)
-
-
-def subject_scopes(ctx: ServerRequestContext[Any, Any]) -> dict[str, str | None]:
-    """The default revocable scope of a request: ``principal``, the authenticated subject (else the OAuth client
-    id; none on an unauthenticated transport), as ``statecodec revoke --principal`` names it."""
-    from mcp.server.auth.middleware.auth_context import get_access_token
-
-    token = get_access_token()
-    return {"principal": None if token is None else (token.subject or token.client_id)}
+    ttl = ttl_setting(settings) if ttl is None else ttl
+    return RequestStateSecurity(codec=codec_from_env(settings), ttl=ttl, audience=audience, **options)
 
 
 class SingleUseMiddleware:
     """SDK server middleware: each ``requestState`` is accepted at most once across the fleet, and revocable.
 
-    It must run inside the SDK's `RequestStateBoundary`, so that it sees a state only after the boundary verified
-    the token, its expiry, request binding, audience and principal: a stolen token presented for another principal
-    or another request is refused there and consumes nothing. `MCPServer` runs the middleware it is given inside
-    its boundary::
+    Threats: a replayed token (each stamp is claimed once, in the store, by `SingleUse.consume`); a stamp moved
+    onto another state, were the middleware to see tokens before the SDK's `RequestStateBoundary` verified them
+    (refused at start-up by `lifespan`); a stalled store holding requests, or threads a sync tool needs (one
+    deadline, `deadline` seconds, default twice the store's timeout, bounds the whole wait, on the event loop);
+    a revocation dodged by presenting another user's token (the stamp records the MINTING request's principal,
+    the SDK's (client, issuer, subject), whatever ``bind_principal`` is)::
 
-        server = MCPServer("billing", request_state_security=security_from_env(), middleware=[single_use_from_env()])
+        single_use = single_use_from_env()
+        server = MCPServer("billing", request_state_security=security_from_env(), middleware=[single_use],
+                           lifespan=single_use.lifespan)
 
-    On a lowlevel `Server`, append it after the boundary. Outbound, it stamps each state (`SingleUse.stamp`) before
-    the boundary seals it; inbound, it consumes the stamp (`SingleUse.consume`, in a worker thread, so a slow store
-    never blocks the event loop) and refuses with the SDK's own -32602 answer, the reason code in the log only.
-    `scopes(ctx)` names the request's revocable scopes (default `subject_scopes`).
+    On a lowlevel `Server`: ``Server(..., lifespan=single_use.lifespan)``, then append the boundary and this
+    middleware, in that order. A refusal is the SDK's own -32602 answer; the reason code goes to the log only.
     """
 
-    def __init__(
-        self,
-        guard: SingleUse,
-        *,
-        scopes: Callable[[ServerRequestContext[Any, Any]], Mapping[str, str | None]] = subject_scopes,
-    ) -> None:
+    def __init__(self, guard: SingleUse, *, deadline: float | None = None) -> None:
         from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 
-        self.guard, self.scopes = guard, scopes
+        self.guard = guard
+        timeout: float = getattr(guard, "timeout", 0.5)
+        deadline = 2 * timeout if deadline is None else deadline
+        self.deadline = seconds("deadline", deadline, low=0, high=60, low_open=True)
         self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
+        self._started, self._warned = False, -_WARN_EVERY
+
+    @asynccontextmanager
+    async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
+        """The server's start and stop: checks the middleware order, starts the store's memory (an unreachable
+        store is one warning naming it and the cause; tokens are refused until it answers), closes the store."""
+        self.check_order(server.middleware)
+        try:
+            await self.guard.start()
+        except StoreUnreachable as exc:
+            logger.warning("single-use store at %s unreachable at start (%s); tokens refused until it answers",
+                           self.guard.where, exc)
+        self._started = True
+        try:
+            yield {}
+        finally:
+            self._started = False
+            await self.guard.aclose()
+
+    def check_order(self, chain: Sequence[object]) -> None:
+        """`ConfigurationError` unless this middleware runs inside (after) every `RequestStateBoundary`."""
+        from mcp.server.request_state import RequestStateBoundary
+
+        mine = [i for i, middleware in enumerate(chain) if middleware is self]
+        boundaries = [i for i, middleware in enumerate(chain) if isinstance(middleware, RequestStateBoundary)]
+        if not mine or not boundaries or min(mine) < max(boundaries):
+            raise ConfigurationError(
+                "SingleUseMiddleware must come after the SDK's RequestStateBoundary in server.middleware, so that "
+                "it sees only verified state: pass it as MCPServer(middleware=[...]), or on a lowlevel Server "
+                "append RequestStateBoundary(...) first, then the SingleUseMiddleware"
+            )
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        import anyio.to_thread
-
         if ctx.method not in self._methods:
             return await call_next(ctx)
         state = (ctx.params or {}).get("requestState")
-        if state is not None:
-            stamp = state[:STAMP_LENGTH].encode("ascii", "replace") if isinstance(state, str) else b""
-            scopes = self.scopes(ctx)
-            reason: Reason | None = None
-            try:
-                # consume() returns what follows the stamp: given the stamp alone, nothing.
-                await anyio.to_thread.run_sync(self.guard.consume, stamp, scopes)
-            except InvalidToken as exc:
-                reason = exc.reason
-            if reason is not None:
-                self._refuse(ctx.method, reason)
-            ctx = replace(ctx, params={**(ctx.params or {}), "requestState": state[STAMP_LENGTH:]})
+        if isinstance(state, str):  # the boundary refused any other type, and turned null into absent
+            ctx = replace(ctx, params={**(ctx.params or {}), "requestState": await self._consume(ctx.method, state)})
         result = await call_next(ctx)
         if not self._is_input_required(result):
             return result
         out = result.get("requestState") if isinstance(result, Mapping) else getattr(result, "request_state", None)
         if not isinstance(out, str):
             return result
-        stamped = self.guard.stamp(b"").decode("ascii") + out
+        stamped = self._stamp(ctx.method, out)
         if isinstance(result, Mapping):
             return {**result, "requestState": stamped}
         return result.model_copy(update={"request_state": stamped})
 
-    @staticmethod
-    def _refuse(method: str, reason: Reason) -> None:
-        from mcp.shared.exceptions import MCPError
-        from mcp_types import INVALID_PARAMS
+    async def _consume(self, method: str, state: str) -> str:
+        import anyio
 
-        if reason is Reason.MALFORMED:
-            reason_text = "malformed (no single-use stamp: is SingleUseMiddleware inside RequestStateBoundary?)"
-        else:
-            reason_text = reason.value
-        logger.warning("requestState rejected on %s: %s", method, reason_text, extra={"statecodec_reason": reason})
-        # The SDK boundary's own frozen answer, so a client cannot tell this refusal from any other.
-        raise MCPError(
-            code=INVALID_PARAMS, message="Invalid or expired requestState", data={"reason": "invalid_request_state"}
-        )
+        self._require_started(method)
+        try:
+            with anyio.fail_after(self.deadline):
+                return (await self.guard.consume(state.encode("utf-8", "surrogatepass"))).decode(
+                    "utf-8", "surrogatepass"
+                )
+        except InvalidToken as exc:
+            reason = exc.reason
+        except TimeoutError:
+            reason = Reason.STORE_UNAVAILABLE
+            if time.monotonic() - self._warned >= _WARN_EVERY:
+                self._warned = time.monotonic()
+                logger.warning("single-use store at %s did not answer within %.3g s", self.guard.where, self.deadline)
+        raise _refusal(method, reason)
+
+    def _stamp(self, method: str, state: str) -> str:
+        from mcp.server.auth.middleware.auth_context import get_access_token
+        from mcp.server.auth.provider import principal_components
+
+        self._require_started(method)
+        token = get_access_token()
+        try:
+            principal = None if token is None else principal_components(token)
+            stamped = self.guard.stamp(state.encode("utf-8", "surrogatepass"), principal=principal)
+        except StoreError as exc:  # a clock too far from the store's: no token it cannot date
+            logger.error("refusing to stamp requestState on %s: %s", method, exc)
+            raise _internal_error() from None
+        return stamped.decode("utf-8", "surrogatepass")
+
+    def _require_started(self, method: str) -> None:
+        if not self._started:
+            logger.error("SingleUseMiddleware on %s was never started: pass lifespan=single_use.lifespan", method)
+            raise _internal_error()
 
     def __repr__(self) -> str:
-        return f"SingleUseMiddleware({self.guard!r})"
+        return f"SingleUseMiddleware({self.guard!r}, deadline={self.deadline!r})"
+
+
+def _refusal(method: str, reason: Reason) -> MCPError:
+    """The SDK boundary's frozen answer, so a client cannot tell this refusal from any other; the reason is logged."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import INVALID_PARAMS
+
+    logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
+    return MCPError(INVALID_PARAMS, "Invalid or expired requestState", {"reason": "invalid_request_state"})
+
+
+def _internal_error() -> MCPError:
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import INTERNAL_ERROR
+
+    return MCPError(INTERNAL_ERROR, "Internal error")
 
 
 def single_use_from_env(environ: Mapping[str, str] | None = None) -> SingleUseMiddleware:
