@@ -73,9 +73,10 @@ async def _ask_tier(name: str, region: Annotated[Region, Resolve(_ask_region)]) 
     return Elicit(f"Tier for {name} in {region.region}?", Tier)
 
 
-def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME) -> MCPServer[Any]:
-    """An MCPServer whose tool, resolver tool, prompt and resource template each ask before answering."""
-    server: MCPServer[Any] = MCPServer(name, request_state_security=policy)
+def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME, **options: Any) -> MCPServer[Any]:
+    """An MCPServer whose tool, resolver tool, prompt and resource template each ask before answering; `options`
+    go to `MCPServer` (``middleware``, ``lifespan``, ...)."""
+    server: MCPServer[Any] = MCPServer(name, request_state_security=policy, **options)
 
     @server.tool(name=TOOL)
     async def provision(name: str, ctx: Context[Any, Any]) -> str | InputRequiredResult:
@@ -159,8 +160,9 @@ class FlowReport:
         return self.texts[0]
 
 
-def run_mcp_flows(policy: Policy, *, confidential: bool = True) -> FlowReport:
-    """Run every flow to completion and check the wire tokens (`confidential=False`: sign-only codecs)."""
+def run_mcp_flows(policy: Policy, *, confidential: bool = True, **server_options: Any) -> FlowReport:
+    """Run every flow to completion and check the wire tokens (`confidential=False`: sign-only codecs);
+    `server_options` go to `build_server` (``middleware``, ``lifespan``)."""
     inner = policy.codec if isinstance(policy, RequestStateSecurity) else policy
     recorder = _Recorder(inner)
     report = FlowReport(sealed=recorder.sealed, unsealed=recorder.unsealed)
@@ -171,7 +173,8 @@ def run_mcp_flows(policy: Policy, *, confidential: bool = True) -> FlowReport:
         return ElicitResult(action="accept", content={key: f"{key}-answer"})
 
     async def flows() -> None:
-        async with Client(build_server(_security(policy, recorder)), elicitation_callback=on_elicit) as client:
+        server = build_server(_security(policy, recorder), **server_options)
+        async with Client(server, elicitation_callback=on_elicit) as client:
             for result in (await client.call_tool(TOOL, TOOL_ARGS), await client.call_tool("deploy", {"name": "web"})):
                 assert not result.is_error, result
                 report.texts.append(getattr(result.content[0], "text", ""))
@@ -182,7 +185,7 @@ def run_mcp_flows(policy: Policy, *, confidential: bool = True) -> FlowReport:
         # Round one by hand: the wire token unseals with the codec to the SDK's envelope of our state.
         assert isinstance(first, InputRequiredResult)
         envelope = json.loads(inner.unseal(first.request_state or ""))
-        assert json.loads(envelope["s"]) == {"marker": STATE_MARKER}
+        assert envelope["s"].endswith(json.dumps({"marker": STATE_MARKER}))  # after a single-use stamp, if any
         audience = policy.audience if isinstance(policy, RequestStateSecurity) else None
         assert (envelope["aud"], envelope["m"], envelope["t"]) == (audience or SERVER_NAME, "tools/call", TOOL)
 
@@ -267,9 +270,19 @@ class _Capture(logging.Handler):
         self.records.append(record)
 
 
+async def present(client: Client, token: str, arguments: dict[str, Any] | None = None) -> Any:
+    """`token` as round two of `TOOL` (answering the region) on a connected `client`: the result, or the error."""
+    responses: InputResponses = {"region": ElicitResult(action="accept", content={"region": "region-answer"})}
+    try:
+        return await client.session.call_tool(
+            TOOL, arguments or TOOL_ARGS, input_responses=responses, request_state=token, allow_input_required=True
+        )
+    except MCPError as exc:
+        return exc.error
+
+
 def round_two(server: Any, token: str, arguments: dict[str, Any] | None = None) -> Any:
     """Send `token` as round two of `TOOL` (answering the region); the result, or the `Rejection`."""
-    responses: InputResponses = {"region": ElicitResult(action="accept", content={"region": "region-answer"})}
     logger, capture = logging.getLogger(SDK_LOGGER), _Capture()
     previous = logger.level
     logger.addHandler(capture)
@@ -277,13 +290,7 @@ def round_two(server: Any, token: str, arguments: dict[str, Any] | None = None) 
 
     async def go() -> Any:
         async with Client(server) as client:
-            try:
-                return await client.session.call_tool(
-                    TOOL, arguments or TOOL_ARGS, input_responses=responses, request_state=token,
-                    allow_input_required=True,
-                )
-            except MCPError as exc:
-                return exc.error
+            return await present(client, token, arguments)
 
     try:
         outcome = anyio.run(go)

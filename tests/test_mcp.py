@@ -1,25 +1,50 @@
-"""statecodec codecs as the MCP SDK's request-state codec, with a real MCPServer and Client."""
+"""statecodec on the MCP SDK: any codec as the SDK's request-state codec, and single use, on real servers.
+
+Threats: a refusal logged as "codec error" with a traceback (a log flood under attack, the reason lost); single
+use placed where it sees sealed tokens; a revocation dodged by presenting another user's token; a stalled store
+holding requests, or the threads a sync tool needs; a store that refuses the first token after start, or is
+unreachable without a word.
+"""
 
 from __future__ import annotations
 
 import builtins
+import logging
 import pickle
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
+import anyio
+import anyio.to_thread
+import httpx
 import pytest
-from mcp.server.mcpserver import RequestStateSecurity
+from examples import fleet_server
+from mcp import Client, MCPError
+from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 from mcp.server.request_state import InvalidRequestState, authenticated_principal
+from statecodec.store import MemoryStore, Store
 
 from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, XAESGCMCodec, format_keys, generate_key
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec.mcp import security_from_env
+from statecodec.mcp import SingleUseMiddleware, security_from_env
+from statecodec.single_use import SingleUse, store_from_settings
+from tests.integration.fleet_harness import call_tool, free_port, retry
+from tests.integration.fleet_harness import round_one as http_round_one
 from tests.mcp_flows import (
+    REJECTION_MESSAGE,
+    Rejection,
     accept_token,
     assert_mcp_rejects,
+    build_server,
     mint_token,
+    round_one,
+    round_two,
     run_mcp_flows,
     submit_token,
 )
+from tests.plugins.redis import RedisServer
 
 KEY = generate_key()
 OTHER_KEY = generate_key()
@@ -167,3 +192,209 @@ def test_expiry_is_enforced_by_the_sdk_around_our_codec(monkeypatch: pytest.Monk
     accept_token(policy, token)
     clock.now += 1.0
     assert_mcp_rejects(policy, token, reason="expired")
+
+
+# --- single use on the SDK's paths ------------------------------------------------------------------------------
+
+STORE_KEY = generate_key()
+
+
+def single_use(store: Store | None = None, **guard: Any) -> SingleUseMiddleware:
+    return SingleUseMiddleware(SingleUse(store or MemoryStore(), key=STORE_KEY, ttl=600, **guard))
+
+
+def single_use_server(middleware: SingleUseMiddleware, **policy: Any) -> MCPServer[Any]:
+    codec = AESGCMCodec([KEY])
+    security = RequestStateSecurity(codec=codec, **policy)
+    return build_server(security, middleware=[middleware], lifespan=middleware.lifespan)
+
+
+def test_every_flow_of_the_sdk_completes_once_and_a_replay_is_refused(caplog: pytest.LogCaptureFixture) -> None:
+    middleware = single_use()
+    server = single_use_server(middleware)
+    token = anyio.run(round_one, server)
+    assert not isinstance(round_two(server, token), Rejection)
+    replay = round_two(server, token)
+    assert isinstance(replay, Rejection)
+    assert (replay.code, replay.message, replay.data) == (
+        -32602,
+        REJECTION_MESSAGE,
+        {"reason": "invalid_request_state"},
+    )
+    caplog.set_level(logging.WARNING, logger="statecodec.mcp")
+    assert isinstance(round_two(server, token), Rejection)
+    assert [r.getMessage() for r in caplog.records] == ["requestState rejected on tools/call: replayed"]
+    # Tool, resolver tool (the SDK's own state), prompt and resource: every round completes, each token once.
+    run_mcp_flows(AESGCMCodec([KEY]), middleware=[middleware], lifespan=middleware.lifespan)
+
+
+def test_a_lowlevel_server_with_single_use_after_the_boundary() -> None:
+    from examples import lowlevel_server
+
+    middleware = single_use()
+    server = lowlevel_server.build_server(AESGCMCodec([KEY]))
+    server.middleware.append(middleware)
+    server.lifespan = middleware.lifespan
+    token = anyio.run(round_one, server)
+    orders = {"name": "orders"}
+    assert anyio.run(lowlevel_server.retry, server, token, {"name": "payroll"}) == lowlevel_server.REFUSED
+    assert anyio.run(lowlevel_server.retry, server, token, orders).startswith("provisioned orders")
+    assert anyio.run(lowlevel_server.retry, server, token, orders) == lowlevel_server.REFUSED
+
+
+def _start(server: Any) -> None:
+    async def connect() -> None:
+        async with Client(server):
+            pass
+
+    anyio.run(connect)
+
+
+def test_single_use_before_the_boundary_is_refused_at_start_up_on_both_tiers() -> None:
+    from examples import lowlevel_server
+
+    # Before the boundary, the middleware would see sealed tokens: a stamp could be lifted onto another state.
+    middleware = single_use()
+    server = single_use_server(middleware)
+    server.middleware.remove(middleware)
+    server.middleware.insert(0, middleware)
+    lowlevel = lowlevel_server.build_server(AESGCMCodec([KEY]))
+    lowlevel.middleware.insert(1, middleware)  # the lowlevel Server took it silently
+    lowlevel.lifespan = middleware.lifespan
+    absent = single_use_server(single_use())
+    absent.middleware.pop()  # started by the lifespan, but not in the chain at all
+    for wrong in (server, lowlevel, absent):
+        with pytest.raises(BaseException, match="must come after the SDK's RequestStateBoundary") as refused:
+            _start(wrong)
+        assert refused.group_contains(ConfigurationError) if isinstance(refused.value, BaseExceptionGroup) else True
+
+
+def test_a_middleware_never_started_refuses_every_state_loudly(caplog: pytest.LogCaptureFixture) -> None:
+    middleware = single_use()
+    server = build_server(RequestStateSecurity(codec=AESGCMCodec([KEY])), middleware=[middleware])  # no lifespan
+    with pytest.raises(MCPError, match="Internal error"):
+        anyio.run(round_one, server)
+    assert "was never started: pass lifespan=single_use.lifespan" in caplog.text
+
+
+# --- over HTTP, as the fleet example serves it: principals, a stalled store, an unreachable store -----------------
+
+DEMO_ISSUER = str(fleet_server.DEMO_ISSUER)
+
+
+@dataclass
+class InProcess:
+    """`examples/fleet_server.py`'s app served in this process (its lifespan run, as uvicorn runs it)."""
+
+    url: str = "http://127.0.0.1/mcp"
+
+
+@asynccontextmanager
+async def serving(middleware: SingleUseMiddleware, **policy: Any) -> AsyncIterator[httpx.AsyncClient]:
+    security = RequestStateSecurity(codec=AESGCMCodec([KEY]), **policy)
+    app = fleet_server.app_for(
+        fleet_server.build_server(security, single_use=[middleware], demo_auth=True), "127.0.0.1"
+    )
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            yield client
+
+
+def test_the_stamp_records_the_minting_principal_whatever_bind_principal_is() -> None:
+    # With bind_principal=None the SDK lets anyone present a token: a revoked user's token stays revoked.
+    middleware, server = single_use(), InProcess()
+
+    async def body() -> list[bool]:
+        async with serving(middleware, bind_principal=None) as client:
+            alice_token = await http_round_one(client, server, subject="alice")
+            carol_token = await http_round_one(client, server, subject="carol")
+            await middleware.guard.revoke(principal="alice", issuer=DEMO_ISSUER)
+            return [
+                await retry(client, server, alice_token, subject="bob"),  # presented by someone else: still alice's
+                await retry(client, server, carol_token, subject="alice"),  # carol's token, whoever presents it
+            ]
+
+    assert anyio.run(body) == [False, True]
+
+
+def test_a_stalled_store_is_one_deadline_on_the_loop_and_a_sync_tool_is_not_starved(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One worker thread in all: a claim waiting in a thread (as before) would hold it, and the sync tool would wait.
+    middleware = SingleUseMiddleware(SingleUse(store_for(redis_server.url), key=STORE_KEY, ttl=600), deadline=1.0)
+    server = InProcess()
+    finished: list[str] = []
+
+    async def body() -> None:
+        anyio.to_thread.current_default_thread_limiter().total_tokens = 1
+        async with serving(middleware) as client:
+            states = [await http_round_one(client, server, subject="alice") for _ in range(20)]
+            redis_server.pause()
+            try:
+
+                async def present(state: str) -> None:
+                    assert not await retry(client, server, state, subject="alice")
+                    finished.append("refused")
+
+                async def sync_tool() -> None:
+                    await anyio.sleep(0.05)  # the retries are waiting on the store by now
+                    answer = await call_tool(client, server, "instance", {})
+                    assert "pid-" in str(answer), answer
+                    finished.append("sync tool")
+
+                async with anyio.create_task_group() as tasks:
+                    for state in states:
+                        tasks.start_soon(present, state)
+                    tasks.start_soon(sync_tool)
+            finally:
+                redis_server.resume()
+
+    anyio.run(body)
+    assert finished == ["sync tool"] + ["refused"] * 20
+    assert rejected(caplog) == ["store_unavailable"] * 20
+
+
+def rejected(caplog: pytest.LogCaptureFixture) -> list[str]:
+    prefix = "requestState rejected on tools/call: "
+    return [r.getMessage().removeprefix(prefix) for r in caplog.records if r.getMessage().startswith(prefix)]
+
+
+def test_on_a_brand_new_store_the_first_token_is_accepted_and_the_store_closes_at_shutdown() -> None:
+    with RedisServer() as redis:
+        middleware, server = single_use(store_for(redis.url)), InProcess()
+
+        async def body() -> bool:
+            async with serving(middleware) as client:
+                return await retry(
+                    client, server, await http_round_one(client, server, subject="alice"), subject="alice"
+                )
+
+        assert anyio.run(body)
+        assert redis.cli("CLIENT", "LIST").count("\n") <= 1  # the CLI's own connection alone
+
+
+def test_an_unreachable_store_is_one_warning_at_start_naming_it_and_the_server_still_serves(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    port = free_port()
+    middleware, server = single_use(store_for(f"redis://:pa55word@127.0.0.1:{port}/0")), InProcess()
+    caplog.set_level(logging.WARNING)
+
+    async def body() -> list[bool]:
+        async with serving(middleware) as client:
+            states = [await http_round_one(client, server, subject="alice") for _ in range(3)]
+            return [await retry(client, server, state, subject="alice") for state in states]
+
+    assert anyio.run(body) == [False] * 3
+    warnings = [
+        r.getMessage() for r in caplog.records if r.name == "statecodec.mcp" and "rejected" not in r.getMessage()
+    ]
+    assert len(warnings) == 1
+    assert f"127.0.0.1:{port}" in warnings[0]
+    assert "pa55word" not in caplog.text
+    assert rejected(caplog) == ["store_unavailable"] * 3
+
+
+def store_for(url: str) -> Store:
+    return store_from_settings({"STATECODEC_STORE_URL": url, "STATECODEC_STORE_TIMEOUT": "0.5"})

@@ -9,6 +9,7 @@ the ``STATECODEC_TTL`` that single use reads too. The SDK is imported when calle
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -79,23 +80,20 @@ class SingleUseMiddleware:
         deadline = 2 * timeout if deadline is None else deadline
         self.deadline = seconds("deadline", deadline, low=0, high=60, low_open=True)
         self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
-        self._started, self._warned = False, -_WARN_EVERY
+        self._running, self._warned = False, -math.inf
 
     @asynccontextmanager
     async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
-        """The server's start and stop: checks the middleware order, starts the store's memory (an unreachable
-        store is one warning naming it and the cause; tokens are refused until it answers), closes the store."""
+        """The server's start and stop (``lifespan=`` of `MCPServer` or `Server`): checks the middleware order,
+        starts the store's memory (an unreachable store is one warning naming it and the cause; tokens are refused,
+        and none minted, until it answers), and closes the store."""
         self.check_order(server.middleware)
+        self._running = True
         try:
-            await self.guard.start()
-        except StoreUnreachable as exc:
-            logger.warning("single-use store at %s unreachable at start (%s); tokens refused until it answers",
-                           self.guard.where, exc)
-        self._started = True
-        try:
+            await self._start()
             yield {}
         finally:
-            self._started = False
+            self._running = False
             await self.guard.aclose()
 
     def check_order(self, chain: Sequence[object]) -> None:
@@ -118,12 +116,10 @@ class SingleUseMiddleware:
         if isinstance(state, str):  # the boundary refused any other type, and turned null into absent
             ctx = replace(ctx, params={**(ctx.params or {}), "requestState": await self._consume(ctx.method, state)})
         result = await call_next(ctx)
-        if not self._is_input_required(result):
-            return result
         out = result.get("requestState") if isinstance(result, Mapping) else getattr(result, "request_state", None)
-        if not isinstance(out, str):
+        if not self._is_input_required(result) or not isinstance(out, str):
             return result
-        stamped = self._stamp(ctx.method, out)
+        stamped = await self._stamp(ctx.method, out)
         if isinstance(result, Mapping):
             return {**result, "requestState": stamped}
         return result.model_copy(update={"request_state": stamped})
@@ -131,37 +127,49 @@ class SingleUseMiddleware:
     async def _consume(self, method: str, state: str) -> str:
         import anyio
 
-        self._require_started(method)
+        self._check_running(method)
         try:
             with anyio.fail_after(self.deadline):
-                return (await self.guard.consume(state.encode("utf-8", "surrogatepass"))).decode(
-                    "utf-8", "surrogatepass"
-                )
+                return (await self.guard.consume(_bytes(state))).decode("utf-8", "surrogatepass")
         except InvalidToken as exc:
             reason = exc.reason
         except TimeoutError:
             reason = Reason.STORE_UNAVAILABLE
-            if time.monotonic() - self._warned >= _WARN_EVERY:
-                self._warned = time.monotonic()
-                logger.warning("single-use store at %s did not answer within %.3g s", self.guard.where, self.deadline)
+            self._warn(f"did not answer within {self.deadline:g} s")
         raise _refusal(method, reason)
 
-    def _stamp(self, method: str, state: str) -> str:
+    async def _stamp(self, method: str, state: str) -> str:
         from mcp.server.auth.middleware.auth_context import get_access_token
         from mcp.server.auth.provider import principal_components
 
-        self._require_started(method)
-        token = get_access_token()
+        self._check_running(method)
+        if not self.guard.started:
+            await self._start()
+        token = get_access_token()  # the minting request's principal, whatever bind_principal is
         try:
-            principal = None if token is None else principal_components(token)
-            stamped = self.guard.stamp(state.encode("utf-8", "surrogatepass"), principal=principal)
-        except StoreError as exc:  # a clock too far from the store's: no token it cannot date
+            stamped = self.guard.stamp(_bytes(state), principal=token and principal_components(token))
+        except StoreError as exc:  # the store never answered, or its clock is too far: no token it cannot date
             logger.error("refusing to stamp requestState on %s: %s", method, exc)
             raise _internal_error() from None
         return stamped.decode("utf-8", "surrogatepass")
 
-    def _require_started(self, method: str) -> None:
-        if not self._started:
+    async def _start(self) -> None:
+        """`guard.start()` under the deadline; a store that cannot be reached is a warning, rate-limited."""
+        import anyio
+
+        try:
+            with anyio.fail_after(self.deadline):
+                await self.guard.start()
+        except (StoreUnreachable, TimeoutError) as exc:
+            self._warn(f"is unreachable ({exc or type(exc).__name__}); tokens are refused until it answers")
+
+    def _warn(self, what: str) -> None:
+        if time.monotonic() - self._warned >= _WARN_EVERY:
+            self._warned = time.monotonic()
+            logger.warning("the single-use store at %s %s", self.guard.where, what)
+
+    def _check_running(self, method: str) -> None:
+        if not self._running:
             logger.error("SingleUseMiddleware on %s was never started: pass lifespan=single_use.lifespan", method)
             raise _internal_error()
 
@@ -183,6 +191,10 @@ def _internal_error() -> MCPError:
     from mcp_types import INTERNAL_ERROR
 
     return MCPError(INTERNAL_ERROR, "Internal error")
+
+
+def _bytes(state: str) -> bytes:
+    return state.encode("utf-8", "surrogatepass")  # total: a lone surrogate in a handler's state round-trips
 
 
 def single_use_from_env(environ: Mapping[str, str] | None = None) -> SingleUseMiddleware:
