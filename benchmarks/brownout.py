@@ -37,7 +37,7 @@ TICK_S = 0.05
 async def sync_tool_latency(client: httpx.AsyncClient, server: Served, until: anyio.Event, into: list[float]) -> None:
     while not until.is_set():
         start = time.perf_counter()
-        answer = await call_tool(client, server, "instance", {})
+        answer = await call_tool(client, server, "instance", {}, subject="operator")
         assert "result" in answer, answer
         into.append(time.perf_counter() - start)
         await anyio.sleep(TICK_S)

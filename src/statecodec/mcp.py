@@ -135,7 +135,7 @@ class SingleUseMiddleware:
             reason = exc.reason
         except TimeoutError:
             reason = Reason.STORE_UNAVAILABLE
-            self._warn(f"did not answer within {self.deadline:g} s")
+            self._warn(f"the single-use store at {self.guard.where} did not answer within {self.deadline:g} s")
         raise _refusal(method, reason)
 
     async def _stamp(self, method: str, state: str) -> str:
@@ -160,13 +160,15 @@ class SingleUseMiddleware:
         try:
             with anyio.fail_after(self.deadline):
                 await self.guard.start()
-        except (StoreUnreachable, TimeoutError) as exc:
-            self._warn(f"is unreachable ({exc or type(exc).__name__}); tokens are refused until it answers")
+        except StoreUnreachable as exc:  # its message names the store and the cause, never a credential
+            self._warn(f"{exc}; tokens are refused, and none minted, until it answers")
+        except TimeoutError:
+            self._warn(f"the single-use store at {self.guard.where} did not answer within {self.deadline:g} s")
 
-    def _warn(self, what: str) -> None:
+    def _warn(self, message: str) -> None:
         if time.monotonic() - self._warned >= _WARN_EVERY:
             self._warned = time.monotonic()
-            logger.warning("the single-use store at %s %s", self.guard.where, what)
+            logger.warning(message)
 
     def _check_running(self, method: str) -> None:
         if not self._running:

@@ -57,7 +57,13 @@ class Fleet:
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     """Four instances, one key ring, single use over this module's own redis-server, the demonstration bearer."""
     with RedisServer() as redis:
-        store_env = {"STATECODEC_STORE_URL": redis.url, "STATECODEC_STORE_KEY": format_keys([generate_key()])}
+        store_env = {
+            "STATECODEC_STORE_URL": redis.url,
+            "STATECODEC_STORE_KEY": format_keys([generate_key()]),
+            # Generous: these tests are about who is accepted, not how fast; a burst on a loaded machine must not
+            # turn a replay into store_unavailable (benchmarks/brownout.py measures the timeout's effect).
+            "STATECODEC_STORE_TIMEOUT": "5",
+        }
         settings = {
             "FLEET_MODE": "shared",
             "STATECODEC_CODEC": "aesgcm",
