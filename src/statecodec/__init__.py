@@ -20,6 +20,8 @@ from statecodec.errors import (
     Reason,
     SealError,
     StatecodecError,
+    StoreError,
+    StoreUnreachable,
 )
 from statecodec.keys import KeyRing, format_keys, generate_key, parse_keys
 
@@ -27,7 +29,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AESGCMCodec", "BoundCodec", "Codec", "ConfigurationError", "EnvelopeCodec", "InvalidToken", "JWECodec",
-    "JWSCodec", "KeyRing", "KeyWrapper", "ProviderError", "Reason", "SealError", "StatecodecError", "TokenInfo",
+    "JWSCodec", "KeyRing", "KeyWrapper", "ProviderError", "Reason", "SealError", "StatecodecError", "StoreError",
+    "StoreUnreachable", "TokenInfo",
     "VaultTransitCodec", "XAESGCMCodec", "__version__", "codec_from_env", "codec_from_file", "describe_token",
     "format_keys", "generate_key", "parse_keys"
 ]

@@ -82,9 +82,19 @@ class StoreError(StatecodecError):
     """The single-use store did not answer in time, or refused; names the store, never its URL or credentials."""
 
 
+class StoreUnreachable(StoreError):
+    """The single-use store could not be reached, or did not answer in time: the one failure availability-first
+    mode may accept through (an answered error never is)."""
+
+
+def missing_extra(package: str, extra: str, needed_by: str = "this key provider") -> ImportError:
+    """The ImportError a module behind an extra (a key provider, the Redis store) raises when its client package is
+    not installed."""
+    return ImportError(
+        f"{needed_by} needs the {package!r} package; install it with: pip install 'statecodec[{extra}]'", name=package
+    )
+
+
 class SealError(StatecodecError):
     """`seal` could not produce a token, for example a payload over the size cap."""
 
-
-class StoreUnreachable(StoreError):
-    """The store could not be reached or did not answer in time (the only failure availability-first accepts)."""

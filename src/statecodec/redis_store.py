@@ -1,487 +1,257 @@
-"""`RedisStore`: the single-use `Store` a fleet shares, on Redis 6.2 or later (``pip install 'statecodec[redis]'``).
+"""`RedisStore`: the single-use `Store` a fleet shares, on Redis 6.2+ or a Redis Cluster (``statecodec[redis]``).
 
-Threat: a replayed token accepted by a second instance, a revocation one instance never hears of, a flushed store
-that forgets what it saw, and a slow store that stalls every request. Here: each claim is one atomic Lua script
-(first claim wins on every instance); the store notes the server time its memory began (its epoch), so a token
-issued before a flush or a restart without persistence is `FORGOTTEN`, never claimed afresh; revocations are kept
-in a local view, pushed by pub/sub and reloaded in full every half staleness bound, and a view that could not be
-reloaded within the bound raises `StoreError` (a stale view could miss a revocation); every call is bounded by the
-socket timeout, and every failure is a `StoreError` that names host:port only, never the URL or its credentials.
-
-Key layout, every key under one hash tag so that Redis Cluster keeps a namespace in one slot (``ns`` is the
-namespace, ``statecodec`` by default):
-
-- ``{ns}:epoch``: string, the server time (ms since the Unix epoch) when this store's memory began; set by the
-  first script that finds it missing. A token issued before it (plus `clock_allowance`) is `FORGOTTEN`.
-- ``{ns}:claim:<hex>``: string ``1``, one per claimed token, <hex> being the 16-byte keyed digest `SingleUse`
-  passes (never a token id); it expires with its token (``PX``).
-- ``{ns}:revoked``: hash, scope digest (hex) -> ``<at ms>:<expires ms>``, the latest revocation of that scope.
-- ``{ns}:revoked:expiry``: sorted set, scope digest (hex) scored by its expiry, to prune the hash.
-- ``{ns}:revocations``: the pub/sub channel each revocation is published on, as ``<hex>=<at ms>:<expires ms>``.
-
-Commands, for an ACL user (`docs/single-use.md`): ``evalsha eval subscribe ping info`` called by the client, and
-``get set time hget hset hdel hgetall zadd zrangebyscore zremrangebyscore publish`` called by the scripts, on keys
-``~{ns}:*`` and channel ``&{ns}:revocations``; on a Redis Cluster (``redis+cluster://``) also ``cluster|slots
-command``, which the cluster client reads when it is built.
+Threat: a replay accepted by a second instance, a store that evicts or forgets what it saw, a store that stalls
+every request, a credential in a log. Each claim is one Lua script (EVALSHA; EVAL once if the server lost its
+script cache) that also answers revocation and expiry on the server's clock (``TIME``): one round trip per token,
+no listener, no view. Every key sits under one hash tag, so a Cluster keeps a namespace in one slot. Key layout,
+scripts and the ACL a user needs: docs/formats.md and docs/single-use.md. Failures: `StoreUnreachable` when the
+server cannot be reached or does not answer in time, `StoreError` when it answers with an error; messages name
+host:port only, never the URL.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-import logging
-import math
 import re
-import threading
-import time
-from collections.abc import Callable, Sequence
+import secrets
+import ssl
+from collections.abc import Sequence
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote
 
 from statecodec._types import HoldsSecrets
-from statecodec.errors import ConfigurationError, StoreError
-from statecodec.providers import missing_extra
-from statecodec.single_use import REDIS_SCHEMES, Claim
+from statecodec.errors import ConfigurationError, StoreError, StoreUnreachable, missing_extra
+from statecodec.store import REDIS_SCHEMES, Claim, Hello, Verdict, check_owner
 
 try:
-    import redis
+    from redis.asyncio import Redis
+    from redis.asyncio.cluster import RedisCluster
+    from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
-    from redis.cluster import RedisCluster
-    from redis.exceptions import (
-        AuthenticationError,
-        NoPermissionError,
-        NoScriptError,
-        OutOfMemoryError,
-        ReadOnlyError,
-        RedisClusterException,
-        RedisError,
-        ResponseError,
-    )
+    from redis.exceptions import AuthenticationError, NoScriptError, RedisClusterException, RedisError
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
-    from redis.retry import Retry
 except ImportError as _exc:  # pragma: no cover - exercised by tests/test_lean_import.py
     raise missing_extra("redis", "redis", "the Redis store") from _exc
 
 __all__ = ["RedisStore"]
 
-logger = logging.getLogger("statecodec.redis_store")
-
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
-# URL query parameters a store URL may carry: TLS material and the database. Anything else (a socket timeout,
-# retries, the protocol) would override the bounds this store sets, so it is refused.
-_ERROR_CODE = re.compile(r"\b(NOPERM|OOM|READONLY|MISCONF|BUSY|LOADING|CROSSSLOT|MOVED|ASK|CLUSTERDOWN|NOAUTH)\b")
-# How often the view's thread wakes to see whether the store is closing.
-_WAKE = 0.1
-_URL_OPTIONS = frozenset({"db", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"})
-
-# Shared by the scripts: the store's epoch, set from the server's clock when missing (a new or flushed store).
-_EPOCH = """
-local function epoch()
-  local e = redis.call('GET', KEYS[1])
-  if e then return tonumber(e) end
-  local t = redis.call('TIME')
-  e = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('SET', KEYS[1], string.format('%.0f', e))
-  return e
-end
-"""
-# KEYS: epoch, claim key. ARGV: issued at (ms), expires at (ms), clock allowance (ms).
-# Returns {0 forgotten | 1 first | 2 used, epoch}.
-_CLAIM = (
-    _EPOCH
-    + """
-local e = epoch()
-if tonumber(ARGV[1]) < e + tonumber(ARGV[3]) then return {0, e} end
-local t = redis.call('TIME')
-local ttl = tonumber(ARGV[2]) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-if ttl < 1 then ttl = 1 end
-if redis.call('SET', KEYS[2], '1', 'NX', 'PX', string.format('%.0f', ttl)) then return {1, e} end
-return {2, e}
-"""
-)
-# KEYS: revoked hash, expiry zset. ARGV: scope (hex), at (ms), expires at (ms), channel. Keeps the later of each.
-_REVOKE = """
-local t = redis.call('TIME')
+_OPTIONS = frozenset({"db", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"})
+_CODES = ("NOPERM", "OOM", "READONLY", "MISCONF", "BUSY", "LOADING", "CLUSTERDOWN", "NOAUTH", "WRONGPASS")
+_PRELUDE = """local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do redis.call('HDEL', KEYS[1], gone) end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-local at, exp = tonumber(ARGV[2]), tonumber(ARGV[3])
-local old = redis.call('HGET', KEYS[1], ARGV[1])
-if old then
-  local a, x = string.match(old, '^(%d+):(%d+)$')
-  if a then at, exp = math.max(at, tonumber(a)), math.max(exp, tonumber(x)) end
+local function n(x) return string.format('%.0f', x) end
+local function record(life, skew)
+  local m = redis.call('HMGET', KEYS[1], 'epoch', 'fp', 'life', 'skew')
+  if not m[1] then
+    redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'fp', ARGV[1], 'life', n(life), 'skew', n(skew))
+    return 'new', ARGV[2]
+  end
+  if m[2] ~= ARGV[1] then return 'foreign', m[1] end
+  if life > (tonumber(m[3]) or 0) then redis.call('HSET', KEYS[1], 'life', n(life)) end
+  if skew > (tonumber(m[4]) or 0) then redis.call('HSET', KEYS[1], 'skew', n(skew)) end
+  return 'ok', m[1]
 end
-local value = string.format('%.0f:%.0f', at, exp)
-redis.call('HSET', KEYS[1], ARGV[1], value)
-redis.call('ZADD', KEYS[2], exp, ARGV[1])
-redis.call('PUBLISH', ARGV[4], ARGV[1] .. '=' .. value)
-return value
 """
-# KEYS: epoch, revoked hash. Returns {epoch, {scope, value, ...}}.
-_VIEW = _EPOCH + "\nreturn {epoch(), redis.call('HGETALL', KEYS[2])}\n"
+_SCRIPTS = {
+    # KEYS meta. ARGV fingerprint, candidate epoch, lifetime, skew.
+    "hello": "local owner, epoch = record(tonumber(ARGV[3]), tonumber(ARGV[4]))\nreturn {owner, epoch, now}",
+    # KEYS meta, revocations, claim. ARGV fingerprint, candidate epoch, token epoch, issued, expires, lifetime,
+    # skew, scope digests...
+    "claim": """local issued, expires = tonumber(ARGV[4]), tonumber(ARGV[5])
+local owner, epoch = record(math.max(tonumber(ARGV[6]), expires - issued), tonumber(ARGV[7]))
+if owner == 'foreign' then return {'foreign', epoch, now} end
+if owner == 'new' or epoch ~= ARGV[3] then return {'forgotten', epoch, now} end
+if expires <= now then return {'expired', epoch, now} end
+local bad, verdict = {}, 'first'
+for i, v in ipairs(redis.call('HMGET', KEYS[2], unpack(ARGV, 8))) do
+  if v then
+    local at = string.match(v, '^(%d+):%d+$')
+    if not at then table.insert(bad, ARGV[7 + i]) elseif tonumber(at) >= issued then verdict = 'revoked' end
+  end
+end
+if verdict == 'first' and not redis.call('SET', KEYS[3], '1', 'NX', 'PX', n(expires - now)) then verdict = 'used' end
+return {verdict, epoch, now, bad}""",
+    # KEYS meta, revocations, their expiry. ARGV fingerprint, scope, skew.
+    "revoke": """local m = redis.call('HMGET', KEYS[1], 'fp', 'life', 'skew')
+if m[1] ~= ARGV[1] then return {m[1] and 'foreign' or 'unused'} end
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', n(now))) do redis.call('HDEL', KEYS[2], gone) end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', n(now))
+local skew = math.max(tonumber(ARGV[3]), tonumber(m[3]) or 0)
+local at, stop = now + skew, now + 2 * skew + (tonumber(m[2]) or 0)
+local a, s = string.match(redis.call('HGET', KEYS[2], ARGV[2]) or '', '^(%d+):(%d+)$')
+if a then at, stop = math.max(at, tonumber(a)), math.max(stop, tonumber(s)) end
+redis.call('HSET', KEYS[2], ARGV[2], n(at) .. ':' .. n(stop))
+redis.call('ZADD', KEYS[3], n(stop), ARGV[2])
+return {'ok', at}""",
+    # KEYS meta, revocations, their expiry. ARGV fingerprint, scope.
+    "lift": """local fp = redis.call('HGET', KEYS[1], 'fp')
+if fp ~= ARGV[1] then return {fp and 'foreign' or 'unused'} end
+redis.call('ZREM', KEYS[3], ARGV[2])
+return {'ok', redis.call('HDEL', KEYS[2], ARGV[2])}""",
+    # KEYS meta, revocations. ARGV fingerprint. For `store check` only: it reads every revocation.
+    "inspect": """local m = redis.call('HMGET', KEYS[1], 'fp', 'life', 'skew')
+local all, bad = redis.call('HGETALL', KEYS[2]), {}
+for i = 1, #all, 2 do if not string.match(all[i + 1], '^%d+:%d+$') then table.insert(bad, all[i]) end end
+return {m[1] == ARGV[1] and 'ok' or (m[1] and 'foreign' or 'unused'), #all / 2, bad, now, m[2] or '0', m[3] or '0'}""",
+}
+_SOURCES = {name: _PRELUDE + body for name, body in _SCRIPTS.items()}
+_SHA = {name: hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest() for name, source in _SOURCES.items()}
 
 
-class _Script:
-    __slots__ = ("sha", "source")
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
-
-
-_SCRIPTS = {name: _Script(source) for name, source in (("claim", _CLAIM), ("revoke", _REVOKE), ("view", _VIEW))}
-
-
-def _ms(seconds: float) -> int:
-    """Whole milliseconds, rounded up: a revocation or an expiry rounded up covers more, never less."""
-    return math.ceil(seconds * 1000)
-
-
-def _where(kwargs: dict[str, Any]) -> str:
-    """host:port (or the socket path) of a client's pool: what a message may name."""
-    if kwargs.get("path"):
-        return f"unix:{kwargs['path']}"
-    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+def _parse(url: str) -> tuple[str, dict[str, Any]]:
+    """(host:port, the client's keyword arguments) of a store URL, parsed here (a password may hold / ? # @)."""
+    scheme, _, rest = url.partition("://")
+    userinfo, _, rest = rest.rpartition("@")
+    base, cluster = scheme.removesuffix("+cluster"), scheme.endswith("+cluster")
+    address, _, query = rest.partition("#")[0].partition("?")
+    address, _, path = address.partition("/") if base != "unix" else ("", "", address)
+    match = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(?::([0-9]{1,5}))?", address)
+    options = {name: values[-1] for name, values in parse_qs(query).items()}
+    db = options.pop("db", path.strip("/") if base != "unix" else "0") or "0"
+    if scheme not in REDIS_SCHEMES or (base != "unix" and (match is None or not 0 < int(match[2] or 6379) < 65536)):
+        raise ConfigurationError("STATECODEC_STORE_URL is not a valid Redis URL (its text is not shown)")
+    where = f"unix:{path}" if base == "unix" else f"{match[1] if match else ''}:{int(match[2] or 6379) if match else 0}"
+    if set(options) - _OPTIONS or not db.isdecimal() or (cluster and db != "0"):
+        raise ConfigurationError(
+            f"STATECODEC_STORE_URL ({where}) may set only the database (0 on a cluster) and "
+            f"{', '.join(sorted(_OPTIONS - {'db'}))}; timeouts come from STATECODEC_STORE_TIMEOUT"
+        )
+    user, _, password = userinfo.partition(":")
+    kwargs: dict[str, Any] = {"username": unquote(user) or None, "password": unquote(password) or None, **options}
+    if base == "unix":
+        kwargs["unix_socket_path"] = path
+    else:
+        kwargs |= {"host": match[1].strip("[]") if match else "", "port": int(match[2] or 6379) if match else 0}
+    kwargs |= {"ssl": base == "rediss"} if not cluster else {"ssl": base == "rediss", "db": None}
+    if not cluster:
+        kwargs["db"] = int(db)
+    if "ssl_check_hostname" in kwargs:
+        kwargs["ssl_check_hostname"] = kwargs["ssl_check_hostname"].lower() in ("1", "true", "yes")
+    return where, {name: value for name, value in kwargs.items() if value is not None}
 
 
 class RedisStore(HoldsSecrets):
-    """`Store` over Redis (module docstring: key layout, commands), shared by every instance of a fleet.
+    """`Store` over Redis (module docstring); build it with `from_url`."""
 
-    Build it with `from_url`, or inject a `redis.Redis` client (its socket timeouts are the store's bound; a
-    client built by `from_url` has them set to `timeout`, protocol RESP2, and at most one retry, on a refused
-    or dropped connection). `staleness` bounds the age of the revocation view: with `listen` (the default) a
-    daemon thread keeps it current, and `revoked_at` reloads it itself, or raises `StoreError`, once it is
-    older; without `listen` (a command-line tool), `revoked_at` reads the store each time. `clock_allowance`
-    is how far ahead of the server's clock an instance's may run: a token stamped that soon after the store's
-    memory began is `FORGOTTEN` too, since it may have been issued before.
-    """
-
-    __slots__ = (
-        "_channel",
-        "_client",
-        "_epoch",
-        "_keys",
-        "_listen",
-        "_loaded",
-        "_lock",
-        "_owned",
-        "_reload_lock",
-        "_stop",
-        "_thread",
-        "_view",
-        "_wall",
-        "clock_allowance",
-        "namespace",
-        "staleness",
-        "timeout",
-        "where",
-    )
-
-    def __init__(
-        self,
-        client: redis.Redis | RedisCluster,
-        *,
-        namespace: str = "statecodec",
-        staleness: float = 1.0,
-        listen: bool = True,
-        clock_allowance: float = 1.0,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        if not isinstance(client, redis.Redis | RedisCluster):
-            raise ConfigurationError(
-                "client must be a redis.Redis or redis.cluster.RedisCluster client, e.g. redis.Redis.from_url(url)"
-            )
+    def __init__(self, client: Redis | RedisCluster, *, where: str, namespace: str, timeout: float) -> None:
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
             raise ConfigurationError(
-                "the store namespace (STATECODEC_STORE_NAMESPACE) must be 1-64 letters, digits, '_', '.' or '-'"
+                "STATECODEC_STORE_NAMESPACE must be 1-64 letters, digits, '_', '.' or '-' (it is a Redis hash tag)"
             )
-        if isinstance(client, RedisCluster):  # the connection settings every node's pool shares
-            kwargs = dict(client.nodes_manager.connection_kwargs)
-            node = client.get_default_node()  # type: ignore[no-untyped-call]
-            kwargs |= {"host": node.host, "port": node.port}
-        else:
-            kwargs = client.connection_pool.connection_kwargs
-        timeout = kwargs.get("socket_timeout")
-        if not isinstance(timeout, (int, float)) or not 0 < timeout <= 60:
-            raise ConfigurationError("the Redis client needs a socket_timeout (seconds) so that no call can hang")
-        for name, value in (("staleness", staleness), ("clock_allowance", clock_allowance)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e6:
-                raise ConfigurationError(f"{name} must be a number of seconds in 0..1,000,000")
-        if not staleness >= 2 * timeout:
-            raise ConfigurationError(
-                "the revocation staleness bound (STATECODEC_REVOCATION_STALENESS) must be at least twice the store "
-                "timeout (STATECODEC_STORE_TIMEOUT), so that the view can be reloaded in time"
-            )
-        self._client, self._wall = client, clock
-        self._owned = False  # an injected client belongs to the caller
-        self.namespace, self.staleness, self.timeout = namespace, float(staleness), float(timeout)
-        self.clock_allowance = float(clock_allowance)
-        self.where = _where(kwargs)
-        tag = "{" + namespace + "}:"
-        self._keys = {"epoch": tag + "epoch", "revoked": tag + "revoked", "expiry": tag + "revoked:expiry"}
-        self._channel = tag + "revocations"
-        self._view: dict[str, tuple[int, int]] = {}  # scope hex -> (at ms, expires ms); only ever raised
-        self._epoch: int | None = None
-        self._loaded = -math.inf  # monotonic time the last full reload was sent
-        self._lock, self._reload_lock, self._stop = threading.Lock(), threading.Lock(), threading.Event()
-        self._listen = listen
-        self._thread: threading.Thread | None = None
-        if listen:
-            self._thread = threading.Thread(target=self._keep_view, name="statecodec-revocations", daemon=True)
-            self._thread.start()
+        self._client, self.where, self.namespace, self.timeout = client, where, namespace, timeout
+        self._keys = [f"{{{namespace}}}:{name}" for name in ("meta", "r", "rx")]
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        namespace: str = "statecodec",
-        timeout: float = 0.25,
-        staleness: float = 1.0,
-        listen: bool = True,
-        clock_allowance: float = 1.0,
-    ) -> RedisStore:
+    def from_url(cls, url: str, *, namespace: str = "statecodec", timeout: float = 0.25) -> RedisStore:
         """The store at ``redis://[user:password@]host:port/db``, ``rediss://`` (TLS; ``?ssl_ca_certs=/path`` for a
-        private CA) or ``unix:///path``; `timeout` bounds each call (connect and read). Connects lazily: an
-        unreachable server fails the first call, and a store recovers by itself when the server is back.
-
-        ``redis+cluster://host:port`` (``rediss+cluster://`` with TLS) names a Redis Cluster by any of its nodes.
-        A cluster client learns the cluster's slots when it is built, so that node must answer then."""
-        try:
-            parts = urlsplit(url)
-            host = f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
-            where = f"unix:{parts.path}" if parts.scheme == "unix" else host
-            options = parse_qs(parts.query)
-        except (TypeError, ValueError, AttributeError):
-            where, options = "", {}
-        if not where or parts.scheme not in REDIS_SCHEMES:
-            raise ConfigurationError(f"STATECODEC_STORE_URL must be a URL of a scheme in: {', '.join(REDIS_SCHEMES)}")
-        unknown = sorted(set(options) - _URL_OPTIONS)
-        if unknown:
-            raise ConfigurationError(
-                f"STATECODEC_STORE_URL ({where}) sets {', '.join(unknown)}; a store URL may set only "
-                f"{', '.join(sorted(_URL_OPTIONS))} (timeouts come from STATECODEC_STORE_TIMEOUT)"
-            )
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 60:
-            raise ConfigurationError("the store timeout (STATECODEC_STORE_TIMEOUT) must be in 0..60 seconds")
-        # No CLIENT SETINFO on connect: the minimal ACL (docs/single-use.md) denies CLIENT, so every connection
-        # would add a denial to the server's ACL LOG, burying the ones that matter. redis-py spells it
-        # driver_info=None since it has DriverInfo, lib_name=lib_version=None before.
-        if hasattr(redis, "DriverInfo"):
-            no_setinfo: dict[str, None] = {"driver_info": None}
+        private CA), ``unix:///path``, or a Redis Cluster by any node, ``redis+cluster://`` (``rediss+cluster://``);
+        `timeout` bounds connecting and each answer. Connects lazily, and recovers by itself."""
+        where, kwargs = _parse(url)
+        # No CLIENT SETINFO (the minimal ACL denies CLIENT); one immediate retry on a dropped pooled connection,
+        # never on a timeout, which would double the bound.
+        kwargs |= {"socket_timeout": timeout, "socket_connect_timeout": timeout, "protocol": 2, "driver_info": None}
+        kwargs["retry"] = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+        if url.partition("://")[0].endswith("+cluster"):
+            client: Redis | RedisCluster = RedisCluster(**kwargs, cluster_error_retry_attempts=1)
         else:
-            no_setinfo = {"lib_name": None, "lib_version": None}
-        settings: dict[str, Any] = {
-            "socket_timeout": timeout,
-            "socket_connect_timeout": timeout,
-            "protocol": 2,
-            # One immediate retry on a refused or dropped connection (a pooled socket the server closed); never on
-            # a timeout, which would double the bound.
-            "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-            "health_check_interval": 0,
-            **no_setinfo,
-        }
-        client: redis.Redis | RedisCluster | None = None
-        unreachable = False
+            client = Redis(**kwargs)
+        return cls(client, where=where, namespace=namespace, timeout=timeout)
+
+    async def _run(self, name: str, keys: list[str], *args: str | int) -> Any:
         try:
-            if parts.scheme.endswith("+cluster"):
-                cluster_url = parts.scheme.removesuffix("+cluster") + url[len(parts.scheme) :]
-                client = RedisCluster.from_url(cluster_url, **settings)
-            else:
-                client = redis.Redis.from_url(url, **settings)
-        except (RedisError, RedisClusterException, OSError):  # a cluster client asks for its slots when built
-            unreachable = True
-        except Exception:  # a malformed URL: the client's message may quote it, so it is not chained (below)
-            client = None
-        if unreachable:
-            raise StoreError(f"the Redis cluster at {where} gave no slots: unreachable, or it refused the credentials")
-        if client is None:
-            raise ConfigurationError(f"STATECODEC_STORE_URL ({where}) is not a valid Redis URL")
+            async with asyncio.timeout(2 * self.timeout):  # one bound over the retry and the script-cache reload
+                try:
+                    return await self._client.evalsha(_SHA[name], len(keys), *keys, *args)
+                except NoScriptError:
+                    return await self._client.eval(_SOURCES[name], len(keys), *keys, *args)
+        except (RedisError, RedisClusterException, OSError) as exc:
+            failure = self._failure(exc)
+        raise failure  # outside the handler: the client's own text (which may quote the URL) is not chained
+
+    def _failure(self, exc: BaseException) -> StoreError:
+        """What went wrong, naming host:port only."""
+        at, text = f"the Redis store at {self.where}", str(exc)
+        chain = [exc, exc.__cause__, exc.__context__]
+        if isinstance(exc, AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
+            return StoreError(f"{at} refused the user name or password in STATECODEC_STORE_URL")
+        if "DB index is out of range" in text:
+            return StoreError(f"{at} has no such database: set the /N of STATECODEC_STORE_URL to one it has")
+        if any(isinstance(e, RedisTimeoutError | TimeoutError) for e in chain):
+            return StoreUnreachable(f"{at} did not answer within {self.timeout:g} s")
+        if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in text:
+            return StoreUnreachable(f"{at} is unreachable: TLS failed (is its CA in ssl_ca_certs?)")
+        if "Name or service not known" in text or "not known" in text or "getaddrinfo" in text:
+            return StoreUnreachable(f"{at} is unreachable: its host name does not resolve")
+        if isinstance(exc, RedisConnectionError | OSError | RedisClusterException):
+            cause = "connection refused" if "refused" in text.lower() else "connection failed or dropped"
+            return StoreUnreachable(f"{at} is unreachable: {cause}")
+        code = next((code for code in _CODES if code in text), None)
+        if code == "NOPERM" or "can't run this command" in text or "no permissions" in text:
+            return StoreError(f"{at} refused a command: its ACL user lacks one the store needs (docs/single-use.md)")
+        if code == "OOM":
+            return StoreError(f"{at} is out of memory (maxmemory): set enough maxmemory")
+        if code == "READONLY":
+            return StoreError(f"{at} is a read-only replica; point STATECODEC_STORE_URL at the primary")
+        return StoreError(f"{at} answered an error ({code or type(exc).__name__})")
+
+    async def _policy(self) -> str:
+        """The serving node's maxmemory-policy."""
+        target: dict[str, Any] = {}
+        if isinstance(self._client, RedisCluster):
+            target = {"target_nodes": self._client.get_node_from_key(self._keys[0])}
         try:
-            store = cls(
-                client, namespace=namespace, staleness=staleness, listen=listen, clock_allowance=clock_allowance
-            )
-        except BaseException:
-            client.close()
-            raise
-        store._owned = True
-        return store
+            async with asyncio.timeout(2 * self.timeout):
+                info = await self._client.info("memory", **target)
+        except (RedisError, RedisClusterException, OSError) as exc:
+            failure = self._failure(exc)
+        else:
+            return str(info.get("maxmemory_policy", ""))
+        raise failure
 
-    # --- the Store protocol -------------------------------------------------------------------------------------
-
-    def claim(self, key: bytes, issued_at: float, expires_at: float) -> Claim:
-        keys = [self._keys["epoch"], "{" + self.namespace + "}:claim:" + bytes(key).hex()]
-        args = [round(issued_at * 1000), _ms(expires_at), _ms(self.clock_allowance)]
-        code, epoch = self._run("claim", keys, args)
-        self._epoch = int(epoch)
-        return (Claim.FORGOTTEN, Claim.FIRST, Claim.USED)[int(code)]
-
-    def revoke(self, scope: bytes, at: float, expires_at: float) -> None:
-        value = self._run(
-            "revoke", [self._keys["revoked"], self._keys["expiry"]], [bytes(scope).hex(), _ms(at), _ms(expires_at)]
-        )
-        self._merge(bytes(scope).hex(), value)  # this instance sees its own revocation at once
-
-    def revoked_at(self, scopes: Sequence[bytes]) -> float:
-        if not self._listen:
-            self._reload()
-        elif time.monotonic() - self._loaded > self.staleness:
-            self._reload_now()
-        now = _ms(self._wall())
-        with self._lock:
-            found = [self._view.get(bytes(scope).hex()) for scope in scopes]
-        return max((at / 1000 for at, until in filter(None, found) if now < until), default=0.0)
-
-    def health(self) -> dict[str, object]:
-        """Reachability, round trip, server version, persistence, eviction policy, epoch and view age; raises
-        `StoreError` when the server does not answer."""
-        # On a cluster, the node that holds this namespace's slot: the one whose persistence and eviction matter.
-        node: dict[str, Any] = {}
-        cluster = self._client
-        if isinstance(cluster, RedisCluster):
-            key = self._keys["epoch"]
-            node = {"target_nodes": self._call(lambda: cluster.get_node_from_key(key))}  # type: ignore[no-untyped-call]
-        started = time.perf_counter()
-        self._call(lambda: self._client.ping(**node))
-        round_trip = time.perf_counter() - started
-        info: dict[str, Any] = self._call(lambda: self._client.info(**node))  # server, persistence, memory
-        self._reload()
-        policy = str(info.get("maxmemory_policy", ""))
-        warnings = []
+    async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello:
+        owner, epoch, now = await self._run("hello", self._keys[:1], fingerprint.hex(), secrets.token_hex(8),
+                                            lifetime_ms, skew_ms)
+        policy = await self._policy()
         if policy != "noeviction":
-            warnings.append(f"maxmemory-policy is {policy}: an evicted claim reopens a replay")
-        if not info.get("aof_enabled"):
-            warnings.append("appendonly is off: a restart forgets every claim (such tokens are refused, not replayed)")
+            raise ConfigurationError(
+                f"the Redis store at {self.where} has maxmemory-policy {policy}: an evicted claim reopens a replay; "
+                "set maxmemory-policy noeviction (a full store then refuses tokens instead)"
+            )
+        return Hello(owner.decode(), bytes.fromhex(epoch.decode()), int(now))
+
+    async def claim(
+        self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int, skew_ms: int,
+        lifetime_ms: int, scopes: Sequence[bytes],
+    ) -> Verdict:
+        keys = [*self._keys[:2], f"{{{self.namespace}}}:c:{key.hex()}"]
+        reply = await self._run("claim", keys, fingerprint.hex(), secrets.token_hex(8), epoch.hex(), issued_ms,
+                                expires_ms, lifetime_ms, skew_ms, *(scope.hex() for scope in scopes))
+        malformed = tuple(name.decode() for name in reply[3]) if len(reply) > 3 else ()
+        return Verdict(Claim(reply[0].decode()), bytes.fromhex(reply[1].decode()), int(reply[2]), malformed)
+
+    async def revoke(self, scope: bytes, *, fingerprint: bytes, skew_ms: int) -> int:
+        reply = await self._run("revoke", self._keys, fingerprint.hex(), scope.hex(), skew_ms)
+        check_owner(reply[0].decode(), self.where)
+        return int(reply[1])
+
+    async def lift(self, scope: bytes, *, fingerprint: bytes) -> bool:
+        reply = await self._run("lift", self._keys, fingerprint.hex(), scope.hex())
+        check_owner(reply[0].decode(), self.where)
+        return int(reply[1]) > 0
+
+    async def health(self, *, fingerprint: bytes) -> dict[str, object]:
+        owner, count, bad, now, life, skew = await self._run("inspect", self._keys[:2], fingerprint.hex())
         return {
-            "store": "redis",
-            "reachable": True,
-            "server": self.where,
-            "version": str(info.get("redis_version", "")),
-            "namespace": self.namespace,
-            "round_trip_ms": round(round_trip * 1000, 3),
-            "epoch": (self._epoch or 0) / 1000,
-            "persistence": "aof" if info.get("aof_enabled") else "none",
-            "maxmemory_policy": policy,
-            "revocations": len(self._view),
-            "view_age": round(time.monotonic() - self._loaded, 3),
-            "staleness": self.staleness,
-            "timeout": self.timeout,
-            "listening": self._thread is not None and self._thread.is_alive(),
-            "warnings": warnings,
+            "store": "redis", "server": self.where, "namespace": self.namespace, "owner": owner.decode(),
+            "revocations": int(count), "malformed": [name.decode() for name in bad], "store_time_ms": int(now),
+            "longest_lifetime_ms": int(life), "clock_skew_ms": int(skew), "maxmemory_policy": await self._policy(),
         }
 
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(_WAKE + 3 * self.timeout + 1)  # a subscribe, a reload, a read: each bounded
-        if self._owned:
-            self._client.close()
+    async def aclose(self) -> None:
+        await self._client.aclose()
 
     def __repr__(self) -> str:
         return f"RedisStore({self.where!r}, namespace={self.namespace!r})"
-
-    # --- the revocation view ------------------------------------------------------------------------------------
-
-    def _keep_view(self) -> None:
-        """Background: subscribe, reload in full every half staleness bound, merge what is published between."""
-        pubsub: Any = None
-        client: Any = self._client  # redis-py types pubsub() in some releases only
-        next_reload = 0.0
-        while not self._stop.is_set():
-            try:
-                if pubsub is None:
-                    pubsub = client.pubsub(ignore_subscribe_messages=True)
-                    pubsub.subscribe(self._channel)
-                    next_reload = 0.0  # subscribed before reloading: nothing published between is lost
-                if time.monotonic() >= next_reload:
-                    self._reload()
-                    next_reload = self._loaded + self.staleness / 2
-                message = pubsub.get_message(timeout=min(_WAKE, max(0.0, next_reload - time.monotonic())))
-                if message is not None and message.get("type") == "message":
-                    scope, _, value = bytes(message["data"]).decode("ascii").partition("=")
-                    self._merge(scope, value)
-            except (RedisError, StoreError, OSError, ValueError) as exc:
-                logger.debug("revocation view not refreshed: %s", type(exc).__name__)
-                if pubsub is not None:
-                    pubsub.close()
-                    pubsub = None
-                self._stop.wait(self.staleness / 4)
-        if pubsub is not None:
-            pubsub.close()
-
-    def _reload_now(self) -> None:
-        """Reload a view past its staleness bound before answering from it, or raise: a stale view is no answer."""
-        if not self._reload_lock.acquire(timeout=self.timeout):
-            raise StoreError(f"the Redis store at {self.where}: the revocation view is stale and being reloaded")
-        try:
-            if time.monotonic() - self._loaded > self.staleness:
-                self._reload()
-        finally:
-            self._reload_lock.release()
-
-    def _reload(self) -> None:
-        sent = time.monotonic()
-        epoch, flat = self._run("view", [self._keys["epoch"], self._keys["revoked"]], [])
-        for scope, value in zip(flat[::2], flat[1::2], strict=True):
-            self._merge(bytes(scope).decode("ascii"), value)
-        now = _ms(self._wall())
-        with self._lock:
-            for scope in [scope for scope, (_, until) in self._view.items() if until <= now]:
-                del self._view[scope]
-            self._epoch = int(epoch)
-            self._loaded = max(self._loaded, sent)
-
-    def _merge(self, scope: str, value: bytes | str) -> None:
-        text = value.decode("ascii") if isinstance(value, bytes) else value
-        at, _, until = text.partition(":")
-        new = (int(at), int(until))
-        with self._lock:
-            old = self._view.get(scope, (0, 0))
-            self._view[scope] = (max(old[0], new[0]), max(old[1], new[1]))
-
-    # --- calls ----------------------------------------------------------------------------------------------------
-
-    def _run(self, name: str, keys: list[str], args: Sequence[str | int]) -> Any:
-        """One script call: EVALSHA, and EVAL (which caches it again) when the server lost its script cache."""
-        script = _SCRIPTS[name]
-        if name == "revoke":
-            args = [*args, self._channel]
-
-        def call() -> Any:
-            try:
-                return self._client.evalsha(script.sha, len(keys), *keys, *args)
-            except NoScriptError:
-                return self._client.eval(script.source, len(keys), *keys, *args)
-
-        return self._call(call)
-
-    def _call(self, call: Callable[[], Any]) -> Any:
-        try:
-            return call()
-        except (RedisError, OSError) as exc:
-            message = self._failure(exc)
-        # Raised outside the handler, so that no context (the client's own message, which may quote the URL)
-        # travels with the error.
-        raise StoreError(message)
-
-    def _failure(self, exc: BaseException) -> str:
-        """What went wrong, in words that name host:port only: a client's own message may quote the URL."""
-        at = f"the Redis store at {self.where}"
-        if isinstance(exc, RedisTimeoutError | TimeoutError):
-            return f"{at} did not answer within {self.timeout:g} s"
-        if isinstance(exc, AuthenticationError):
-            return f"{at} refused the user name or password in STATECODEC_STORE_URL"
-        if isinstance(exc, RedisConnectionError | OSError):
-            return f"{at} is unreachable (connection refused, dropped or failed TLS)"
-        # A script's error carries the server's code inside its text: report the code, never the text.
-        codes = _ERROR_CODE.findall(str(exc)) if isinstance(exc, ResponseError) else []
-        # Redis 7.0 words an ACL refusal inside a script without the NOPERM code.
-        if isinstance(exc, NoPermissionError) or "NOPERM" in codes or "can't run this command" in str(exc):
-            return f"{at} refused a command: its ACL user lacks one the store needs (docs/single-use.md)"
-        if isinstance(exc, OutOfMemoryError) or "OOM" in codes:
-            return f"{at} is out of memory (set maxmemory-policy noeviction and enough maxmemory)"
-        if isinstance(exc, ReadOnlyError) or "READONLY" in codes:
-            return f"{at} is a read-only replica; point STATECODEC_STORE_URL at the primary"
-        if isinstance(exc, ResponseError):
-            return f"{at} answered an error ({codes[0] if codes else type(exc).__name__})"
-        return f"{at} failed ({type(exc).__name__})"

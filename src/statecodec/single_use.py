@@ -1,219 +1,115 @@
-"""Single use and revocation: a token is accepted at most once, and an operator can kill every flow in flight.
+"""Single use and revocation: a token is accepted at most once, and an operator can end every flow of a principal.
 
-Threat: integrity, expiry and binding do not stop an exact replay. A client (or whoever copied its traffic) can
-present the same genuine state twice and run the same step twice, and without shared state an operator cannot end
-the flows of an offboarded user short of rotating the key for everyone. `SingleUse` stamps each state with a random
-token id and its issue time, inside the sealed payload, and at unseal, only after every other check has passed:
+Threat: integrity, expiry and binding do not stop an exact replay, and without shared state an operator cannot end
+an offboarded user's flows short of rotating the key for everyone. `SingleUse` stamps each state at mint with what
+its claim will need, under a tag that also covers the state (so a stamp cannot be moved onto another state): a
+random token id, the issue time and the token's own expiry, the store's epoch, and keyed digests of the minting
+principal and the operator's scopes. At unseal, after every other check passed, one atomic claim in the shared
+store answers, on the store's clock alone: forgotten, expired, revoked, replayed or first (`statecodec.store`).
+Nothing is recomputed from the presenter or taken from the consuming instance's settings. Formats, digests and
+keys: docs/formats.md, "Single use".
 
-1. refuses a stamp past ``ttl`` (`expired`) so that no token outlives its store entry;
-2. refuses a token issued at or before a revocation of the presenting principal, of another scope of the request
-   (``tenant=acme``), or of everything (`revoked`), from a local view of revocations the store keeps current: no
-   store round trip per token;
-3. claims the token id in the shared store in one atomic operation: the first claim wins, every later one is
-   `replayed`, on every instance sharing the store; a store that lost its memory since the token was issued
-   (flushed, restarted without persistence) cannot prove it unused, so it is refused (`store_unavailable`).
-
-A store that does not answer within its timeout fails closed (`store_unavailable`), unless the operator opted into
-availability first (``on_store_error="accept"``), which accepts without the single-use check and logs an error for
-every such token. The store holds keyed digests (HMAC-SHA256 under the store key) of token ids and scope values,
-never a token, a state or a principal; each entry expires with its token.
-
-Stamp, 56 ASCII bytes before the state: ``su1.`` base64url(id(16) || issued-at(6) || tag(16)) ``.``, where
-issued-at is milliseconds since the Unix epoch, big-endian, and tag is HMAC-SHA256(Ks, ``su1.`` || id || issued-at)
-truncated to 16 bytes, Ks being HKDF-SHA256 of the store key under ``statecodec/v1/single-use/stamp``. The stamp
-travels inside the sealed payload; its own tag means that, in any composition, no one without the store key can
-mint a fresh stamp (a wrong tag is `seal`).
+A store that cannot be reached refuses (`store_unavailable`), unless the operator chose availability first
+(``on_store_error="accept"``), which then accepts unchecked and logs each such token; a store that answered with an
+error (full, out of memory, no permission), or any other exception, refuses in every mode.
 """
 
 from __future__ import annotations
 
-import enum
-import heapq
+import asyncio
 import hmac
-import json
 import logging
 import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Literal, TypeVar
 
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec._settings import named_errors, setting, text_or_file
+from statecodec._settings import named_errors, seconds, seconds_setting, setting, text_or_file
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec
 from statecodec.config import check_names, ttl_setting
-from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError
+from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable
 from statecodec.keys import KeyRing, derive_key, parse_keys
+from statecodec.store import REDIS_SCHEMES, Claim, MemoryStore, Store, Verdict, check_owner
 
-__all__ = ["Claim", "MemoryStore", "SingleUse", "SingleUseCodec", "Store", "store_from_settings"]
+__all__ = ["Principal", "SingleUse", "SingleUseCodec", "store_from_settings"]
 
 logger = logging.getLogger("statecodec.single_use")
+T = TypeVar("T")
+Principal = tuple[str | None, str | None, str | None]  # (client_id, issuer, subject), as the MCP SDK binds it
 
-STAMP_PREFIX = b"su1."
-STAMP_LENGTH = 56
-_ID_LENGTH = 16
-_DIGEST_LENGTH = 16
-_CLAIM_INFO = b"statecodec/v1/single-use/claim"
-_STAMP_INFO = b"statecodec/v1/single-use/stamp"
-_SCOPE_INFO = b"statecodec/v1/single-use/scope"
-# Revoking everything must hold whatever store key an instance runs with, so its scope digest needs no key.
-ALL_SCOPE = b"\x00" * _DIGEST_LENGTH
-
-STORE_URL_VAR = "STATECODEC_STORE_URL"
-STORE_KEY_VAR = "STATECODEC_STORE_KEY"
-# The URL schemes of a Redis store (statecodec.redis_store): a server, over TLS, a socket, a Cluster by any node.
-REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
-_STORE_SETTINGS = ("STATECODEC_STORE_TIMEOUT", "STATECODEC_STORE_NAMESPACE", "STATECODEC_REVOCATION_STALENESS")
+PREFIX = b"su2."
+_HEADER = 16 + 6 + 6 + 8  # token id, issued ms, expires ms, store epoch; then a count and the scope digests
+_DIGEST, _MAX_SCOPES = 16, 16
+_LABELS = ("claim", "stamp", "scope", "fingerprint")
+STORE_KEY_VAR, STORE_URL_VAR = "STATECODEC_STORE_KEY", "STATECODEC_STORE_URL"
 _MAX_STORE_FILE_BYTES = 4096
+_VERDICTS = {Claim.USED: Reason.REPLAYED, Claim.REVOKED: Reason.REVOKED, Claim.EXPIRED: Reason.EXPIRED}
 
 
-class Claim(enum.Enum):
-    """What the store says of a token id it was asked to claim."""
-
-    FIRST = "first"  # no one claimed it before: accept
-    USED = "used"  # claimed before: a replay
-    FORGOTTEN = "forgotten"  # the store lost its memory after the token was issued: it cannot be proven unused
-
-
-@runtime_checkable
-class Store(Protocol):
-    """Shared state behind `SingleUse`. Each method fails with `StoreError` (never a URL or credential in its
-    message) when the store does not answer within the store's own timeout.
-
-    - `claim(key, issued_at, expires_at)`: atomically record `key` until `expires_at` (epoch seconds); `FIRST` for
-      the one call that recorded it, `USED` for every other, `FORGOTTEN` when the store's memory began after
-      `issued_at` (it was flushed or restarted without persistence since then).
-    - `revoke(scope, at, expires_at)`: every instance must treat tokens of `scope` issued at or before `at` as
-      revoked, until `expires_at`, when every such token has expired anyway.
-    - `revoked_at(scopes)`: the latest revocation instant among `scopes` (0.0 when none), from a local view no
-      older than the store's staleness bound.
-    - `health()`: what an operator needs to see (no secret, no URL credentials).
-    """
-
-    def claim(self, key: bytes, issued_at: float, expires_at: float) -> Claim: ...
-
-    def revoke(self, scope: bytes, at: float, expires_at: float) -> None: ...
-
-    def revoked_at(self, scopes: Sequence[bytes]) -> float: ...
-
-    def health(self) -> dict[str, object]: ...
-
-    def close(self) -> None: ...
+def _field(value: str | None) -> bytes:
+    """One digest input field: ``0x00`` when absent, else ``0x01``, its UTF-8 length (4 bytes BE), its UTF-8."""
+    if value is None:
+        return b"\x00"
+    data = value.encode("utf-8")
+    return b"\x01" + len(data).to_bytes(4, "big") + data
 
 
-class MemoryStore:
-    """`Store` for one process: thread-safe, entries expire with their tokens, at most `max_entries` live claims.
-
-    Its memory begins when it is created, so a token issued before then (by an earlier run of the process) is
-    `FORGOTTEN`. A claim that would exceed `max_entries` live tokens fails with `StoreError` (fail closed).
-    """
-
-    def __init__(self, *, max_entries: int = 1_000_000, clock: Callable[[], float] = time.time) -> None:
-        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
-            raise ConfigurationError("max_entries must be a positive int")
-        self._clock, self._max = clock, max_entries
-        self._started = int(clock() * 1000) / 1000  # stamps count whole milliseconds
-        self._claims: dict[bytes, float] = {}
-        self._expiry: list[tuple[float, bytes]] = []  # a heap: the next claim to expire first
-        self._revocations: dict[bytes, tuple[float, float]] = {}  # scope -> (at, expires_at)
-        self._lock = threading.Lock()
-
-    def claim(self, key: bytes, issued_at: float, expires_at: float) -> Claim:
-        with self._lock:
-            now = self._clock()
-            while self._expiry and self._expiry[0][0] <= now:
-                _, old = heapq.heappop(self._expiry)
-                if self._claims.get(old, now + 1) <= now:
-                    del self._claims[old]
-            if issued_at < self._started:
-                return Claim.FORGOTTEN
-            if key in self._claims:
-                return Claim.USED
-            if len(self._claims) >= self._max:
-                raise StoreError(f"the in-process store holds {self._max} live tokens, its max_entries")
-            self._claims[key] = expires_at
-            heapq.heappush(self._expiry, (expires_at, key))
-            return Claim.FIRST
-
-    def revoke(self, scope: bytes, at: float, expires_at: float) -> None:
-        with self._lock:
-            previous = self._revocations.get(scope, (0.0, 0.0))
-            self._revocations[scope] = (max(at, previous[0]), max(expires_at, previous[1]))
-
-    def revoked_at(self, scopes: Sequence[bytes]) -> float:
-        now = self._clock()
-        with self._lock:
-            found = [self._revocations.get(scope) for scope in scopes]
-        return max((at for at, until in filter(None, found) if now < until), default=0.0)
-
-    def health(self) -> dict[str, object]:
-        with self._lock:
-            return {"store": "memory", "live_claims": len(self._claims), "revocations": len(self._revocations)}
-
-    def close(self) -> None:
-        pass
-
-    def __repr__(self) -> str:
-        return f"MemoryStore(max_entries={self._max})"
+def checked(what: str, value: object) -> str:
+    """An operator's scope name or value: a non-empty str without surrounding whitespace, else ValueError."""
+    if type(value) is not str or not value or value != value.strip() or not value.isprintable():
+        raise ConfigurationError(f"{what} must be non-empty text without leading or trailing whitespace")
+    return value
 
 
-def _check_scopes(scopes: Mapping[str, str | None] | None) -> list[tuple[str, str]]:
-    pairs = [(name, value) for name, value in (scopes or {}).items() if value is not None]
-    for name, value in pairs:
-        if type(name) is not str or type(value) is not str or not name:
-            raise TypeError("scopes must map non-empty str names to str values (or None for no scope)")
-    return pairs
+def _mac(key: bytes, data: bytes) -> bytes:
+    return hmac.new(key, data, "sha256").digest()[:_DIGEST]
 
 
 class SingleUse(HoldsSecrets):
-    """The single-use and revocation rules (module docstring), over any `Store`.
+    """The single-use and revocation rules (module docstring) over any `Store`.
 
-    `key` (32 bytes or more, e.g. from `statecodec keygen`, the same on every instance) keys the digests the store
-    holds; `ttl` is the longest a stamped token may live, and should equal the lifetime the codec around it
-    enforces; `clock_skew` is how far apart the fleet's clocks may be: a revocation also covers tokens stamped up
-    to that many seconds after it, so a fast clock cannot carry an older token past it.
+    `key` (one key from `statecodec keygen`, the same on every instance) keys every digest and the stamp; `ttl` is
+    the lifetime of the tokens this instance mints (the codec's own); `clock_skew` is how far this clock may be
+    from the store's: beyond it this instance neither mints (`stamp` raises) nor accepts, and a revocation also
+    covers tokens stamped up to that long after it.
     """
 
-    __slots__ = ("_claim_key", "_clock", "_scope_key", "_stamp_key", "clock_skew", "on_store_error", "store", "ttl")
+    __slots__ = ("_clock", "_epoch", "_keys", "_skewed", "clock_skew", "on_store_error", "store", "ttl")
 
     def __init__(
         self,
         store: Store,
         *,
         key: bytes | KeyRing,
-        ttl: float = 600,
+        ttl: float,
         clock_skew: float = 1.0,
-        on_store_error: str = "refuse",
+        on_store_error: Literal["refuse", "accept"] = "refuse",
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not isinstance(store, Store):
             raise ConfigurationError("store must be a statecodec Store, e.g. MemoryStore() or RedisStore.from_url")
         if on_store_error not in ("refuse", "accept"):
             raise ConfigurationError("on_store_error must be 'refuse' (fail closed) or 'accept' (availability first)")
-        for name, value in (("ttl", ttl), ("clock_skew", clock_skew)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e7:
-                raise ConfigurationError(f"{name} must be a number of seconds in 0..10,000,000")
-        if ttl <= 0:
-            raise ConfigurationError("ttl must be more than 0 seconds")
+        self.ttl = seconds("ttl", ttl, low=0, high=1e7, low_open=True)
+        self.clock_skew = seconds("clock_skew", clock_skew, low=0, high=3600)
         try:
             secret = (key if isinstance(key, KeyRing) else KeyRing([key]))[0]
         except ConfigurationError as exc:
             raise ConfigurationError(f"the store key {str(exc).removeprefix('keys[0] ')}") from None
-        self._claim_key = derive_key(secret, _CLAIM_INFO)
-        self._scope_key = derive_key(secret, _SCOPE_INFO)
-        self._stamp_key = derive_key(secret, _STAMP_INFO)
-        self.store, self.ttl, self.clock_skew, self.on_store_error = store, ttl, clock_skew, on_store_error
-        self._clock = clock
+        self._keys = {label: derive_key(secret, b"statecodec/su2/" + label.encode()) for label in _LABELS}
+        self.store, self.on_store_error, self._clock = store, on_store_error, clock
+        self._epoch: bytes | None = None  # the store's epoch, once it answered: stamps carry it
+        self._skewed: str | None = "has not answered yet"  # why this instance may not mint, if it may not
         if on_store_error == "accept":
             logger.warning("single use is availability first: a token is accepted unchecked while the store is down")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *, store: Store | None = None) -> SingleUse:
-        """The `SingleUse` guard the environment describes: the store (`store_from_settings`), ``STATECODEC_STORE_KEY``
-        (or ``_FILE``; a key from `statecodec keygen`, the same on every instance), ``STATECODEC_TTL``
-        (`statecodec.config.ttl_setting`, which `security_from_env` reads too) and ``STATECODEC_STORE_ON_ERROR``
-        (``refuse``, the default, or ``accept``). A misspelt ``STATECODEC_*`` name is refused, naming the closest."""
+        """The guard the environment describes: the store (`store_from_settings`), ``STATECODEC_STORE_KEY`` (or
+        ``_FILE``), ``STATECODEC_TTL`` and ``STATECODEC_STORE_ON_ERROR`` (``refuse``, the default, or ``accept``)."""
         settings = os.environ if environ is None else environ
         check_names(settings)
         text, source = text_or_file(settings, STORE_KEY_VAR, _MAX_STORE_FILE_BYTES, "it holds one key")
@@ -229,134 +125,243 @@ class SingleUse(HoldsSecrets):
                 "STATECODEC_STORE_ON_ERROR must be refuse (fail closed, the default) or accept (availability first)"
             )
         ttl = ttl_setting(settings)
-        return cls(store or store_from_settings(settings), key=keys[0], ttl=ttl, on_store_error=on_error)
+        mode: Literal["refuse", "accept"] = "accept" if on_error == "accept" else "refuse"
+        return cls(store or store_from_settings(settings), key=keys[0], ttl=ttl, on_store_error=mode)
 
-    def stamp(self, state: bytes) -> bytes:
-        """`state` behind a fresh stamp: a random token id and the issue time."""
-        issued_ms = int(self._clock() * 1000)
-        body = secrets.token_bytes(_ID_LENGTH) + issued_ms.to_bytes(6, "big")
-        body += self._digest(self._stamp_key, STAMP_PREFIX + body)
-        return STAMP_PREFIX + b64u_encode(body).encode("ascii") + b"." + state
+    @property
+    def where(self) -> str:
+        """The store's host:port (or ``memory``), for messages: never a credential."""
+        return self.store.where
 
-    def consume(self, stamped: bytes, scopes: Mapping[str, str | None] | None = None) -> bytes:
-        """The state behind a stamp this guard may accept once (checks: module docstring); `scopes` are the
-        presenting request's revocable scopes, e.g. ``{"principal": user, "tenant": org}``."""
-        pairs = _check_scopes(scopes)
-        token_id, issued_at = self._parse(stamped)
-        # No lower bound: only a holder of the store key can stamp, and the codec around checks its own claims.
-        if not self._clock() < issued_at + self.ttl:
-            raise InvalidToken(Reason.EXPIRED)
-        scope_keys = [ALL_SCOPE, *(self._scope_digest(name, value) for name, value in pairs)]
-        claim_key = self._digest(self._claim_key, token_id)
+    @property
+    def started(self) -> bool:
+        return self._epoch is not None
+
+    def _ms(self, seconds: float) -> int:
+        return round(seconds * 1000)
+
+    @property
+    def _fingerprint(self) -> bytes:
+        return _mac(self._keys["fingerprint"], _field(self.store.namespace))
+
+    def _compare(self, before: float, store_ms: int, after: float) -> str | None:
+        """Why this clock is beyond `clock_skew` from the store's (answered between `before` and `after`)."""
+        offset = store_ms / 1000 - min(max(store_ms / 1000, before - self.clock_skew), after + self.clock_skew)
+        if offset == 0:
+            return None
+        way = "behind" if offset > 0 else "ahead of"
+        return f"this clock is {abs(offset) + self.clock_skew:.3f} s {way} the store's"
+
+    async def start(self) -> None:
+        """One round trip: begin the store's memory if it has none, record this lifetime, check whose the store
+        is, its memory policy and its clock. `ConfigurationError` names what to fix; `StoreUnreachable` if the
+        store does not answer (claims refuse until it does)."""
+        before = self._clock()
+        hello = await self.store.hello(
+            fingerprint=self._fingerprint, lifetime_ms=self._ms(self.ttl), skew_ms=self._ms(self.clock_skew)
+        )
+        skewed = self._compare(before, hello.now_ms, self._clock())
+        check_owner(hello.owner, self.where)
+        if skewed:
+            raise ConfigurationError(
+                f"{skewed} at {self.where}, beyond the allowed clock skew of {self.clock_skew:g} s; fix the time "
+                "synchronisation of this host"
+            )
+        self._epoch, self._skewed = hello.epoch, None
+
+    def stamp(
+        self, state: bytes, *, principal: Principal | None = None, scopes: Mapping[str, str] | None = None
+    ) -> bytes:
+        """`state` behind a fresh stamp recording the minting principal and `scopes` (``{"tenant": "acme"}``)."""
+        if self._epoch is None or self._skewed:
+            raise StoreError(f"single use cannot mint: the store at {self.where} {self._skewed}")
+        if not isinstance(state, bytes):
+            raise TypeError("state must be bytes")
+        client, issuer, subject = principal or (None, None, None)
+        digests = [self._scope("principal", issuer, subject)] if subject else []
+        digests += [self._scope("client", issuer, client)] if client else []
+        for name, value in (scopes or {}).items():
+            digests.append(self._scope("scope", checked("a scope name", name), checked("a scope value", value)))
+        if len(digests) > _MAX_SCOPES:
+            raise ConfigurationError(f"a token carries at most {_MAX_SCOPES} revocable scopes")
+        issued = self._ms(self._clock())
+        body = secrets.token_bytes(16) + issued.to_bytes(6, "big") + (issued + self._ms(self.ttl)).to_bytes(6, "big")
+        body += self._epoch + bytes([len(digests)]) + b"".join(digests)
+        return PREFIX + b64u_encode(body + _mac(self._keys["stamp"], PREFIX + body + state)).encode() + b"." + state
+
+    def _scope(self, kind: str, first: str | None, second: str | None) -> bytes:
+        return _mac(self._keys["scope"], _field(kind) + _field(first) + _field(second))
+
+    def _parse(self, stamped: bytes) -> tuple[bytes, bytes]:
+        """(the stamp's body, the state) of a stamp this key made over this state; InvalidToken otherwise."""
+        head, dot, state = stamped.partition(b".") if isinstance(stamped, bytes) else (b"", b"", b"")
+        encoded, dot, state = state.partition(b".")
+        body = b64u_decode(encoded.decode("ascii", "replace")) if head == PREFIX[:-1] and dot else b""
+        if len(body) < _HEADER + 1 + _DIGEST or len(body) != _HEADER + 1 + _DIGEST * (body[_HEADER] + 1):
+            raise InvalidToken(Reason.MALFORMED)
+        if not hmac.compare_digest(body[-_DIGEST:], _mac(self._keys["stamp"], PREFIX + body[:-_DIGEST] + state)):
+            raise InvalidToken(Reason.SEAL)
+        return body[:-_DIGEST], state
+
+    async def consume(self, stamped: bytes) -> bytes:
+        """The state behind a stamp accepted for the first time; `InvalidToken` (malformed, seal, expired, revoked,
+        replayed, store_unavailable) otherwise. One store round trip."""
+        body, state = self._parse(stamped)
+        issued, expires = int.from_bytes(body[16:22], "big"), int.from_bytes(body[22:28], "big")
+        scopes = [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)]
+        verdict: Verdict | None = None
         try:
-            revoked = issued_at <= self.store.revoked_at(scope_keys)
-            claim = None if revoked else self.store.claim(claim_key, issued_at, issued_at + self.ttl + self.clock_skew)
-        except Exception:  # deny on error: a store that raised anything cannot vouch for the token
-            claim = revoked = None
-        if revoked:
-            raise InvalidToken(Reason.REVOKED)
-        if claim is Claim.FIRST:
-            return stamped[STAMP_LENGTH:]
-        if claim is Claim.USED:
-            raise InvalidToken(Reason.REPLAYED)
-        if claim is None and self.on_store_error == "accept":
-            logger.error("single-use store unavailable: token accepted WITHOUT the single-use check (on_store_error)")
-            return stamped[STAMP_LENGTH:]
-        if claim is Claim.FORGOTTEN:
-            logger.warning("single-use store lost its memory since this token was issued (flush or restart)")
+            if self._epoch is None:
+                await self.start()
+            before = self._clock()
+            verdict = await self.store.claim(
+                fingerprint=self._fingerprint, key=_mac(self._keys["claim"], body[:16]), epoch=body[28:36],
+                issued_ms=issued, expires_ms=expires, skew_ms=self._ms(self.clock_skew),
+                lifetime_ms=self._ms(self.ttl), scopes=[*scopes, self._scope("all", None, None)],
+            )
+            self._skewed = self._compare(before, verdict.now_ms, self._clock())
+        except StoreUnreachable as exc:
+            if self.on_store_error == "accept":
+                logger.error("%s: token accepted WITHOUT the single-use check (on_store_error=accept)", exc)
+                return state
+            logger.warning("%s: token refused", exc)
+        except (StoreError, ConfigurationError) as exc:
+            logger.error("%s: token refused", exc)
+        except Exception as exc:  # a store's bug: never a reason to accept
+            logger.error("the store at %s failed (%s): token refused", self.where, type(exc).__name__)
+        if verdict is None:
+            raise InvalidToken(Reason.STORE_UNAVAILABLE)
+        return self._decide(verdict, state)
+
+    def _decide(self, verdict: Verdict, state: bytes) -> bytes:
+        if verdict.malformed:
+            logger.error("the store at %s holds malformed revocations, skipped: %s", self.where, verdict.malformed)
+        if verdict.epoch != self._epoch:
+            logger.warning("the store at %s lost its memory (flush or restart): earlier tokens refused", self.where)
+            self._epoch = verdict.epoch
+        if self._skewed:
+            logger.error("single use: %s at %s, beyond the clock skew: token refused", self._skewed, self.where)
+        elif verdict.claim is Claim.FIRST:
+            return state
+        elif verdict.claim is Claim.FOREIGN:
+            logger.error("the store at %s belongs to another store key or namespace: token refused", self.where)
+        elif verdict.claim in _VERDICTS:
+            raise InvalidToken(_VERDICTS[verdict.claim])
         raise InvalidToken(Reason.STORE_UNAVAILABLE)
 
-    def revoke(self, scope: str | None = None, value: str | None = None) -> float:
-        """Refuse, on every instance, each token issued until now (plus `clock_skew`) for ``scope=value``
-        (``revoke("principal", "alice")``), or every token when both are None; returns the revocation instant."""
-        if (scope is None) != (value is None):
-            raise ConfigurationError("revoke takes a scope name and value, or neither to revoke everything")
-        at = self._clock() + self.clock_skew
-        digest = ALL_SCOPE
-        if scope is not None and value is not None:
-            _check_scopes({scope: value})
-            digest = self._scope_digest(scope, value)
-        self.store.revoke(digest, at, at + self.ttl + self.clock_skew)
-        return at
+    def _selector(
+        self, principal: str | None, client: str | None, issuer: str | None, scope: tuple[str, str] | None,
+        everything: bool,
+    ) -> bytes:
+        if sum((principal is not None, client is not None, scope is not None, everything)) != 1:
+            raise ConfigurationError("name exactly one of a principal, a client, a scope, or everything")
+        if issuer is not None and principal is None and client is None:
+            raise ConfigurationError("an issuer qualifies a principal or a client only")
+        issuer = None if issuer is None else checked("the issuer", issuer)
+        if principal is not None:
+            return self._scope("principal", issuer, checked("the principal", principal))
+        if client is not None:
+            return self._scope("client", issuer, checked("the client", client))
+        if scope is not None:
+            return self._scope("scope", checked("the scope name", scope[0]), checked("the scope value", scope[1]))
+        return self._scope("all", None, None)
 
-    @staticmethod
-    def _digest(key: bytes, message: bytes) -> bytes:
-        return hmac.new(key, message, "sha256").digest()[:_DIGEST_LENGTH]
+    async def revoke(
+        self, *, principal: str | None = None, client: str | None = None, issuer: str | None = None,
+        scope: tuple[str, str] | None = None, everything: bool = False,
+    ) -> float:
+        """Refuse, on every instance, each token minted until now (plus `clock_skew`) for the subject `principal`
+        or the OAuth client `client` (at `issuer`), the operator scope ``scope=(name, value)``, or `everything`;
+        the instant it took effect, on the store's clock (seconds)."""
+        digest = self._selector(principal, client, issuer, scope, everything)
+        return await self.store.revoke(digest, fingerprint=self._fingerprint, skew_ms=self._ms(self.clock_skew)) / 1000
 
-    def _scope_digest(self, name: str, value: str) -> bytes:
-        # JSON keeps (name, value) pairs unambiguous and escapes what UTF-8 cannot encode.
-        return self._digest(self._scope_key, json.dumps([name, value]).encode("ascii"))
+    async def lift(
+        self, *, principal: str | None = None, client: str | None = None, issuer: str | None = None,
+        scope: tuple[str, str] | None = None, everything: bool = False,
+    ) -> bool:
+        """Undo the revocation `revoke` made with the same selector; whether there was one."""
+        digest = self._selector(principal, client, issuer, scope, everything)
+        return await self.store.lift(digest, fingerprint=self._fingerprint)
 
-    def _parse(self, stamped: bytes) -> tuple[bytes, float]:
-        end = STAMP_LENGTH - 1
-        if not (isinstance(stamped, bytes) and stamped[:4] == STAMP_PREFIX and stamped[end : end + 1] == b"."):
-            raise InvalidToken(Reason.MALFORMED)
-        body = b64u_decode(stamped[4:end].decode("ascii", "replace"))
-        if not hmac.compare_digest(body[22:], self._digest(self._stamp_key, STAMP_PREFIX + body[:22])):
-            raise InvalidToken(Reason.SEAL)
-        return body[:_ID_LENGTH], int.from_bytes(body[_ID_LENGTH:22], "big") / 1000
+    async def health(self) -> dict[str, object]:
+        return await self.store.health(fingerprint=self._fingerprint)
+
+    async def aclose(self) -> None:
+        await self.store.aclose()
 
     def __repr__(self) -> str:
-        return f"SingleUse({self.store!r}, ttl={self.ttl}, on_store_error={self.on_store_error!r})"
+        return f"SingleUse({self.store!r}, ttl={self.ttl:g}, on_store_error={self.on_store_error!r})"
 
 
-class SingleUseCodec(WrapsCodec):
-    """`codec` whose tokens are accepted at most once: seal stamps the state, unseal consumes the stamp only after
-    the inner unseal (with its principal and context checks) passed. Keyword arguments go to the inner codec
-    (`BoundCodec`'s ``principal=`` and ``context=``); the presenting principal is a revocable scope, and `scopes`
-    adds others (``scopes={"tenant": org}``)."""
+class SingleUseCodec(WrapsCodec, HoldsSecrets):
+    """`codec` whose tokens are accepted at most once, for synchronous code: seal stamps the state, unseal consumes
+    the stamp after the inner unseal (with its principal and context checks) passed. The guard's coroutines run on
+    one event-loop thread this object owns (`close` ends it), never on a shared pool; use the guard from that
+    thread only (a Redis client belongs to the loop it connected on)."""
 
-    __slots__ = ("codec", "guard")
+    __slots__ = ("_loop", "_thread", "codec", "guard")
 
     def __init__(self, codec: Codec, guard: SingleUse) -> None:
         self.codec, self.guard = codec, guard
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="statecodec-single-use", daemon=True)
+        self._thread.start()
 
-    def seal(self, state: bytes, **kwargs: object) -> str:
-        return self.codec.seal(self.guard.stamp(state), **kwargs)
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """`coroutine`'s result, run on this codec's own loop thread."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    def unseal(self, token: str, *, scopes: Mapping[str, str | None] | None = None, **kwargs: object) -> bytes:
-        _check_scopes(scopes)  # a caller's bug is reported before anything is consumed
-        stamped = self.codec.unseal(token, **kwargs)
-        principal = kwargs.get("principal")
-        scopes = {**(scopes or {}), "principal": principal if isinstance(principal, str) else None}
-        return self.guard.consume(stamped, scopes)
+    def seal(
+        self, state: bytes, *, principal: str | Principal | None = None, scopes: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """A str `principal` is bound by the inner codec (`BoundCodec`) and recorded as the subject; a triple
+        ``(client_id, issuer, subject)`` is recorded only."""
+        if isinstance(principal, str):
+            kwargs["principal"], principal = principal, (None, None, principal)
+        if not self.guard.started:
+            self.run(self.guard.start())
+        return self.codec.seal(self.guard.stamp(state, principal=principal, scopes=scopes), **kwargs)
+
+    def unseal(self, token: str, **kwargs: Any) -> bytes:
+        return self.run(self.guard.consume(self.codec.unseal(token, **kwargs)))
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        try:
+            self.run(self.guard.aclose())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
 
     def __repr__(self) -> str:
         return f"SingleUseCodec({self.codec!r}, {self.guard!r})"
 
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError("SingleUseCodec holds keys and is not picklable")
 
-
-def _seconds(settings: Mapping[str, str], name: str, default: float) -> float:
-    text = setting(settings, name, required=False)
-    try:
-        value = default if text is None else float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 1e7:  # positive, and a NaN fails too
-        raise ConfigurationError(f"{name} must be a positive number of seconds, e.g. {default:g}")
-    return value
-
-
-def store_from_settings(settings: Mapping[str, str], *, listen: bool = True) -> Store:
-    """The store ``STATECODEC_STORE_URL`` (or ``_FILE``, since a URL may hold a password) names: ``memory`` for
-    one process, ``redis://``, ``rediss://`` or ``redis+cluster://`` for a fleet (needs ``statecodec[redis]``).
-    ``listen=False`` is for a one-shot command: a Redis store then reads revocations at each call instead of
-    keeping a view current."""
+def store_from_settings(settings: Mapping[str, str]) -> Store:
+    """The store ``STATECODEC_STORE_URL`` (or ``_FILE``) names: ``memory`` for one process, or ``redis://``,
+    ``rediss://``, ``unix://``, ``redis+cluster://`` for a fleet (``statecodec[redis]``); with
+    ``STATECODEC_STORE_NAMESPACE`` and ``STATECODEC_STORE_TIMEOUT`` (seconds, default 0.25)."""
+    if setting(settings, "STATECODEC_REVOCATION_STALENESS", required=False) is not None:
+        raise ConfigurationError(
+            "STATECODEC_REVOCATION_STALENESS is gone: each claim now asks the store about revocations in the same "
+            "round trip, so there is no view to keep fresh; remove the setting"
+        )
     url, source = text_or_file(settings, STORE_URL_VAR, _MAX_STORE_FILE_BYTES, "it holds one store URL")
     if url is None:
         raise ConfigurationError(f"{STORE_URL_VAR} is not set; set it to redis://host:6379/0 (a fleet) or memory")
+    namespace = setting(settings, "STATECODEC_STORE_NAMESPACE", required=False) or "statecodec"
     url = url.strip()
     if url == "memory":
-        return MemoryStore()
+        return MemoryStore(namespace=namespace)
     if url.partition("://")[0] not in REDIS_SCHEMES:
-        # Only the scheme is echoed: the rest of a URL may hold credentials.
+        # No part of the text is echoed: a mistyped URL may still hold a password.
         schemes = ", ".join(f"{scheme}://" for scheme in REDIS_SCHEMES)
-        raise ConfigurationError(f"{source} must be memory or a URL of {schemes}, not {url.split(':')[0]}:")
+        raise ConfigurationError(f"{source} must be memory or a URL starting {schemes} (its text is not shown)")
+    timeout = seconds_setting(settings, "STATECODEC_STORE_TIMEOUT", default=0.25, low=0, high=60, low_open=True)
     from statecodec.redis_store import RedisStore  # needs the redis extra; imported only when configured
 
-    timeout = _seconds(settings, _STORE_SETTINGS[0], 0.25)
-    staleness = _seconds(settings, _STORE_SETTINGS[2], 1.0)
-    namespace = setting(settings, _STORE_SETTINGS[1], required=False) or "statecodec"
-    return RedisStore.from_url(url, namespace=namespace, timeout=timeout, staleness=staleness, listen=listen)
+    return RedisStore.from_url(url, namespace=namespace, timeout=timeout)

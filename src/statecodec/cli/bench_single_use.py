@@ -7,11 +7,9 @@ use adds, per token (seal and unseal) and per unseal:
 
 - over the in-process store (`MemoryStore`), as a ratio to `BoundCodec`'s own;
 - over a Redis store, as a ratio to one bare ``PING`` round trip to the same server, timed in the same rounds
-  (the goal is about 1: one claim, one round trip), with the round trips the consuming thread made per token
-  counted on the client's connections (the revocation view's own thread is not counted: it reloads on a timer,
-  not per token);
-- and how late a task on the event loop wakes while tokens are consumed, with the store call in a worker thread
-  (as `statecodec.mcp.SingleUseMiddleware` does) and on the loop itself.
+  (the goal is about 1: one claim, one round trip), with the scripts the server ran per token (its own count);
+- and how late a task on the event loop wakes while tokens are consumed through `SingleUseCodec` (whose store
+  calls run on its own loop thread), called from a worker thread and from the loop itself.
 
 Nothing here is imported by ``import statecodec``; redis is imported only when ``--store-url`` is given.
 """
@@ -21,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,7 +28,8 @@ from statecodec import AESGCMCodec, BoundCodec
 from statecodec.binding import mcp_request_context
 from statecodec.cli.bench import PAYLOADS, interleave, paired
 from statecodec.errors import ConfigurationError
-from statecodec.single_use import MemoryStore, SingleUse, SingleUseCodec, Store
+from statecodec.single_use import SingleUse, SingleUseCodec
+from statecodec.store import MemoryStore, Store
 
 _PRINCIPAL = "user-42"
 _NAMESPACE = "statecodec-bench"  # claims the bench makes never share keys with a fleet's namespace
@@ -67,8 +65,8 @@ def _ops(codec: BoundCodec | SingleUseCodec) -> tuple[Op, Op]:
 
 
 class _Redis:
-    """A Redis store built as `RedisStore.from_url` builds it, on connections that count the requests each thread
-    sends (a pipelined batch is one send, one round trip), and a bare client for ``PING``."""
+    """A Redis store built by `RedisStore.from_url`, and a bare client for ``PING`` and the server's own count of
+    the commands it was sent (``INFO commandstats``)."""
 
     def __init__(self, url: str) -> None:
         try:
@@ -77,49 +75,27 @@ class _Redis:
             from statecodec.redis_store import RedisStore
         except ImportError:
             raise ConfigurationError(_REDIS_HINT) from None
-        scheme = url.partition(":")[0]
-        if scheme not in ("redis", "rediss", "unix"):
-            raise ConfigurationError(f"--store-url must be a redis://, rediss:// or unix:// URL, not {scheme}:")
-        base: type[redis.Connection] | type[redis.UnixDomainSocketConnection]
-        base = {"rediss": redis.SSLConnection, "unix": redis.UnixDomainSocketConnection}.get(scheme, redis.Connection)
-        sends: dict[int, int] = {}
-
-        class Counting(base):  # type: ignore[valid-type,misc]
-            def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-                sends[threading.get_ident()] = sends.get(threading.get_ident(), 0) + 1
-                super().send_packed_command(command, check_health)
-
-        options: dict[str, Any] = {"socket_timeout": _TIMEOUT_S, "socket_connect_timeout": _TIMEOUT_S, "protocol": 2}
-        try:
-            self.bare = redis.Redis.from_url(url, **options)
-            self.client = redis.Redis.from_url(url, connection_class=Counting, health_check_interval=0, **options)
-        except Exception:  # a malformed URL: the client's message may quote it, credentials included
-            raise ConfigurationError("--store-url is not a valid Redis URL") from None
-        self.sends = sends
+        self.store = RedisStore.from_url(url, namespace=_NAMESPACE, timeout=_TIMEOUT_S)  # checks the URL
+        self.bare = redis.Redis.from_url(url, socket_timeout=_TIMEOUT_S, socket_connect_timeout=_TIMEOUT_S)
         try:
             self.bare.ping()
         except Exception:
             self.close()
             raise ConfigurationError("--store-url: the Redis server does not answer a PING") from None
-        self.store = RedisStore(self.client, namespace=_NAMESPACE, staleness=4 * _TIMEOUT_S)
-        # A store whose memory began less than its clock allowance ago (new, flushed) refuses the tokens stamped
-        # until then, which may predate it: wait that out rather than measure refusals.
-        began = float(str(self.store.health()["epoch"]))
-        time.sleep(max(0.0, began + self.store.clock_allowance - time.time()))
+
+    def _scripts_run(self) -> int:
+        stats: dict[str, Any] = self.bare.info("commandstats")
+        return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("evalsha", "eval"))
 
     def round_trips(self, op: Op, count: int) -> float:
-        """Requests this thread sent per call of `op`."""
-        me = threading.get_ident()
-        before = self.sends.get(me, 0)
+        """Scripts the server ran per call of `op` (each is one round trip: nothing else is sent per token)."""
+        before = self._scripts_run()
         for _ in range(count):
             op()
-        return (self.sends.get(me, 0) - before) / count
+        return (self._scripts_run() - before) / count
 
     def close(self) -> None:
-        if hasattr(self, "store"):
-            self.store.close()
         self.bare.close()
-        self.client.close()
 
 
 @contextmanager
@@ -219,6 +195,9 @@ def run(rounds: int, redis: _Redis | None, lag_s: float) -> dict[str, Any]:
         for where, on_loop in (("thread", False), ("loop", True)):
             lag[f"{name}/{where}"] = _lag_figures(_lag(_consumer(guarded, per_tick), on_loop, lag_s))
     doc["loop_lag"] = lag
+    for guarded in (in_process, shared):
+        if guarded is not None:
+            guarded.close()
     return doc
 
 

@@ -99,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
     except InvalidToken as exc:
         return _error(args, exc, f"invalid token: {exc}", 1)
+    except StoreError as exc:  # a store that cannot answer is a failed check, as a provider is in `check`
+        return _error(args, exc, str(exc), 1)
     except StatecodecError as exc:
         return _error(args, exc, str(exc), 2)
     except KeyboardInterrupt:

@@ -1,82 +1,120 @@
 """`statecodec revoke` and `statecodec store check`: the single-use store, as an operator drives it.
 
 Both read the store from ``STATECODEC_STORE_URL`` and its key from ``STATECODEC_STORE_KEY`` (or their ``_FILE``
-forms), as every instance does; neither prints the URL's credentials or the key. A revocation is written to the
-store and reaches every instance through its revocation view (docs/single-use.md).
+forms) as every server does, and check the store's fingerprint first: under another store key or namespace, or on
+a store no server has used, nothing is revoked and the command says why. Neither prints a credential or the key.
+A store that cannot be reached exits 1 in both, like any check that failed (docs/cli.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import datetime
 import json
 import os
-import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from statecodec.config import check_names
-from statecodec.errors import ConfigurationError, StoreError
-from statecodec.single_use import MemoryStore, SingleUse, store_from_settings
+from statecodec.errors import ConfigurationError
+from statecodec.single_use import SingleUse, checked
+from statecodec.store import check_owner
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    revoke = sub.add_parser("revoke", help="refuse, on every instance, the tokens issued until now for a scope")
+    revoke = sub.add_parser("revoke", help="refuse, on every instance, the tokens minted until now for a principal")
     which = revoke.add_mutually_exclusive_group(required=True)
-    which.add_argument("--principal", metavar="P", help="a principal (the authenticated subject, for MCP)")
-    which.add_argument("--scope", metavar="NAME=VALUE", help="an operator-chosen scope, e.g. tenant=acme")
-    which.add_argument("--all", action="store_true", help="every token issued until now, whatever its scope")
+    which.add_argument("--principal", metavar="SUBJECT", help="the authenticated subject (with --issuer if any)")
+    which.add_argument("--client", metavar="ID", help="an OAuth client id (with --issuer if any)")
+    which.add_argument("--scope", metavar="NAME=VALUE", help="an operator scope the server stamps, e.g. tenant=acme")
+    which.add_argument("--all", action="store_true", help="every token minted until now")
+    revoke.add_argument("--issuer", metavar="ISS", help="the issuer of --principal or --client (the token's iss)")
+    revoke.add_argument("--lift", action="store_true", help="undo the revocation of the same selector")
     revoke.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     revoke.set_defaults(func=_revoke)
     store = sub.add_parser("store", help="the single-use store")
     actions = store.add_subparsers(dest="store_command", metavar="SUBCOMMAND", required=True)
-    check = actions.add_parser("check", help="connect to the configured store and print its health")
-    check.add_argument("--json", action="store_true", help="print the health as JSON on stdout")
+    check = actions.add_parser("check", help="check the configured store: owner, memory policy, revocations")
+    check.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     check.set_defaults(func=_check)
 
 
-def _guard() -> SingleUse:
-    check_names(os.environ)  # a misspelt name is named before any store is built
-    # One call and done: no revocation view to keep current, so no listener thread.
-    return SingleUse.from_env(store=store_from_settings(os.environ, listen=False))
+def _with_guard(work: Callable[[SingleUse], Awaitable[Any]]) -> Any:
+    check_names(os.environ)
+    if (os.environ.get("STATECODEC_STORE_URL") or "").strip() == "memory":
+        raise ConfigurationError(
+            "STATECODEC_STORE_URL=memory is a store inside one process: this command would only see its own; set "
+            "STATECODEC_STORE_URL to the redis:// URL the servers use"
+        )
+    guard = SingleUse.from_env()
+
+    async def run() -> Any:
+        try:
+            return await work(guard)
+        finally:
+            await guard.aclose()
+
+    return asyncio.run(run())
+
+
+def _when(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(timespec="milliseconds")
 
 
 def _revoke(args: argparse.Namespace) -> int:
-    scope: tuple[str, str] | tuple[None, None] = (None, None)
-    if args.principal is not None:
-        scope = ("principal", args.principal)
-    elif args.scope is not None:
+    selector: dict[str, Any] = {"everything": args.all, "issuer": args.issuer}
+    what = "every token"
+    if args.scope is not None:
         name, sep, value = args.scope.partition("=")
-        if not (sep and name and value):
+        if not sep:
             raise ConfigurationError("--scope takes NAME=VALUE, e.g. --scope tenant=acme")
-        scope = (name, value)
-    guard = _guard()
-    if isinstance(guard.store, MemoryStore):
-        raise ConfigurationError(
-            "STATECODEC_STORE_URL=memory is a store inside one process; revoke writes to the fleet's shared store: "
-            "set STATECODEC_STORE_URL to the redis:// or rediss:// URL the servers use"
-        )
-    try:
-        at = guard.revoke(*scope)
-    finally:
-        guard.store.close()
-    what = "every token" if scope[0] is None else f"the tokens of {scope[0]} {scope[1]!r}"
-    if args.json:
-        print(json.dumps({"revoked": scope[0] or "all", "value": scope[1], "issued_until": at}))
+        selector["scope"] = (checked("--scope NAME", name), checked("--scope VALUE", value))
+        what = f"the tokens of scope {name}={value}"
+    for kind in ("principal", "client"):
+        if getattr(args, kind) is not None:
+            selector[kind] = checked(f"--{kind}", getattr(args, kind))
+            what = f"the tokens of {kind} {selector[kind]}" + (f" at issuer {args.issuer}" if args.issuer else "")
+    if args.lift:
+        lifted = _with_guard(lambda guard: guard.lift(**selector))
+        message = f"lifted the revocation of {what}" if lifted else f"nothing to lift: {what} were not revoked"
+        doc: dict[str, object] = {"lifted": lifted}
     else:
-        print(f"revoked {what} issued until {at:.3f} (epoch seconds)", file=sys.stderr)
-    return 0
+        at = round(_with_guard(lambda guard: guard.revoke(**selector)) * 1000)
+        message, doc = f"revoked {what} minted until {_when(at)} (store clock)", {"revoked_until": _when(at)}
+    if args.json:
+        print(json.dumps({**doc, "message": message}))
+    else:
+        print(message)
+    return 0 if doc.get("lifted", True) else 1
 
 
 def _check(args: argparse.Namespace) -> int:
-    guard = _guard()
-    try:
-        health = guard.store.health()
-    except StoreError as exc:  # unreachable is an answer here: this instance is not ready
-        health = {"reachable": False, "error": str(exc)}
-    finally:
-        guard.store.close()
-    ready = health.get("reachable", True) is True
+    health: dict[str, Any] = _with_guard(lambda guard: guard.health())
+    if health["owner"] == "foreign":
+        check_owner("foreign", str(health["server"]))
+    problems = [f"malformed revocation entries, skipped by every claim: {', '.join(health['malformed'])}"] * bool(
+        health["malformed"]
+    )
+    if health["maxmemory_policy"] != "noeviction":
+        problems.append(f"maxmemory-policy is {health['maxmemory_policy']}: set noeviction (servers refuse to start)")
+    report = {
+        "status": "not ready" if problems else "ready",
+        "server": health["server"],
+        "namespace": health["namespace"],
+        "owner": "this store key and namespace" if health["owner"] == "ok" else "no server has used it yet",
+        "memory_policy": health["maxmemory_policy"],
+        "revocations": health["revocations"],
+        "malformed": health["malformed"],
+        "longest_lifetime": f"{health['longest_lifetime_ms'] / 1000:g} s",
+        "clock_skew": f"{health['clock_skew_ms'] / 1000:g} s",
+        "store_time": _when(health["store_time_ms"]),
+        "problems": problems,
+    }
     if args.json:
-        print(json.dumps({"ready": ready, **health}, default=str))
+        print(json.dumps({"ready": not problems, **report}))
     else:
-        for name, value in health.items():
-            print(f"{name}: {value}")
-    return 0 if ready else 1
+        for name, value in report.items():
+            text = ", ".join(value) or "none" if isinstance(value, list) else value
+            print(f"{name.replace('_', ' '):18}{text}")
+    return 1 if problems else 0

@@ -16,6 +16,7 @@ from statecodec._settings import max_token_length_setting, named_errors, setting
 from statecodec._types import HoldsSecrets
 from statecodec.envelope import EnvelopeCodec, KeyWrapper, _check_context, default_context, parse_wrapped_keys
 from statecodec.errors import ConfigurationError
+from statecodec.errors import missing_extra as missing_extra
 from statecodec.providers._retry import RetryPolicy as RetryPolicy
 
 _WRAPPED_KEYS_VAR = "STATECODEC_WRAPPED_KEYS"
@@ -47,15 +48,6 @@ class _ClientHolder(HoldsSecrets):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.describe()!r})"
-
-
-def missing_extra(package: str, extra: str, needed_by: str = "this key provider") -> ImportError:
-    """The ImportError a module behind an extra (a key provider, the Redis store) raises when its client package is
-    not installed."""
-    return ImportError(
-        f"{needed_by} needs the {package!r} package; install it with: pip install 'statecodec[{extra}]'",
-        name=package,
-    )
 
 
 def wrapped_keys_from_settings(settings: Mapping[str, str]) -> list[bytes]:
