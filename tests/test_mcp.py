@@ -24,12 +24,12 @@ from examples import fleet_server
 from mcp import Client, MCPError
 from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 from mcp.server.request_state import InvalidRequestState, authenticated_principal
-from statecodec.store import MemoryStore, Store
 
 from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, XAESGCMCodec, format_keys, generate_key
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.mcp import SingleUseMiddleware, security_from_env
 from statecodec.single_use import SingleUse, store_from_settings
+from statecodec.store import MemoryStore, Store
 from tests.integration.fleet_harness import call_tool, free_port, retry
 from tests.integration.fleet_harness import round_one as http_round_one
 from tests.mcp_flows import (

@@ -20,7 +20,7 @@ from mcp import Client
 from mcp.server.mcpserver import RequestStateSecurity
 from mcp.types import ErrorData
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 from statecodec.store import MemoryStore
 
 from statecodec import AESGCMCodec, generate_key
@@ -68,6 +68,7 @@ def counts(reader: InMemoryMetricReader) -> Counts:
         for scope in resource.scope_metrics:
             for metric in (m for m in scope.metrics if m.name == REQUEST_STATE):
                 for point in metric.data.data_points:
+                    assert isinstance(point, NumberDataPoint)
                     attributes = dict(point.attributes or {})
                     found[(str(attributes["outcome"]), str(attributes.get("reason", "")))] += int(point.value)
     return found

@@ -147,7 +147,8 @@ class SingleUseMiddleware:
             await self._start()
         token = get_access_token()  # the minting request's principal, whatever bind_principal is
         try:
-            stamped = self.guard.stamp(_bytes(state), principal=token and principal_components(token))
+            principal = None if token is None else principal_components(token)
+            stamped = self.guard.stamp(_bytes(state), principal=principal)
         except StoreError as exc:  # the store never answered, or its clock is too far: no token it cannot date
             logger.error("refusing to stamp requestState on %s: %s", method, exc)
             raise _internal_error() from None
