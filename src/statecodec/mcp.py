@@ -76,7 +76,7 @@ class SingleUseMiddleware:
         from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 
         self.guard = guard
-        timeout: float = getattr(guard, "timeout", 0.5)
+        timeout: float = getattr(guard.store, "timeout", 0.25)  # a network store's bound (0.25 s: the default)
         deadline = 2 * timeout if deadline is None else deadline
         self.deadline = seconds("deadline", deadline, low=0, high=60, low_open=True)
         self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
