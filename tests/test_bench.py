@@ -137,7 +137,7 @@ def test_a_redis_store_costs_one_round_trip_per_consumed_token(redis_url: str) -
     ("blocked", "url", "message"),
     [
         ("redis", "redis://127.0.0.1:6379/0", "--store-url needs the redis package: pip install 'statecodec[redis]'"),
-        (None, "http://127.0.0.1:6379/0", "--store-url must be a redis://, rediss:// or unix:// URL, not http:"),
+        (None, "http://127.0.0.1:6379/0", "--store-url is not a Redis URL (redis://, rediss://, unix://)"),
         (None, "redis://127.0.0.1:{port}/0", "--store-url: the Redis server does not answer a PING"),
     ],
 )

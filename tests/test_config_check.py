@@ -115,7 +115,6 @@ def test_settings_read_by_single_use_are_valid_beside_any_codec() -> None:
         "STATECODEC_TTL": "300",
         "STATECODEC_STORE_TIMEOUT": "0.5",
         "STATECODEC_STORE_NAMESPACE": "billing",
-        "STATECODEC_REVOCATION_STALENESS": "2",
         "STATECODEC_STORE_ON_ERROR": "refuse",
         **STORE,
     }

@@ -1,439 +1,254 @@
-"""SingleUse: accepted at most once, revocable, fail closed; only a presentation that passed every check consumes.
-
-The store-level duties (atomic claim, expiry, revocation view) are the contract suite in tests/test_store_contract.py,
-run against the in-process store and a real Redis; the fleet is tests/integration/test_fleet_single_use.py.
-"""
+"""SingleUse and SingleUseCodec on their own: the su2 stamp (vectors, re-derived from docs/formats.md alone), what
+reaches the store, failure modes, configuration. Store behaviour on every store: tests/test_store_contract.py."""
 
 from __future__ import annotations
 
-import copy
+import asyncio
+import base64
+import hashlib
 import hmac
+import json
 import logging
 import pickle
-import threading
-from collections.abc import Sequence
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+from unittest import mock
 
-import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken, KeyRing, format_keys
-from statecodec._encoding import b64u_decode
-from statecodec.errors import StoreError
-from statecodec.keys import derive_key
-from statecodec.single_use import STAMP_LENGTH, Claim, MemoryStore, SingleUse, SingleUseCodec, Store
-from tests import mcp_flows
+from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken, KeyRing, StoreError, format_keys
+from statecodec.cli.main import main
+from statecodec.errors import StoreUnreachable
+from statecodec.single_use import SingleUse, SingleUseCodec, store_from_settings
+from statecodec.store import Claim, Hello, MemoryStore, Verdict
 
-STORE_KEY = bytes(range(50, 82))
-T0 = 1_767_225_600.0
-ALICE, BOB = "alice@example.com", "bob@example.com"
-CONTEXT = {"method": "tools/call", "target": "provision", "args": "{}"}
+VECTORS = json.loads((Path(__file__).parent / "vectors" / "single_use.json").read_text(encoding="utf-8"))
+KEY = base64.urlsafe_b64decode(VECTORS["store_key"] + "=")
+EPOCH = bytes.fromhex(VECTORS["epoch"])
+ENV = {"STATECODEC_STORE_URL": "memory", "STATECODEC_STORE_KEY": format_keys([KEY])}
 
 
-class Clock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
+class Fixed:
+    """A store at a fixed epoch and time that records each claim and answers `verdict` (or raises `error`)."""
 
-    def __call__(self) -> float:
+    where, namespace = "fixed:0", "statecodec"
+
+    def __init__(self, now_ms: int, error: BaseException | None = None) -> None:
+        self.now, self.error, self.claims = now_ms, error, list[dict[str, Any]]()
+
+    async def hello(self, **kw: Any) -> Hello:
+        return Hello("ok", EPOCH, self.now)
+
+    async def claim(self, **kw: Any) -> Verdict:
+        self.claims.append(kw)
+        if self.error is not None:
+            raise self.error
+        return Verdict(Claim.FIRST, EPOCH, self.now)
+
+    async def revoke(self, scope: bytes, **kw: Any) -> int:
         return self.now
 
+    async def lift(self, scope: bytes, **kw: Any) -> bool:
+        return False
 
-def guarded(
-    clock: Clock | None = None, store: Store | None = None, **kw: Any
-) -> tuple[SingleUseCodec, SingleUse, Clock]:
-    clock = clock or Clock()
-    guard = SingleUse(store or MemoryStore(clock=clock), key=STORE_KEY, ttl=600, clock=clock, **kw)
-    inner = BoundCodec(AESGCMCodec(KeyRing.generate()), audience="billing", binding_key=KeyRing.generate(), clock=clock)
-    return SingleUseCodec(inner, guard), guard, clock
+    async def health(self, **kw: Any) -> dict[str, object]:
+        return {}
+
+    async def aclose(self) -> None:
+        pass
 
 
-def reason_of(codec: SingleUseCodec, token: str, **kw: Any) -> str:
+def fixed_guard(now_ms: int, ttl: float = 600, **kw: Any) -> tuple[SingleUse, Fixed]:
+    store = Fixed(now_ms, kw.pop("error", None))
+    guard = SingleUse(store, key=KEY, ttl=ttl, clock=lambda: now_ms / 1000, **kw)
+    asyncio.run(guard.start())
+    return guard, store
+
+
+def principal_of(v: Mapping[str, Any]) -> tuple[str | None, str | None, str | None] | None:
+    return None if v["principal"] is None else tuple(v["principal"])
+
+
+@pytest.mark.parametrize("v", VECTORS["valid"], ids=lambda v: v["name"])
+def test_the_vectors_restamp_byte_for_byte_and_claim_the_pinned_digests(v: dict[str, Any]) -> None:
+    guard, store = fixed_guard(v["issued_ms"], ttl=(v["expires_ms"] - v["issued_ms"]) / 1000)
+    with mock.patch("secrets.token_bytes", return_value=bytes.fromhex(v["token_id"])):
+        stamped = guard.stamp(v["state"].encode(), principal=principal_of(v), scopes=v["scopes"])
+    assert stamped.decode() == v["stamped"]
+    assert asyncio.run(guard.consume(v["stamped"].encode())) == v["state"].encode()
+    claim = store.claims[0]
+    assert (claim["key"].hex(), claim["fingerprint"].hex()) == (v["claim_key"], VECTORS["fingerprint"])
+    assert claim["epoch"] == EPOCH
+    assert [s.hex() for s in claim["scopes"]] == [*v["scope_digests"], VECTORS["all_scope"]]
+    assert (claim["issued_ms"], claim["expires_ms"]) == (v["issued_ms"], v["expires_ms"])
+
+
+@pytest.mark.parametrize("v", VECTORS["invalid"], ids=lambda v: v["name"])
+def test_the_invalid_vectors_are_refused_and_claim_nothing(v: dict[str, Any]) -> None:
+    guard, store = fixed_guard(VECTORS["valid"][1]["issued_ms"])
     with pytest.raises(InvalidToken) as info:
-        codec.unseal(token, **kw)
-    return info.value.reason.value
+        asyncio.run(guard.consume(v["stamped"].encode()))
+    assert (info.value.reason.value, store.claims) == (v["reason"], [])  # point 6: a moved stamp is `seal`
 
 
-def test_accepted_once_then_refused_as_replayed() -> None:
-    codec, _, _ = guarded()
-    token = codec.seal(b"step-1", principal=ALICE, context=CONTEXT)
-    assert codec.unseal(token, principal=ALICE, context=CONTEXT) == b"step-1"
-    assert reason_of(codec, token, principal=ALICE, context=CONTEXT) == "replayed"
+def _hkdf(secret: bytes, info: str) -> bytes:
+    """RFC 5869 with SHA-256, no salt (32 zero bytes), 32 bytes out: what docs/formats.md specifies."""
+    prk = hmac.new(b"\x00" * 32, secret, hashlib.sha256).digest()
+    return hmac.new(prk, info.encode() + b"\x01", hashlib.sha256).digest()
 
 
-def test_two_seals_of_the_same_state_are_two_tokens_each_accepted_once() -> None:
-    codec, _, _ = guarded()
-    first, second = (codec.seal(b"same", principal=ALICE) for _ in range(2))
-    assert codec.unseal(first, principal=ALICE) == codec.unseal(second, principal=ALICE) == b"same"
+def _field(value: str | None) -> bytes:
+    data = None if value is None else value.encode("utf-8")
+    return b"\x00" if data is None else b"\x01" + len(data).to_bytes(4, "big") + data
+
+
+def _mac(key: bytes, data: bytes) -> bytes:
+    return hmac.new(key, data, hashlib.sha256).digest()[:16]
+
+
+@pytest.mark.parametrize("v", VECTORS["valid"], ids=lambda v: v["name"])
+def test_the_vectors_follow_from_docs_formats_alone(v: dict[str, Any]) -> None:
+    keys = {name: _hkdf(KEY, info) for name, info in VECTORS["hkdf_info"].items()}
+    assert _mac(keys["fingerprint"], _field(VECTORS["namespace"])).hex() == VECTORS["fingerprint"]
+    assert _mac(keys["scope"], _field("all") + _field(None) + _field(None)).hex() == VECTORS["all_scope"]
+    client, issuer, subject = v["principal"] or (None, None, None)
+    fields = [("principal", issuer, subject)] * bool(subject) + [("client", issuer, client)] * bool(client)
+    fields += [("scope", name, value) for name, value in v["scopes"].items()]
+    digests = [_mac(keys["scope"], b"".join(map(_field, f))) for f in fields]
+    assert [d.hex() for d in digests] == v["scope_digests"]
+    body = bytes.fromhex(v["token_id"]) + v["issued_ms"].to_bytes(6, "big") + v["expires_ms"].to_bytes(6, "big")
+    body += EPOCH + bytes([len(digests)]) + b"".join(digests)
+    state = v["state"].encode()
+    tag = _mac(keys["stamp"], b"su2." + body + state)
+    assert b"su2." + base64.urlsafe_b64encode(body + tag).rstrip(b"=") + b"." + state == v["stamped"].encode()
+    assert _mac(keys["claim"], bytes.fromhex(v["token_id"])).hex() == v["claim_key"]
+
+
+@given(st.binary(max_size=200))
+def test_anything_but_a_stamp_is_refused_before_the_store(data: bytes) -> None:
+    guard, store = fixed_guard(1_767_225_600_000)
+    with pytest.raises(InvalidToken) as info:
+        asyncio.run(guard.consume(data))
+    assert info.value.reason.value in {"malformed", "seal"}
+    assert store.claims == []
+
+
+def test_a_revocation_is_recorded_at_mint_and_no_path_takes_scopes_at_unseal() -> None:
+    guard = SingleUse(MemoryStore(), key=KEY, ttl=600)  # point 1: over a codec without a principal= argument
+    codec = SingleUseCodec(AESGCMCodec(KeyRing.generate()), guard)
+    try:
+        token, other = (codec.seal(b"s", principal=("app", "https://idp", who)) for who in ("alice", "bob"))
+        codec.run(guard.revoke(principal="alice", issuer="https://idp"))
+        with pytest.raises(TypeError):
+            codec.unseal(token, scopes={"principal": None})
+        with pytest.raises(InvalidToken, match="revoked"):
+            codec.unseal(token)
+        assert codec.unseal(other) == b"s"
+        bound = SingleUseCodec(BoundCodec(AESGCMCodec(KeyRing.generate()), audience="a", binding_key=KEY), guard)
+        token = bound.seal(b"b", principal="carol")  # a str principal: bound by the inner codec and revocable
+        with pytest.raises(InvalidToken, match="principal"):
+            bound.unseal(token, principal="mallory")
+        codec.run(guard.revoke(principal="carol"))
+        with pytest.raises(InvalidToken, match="revoked"):
+            bound.unseal(token, principal="carol")
+    finally:
+        codec.close()
+    with pytest.raises(TypeError, match="not picklable"):
+        pickle.dumps(codec)
+    assert KEY.hex() not in repr(codec) + repr(guard)
 
 
 @pytest.mark.parametrize(
-    ("who", "context", "reason"),
-    [(BOB, CONTEXT, "principal"), (None, CONTEXT, "principal"), (ALICE, {**CONTEXT, "args": "{\"x\":1}"}, "binding")],
-    ids=["other-principal", "no-principal", "other-request"],
+    ("error", "mode", "accepted"),
+    [
+        (StoreUnreachable("the store at fixed:0 did not answer within 0.25 s"), "accept", True),
+        (StoreUnreachable("the store at fixed:0 did not answer within 0.25 s"), "refuse", False),
+        (StoreError("the store at fixed:0 is full"), "accept", False),
+        (RuntimeError("a bug in a custom store"), "accept", False),
+        (ConfigurationError("the store at fixed:0 belongs to another store key"), "accept", False),
+    ],
+    ids=["unreachable-accept", "unreachable-refuse", "answered-error", "any-other-exception", "foreign"],
 )
-def test_a_presentation_refused_by_any_other_check_does_not_consume(
-    who: str | None, context: dict[str, str], reason: str
+def test_availability_first_accepts_only_when_the_store_cannot_be_reached(
+    error: BaseException, mode: str, accepted: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    codec, _, _ = guarded()
-    token = codec.seal(b"state", principal=ALICE, context=CONTEXT)
-    assert reason_of(codec, token, principal=who, context=context) == reason
-    assert codec.unseal(token, principal=ALICE, context=CONTEXT) == b"state"  # the rightful retry still succeeds
-
-
-def test_a_tampered_token_consumes_nothing() -> None:
-    store = Recording(MemoryStore())
-    codec, _, _ = guarded(store=store)
-    token = codec.seal(b"state")
-    assert reason_of(codec, token[:-2] + ("A" if token[-2] != "A" else "B") + token[-1]) in {"seal", "malformed"}
-    assert store.claims == 0
-
-
-def test_revoking_a_principal_refuses_its_older_tokens_only() -> None:
-    codec, guard, clock = guarded()
-    alice, bob = codec.seal(b"a", principal=ALICE), codec.seal(b"b", principal=BOB)
-    clock.now += 5
-    guard.revoke("principal", ALICE)
-    assert reason_of(codec, alice, principal=ALICE) == "revoked"
-    assert codec.unseal(bob, principal=BOB) == b"b"
-    clock.now += guard.clock_skew + 0.01  # a token minted after the revocation (and its skew) is accepted
-    assert codec.unseal(codec.seal(b"new", principal=ALICE), principal=ALICE) == b"new"
-
-
-def test_revoking_an_operator_scope_and_everything() -> None:
-    codec, guard, _clock = guarded()
-    acme, other = codec.seal(b"1"), codec.seal(b"2")
-    guard.revoke("tenant", "acme")
-    assert reason_of(codec, acme, scopes={"tenant": "acme"}) == "revoked"
-    assert codec.unseal(other, scopes={"tenant": "globex"}) == b"2"
-    late = codec.seal(b"3", principal=BOB)
-    guard.revoke()
-    assert reason_of(codec, late, principal=BOB) == "revoked"
-
-
-def test_a_revocation_holds_under_any_store_key_and_scope_values_are_digested() -> None:
-    clock = Clock()
-    store = Recording(MemoryStore(clock=clock))
-    _, guard, _ = guarded(clock, store=store)
-    guard.revoke()
-    guard.revoke("principal", ALICE)
-    other_key = SingleUse(store, key=bytes(range(90, 122)))
-    assert other_key.store.revoked_at([b"\x00" * 16]) > 0  # revoke-all is seen by an instance on another key
-    assert all(ALICE.encode() not in scope for scope in store.scopes)
-
-
-def test_expiry_is_enforced_by_the_guard_itself() -> None:
-    clock = Clock()
-    guard = SingleUse(MemoryStore(clock=clock), key=STORE_KEY, ttl=60, clock=clock)
+    guard, store = fixed_guard(1_767_225_600_000, on_store_error=mode)  # point 7
     stamped = guard.stamp(b"x")
-    clock.now += 60
-    with pytest.raises(InvalidToken, match="expired"):
-        guard.consume(stamped)
-
-
-def test_a_token_issued_before_the_store_began_cannot_be_proven_unused() -> None:
-    clock = Clock()
-    guard = SingleUse(MemoryStore(clock=clock), key=STORE_KEY, clock=clock)
-    stamped = guard.stamp(b"x")
-    clock.now += 1
-    restarted = SingleUse(MemoryStore(clock=clock), key=STORE_KEY, clock=clock)  # a process restart
-    with pytest.raises(InvalidToken, match="store_unavailable"):
-        restarted.consume(stamped)
-
-
-class Recording:
-    """A store that passes calls through and counts them."""
-
-    def __init__(self, inner: Store) -> None:
-        self.inner, self.claims, self.scopes = inner, 0, list[bytes]()
-
-    def claim(self, key: bytes, issued_at: float, expires_at: float) -> Claim:
-        self.claims += 1
-        return self.inner.claim(key, issued_at, expires_at)
-
-    def revoke(self, scope: bytes, at: float, expires_at: float) -> None:
-        self.scopes.append(scope)
-        self.inner.revoke(scope, at, expires_at)
-
-    def revoked_at(self, scopes: Sequence[bytes]) -> float:
-        return self.inner.revoked_at(scopes)
-
-    def health(self) -> dict[str, object]:
-        return self.inner.health()
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-class Down(Recording):
-    """A store that does not answer."""
-
-    def claim(self, key: bytes, issued_at: float, expires_at: float) -> Claim:
-        raise StoreError("the store did not answer within 0.25 s")
-
-
-def test_a_store_that_does_not_answer_fails_closed() -> None:
-    codec, _, _ = guarded(store=Down(MemoryStore()))
-    assert reason_of(codec, codec.seal(b"x")) == "store_unavailable"
-
-
-def test_availability_first_accepts_unchecked_and_says_so_loudly(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="statecodec.single_use"):
-        codec, _, _ = guarded(store=Down(MemoryStore()), on_store_error="accept")
-        token = codec.seal(b"x")
-        assert codec.unseal(token) == codec.unseal(token) == b"x"
-    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
-    assert len(errors) == 2
-    assert all("WITHOUT the single-use check" in r.getMessage() for r in errors)
-
-
-def test_the_in_process_store_fails_closed_when_full_and_forgets_expired_tokens() -> None:
-    clock = Clock()
-    store = MemoryStore(max_entries=2, clock=clock)
-    guard = SingleUse(store, key=STORE_KEY, ttl=10, clock=clock)
-    stamps = [guard.stamp(b"") for _ in range(3)]
-    guard.consume(stamps[0])
-    guard.consume(stamps[1])
-    with pytest.raises(InvalidToken, match="store_unavailable"):
-        guard.consume(stamps[2])
-    clock.now += 12  # the first two expired: their entries go, and the store holds live tokens only
-    guard.consume(guard.stamp(b""))
-    assert store.health()["live_claims"] == 1
-
-
-def test_concurrent_presentations_of_one_token_are_accepted_exactly_once() -> None:
-    codec, _, _ = guarded(clock=None)
-    token = codec.seal(b"once", principal=ALICE)
-    outcomes: list[str] = []
-    barrier = threading.Barrier(20)
-
-    def present() -> None:
-        barrier.wait()
-        try:
-            outcomes.append(codec.unseal(token, principal=ALICE).decode())
-        except InvalidToken as exc:
-            outcomes.append(exc.reason.value)
-
-    threads = [threading.Thread(target=present) for _ in range(20)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert sorted(outcomes) == ["once"] + ["replayed"] * 19
-
-
-@given(st.binary(max_size=80))
-def test_anything_but_a_stamp_is_malformed(data: bytes) -> None:
-    guard = SingleUse(MemoryStore(), key=STORE_KEY)
-    stamped = guard.stamp(b"")
-    if data[:STAMP_LENGTH] == stamped:
-        return
-    with pytest.raises(InvalidToken) as info:
-        guard.consume(data)
-    assert info.value.reason.value in {"malformed", "expired", "not_yet_valid", "store_unavailable"}
-
-
-def test_the_stamp_layout() -> None:
-    clock = Clock(T0 + 0.123)
-    stamped = SingleUse(MemoryStore(), key=STORE_KEY, clock=clock).stamp(b"state")
-    assert stamped[:4] == b"su1."
-    assert stamped[55:56] == b"."
-    assert stamped[STAMP_LENGTH:] == b"state"
-    body = b64u_decode(stamped[4:55].decode())
-    assert int.from_bytes(body[16:22], "big") == int((T0 + 0.123) * 1000)
-    stamp_key = derive_key(STORE_KEY, b"statecodec/v1/single-use/stamp")
-    assert body[22:] == hmac.new(stamp_key, b"su1." + body[:22], "sha256").digest()[:16]
-
-
-def test_a_stamp_made_without_the_store_key_is_refused_and_consumes_nothing() -> None:
-    store = Recording(MemoryStore())
-    guard = SingleUse(store, key=STORE_KEY)
-    forged = SingleUse(MemoryStore(), key=bytes(range(90, 122))).stamp(b"x")
-    edited = bytearray(guard.stamp(b"x"))
-    edited[20] ^= 1
-    for stamped in (forged, bytes(edited)):
-        with pytest.raises(InvalidToken) as info:
-            guard.consume(stamped)
-        assert info.value.reason.value in {"seal", "malformed"}
-    assert store.claims == 0
-
-
-def test_no_secret_in_repr_and_no_pickle() -> None:
-    codec, guard, _ = guarded()
-    for obj in (codec, guard):
-        assert STORE_KEY.hex() not in repr(obj)
-        with pytest.raises(TypeError):
-            pickle.dumps(obj)
-        with pytest.raises(TypeError):
-            copy.deepcopy(obj)
+    store.error = error
+    with caplog.at_level(logging.WARNING, "statecodec.single_use"):
+        if accepted:
+            assert asyncio.run(guard.consume(stamped)) == b"x"
+        else:
+            with pytest.raises(InvalidToken, match="store_unavailable"):
+                asyncio.run(guard.consume(stamped))
+    assert "fixed:0" in caplog.text
+    assert "a bug in a custom store" not in caplog.text
 
 
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({}, "STATECODEC_STORE_KEY is not set"),
-        ({"STATECODEC_STORE_KEY": "x"}, "STATECODEC_STORE_KEY"),
-        ({"STATECODEC_STORE_KEY": "@KEYS2"}, "holds 2 keys"),
-        ({"STATECODEC_STORE_KEY": "@KEY"}, "STATECODEC_STORE_URL is not set"),
-        ({"STATECODEC_STORE_KEY": "@KEY", "STATECODEC_STORE_URL": "http://u:hunter2@h"}, "not http:"),
-        ({"STATECODEC_STORE_KEY": "@KEY", "STATECODEC_STORE_URL": "memory", "STATECODEC_TTL": "0"}, "STATECODEC_TTL"),
-        (
-            {"STATECODEC_STORE_KEY": "@KEY", "STATECODEC_STORE_URL": "memory", "STATECODEC_STORE_ON_ERROR": "x"},
-            "STATECODEC_STORE_ON_ERROR must be refuse",
-        ),
+        ({"STATECODEC_REVOCATION_STALENESS": "2"}, "STATECODEC_REVOCATION_STALENESS is gone"),
+        ({"STATECODEC_STORE_TIMEOUT": "nan"}, "STATECODEC_STORE_TIMEOUT must be a number of seconds"),
+        ({"STATECODEC_TTL": "0"}, "STATECODEC_TTL must be whole seconds"),
+        ({"STATECODEC_STORE_ON_ERROR": "maybe"}, "STATECODEC_STORE_ON_ERROR must be refuse"),
+        ({"STATECODEC_STORE_KEY": "short"}, "STATECODEC_STORE_KEY"),
     ],
-    ids=["no-key", "bad-key", "two-keys", "no-url", "other-scheme", "bad-ttl", "bad-on-error"],
 )
-def test_configuration_mistakes_fail_at_construction(settings: dict[str, str], message: str) -> None:
-    keys = {"@KEY": format_keys([STORE_KEY]), "@KEYS2": format_keys([STORE_KEY, bytes(range(90, 122))])}
-    settings = {name: keys.get(value, value) for name, value in settings.items()}
-    with pytest.raises(ConfigurationError, match=message) as info:
-        SingleUse.from_env(settings)
-    assert "hunter2" not in str(info.value)
+def test_configuration_mistakes_fail_at_construction_naming_the_setting(settings: dict[str, str], message: str) -> None:
+    env = {**ENV, "STATECODEC_STORE_URL": "redis://127.0.0.1:1/0", **settings}
+    with pytest.raises(ConfigurationError, match=message):
+        SingleUse.from_env(env)
 
 
-def test_from_env_builds_the_in_process_store() -> None:
-    guard = SingleUse.from_env({"STATECODEC_STORE_KEY": format_keys([STORE_KEY]), "STATECODEC_STORE_URL": "memory"})
-    assert isinstance(guard.store, MemoryStore)
-    assert guard.consume(guard.stamp(b"x")) == b"x"
+SECRET_URLS = ["htps://user:pa/ss?wo#rd@host:6379/0", "pa$$word@host", "redis:/user:secret@host", "rediss//x:y@h"]
 
 
-# --- the MCP SDK paths -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("url", SECRET_URLS)
+def test_an_unknown_store_url_is_never_echoed(url: str, tmp_path: Path) -> None:
+    (tmp_path / "url").write_text(url)  # point 14: the text comes from a file too
+    for settings in ({"STATECODEC_STORE_URL": url}, {"STATECODEC_STORE_URL_FILE": str(tmp_path / "url")}):
+        with pytest.raises(ConfigurationError) as info:
+            store_from_settings(settings)
+        assert all(part not in str(info.value) for part in ("user", "pa", "secret", "host", "word", "x:y"))
 
 
-def single_use_server(guard: SingleUse) -> Any:
-    from statecodec.mcp import SingleUseMiddleware, security
+def test_a_redis_password_holding_url_delimiters_never_becomes_the_host() -> None:
+    from statecodec.redis_store import RedisStore
 
-    server = mcp_flows.build_server(security(AESGCMCodec(KeyRing.generate())))
-    server.middleware.append(SingleUseMiddleware(guard))
-    return server
-
-
-@pytest.fixture
-def sdk_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    caplog.set_level(logging.INFO, logger="statecodec.mcp")
-    return caplog
-
-
-def rejection_reasons(caplog: pytest.LogCaptureFixture) -> list[str]:
-    prefix = "requestState rejected on tools/call: "
-    return [r.getMessage().removeprefix(prefix) for r in caplog.records if r.getMessage().startswith(prefix)]
+    for url in ("redis://u:p/a?s#s@db.example:6390/2", "redis://u:p%2Fa%3Fs@db.example:6390/2"):
+        store = RedisStore.from_url(url)  # point 14: no connection is made here
+        assert store.where == "db.example:6390"
+        assert repr(store) == "RedisStore('db.example:6390', namespace='statecodec')"
+    for bad in ("redis://u:secret@db.example:notaport/0", "redis://u:secret@/0", "redis+cluster://u:secret@h:1/3"):
+        with pytest.raises(ConfigurationError) as info:
+            RedisStore.from_url(bad)
+        assert "secret" not in str(info.value)
 
 
-def test_mcpserver_replay_of_a_completed_continuation_gets_the_sdk_refusal(sdk_logs: pytest.LogCaptureFixture) -> None:
-    server = single_use_server(SingleUse(MemoryStore(), key=STORE_KEY))
-    token = anyio.run(mcp_flows.round_one, server)
-    assert "su1." not in token
-    first = mcp_flows.round_two(server, token)
-    assert not isinstance(first, mcp_flows.Rejection)
-    replay = mcp_flows.round_two(server, token)
-    assert isinstance(replay, mcp_flows.Rejection)
-    assert (replay.code, replay.message) == (mcp_flows.INVALID_PARAMS, mcp_flows.REJECTION_MESSAGE)
-    assert replay.data == {"reason": "invalid_request_state"}
-    assert rejection_reasons(sdk_logs) == ["replayed"]
+def test_the_redis_store_imports_neither_the_guard_nor_the_providers() -> None:
+    code = (
+        "import sys, statecodec.redis_store; from statecodec import StoreError, StoreUnreachable;"
+        "assert not {'statecodec.single_use', 'statecodec.providers'} & set(sys.modules), sys.modules.keys()"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)  # point 17: no import circle
 
 
-def test_mcpserver_a_presentation_for_another_request_consumes_nothing() -> None:
-    server = single_use_server(SingleUse(MemoryStore(), key=STORE_KEY))
-    token = anyio.run(mcp_flows.round_one, server)
-    other = mcp_flows.round_two(server, token, {"name": "other-database"})
-    assert isinstance(other, mcp_flows.Rejection)
-    assert other.reason == "request binding"
-    assert not isinstance(mcp_flows.round_two(server, token), mcp_flows.Rejection)
-
-
-def test_every_flow_of_the_sdk_completes_with_single_use() -> None:
-    """Tool, resolver tool (the SDK's own state), prompt and resource: each round's state claimed once."""
-    from mcp import Client
-    from mcp.types import ElicitResult
-
-    guard = SingleUse(MemoryStore(), key=STORE_KEY)
-
-    async def on_elicit(context: Any, params: Any) -> ElicitResult:
-        key = next(iter(params.requested_schema["properties"]))
-        return ElicitResult(action="accept", content={key: f"{key}-answer"})
-
-    async def flows() -> list[str]:
-        async with Client(single_use_server(guard), elicitation_callback=on_elicit) as client:
-            tool = await client.call_tool(mcp_flows.TOOL, mcp_flows.TOOL_ARGS)
-            deploy = await client.call_tool("deploy", {"name": "web"})
-            prompt = await client.get_prompt("briefing", {"topic": "rotation"})
-            report = await client.read_resource("report://2026")
-        texts = [getattr(r.content[0], "text", "") for r in (tool, deploy)]
-        return [*texts, getattr(prompt.messages[0].content, "text", ""), getattr(report.contents[0], "text", "")]
-
-    assert anyio.run(flows) == [
-        "provisioned orders in region-answer at size size-answer",
-        "deployed web in region-answer on tier-answer",
-        f"Brief audience-answer on rotation (state {mcp_flows.STATE_MARKER}).",
-        f"report 2026 as format-answer (state {mcp_flows.STATE_MARKER})",
-    ]
-    assert guard.store.health()["live_claims"] == 6  # the six answered rounds, each claimed once
-
-
-def test_lowlevel_server_with_single_use_appended_after_the_boundary() -> None:
-    from examples import lowlevel_server
-
-    from statecodec.mcp import SingleUseMiddleware
-
-    server = lowlevel_server.build_server(AESGCMCodec(KeyRing.generate()))
-    server.middleware.append(SingleUseMiddleware(SingleUse(MemoryStore(), key=STORE_KEY)))
-    token = anyio.run(mcp_flows.round_one, server)
-    orders = {"name": "orders"}
-    assert anyio.run(lowlevel_server.retry, server, token, {"name": "payroll"}) == lowlevel_server.REFUSED
-    assert anyio.run(lowlevel_server.retry, server, token, orders).startswith("provisioned orders")
-    assert anyio.run(lowlevel_server.retry, server, token, orders) == lowlevel_server.REFUSED
-
-
-# --- the command line ---------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def store_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("STATECODEC_STORE_URL", "memory")
-    monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([STORE_KEY]))
-
-
-@pytest.mark.usefixtures("store_env")
-def test_revoke_refuses_a_store_inside_one_process(capsys: pytest.CaptureFixture[str]) -> None:
-    from statecodec.cli.main import main
-
-    assert main(["revoke", "--principal", ALICE]) == 2
-    assert "redis://" in capsys.readouterr().err
-    assert main(["revoke", "--scope", "tenant"]) == 2
-    assert "NAME=VALUE" in capsys.readouterr().err
-
-
-@pytest.mark.usefixtures("store_env")
-def test_store_check_prints_health_as_json(capsys: pytest.CaptureFixture[str]) -> None:
-    import json
-
-    from statecodec.cli.main import main
-
-    assert main(["store", "check", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"ready": True, "store": "memory", "live_claims": 0, "revocations": 0}
-
-
-def test_the_sdk_unseals_once_and_the_store_is_claimed_once_per_retry() -> None:
-    from statecodec.mcp import SingleUseMiddleware, security
-
-    class Counting:
-        def __init__(self) -> None:
-            self.inner, self.unseals = AESGCMCodec(KeyRing.generate()), 0
-
-        def seal(self, payload: bytes) -> str:
-            return self.inner.seal(payload)
-
-        def unseal(self, token: str) -> bytes:
-            self.unseals += 1
-            return self.inner.unseal(token)
-
-    codec, store = Counting(), Recording(MemoryStore())
-    server = mcp_flows.build_server(security(codec))
-    server.middleware.append(SingleUseMiddleware(SingleUse(store, key=STORE_KEY)))
-    token = anyio.run(mcp_flows.round_one, server)
-    assert not isinstance(mcp_flows.round_two(server, token), mcp_flows.Rejection)
-    assert (codec.unseals, store.claims) == (1, 1)
-    assert isinstance(mcp_flows.round_two(server, token), mcp_flows.Rejection)
-    assert (codec.unseals, store.claims) == (2, 2)
+def test_the_cli_refuses_an_in_process_store_and_padded_values(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    for args in (["store", "check"], ["revoke", "--all"]):
+        assert main(args) == 2
+        assert "STATECODEC_STORE_URL=memory is a store inside one process" in capsys.readouterr().err
+    for args in (["--scope", "tenant= globex"], ["--principal", " alice"], ["--client", ""], ["--scope", "tenant"]):
+        assert main(["revoke", *args]) == 2  # point 3: refused before any store is asked
+        out, err = capsys.readouterr()
+        assert "without leading or trailing whitespace" in err or "NAME=VALUE" in err
+        assert "revoked" not in out

@@ -1,158 +1,223 @@
-"""The `Store` contract: what `SingleUse` relies on, run against every store (in-process, and a real Redis).
+"""The single-use contract, run through `SingleUse` on every store: in-process, a real Redis, a real Redis Cluster.
 
-A claim is atomic and first-wins, kept until its expiry and then dropped; a store refuses to vouch for a token
-issued before its memory began; revocations keep the latest instant per scope, until they expire; `health()`
-says nothing secret. Behaviours only a networked store has (timeouts, TLS, ACL, pub/sub) are in
-tests/integration/test_redis_store.py.
+Each test is an attack the old design lost to: a claim or revocation living by one instance's settings, clocks
+apart, a flush, a full store in availability-first mode, a revocation that missed the minting principal. Instances
+are guards over one backing store, each with its own clock (an offset from the store's) and settings. Time moves
+by `advance`: the in-process store's clock, or real time against Redis (whose clock is the one that decides).
 """
 
 from __future__ import annotations
 
-import json
-import threading
+import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
-from statecodec.single_use import Claim, MemoryStore, Store
+from statecodec import ConfigurationError, InvalidToken, StoreError
+from statecodec.single_use import SingleUse
+from statecodec.store import MemoryStore, Store
+from tests.plugins.redis import RedisServer
 
-T0 = 1_767_225_600.0  # whole milliseconds: a store may round revocation instants to the millisecond
-SCOPE, OTHER = b"\x01" * 16, b"\x02" * 16
-_DEADLINE = 30.0
-
-
-def _memory() -> Store:
-    return MemoryStore()
-
-
-@pytest.fixture(params=["memory", "redis", "redis-cluster"])
-def make_store(request: pytest.FixtureRequest) -> Iterator[Callable[[], Store]]:
-    """A factory of stores over one backing state (one process's memory, one flushed Redis database, or one
-    flushed three-node Redis Cluster, each store named by another node)."""
-    stores: list[Store] = []
-    if request.param == "memory":
-        shared = MemoryStore()
-
-        def make() -> Store:
-            return shared
-
-    else:
-        from statecodec.redis_store import RedisStore
-
-        if request.param == "redis":
-            urls = [request.getfixturevalue("redis_url")]
-        else:
-            cluster = request.getfixturevalue("redis_cluster")
-            request.getfixturevalue("redis_cluster_url")  # flushed
-            urls = [f"redis+cluster://127.0.0.1:{node.port}" for node in cluster.nodes]
-
-        def make() -> Store:
-            # clock_allowance 0: the store's memory begins at its first call, and the tests issue tokens just after
-            store = RedisStore.from_url(urls[len(stores) % len(urls)], clock_allowance=0)
-            store.revoked_at([])  # the first call: the store's memory (its epoch) begins here
-            stores.append(store)
-            return store
-
-    yield make
-    for store in stores:
-        store.close()
+pytestmark = pytest.mark.anyio
+KEY = bytes(range(50, 82))
+SKEW = 0.05  # the guards' allowed clock skew: real clocks on one host agree far better
+ALICE = ("app", "https://idp-a.example", "alice")
 
 
 @pytest.fixture
-def store(make_store: Callable[[], Store]) -> Store:
-    return make_store()
+def anyio_backend() -> str:
+    return "asyncio"
 
 
-def issued_now() -> float:
-    """An issue time after the store's memory began, in whole milliseconds as stamps carry it."""
-    return int(time.time() * 1000 + 1) / 1000
+class Backend:
+    """Stores over one backing state, and a clock for the guards to be offset from."""
+
+    def __init__(self, kind: str, urls: list[str], servers: list[RedisServer]) -> None:
+        self.kind, self.urls, self.servers = kind, urls, servers
+        self.now: Callable[[], float] = time.time
+        self.stores: list[Store] = []
+        if kind == "memory":
+            self.clock = [1_767_225_600.0]
+            self.now = lambda: self.clock[0]
+            self.memory = MemoryStore(clock=self.now, max_entries=50)
+
+    def store(self, namespace: str = "statecodec") -> Store:
+        if self.kind == "memory":
+            return self.memory if namespace == "statecodec" else MemoryStore(clock=self.now, namespace=namespace)
+        from statecodec.redis_store import RedisStore
+
+        store = RedisStore.from_url(self.urls[len(self.stores) % len(self.urls)], namespace=namespace, timeout=2)
+        self.stores.append(store)
+        return store
+
+    def guard(self, *, offset: float = 0.0, ttl: float = 60, key: bytes = KEY, **kw: Any) -> SingleUse:
+        store = kw.pop("store", None) or self.store(kw.pop("namespace", "statecodec"))
+        return SingleUse(store, key=key, ttl=ttl, clock_skew=SKEW, clock=lambda: self.now() + offset, **kw)
+
+    async def advance(self, seconds: float) -> None:
+        if self.kind == "memory":
+            self.clock[0] += seconds
+        else:
+            await asyncio.sleep(seconds)
+
+    def flush(self) -> None:
+        if self.kind == "memory":
+            self.memory.__init__(clock=self.now, max_entries=50)  # type: ignore[misc]  # a restart of the process
+        for server in self.servers:
+            server.flush()
+
+    def fill(self) -> None:
+        """Make the store full: every write is an answered error from then on."""
+        if self.kind == "memory":
+            self.memory._max = 0
+        for server in self.servers:
+            server.cli("CONFIG", "SET", "maxmemory", "1")
+
+    async def aclose(self) -> None:
+        for server in self.servers:
+            server.cli("CONFIG", "SET", "maxmemory", "0")
+        for store in self.stores:
+            await store.aclose()
 
 
-def test_every_store_is_a_store(store: Store) -> None:
-    assert isinstance(store, Store)
+@pytest.fixture(params=["memory", "redis", "cluster"])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    servers: list[RedisServer] = []
+    urls: list[str] = []
+    if request.param == "redis":
+        urls = [request.getfixturevalue("redis_url")]
+        servers = [request.getfixturevalue("redis_server")]
+    elif request.param == "cluster":
+        request.getfixturevalue("redis_cluster_url")  # flushed
+        servers = request.getfixturevalue("redis_cluster").nodes
+        urls = [f"redis+cluster://127.0.0.1:{node.port}" for node in servers]
+    backend = Backend(request.param, urls, servers)
+    yield backend
+    await backend.aclose()
 
 
-def test_the_first_claim_wins_and_every_later_one_is_used(store: Store) -> None:
-    issued = issued_now()
-    key = b"\x11" * 16
-    assert store.claim(key, issued, issued + 600) is Claim.FIRST
-    assert store.claim(key, issued, issued + 600) is Claim.USED
-    assert store.claim(key, issued + 1, issued + 600) is Claim.USED
-    assert store.claim(b"\x12" * 16, issued, issued + 600) is Claim.FIRST
+async def started(guard: SingleUse) -> SingleUse:
+    await guard.start()
+    return guard
 
 
-def test_a_claim_is_seen_by_every_store_over_the_same_state(make_store: Callable[[], Store]) -> None:
-    first, second = make_store(), make_store()
-    issued = issued_now()
-    assert first.claim(b"\x13" * 16, issued, issued + 600) is Claim.FIRST
-    assert second.claim(b"\x13" * 16, issued, issued + 600) is Claim.USED
+async def reason(guard: SingleUse, stamped: bytes) -> str:
+    with pytest.raises(InvalidToken) as info:
+        await guard.consume(stamped)
+    return info.value.reason.value
 
 
-def test_concurrent_claims_of_one_key_have_exactly_one_winner(make_store: Callable[[], Store]) -> None:
-    stores = [make_store() for _ in range(2)]
-    issued = issued_now()
-    outcomes: list[Claim | BaseException] = []
-    barrier = threading.Barrier(16)
-
-    def claim(index: int) -> None:
-        barrier.wait()
-        try:
-            outcomes.append(stores[index % 2].claim(b"\x14" * 16, issued, issued + 600))
-        except BaseException as exc:  # recorded, so the assertion shows it
-            outcomes.append(exc)
-
-    threads = [threading.Thread(target=claim, args=(i,)) for i in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert sorted(str(o) for o in outcomes) == sorted([str(Claim.FIRST)] + [str(Claim.USED)] * 15)
+async def test_a_new_store_accepts_the_first_token_and_one_presentation_of_many(backend: Backend) -> None:
+    one, two = await started(backend.guard()), await started(backend.guard())  # point 13: no first-token refusal
+    stamped = one.stamp(b"state", principal=ALICE)
+    outcomes = await asyncio.gather(*(g.consume(stamped) for g in [one, two] * 10), return_exceptions=True)
+    assert outcomes.count(b"state") == 1
+    assert {str(o) for o in outcomes if o != b"state"} == {"replayed"}
 
 
-def test_a_claim_is_kept_until_its_expiry_then_dropped(store: Store) -> None:
-    issued = issued_now()
-    key = b"\x15" * 16
-    assert store.claim(key, issued, time.time() + 0.3) is Claim.FIRST
-    deadline = time.monotonic() + _DEADLINE
-    outcome = store.claim(key, issued, time.time() + 600)
-    while outcome is Claim.USED and time.monotonic() < deadline:
-        time.sleep(0.05)
-        outcome = store.claim(key, issued, time.time() + 600)
-    assert outcome is Claim.FIRST  # the entry went with its token: the store holds live tokens only
+async def test_a_claim_lives_by_the_tokens_expiry_not_the_claiming_instances_ttl(backend: Backend) -> None:
+    long, short = await started(backend.guard(ttl=5)), await started(backend.guard(ttl=0.2))  # point 4
+    stamped = long.stamp(b"x")
+    assert await short.consume(stamped) == b"x"
+    await backend.advance(0.5)  # past the short ttl (and skew): the old claim had expired here
+    assert await reason(long, stamped) == "replayed"
 
 
-def test_a_token_issued_before_the_store_began_is_forgotten(store: Store) -> None:
-    long_ago = time.time() - 3600
-    assert store.claim(b"\x16" * 16, long_ago, time.time() + 600) is Claim.FORGOTTEN
-    assert store.claim(b"\x16" * 16, long_ago, time.time() + 600) is Claim.FORGOTTEN  # and never claimed
+async def test_a_revocation_lasts_as_long_as_any_token_it_covers_whoever_revokes(backend: Backend) -> None:
+    minter, revoker = await started(backend.guard(ttl=5)), await started(backend.guard(ttl=0.2))  # point 2
+    stamped = minter.stamp(b"x", principal=ALICE)
+    await revoker.revoke(principal="alice", issuer=ALICE[1])
+    await backend.advance(0.5)  # past the revoker's ttl: the old revocation had ended here
+    assert await reason(minter, stamped) == "revoked"
 
 
-def test_revocations_keep_the_latest_instant_per_scope(make_store: Callable[[], Store]) -> None:
-    store = make_store()
-    until = time.time() + 600
-    assert store.revoked_at([SCOPE, OTHER]) == 0.0
-    store.revoke(SCOPE, T0 + 5, until)
-    store.revoke(SCOPE, T0 + 3, until)  # an earlier instant does not lower it
-    store.revoke(OTHER, T0 + 1, until)
-    assert store.revoked_at([SCOPE]) == T0 + 5
-    assert store.revoked_at([OTHER]) == T0 + 1
-    assert store.revoked_at([OTHER, SCOPE, b"\x03" * 16]) == T0 + 5
-    assert store.revoked_at([]) == store.revoked_at([b"\x03" * 16]) == 0.0
-    store.revoke(SCOPE, T0 + 7.5, until)
-    assert store.revoked_at([SCOPE]) == T0 + 7.5
+async def test_expiry_is_the_tokens_own_on_the_stores_clock(backend: Backend) -> None:
+    minter = await started(backend.guard(ttl=0.2))
+    behind = await started(backend.guard(ttl=60, offset=-SKEW / 2))  # a consumer whose clock lags, within skew
+    stamped = minter.stamp(b"x")
+    await backend.advance(0.5)
+    assert await reason(behind, stamped) == "expired"
 
 
-def test_a_revocation_ends_at_its_expiry(store: Store) -> None:
-    store.revoke(SCOPE, T0, time.time() - 1)  # every token it covered has expired
-    assert store.revoked_at([SCOPE]) == 0.0
+@pytest.mark.parametrize("offset", [-0.5, 0.5], ids=["behind", "ahead"])
+async def test_an_instance_beyond_the_clock_skew_neither_starts_nor_mints_nor_accepts(
+    backend: Backend, offset: float
+) -> None:
+    good = await started(backend.guard())
+    stamped = good.stamp(b"x")
+    skewed = backend.guard(offset=offset)
+    with pytest.raises(ConfigurationError, match="behind" if offset < 0 else "ahead"):
+        await skewed.start()
+    with pytest.raises(StoreError, match="cannot mint"):
+        skewed.stamp(b"y")  # point 5: a fast minter cannot date tokens past a revocation
+    assert await reason(skewed, stamped) == "store_unavailable"
+    assert await good.consume(stamped) == b"x"  # and it consumed nothing
 
 
-def test_health_says_nothing_secret(store: Store) -> None:
-    health = store.health()
-    text = json.dumps(health, default=str)
-    assert all(isinstance(name, str) for name in health)
-    assert "redis://" not in text
-    assert "password" not in text.lower()
-    store.close()
-    store.close()  # closing twice is harmless
+async def test_a_flush_forgets_every_earlier_token_and_the_next_ones_are_accepted(backend: Backend) -> None:
+    ahead = await started(backend.guard(offset=SKEW / 2))  # point 5: clocks apart do not open a window
+    used, unused = ahead.stamp(b"1"), ahead.stamp(b"2")
+    assert await ahead.consume(used) == b"1"
+    backend.flush()
+    assert await reason(ahead, used) == "store_unavailable"
+    assert await reason(ahead, unused) == "store_unavailable"  # cannot be proven unused either
+    fresh = ahead.stamp(b"3")  # minted under the epoch the store answered with
+    assert await ahead.consume(fresh) == b"3"
+
+
+async def test_revocation_follows_the_minting_principal_issuer_qualified(backend: Backend) -> None:
+    guard = await started(backend.guard())  # point 8
+    other_issuer = ("app", "https://idp-b.example", "alice")
+    client_named_alice = ("alice", ALICE[1], None)
+    tokens = [guard.stamp(b"a", principal=p) for p in (ALICE, other_issuer, client_named_alice, None)]
+    await guard.revoke(principal="alice", issuer=ALICE[1])
+    assert await reason(guard, tokens[0]) == "revoked"
+    assert [await guard.consume(t) for t in tokens[1:]] == [b"a"] * 3
+    client_token = guard.stamp(b"c", principal=client_named_alice)
+    await guard.revoke(client="alice", issuer=ALICE[1])
+    assert await reason(guard, client_token) == "revoked"
+
+
+async def test_operator_scopes_revoke_all_and_lift(backend: Backend) -> None:
+    guard = await started(backend.guard())  # point 12: a wrong revocation can be undone
+    acme, globex = guard.stamp(b"1", scopes={"tenant": "acme"}), guard.stamp(b"2", scopes={"tenant": "globex"})
+    await guard.revoke(scope=("tenant", "acme"))
+    assert await reason(guard, acme) == "revoked"
+    assert await guard.consume(globex) == b"2"
+    everyone = guard.stamp(b"3", principal=ALICE)
+    await guard.revoke(everything=True)
+    assert await guard.lift(everything=True) is True
+    assert await guard.lift(everything=True) is False
+    assert await guard.consume(everyone) == b"3"
+
+
+async def test_a_store_of_another_key_or_namespace_is_refused_by_name(backend: Backend) -> None:
+    guard = await started(backend.guard())  # point 3: nothing is "revoked" where no server looks
+    foreign = backend.guard(key=bytes(range(90, 122)), store=guard.store)
+    for call in (foreign.start, lambda: foreign.revoke(principal="alice"), lambda: foreign.lift(everything=True)):
+        with pytest.raises(ConfigurationError, match="another store key or namespace"):
+            await call()
+    with pytest.raises(ConfigurationError, match="no server has used"):
+        await backend.guard(namespace="other").revoke(principal="alice")
+
+
+async def test_a_full_store_refuses_even_in_accept_mode(backend: Backend) -> None:
+    guard = await started(backend.guard(on_store_error="accept"))  # point 7
+    stamped = guard.stamp(b"x")
+    assert await guard.consume(stamped) == b"x"
+    fresh = guard.stamp(b"y")
+    backend.fill()
+    assert await reason(guard, fresh) == "store_unavailable"
+    assert await reason(guard, stamped) in {"replayed", "store_unavailable"}  # Redis refuses any script when full
+
+
+async def test_expired_revocations_are_pruned(backend: Backend) -> None:
+    guard = await started(backend.guard(ttl=0.2))  # point 13
+    for n in range(5):
+        await guard.revoke(scope=("tenant", f"t{n}"))
+    assert (await guard.health())["revocations"] == 5
+    await backend.advance(0.5)  # every token they covered has expired
+    await guard.revoke(scope=("tenant", "last"))
+    assert (await guard.health())["revocations"] == 1

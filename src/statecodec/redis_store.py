@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import re
 import secrets
+import socket
 import ssl
 from collections.abc import Sequence
 from typing import Any
@@ -29,7 +30,10 @@ try:
     from redis.asyncio.cluster import RedisCluster
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
-    from redis.exceptions import AuthenticationError, NoScriptError, RedisClusterException, RedisError
+    from redis.exceptions import (
+        AuthenticationError, NoPermissionError, NoScriptError, OutOfMemoryError, ReadOnlyError, RedisClusterException,
+        RedisError,
+    )
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 except ImportError as _exc:  # pragma: no cover - exercised by tests/test_lean_import.py
@@ -155,7 +159,7 @@ class RedisStore(HoldsSecrets):
         kwargs |= {"socket_timeout": timeout, "socket_connect_timeout": timeout, "protocol": 2, "driver_info": None}
         kwargs["retry"] = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
         if url.partition("://")[0].endswith("+cluster"):
-            client: Redis | RedisCluster = RedisCluster(**kwargs, cluster_error_retry_attempts=1)
+            client: Redis | RedisCluster = RedisCluster(**kwargs)
         else:
             client = Redis(**kwargs)
         return cls(client, where=where, namespace=namespace, timeout=timeout)
@@ -183,17 +187,17 @@ class RedisStore(HoldsSecrets):
             return StoreUnreachable(f"{at} did not answer within {self.timeout:g} s")
         if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in text:
             return StoreUnreachable(f"{at} is unreachable: TLS failed (is its CA in ssl_ca_certs?)")
-        if "Name or service not known" in text or "not known" in text or "getaddrinfo" in text:
+        if any(isinstance(e, socket.gaierror) for e in chain):
             return StoreUnreachable(f"{at} is unreachable: its host name does not resolve")
         if isinstance(exc, RedisConnectionError | OSError | RedisClusterException):
-            cause = "connection refused" if "refused" in text.lower() else "connection failed or dropped"
-            return StoreUnreachable(f"{at} is unreachable: {cause}")
+            refused = any(isinstance(e, ConnectionRefusedError) for e in chain)
+            return StoreUnreachable(f"{at} is unreachable: {'connection refused' if refused else 'no connection'}")
         code = next((code for code in _CODES if code in text), None)
-        if code == "NOPERM" or "can't run this command" in text or "no permissions" in text:
+        if isinstance(exc, NoPermissionError) or code == "NOPERM" or "can't run this command" in text:
             return StoreError(f"{at} refused a command: its ACL user lacks one the store needs (docs/single-use.md)")
-        if code == "OOM":
-            return StoreError(f"{at} is out of memory (maxmemory): set enough maxmemory")
-        if code == "READONLY":
+        if isinstance(exc, OutOfMemoryError) or code == "OOM":
+            return StoreError(f"{at} is full (maxmemory): tokens are refused until it has room")
+        if isinstance(exc, ReadOnlyError) or code == "READONLY":
             return StoreError(f"{at} is a read-only replica; point STATECODEC_STORE_URL at the primary")
         return StoreError(f"{at} answered an error ({code or type(exc).__name__})")
 

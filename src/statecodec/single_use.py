@@ -53,7 +53,7 @@ def _field(value: str | None) -> bytes:
     """One digest input field: ``0x00`` when absent, else ``0x01``, its UTF-8 length (4 bytes BE), its UTF-8."""
     if value is None:
         return b"\x00"
-    data = value.encode("utf-8")
+    data = value.encode("utf-8", "surrogatepass")
     return b"\x01" + len(data).to_bytes(4, "big") + data
 
 

@@ -75,7 +75,10 @@ class _Redis:
             from statecodec.redis_store import RedisStore
         except ImportError:
             raise ConfigurationError(_REDIS_HINT) from None
-        self.store = RedisStore.from_url(url, namespace=_NAMESPACE, timeout=_TIMEOUT_S)  # checks the URL
+        try:
+            self.store = RedisStore.from_url(url, namespace=_NAMESPACE, timeout=_TIMEOUT_S)
+        except ConfigurationError:
+            raise ConfigurationError("--store-url is not a Redis URL (redis://, rediss://, unix://)") from None
         self.bare = redis.Redis.from_url(url, socket_timeout=_TIMEOUT_S, socket_connect_timeout=_TIMEOUT_S)
         try:
             self.bare.ping()
