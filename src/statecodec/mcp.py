@@ -12,10 +12,10 @@ import logging
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from statecodec._settings import seconds
 from statecodec.config import codec_from_env, ttl_setting
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["SingleUseMiddleware", "security_from_env", "single_use_from_env"]
 
 logger = logging.getLogger("statecodec.mcp")
+T = TypeVar("T")
 
 MCP_EXTRA_HINT = "install the MCP SDK with: pip install 'statecodec[mcp]'"
 REJECTED = "requestState rejected on %s: %s"
@@ -57,19 +58,17 @@ def security_from_env(
 class SingleUseMiddleware:
     """SDK server middleware: each ``requestState`` is accepted at most once across the fleet, and revocable.
 
-    Threats: a replayed token (each stamp is claimed once, in the store, by `SingleUse.consume`); a stamp moved
-    onto another state, were the middleware to see tokens before the SDK's `RequestStateBoundary` verified them
-    (refused at start-up by `lifespan`); a stalled store holding requests, or threads a sync tool needs (one
-    deadline, `deadline` seconds, default twice the store's timeout, bounds the whole wait, on the event loop);
-    a revocation dodged by presenting another user's token (the stamp records the MINTING request's principal,
-    the SDK's (client, issuer, subject), whatever ``bind_principal`` is)::
+    Threats: a replay (each stamp is claimed once in the store); a stamp moved onto another state, or seen sealed,
+    were it placed before the SDK's `RequestStateBoundary` (refused at start-up by `lifespan`); a stalled store
+    holding requests or the threads a sync tool needs (one `deadline` over the whole wait, default twice the
+    store's timeout, on the event loop); a revocation dodged by presenting another user's token (the stamp
+    records the minting request's (client, issuer, subject), whatever ``bind_principal`` is)::
 
         single_use = single_use_from_env()
-        server = MCPServer("billing", request_state_security=security_from_env(), middleware=[single_use],
-                           lifespan=single_use.lifespan)
+        MCPServer("billing", request_state_security=security_from_env(), middleware=[single_use],
+                  lifespan=single_use.lifespan)
 
-    On a lowlevel `Server`: ``Server(..., lifespan=single_use.lifespan)``, then append the boundary and this
-    middleware, in that order. A refusal is the SDK's own -32602 answer; the reason code goes to the log only.
+    A refusal is the SDK's own -32602 answer; the reason code goes to the log only.
     """
 
     def __init__(self, guard: SingleUse, *, deadline: float | None = None) -> None:
@@ -104,9 +103,8 @@ class SingleUseMiddleware:
         boundaries = [i for i, middleware in enumerate(chain) if isinstance(middleware, RequestStateBoundary)]
         if not mine or not boundaries or min(mine) < max(boundaries):
             raise ConfigurationError(
-                "SingleUseMiddleware must come after the SDK's RequestStateBoundary in server.middleware, so that "
-                "it sees only verified state: pass it as MCPServer(middleware=[...]), or on a lowlevel Server "
-                "append RequestStateBoundary(...) first, then the SingleUseMiddleware"
+                "SingleUseMiddleware must come after the SDK's RequestStateBoundary in server.middleware (it must see "
+                "verified state only): pass it to MCPServer(middleware=[...]); on a lowlevel Server, append it last"
             )
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
@@ -125,17 +123,14 @@ class SingleUseMiddleware:
         return result.model_copy(update={"request_state": stamped})
 
     async def _consume(self, method: str, state: str) -> str:
-        import anyio
-
         self._check_running(method)
         try:
-            with anyio.fail_after(self.deadline):
-                return (await self.guard.consume(_bytes(state))).decode("utf-8", "surrogatepass")
+            return (await self._bounded(self.guard.consume(_bytes(state)))).decode("utf-8", "surrogatepass")
         except InvalidToken as exc:
             reason = exc.reason
-        except TimeoutError:
+        except StoreUnreachable as exc:  # past the deadline
             reason = Reason.STORE_UNAVAILABLE
-            self._warn(f"the single-use store at {self.guard.where} did not answer within {self.deadline:g} s")
+            self._warn(str(exc))
         raise _refusal(method, reason)
 
     async def _stamp(self, method: str, state: str) -> str:
@@ -156,15 +151,18 @@ class SingleUseMiddleware:
 
     async def _start(self) -> None:
         """`guard.start()` under the deadline; a store that cannot be reached is a warning, rate-limited."""
-        import anyio
-
         try:
-            with anyio.fail_after(self.deadline):
-                await self.guard.start()
+            await self._bounded(self.guard.start())
         except StoreUnreachable as exc:  # its message names the store and the cause, never a credential
             self._warn(f"{exc}; tokens are refused, and none minted, until it answers")
-        except TimeoutError:
-            self._warn(f"the single-use store at {self.guard.where} did not answer within {self.deadline:g} s")
+
+    async def _bounded(self, call: Awaitable[T]) -> T:
+        """`call` under the one deadline covering the whole wait, on this loop; past it, `StoreUnreachable`."""
+        import anyio
+
+        with anyio.move_on_after(self.deadline):
+            return await call
+        raise StoreUnreachable(f"the single-use store at {self.guard.where} did not answer within {self.deadline:g} s")
 
     def _warn(self, message: str) -> None:
         if time.monotonic() - self._warned >= _WARN_EVERY:

@@ -1,18 +1,11 @@
 """Metrics where the wire is answered: every ``requestState`` an MCP server accepts or refuses, by reason.
 
-Threat: refusals are an attacker's probes and a fleet's symptoms, and a server that answers every one with the
-same fixed error is blind to both: ``replayed`` is a stolen token tried again, ``seal`` someone forging,
-``store_unavailable`` a single-use store in trouble, ``unknown_key`` a key retired too early. Counted anywhere
-but at the answer, a replayed or revoked token refused after the codec accepted it would count as accepted.
-
-`instrument(server)` puts `RequestStateMetrics` first in the server's middleware (an `MCPServer` or a lowlevel
-`Server`), outside the SDK's `RequestStateBoundary` and `statecodec.mcp.SingleUseMiddleware`: each request that
-presents a ``requestState`` adds one to ``statecodec.request_state`` with ``outcome`` ``accepted`` or ``refused``
-and, when refused, ``reason``: the code the SDK boundary or the single-use middleware logged for it (read from
-their log line, the one place a reason is given). Only the method and the reason code are ever recorded.
-
-It speaks OpenTelemetry's API alone (``pip install 'statecodec[otel]'``): without an SDK configured the counter
-does nothing, and no exporter is chosen for the user.
+Threat: refusals are an attacker's probes and a fleet's symptoms (``replayed``: a stolen token tried again; ``seal``:
+forging; ``store_unavailable``: the single-use store in trouble), and counted anywhere but at the answer a replayed
+or revoked token, refused after the codec accepted it, would look accepted. `instrument(server)` puts
+`RequestStateMetrics` first in the middleware of an `MCPServer` or lowlevel `Server`: each request presenting a
+state adds one to ``statecodec.request_state`` (``method``, ``outcome``, and the ``reason`` the SDK boundary or
+single use logged). OpenTelemetry's API alone (``statecodec[otel]``): a no-op until the application sets an SDK.
 """
 
 from __future__ import annotations
@@ -47,7 +40,8 @@ _refusal: ContextVar[list[str] | None] = ContextVar("statecodec_refusal", defaul
 
 
 class _Reasons(logging.Filter):
-    """Keeps the reason of each refusal logged inside `RequestStateMetrics` (drops no record)."""
+    """Keeps the reason of each refusal logged inside `RequestStateMetrics` (drops no record): the log line is the
+    one place the SDK boundary gives it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         seen = _refusal.get()
@@ -61,12 +55,8 @@ for _name in ("mcp.server.request_state", "statecodec.mcp"):
 
 
 class RequestStateMetrics:
-    """SDK server middleware, first in the chain: counts each presented ``requestState`` as accepted or refused.
-
-    A request counts as refused when the SDK boundary or the single-use middleware logged a refusal for it
-    (``reason`` is that code; ``unknown`` if the ``mcp.server.request_state`` logger is silenced below WARNING),
-    else as accepted once the state went through (whatever the handler does next). Requests without a state are
-    not counted.
+    """SDK server middleware, first in the chain: a presented ``requestState`` is refused when the SDK boundary or
+    single use logged a refusal for it (``reason`` ``unknown`` if that log is silenced below WARNING), else accepted.
     """
 
     def __init__(self, meter: metrics.Meter | None = None) -> None:
