@@ -35,6 +35,7 @@ API_MODULES = (
     "statecodec",
     "statecodec.mcp",
     "statecodec.single_use",
+    "statecodec.store",
     "statecodec.rotation",
     "statecodec.binding",
     "statecodec.testing",

@@ -1,12 +1,11 @@
 """`RedisStore`: the single-use `Store` a fleet shares, on Redis 6.2+ or a Redis Cluster (``statecodec[redis]``).
 
 Threat: a replay accepted by a second instance, a store that evicts or forgets what it saw, a store that stalls
-every request, a credential in a log. Each claim is one Lua script (EVALSHA; EVAL once if the server lost its
-script cache) that also answers revocation and expiry on the server's clock (``TIME``): one round trip per token,
-no listener, no view. Every key sits under one hash tag, so a Cluster keeps a namespace in one slot. Key layout,
-scripts and the ACL a user needs: docs/formats.md and docs/single-use.md. Failures: `StoreUnreachable` when the
-server cannot be reached or does not answer in time, `StoreError` when it answers with an error; messages name
-host:port only, never the URL.
+every request, a credential in a log. Each claim is one Lua script (EVALSHA; EVAL once after a lost script cache)
+that also answers revocation and expiry on the server's clock (``TIME``): one round trip per token, no listener,
+no view. Every key sits under one hash tag, so a Cluster keeps a namespace in one slot. Key layout and scripts:
+docs/formats.md; the ACL a user needs: docs/single-use.md. A server that cannot be reached or does not answer in
+time raises `StoreUnreachable`, one that answers with an error `StoreError`; messages name host:port only.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import re
 import secrets
 import socket
 import ssl
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
@@ -31,7 +30,12 @@ try:
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
     from redis.exceptions import (
-        AuthenticationError, NoPermissionError, NoScriptError, OutOfMemoryError, ReadOnlyError, RedisClusterException,
+        AuthenticationError,
+        NoPermissionError,
+        NoScriptError,
+        OutOfMemoryError,
+        ReadOnlyError,
+        RedisClusterException,
         RedisError,
     )
     from redis.exceptions import ConnectionError as RedisConnectionError
@@ -42,8 +46,9 @@ except ImportError as _exc:  # pragma: no cover - exercised by tests/test_lean_i
 __all__ = ["RedisStore"]
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+_ADDRESS = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(?::([0-9]{1,5}))?(?:/([0-9]*))?")
 _OPTIONS = frozenset({"db", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"})
-_CODES = ("NOPERM", "OOM", "READONLY", "MISCONF", "BUSY", "LOADING", "CLUSTERDOWN", "NOAUTH", "WRONGPASS")
+_CODES = ("MISCONF", "BUSY", "LOADING", "CLUSTERDOWN", "CROSSSLOT", "MOVED")
 _PRELUDE = """local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function n(x) return string.format('%.0f', x) end
@@ -106,35 +111,30 @@ _SHA = {name: hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest() f
 
 
 def _parse(url: str) -> tuple[str, dict[str, Any]]:
-    """(host:port, the client's keyword arguments) of a store URL, parsed here (a password may hold / ? # @)."""
+    """(host:port, the client's keyword arguments) of a store URL, parsed here: a password may hold / ? # @."""
     scheme, _, rest = url.partition("://")
     userinfo, _, rest = rest.rpartition("@")
-    base, cluster = scheme.removesuffix("+cluster"), scheme.endswith("+cluster")
-    address, _, query = rest.partition("#")[0].partition("?")
-    address, _, path = address.partition("/") if base != "unix" else ("", "", address)
-    match = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(?::([0-9]{1,5}))?", address)
-    options = {name: values[-1] for name, values in parse_qs(query).items()}
-    db = options.pop("db", path.strip("/") if base != "unix" else "0") or "0"
-    if scheme not in REDIS_SCHEMES or (base != "unix" and (match is None or not 0 < int(match[2] or 6379) < 65536)):
+    rest, _, query = rest.partition("#")[0].partition("?")
+    options: dict[str, Any] = {name: values[-1] for name, values in parse_qs(query).items()}
+    user, _, password = userinfo.partition(":")
+    kwargs: dict[str, Any] = {"username": unquote(user) or None, "password": unquote(password) or None}
+    match = _ADDRESS.fullmatch(rest)
+    if scheme.startswith("unix") and scheme in REDIS_SCHEMES:
+        where, kwargs["unix_socket_path"], db = f"unix:{rest}", rest, "0"
+    elif scheme in REDIS_SCHEMES and match and 0 < int(match[2] or 6379) < 65536:
+        where, db = f"{match[1]}:{int(match[2] or 6379)}", match[3] or "0"
+        kwargs |= {"host": match[1].strip("[]"), "port": int(match[2] or 6379), "ssl": scheme.startswith("rediss")}
+    else:
         raise ConfigurationError("STATECODEC_STORE_URL is not a valid Redis URL (its text is not shown)")
-    where = f"unix:{path}" if base == "unix" else f"{match[1] if match else ''}:{int(match[2] or 6379) if match else 0}"
-    if set(options) - _OPTIONS or not db.isdecimal() or (cluster and db != "0"):
+    db = options.pop("db", db)
+    if set(options) - _OPTIONS or not db.isdecimal() or (scheme.endswith("+cluster") and db != "0"):
         raise ConfigurationError(
             f"STATECODEC_STORE_URL ({where}) may set only the database (0 on a cluster) and "
             f"{', '.join(sorted(_OPTIONS - {'db'}))}; timeouts come from STATECODEC_STORE_TIMEOUT"
         )
-    user, _, password = userinfo.partition(":")
-    kwargs: dict[str, Any] = {"username": unquote(user) or None, "password": unquote(password) or None, **options}
-    if base == "unix":
-        kwargs["unix_socket_path"] = path
-    else:
-        kwargs |= {"host": match[1].strip("[]") if match else "", "port": int(match[2] or 6379) if match else 0}
-    kwargs |= {"ssl": base == "rediss"} if not cluster else {"ssl": base == "rediss", "db": None}
-    if not cluster:
-        kwargs["db"] = int(db)
-    if "ssl_check_hostname" in kwargs:
-        kwargs["ssl_check_hostname"] = kwargs["ssl_check_hostname"].lower() in ("1", "true", "yes")
-    return where, {name: value for name, value in kwargs.items() if value is not None}
+    if "ssl_check_hostname" in options:
+        options["ssl_check_hostname"] = options["ssl_check_hostname"].lower() in ("1", "true", "yes")
+    return where, {**{name: value for name, value in kwargs.items() if value is not None}, **options, "db": int(db)}
 
 
 class RedisStore(HoldsSecrets):
@@ -142,43 +142,43 @@ class RedisStore(HoldsSecrets):
 
     def __init__(self, client: Redis | RedisCluster, *, where: str, namespace: str, timeout: float) -> None:
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
-            raise ConfigurationError(
-                "STATECODEC_STORE_NAMESPACE must be 1-64 letters, digits, '_', '.' or '-' (it is a Redis hash tag)"
-            )
+            raise ConfigurationError("STATECODEC_STORE_NAMESPACE must be 1-64 letters, digits, '_', '.' or '-'")
         self._client, self.where, self.namespace, self.timeout = client, where, namespace, timeout
         self._keys = [f"{{{namespace}}}:{name}" for name in ("meta", "r", "rx")]
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "statecodec", timeout: float = 0.25) -> RedisStore:
         """The store at ``redis://[user:password@]host:port/db``, ``rediss://`` (TLS; ``?ssl_ca_certs=/path`` for a
-        private CA), ``unix:///path``, or a Redis Cluster by any node, ``redis+cluster://`` (``rediss+cluster://``);
+        private CA), ``unix:///path``, or a Cluster by any node, ``redis+cluster://`` (``rediss+cluster://``);
         `timeout` bounds connecting and each answer. Connects lazily, and recovers by itself."""
         where, kwargs = _parse(url)
         # No CLIENT SETINFO (the minimal ACL denies CLIENT); one immediate retry on a dropped pooled connection,
         # never on a timeout, which would double the bound.
         kwargs |= {"socket_timeout": timeout, "socket_connect_timeout": timeout, "protocol": 2, "driver_info": None}
         kwargs["retry"] = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
-        if url.partition("://")[0].endswith("+cluster"):
-            client: Redis | RedisCluster = RedisCluster(**kwargs)
-        else:
-            client = Redis(**kwargs)
+        client = RedisCluster(**kwargs) if url.partition("://")[0].endswith("+cluster") else Redis(**kwargs)
         return cls(client, where=where, namespace=namespace, timeout=timeout)
 
-    async def _run(self, name: str, keys: list[str], *args: str | int) -> Any:
+    async def _call(self, call: Callable[[], Awaitable[Any]]) -> Any:
         try:
-            async with asyncio.timeout(2 * self.timeout):  # one bound over the retry and the script-cache reload
-                try:
-                    return await self._client.evalsha(_SHA[name], len(keys), *keys, *args)
-                except NoScriptError:
-                    return await self._client.eval(_SOURCES[name], len(keys), *keys, *args)
-        except (RedisError, RedisClusterException, OSError) as exc:
+            async with asyncio.timeout(2 * self.timeout):  # one bound over the retry and a script-cache reload
+                return await call()
+        except (RedisError, RedisClusterException, OSError) as exc:  # OSError: TimeoutError too
             failure = self._failure(exc)
         raise failure  # outside the handler: the client's own text (which may quote the URL) is not chained
 
+    async def _run(self, name: str, keys: list[str], *args: str | int) -> Any:
+        async def script() -> Any:
+            try:
+                return await self._client.evalsha(_SHA[name], len(keys), *keys, *args)
+            except NoScriptError:
+                return await self._client.eval(_SOURCES[name], len(keys), *keys, *args)
+
+        return await self._call(script)
+
     def _failure(self, exc: BaseException) -> StoreError:
-        """What went wrong, naming host:port only."""
-        at, text = f"the Redis store at {self.where}", str(exc)
-        chain = [exc, exc.__cause__, exc.__context__]
+        """What went wrong, naming host:port and the cause only."""
+        at, text, chain = f"the Redis store at {self.where}", str(exc), (exc, exc.__cause__, exc.__context__)
         if isinstance(exc, AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
             return StoreError(f"{at} refused the user name or password in STATECODEC_STORE_URL")
         if "DB index is out of range" in text:
@@ -192,47 +192,37 @@ class RedisStore(HoldsSecrets):
         if isinstance(exc, RedisConnectionError | OSError | RedisClusterException):
             refused = any(isinstance(e, ConnectionRefusedError) for e in chain)
             return StoreUnreachable(f"{at} is unreachable: {'connection refused' if refused else 'no connection'}")
-        code = next((code for code in _CODES if code in text), None)
-        if isinstance(exc, NoPermissionError) or code == "NOPERM" or "can't run this command" in text:
+        if isinstance(exc, NoPermissionError) or "NOPERM" in text or "can't run this command" in text:
             return StoreError(f"{at} refused a command: its ACL user lacks one the store needs (docs/single-use.md)")
-        if isinstance(exc, OutOfMemoryError) or code == "OOM":
+        if isinstance(exc, OutOfMemoryError) or "OOM" in text:
             return StoreError(f"{at} is full (maxmemory): tokens are refused until it has room")
-        if isinstance(exc, ReadOnlyError) or code == "READONLY":
+        if isinstance(exc, ReadOnlyError) or "READONLY" in text:
             return StoreError(f"{at} is a read-only replica; point STATECODEC_STORE_URL at the primary")
-        return StoreError(f"{at} answered an error ({code or type(exc).__name__})")
+        return StoreError(f"{at} answered an error ({next((c for c in _CODES if c in text), type(exc).__name__)})")
 
     async def _policy(self) -> str:
-        """The serving node's maxmemory-policy."""
-        target: dict[str, Any] = {}
-        if isinstance(self._client, RedisCluster):
-            target = {"target_nodes": self._client.get_node_from_key(self._keys[0])}
-        try:
-            async with asyncio.timeout(2 * self.timeout):
-                info = await self._client.info("memory", **target)
-        except (RedisError, RedisClusterException, OSError) as exc:
-            failure = self._failure(exc)
-        else:
-            return str(info.get("maxmemory_policy", ""))
-        raise failure
+        """The maxmemory-policy of the node that serves this namespace."""
+        client, target = self._client, {}
+        if isinstance(client, RedisCluster):
+            target = {"target_nodes": client.get_node_from_key(self._keys[0])}
+        return str((await self._call(lambda: client.info("memory", **target))).get("maxmemory_policy", ""))
 
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello:
-        owner, epoch, now = await self._run("hello", self._keys[:1], fingerprint.hex(), secrets.token_hex(8),
-                                            lifetime_ms, skew_ms)
-        policy = await self._policy()
-        if policy != "noeviction":
+        reply = await self._run("hello", self._keys[:1], fingerprint.hex(), secrets.token_hex(8), lifetime_ms, skew_ms)
+        if (policy := await self._policy()) != "noeviction":
             raise ConfigurationError(
                 f"the Redis store at {self.where} has maxmemory-policy {policy}: an evicted claim reopens a replay; "
                 "set maxmemory-policy noeviction (a full store then refuses tokens instead)"
             )
-        return Hello(owner.decode(), bytes.fromhex(epoch.decode()), int(now))
+        return Hello(reply[0].decode(), bytes.fromhex(reply[1].decode()), int(reply[2]))
 
     async def claim(
-        self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int, skew_ms: int,
-        lifetime_ms: int, scopes: Sequence[bytes],
+        self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int, lifetime_ms: int,
+        skew_ms: int, scopes: Sequence[bytes],
     ) -> Verdict:
         keys = [*self._keys[:2], f"{{{self.namespace}}}:c:{key.hex()}"]
-        reply = await self._run("claim", keys, fingerprint.hex(), secrets.token_hex(8), epoch.hex(), issued_ms,
-                                expires_ms, lifetime_ms, skew_ms, *(scope.hex() for scope in scopes))
+        args = (fingerprint.hex(), secrets.token_hex(8), epoch.hex(), issued_ms, expires_ms, lifetime_ms, skew_ms)
+        reply = await self._run("claim", keys, *args, *(scope.hex() for scope in scopes))
         malformed = tuple(name.decode() for name in reply[3]) if len(reply) > 3 else ()
         return Verdict(Claim(reply[0].decode()), bytes.fromhex(reply[1].decode()), int(reply[2]), malformed)
 

@@ -1,17 +1,13 @@
 """Single use and revocation: a token is accepted at most once, and an operator can end every flow of a principal.
 
-Threat: integrity, expiry and binding do not stop an exact replay, and without shared state an operator cannot end
-an offboarded user's flows short of rotating the key for everyone. `SingleUse` stamps each state at mint with what
-its claim will need, under a tag that also covers the state (so a stamp cannot be moved onto another state): a
-random token id, the issue time and the token's own expiry, the store's epoch, and keyed digests of the minting
-principal and the operator's scopes. At unseal, after every other check passed, one atomic claim in the shared
-store answers, on the store's clock alone: forgotten, expired, revoked, replayed or first (`statecodec.store`).
-Nothing is recomputed from the presenter or taken from the consuming instance's settings. Formats, digests and
-keys: docs/formats.md, "Single use".
-
-A store that cannot be reached refuses (`store_unavailable`), unless the operator chose availability first
-(``on_store_error="accept"``), which then accepts unchecked and logs each such token; a store that answered with an
-error (full, out of memory, no permission), or any other exception, refuses in every mode.
+Threat: integrity, expiry and binding do not stop an exact replay, and a stateless token cannot be taken back.
+`SingleUse` stamps each state at mint with what its claim needs, under a tag that also covers the state: a random
+token id, its issue time and own expiry, the store's epoch, keyed digests of the minting principal and of operator
+scopes. At unseal, after every other check, one atomic claim answers on the store's clock alone (`statecodec.store`):
+nothing is recomputed from the presenter or taken from the consuming instance's settings. Format: docs/formats.md.
+A store that cannot be reached refuses (`store_unavailable`), unless availability first was chosen
+(``on_store_error="accept"``), which then accepts unchecked, loudly; an answered error or any other exception
+refuses in every mode.
 """
 
 from __future__ import annotations
@@ -24,7 +20,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec._settings import named_errors, seconds, seconds_setting, setting, text_or_file
@@ -34,75 +30,73 @@ from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreErr
 from statecodec.keys import KeyRing, derive_key, parse_keys
 from statecodec.store import REDIS_SCHEMES, Claim, MemoryStore, Store, Verdict, check_owner
 
-__all__ = ["Principal", "SingleUse", "SingleUseCodec", "store_from_settings"]
+__all__ = ["Principal", "Selector", "SingleUse", "SingleUseCodec", "store_from_settings"]
 
 logger = logging.getLogger("statecodec.single_use")
 T = TypeVar("T")
 Principal = tuple[str | None, str | None, str | None]  # (client_id, issuer, subject), as the MCP SDK binds it
-
-PREFIX = b"su2."
-_HEADER = 16 + 6 + 6 + 8  # token id, issued ms, expires ms, store epoch; then a count and the scope digests
-_DIGEST, _MAX_SCOPES = 16, 16
-_LABELS = ("claim", "stamp", "scope", "fingerprint")
-STORE_KEY_VAR, STORE_URL_VAR = "STATECODEC_STORE_KEY", "STATECODEC_STORE_URL"
-_MAX_STORE_FILE_BYTES = 4096
+PREFIX, STORE_KEY_VAR, STORE_URL_VAR = b"su2.", "STATECODEC_STORE_KEY", "STATECODEC_STORE_URL"
+_HEADER, _DIGEST, _MAX_SCOPES = 36, 16, 16  # id 16, issued 6, expires 6, epoch 8; then a count and the digests
 _VERDICTS = {Claim.USED: Reason.REPLAYED, Claim.REVOKED: Reason.REVOKED, Claim.EXPIRED: Reason.EXPIRED}
 
 
 def _field(value: str | None) -> bytes:
-    """One digest input field: ``0x00`` when absent, else ``0x01``, its UTF-8 length (4 bytes BE), its UTF-8."""
-    if value is None:
-        return b"\x00"
-    data = value.encode("utf-8", "surrogatepass")
-    return b"\x01" + len(data).to_bytes(4, "big") + data
-
-
-def checked(what: str, value: object) -> str:
-    """An operator's scope name or value: a non-empty str without surrounding whitespace, else ValueError."""
-    if type(value) is not str or not value or value != value.strip() or not value.isprintable():
-        raise ConfigurationError(f"{what} must be non-empty text without leading or trailing whitespace")
-    return value
+    """A digest input field: ``0x00`` when absent, else ``0x01``, its UTF-8 length (4 bytes), its UTF-8."""
+    data = None if value is None else value.encode("utf-8", "surrogatepass")
+    return b"\x00" if data is None else b"\x01" + len(data).to_bytes(4, "big") + data
 
 
 def _mac(key: bytes, data: bytes) -> bytes:
     return hmac.new(key, data, "sha256").digest()[:_DIGEST]
 
 
-class SingleUse(HoldsSecrets):
-    """The single-use and revocation rules (module docstring) over any `Store`.
+def checked(what: str, value: object) -> str:
+    """An operator's scope name or value: non-empty text without surrounding whitespace, else ConfigurationError."""
+    if type(value) is not str or not value or value != value.strip() or not value.isprintable():
+        raise ConfigurationError(f"{what} must be non-empty text without leading or trailing whitespace")
+    return value
 
-    `key` (one key from `statecodec keygen`, the same on every instance) keys every digest and the stamp; `ttl` is
-    the lifetime of the tokens this instance mints (the codec's own); `clock_skew` is how far this clock may be
-    from the store's: beyond it this instance neither mints (`stamp` raises) nor accepts, and a revocation also
-    covers tokens stamped up to that long after it.
+
+class Selector(TypedDict, total=False):
+    """What `revoke` and `lift` name: exactly one of a subject (`principal`) or an OAuth client (`client`), each
+    qualified by `issuer` when the access token has one, an operator ``scope=(name, value)``, or `everything`."""
+
+    principal: str
+    client: str
+    issuer: str
+    scope: tuple[str, str]
+    everything: bool
+
+
+class SingleUse(HoldsSecrets):
+    """The single-use and revocation rules (module docstring) over any `Store`, from one event loop.
+
+    `key` (one key from `statecodec keygen`, the same on every instance) keys the stamp and every digest; `ttl` is
+    the lifetime of the tokens this instance mints; `clock_skew` is how far this clock may be from the store's:
+    beyond it this instance neither mints nor accepts, and a revocation also covers tokens minted that long after.
     """
 
-    __slots__ = ("_clock", "_epoch", "_keys", "_skewed", "clock_skew", "on_store_error", "store", "ttl")
+    __slots__ = ("_clock", "_epoch", "_fingerprint", "_keys", "_skewed", "clock_skew", "on_store_error", "store", "ttl")
 
     def __init__(
-        self,
-        store: Store,
-        *,
-        key: bytes | KeyRing,
-        ttl: float,
-        clock_skew: float = 1.0,
-        on_store_error: Literal["refuse", "accept"] = "refuse",
-        clock: Callable[[], float] = time.time,
+        self, store: Store, *, key: bytes | KeyRing, ttl: float, clock_skew: float = 1.0,
+        on_store_error: Literal["refuse", "accept"] = "refuse", clock: Callable[[], float] = time.time,
     ) -> None:
         if not isinstance(store, Store):
             raise ConfigurationError("store must be a statecodec Store, e.g. MemoryStore() or RedisStore.from_url")
         if on_store_error not in ("refuse", "accept"):
             raise ConfigurationError("on_store_error must be 'refuse' (fail closed) or 'accept' (availability first)")
-        self.ttl = seconds("ttl", ttl, low=0, high=1e7, low_open=True)
+        self.ttl = seconds("ttl", ttl, low=0.001, high=1e7)
         self.clock_skew = seconds("clock_skew", clock_skew, low=0, high=3600)
         try:
             secret = (key if isinstance(key, KeyRing) else KeyRing([key]))[0]
         except ConfigurationError as exc:
             raise ConfigurationError(f"the store key {str(exc).removeprefix('keys[0] ')}") from None
-        self._keys = {label: derive_key(secret, b"statecodec/su2/" + label.encode()) for label in _LABELS}
+        self._keys = {k: derive_key(secret, b"statecodec/su2/" + k.encode()) for k in ("claim", "stamp", "scope")}
+        self._fingerprint = _mac(derive_key(secret, b"statecodec/su2/fingerprint"), _field(store.namespace))
         self.store, self.on_store_error, self._clock = store, on_store_error, clock
         self._epoch: bytes | None = None  # the store's epoch, once it answered: stamps carry it
-        self._skewed: str | None = "has not answered yet"  # why this instance may not mint, if it may not
+        self._skewed: str | None = "the store has not answered yet"  # why this instance may not mint
         if on_store_error == "accept":
             logger.warning("single use is availability first: a token is accepted unchecked while the store is down")
 
@@ -112,21 +106,18 @@ class SingleUse(HoldsSecrets):
         ``_FILE``), ``STATECODEC_TTL`` and ``STATECODEC_STORE_ON_ERROR`` (``refuse``, the default, or ``accept``)."""
         settings = os.environ if environ is None else environ
         check_names(settings)
-        text, source = text_or_file(settings, STORE_KEY_VAR, _MAX_STORE_FILE_BYTES, "it holds one key")
+        text, source = text_or_file(settings, STORE_KEY_VAR, 4096, "it holds one key")
         if text is None:
             raise ConfigurationError(f"{STORE_KEY_VAR} is not set; set it to a key from `statecodec keygen`")
         with named_errors(source):
             keys = parse_keys(text)
             if len(keys) != 1:
                 raise ConfigurationError(f"holds {len(keys)} keys; the store key is one key")
-        on_error = setting(settings, "STATECODEC_STORE_ON_ERROR", required=False) or "refuse"
-        if on_error not in ("refuse", "accept"):
-            raise ConfigurationError(
-                "STATECODEC_STORE_ON_ERROR must be refuse (fail closed, the default) or accept (availability first)"
-            )
-        ttl = ttl_setting(settings)
-        mode: Literal["refuse", "accept"] = "accept" if on_error == "accept" else "refuse"
-        return cls(store or store_from_settings(settings), key=keys[0], ttl=ttl, on_store_error=mode)
+        mode = setting(settings, "STATECODEC_STORE_ON_ERROR", required=False) or "refuse"
+        if mode not in ("refuse", "accept"):
+            raise ConfigurationError("STATECODEC_STORE_ON_ERROR must be refuse (the default) or accept")
+        ttl, store = ttl_setting(settings), store or store_from_settings(settings)
+        return cls(store, key=keys[0], ttl=ttl, on_store_error="accept" if mode == "accept" else "refuse")
 
     @property
     def where(self) -> str:
@@ -137,65 +128,49 @@ class SingleUse(HoldsSecrets):
     def started(self) -> bool:
         return self._epoch is not None
 
-    def _ms(self, seconds: float) -> int:
-        return round(seconds * 1000)
+    def _scope(self, kind: str, first: str | None, second: str | None) -> bytes:
+        return _mac(self._keys["scope"], _field(kind) + _field(first) + _field(second))
 
-    @property
-    def _fingerprint(self) -> bytes:
-        return _mac(self._keys["fingerprint"], _field(self.store.namespace))
-
-    def _compare(self, before: float, store_ms: int, after: float) -> str | None:
-        """Why this clock is beyond `clock_skew` from the store's (answered between `before` and `after`)."""
+    def _skew(self, before: float, store_ms: int, after: float) -> str | None:
+        """Why this clock is beyond `clock_skew` of the store's, which answered between `before` and `after`."""
         offset = store_ms / 1000 - min(max(store_ms / 1000, before - self.clock_skew), after + self.clock_skew)
-        if offset == 0:
-            return None
         way = "behind" if offset > 0 else "ahead of"
-        return f"this clock is {abs(offset) + self.clock_skew:.3f} s {way} the store's"
+        return f"this clock is {abs(offset) + self.clock_skew:.3f} s {way} the store's" if offset else None
 
     async def start(self) -> None:
         """One round trip: begin the store's memory if it has none, record this lifetime, check whose the store
-        is, its memory policy and its clock. `ConfigurationError` names what to fix; `StoreUnreachable` if the
+        is, its memory policy and its clock. `ConfigurationError` names what to fix; `StoreUnreachable` when the
         store does not answer (claims refuse until it does)."""
-        before = self._clock()
-        hello = await self.store.hello(
-            fingerprint=self._fingerprint, lifetime_ms=self._ms(self.ttl), skew_ms=self._ms(self.clock_skew)
-        )
-        skewed = self._compare(before, hello.now_ms, self._clock())
+        before, skew_ms, ttl_ms = self._clock(), round(self.clock_skew * 1000), round(self.ttl * 1000)
+        hello = await self.store.hello(fingerprint=self._fingerprint, lifetime_ms=ttl_ms, skew_ms=skew_ms)
+        skewed = self._skew(before, hello.now_ms, self._clock())
         check_owner(hello.owner, self.where)
         if skewed:
-            raise ConfigurationError(
-                f"{skewed} at {self.where}, beyond the allowed clock skew of {self.clock_skew:g} s; fix the time "
-                "synchronisation of this host"
-            )
+            raise ConfigurationError(f"{skewed} at {self.where}, beyond the clock skew: synchronise this host's time")
         self._epoch, self._skewed = hello.epoch, None
 
-    def stamp(
-        self, state: bytes, *, principal: Principal | None = None, scopes: Mapping[str, str] | None = None
-    ) -> bytes:
+    def stamp(self, state: bytes, *, principal: Principal | None = None, scopes: Mapping[str, str] | None = None) -> bytes:
         """`state` behind a fresh stamp recording the minting principal and `scopes` (``{"tenant": "acme"}``)."""
         if self._epoch is None or self._skewed:
-            raise StoreError(f"single use cannot mint: the store at {self.where} {self._skewed}")
+            raise StoreError(f"single use cannot mint at {self.where}: {self._skewed}")
         if not isinstance(state, bytes):
             raise TypeError("state must be bytes")
         client, issuer, subject = principal or (None, None, None)
-        digests = [self._scope("principal", issuer, subject)] if subject else []
-        digests += [self._scope("client", issuer, client)] if client else []
+        digests = [self._scope("principal", issuer, subject)] * bool(subject)
+        digests += [self._scope("client", issuer, client)] * bool(client)
         for name, value in (scopes or {}).items():
             digests.append(self._scope("scope", checked("a scope name", name), checked("a scope value", value)))
         if len(digests) > _MAX_SCOPES:
             raise ConfigurationError(f"a token carries at most {_MAX_SCOPES} revocable scopes")
-        issued = self._ms(self._clock())
-        body = secrets.token_bytes(16) + issued.to_bytes(6, "big") + (issued + self._ms(self.ttl)).to_bytes(6, "big")
+        issued = round(self._clock() * 1000)
+        body = secrets.token_bytes(16) + issued.to_bytes(6) + (issued + round(self.ttl * 1000)).to_bytes(6)
         body += self._epoch + bytes([len(digests)]) + b"".join(digests)
         return PREFIX + b64u_encode(body + _mac(self._keys["stamp"], PREFIX + body + state)).encode() + b"." + state
 
-    def _scope(self, kind: str, first: str | None, second: str | None) -> bytes:
-        return _mac(self._keys["scope"], _field(kind) + _field(first) + _field(second))
-
     def _parse(self, stamped: bytes) -> tuple[bytes, bytes]:
         """(the stamp's body, the state) of a stamp this key made over this state; InvalidToken otherwise."""
-        head, dot, state = stamped.partition(b".") if isinstance(stamped, bytes) else (b"", b"", b"")
-        encoded, dot, state = state.partition(b".")
+        head, _, rest = stamped.partition(b".") if isinstance(stamped, bytes) else (b"", b"", b"")
+        encoded, dot, state = rest.partition(b".")
         body = b64u_decode(encoded.decode("ascii", "replace")) if head == PREFIX[:-1] and dot else b""
         if len(body) < _HEADER + 1 + _DIGEST or len(body) != _HEADER + 1 + _DIGEST * (body[_HEADER] + 1):
             raise InvalidToken(Reason.MALFORMED)
@@ -207,7 +182,6 @@ class SingleUse(HoldsSecrets):
         """The state behind a stamp accepted for the first time; `InvalidToken` (malformed, seal, expired, revoked,
         replayed, store_unavailable) otherwise. One store round trip."""
         body, state = self._parse(stamped)
-        issued, expires = int.from_bytes(body[16:22], "big"), int.from_bytes(body[22:28], "big")
         scopes = [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)]
         verdict: Verdict | None = None
         try:
@@ -216,73 +190,55 @@ class SingleUse(HoldsSecrets):
             before = self._clock()
             verdict = await self.store.claim(
                 fingerprint=self._fingerprint, key=_mac(self._keys["claim"], body[:16]), epoch=body[28:36],
-                issued_ms=issued, expires_ms=expires, skew_ms=self._ms(self.clock_skew),
-                lifetime_ms=self._ms(self.ttl), scopes=[*scopes, self._scope("all", None, None)],
+                issued_ms=int.from_bytes(body[16:22]), expires_ms=int.from_bytes(body[22:28]),
+                lifetime_ms=round(self.ttl * 1000), skew_ms=round(self.clock_skew * 1000),
+                scopes=[*scopes, self._scope("all", None, None)],
             )
-            self._skewed = self._compare(before, verdict.now_ms, self._clock())
+            self._skewed = self._skew(before, verdict.now_ms, self._clock())
         except StoreUnreachable as exc:
             if self.on_store_error == "accept":
                 logger.error("%s: token accepted WITHOUT the single-use check (on_store_error=accept)", exc)
                 return state
             logger.warning("%s: token refused", exc)
-        except (StoreError, ConfigurationError) as exc:
+        except (StoreError, ConfigurationError) as exc:  # answered: refused in every mode
             logger.error("%s: token refused", exc)
-        except Exception as exc:  # a store's bug: never a reason to accept
+        except Exception as exc:  # a store's bug is never a reason to accept
             logger.error("the store at %s failed (%s): token refused", self.where, type(exc).__name__)
         if verdict is None:
             raise InvalidToken(Reason.STORE_UNAVAILABLE)
-        return self._decide(verdict, state)
-
-    def _decide(self, verdict: Verdict, state: bytes) -> bytes:
         if verdict.malformed:
             logger.error("the store at %s holds malformed revocations, skipped: %s", self.where, verdict.malformed)
         if verdict.epoch != self._epoch:
-            logger.warning("the store at %s lost its memory (flush or restart): earlier tokens refused", self.where)
+            logger.warning("the store at %s lost its memory (flush or restart): older tokens refused", self.where)
             self._epoch = verdict.epoch
-        if self._skewed:
-            logger.error("single use: %s at %s, beyond the clock skew: token refused", self._skewed, self.where)
+        if self._skewed or verdict.claim is Claim.FOREIGN:
+            logger.error("the store at %s: %s: token refused", self.where, self._skewed or "another store key")
         elif verdict.claim is Claim.FIRST:
             return state
-        elif verdict.claim is Claim.FOREIGN:
-            logger.error("the store at %s belongs to another store key or namespace: token refused", self.where)
-        elif verdict.claim in _VERDICTS:
-            raise InvalidToken(_VERDICTS[verdict.claim])
-        raise InvalidToken(Reason.STORE_UNAVAILABLE)
+        raise InvalidToken(_VERDICTS.get(verdict.claim, Reason.STORE_UNAVAILABLE))
 
-    def _selector(
-        self, principal: str | None, client: str | None, issuer: str | None, scope: tuple[str, str] | None,
-        everything: bool,
-    ) -> bytes:
-        if sum((principal is not None, client is not None, scope is not None, everything)) != 1:
-            raise ConfigurationError("name exactly one of a principal, a client, a scope, or everything")
-        if issuer is not None and principal is None and client is None:
-            raise ConfigurationError("an issuer qualifies a principal or a client only")
-        issuer = None if issuer is None else checked("the issuer", issuer)
-        if principal is not None:
-            return self._scope("principal", issuer, checked("the principal", principal))
-        if client is not None:
-            return self._scope("client", issuer, checked("the client", client))
-        if scope is not None:
-            return self._scope("scope", checked("the scope name", scope[0]), checked("the scope value", scope[1]))
-        return self._scope("all", None, None)
+    def _selector(self, selector: Selector) -> bytes:
+        kinds = [kind for kind in ("principal", "client", "scope", "everything") if selector.get(kind) is not None]
+        issuer = selector.get("issuer")
+        if len(kinds) != 1 or (issuer is not None and kinds[0] not in ("principal", "client")):
+            raise ConfigurationError("name exactly one of a principal, a client (each with an issuer), a scope or all")
+        if kinds[0] == "everything" and selector.get("everything") is True:
+            return self._scope("all", None, None)
+        if kinds[0] == "scope":
+            name, value = selector["scope"]
+            return self._scope("scope", checked("the scope name", name), checked("the scope value", value))
+        subject = checked(f"the {kinds[0]}", selector.get(kinds[0]))
+        return self._scope(kinds[0], None if issuer is None else checked("the issuer", issuer), subject)
 
-    async def revoke(
-        self, *, principal: str | None = None, client: str | None = None, issuer: str | None = None,
-        scope: tuple[str, str] | None = None, everything: bool = False,
-    ) -> float:
-        """Refuse, on every instance, each token minted until now (plus `clock_skew`) for the subject `principal`
-        or the OAuth client `client` (at `issuer`), the operator scope ``scope=(name, value)``, or `everything`;
+    async def revoke(self, **selector: Unpack[Selector]) -> float:
+        """Refuse, on every instance, each token minted until now (plus `clock_skew`) carrying the selected scope;
         the instant it took effect, on the store's clock (seconds)."""
-        digest = self._selector(principal, client, issuer, scope, everything)
-        return await self.store.revoke(digest, fingerprint=self._fingerprint, skew_ms=self._ms(self.clock_skew)) / 1000
+        digest, skew_ms = self._selector(selector), round(self.clock_skew * 1000)
+        return await self.store.revoke(digest, fingerprint=self._fingerprint, skew_ms=skew_ms) / 1000
 
-    async def lift(
-        self, *, principal: str | None = None, client: str | None = None, issuer: str | None = None,
-        scope: tuple[str, str] | None = None, everything: bool = False,
-    ) -> bool:
+    async def lift(self, **selector: Unpack[Selector]) -> bool:
         """Undo the revocation `revoke` made with the same selector; whether there was one."""
-        digest = self._selector(principal, client, issuer, scope, everything)
-        return await self.store.lift(digest, fingerprint=self._fingerprint)
+        return await self.store.lift(self._selector(selector), fingerprint=self._fingerprint)
 
     async def health(self) -> dict[str, object]:
         return await self.store.health(fingerprint=self._fingerprint)
@@ -297,19 +253,17 @@ class SingleUse(HoldsSecrets):
 class SingleUseCodec(WrapsCodec, HoldsSecrets):
     """`codec` whose tokens are accepted at most once, for synchronous code: seal stamps the state, unseal consumes
     the stamp after the inner unseal (with its principal and context checks) passed. The guard's coroutines run on
-    one event-loop thread this object owns (`close` ends it), never on a shared pool; use the guard from that
-    thread only (a Redis client belongs to the loop it connected on)."""
+    one event-loop thread this object owns (`close` ends it and closes the store), never on a shared pool."""
 
     __slots__ = ("_loop", "_thread", "codec", "guard")
 
     def __init__(self, codec: Codec, guard: SingleUse) -> None:
-        self.codec, self.guard = codec, guard
-        self._loop = asyncio.new_event_loop()
+        self.codec, self.guard, self._loop = codec, guard, asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="statecodec-single-use", daemon=True)
         self._thread.start()
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """`coroutine`'s result, run on this codec's own loop thread."""
+        """`coroutine`'s result, run on this codec's loop thread (e.g. ``codec.run(codec.guard.revoke(...))``)."""
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def seal(
@@ -328,40 +282,36 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
         return self.run(self.guard.consume(self.codec.unseal(token, **kwargs)))
 
     def close(self) -> None:
-        if self._loop.is_closed():
-            return
-        try:
-            self.run(self.guard.aclose())
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-            self._loop.close()
+        if not self._loop.is_closed():
+            try:
+                self.run(self.guard.aclose())
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join()
+                self._loop.close()
 
     def __repr__(self) -> str:
         return f"SingleUseCodec({self.codec!r}, {self.guard!r})"
 
 
 def store_from_settings(settings: Mapping[str, str]) -> Store:
-    """The store ``STATECODEC_STORE_URL`` (or ``_FILE``) names: ``memory`` for one process, or ``redis://``,
-    ``rediss://``, ``unix://``, ``redis+cluster://`` for a fleet (``statecodec[redis]``); with
-    ``STATECODEC_STORE_NAMESPACE`` and ``STATECODEC_STORE_TIMEOUT`` (seconds, default 0.25)."""
+    """The store ``STATECODEC_STORE_URL`` (or ``_FILE``) names: ``memory`` for one process, or a Redis URL
+    (`REDIS_SCHEMES`, ``statecodec[redis]``); with ``STATECODEC_STORE_NAMESPACE`` and ``STATECODEC_STORE_TIMEOUT``."""
     if setting(settings, "STATECODEC_REVOCATION_STALENESS", required=False) is not None:
         raise ConfigurationError(
             "STATECODEC_REVOCATION_STALENESS is gone: each claim now asks the store about revocations in the same "
             "round trip, so there is no view to keep fresh; remove the setting"
         )
-    url, source = text_or_file(settings, STORE_URL_VAR, _MAX_STORE_FILE_BYTES, "it holds one store URL")
+    url, source = text_or_file(settings, STORE_URL_VAR, 4096, "it holds one store URL")
     if url is None:
         raise ConfigurationError(f"{STORE_URL_VAR} is not set; set it to redis://host:6379/0 (a fleet) or memory")
     namespace = setting(settings, "STATECODEC_STORE_NAMESPACE", required=False) or "statecodec"
-    url = url.strip()
-    if url == "memory":
+    if url.strip() == "memory":
         return MemoryStore(namespace=namespace)
-    if url.partition("://")[0] not in REDIS_SCHEMES:
-        # No part of the text is echoed: a mistyped URL may still hold a password.
+    if url.strip().partition("://")[0] not in REDIS_SCHEMES:  # no part of it is echoed: it may hold a password
         schemes = ", ".join(f"{scheme}://" for scheme in REDIS_SCHEMES)
         raise ConfigurationError(f"{source} must be memory or a URL starting {schemes} (its text is not shown)")
     timeout = seconds_setting(settings, "STATECODEC_STORE_TIMEOUT", default=0.25, low=0, high=60, low_open=True)
     from statecodec.redis_store import RedisStore  # needs the redis extra; imported only when configured
 
-    return RedisStore.from_url(url, namespace=namespace, timeout=timeout)
+    return RedisStore.from_url(url.strip(), namespace=namespace, timeout=timeout)

@@ -1,11 +1,11 @@
 """The single-use store seam: what `SingleUse` asks a store, and `MemoryStore`, the store of one process.
 
-Threat: a store that answers from a clock, a lifetime or a key other than the fleet's reopens replays and lifts
-revocations. Every decision here is taken inside the store, in one atomic step, with the store's own clock: the
-claim also answers revocation and expiry (docs/formats.md, "Single use"). A store records whose it is (a
-fingerprint of the store key and namespace) and the longest token lifetime it has seen, so that a revocation lasts
-as long as any token it covers. A store that cannot answer raises `StoreUnreachable`; a store that answers with an
-error (full, out of memory, no permission) raises `StoreError`, which refuses in every mode.
+Threat: a store that decides by an instance's clock, lifetime or key reopens replays and loses revocations. Each
+decision here is one atomic step on the store's own clock, and the claim also answers revocation and expiry
+(docs/formats.md, "The scripts"). A store records whose it is (a fingerprint of the store key and namespace), and
+the longest token lifetime and clock skew it has seen, so that a revocation lasts as long as any token it covers.
+A store that cannot be reached raises `StoreUnreachable`; one that answers with an error (full, no permission)
+raises `StoreError`, which refuses in every mode.
 """
 
 from __future__ import annotations
@@ -28,33 +28,33 @@ REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 
 
 class Claim(enum.Enum):
-    """The store's answer to a claim."""
+    """The store's answer to a claim, in the order it is decided."""
 
-    FIRST = "first"  # never claimed before: accept
-    USED = "used"  # claimed before: a replay
-    REVOKED = "revoked"  # one of its scopes was revoked at or after its issue time
-    EXPIRED = "expired"  # past its own expiry (plus the clock skew), by the store's clock
-    FORGOTTEN = "forgotten"  # minted under another store epoch: the store lost its memory since
     FOREIGN = "foreign"  # the store belongs to another store key or namespace
+    FORGOTTEN = "forgotten"  # minted under another epoch: the store lost its memory since, or has none yet
+    EXPIRED = "expired"  # past the token's own expiry, by the store's clock
+    REVOKED = "revoked"  # one of its scopes was revoked at or after its issue time
+    FIRST = "first"  # never claimed: accept; kept until the token expires
+    USED = "used"  # claimed before: a replay
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
     claim: Claim
-    epoch: bytes  # the store's epoch now: the instance mints under it from then on
+    epoch: bytes  # the store's epoch: the instance mints under it from then on
     now_ms: int  # the store's clock
     malformed: tuple[str, ...] = ()  # revocation entries (scope digests, hex) that could not be read: skipped
 
 
 @dataclass(frozen=True, slots=True)
 class Hello:
-    owner: str  # "new" (this hello began the store's memory), "ok", or "foreign"
+    owner: str  # "new" (this call began the store's memory), "ok" or "foreign"
     epoch: bytes
     now_ms: int
 
 
 def check_owner(owner: str, where: str) -> None:
-    """The one message for a store that is not this configuration's (`owner` from the store's fingerprint check)."""
+    """The one message for a store that is not this configuration's, or that no server has used."""
     if owner == "foreign":
         raise ConfigurationError(
             f"the store at {where} belongs to another store key or namespace; set STATECODEC_STORE_KEY and "
@@ -69,27 +69,21 @@ def check_owner(owner: str, where: str) -> None:
 
 @runtime_checkable
 class Store(Protocol):
-    """Shared state behind `SingleUse`; each method is one atomic step on the store's clock (milliseconds).
+    """Shared state behind `SingleUse`, in milliseconds of the store's clock (docs/formats.md, "The scripts").
 
-    - `hello`: begin the store's memory (a random epoch, the fingerprint) if it has none; raise the recorded
-      longest lifetime and skew to `lifetime_ms` and `skew_ms`; answer whose the store is ("new", "ok",
-      "foreign"), its epoch and its time. A Redis store also refuses an evicting memory policy here.
-    - `claim`: in order, FOREIGN (another fingerprint) / FORGOTTEN (no memory, which it then begins, or another
-      epoch) / EXPIRED (``expires_ms <= now``) / REVOKED (a scope revoked at an instant >= ``issued_ms``) / FIRST
-      (the claim is kept until ``expires_ms``) / USED; it raises the recorded lifetime and skew as hello does.
-    - `revoke`: revoke `scope` at ``now + skew`` until ``now + 2 skew + lifetime`` (the recorded longest, or the
-      arguments' if longer), keeping the later of each for a scope revoked before; the instant (ms).
-    - `lift`: delete the revocation of `scope`; whether there was one.
+    `hello` begins the store's memory if it has none and records the instance's lifetime and skew; `claim`
+    answers a `Verdict`; `revoke` answers the instant a revocation took effect; `lift` whether there was one;
+    `revoke`, `lift` and `health` check the fingerprint with `check_owner`.
     """
 
-    where: str
+    where: str  # host:port, for messages; never a credential
     namespace: str
 
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello: ...
 
     async def claim(
-        self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int, skew_ms: int,
-        lifetime_ms: int, scopes: Sequence[bytes],
+        self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int, lifetime_ms: int,
+        skew_ms: int, scopes: Sequence[bytes],
     ) -> Verdict: ...
 
     async def revoke(self, scope: bytes, *, fingerprint: bytes, skew_ms: int) -> int: ...
@@ -102,8 +96,8 @@ class Store(Protocol):
 
 
 class MemoryStore:
-    """`Store` for one process, on its own clock: at most `max_entries` live claims and revocations together,
-    each dropped when it expires. Full is an answered error (`StoreError`): it refuses in every mode."""
+    """`Store` for one process, on its own clock: at most `max_entries` live claims and revocations together, each
+    dropped when it expires. Full is an answered error (`StoreError`): it refuses in every mode."""
 
     where = "memory"
 
@@ -113,58 +107,45 @@ class MemoryStore:
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
             raise ConfigurationError("max_entries must be a positive int")
         self.namespace, self._max, self._clock = namespace, max_entries, clock
-        self._meta: tuple[bytes, bytes] | None = None  # (epoch, fingerprint): the memory began
-        self._lifetime = self._skew = 0  # the longest token lifetime and clock skew seen
+        self._meta: tuple[bytes, bytes] | None = None  # (epoch, fingerprint), once the memory began
+        self._lifetime = self._skew = 0
         self._claims: dict[bytes, int] = {}  # claim key -> until
         self._revoked: dict[bytes, tuple[int, int]] = {}  # scope -> (at, until)
         self._expiry: list[tuple[int, bool, bytes]] = []  # heap of (until, is a revocation, key)
-        self._lock = threading.Lock()  # a guard's private loop thread and a server's loop may share one store
+        self._lock = threading.Lock()  # a codec's loop thread and a server's loop may share one store
 
-    def _now(self) -> int:
-        """The store's clock, after dropping what expired by it."""
+    def _now(self, fingerprint: bytes, lifetime_ms: int = 0, skew_ms: int = 0) -> tuple[int, str]:
+        """(the store's clock, whose the store is), after dropping what expired and recording the lifetime."""
         now = int(self._clock() * 1000)
         while self._expiry and self._expiry[0][0] <= now:
             until, revocation, key = heapq.heappop(self._expiry)
-            if revocation and self._revoked.get(key, (0, -1))[1] == until:
-                del self._revoked[key]
-            elif not revocation and self._claims.get(key) == until:
-                del self._claims[key]
-        return now
+            if (self._revoked.get(key, (0, 0))[1] if revocation else self._claims.get(key)) == until:
+                (self._revoked if revocation else self._claims).pop(key)
+        owner = "unused" if self._meta is None else "ok" if self._meta[1] == fingerprint else "foreign"
+        if lifetime_ms and owner != "foreign":
+            self._meta = self._meta or (secrets.token_bytes(8), fingerprint)
+            self._lifetime, self._skew = max(self._lifetime, lifetime_ms), max(self._skew, skew_ms)
+        return now, "new" if owner == "unused" and lifetime_ms else owner
 
     def _keep(self, until: int, revocation: bool, key: bytes, new: bool) -> None:
         if new and len(self._claims) + len(self._revoked) >= self._max:
             raise StoreError(f"the in-process store holds {self._max} live entries, its max_entries")
         heapq.heappush(self._expiry, (until, revocation, key))
 
-    def _owner(self, fingerprint: bytes) -> str:
-        return "unused" if self._meta is None else "ok" if self._meta[1] == fingerprint else "foreign"
-
-    def _record(self, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> str:
-        owner = "new" if self._meta is None else self._owner(fingerprint)
-        if self._meta is None:
-            self._meta = (secrets.token_bytes(8), fingerprint)
-        if owner != "foreign":
-            self._lifetime, self._skew = max(self._lifetime, lifetime_ms), max(self._skew, skew_ms)
-        return owner
-
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello:
         with self._lock:
-            now = self._now()
-            owner = self._record(fingerprint, lifetime_ms, skew_ms)
+            now, owner = self._now(fingerprint, max(lifetime_ms, 1), skew_ms)
             return Hello(owner, self._meta[0] if self._meta else b"", now)
 
     async def claim(
-        self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int, skew_ms: int,
-        lifetime_ms: int, scopes: Sequence[bytes],
+        self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int, lifetime_ms: int,
+        skew_ms: int, scopes: Sequence[bytes],
     ) -> Verdict:
         with self._lock:
-            now = self._now()
-            owner = self._record(fingerprint, max(lifetime_ms, expires_ms - issued_ms), skew_ms)
+            now, owner = self._now(fingerprint, max(lifetime_ms, expires_ms - issued_ms, 1), skew_ms)
             current = self._meta[0] if self._meta else b""
-            if owner == "foreign":
-                return Verdict(Claim.FOREIGN, current, now)
-            if owner == "new" or epoch != current:
-                return Verdict(Claim.FORGOTTEN, current, now)
+            if owner == "foreign" or owner == "new" or epoch != current:
+                return Verdict(Claim.FOREIGN if owner == "foreign" else Claim.FORGOTTEN, current, now)
             if expires_ms <= now:
                 return Verdict(Claim.EXPIRED, current, now)
             if any(self._revoked.get(scope, (-1, 0))[0] >= issued_ms for scope in scopes):
@@ -177,10 +158,9 @@ class MemoryStore:
 
     async def revoke(self, scope: bytes, *, fingerprint: bytes, skew_ms: int) -> int:
         with self._lock:
-            check_owner(self._owner(fingerprint), self.where)
-            now = self._now()
-            skew = max(skew_ms, self._skew)
-            old = self._revoked.get(scope, (0, 0))
+            now, owner = self._now(fingerprint)
+            check_owner(owner, self.where)
+            skew, old = max(skew_ms, self._skew), self._revoked.get(scope, (0, 0))
             at, until = max(now + skew, old[0]), max(now + 2 * skew + self._lifetime, old[1])
             self._keep(until, True, scope, scope not in self._revoked)
             self._revoked[scope] = (at, until)
@@ -188,14 +168,13 @@ class MemoryStore:
 
     async def lift(self, scope: bytes, *, fingerprint: bytes) -> bool:
         with self._lock:
-            check_owner(self._owner(fingerprint), self.where)
+            check_owner(self._now(fingerprint)[1], self.where)
             return self._revoked.pop(scope, None) is not None
 
     async def health(self, *, fingerprint: bytes) -> dict[str, object]:
         with self._lock:
-            self._now()
-            owner, count = self._owner(fingerprint), len(self._revoked)
-            return {"store": "memory", "owner": owner, "claims": len(self._claims), "revocations": count}
+            owner = self._now(fingerprint)[1]
+            return {"store": "memory", "owner": owner, "claims": len(self._claims), "revocations": len(self._revoked)}
 
     async def aclose(self) -> None:
         pass
