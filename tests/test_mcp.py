@@ -129,16 +129,6 @@ def test_junk_tokens_are_refused_with_our_reason(junk: str) -> None:
     assert reason in {"malformed", "format", "unknown_key"}
 
 
-def test_rejection_is_logged_through_caplog(caplog: pytest.LogCaptureFixture) -> None:
-    codec = AESGCMCodec([KEY])
-    token = _flip_last_byte(mint_token(codec))
-    caplog.set_level("WARNING", logger="mcp.server.request_state")
-    submit_token(codec, token)
-    messages = [r.getMessage() for r in caplog.records if r.name == "mcp.server.request_state"]
-    assert messages == ["requestState rejected on tools/call: seal"]
-    assert all(r.exc_info is None for r in caplog.records)
-
-
 def _env(**extra: str) -> dict[str, str]:
     return {"STATECODEC_KEYS": format_keys([KEY, OTHER_KEY]), **extra}
 
@@ -262,9 +252,8 @@ def test_single_use_before_the_boundary_is_refused_at_start_up_on_both_tiers() -
     absent = single_use_server(single_use())
     absent.middleware.pop()  # started by the lifespan, but not in the chain at all
     for wrong in (server, lowlevel, absent):
-        with pytest.raises(BaseException, match="must come after the SDK's RequestStateBoundary") as refused:
+        with pytest.raises(ConfigurationError, match="must come after the SDK's RequestStateBoundary"):
             _start(wrong)
-        assert refused.group_contains(ConfigurationError) if isinstance(refused.value, BaseExceptionGroup) else True
 
 
 def test_a_middleware_never_started_refuses_every_state_loudly(caplog: pytest.LogCaptureFixture) -> None:
