@@ -21,12 +21,12 @@ from mcp.server.mcpserver import RequestStateSecurity
 from mcp.types import ErrorData
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
-from statecodec.store import MemoryStore
 
 from statecodec import AESGCMCodec, generate_key
 from statecodec.mcp import SingleUseMiddleware
 from statecodec.otel import REQUEST_STATE, instrument
 from statecodec.single_use import SingleUse
+from statecodec.store import MemoryStore
 from tests.mcp_flows import build_server, present
 
 OBSERVABILITY = Path(__file__).resolve().parents[1] / "docs" / "observability.md"
