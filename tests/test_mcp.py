@@ -30,6 +30,8 @@ from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.mcp import SingleUseMiddleware, security_from_env
 from statecodec.single_use import SingleUse, store_from_settings
 from statecodec.store import MemoryStore, Store
+from statecodec.testing import assert_conformant
+from tests.codecs import CODECS, DETERMINISTIC
 from tests.integration.fleet_harness import call_tool, free_port, retry
 from tests.integration.fleet_harness import round_one as http_round_one
 from tests.mcp_flows import (
@@ -48,6 +50,7 @@ from tests.plugins.redis import RedisServer
 
 KEY = generate_key()
 OTHER_KEY = generate_key()
+FAST: dict[str, Any] = {"max_examples": 10, "max_payload": 4096, "max_mutations": 1500, "oversized_length": 1 << 20}
 
 
 def _flip_last_byte(token: str) -> str:
@@ -78,6 +81,12 @@ def test_a_refusal_is_also_the_sdks_own_error_once_the_sdk_is_loaded(token: str)
     assert str(refused.value) == refused.value.reason.value
     assert refused.value.__cause__ is None
     assert pickle.loads(pickle.dumps(refused.value)).reason is refused.value.reason  # noqa: S301 - our own bytes
+
+
+@pytest.mark.parametrize("name", sorted(CODECS))
+def test_every_codec_refuses_with_the_sdks_own_error(name: str) -> None:
+    # The conformance kit, expecting the SDK's error from every refusal of every configuration.
+    assert_conformant(CODECS[name], error_type=InvalidRequestState, deterministic=name in DETERMINISTIC, **FAST)
 
 
 @pytest.mark.parametrize("codec_cls", [AESGCMCodec, XAESGCMCodec])
