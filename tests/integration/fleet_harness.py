@@ -277,9 +277,8 @@ async def flow(client: httpx.AsyncClient, first: FleetServer, then: FleetServer,
 
 
 async def until_flows_complete(client: httpx.AsyncClient, servers: Sequence[FleetServer], deadline_s: float) -> None:
-    """Poll with fresh flows until one completes from each server to the next, or raise after `deadline_s`: a
-    single-use store whose memory just began (new, restarted or flushed) refuses the tokens stamped within its clock
-    allowance (1 s) of that moment, as they may predate it."""
+    """Poll with fresh flows until one completes from each server to the next (every instance serving), or raise
+    after `deadline_s`."""
     deadline = time.monotonic() + deadline_s
     for first, then in zip(servers, [*servers[1:], *servers[:1]], strict=True):
         while not await flow(client, first, then, "warm-up"):
