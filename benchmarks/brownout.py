@@ -147,6 +147,7 @@ def on_the_loop(redis: RedisServer, retries: int, timeout: float) -> tuple[Count
     reasons: Counter[str] = Counter()
     waits: list[float] = []
     thread_waits: list[float] = []
+    held: list[int] = []
 
     def sync_function(asked: float) -> float:
         return time.perf_counter() - asked
@@ -166,7 +167,9 @@ def on_the_loop(redis: RedisServer, retries: int, timeout: float) -> tuple[Count
                 waits.append(time.perf_counter() - start)
 
             async def sync_tool(until: anyio.Event) -> None:
+                limiter = anyio.to_thread.current_default_thread_limiter()
                 while not until.is_set():
+                    held.append(int(limiter.borrowed_tokens))  # worker threads busy just before asking for one
                     thread_waits.append(await anyio.to_thread.run_sync(sync_function, time.perf_counter()))
                     await anyio.sleep(TICK_S)
 
@@ -196,6 +199,7 @@ def on_the_loop(redis: RedisServer, retries: int, timeout: float) -> tuple[Count
     anyio.run(body)
     if set(reasons) != {"MCPError"}:  # only the SDK's frozen refusal may come out of the middleware
         raise RuntimeError(f"unexpected outcomes: {reasons}")
+    print(f"worker threads held when the sync function asked for one: at most {max(held)} of 40")
     return logged, sorted(waits), thread_waits
 
 
