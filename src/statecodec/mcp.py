@@ -83,9 +83,8 @@ class SingleUseMiddleware:
 
     @asynccontextmanager
     async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
-        """The server's start and stop (``lifespan=`` of `MCPServer` or `Server`): checks the middleware order,
-        starts the store's memory (an unreachable store is one warning naming it and the cause; tokens are refused,
-        and none minted, until it answers), and closes the store."""
+        """``lifespan=`` of `MCPServer` or `Server`: checks the middleware order, starts the store's memory (if the
+        store is unreachable: one warning; no token minted or accepted until it answers), closes the store."""
         self.check_order(server.middleware)
         self._running = True
         try:
@@ -174,24 +173,18 @@ class SingleUseMiddleware:
             logger.error("SingleUseMiddleware on %s was never started: pass lifespan=single_use.lifespan", method)
             raise _internal_error()
 
-    def __repr__(self) -> str:
-        return f"SingleUseMiddleware({self.guard!r}, deadline={self.deadline!r})"
-
 
 def _refusal(method: str, reason: Reason) -> MCPError:
     """The SDK boundary's frozen answer, so a client cannot tell this refusal from any other; the reason is logged."""
-    from mcp.shared.exceptions import MCPError
-    from mcp_types import INVALID_PARAMS
-
     logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
-    return MCPError(INVALID_PARAMS, "Invalid or expired requestState", {"reason": "invalid_request_state"})
+    return _internal_error("Invalid or expired requestState", {"reason": "invalid_request_state"})
 
 
-def _internal_error() -> MCPError:
+def _internal_error(message: str = "Internal error", data: object = None) -> MCPError:
     from mcp.shared.exceptions import MCPError
-    from mcp_types import INTERNAL_ERROR
+    from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
-    return MCPError(INTERNAL_ERROR, "Internal error")
+    return MCPError(INTERNAL_ERROR if data is None else INVALID_PARAMS, message, data)
 
 
 def _bytes(state: str) -> bytes:

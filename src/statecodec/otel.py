@@ -40,8 +40,7 @@ _refusal: ContextVar[list[str] | None] = ContextVar("statecodec_refusal", defaul
 
 
 class _Reasons(logging.Filter):
-    """Keeps the reason of each refusal logged inside `RequestStateMetrics` (drops no record): the log line is the
-    one place the SDK boundary gives it."""
+    """Keeps the reason of a refusal logged inside `RequestStateMetrics` (the one place the SDK gives it)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         seen = _refusal.get()
