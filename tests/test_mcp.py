@@ -325,7 +325,8 @@ def test_a_stalled_store_is_one_deadline_on_the_loop_and_a_sync_tool_is_not_star
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     # One worker thread in all: a claim waiting in a thread (as before) would hold it, and the sync tool would wait.
-    middleware = SingleUseMiddleware(SingleUse(store_for(redis_server.url), key=STORE_KEY, ttl=600), deadline=1.0)
+    # A long store timeout: the sync tool must finish first with room to spare on a loaded machine.
+    middleware = single_use(store_for(redis_server.url, timeout="2"))
     server = InProcess()
     finished: list[str] = []
 
@@ -399,5 +400,5 @@ def test_an_unreachable_store_is_one_warning_at_start_naming_it_and_the_server_s
     assert "pa55word" not in caplog.text
 
 
-def store_for(url: str) -> Store:
-    return store_from_settings({"STATECODEC_STORE_URL": url, "STATECODEC_STORE_TIMEOUT": "0.5"})
+def store_for(url: str, timeout: str = "0.5") -> Store:
+    return store_from_settings({"STATECODEC_STORE_URL": url, "STATECODEC_STORE_TIMEOUT": timeout})
