@@ -149,7 +149,8 @@ class SingleUse(HoldsSecrets):
             raise ConfigurationError(f"{skewed} at {self.where}, beyond the clock skew: synchronise this host's time")
         self._epoch, self._skewed = hello.epoch, None
 
-    def stamp(self, state: bytes, *, principal: Principal | None = None, scopes: Mapping[str, str] | None = None) -> bytes:
+    def stamp(self, state: bytes, *, principal: Principal | None = None, scopes: Mapping[str, str] | None = None
+              ) -> bytes:
         """`state` behind a fresh stamp recording the minting principal and `scopes` (``{"tenant": "acme"}``)."""
         if self._epoch is None or self._skewed:
             raise StoreError(f"single use cannot mint at {self.where}: {self._skewed}")
@@ -218,11 +219,11 @@ class SingleUse(HoldsSecrets):
         raise InvalidToken(_VERDICTS.get(verdict.claim, Reason.STORE_UNAVAILABLE))
 
     def _selector(self, selector: Selector) -> bytes:
-        kinds = [kind for kind in ("principal", "client", "scope", "everything") if selector.get(kind) is not None]
+        kinds = [k for k in ("principal", "client", "scope", "everything") if selector.get(k) not in {None, False}]
         issuer = selector.get("issuer")
         if len(kinds) != 1 or (issuer is not None and kinds[0] not in ("principal", "client")):
             raise ConfigurationError("name exactly one of a principal, a client (each with an issuer), a scope or all")
-        if kinds[0] == "everything" and selector.get("everything") is True:
+        if kinds[0] == "everything":
             return self._scope("all", None, None)
         if kinds[0] == "scope":
             name, value = selector["scope"]

@@ -56,15 +56,11 @@ class Hello:
 def check_owner(owner: str, where: str) -> None:
     """The one message for a store that is not this configuration's, or that no server has used."""
     if owner == "foreign":
-        raise ConfigurationError(
-            f"the store at {where} belongs to another store key or namespace; set STATECODEC_STORE_KEY and "
-            "STATECODEC_STORE_NAMESPACE to the values the servers use"
-        )
+        raise ConfigurationError(f"the store at {where} belongs to another store key or namespace; set "
+                                 "STATECODEC_STORE_KEY and STATECODEC_STORE_NAMESPACE to the values the servers use")
     if owner == "unused":
-        raise ConfigurationError(
-            f"no server has used the store at {where} under this store key and namespace: a revocation there would "
-            "reach no one; check STATECODEC_STORE_URL and STATECODEC_STORE_NAMESPACE, or start a server first"
-        )
+        raise ConfigurationError(f"no server has used the store at {where} under this store key and namespace: a "
+                                 "revocation there would reach no one; check the settings, or start a server first")
 
 
 @runtime_checkable
@@ -80,18 +76,13 @@ class Store(Protocol):
     namespace: str
 
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello: ...
-
     async def claim(
         self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int, lifetime_ms: int,
         skew_ms: int, scopes: Sequence[bytes],
     ) -> Verdict: ...
-
     async def revoke(self, scope: bytes, *, fingerprint: bytes, skew_ms: int) -> int: ...
-
     async def lift(self, scope: bytes, *, fingerprint: bytes) -> bool: ...
-
     async def health(self, *, fingerprint: bytes) -> dict[str, object]: ...
-
     async def aclose(self) -> None: ...
 
 
@@ -177,7 +168,7 @@ class MemoryStore:
             return {"store": "memory", "owner": owner, "claims": len(self._claims), "revocations": len(self._revoked)}
 
     async def aclose(self) -> None:
-        pass
+        pass  # nothing to release
 
     def __repr__(self) -> str:
         return f"MemoryStore(max_entries={self._max})"

@@ -64,28 +64,26 @@ def _when(ms: int) -> str:
 
 def _revoke(args: argparse.Namespace) -> int:
     selector: dict[str, Any] = {"everything": args.all, "issuer": args.issuer}
-    what = "every token"
+    kind, what = "all", "every token"
     if args.scope is not None:
         name, sep, value = args.scope.partition("=")
         if not sep:
             raise ConfigurationError("--scope takes NAME=VALUE, e.g. --scope tenant=acme")
         selector["scope"] = (checked("--scope NAME", name), checked("--scope VALUE", value))
-        what = f"the tokens of scope {name}={value}"
-    for kind in ("principal", "client"):
-        if getattr(args, kind) is not None:
-            selector[kind] = checked(f"--{kind}", getattr(args, kind))
-            what = f"the tokens of {kind} {selector[kind]}" + (f" at issuer {args.issuer}" if args.issuer else "")
+        kind, what = "scope", f"the tokens of scope {name}={value}"
+    for option in ("principal", "client"):
+        if getattr(args, option) is not None:
+            selector[option] = checked(f"--{option}", getattr(args, option))
+            kind, what = option, f"the tokens of {option} {selector[option]}"
+            what += f" at issuer {args.issuer}" if args.issuer else ""
+    doc: dict[str, object] = {"revoked": kind, "value": selector.get(kind, selector.get("scope"))}
     if args.lift:
-        lifted = _with_guard(lambda guard: guard.lift(**selector))
-        message = f"lifted the revocation of {what}" if lifted else f"nothing to lift: {what} were not revoked"
-        doc: dict[str, object] = {"lifted": lifted}
+        doc = {"lifted": _with_guard(lambda guard: guard.lift(**selector))}
+        message = f"lifted the revocation of {what}" if doc["lifted"] else f"nothing to lift: {what} were not revoked"
     else:
-        at = round(_with_guard(lambda guard: guard.revoke(**selector)) * 1000)
-        message, doc = f"revoked {what} minted until {_when(at)} (store clock)", {"revoked_until": _when(at)}
-    if args.json:
-        print(json.dumps({**doc, "message": message}))
-    else:
-        print(message)
+        doc["revoked_until"] = _when(round(_with_guard(lambda guard: guard.revoke(**selector)) * 1000))
+        message = f"revoked {what} minted until {doc['revoked_until']} (store clock)"
+    print(json.dumps({**doc, "message": message}) if args.json else message)
     return 0 if doc.get("lifted", True) else 1
 
 
