@@ -230,10 +230,7 @@ def _readable(token: str) -> str:
 async def round_one(server: Any, arguments: dict[str, Any] | None = None) -> str:
     """A genuine round-one token of `TOOL` from `server` (an MCPServer or a lowlevel Server)."""
     async with Client(server) as client:
-        first = await client.session.call_tool(TOOL, arguments or TOOL_ARGS, allow_input_required=True)
-    assert isinstance(first, InputRequiredResult)
-    assert first.request_state is not None
-    return first.request_state
+        return await mint(client, arguments)
 
 
 def mint_token(policy: Policy, *, server_name: str = SERVER_NAME) -> str:
@@ -268,6 +265,14 @@ class _Capture(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
+
+
+async def mint(client: Client, arguments: dict[str, Any] | None = None) -> str:
+    """A genuine round-one token of `TOOL` from a connected `client`."""
+    first = await client.session.call_tool(TOOL, arguments or TOOL_ARGS, allow_input_required=True)
+    assert isinstance(first, InputRequiredResult)
+    assert first.request_state is not None
+    return first.request_state
 
 
 async def present(client: Client, token: str, arguments: dict[str, Any] | None = None) -> Any:

@@ -24,6 +24,7 @@ from examples import fleet_server
 from mcp import Client, MCPError
 from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 from mcp.server.request_state import InvalidRequestState, authenticated_principal
+from mcp.types import ErrorData
 
 from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, XAESGCMCodec, format_keys, generate_key
 from statecodec._encoding import b64u_decode, b64u_encode
@@ -40,7 +41,9 @@ from tests.mcp_flows import (
     accept_token,
     assert_mcp_rejects,
     build_server,
+    mint,
     mint_token,
+    present,
     round_one,
     round_two,
     run_mcp_flows,
@@ -402,3 +405,18 @@ def test_an_unreachable_store_is_one_warning_at_start_naming_it_and_the_server_s
 
 def store_for(url: str, timeout: str = "0.5") -> Store:
     return store_from_settings({"STATECODEC_STORE_URL": url, "STATECODEC_STORE_TIMEOUT": timeout})
+
+
+def test_operator_scopes_are_recorded_at_mint_and_revocable(caplog: pytest.LogCaptureFixture) -> None:
+    guard = SingleUse(MemoryStore(), key=STORE_KEY, ttl=600)
+    middleware = SingleUseMiddleware(guard, scopes=lambda ctx: {"tenant": str((ctx.params or {})["arguments"]["name"])})
+    server = single_use_server(middleware)
+
+    async def body() -> Any:
+        async with Client(server) as client:
+            token = await mint(client)
+            await guard.revoke(scope=("tenant", "orders"))
+            return await present(client, token)
+
+    assert isinstance(anyio.run(body), ErrorData)
+    assert rejected(caplog) == ["revoked"]

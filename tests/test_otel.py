@@ -27,7 +27,7 @@ from statecodec.mcp import SingleUseMiddleware
 from statecodec.otel import REQUEST_STATE, instrument
 from statecodec.single_use import SingleUse
 from statecodec.store import MemoryStore
-from tests.mcp_flows import build_server, present
+from tests.mcp_flows import build_server, mint, present
 
 OBSERVABILITY = Path(__file__).resolve().parents[1] / "docs" / "observability.md"
 TTL = 600.0
@@ -98,14 +98,10 @@ def test_the_alerts_fire_and_refusals_are_never_counted_as_accepted(monkeypatch:
     async def body() -> list[bool]:
         async with Client(server) as client:
 
-            async def mint() -> str:
-                first = await client.session.call_tool("provision", {"name": "orders"}, allow_input_required=True)
-                return str(getattr(first, "request_state", ""))
-
             async def accepted(token: str) -> bool:
                 return not isinstance(await present(client, token), ErrorData)
 
-            token, tampered, stale, unrevoked = [await mint() for _ in range(4)]
+            token, tampered, stale, unrevoked = [await mint(client) for _ in range(4)]
             outcomes = [await accepted(token), await accepted(token), await accepted(tampered[:-2] + "AA")]
             clock.now += TTL + 1
             outcomes.append(await accepted(stale))

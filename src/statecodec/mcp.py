@@ -12,7 +12,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -31,6 +31,7 @@ __all__ = ["SingleUseMiddleware", "security_from_env", "single_use_from_env"]
 
 logger = logging.getLogger("statecodec.mcp")
 T = TypeVar("T")
+Scopes = Callable[["ServerRequestContext[Any, Any]"], Mapping[str, str]]
 
 MCP_EXTRA_HINT = "install the MCP SDK with: pip install 'statecodec[mcp]'"
 REJECTED = "requestState rejected on %s: %s"
@@ -39,7 +40,10 @@ _WARN_EVERY = 60.0  # seconds between two warnings that the store is not answeri
 
 
 def security_from_env(
-    *, ttl: float | None = None, audience: str | None = None, environ: Mapping[str, str] | None = None,
+    *,
+    ttl: float | None = None,
+    audience: str | None = None,
+    environ: Mapping[str, str] | None = None,
     **options: Any,
 ) -> RequestStateSecurity:
     """The SDK's `RequestStateSecurity` around `statecodec.codec_from_env(environ)`, `ttl` defaulting to
@@ -64,19 +68,18 @@ class SingleUseMiddleware:
     store's timeout, on the event loop); a revocation dodged by presenting another user's token (the stamp
     records the minting request's (client, issuer, subject), whatever ``bind_principal`` is)::
 
-        single_use = single_use_from_env()
-        MCPServer("billing", request_state_security=security_from_env(), middleware=[single_use],
-                  lifespan=single_use.lifespan)
+        MCPServer("billing", middleware=[single_use], lifespan=single_use.lifespan)  # single_use_from_env()
 
-    A refusal is the SDK's own -32602 answer; the reason code goes to the log only.
+    `scopes(ctx)` names operator scopes of the minting request, e.g. ``{"tenant": "acme"}`` for ``statecodec revoke
+    --scope tenant=acme``. A refusal is the SDK's own -32602 answer; the reason code goes to the log only.
     """
 
-    def __init__(self, guard: SingleUse, *, deadline: float | None = None) -> None:
+    def __init__(self, guard: SingleUse, *, deadline: float | None = None, scopes: Scopes | None = None) -> None:
         from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 
-        self.guard = guard
+        self.guard, self.scopes = guard, scopes
         timeout: float = getattr(guard.store, "timeout", 0.25)  # a network store's bound (0.25 s: the default)
-        deadline = 2 * timeout if deadline is None else deadline
+        deadline = 2 * timeout if deadline is None else deadline  # 0 or a NaN is refused, never replaced
         self.deadline = seconds("deadline", deadline, low=0, high=60, low_open=True)
         self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
         self._running, self._warned = False, -math.inf
@@ -116,7 +119,7 @@ class SingleUseMiddleware:
         out = result.get("requestState") if isinstance(result, Mapping) else getattr(result, "request_state", None)
         if not self._is_input_required(result) or not isinstance(out, str):
             return result
-        stamped = await self._stamp(ctx.method, out)
+        stamped = await self._stamp(ctx, out)
         if isinstance(result, Mapping):
             return {**result, "requestState": stamped}
         return result.model_copy(update={"request_state": stamped})
@@ -132,17 +135,18 @@ class SingleUseMiddleware:
             self._warn(str(exc))
         raise _refusal(method, reason)
 
-    async def _stamp(self, method: str, state: str) -> str:
+    async def _stamp(self, ctx: ServerRequestContext[Any, Any], state: str) -> str:
         from mcp.server.auth.middleware.auth_context import get_access_token
         from mcp.server.auth.provider import principal_components
 
-        self._check_running(method)
+        self._check_running(method := ctx.method)
         if not self.guard.started:
             await self._start()
         token = get_access_token()  # the minting request's principal, whatever bind_principal is
         try:
             principal = None if token is None else principal_components(token)
-            stamped = self.guard.stamp(_bytes(state), principal=principal)
+            scopes = self.scopes(ctx) if self.scopes else None  # recorded at mint, never taken from a presenter
+            stamped = self.guard.stamp(_bytes(state), principal=principal, scopes=scopes)
         except StoreError as exc:  # the store never answered, or its clock is too far: no token it cannot date
             logger.error("refusing to stamp requestState on %s: %s", method, exc)
             raise _internal_error() from None
