@@ -25,7 +25,8 @@ def test_named_test_exists(doc: str, path: str, names: str) -> None:
     assert (ROOT / path).is_file(), f"{doc} names {path}, which does not exist"
     nodes: list[ast.stmt] = ast.parse((ROOT / path).read_text(encoding="utf-8")).body
     for name in names.split("::")[1:]:  # Class::test is a chain of definitions
-        defined = [n for n in nodes if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name]
+        kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        defined = [n for n in nodes if isinstance(n, kinds) and n.name == name]
         assert defined, f"{doc} names {path}{names}, which is not defined"
         nodes = defined[0].body
     assert names.rpartition("::")[2].startswith("test_"), f"{doc} names {names}, which is not a test"

@@ -37,6 +37,7 @@ T = TypeVar("T")
 Principal = tuple[str | None, str | None, str | None]  # (client_id, issuer, subject), as the MCP SDK binds it
 PREFIX, STORE_KEY_VAR, STORE_URL_VAR = b"su2.", "STATECODEC_STORE_KEY", "STATECODEC_STORE_URL"
 _HEADER, _DIGEST, _MAX_SCOPES = 36, 16, 16  # id 16, issued 6, expires 6, epoch 8; then a count and the digests
+_QUIET_S = 10.0
 _VERDICTS = {Claim.USED: Reason.REPLAYED, Claim.REVOKED: Reason.REVOKED, Claim.EXPIRED: Reason.EXPIRED}
 
 
@@ -76,7 +77,10 @@ class SingleUse(HoldsSecrets):
     beyond it this instance neither mints nor accepts, and a revocation also covers tokens minted that long after.
     """
 
-    __slots__ = ("_clock", "_epoch", "_fingerprint", "_keys", "_skewed", "clock_skew", "on_store_error", "store", "ttl")
+    __slots__ = (
+        "_clock", "_epoch", "_fingerprint", "_keys", "_quiet_until", "_skewed", "clock_skew", "on_store_error", "store",
+        "ttl",
+    )
 
     def __init__(
         self, store: Store, *, key: bytes | KeyRing, ttl: float, clock_skew: float = 1.0,
@@ -97,6 +101,7 @@ class SingleUse(HoldsSecrets):
         self.store, self.on_store_error, self._clock = store, on_store_error, clock
         self._epoch: bytes | None = None  # the store's epoch, once it answered: stamps carry it
         self._skewed: str | None = "the store has not answered yet"  # why this instance may not mint
+        self._quiet_until = 0.0
         if on_store_error == "accept":
             logger.warning("single use is availability first: a token is accepted unchecked while the store is down")
 
@@ -200,7 +205,9 @@ class SingleUse(HoldsSecrets):
             if self.on_store_error == "accept":
                 logger.error("%s: token accepted WITHOUT the single-use check (on_store_error=accept)", exc)
                 return state
-            logger.warning("%s: token refused", exc)
+            if time.monotonic() >= self._quiet_until:  # one warning per interval, not one per token of an outage
+                logger.warning("%s: tokens refused until it answers", exc)
+                self._quiet_until = time.monotonic() + _QUIET_S
         except (StoreError, ConfigurationError) as exc:  # answered: refused in every mode
             logger.error("%s: token refused", exc)
         except Exception as exc:  # a store's bug is never a reason to accept

@@ -161,7 +161,7 @@ def test_a_store_that_stops_answering_is_unreachable_and_the_same_guard_recovers
 
     with caplog.at_level(logging.WARNING, "statecodec.single_use"):
         run(scenario)
-    assert "did not answer within 0.25 s: token refused" in caplog.text
+    assert "did not answer within 0.25 s: tokens refused until it answers" in caplog.text
 
 
 # --- memory policy, many revocations, malformed entries ----------------------------------------------------------

@@ -12,14 +12,12 @@ import argparse
 import asyncio
 import datetime
 import json
-import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from statecodec.config import check_names
 from statecodec.errors import ConfigurationError
 from statecodec.single_use import SingleUse, checked
-from statecodec.store import check_owner
+from statecodec.store import MemoryStore, check_owner
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,13 +39,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _with_guard(work: Callable[[SingleUse], Awaitable[Any]]) -> Any:
-    check_names(os.environ)
-    if (os.environ.get("STATECODEC_STORE_URL") or "").strip() == "memory":
+    guard = SingleUse.from_env()
+    if isinstance(guard.store, MemoryStore):
         raise ConfigurationError(
             "STATECODEC_STORE_URL=memory is a store inside one process: this command would only see its own; set "
             "STATECODEC_STORE_URL to the redis:// URL the servers use"
         )
-    guard = SingleUse.from_env()
 
     async def run() -> Any:
         try:
