@@ -75,6 +75,7 @@ class SingleUseMiddleware:
     """
 
     def __init__(self, guard: SingleUse, *, deadline: float | None = None, scopes: Scopes | None = None) -> None:
+        import mcp.shared.exceptions  # noqa: F401 - loaded here, never on the request path
         from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 
         self.guard, self.scopes = guard, scopes
