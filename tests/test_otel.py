@@ -138,3 +138,21 @@ def test_requests_without_a_state_are_not_counted_and_a_plain_sdk_server_counts_
 
     assert isinstance(anyio.run(body), ErrorData)
     assert counts(reader) == Counter({("refused", "malformed"): 1})
+
+
+def test_a_state_the_server_failed_on_is_an_error_never_an_acceptance() -> None:
+    reader, codec = InMemoryMetricReader(), AESGCMCodec([generate_key()])
+    started = SingleUseMiddleware(SingleUse(MemoryStore(), key=generate_key(), ttl=TTL))
+    minting = build_server(RequestStateSecurity(codec=codec), middleware=[started], lifespan=started.lifespan)
+    never_started = SingleUseMiddleware(SingleUse(MemoryStore(), key=generate_key(), ttl=TTL))
+    server = build_server(RequestStateSecurity(codec=codec), middleware=[never_started])  # no lifespan: fails loudly
+    instrument(server, MeterProvider(metric_readers=[reader]).get_meter("test"))
+
+    async def body() -> Any:
+        async with Client(minting) as client:
+            token = await mint(client)
+        async with Client(server) as client:
+            return await present(client, token)
+
+    assert isinstance(anyio.run(body), ErrorData)
+    assert counts(reader) == Counter({("error", ""): 1})

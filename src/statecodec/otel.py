@@ -55,8 +55,8 @@ for _name in ("mcp.server.request_state", "statecodec.mcp"):
 
 class RequestStateMetrics:
     """SDK server middleware, first in the chain: a presented ``requestState`` is refused when the SDK boundary or
-    single use logged a refusal for it (``reason`` ``unknown`` if that log is silenced below WARNING), else accepted.
-    """
+    single use logged a refusal for it (``reason`` ``unknown`` if that log is silenced below WARNING), an error when
+    the request failed otherwise, else accepted."""
 
     def __init__(self, meter: metrics.Meter | None = None) -> None:
         from mcp_types.methods import INPUT_REQUIRED_METHODS
@@ -72,17 +72,18 @@ class RequestStateMetrics:
         reset = _refusal.set(seen)
         try:
             result = await call_next(ctx)
-        except Exception as exc:
-            self._count(ctx.method, seen or (["unknown"] if getattr(exc, "data", None) == _REFUSED else []))
+        except Exception as exc:  # refused (the frozen answer), else an error: never counted as accepted
+            refused = getattr(exc, "data", None) == _REFUSED
+            self._count(ctx.method, "refused" if seen or refused else "error", (seen or ["unknown"])[0])
             raise
         finally:
             _refusal.reset(reset)
-        self._count(ctx.method, seen)
+        self._count(ctx.method, "refused" if seen else "accepted", seen[0] if seen else None)
         return result
 
-    def _count(self, method: str, refusals: list[str]) -> None:
-        outcome = {"outcome": "refused", "reason": refusals[0]} if refusals else {"outcome": "accepted"}
-        self._counter.add(1, {"method": method, **outcome})
+    def _count(self, method: str, outcome: str, reason: str | None) -> None:
+        attributes = {"method": method, "outcome": outcome}
+        self._counter.add(1, attributes if outcome != "refused" else {**attributes, "reason": str(reason)})
 
 
 def instrument(server: Any, meter: metrics.Meter | None = None) -> RequestStateMetrics:
