@@ -96,6 +96,16 @@ def test_the_invalid_vectors_are_refused_and_claim_nothing(v: dict[str, Any]) ->
     assert (info.value.reason.value, store.claims) == (v["reason"], [])  # point 6: a moved stamp is `seal`
 
 
+def test_an_unspent_stamp_cannot_carry_a_consumed_state() -> None:
+    guard, store = fixed_guard(1_767_225_600_000)  # point 6: the tag covers the state it precedes
+    consumed, unspent = guard.stamp(b"transfer 100 to mallory"), guard.stamp(b"noop")
+    assert asyncio.run(guard.consume(consumed)) == b"transfer 100 to mallory"
+    grafted = unspent.rpartition(b".")[0] + b".transfer 100 to mallory"
+    with pytest.raises(InvalidToken, match="seal"):
+        asyncio.run(guard.consume(grafted))
+    assert len(store.claims) == 1  # refused before the store was asked
+
+
 def _hkdf(secret: bytes, info: str) -> bytes:
     """RFC 5869 with SHA-256, no salt (32 zero bytes), 32 bytes out: what docs/formats.md specifies."""
     prk = hmac.new(b"\x00" * 32, secret, hashlib.sha256).digest()
@@ -188,6 +198,17 @@ def test_availability_first_accepts_only_when_the_store_cannot_be_reached(
                 asyncio.run(guard.consume(stamped))
     assert "fixed:0" in caplog.text
     assert "a bug in a custom store" not in caplog.text
+
+
+def test_an_outage_is_one_warning_naming_the_store_not_one_per_token(caplog: pytest.LogCaptureFixture) -> None:
+    guard, store = fixed_guard(1_767_225_600_000)  # point 13
+    stamped = [guard.stamp(b"x") for _ in range(5)]
+    store.error = StoreUnreachable("the store at fixed:0 is unreachable: connection refused")
+    with caplog.at_level(logging.WARNING, "statecodec.single_use"):
+        for token in stamped:
+            with pytest.raises(InvalidToken, match="store_unavailable"):
+                asyncio.run(guard.consume(token))
+    assert [r.getMessage() for r in caplog.records] == [f"{store.error}: tokens refused until it answers"]
 
 
 @pytest.mark.parametrize(

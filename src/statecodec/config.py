@@ -84,7 +84,7 @@ READS: dict[str, frozenset[str]] = {
 }
 _EVERY_KIND = frozenset({CODEC_VAR, MAX_TOKEN_LENGTH_VAR})
 # Read from the environment by `statecodec.single_use` and `statecodec.mcp`, whatever the codec kind: never from a
-# codec's config file.
+# codec's config file. REVOCATION_STALENESS is removed, and known only so that single use says why it is refused.
 ENVIRONMENT_ONLY = _names(
     "TTL", "STORE_URL", "STORE_URL_FILE", "STORE_KEY", "STORE_KEY_FILE", "STORE_TIMEOUT", "STORE_NAMESPACE",
     "REVOCATION_STALENESS", "STORE_ON_ERROR",

@@ -25,21 +25,11 @@ from statecodec.errors import ConfigurationError, StoreError, StoreUnreachable, 
 from statecodec.store import REDIS_SCHEMES, Claim, Hello, Verdict, check_owner
 
 try:
+    from redis import exceptions as rx
     from redis.asyncio import Redis
     from redis.asyncio.cluster import RedisCluster
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
-    from redis.exceptions import (
-        AuthenticationError,
-        NoPermissionError,
-        NoScriptError,
-        OutOfMemoryError,
-        ReadOnlyError,
-        RedisClusterException,
-        RedisError,
-    )
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
 except ImportError as _exc:  # pragma: no cover - exercised by tests/test_lean_import.py
     raise missing_extra("redis", "redis", "the Redis store") from _exc
 
@@ -155,7 +145,7 @@ class RedisStore(HoldsSecrets):
         # No CLIENT SETINFO (the minimal ACL denies CLIENT); one immediate retry on a dropped pooled connection,
         # never on a timeout, which would double the bound.
         kwargs |= {"socket_timeout": timeout, "socket_connect_timeout": timeout, "protocol": 2, "driver_info": None}
-        kwargs["retry"] = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+        kwargs["retry"] = Retry(NoBackoff(), 1, supported_errors=(rx.ConnectionError,))
         client = RedisCluster(**kwargs) if url.partition("://")[0].endswith("+cluster") else Redis(**kwargs)
         return cls(client, where=where, namespace=namespace, timeout=timeout)
 
@@ -163,7 +153,7 @@ class RedisStore(HoldsSecrets):
         try:
             async with asyncio.timeout(2 * self.timeout):  # one bound over the retry and a script-cache reload
                 return await call()
-        except (RedisError, RedisClusterException, OSError) as exc:  # OSError: TimeoutError too
+        except (rx.RedisError, rx.RedisClusterException, OSError) as exc:  # OSError: TimeoutError too
             failure = self._failure(exc)
         raise failure  # outside the handler: the client's own text (which may quote the URL) is not chained
 
@@ -171,7 +161,7 @@ class RedisStore(HoldsSecrets):
         async def script() -> Any:
             try:
                 return await self._client.evalsha(_SHA[name], len(keys), *keys, *args)
-            except NoScriptError:
+            except rx.NoScriptError:
                 return await self._client.eval(_SOURCES[name], len(keys), *keys, *args)
 
         return await self._call(script)
@@ -179,24 +169,24 @@ class RedisStore(HoldsSecrets):
     def _failure(self, exc: BaseException) -> StoreError:
         """What went wrong, naming host:port and the cause only."""
         at, text, chain = f"the Redis store at {self.where}", str(exc), (exc, exc.__cause__, exc.__context__)
-        if isinstance(exc, AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
+        if isinstance(exc, rx.AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
             return StoreError(f"{at} refused the user name or password in STATECODEC_STORE_URL")
         if "DB index is out of range" in text:
             return StoreError(f"{at} has no such database: set the /N of STATECODEC_STORE_URL to one it has")
-        if any(isinstance(e, RedisTimeoutError | TimeoutError) for e in chain):
+        if any(isinstance(e, rx.TimeoutError | TimeoutError) for e in chain):
             return StoreUnreachable(f"{at} did not answer within {self.timeout:g} s")
         if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in text:
             return StoreUnreachable(f"{at} is unreachable: TLS failed (is its CA in ssl_ca_certs?)")
         if any(isinstance(e, socket.gaierror) for e in chain):
             return StoreUnreachable(f"{at} is unreachable: its host name does not resolve")
-        if isinstance(exc, RedisConnectionError | OSError | RedisClusterException):
+        if isinstance(exc, rx.ConnectionError | OSError | rx.RedisClusterException):
             refused = any(isinstance(e, ConnectionRefusedError) for e in chain)
             return StoreUnreachable(f"{at} is unreachable: {'connection refused' if refused else 'no connection'}")
-        if isinstance(exc, NoPermissionError) or "NOPERM" in text or "can't run this command" in text:
+        if isinstance(exc, rx.NoPermissionError) or "NOPERM" in text or "can't run this command" in text:
             return StoreError(f"{at} refused a command: its ACL user lacks one the store needs (docs/single-use.md)")
-        if isinstance(exc, OutOfMemoryError) or "OOM" in text:
+        if isinstance(exc, rx.OutOfMemoryError) or "OOM" in text:
             return StoreError(f"{at} is full (maxmemory): tokens are refused until it has room")
-        if isinstance(exc, ReadOnlyError) or "READONLY" in text:
+        if isinstance(exc, rx.ReadOnlyError) or "READONLY" in text:
             return StoreError(f"{at} is a read-only replica; point STATECODEC_STORE_URL at the primary")
         return StoreError(f"{at} answered an error ({next((c for c in _CODES if c in text), type(exc).__name__)})")
 
@@ -238,11 +228,9 @@ class RedisStore(HoldsSecrets):
 
     async def health(self, *, fingerprint: bytes) -> dict[str, object]:
         owner, count, bad, now, life, skew = await self._run("inspect", self._keys[:2], fingerprint.hex())
-        return {
-            "store": "redis", "server": self.where, "namespace": self.namespace, "owner": owner.decode(),
-            "revocations": int(count), "malformed": [name.decode() for name in bad], "store_time_ms": int(now),
-            "longest_lifetime_ms": int(life), "clock_skew_ms": int(skew), "maxmemory_policy": await self._policy(),
-        }
+        return {"store": "redis", "server": self.where, "namespace": self.namespace, "owner": owner.decode(),
+                "revocations": int(count), "malformed": [name.decode() for name in bad], "store_time_ms": int(now),
+                "longest_lifetime_ms": int(life), "clock_skew_ms": int(skew), "maxmemory_policy": await self._policy()}
 
     async def aclose(self) -> None:
         await self._client.aclose()

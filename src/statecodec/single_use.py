@@ -1,13 +1,10 @@
 """Single use and revocation: a token is accepted at most once, and an operator can end every flow of a principal.
 
 Threat: integrity, expiry and binding do not stop an exact replay, and a stateless token cannot be taken back.
-`SingleUse` stamps each state at mint with what its claim needs, under a tag that also covers the state: a random
-token id, its issue time and own expiry, the store's epoch, keyed digests of the minting principal and of operator
-scopes. At unseal, after every other check, one atomic claim answers on the store's clock alone (`statecodec.store`):
-nothing is recomputed from the presenter or taken from the consuming instance's settings. Format: docs/formats.md.
-A store that cannot be reached refuses (`store_unavailable`), unless availability first was chosen
-(``on_store_error="accept"``), which then accepts unchecked, loudly; an answered error or any other exception
-refuses in every mode.
+`SingleUse` stamps each state at mint with all its claim needs (token id, issue time and own expiry, the store's
+epoch, digests of the minting principal and scopes), under a tag that also covers the state; at unseal, after every
+other check, one atomic claim answers on the store's clock alone (`statecodec.store`; format: docs/formats.md).
+Only an unreachable store can be accepted through (``on_store_error="accept"``, loudly); anything else refuses.
 """
 
 from __future__ import annotations
@@ -306,10 +303,8 @@ def store_from_settings(settings: Mapping[str, str]) -> Store:
     """The store ``STATECODEC_STORE_URL`` (or ``_FILE``) names: ``memory`` for one process, or a Redis URL
     (`REDIS_SCHEMES`, ``statecodec[redis]``); with ``STATECODEC_STORE_NAMESPACE`` and ``STATECODEC_STORE_TIMEOUT``."""
     if setting(settings, "STATECODEC_REVOCATION_STALENESS", required=False) is not None:
-        raise ConfigurationError(
-            "STATECODEC_REVOCATION_STALENESS is gone: each claim now asks the store about revocations in the same "
-            "round trip, so there is no view to keep fresh; remove the setting"
-        )
+        raise ConfigurationError("STATECODEC_REVOCATION_STALENESS is gone: each claim asks the store about "
+                                 "revocations in the same round trip, so there is no view to keep fresh; remove it")
     url, source = text_or_file(settings, STORE_URL_VAR, 4096, "it holds one store URL")
     if url is None:
         raise ConfigurationError(f"{STORE_URL_VAR} is not set; set it to redis://host:6379/0 (a fleet) or memory")

@@ -1,11 +1,9 @@
 """The single-use store seam: what `SingleUse` asks a store, and `MemoryStore`, the store of one process.
 
 Threat: a store that decides by an instance's clock, lifetime or key reopens replays and loses revocations. Each
-decision here is one atomic step on the store's own clock, and the claim also answers revocation and expiry
-(docs/formats.md, "The scripts"). A store records whose it is (a fingerprint of the store key and namespace), and
-the longest token lifetime and clock skew it has seen, so that a revocation lasts as long as any token it covers.
-A store that cannot be reached raises `StoreUnreachable`; one that answers with an error (full, no permission)
-raises `StoreError`, which refuses in every mode.
+decision is one atomic step on the store's own clock, the claim also answering revocation and expiry; the store
+records whose it is and the longest token lifetime and skew it saw, so a revocation outlives every token it covers.
+Unreachable is `StoreUnreachable`; an answered error (full, no permission) is `StoreError`, refused in every mode.
 """
 
 from __future__ import annotations

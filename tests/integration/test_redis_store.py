@@ -190,7 +190,8 @@ async def _started_and_closed(url: str, **kw: Any) -> SingleUse:
 
 
 def test_many_revocations_cost_nothing_per_claim_and_a_malformed_one_is_skipped_and_named(
-    redis_url: str, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+    redis_url: str, redis_server: RedisServer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     async def scenario() -> list[bytes]:
         guard = await started(redis_url)
@@ -214,6 +215,11 @@ def test_many_revocations_cost_nothing_per_claim_and_a_malformed_one_is_skipped_
     assert "cmdstat_evalsha:calls=10," in stats  # point 12: one round trip per token, whatever is revoked
     assert "hgetall" not in stats
     assert "hscan" not in stats
+    monkeypatch.setenv("STATECODEC_STORE_URL", redis_url)
+    monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([KEY]))
+    assert main(["store", "check", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert (report["malformed"], report["revocations"]) == ([alice.decode()], 100_001)
 
 
 # --- the operator's commands on a live store ---------------------------------------------------------------------
@@ -226,6 +232,8 @@ def test_revoke_and_store_check_on_a_live_store_and_under_the_wrong_settings(
     monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([KEY]))
     assert main(["revoke", "--principal", "alice"]) == 2  # point 3: no server has used this store yet
     assert "no server has used the store" in capsys.readouterr().err
+    assert main(["store", "check"]) == 1  # nor is it "ready": a wrong namespace looks just like this
+    assert "no server has used this store" in capsys.readouterr().out
     guard = run(_started_and_closed, redis_url)
     assert main(["revoke", "--principal", "alice", "--issuer", "https://idp", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["revoked_until"].startswith(str(datetime.date.today().year))

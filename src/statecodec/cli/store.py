@@ -91,6 +91,8 @@ def _check(args: argparse.Namespace) -> int:
     problems = [f"malformed revocation entries, skipped by every claim: {', '.join(health['malformed'])}"] * bool(
         health["malformed"]
     )
+    if health["owner"] == "unused":  # the wrong namespace looks like this too: never "ready"
+        problems.append("no server has used this store under this store key and namespace (STATECODEC_STORE_NAMESPACE)")
     if health["maxmemory_policy"] != "noeviction":
         problems.append(f"maxmemory-policy is {health['maxmemory_policy']}: set noeviction (servers refuse to start)")
     report = {
