@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import logging
 import pickle
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -404,7 +405,11 @@ def test_an_unreachable_store_is_one_warning_at_start_naming_it_and_the_server_s
 
 
 def store_for(url: str, timeout: str = "0.5") -> Store:
-    return store_from_settings({"STATECODEC_STORE_URL": url, "STATECODEC_STORE_TIMEOUT": timeout})
+    """A store of its own on `url` (a namespace of its own: the session's Redis belongs to other tests' keys too)."""
+    namespace = f"mcp-{uuid.uuid4().hex[:12]}"
+    return store_from_settings(
+        {"STATECODEC_STORE_URL": url, "STATECODEC_STORE_TIMEOUT": timeout, "STATECODEC_STORE_NAMESPACE": namespace}
+    )
 
 
 def test_operator_scopes_are_recorded_at_mint_and_revocable(caplog: pytest.LogCaptureFixture) -> None:
