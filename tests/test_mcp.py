@@ -136,12 +136,6 @@ def test_token_replayed_against_other_arguments_is_refused() -> None:
     assert rejection.reason == "request binding"
 
 
-@pytest.mark.parametrize("junk", ["", "x", "not a token", "v1.AAAA", "\u00e9" * 40, "A" * 64])
-def test_junk_tokens_are_refused_with_our_reason(junk: str) -> None:
-    reason = assert_mcp_rejects(AESGCMCodec([KEY]), junk)
-    assert reason in {"malformed", "format", "unknown_key"}
-
-
 def _env(**extra: str) -> dict[str, str]:
     return {"STATECODEC_KEYS": format_keys([KEY, OTHER_KEY]), **extra}
 
