@@ -20,10 +20,10 @@ from typing import Any
 import anyio
 from mcp import Client, MCPError
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.request_state import RequestStateSecurity
 from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult, InputResponses
 
 from statecodec import AESGCMCodec, Codec, codec_from_env
-from statecodec.mcp import security
 
 TOOL, ARGUMENTS, ANSWER = "provision", {"name": "orders"}, {"region": "eu-west-1"}
 _ASK_REGION = ElicitRequest(
@@ -36,7 +36,7 @@ _INDENT = " " * 9
 
 
 def build_server(codec: Codec) -> MCPServer[Any]:
-    server: MCPServer[Any] = MCPServer("statecodec-demo", request_state_security=security(codec))
+    server: MCPServer[Any] = MCPServer("statecodec-demo", request_state_security=RequestStateSecurity(codec=codec))
 
     @server.tool(name=TOOL)
     async def provision(name: str, ctx: Context[Any, Any]) -> str | InputRequiredResult:

@@ -31,15 +31,19 @@ Single use and revocation (docs/single-use.md): when ``STATECODEC_STORE_URL``
 names the fleet's shared store, each ``requestState`` is accepted at most once
 on any instance, and ``statecodec revoke --principal P`` ends P's flows in
 flight. Every instance needs the same two settings, and the server adds one
-middleware::
+middleware, started and stopped with the server::
 
     export STATECODEC_STORE_URL=redis://127.0.0.1:6379/0 STATECODEC_STORE_KEY="$(statecodec keygen)"
-    MCPServer("fleet", request_state_security=security_from_env(), middleware=[single_use_from_env()])
+    single_use = single_use_from_env()
+    MCPServer("fleet", request_state_security=security_from_env(), middleware=[single_use],
+              lifespan=single_use.lifespan)
 
-A revocation names a principal, the authenticated subject. ``--demo-auth``
-(``FLEET_DEMO_AUTH=1``) turns on a demonstration bearer scheme in which the
-token ``demo-<subject>`` authenticates as ``<subject>``; anyone can forge it,
-so it exists only to let a client on this machine act as different users.
+A revocation names a principal: an authenticated subject at its issuer.
+``--demo-auth`` (``FLEET_DEMO_AUTH=1``) turns on a demonstration bearer scheme
+in which the token ``demo-<subject>`` authenticates as ``<subject>`` at the
+demonstration issuer, and ``demo-<subject>@<issuer>`` at ``<issuer>``; anyone
+can forge it, so it exists only to let a client on this machine act as
+different users.
 
 ``--mode sdk-default`` (or ``FLEET_MODE=sdk-default``) leaves the SDK's
 per-process key in place, to show the failure the shared ring prevents.
@@ -52,7 +56,6 @@ replacement); the server binds a loopback address only.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import ipaddress
 import json
@@ -140,15 +143,17 @@ def single_use_for(environ: Mapping[str, str]) -> list[SingleUseMiddleware]:
 
 
 class DemoTokenVerifier:
-    """Demonstration only: the bearer token ``demo-<subject>`` authenticates as ``<subject>``, so that a client on
-    this machine can act as different users. Anyone can forge such a token; a real server verifies the tokens its
-    authorization server issued (the SDK's `TokenVerifier`)."""
+    """Demonstration only: the bearer token ``demo-<subject>[@<issuer>]`` authenticates as ``<subject>`` at
+    ``<issuer>`` (default: the demonstration issuer), so that a client on this machine can act as different users.
+    Anyone can forge such a token; a real server verifies the tokens its authorization server issued (the SDK's
+    `TokenVerifier`)."""
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        subject = token.removeprefix(DEMO_TOKEN_PREFIX)
+        subject, _, issuer = token.removeprefix(DEMO_TOKEN_PREFIX).partition("@")
         if not token.startswith(DEMO_TOKEN_PREFIX) or not subject:
             return None
-        return AccessToken(token=token, client_id="fleet-demo", scopes=[], subject=subject)
+        claims = {"iss": issuer or str(DEMO_ISSUER)}
+        return AccessToken(token=token, client_id="fleet-demo", scopes=[], subject=subject, claims=claims)
 
 
 def demo_auth_enabled(value: str) -> bool:
@@ -173,8 +178,14 @@ def build_server(
     # One log line per record: the SDK installs rich's handler when rich is importable, which wraps long lines at
     # the terminal's width and so splits the refusal lines an operator greps for. The SDK keeps a handler set first.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s:%(name)s:%(message)s")
+    lifespan = single_use[0].lifespan if single_use else None  # starts the store at start-up, closes it at shutdown
     server: MCPServer[Any] = MCPServer(
-        SERVER_NAME, request_state_security=security, log_level="WARNING", middleware=list(single_use), **auth
+        SERVER_NAME,
+        request_state_security=security,
+        log_level="WARNING",
+        middleware=list(single_use),
+        lifespan=lifespan,
+        **auth,
     )
 
     @server.tool(name=TOOL)
@@ -188,6 +199,11 @@ def build_server(
         asked_by = json.loads(ctx.request_state)["asked_by"] if ctx.request_state else "nobody"
         region = str(answer.content.get("region", ""))
         return Provisioned(name=name, region=region, asked_by=asked_by, completed_by=instance_id())
+
+    @server.tool(name="instance")
+    def instance() -> str:
+        """Which instance answers: a sync tool, run in a worker thread, that single use never waits for."""
+        return instance_id()
 
     async def health(request: Request) -> Response:
         return JSONResponse({"instance": instance_id()})
@@ -278,9 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ["FLEET_PORT"] = str(args.port)
     os.environ["FLEET_MODE"] = args.mode
     os.environ["FLEET_DEMO_AUTH"] = "1" if args.demo_auth else "0"
-    if args.workers > 1:
-        for middleware in single_use:  # each worker connects to the store itself
-            asyncio.run(middleware.guard.aclose())
+    if args.workers > 1:  # each worker builds and starts its own
         uvicorn.run(
             "fleet_server:create_app",
             factory=True,

@@ -4,7 +4,7 @@ Threat: the lowlevel `Server` seals nothing by itself, so ``requestState``
 crosses the wire exactly as the handler wrote it, and a client can edit it,
 replay it against other arguments, or hand it to another user. The SDK's own
 `RequestStateBoundary`, appended to ``server.middleware`` with
-`statecodec.mcp.security(codec)`, seals every outgoing state in the SDK's
+``RequestStateSecurity(codec=codec)``, seals every outgoing state in the SDK's
 envelope (request, principal, audience, expiry) with the codec and verifies
 every echo before the handler runs. Refusals get the SDK's frozen -32602
 answer; our reason code goes to the log only.
@@ -26,7 +26,7 @@ from typing import Any
 import anyio
 from mcp import Client, MCPError
 from mcp.server import Server, ServerRequestContext
-from mcp.server.request_state import RequestStateBoundary
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.types import (
     CallToolRequestParams,
     CallToolResult,
@@ -42,7 +42,6 @@ from mcp.types import (
 )
 
 from statecodec import AESGCMCodec, Codec
-from statecodec.mcp import security
 
 SERVICE = "provisioner"
 
@@ -78,7 +77,7 @@ def build_server(codec: Codec | None = None, audience: str = SERVICE) -> Server[
     """The server, sealing with `codec` (default: the ring in STATECODEC_KEYS, or a key for this run)."""
     if codec is None:
         codec = AESGCMCodec.from_env() if os.environ.get("STATECODEC_KEYS") else AESGCMCodec.ephemeral()
-    policy = security(codec, ttl=300, bind_principal=lambda ctx: current_user)
+    policy = RequestStateSecurity(codec=codec, ttl=300, bind_principal=lambda ctx: current_user)
     server: Server[Any] = Server(audience, on_list_tools=list_tools, on_call_tool=call_tool)
     server.middleware.append(RequestStateBoundary(policy, default_audience=audience))
     return server

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 
 from statecodec import AESGCMCodec, InvalidToken, KeyRing, Reason
-from statecodec.mcp import security, security_from_env
+from statecodec.mcp import security_from_env
 
 
 def expect_refusal(codec: AESGCMCodec, token: str, expected: Reason) -> Reason:
@@ -48,9 +48,8 @@ def main() -> None:
     print("foreign token refused:", expect_refusal(codec, stranger.seal(b"state"), Reason.UNKNOWN_KEY))
 
     # The MCP one-liner: RequestStateSecurity around the codec the environment describes ...
-    policy = security_from_env() if os.environ.get("STATECODEC_KEYS") else security(codec)
-    # ... or around any codec you built yourself: security(codec). Either way the SDK logs our reason
-    # code for a refused token; RequestStateSecurity(codec=codec) would log "codec error" instead.
+    policy = security_from_env() if os.environ.get("STATECODEC_KEYS") else RequestStateSecurity(codec=codec)
+    # ... or around any codec you built yourself, as it is: the SDK logs our reason code for a refused token.
     server = MCPServer("billing", request_state_security=policy)
     print("MCP server", repr(server.name), "seals requestState with", policy.codec)
 

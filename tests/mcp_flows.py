@@ -3,7 +3,7 @@
 `run_mcp_flows(codec)` drives a tool, a resolver tool, a prompt and a resource template to completion
 and checks every wire token; `assert_mcp_rejects(codec, bad)` sends a bad token (or a function of a
 genuine round-one token) and checks the SDK's frozen -32602 answer and the reason the server logged.
-Each takes a codec, handed to the SDK the documented way (`statecodec.mcp.security`), or a whole
+Each takes a codec, handed to the SDK as it is (`RequestStateSecurity(codec=codec)`), or a whole
 `RequestStateSecurity`.
 """
 
@@ -33,7 +33,6 @@ from mcp.types import (
 from pydantic import BaseModel
 
 from statecodec import Codec
-from statecodec.mcp import security
 
 SERVER_NAME = "statecodec-flows"
 TOOL = "provision"
@@ -74,9 +73,10 @@ async def _ask_tier(name: str, region: Annotated[Region, Resolve(_ask_region)]) 
     return Elicit(f"Tier for {name} in {region.region}?", Tier)
 
 
-def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME) -> MCPServer[Any]:
-    """An MCPServer whose tool, resolver tool, prompt and resource template each ask before answering."""
-    server: MCPServer[Any] = MCPServer(name, request_state_security=policy)
+def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME, **options: Any) -> MCPServer[Any]:
+    """An MCPServer whose tool, resolver tool, prompt and resource template each ask before answering; `options`
+    go to `MCPServer` (``middleware``, ``lifespan``, ...)."""
+    server: MCPServer[Any] = MCPServer(name, request_state_security=policy, **options)
 
     @server.tool(name=TOOL)
     async def provision(name: str, ctx: Context[Any, Any]) -> str | InputRequiredResult:
@@ -139,7 +139,7 @@ class _Recorder:
 def _security(policy: Policy, codec: Codec | None = None) -> RequestStateSecurity:
     """`policy` as a RequestStateSecurity, its codec optionally replaced (same ttl, principal, audience)."""
     if not isinstance(policy, RequestStateSecurity):
-        return security(codec or policy)
+        return RequestStateSecurity(codec=codec or policy)
     if codec is None:
         return policy
     principal, audience = policy.bind_principal, policy.audience
@@ -160,8 +160,9 @@ class FlowReport:
         return self.texts[0]
 
 
-def run_mcp_flows(policy: Policy, *, confidential: bool = True) -> FlowReport:
-    """Run every flow to completion and check the wire tokens (`confidential=False`: sign-only codecs)."""
+def run_mcp_flows(policy: Policy, *, confidential: bool = True, **server_options: Any) -> FlowReport:
+    """Run every flow to completion and check the wire tokens (`confidential=False`: sign-only codecs);
+    `server_options` go to `build_server` (``middleware``, ``lifespan``)."""
     inner = policy.codec if isinstance(policy, RequestStateSecurity) else policy
     recorder = _Recorder(inner)
     report = FlowReport(sealed=recorder.sealed, unsealed=recorder.unsealed)
@@ -172,7 +173,8 @@ def run_mcp_flows(policy: Policy, *, confidential: bool = True) -> FlowReport:
         return ElicitResult(action="accept", content={key: f"{key}-answer"})
 
     async def flows() -> None:
-        async with Client(build_server(_security(policy, recorder)), elicitation_callback=on_elicit) as client:
+        server = build_server(_security(policy, recorder), **server_options)
+        async with Client(server, elicitation_callback=on_elicit) as client:
             for result in (await client.call_tool(TOOL, TOOL_ARGS), await client.call_tool("deploy", {"name": "web"})):
                 assert not result.is_error, result
                 report.texts.append(getattr(result.content[0], "text", ""))
@@ -183,7 +185,7 @@ def run_mcp_flows(policy: Policy, *, confidential: bool = True) -> FlowReport:
         # Round one by hand: the wire token unseals with the codec to the SDK's envelope of our state.
         assert isinstance(first, InputRequiredResult)
         envelope = json.loads(inner.unseal(first.request_state or ""))
-        assert json.loads(envelope["s"]) == {"marker": STATE_MARKER}
+        assert envelope["s"].endswith(json.dumps({"marker": STATE_MARKER}))  # after a single-use stamp, if any
         audience = policy.audience if isinstance(policy, RequestStateSecurity) else None
         assert (envelope["aud"], envelope["m"], envelope["t"]) == (audience or SERVER_NAME, "tools/call", TOOL)
 
@@ -228,10 +230,7 @@ def _readable(token: str) -> str:
 async def round_one(server: Any, arguments: dict[str, Any] | None = None) -> str:
     """A genuine round-one token of `TOOL` from `server` (an MCPServer or a lowlevel Server)."""
     async with Client(server) as client:
-        first = await client.session.call_tool(TOOL, arguments or TOOL_ARGS, allow_input_required=True)
-    assert isinstance(first, InputRequiredResult)
-    assert first.request_state is not None
-    return first.request_state
+        return await mint(client, arguments)
 
 
 def mint_token(policy: Policy, *, server_name: str = SERVER_NAME) -> str:
@@ -268,9 +267,27 @@ class _Capture(logging.Handler):
         self.records.append(record)
 
 
+async def mint(client: Client, arguments: dict[str, Any] | None = None) -> str:
+    """A genuine round-one token of `TOOL` from a connected `client`."""
+    first = await client.session.call_tool(TOOL, arguments or TOOL_ARGS, allow_input_required=True)
+    assert isinstance(first, InputRequiredResult)
+    assert first.request_state is not None
+    return first.request_state
+
+
+async def present(client: Client, token: str, arguments: dict[str, Any] | None = None) -> Any:
+    """`token` as round two of `TOOL` (answering the region) on a connected `client`: the result, or the error."""
+    responses: InputResponses = {"region": ElicitResult(action="accept", content={"region": "region-answer"})}
+    try:
+        return await client.session.call_tool(
+            TOOL, arguments or TOOL_ARGS, input_responses=responses, request_state=token, allow_input_required=True
+        )
+    except MCPError as exc:
+        return exc.error
+
+
 def round_two(server: Any, token: str, arguments: dict[str, Any] | None = None) -> Any:
     """Send `token` as round two of `TOOL` (answering the region); the result, or the `Rejection`."""
-    responses: InputResponses = {"region": ElicitResult(action="accept", content={"region": "region-answer"})}
     logger, capture = logging.getLogger(SDK_LOGGER), _Capture()
     previous = logger.level
     logger.addHandler(capture)
@@ -278,13 +295,7 @@ def round_two(server: Any, token: str, arguments: dict[str, Any] | None = None) 
 
     async def go() -> Any:
         async with Client(server) as client:
-            try:
-                return await client.session.call_tool(
-                    TOOL, arguments or TOOL_ARGS, input_responses=responses, request_state=token,
-                    allow_input_required=True,
-                )
-            except MCPError as exc:
-                return exc.error
+            return await present(client, token, arguments)
 
     try:
         outcome = anyio.run(go)

@@ -1,27 +1,60 @@
-"""statecodec codecs as the MCP SDK's request-state codec, with a real MCPServer and Client."""
+"""statecodec on the MCP SDK: any codec as the SDK's request-state codec, and single use, on real servers.
+
+Threats: a refusal logged as "codec error" with a traceback (a log flood under attack, the reason lost); single
+use placed where it sees sealed tokens; a revocation dodged by presenting another user's token; a stalled store
+holding requests, or the threads a sync tool needs; a store that refuses the first token after start, or is
+unreachable without a word.
+"""
 
 from __future__ import annotations
 
 import builtins
+import logging
+import pickle
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
+import anyio
+import anyio.to_thread
+import httpx
 import pytest
-from mcp.server.mcpserver import RequestStateSecurity
+from examples import fleet_server
+from mcp import Client, MCPError
+from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 from mcp.server.request_state import InvalidRequestState, authenticated_principal
+from mcp.types import ErrorData
 
 from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, XAESGCMCodec, format_keys, generate_key
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec.mcp import SDKCodec, security, security_from_env
+from statecodec.mcp import SingleUseMiddleware, security_from_env
+from statecodec.single_use import SingleUse, store_from_settings
+from statecodec.store import MemoryStore, Store
+from statecodec.testing import assert_conformant
+from tests.codecs import CODECS, DETERMINISTIC
+from tests.integration.fleet_harness import call_tool, free_port, retry
+from tests.integration.fleet_harness import round_one as http_round_one
 from tests.mcp_flows import (
+    REJECTION_MESSAGE,
+    Rejection,
     accept_token,
     assert_mcp_rejects,
+    build_server,
+    mint,
     mint_token,
+    present,
+    round_one,
+    round_two,
     run_mcp_flows,
     submit_token,
 )
+from tests.plugins.redis import RedisServer
 
 KEY = generate_key()
 OTHER_KEY = generate_key()
+FAST: dict[str, Any] = {"max_examples": 10, "max_payload": 4096, "max_mutations": 1500, "oversized_length": 1 << 20}
 
 
 def _flip_last_byte(token: str) -> str:
@@ -45,29 +78,26 @@ def test_flows_complete_through_the_codec(codec_cls: type[AESGCMCodec | XAESGCMC
 
 
 @pytest.mark.parametrize("token", ["", "v1.AAAA", "A" * 300_000])
-def test_sdk_codec_refuses_with_the_sdks_error_and_our_reason_only(token: str) -> None:
-    codec = AESGCMCodec([KEY])
-    with pytest.raises(InvalidToken) as ours:
-        codec.unseal(token)
-    with pytest.raises(InvalidRequestState) as theirs:
-        SDKCodec(codec).unseal(token)
-    assert str(theirs.value) == ours.value.reason.value
-    assert theirs.value.__cause__ is None
-    assert theirs.value.__context__ is None
-    assert not isinstance(theirs.value, InvalidToken)
-    adapted = SDKCodec(codec)
-    assert adapted.unseal(codec.seal(b"state")) == codec.unseal(adapted.seal(b"state")) == b"state"
-    assert repr(adapted) == f"SDKCodec({codec!r})"
+def test_a_refusal_is_also_the_sdks_own_error_once_the_sdk_is_loaded(token: str) -> None:
+    with pytest.raises(InvalidRequestState) as refused:
+        AESGCMCodec([KEY]).unseal(token)
+    assert isinstance(refused.value, InvalidToken)
+    assert str(refused.value) == refused.value.reason.value
+    assert refused.value.__cause__ is None
+    assert pickle.loads(pickle.dumps(refused.value)).reason is refused.value.reason  # noqa: S301 - our own bytes
 
 
-def test_a_codec_handed_to_the_sdk_as_it_is_still_fails_closed_but_loses_the_reason() -> None:
-    # Why the docs say security(codec): the SDK logs only its own error's reason, anything else as "codec error".
-    codec = AESGCMCodec([KEY])
-    raw = RequestStateSecurity(codec=codec)
-    rejection = submit_token(raw, _flip_last_byte(mint_token(raw)))
-    assert (rejection.code, rejection.message, rejection.reason) == (-32602, "Invalid or expired requestState",
-                                                                     "codec error")
-    assert assert_mcp_rejects(security(codec), _flip_last_byte, reason="seal") == "seal"
+@pytest.mark.parametrize("name", sorted(CODECS))
+def test_every_codec_refuses_with_the_sdks_own_error(name: str) -> None:
+    # The conformance kit, expecting the SDK's error from every refusal of every configuration.
+    assert_conformant(CODECS[name], error_type=InvalidRequestState, deterministic=name in DETERMINISTIC, **FAST)
+
+
+@pytest.mark.parametrize("codec_cls", [AESGCMCodec, XAESGCMCodec])
+def test_the_plain_sdk_line_logs_the_reason_without_a_traceback(codec_cls: type[AESGCMCodec]) -> None:
+    # RequestStateSecurity(codec=...) with the codec as it is, on a real MCPServer (assert_mcp_rejects checks the log).
+    policy = RequestStateSecurity(codec=codec_cls([KEY]))
+    assert assert_mcp_rejects(policy, _flip_last_byte, reason="seal") == "seal"
 
 
 @pytest.mark.parametrize(
@@ -96,7 +126,7 @@ def test_foreign_key_token_is_unknown_key() -> None:
 def test_other_server_same_key_is_refused_by_audience() -> None:
     codec = AESGCMCodec([KEY])
     assert_mcp_rejects(codec, lambda t: t, minted_on="another-service", reason="audience")
-    shared = security(codec, audience="shared-audience")
+    shared = RequestStateSecurity(codec=codec, audience="shared-audience")
     assert_mcp_rejects(codec, lambda t: t, minted_by=shared, minted_on="another-service", reason="audience")
 
 
@@ -106,36 +136,16 @@ def test_token_replayed_against_other_arguments_is_refused() -> None:
     assert rejection.reason == "request binding"
 
 
-@pytest.mark.parametrize("junk", ["", "x", "not a token", "v1.AAAA", "\u00e9" * 40, "A" * 64])
-def test_junk_tokens_are_refused_with_our_reason(junk: str) -> None:
-    reason = assert_mcp_rejects(AESGCMCodec([KEY]), junk)
-    assert reason in {"malformed", "format", "unknown_key"}
-
-
-def test_rejection_is_logged_through_caplog(caplog: pytest.LogCaptureFixture) -> None:
-    codec = AESGCMCodec([KEY])
-    token = _flip_last_byte(mint_token(codec))
-    caplog.set_level("WARNING", logger="mcp.server.request_state")
-    submit_token(codec, token)
-    messages = [r.getMessage() for r in caplog.records if r.name == "mcp.server.request_state"]
-    assert messages == ["requestState rejected on tools/call: seal"]
-    assert all(r.exc_info is None for r in caplog.records)
-
-
 def _env(**extra: str) -> dict[str, str]:
     return {"STATECODEC_KEYS": format_keys([KEY, OTHER_KEY]), **extra}
 
 
-def test_security_and_security_from_env_wrap_the_codec_and_leave_unset_options_to_the_sdk() -> None:
-    codec = AESGCMCodec([KEY])
-    policy = security(codec, ttl=5.0)
-    assert isinstance(policy.codec, SDKCodec)
-    assert (policy.codec.codec, policy.ttl, policy.bind_principal) == (codec, 5.0, authenticated_principal)
-    assert security(codec, bind_principal=None).bind_principal is None
-    policy = security_from_env(environ=_env(STATECODEC_CODEC="xaesgcm"), audience="billing", bind_principal=None)
-    assert isinstance(policy.codec, SDKCodec)
-    assert policy.codec.codec.key_ids == XAESGCMCodec([KEY, OTHER_KEY]).key_ids  # type: ignore[attr-defined]
-    assert (policy.audience, policy.bind_principal) == ("billing", None)
+def test_security_from_env_is_the_sdks_policy_around_the_configured_codec_as_it_is() -> None:
+    policy = security_from_env(environ=_env(STATECODEC_CODEC="xaesgcm", STATECODEC_TTL="5"), audience="billing")
+    assert isinstance(policy.codec, XAESGCMCodec)
+    assert policy.codec.key_ids == XAESGCMCodec([KEY, OTHER_KEY]).key_ids
+    assert (policy.ttl, policy.audience, policy.bind_principal) == (5, "billing", authenticated_principal)
+    assert security_from_env(environ=_env(), bind_principal=None, ttl=30).bind_principal is None
     with pytest.raises(ConfigurationError, match="no codec configured"):
         security_from_env(environ={})
 
@@ -151,16 +161,14 @@ def test_without_the_sdk_the_error_names_the_extra(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(builtins, "__import__", no_mcp)
     with pytest.raises(ImportError, match=r"pip install 'statecodec\[mcp\]'"):
         security_from_env(environ=_env())
-    with pytest.raises(ImportError, match=r"statecodec\[mcp\]"):
-        security(AESGCMCodec([KEY]))
 
 
 def test_principal_binding_through_the_security_helper() -> None:
     codec = AESGCMCodec([KEY])
-    token = mint_token(security(codec, bind_principal=lambda ctx: "alice"))
-    accept_token(security(codec, bind_principal=lambda ctx: "alice"), token)
-    assert_mcp_rejects(security(codec, bind_principal=lambda ctx: "bob"), token, reason="principal")
-    assert_mcp_rejects(security(codec, bind_principal=None), token, reason="principal drift")
+    token = mint_token(RequestStateSecurity(codec=codec, bind_principal=lambda ctx: "alice"))
+    accept_token(RequestStateSecurity(codec=codec, bind_principal=lambda ctx: "alice"), token)
+    assert_mcp_rejects(RequestStateSecurity(codec=codec, bind_principal=lambda ctx: "bob"), token, reason="principal")
+    assert_mcp_rejects(RequestStateSecurity(codec=codec, bind_principal=None), token, reason="principal drift")
 
 
 class _Clock:
@@ -175,9 +183,239 @@ def test_expiry_is_enforced_by_the_sdk_around_our_codec(monkeypatch: pytest.Monk
     clock = _Clock(1_000_000.0)
     monkeypatch.setattr("mcp.server.request_state.time", clock)
     codec = AESGCMCodec([KEY])
-    policy = security(codec, ttl=60.0)
+    policy = RequestStateSecurity(codec=codec, ttl=60.0)
     token = mint_token(policy)
     clock.now += 59.0
     accept_token(policy, token)
     clock.now += 1.0
     assert_mcp_rejects(policy, token, reason="expired")
+
+
+# --- single use on the SDK's paths ------------------------------------------------------------------------------
+
+STORE_KEY = generate_key()
+
+
+def single_use(store: Store | None = None, **guard: Any) -> SingleUseMiddleware:
+    return SingleUseMiddleware(SingleUse(store or MemoryStore(), key=STORE_KEY, ttl=600, **guard))
+
+
+def single_use_server(middleware: SingleUseMiddleware, **policy: Any) -> MCPServer[Any]:
+    codec = AESGCMCodec([KEY])
+    security = RequestStateSecurity(codec=codec, **policy)
+    return build_server(security, middleware=[middleware], lifespan=middleware.lifespan)
+
+
+def test_every_flow_of_the_sdk_completes_once_and_a_replay_is_refused(caplog: pytest.LogCaptureFixture) -> None:
+    middleware = single_use()
+    server = single_use_server(middleware)
+    token = anyio.run(round_one, server)
+    assert not isinstance(round_two(server, token), Rejection)
+    replay = round_two(server, token)
+    assert isinstance(replay, Rejection)
+    assert (replay.code, replay.message, replay.data) == (
+        -32602,
+        REJECTION_MESSAGE,
+        {"reason": "invalid_request_state"},
+    )
+    assert rejected(caplog) == ["replayed"]  # from single use, after the boundary accepted the token
+    # Tool, resolver tool (the SDK's own state), prompt and resource: every round completes, each token once.
+    run_mcp_flows(AESGCMCodec([KEY]), middleware=[middleware], lifespan=middleware.lifespan)
+
+
+def test_a_lowlevel_server_with_single_use_after_the_boundary() -> None:
+    from examples import lowlevel_server
+
+    middleware = single_use()
+    server = lowlevel_server.build_server(AESGCMCodec([KEY]))
+    server.middleware.append(middleware)
+    server.lifespan = middleware.lifespan
+    token = anyio.run(round_one, server)
+    orders = {"name": "orders"}
+    assert anyio.run(lowlevel_server.retry, server, token, {"name": "payroll"}) == lowlevel_server.REFUSED
+    assert anyio.run(lowlevel_server.retry, server, token, orders).startswith("provisioned orders")
+    assert anyio.run(lowlevel_server.retry, server, token, orders) == lowlevel_server.REFUSED
+
+
+def _start(server: Any) -> None:
+    async def connect() -> None:
+        async with Client(server):
+            pass
+
+    anyio.run(connect)
+
+
+def test_single_use_before_the_boundary_is_refused_at_start_up_on_both_tiers() -> None:
+    from examples import lowlevel_server
+
+    # Before the boundary, the middleware would see sealed tokens: a stamp could be lifted onto another state.
+    middleware = single_use()
+    server = single_use_server(middleware)
+    server.middleware.remove(middleware)
+    server.middleware.insert(0, middleware)
+    lowlevel = lowlevel_server.build_server(AESGCMCodec([KEY]))
+    lowlevel.middleware.insert(1, middleware)  # the lowlevel Server took it silently
+    lowlevel.lifespan = middleware.lifespan
+    absent = single_use_server(single_use())
+    absent.middleware.pop()  # started by the lifespan, but not in the chain at all
+    for wrong in (server, lowlevel, absent):
+        with pytest.raises(ConfigurationError, match="must come after the SDK's RequestStateBoundary"):
+            _start(wrong)
+
+
+def test_a_middleware_never_started_refuses_every_state_loudly(caplog: pytest.LogCaptureFixture) -> None:
+    middleware = single_use()
+    server = build_server(RequestStateSecurity(codec=AESGCMCodec([KEY])), middleware=[middleware])  # no lifespan
+
+    async def body() -> Any:
+        async with Client(server) as client:
+            try:
+                return await client.session.call_tool("provision", {"name": "orders"}, allow_input_required=True)
+            except MCPError as exc:
+                return exc.error.message
+
+    assert anyio.run(body) == "Internal error"
+    assert "was never started: pass lifespan=single_use.lifespan" in caplog.text
+
+
+# --- over HTTP, as the fleet example serves it: principals, a stalled store, an unreachable store -----------------
+
+DEMO_ISSUER = str(fleet_server.DEMO_ISSUER)
+
+
+@dataclass
+class InProcess:
+    """`examples/fleet_server.py`'s app served in this process (its lifespan run, as uvicorn runs it)."""
+
+    url: str = "http://127.0.0.1:8000/mcp"
+
+
+@asynccontextmanager
+async def serving(middleware: SingleUseMiddleware, **policy: Any) -> AsyncIterator[httpx.AsyncClient]:
+    security = RequestStateSecurity(codec=AESGCMCodec([KEY]), **policy)
+    app = fleet_server.app_for(
+        fleet_server.build_server(security, single_use=[middleware], demo_auth=True), "127.0.0.1"
+    )
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as client:
+            yield client
+
+
+def test_the_stamp_records_the_minting_principal_whatever_bind_principal_is() -> None:
+    # With bind_principal=None the SDK lets anyone present a token: a revoked user's token stays revoked.
+    middleware, server = single_use(), InProcess()
+
+    async def body() -> list[bool]:
+        async with serving(middleware, bind_principal=None) as client:
+            alice_token = await http_round_one(client, server, subject="alice")
+            carol_token = await http_round_one(client, server, subject="carol")
+            await middleware.guard.revoke(principal="alice", issuer=DEMO_ISSUER)
+            return [
+                await retry(client, server, alice_token, subject="bob"),  # presented by someone else: still alice's
+                await retry(client, server, carol_token, subject="alice"),  # carol's token, whoever presents it
+            ]
+
+    assert anyio.run(body) == [False, True]
+
+
+def test_a_stalled_store_is_one_deadline_on_the_loop_and_a_sync_tool_is_not_starved(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One worker thread in all: a claim waiting in a thread (as before) would hold it, and the sync tool would wait.
+    # A long store timeout: the sync tool must finish first with room to spare on a loaded machine.
+    middleware = single_use(store_for(redis_server.url, timeout="2"))
+    server = InProcess()
+    finished: list[str] = []
+
+    async def body() -> None:
+        anyio.to_thread.current_default_thread_limiter().total_tokens = 1
+        async with serving(middleware) as client:
+            states = [await http_round_one(client, server, subject="alice") for _ in range(20)]
+            redis_server.pause()
+            try:
+
+                async def present(state: str) -> None:
+                    assert not await retry(client, server, state, subject="alice")
+                    finished.append("refused")
+
+                async def sync_tool() -> None:
+                    await anyio.sleep(0.05)  # the retries are waiting on the store by now
+                    answer = await call_tool(client, server, "instance", {}, subject="alice")
+                    assert "pid-" in str(answer), answer
+                    finished.append("sync tool")
+
+                async with anyio.create_task_group() as tasks:
+                    for state in states:
+                        tasks.start_soon(present, state)
+                    tasks.start_soon(sync_tool)
+            finally:
+                redis_server.resume()
+
+    anyio.run(body)
+    assert finished == ["sync tool"] + ["refused"] * 20
+    assert rejected(caplog) == ["store_unavailable"] * 20
+
+
+def rejected(caplog: pytest.LogCaptureFixture) -> list[str]:
+    prefix = "requestState rejected on tools/call: "
+    return [r.getMessage().removeprefix(prefix) for r in caplog.records if r.getMessage().startswith(prefix)]
+
+
+def test_on_a_brand_new_store_the_first_token_is_accepted_and_the_store_closes_at_shutdown() -> None:
+    with RedisServer() as redis:
+        middleware, server = single_use(store_for(redis.url)), InProcess()
+
+        async def body() -> bool:
+            async with serving(middleware) as client:
+                return await retry(
+                    client, server, await http_round_one(client, server, subject="alice"), subject="alice"
+                )
+
+        assert anyio.run(body)
+        assert redis.cli("CLIENT", "LIST").count("\n") <= 1  # the CLI's own connection alone
+
+
+def test_an_unreachable_store_is_one_warning_at_start_naming_it_and_the_server_still_serves(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    port = free_port()
+    middleware, server = single_use(store_for(f"redis://:pa55word@127.0.0.1:{port}/0")), InProcess()
+    caplog.set_level(logging.WARNING)
+
+    async def body() -> list[dict[str, Any]]:
+        async with serving(middleware) as client:
+            # No token is minted that the store cannot date; a tool without state is served as ever.
+            attempts = [await call_tool(client, server, "provision", {"name": "x"}, subject="alice") for _ in range(3)]
+            return [*attempts, await call_tool(client, server, "instance", {}, subject="alice")]
+
+    *attempts, served = anyio.run(body)
+    assert [answer["error"]["message"] for answer in attempts] == ["Internal error"] * 3
+    assert "pid-" in str(served["result"])
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and str(port) in r.getMessage()]
+    assert len(warnings) == 1, warnings  # at start; the attempts after it are within the rate limit
+    assert "unreachable" in warnings[0]
+    assert "pa55word" not in caplog.text
+
+
+def store_for(url: str, timeout: str = "0.5") -> Store:
+    """A store of its own on `url` (a namespace of its own: the session's Redis belongs to other tests' keys too)."""
+    namespace = f"mcp-{uuid.uuid4().hex[:12]}"
+    return store_from_settings(
+        {"STATECODEC_STORE_URL": url, "STATECODEC_STORE_TIMEOUT": timeout, "STATECODEC_STORE_NAMESPACE": namespace}
+    )
+
+
+def test_operator_scopes_are_recorded_at_mint_and_revocable(caplog: pytest.LogCaptureFixture) -> None:
+    guard = SingleUse(MemoryStore(), key=STORE_KEY, ttl=600)
+    middleware = SingleUseMiddleware(guard, scopes=lambda ctx: {"tenant": str((ctx.params or {})["arguments"]["name"])})
+    server = single_use_server(middleware)
+
+    async def body() -> Any:
+        async with Client(server) as client:
+            token = await mint(client)
+            await guard.revoke(scope=("tenant", "orders"))
+            return await present(client, token)
+
+    assert isinstance(anyio.run(body), ErrorData)
+    assert rejected(caplog) == ["revoked"]

@@ -13,7 +13,6 @@ from mcp.server.mcpserver import RequestStateSecurity
 from mcp.types import CallToolResult, ElicitResult, InputRequiredResult
 
 from statecodec import AESGCMCodec, InvalidToken, Reason, generate_key
-from statecodec.mcp import security
 from statecodec.sdk_migration import SDK_FORMAT_PREFIX, SDKKeysMigration
 from statecodec.testing import assert_conformant
 from tests.mcp_flows import TOOL, accept_token, assert_mcp_rejects, build_server, mint_token
@@ -33,12 +32,12 @@ def old_policy() -> RequestStateSecurity:
 
 
 def phase_one() -> RequestStateSecurity:
-    return security(SDKKeysMigration(NEW, [SDK_KEY], seal_with_sdk=True))
+    return RequestStateSecurity(codec=SDKKeysMigration(NEW, [SDK_KEY], seal_with_sdk=True))
 
 
 def phase_two(clock: Clock | None = None) -> RequestStateSecurity:
     clock = clock or Clock(time.time())
-    return security(SDKKeysMigration(NEW, [SDK_KEY], sdk_tokens_until=clock.now + 600, clock=clock))
+    return RequestStateSecurity(codec=SDKKeysMigration(NEW, [SDK_KEY], sdk_tokens_until=clock.now + 600, clock=clock))
 
 
 def step(policy: RequestStateSecurity, flow: str, state: str | None = None) -> InputRequiredResult | CallToolResult:

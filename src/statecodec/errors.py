@@ -8,6 +8,8 @@ key material, payload or token text. The wire carries one fixed message for ever
 from __future__ import annotations
 
 import enum
+import functools
+import sys
 
 
 class Reason(enum.StrEnum):
@@ -37,9 +39,22 @@ class StatecodecError(Exception):
 
 
 class InvalidToken(StatecodecError):
-    """A token was refused; `reason` is a log-only code from `Reason`, and `str(exc)` is that code alone."""
+    """A token was refused; `reason` is a log-only code from `Reason`, and `str(exc)` is that code alone.
+
+    Threat: the MCP SDK logs any codec exception other than its own `InvalidRequestState` as "codec error" with
+    a traceback, so `RequestStateSecurity(codec=AESGCMCodec.from_env())` would flood the log under attack and
+    hide the reason. Once the SDK's request-state module is loaded (never imported from here), every
+    `InvalidToken` is also an `InvalidRequestState`: the SDK logs the reason code alone, and `except
+    InvalidToken` still catches it.
+    """
 
     __slots__ = ("reason",)
+
+    def __new__(cls, reason: Reason) -> InvalidToken:
+        sdk = sys.modules.get("mcp.server.request_state")
+        if cls is InvalidToken and sdk is not None:
+            cls = _sdk_refusal(sdk.InvalidRequestState)
+        return super().__new__(cls)
 
     def __init__(self, reason: Reason) -> None:
         super().__init__(reason.value)
@@ -47,6 +62,12 @@ class InvalidToken(StatecodecError):
 
     def __reduce__(self) -> tuple[type[InvalidToken], tuple[Reason]]:
         return (InvalidToken, (self.reason,))
+
+
+@functools.cache
+def _sdk_refusal(sdk_refusal: type[Exception]) -> type[InvalidToken]:
+    """`InvalidToken` that the SDK's boundary also catches as its own refusal (made once per SDK type)."""
+    return type("InvalidToken", (InvalidToken, sdk_refusal), {"__slots__": (), "__module__": __name__})
 
 
 class ConfigurationError(StatecodecError, ValueError):
@@ -76,3 +97,4 @@ def missing_extra(package: str, extra: str, needed_by: str = "this key provider"
 
 class SealError(StatecodecError):
     """`seal` could not produce a token, for example a payload over the size cap."""
+

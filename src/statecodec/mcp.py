@@ -1,78 +1,42 @@
-"""Protect an MCP server's ``requestState`` with a statecodec codec in one line.
+"""Protect an MCP server's ``requestState`` with statecodec: any codec as it is, and single use.
 
-Threat: a fleet that keeps the SDK's default process-local key rejects every retry that lands on another
-instance or survives a restart, and a hand-rolled policy is where keys get hard-coded. `security_from_env`
-builds the SDK's `RequestStateSecurity` around the codec the environment describes::
-
-    server = MCPServer("billing", request_state_security=security_from_env())
-
-`security(codec)` does the same for a codec built in code. The SDK stamps and checks expiry, request binding,
-audience and principal around the codec, answers every refusal with its fixed -32602 error, and logs a reason
-only for its own `InvalidRequestState`: hence `SDKCodec`. The SDK is imported when called, never on import.
+Any statecodec codec is the SDK's request-state codec as it is, ``RequestStateSecurity(codec=AESGCMCodec.from_env())``:
+its refusals are the SDK's own `InvalidRequestState` (see `statecodec.errors.InvalidToken`), logged with the
+reason code and no traceback. `security_from_env()` builds that policy from the ``STATECODEC_*`` settings, with
+the ``STATECODEC_TTL`` that single use reads too. The SDK is imported when called, never on import.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from statecodec._types import Codec
+from statecodec._settings import seconds
 from statecodec.config import codec_from_env, ttl_setting
-from statecodec.errors import InvalidToken, Reason
-from statecodec.single_use import Principal, SingleUse
+from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable
+from statecodec.single_use import SingleUse
 
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-    from mcp.server.request_state import InvalidRequestState, RequestStateSecurity
+    from mcp.server.request_state import RequestStateSecurity
+    from mcp.shared.exceptions import MCPError
 
-__all__ = ["SDKCodec", "SingleUseMiddleware", "security", "security_from_env", "single_use_from_env"]
+__all__ = ["SingleUseMiddleware", "security_from_env", "single_use_from_env"]
 
 logger = logging.getLogger("statecodec.mcp")
+T = TypeVar("T")
+Scopes = Callable[["ServerRequestContext[Any, Any]"], Mapping[str, str]]
 
 MCP_EXTRA_HINT = "install the MCP SDK with: pip install 'statecodec[mcp]'"
-
-
-def _sdk() -> tuple[type[RequestStateSecurity], type[InvalidRequestState]]:
-    """The SDK's policy and refusal types, or an ImportError that names the extra to install."""
-    try:
-        from mcp.server.request_state import InvalidRequestState, RequestStateSecurity
-    except ImportError as exc:
-        raise ImportError(f"statecodec.mcp needs the MCP SDK (mcp>=2.3); {MCP_EXTRA_HINT}") from exc
-    return RequestStateSecurity, InvalidRequestState
-
-
-class SDKCodec:
-    """`codec` as the SDK's `RequestStateCodec`: each `InvalidToken` becomes `InvalidRequestState(reason)`, with
-    no exception chain (any other exception the SDK would log as "codec error" with a traceback)."""
-
-    __slots__ = ("_refusal", "codec")
-
-    def __init__(self, codec: Codec) -> None:
-        self.codec = codec
-        self._refusal = _sdk()[1]
-
-    def seal(self, payload: bytes) -> str:
-        return self.codec.seal(payload)
-
-    def unseal(self, token: str) -> bytes:
-        try:
-            return self.codec.unseal(token)
-        except InvalidToken as exc:
-            reason = exc.reason.value
-        # Raised outside the handler, so nothing chains back to the codec's frames.
-        raise self._refusal(reason)
-
-    def __repr__(self) -> str:
-        return f"SDKCodec({self.codec!r})"
-
-
-def security(codec: Codec, *, ttl: float = 600.0, audience: str | None = None, **options: Any) -> RequestStateSecurity:
-    """`RequestStateSecurity(codec=SDKCodec(codec), ...)`; `audience=None` lets `MCPServer` stamp its server name,
-    unset `options` keep the SDK's defaults (`bind_principal`: the authenticated principal)."""
-    return _sdk()[0](codec=SDKCodec(codec), ttl=ttl, audience=audience, **options)
+REJECTED = "requestState rejected on %s: %s"
+"""The SDK boundary's own log line for a refusal; ours is the same, so one reader (`statecodec.otel`) counts both."""
+_WARN_EVERY = 60.0  # seconds between two warnings that the store is not answering: a brown-out logs, not floods
 
 
 def security_from_env(
@@ -82,91 +46,154 @@ def security_from_env(
     environ: Mapping[str, str] | None = None,
     **options: Any,
 ) -> RequestStateSecurity:
-    """`security(statecodec.codec_from_env(environ), ...)`; before any server starts, `ConfigurationError`
-    (what to set) when the environment describes no codec, `ImportError` naming the extra without the SDK.
-    `ttl` defaults to ``STATECODEC_TTL`` (`statecodec.config.ttl_setting`, 600 s when unset), the same
-    lifetime `single_use_from_env` gives its store entries."""
-    _sdk()  # a missing SDK is reported before the configuration is read
+    """The SDK's `RequestStateSecurity` around `statecodec.codec_from_env(environ)`, `ttl` defaulting to
+    ``STATECODEC_TTL`` (600 s when unset), the lifetime `single_use_from_env` gives its stamps; unset `options`
+    keep the SDK's defaults. Before any server starts: `ConfigurationError` (what to set) when the environment
+    describes no codec, `ImportError` naming the extra without the SDK."""
+    try:
+        from mcp.server.request_state import RequestStateSecurity
+    except ImportError as exc:
+        raise ImportError(f"statecodec.mcp needs the MCP SDK (mcp>=2.3); {MCP_EXTRA_HINT}") from exc
     settings = os.environ if environ is None else environ
-    codec = codec_from_env(settings)
-    return security(codec, ttl=ttl_setting(settings) if ttl is None else ttl, audience=audience, **options)
-
-
-def minting_principal() -> Principal | None:
-    """The SDK's (client_id, issuer, subject) of the request being answered, as its boundary binds it."""
-    from mcp.server.auth.middleware.auth_context import get_access_token
-    from mcp.server.auth.provider import principal_components
-
-    token = get_access_token()
-    return None if token is None else principal_components(token)
+    ttl = ttl_setting(settings) if ttl is None else ttl
+    return RequestStateSecurity(codec=codec_from_env(settings), ttl=ttl, audience=audience, **options)
 
 
 class SingleUseMiddleware:
     """SDK server middleware: each ``requestState`` is accepted at most once across the fleet, and revocable.
 
-    It must run inside the SDK's `RequestStateBoundary`, so that it sees a state only after the boundary verified
-    the token, its expiry, request binding, audience and principal: a stolen token presented for another principal
-    or another request is refused there and consumes nothing. `MCPServer` runs the middleware it is given inside
-    its boundary::
+    Threats: a replay (each stamp is claimed once in the store); a stamp moved onto another state, or seen sealed,
+    were it placed before the SDK's `RequestStateBoundary` (refused at start-up by `lifespan`); a stalled store
+    holding requests or the threads a sync tool needs (one `deadline` over the whole wait, default twice the
+    store's timeout, on the event loop); a revocation dodged by presenting another user's token (the stamp
+    records the minting request's (client, issuer, subject), whatever ``bind_principal`` is)::
 
-        server = MCPServer("billing", request_state_security=security_from_env(), middleware=[single_use_from_env()])
+        MCPServer("billing", middleware=[single_use], lifespan=single_use.lifespan)  # single_use_from_env()
 
-    On a lowlevel `Server`, append it after the boundary. Outbound, it stamps each state (`SingleUse.stamp`) before
-    the boundary seals it; inbound, it consumes the stamp (`SingleUse.consume`, in a worker thread, so a slow store
-    never blocks the event loop) and refuses with the SDK's own -32602 answer, the reason code in the log only.
+    `scopes(ctx)` names operator scopes of the minting request, e.g. ``{"tenant": "acme"}`` for ``statecodec revoke
+    --scope tenant=acme``. A refusal is the SDK's own -32602 answer; the reason code goes to the log only.
     """
 
-    def __init__(self, guard: SingleUse) -> None:
+    def __init__(self, guard: SingleUse, *, deadline: float | None = None, scopes: Scopes | None = None) -> None:
+        import mcp.shared.exceptions  # noqa: F401 - loaded here, never on the request path
         from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 
-        self.guard = guard
+        self.guard, self.scopes = guard, scopes
+        timeout: float = getattr(guard.store, "timeout", 0.25)  # a network store's bound (0.25 s: the default)
+        deadline = 2 * timeout if deadline is None else deadline  # 0 or a NaN is refused, never replaced
+        self.deadline = seconds("deadline", deadline, low=0, high=60, low_open=True)
         self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
+        self._running, self._warned = False, -math.inf
+
+    @asynccontextmanager
+    async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
+        """``lifespan=`` of `MCPServer` or `Server`: checks the middleware order, starts the store's memory (if the
+        store is unreachable: one warning; no token minted or accepted until it answers), closes the store."""
+        self.check_order(server.middleware)
+        self._running = True
+        try:
+            await self._start()
+            yield {}
+        finally:
+            self._running = False
+            await self.guard.aclose()
+
+    def check_order(self, chain: Sequence[object]) -> None:
+        """`ConfigurationError` unless this middleware runs inside (after) every `RequestStateBoundary`."""
+        from mcp.server.request_state import RequestStateBoundary
+
+        mine = [i for i, middleware in enumerate(chain) if middleware is self]
+        boundaries = [i for i, middleware in enumerate(chain) if isinstance(middleware, RequestStateBoundary)]
+        if not mine or not boundaries or min(mine) < max(boundaries):
+            raise ConfigurationError(
+                "SingleUseMiddleware must come after the SDK's RequestStateBoundary in server.middleware (it must see "
+                "verified state only): pass it to MCPServer(middleware=[...]); on a lowlevel Server, append it last"
+            )
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method not in self._methods:
             return await call_next(ctx)
         state = (ctx.params or {}).get("requestState")
-        if state is not None:
-            reason: Reason | None = None
-            inner = ""
-            try:
-                stamped = state.encode("utf-8", "replace") if isinstance(state, str) else b""
-                inner = (await self.guard.consume(stamped)).decode("utf-8")
-            except InvalidToken as exc:
-                reason = exc.reason
-            if reason is not None:
-                self._refuse(ctx.method, reason)
-            ctx = replace(ctx, params={**(ctx.params or {}), "requestState": inner})
+        if isinstance(state, str):  # the boundary refused any other type, and turned null into absent
+            ctx = replace(ctx, params={**(ctx.params or {}), "requestState": await self._consume(ctx.method, state)})
         result = await call_next(ctx)
-        if not self._is_input_required(result):
-            return result
         out = result.get("requestState") if isinstance(result, Mapping) else getattr(result, "request_state", None)
-        if not isinstance(out, str):
+        if not self._is_input_required(result) or not isinstance(out, str):
             return result
-        if not self.guard.started:
-            await self.guard.start()
-        sealed_in = self.guard.stamp(out.encode("utf-8"), principal=minting_principal()).decode("utf-8")
+        stamped = await self._stamp(ctx, out)
         if isinstance(result, Mapping):
-            return {**result, "requestState": sealed_in}
-        return result.model_copy(update={"request_state": sealed_in})
+            return {**result, "requestState": stamped}
+        return result.model_copy(update={"request_state": stamped})
 
-    @staticmethod
-    def _refuse(method: str, reason: Reason) -> None:
-        from mcp.shared.exceptions import MCPError
-        from mcp_types import INVALID_PARAMS
+    async def _consume(self, method: str, state: str) -> str:
+        self._check_running(method)
+        try:
+            return (await self._bounded(self.guard.consume(_bytes(state)))).decode("utf-8", "surrogatepass")
+        except InvalidToken as exc:
+            reason = exc.reason
+        except StoreUnreachable as exc:  # past the deadline
+            reason = Reason.STORE_UNAVAILABLE
+            self._warn(str(exc))
+        raise _refusal(method, reason)
 
-        if reason is Reason.MALFORMED:
-            reason_text = "malformed (no single-use stamp: is SingleUseMiddleware inside RequestStateBoundary?)"
-        else:
-            reason_text = reason.value
-        logger.warning("requestState rejected on %s: %s", method, reason_text, extra={"statecodec_reason": reason})
-        # The SDK boundary's own frozen answer, so a client cannot tell this refusal from any other.
-        raise MCPError(
-            code=INVALID_PARAMS, message="Invalid or expired requestState", data={"reason": "invalid_request_state"}
-        )
+    async def _stamp(self, ctx: ServerRequestContext[Any, Any], state: str) -> str:
+        from mcp.server.auth.middleware.auth_context import get_access_token
+        from mcp.server.auth.provider import principal_components
 
-    def __repr__(self) -> str:
-        return f"SingleUseMiddleware({self.guard!r})"
+        self._check_running(method := ctx.method)
+        if not self.guard.started:
+            await self._start()
+        token = get_access_token()  # the minting request's principal, whatever bind_principal is
+        try:
+            principal = None if token is None else principal_components(token)
+            scopes = self.scopes(ctx) if self.scopes else None  # recorded at mint, never taken from a presenter
+            stamped = self.guard.stamp(_bytes(state), principal=principal, scopes=scopes)
+        except StoreError as exc:  # the store never answered, or its clock is too far: no token it cannot date
+            logger.error("refusing to stamp requestState on %s: %s", method, exc)
+            raise _internal_error() from None
+        return stamped.decode("utf-8", "surrogatepass")
+
+    async def _start(self) -> None:
+        """`guard.start()` under the deadline; a store that cannot be reached is a warning, rate-limited."""
+        try:
+            await self._bounded(self.guard.start())
+        except StoreUnreachable as exc:  # its message names the store and the cause, never a credential
+            self._warn(f"{exc}; tokens are refused, and none minted, until it answers")
+
+    async def _bounded(self, call: Awaitable[T]) -> T:
+        """`call` under the one deadline covering the whole wait, on this loop; past it, `StoreUnreachable`."""
+        import anyio
+
+        with anyio.move_on_after(self.deadline):
+            return await call
+        raise StoreUnreachable(f"the single-use store at {self.guard.where} did not answer within {self.deadline:g} s")
+
+    def _warn(self, message: str) -> None:
+        if time.monotonic() - self._warned >= _WARN_EVERY:
+            self._warned = time.monotonic()
+            logger.warning(message)
+
+    def _check_running(self, method: str) -> None:
+        if not self._running:
+            logger.error("SingleUseMiddleware on %s was never started: pass lifespan=single_use.lifespan", method)
+            raise _internal_error()
+
+
+def _refusal(method: str, reason: Reason) -> MCPError:
+    """The SDK boundary's frozen answer, so a client cannot tell this refusal from any other; the reason is logged."""
+    logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
+    return _internal_error("Invalid or expired requestState", {"reason": "invalid_request_state"})
+
+
+def _internal_error(message: str = "Internal error", data: object = None) -> MCPError:
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
+
+    return MCPError(INTERNAL_ERROR if data is None else INVALID_PARAMS, message, data)
+
+
+def _bytes(state: str) -> bytes:
+    return state.encode("utf-8", "surrogatepass")  # total: a lone surrogate in a handler's state round-trips
 
 
 def single_use_from_env(environ: Mapping[str, str] | None = None) -> SingleUseMiddleware:

@@ -1,121 +1,94 @@
-"""Metrics and logs for any codec: refusals by reason code, and how long seal and unseal take.
+"""Metrics where the wire is answered: every ``requestState`` an MCP server accepts or refuses, by reason.
 
-Threat: refusals are an attacker's probes and a fleet's symptoms, and a server that only answers the client with
-one fixed error is blind to both: a burst of ``seal`` refusals is someone forging tokens, ``unknown_key`` a rotation
-that retired a key too early, ``expired`` a TTL shorter than the flows. `instrument` wraps a codec so each refusal
-is counted (``statecodec.refusals``, attributes ``reason`` and ``codec``) and logged with the reason code as a
-structured field, and each seal and unseal is timed (``statecodec.seal.duration``, ``statecodec.unseal.duration``,
-in seconds). Only the reason code and the codec's name are ever recorded: never a token, payload, principal or key.
-
-It speaks OpenTelemetry's API alone (``pip install 'statecodec[otel]'``): without an SDK configured the instruments
-do nothing, and no exporter is chosen for the user. The core codecs are untouched; only wrapped codecs pay.
+Threat: refusals are an attacker's probes and a fleet's symptoms (``replayed``: a stolen token tried again; ``seal``:
+forging; ``store_unavailable``: the single-use store in trouble), and counted anywhere but at the answer a replayed
+or revoked token, refused after the codec accepted it, would look accepted. `instrument(server)` puts
+`RequestStateMetrics` first in the middleware of an `MCPServer` or lowlevel `Server`: each request presenting a
+state adds one to ``statecodec.request_state`` (``method``, ``outcome``, and the ``reason`` the SDK boundary or
+single use logged). OpenTelemetry's API alone (``statecodec[otel]``): a no-op until the application sets an SDK.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
-from typing import Any
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
 
 from statecodec import __version__
-from statecodec._types import Codec, HoldsSecrets, WrapsCodec
-from statecodec.errors import ConfigurationError, InvalidToken, Reason
+from statecodec.errors import Reason
+from statecodec.mcp import REJECTED
 
 try:
     from opentelemetry import metrics
 except ImportError:  # pragma: no cover - exercised only without the extra
     raise ImportError("statecodec.otel needs the OpenTelemetry API: pip install 'statecodec[otel]'") from None
 
-__all__ = ["REFUSALS", "SEAL_DURATION", "UNSEAL_DURATION", "InstrumentedCodec", "instrument"]
+if TYPE_CHECKING:
+    from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 
-logger = logging.getLogger("statecodec.refusals")
+__all__ = ["REQUEST_STATE", "RequestStateMetrics", "instrument"]
 
-REFUSALS = "statecodec.refusals"
-SEAL_DURATION = "statecodec.seal.duration"
-UNSEAL_DURATION = "statecodec.unseal.duration"
-# Refusals that a healthy fleet sees every day (a flow left open too long, a key retired on schedule, a user
-# offboarded) are INFO; every other reason means a token was altered, forged, replayed, or a store or provider
-# could not answer: WARNING.
-_ROUTINE = frozenset({Reason.EXPIRED, Reason.NOT_YET_VALID, Reason.UNKNOWN_KEY, Reason.REVOKED})
+REQUEST_STATE = "statecodec.request_state"
+# The closed set of reason codes: ours, and the SDK boundary's free-text reasons mapped onto them ("other" else).
+_CODES: dict[str, str] = {reason.value: reason.value for reason in Reason} | {
+    "request binding": Reason.BINDING, "principal drift": Reason.PRINCIPAL, "principal binding error": Reason.PRINCIPAL,
+    "minted in the future": Reason.NOT_YET_VALID, "unknown key": Reason.UNKNOWN_KEY,
+    "non-string requestState": Reason.MALFORMED, "codec error": "codec_error",
+}
+_REFUSED = {"reason": "invalid_request_state"}  # the data of the SDK's frozen -32602 refusal
+_refusal: ContextVar[list[str] | None] = ContextVar("statecodec_refusal", default=None)
 
-_clock = time.perf_counter
+
+class _Reasons(logging.Filter):
+    """Keeps the reason of a refusal logged inside `RequestStateMetrics` (the one place the SDK gives it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        seen = _refusal.get()
+        if seen is not None and record.msg == REJECTED and isinstance(record.args, tuple) and len(record.args) == 2:
+            seen.append(str(_CODES.get(str(record.args[1]), "other")))
+        return True
 
 
-class InstrumentedCodec(WrapsCodec, HoldsSecrets):
-    """`codec`, counted and timed: the same tokens, the same refusals, the same keyword arguments.
+for _name in ("mcp.server.request_state", "statecodec.mcp"):
+    logging.getLogger(_name).addFilter(_Reasons())
 
-    `seal` and `unseal` pass their arguments (``principal=``, ``context=`` of a `BoundCodec`, ``scopes=`` of a
-    `SingleUseCodec`) to the inner codec unchanged and return what it returns. A refusal is re-raised as a fresh
-    `InvalidToken` with the same reason and no chain; any other exception (a caller's `TypeError`, a `SealError`)
-    passes through untimed and uncounted, since it is no verdict on a token. Each call records, with attribute
-    ``codec`` (`name`, by default the inner codec's class name):
 
-    - ``statecodec.seal.duration`` (histogram, s) of every seal that returned a token;
-    - ``statecodec.unseal.duration`` (histogram, s), attribute ``outcome``: ``accepted`` or ``refused``;
-    - ``statecodec.refusals`` (counter), attribute ``reason``: the `Reason` code;
-    - a record on the ``statecodec.refusals`` logger, INFO for routine reasons (``expired``, ``not_yet_valid``,
-      ``unknown_key``, ``revoked``) and WARNING for the rest, with ``extra`` fields ``statecodec_reason`` and
-      ``statecodec_codec``.
-    """
+class RequestStateMetrics:
+    """SDK server middleware, first in the chain: a presented ``requestState`` is refused when the SDK boundary or
+    single use logged a refusal for it (``reason`` ``unknown`` if that log is silenced below WARNING), an error when
+    the request failed otherwise, else accepted."""
 
-    __slots__ = (
-        "_accepted", "_inner_seal", "_inner_unseal", "_refusals", "_refused", "_seal_attrs", "_seal_time",
-        "_unseal_time", "codec", "name",
-    )
+    def __init__(self, meter: metrics.Meter | None = None) -> None:
+        from mcp_types.methods import INPUT_REQUIRED_METHODS
 
-    def __init__(self, codec: Codec, *, meter: metrics.Meter | None = None, name: str | None = None) -> None:
-        if not callable(getattr(codec, "seal", None)) or not callable(getattr(codec, "unseal", None)):
-            raise ConfigurationError("codec must have seal(bytes) -> str and unseal(str) -> bytes")
-        if name is not None and (type(name) is not str or not name):
-            raise ConfigurationError("name must be a non-empty str naming the codec in metrics, e.g. 'billing-jwe'")
-        self.codec, self.name = codec, name or type(codec).__name__
-        self._inner_seal: Callable[..., str] = codec.seal
-        self._inner_unseal: Callable[..., bytes] = codec.unseal
-        if meter is None:
-            meter = metrics.get_meter("statecodec", __version__)
-        self._refusals = meter.create_counter(REFUSALS, unit="{refusal}", description="Tokens refused, by reason")
-        self._seal_time = meter.create_histogram(SEAL_DURATION, unit="s", description="Time to seal one token")
-        self._unseal_time = meter.create_histogram(UNSEAL_DURATION, unit="s", description="Time to unseal one token")
-        # Attribute dicts built once: the instruments copy what they keep, and no call allocates a new one.
-        self._seal_attrs = {"codec": self.name}
-        self._accepted = {"codec": self.name, "outcome": "accepted"}
-        self._refused = {"codec": self.name, "outcome": "refused"}
+        meter = meter or metrics.get_meter("statecodec", __version__)
+        self._counter = meter.create_counter(REQUEST_STATE, unit="{token}", description="requestState answered")
+        self._methods = INPUT_REQUIRED_METHODS
 
-    def seal(self, payload: bytes, **kwargs: Any) -> str:
-        """The inner codec's token for `payload`, timed."""
-        start = _clock()
-        token = self._inner_seal(payload, **kwargs)
-        self._seal_time.record(_clock() - start, self._seal_attrs)
-        return token
-
-    def unseal(self, token: str, **kwargs: Any) -> bytes:
-        """The inner codec's payload of `token`, timed; a refusal counted and logged by reason."""
-        start = _clock()
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method not in self._methods or (ctx.params or {}).get("requestState") is None:
+            return await call_next(ctx)
+        seen: list[str] = []
+        reset = _refusal.set(seen)
         try:
-            payload = self._inner_unseal(token, **kwargs)
-        except InvalidToken as exc:
-            reason = exc.reason
-        else:
-            self._unseal_time.record(_clock() - start, self._accepted)
-            return payload
-        self._unseal_time.record(_clock() - start, self._refused)
-        self._refusals.add(1, {"reason": reason.value, "codec": self.name})
-        logger.log(
-            logging.INFO if reason in _ROUTINE else logging.WARNING,
-            "token refused by %s: %s",
-            self.name,
-            reason.value,
-            extra={"statecodec_reason": reason.value, "statecodec_codec": self.name},
-        )
-        # Raised outside the handler: nothing chains back to the inner codec's frames.
-        raise InvalidToken(reason)
+            result = await call_next(ctx)
+        except Exception as exc:  # refused (the frozen answer), else an error: never counted as accepted
+            refused = getattr(exc, "data", None) == _REFUSED
+            self._count(ctx.method, "refused" if seen or refused else "error", (seen or ["unknown"])[0])
+            raise
+        finally:
+            _refusal.reset(reset)
+        self._count(ctx.method, "refused" if seen else "accepted", seen[0] if seen else None)
+        return result
 
-    def __repr__(self) -> str:
-        return f"InstrumentedCodec({self.codec!r}, name={self.name!r})"
+    def _count(self, method: str, outcome: str, reason: str | None) -> None:
+        attributes = {"method": method, "outcome": outcome}
+        self._counter.add(1, attributes if outcome != "refused" else {**attributes, "reason": str(reason)})
 
 
-def instrument(codec: Codec, meter: metrics.Meter | None = None, name: str | None = None) -> InstrumentedCodec:
-    """`codec` wrapped to count refusals and time seal and unseal; `meter` defaults to the global provider's
-    ``statecodec`` meter, a no-op until the application configures an OpenTelemetry SDK."""
-    return InstrumentedCodec(codec, meter=meter, name=name)
+def instrument(server: Any, meter: metrics.Meter | None = None) -> RequestStateMetrics:
+    """Put `RequestStateMetrics` first in `server.middleware` (an `MCPServer` or a lowlevel `Server`) and return it;
+    `meter` defaults to the global provider's ``statecodec`` meter, a no-op until an OpenTelemetry SDK is set."""
+    middleware = RequestStateMetrics(meter)
+    server.middleware.insert(0, middleware)
+    return middleware

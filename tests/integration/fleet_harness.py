@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import httpx
@@ -66,6 +66,13 @@ class FleetServer:
     def log_tail(self) -> str:
         """The last lines of the server's output, to quote in a failure message."""
         return "\n".join(self.log_text().splitlines()[-LOG_TAIL_LINES:])
+
+
+class Served(Protocol):
+    """Anything with the URL of an MCP endpoint: a `FleetServer`, or an app served in this process."""
+
+    @property
+    def url(self) -> str: ...
 
 
 def free_port() -> int:
@@ -192,7 +199,7 @@ def _message(response: httpx.Response) -> dict[str, Any]:
 
 async def call_provision(
     client: httpx.AsyncClient,
-    server: FleetServer,
+    server: Served,
     *,
     subject: str | None = None,
     name: str = "orders",
@@ -201,7 +208,24 @@ async def call_provision(
 ) -> dict[str, Any]:
     """One ``tools/call`` of ``provision`` as a single 2026-07-28 HTTP exchange (no initialize, no session), as
     `subject` (the demonstration bearer token ``demo-<subject>``); the JSON-RPC answer, result or error."""
-    params: dict[str, Any] = {"name": TOOL, "arguments": {"name": name}, "_meta": _ENVELOPE}
+    return await call_tool(
+        client, server, TOOL, {"name": name}, subject=subject, request_state=request_state,
+        input_responses=input_responses,
+    )
+
+
+async def call_tool(
+    client: httpx.AsyncClient,
+    server: Served,
+    tool: str,
+    arguments: Mapping[str, Any],
+    *,
+    subject: str | None = None,
+    request_state: str | None = None,
+    input_responses: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One ``tools/call`` of `tool` as `call_provision` sends it."""
+    params: dict[str, Any] = {"name": tool, "arguments": dict(arguments), "_meta": _ENVELOPE}
     if request_state is not None:
         params["requestState"] = request_state
     if input_responses is not None:
@@ -210,7 +234,7 @@ async def call_provision(
         "Accept": "application/json, text/event-stream",
         "MCP-Protocol-Version": PROTOCOL_VERSION,
         "Mcp-Method": "tools/call",
-        "Mcp-Name": TOOL,
+        "Mcp-Name": tool,
     }
     if subject is not None:
         headers["Authorization"] = f"Bearer demo-{subject}"
@@ -218,7 +242,7 @@ async def call_provision(
     return _message(await client.post(server.url, json=body, headers=headers))
 
 
-async def round_one(client: httpx.AsyncClient, server: FleetServer, *, subject: str, name: str = "orders") -> str:
+async def round_one(client: httpx.AsyncClient, server: Served, *, subject: str, name: str = "orders") -> str:
     """Round 1 on `server`: the ``requestState`` of its ``InputRequiredResult``."""
     answer = await call_provision(client, server, subject=subject, name=name)
     result = answer.get("result") or {}
@@ -230,7 +254,7 @@ async def round_one(client: httpx.AsyncClient, server: FleetServer, *, subject: 
 
 async def retry(
     client: httpx.AsyncClient,
-    server: FleetServer,
+    server: Served,
     state: str,
     *,
     subject: str,
@@ -256,9 +280,8 @@ async def flow(client: httpx.AsyncClient, first: FleetServer, then: FleetServer,
 
 
 async def until_flows_complete(client: httpx.AsyncClient, servers: Sequence[FleetServer], deadline_s: float) -> None:
-    """Poll with fresh flows until one completes from each server to the next, or raise after `deadline_s`: a
-    single-use store whose memory just began (new, restarted or flushed) refuses the tokens stamped within its clock
-    allowance (1 s) of that moment, as they may predate it."""
+    """Poll with fresh flows until one completes from each server to the next (every instance serving), or raise
+    after `deadline_s`."""
     deadline = time.monotonic() + deadline_s
     for first, then in zip(servers, [*servers[1:], *servers[:1]], strict=True):
         while not await flow(client, first, then, "warm-up"):

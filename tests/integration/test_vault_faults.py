@@ -13,13 +13,13 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client, MCPError
+from mcp.server.request_state import RequestStateSecurity
 from mcp.types import ElicitResult, InputRequiredResult, InputResponses, TextContent
 from tests.mcp_flows import INVALID_PARAMS, REJECTION_MESSAGE, TOOL, TOOL_ARGS, build_server
 from tests.plugins.vault import BaoServer, CallLog, Clock, client_for, reason
 from tests.secrecy import assert_unreachable
 
 from statecodec import InvalidToken, ProviderError, Reason
-from statecodec.mcp import security
 from statecodec.providers import RetryPolicy
 from statecodec.providers.vault import VaultKeyWrapper, VaultTransitCodec, vault_client
 
@@ -136,7 +136,7 @@ def test_concurrent_callers_in_a_stall_open_one_window(vault_server_fresh: BaoSe
 def test_server_keeps_serving_while_vault_is_down(live: tuple[BaoServer, Any, str], caplog: Any) -> None:
     server, client, key = live
     caplog.set_level(logging.WARNING, logger="mcp.server.request_state")
-    mcp_server = build_server(security(VaultTransitCodec(client, key)))
+    mcp_server = build_server(RequestStateSecurity(codec=VaultTransitCodec(client, key)))
     mcp_server.tool(name="ping")(lambda: "pong")
     answer: InputResponses = {"region": ElicitResult(action="accept", content={"region": "eu"})}
 
