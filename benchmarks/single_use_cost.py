@@ -5,7 +5,7 @@ server's event loop at unseal. This times, on one event loop and in interleaved 
 alternates each round, so both see the same machine load): one `BoundCodec` seal+unseal pair of a 300-byte state
 with a principal and a request context (the reference), and the same pair plus a stamp and a consume over a
 `MemoryStore`. Reports the median per token of each, the added time, and its ratio to the reference pair.
-(`statecodec bench` times the sync way in, `SingleUseCodec`, whose private loop thread adds a thread hop.)
+(The sync way in, `SingleUseCodec`, adds a hop to its private loop thread on top of this.)
 
 Run: ``python benchmarks/single_use_cost.py [--rounds 101] [--batch 200]``.
 """
