@@ -179,7 +179,8 @@ class RedisStore(HoldsSecrets):
             return StoreUnreachable(f"{at} is unreachable: TLS failed (is its CA in ssl_ca_certs?)")
         if any(isinstance(e, socket.gaierror) for e in chain):
             return StoreUnreachable(f"{at} is unreachable: its host name does not resolve")
-        if isinstance(exc, rx.ConnectionError | OSError | rx.RedisClusterException):
+        busy = rx.MaxClientsReachedError | rx.BusyLoadingError | rx.MaxConnectionsError  # no outage: a flood can cause it
+        if isinstance(exc, rx.ConnectionError | OSError | rx.RedisClusterException) and not isinstance(exc, busy):
             refused = any(isinstance(e, ConnectionRefusedError) for e in chain)
             return StoreUnreachable(f"{at} is unreachable: {'connection refused' if refused else 'no connection'}")
         if isinstance(exc, rx.NoPermissionError) or "NOPERM" in text or "can't run this command" in text:

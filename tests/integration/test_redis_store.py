@@ -164,6 +164,27 @@ def test_a_store_that_stops_answering_is_unreachable_and_the_same_guard_recovers
     assert "did not answer within 0.25 s: tokens refused until it answers" in caplog.text
 
 
+
+def test_a_store_at_maxclients_or_loading_has_answered_and_is_refused_even_in_accept_mode(redis_url: str) -> None:
+    async def scenario() -> None:
+        first = await started(redis_url)
+        stamped = first.stamp(b"x")
+        assert await first.consume(stamped) == b"x"
+        with RedisServer(extra=["--maxclients", "1"]) as full:  # the answer: "ERR max number of clients reached"
+            holder = redis.Redis(port=full.port)
+            holder.ping()
+            store = RedisStore.from_url(full.url, timeout=2)
+            try:
+                with pytest.raises(StoreError, match="answered an error") as info:
+                    await store.hello(fingerprint=bytes(16), lifetime_ms=1, skew_ms=1)
+                assert not isinstance(info.value, StoreUnreachable)  # a flood cannot switch availability first on
+            finally:
+                holder.close()
+                await store.aclose()
+        await first.aclose()
+
+    run(scenario)
+
 # --- memory policy, many revocations, malformed entries ----------------------------------------------------------
 
 
