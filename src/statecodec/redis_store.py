@@ -38,6 +38,7 @@ __all__ = ["RedisStore"]
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _ADDRESS = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(?::([0-9]{1,5}))?(?:/([0-9]*))?")
 _OPTIONS = frozenset({"db", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"})
+_CONNECTIONS = 100  # the client's pool, per node; a burst beyond it waits its turn within the deadline
 _CODES = ("MISCONF", "BUSY", "LOADING", "CLUSTERDOWN", "CROSSSLOT", "MOVED")
 _PRELUDE = """local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -135,6 +136,7 @@ class RedisStore(HoldsSecrets):
             raise ConfigurationError("STATECODEC_STORE_NAMESPACE must be 1-64 letters, digits, '_', '.' or '-'")
         self._client, self.where, self.namespace, self.timeout = client, where, namespace, timeout
         self._keys = [f"{{{namespace}}}:{name}" for name in ("meta", "r", "rx")]
+        self._slots = asyncio.Semaphore(_CONNECTIONS)  # else the pool refuses a burst: a refusal storm from one client
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "statecodec", timeout: float = 0.25) -> RedisStore:
@@ -144,14 +146,15 @@ class RedisStore(HoldsSecrets):
         where, kwargs = _parse(url)
         # No CLIENT SETINFO (the minimal ACL denies CLIENT); one immediate retry on a dropped pooled connection,
         # never on a timeout, which would double the bound.
-        kwargs |= {"socket_timeout": timeout, "socket_connect_timeout": timeout, "protocol": 2, "driver_info": None}
+        kwargs |= {"socket_timeout": timeout, "socket_connect_timeout": timeout, "protocol": 2, "driver_info": None,
+                   "max_connections": _CONNECTIONS}
         kwargs["retry"] = Retry(NoBackoff(), 1, supported_errors=(rx.ConnectionError,))
         client = RedisCluster(**kwargs) if url.partition("://")[0].endswith("+cluster") else Redis(**kwargs)
         return cls(client, where=where, namespace=namespace, timeout=timeout)
 
     async def _call(self, call: Callable[[], Awaitable[Any]]) -> Any:
         try:
-            async with asyncio.timeout(2 * self.timeout):  # one bound over the retry and a script-cache reload
+            async with asyncio.timeout(2 * self.timeout), self._slots:  # one bound over the wait, retry, reload
                 return await call()
         except (rx.RedisError, rx.RedisClusterException, OSError) as exc:  # OSError: TimeoutError too
             failure = self._failure(exc)
