@@ -139,6 +139,16 @@ def test_the_vectors_follow_from_docs_formats_alone(v: dict[str, Any]) -> None:
     assert _mac(keys["claim"], bytes.fromhex(v["token_id"])).hex() == v["claim_key"]
 
 
+def test_a_stamp_of_more_than_16_scopes_is_malformed_under_a_valid_tag() -> None:
+    guard, store = fixed_guard(1_767_225_600_000)  # docs/formats.md: n is 0 to 16
+    keys = {name: _hkdf(KEY, info) for name, info in VECTORS["hkdf_info"].items()}
+    body = bytes(16) + (1_767_225_600_000).to_bytes(6, "big") * 2 + EPOCH + bytes([17]) + bytes(16 * 17)
+    stamped = b"su2." + base64.urlsafe_b64encode(body + _mac(keys["stamp"], b"su2." + body)).rstrip(b"=") + b"."
+    with pytest.raises(InvalidToken, match="malformed"):
+        asyncio.run(guard.consume(stamped))
+    assert store.claims == []
+
+
 @given(st.binary(max_size=200))
 def test_anything_but_a_stamp_is_refused_before_the_store(data: bytes) -> None:
     guard, store = fixed_guard(1_767_225_600_000)

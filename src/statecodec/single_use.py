@@ -175,7 +175,8 @@ class SingleUse(HoldsSecrets):
         head, _, rest = stamped.partition(b".") if isinstance(stamped, bytes) else (b"", b"", b"")
         encoded, dot, state = rest.partition(b".")
         body = b64u_decode(encoded.decode("ascii", "replace")) if head == PREFIX[:-1] and dot else b""
-        if len(body) < _HEADER + 1 + _DIGEST or len(body) != _HEADER + 1 + _DIGEST * (body[_HEADER] + 1):
+        count = body[_HEADER] if len(body) > _HEADER else _MAX_SCOPES + 1
+        if count > _MAX_SCOPES or len(body) != _HEADER + 1 + _DIGEST * (count + 1):
             raise InvalidToken(Reason.MALFORMED)
         if not hmac.compare_digest(body[-_DIGEST:], _mac(self._keys["stamp"], PREFIX + body[:-_DIGEST] + state)):
             raise InvalidToken(Reason.SEAL)
