@@ -149,6 +149,16 @@ def test_a_stamp_of_more_than_16_scopes_is_malformed_under_a_valid_tag() -> None
     assert store.claims == []
 
 
+def test_a_closed_codec_refuses_by_name_and_never_hangs() -> None:
+    codec = SingleUseCodec(AESGCMCodec(KeyRing.generate()), SingleUse(MemoryStore(), key=KEY, ttl=600))
+    token = codec.seal(b"s")
+    codec.close()
+    codec.close()
+    for call in (lambda: codec.seal(b"t"), lambda: codec.unseal(token)):
+        with pytest.raises(StoreError, match="closed"):
+            call()
+
+
 @given(st.binary(max_size=200))
 def test_anything_but_a_stamp_is_refused_before_the_store(data: bytes) -> None:
     guard, store = fixed_guard(1_767_225_600_000)

@@ -261,15 +261,18 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
     the stamp after the inner unseal (with its principal and context checks) passed. The guard's coroutines run on
     one event-loop thread this object owns (`close` ends it and closes the store), never on a shared pool."""
 
-    __slots__ = ("_loop", "_thread", "codec", "guard")
+    __slots__ = ("_closed", "_loop", "_thread", "codec", "guard")
 
     def __init__(self, codec: Codec, guard: SingleUse) -> None:
-        self.codec, self.guard, self._loop = codec, guard, asyncio.new_event_loop()
+        self.codec, self.guard, self._loop, self._closed = codec, guard, asyncio.new_event_loop(), threading.Lock()
         self._thread = threading.Thread(target=self._loop.run_forever, name="statecodec-single-use", daemon=True)
         self._thread.start()
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """`coroutine`'s result, run on this codec's loop thread (e.g. ``codec.run(codec.guard.revoke(...))``)."""
+        if self._closed.locked():  # a stopped loop would never answer: the caller would wait forever
+            coroutine.close()
+            raise StoreError("this SingleUseCodec is closed")
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def seal(
@@ -280,7 +283,7 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
         ``(client_id, issuer, subject)`` is recorded only."""
         if isinstance(principal, str):
             kwargs["principal"], principal = principal, (None, None, principal)
-        if not self.guard.started:
+        if not self.guard.started or self._closed.locked():
             self.run(self.guard.start())
         return self.codec.seal(self.guard.stamp(state, principal=principal, scopes=scopes), **kwargs)
 
@@ -288,9 +291,9 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
         return self.run(self.guard.consume(self.codec.unseal(token, **kwargs)))
 
     def close(self) -> None:
-        if not self._loop.is_closed():
+        if self._closed.acquire(blocking=False):  # once, whichever thread calls first
             try:
-                self.run(self.guard.aclose())
+                asyncio.run_coroutine_threadsafe(self.guard.aclose(), self._loop).result()
             finally:
                 self._loop.call_soon_threadsafe(self._loop.stop)
                 self._thread.join()
