@@ -149,6 +149,16 @@ def test_a_stamp_of_more_than_16_scopes_is_malformed_under_a_valid_tag() -> None
     assert store.claims == []
 
 
+def test_a_clock_that_steps_after_the_stores_last_answer_stops_minting() -> None:
+    now = [1_767_225_600.0]  # point 5: a token dated past a revocation, minted before the next claim compares
+    guard = SingleUse(Fixed(round(now[0] * 1000)), key=KEY, ttl=600, clock=lambda: now[0])
+    asyncio.run(guard.start())
+    now[0] += 30
+    with pytest.raises(StoreError, match="cannot mint"):
+        guard.stamp(b"x")
+    assert not guard.started  # until `start` compares again
+
+
 def test_a_closed_codec_refuses_by_name_and_never_hangs() -> None:
     codec = SingleUseCodec(AESGCMCodec(KeyRing.generate()), SingleUse(MemoryStore(), key=KEY, ttl=600))
     token = codec.seal(b"s")

@@ -75,8 +75,8 @@ class SingleUse(HoldsSecrets):
     """
 
     __slots__ = (
-        "_clock", "_epoch", "_fingerprint", "_keys", "_quiet_until", "_skewed", "clock_skew", "on_store_error", "store",
-        "ttl",
+        "_anchor", "_clock", "_epoch", "_fingerprint", "_keys", "_quiet_until", "_skewed", "clock_skew",
+        "on_store_error", "store", "ttl",
     )
 
     def __init__(
@@ -98,7 +98,7 @@ class SingleUse(HoldsSecrets):
         self.store, self.on_store_error, self._clock = store, on_store_error, clock
         self._epoch: bytes | None = None  # the store's epoch, once it answered: stamps carry it
         self._skewed: str | None = "the store has not answered yet"  # why this instance may not mint
-        self._quiet_until = 0.0
+        self._quiet_until, self._anchor = 0.0, (0.0, 0.0)  # (store clock - monotonic, round trip) at its last answer
         if on_store_error == "accept":
             logger.warning("single use is availability first: a token is accepted unchecked while the store is down")
 
@@ -128,13 +128,15 @@ class SingleUse(HoldsSecrets):
 
     @property
     def started(self) -> bool:
-        return self._epoch is not None
+        """Whether this instance may mint: the store answered, this clock within skew (else call `start` again)."""
+        return self._epoch is not None and not self._skewed
 
     def _scope(self, kind: str, first: str | None, second: str | None) -> bytes:
         return _mac(self._keys["scope"], _field(kind) + _field(first) + _field(second))
 
     def _skew(self, before: float, store_ms: int, after: float) -> str | None:
         """Why this clock is beyond `clock_skew` of the store's, which answered between `before` and `after`."""
+        self._anchor = (store_ms / 1000 - time.monotonic(), after - before)
         offset = store_ms / 1000 - min(max(store_ms / 1000, before - self.clock_skew), after + self.clock_skew)
         way = "behind" if offset > 0 else "ahead of"
         return f"this clock is {abs(offset) + self.clock_skew:.3f} s {way} the store's" if offset else None
@@ -154,6 +156,9 @@ class SingleUse(HoldsSecrets):
     def stamp(self, state: bytes, *, principal: Principal | None = None, scopes: Mapping[str, str] | None = None
               ) -> bytes:
         """`state` behind a fresh stamp recording the minting principal and `scopes` (``{"tenant": "acme"}``)."""
+        issued = round(self._clock() * 1000)  # a step since the store's last answer would misdate it (point 5)
+        if abs(issued / 1000 - time.monotonic() - self._anchor[0]) > self.clock_skew + self._anchor[1]:
+            self._skewed = self._skewed or "this clock stepped since the store last answered"
         if self._epoch is None or self._skewed:
             raise StoreError(f"single use cannot mint at {self.where}: {self._skewed}")
         if not isinstance(state, bytes):
@@ -165,7 +170,6 @@ class SingleUse(HoldsSecrets):
             digests.append(self._scope("scope", checked("a scope name", name), checked("a scope value", value)))
         if len(digests) > _MAX_SCOPES:
             raise ConfigurationError(f"a token carries at most {_MAX_SCOPES} revocable scopes")
-        issued = round(self._clock() * 1000)
         body = secrets.token_bytes(16) + issued.to_bytes(6) + (issued + round(self.ttl * 1000)).to_bytes(6)
         body += self._epoch + bytes([len(digests)]) + b"".join(digests)
         return PREFIX + b64u_encode(body + _mac(self._keys["stamp"], PREFIX + body + state)).encode() + b"." + state
