@@ -182,7 +182,7 @@ class RedisStore(HoldsSecrets):
             return StoreUnreachable(f"{at} is unreachable: TLS failed (is its CA in ssl_ca_certs?)")
         if any(isinstance(e, socket.gaierror) for e in chain):
             return StoreUnreachable(f"{at} is unreachable: its host name does not resolve")
-        busy = rx.MaxClientsReachedError | rx.BusyLoadingError | rx.MaxConnectionsError  # no outage: a flood can cause it
+        busy = rx.MaxClientsReachedError | rx.BusyLoadingError | rx.MaxConnectionsError  # answers: a flood causes them
         if isinstance(exc, rx.ConnectionError | OSError | rx.RedisClusterException) and not isinstance(exc, busy):
             refused = any(isinstance(e, ConnectionRefusedError) for e in chain)
             return StoreUnreachable(f"{at} is unreachable: {'connection refused' if refused else 'no connection'}")
