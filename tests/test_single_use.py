@@ -230,15 +230,23 @@ def test_availability_first_accepts_only_when_the_store_cannot_be_reached(
     assert "a bug in a custom store" not in caplog.text
 
 
-def test_an_outage_is_one_warning_naming_the_store_not_one_per_token(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(
+    ("error", "then"),
+    [(StoreUnreachable("the store at fixed:0 is unreachable: connection refused"), "until it answers"),
+     (StoreError("the store at fixed:0 is full"), "")],  # one client can fill a store: no log flood either
+    ids=["unreachable", "answered"],
+)
+def test_a_store_failure_is_one_line_naming_the_store_not_one_per_token(
+    error: StoreError, then: str, caplog: pytest.LogCaptureFixture
+) -> None:
     guard, store = fixed_guard(1_767_225_600_000)  # point 13
     stamped = [guard.stamp(b"x") for _ in range(5)]
-    store.error = StoreUnreachable("the store at fixed:0 is unreachable: connection refused")
+    store.error = error
     with caplog.at_level(logging.WARNING, "statecodec.single_use"):
         for token in stamped:
             with pytest.raises(InvalidToken, match="store_unavailable"):
                 asyncio.run(guard.consume(token))
-    assert [r.getMessage() for r in caplog.records] == [f"{store.error}: tokens refused until it answers"]
+    assert [r.getMessage() for r in caplog.records] == [f"{store.error}: tokens refused {then}".rstrip()]
 
 
 @pytest.mark.parametrize(

@@ -207,13 +207,11 @@ class SingleUse(HoldsSecrets):
             if self.on_store_error == "accept":
                 logger.error("%s: token accepted WITHOUT the single-use check (on_store_error=accept)", exc)
                 return state
-            if time.monotonic() >= self._quiet_until:  # one warning per interval, not one per token of an outage
-                logger.warning("%s: tokens refused until it answers", exc)
-                self._quiet_until = time.monotonic() + _QUIET_S
+            self._refusing(f"{exc}: tokens refused until it answers")
         except (StoreError, ConfigurationError) as exc:  # answered: refused in every mode
-            logger.error("%s: token refused", exc)
+            self._refusing(f"{exc}: tokens refused")
         except Exception as exc:  # a store's bug is never a reason to accept
-            logger.error("the store at %s failed (%s): token refused", self.where, type(exc).__name__)
+            self._refusing(f"the store at {self.where} failed ({type(exc).__name__}): tokens refused")
         if verdict is None:
             raise InvalidToken(Reason.STORE_UNAVAILABLE)
         if verdict.malformed:
@@ -222,10 +220,16 @@ class SingleUse(HoldsSecrets):
             logger.warning("the store at %s lost its memory (flush or restart): older tokens refused", self.where)
             self._epoch = verdict.epoch
         if self._skewed or verdict.claim is Claim.FOREIGN:
-            logger.error("the store at %s: %s: token refused", self.where, self._skewed or "another store key")
+            self._refusing(f"the store at {self.where}: {self._skewed or 'another store key'}: tokens refused")
         elif verdict.claim is Claim.FIRST:
             return state
         raise InvalidToken(_VERDICTS.get(verdict.claim, Reason.STORE_UNAVAILABLE))
+
+    def _refusing(self, message: str) -> None:
+        """One line per interval, not one per token: an outage, or a store one client filled, cannot flood the log."""
+        if time.monotonic() >= self._quiet_until:
+            logger.warning(message)
+            self._quiet_until = time.monotonic() + _QUIET_S
 
     def _selector(self, selector: Selector) -> bytes:
         kinds = [k for k in ("principal", "client", "scope", "everything") if selector.get(k) not in {None, False}]
