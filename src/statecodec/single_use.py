@@ -156,7 +156,7 @@ class SingleUse(HoldsSecrets):
     def stamp(self, state: bytes, *, principal: Principal | None = None, scopes: Mapping[str, str] | None = None
               ) -> bytes:
         """`state` behind a fresh stamp recording the minting principal and `scopes` (``{"tenant": "acme"}``)."""
-        issued = round(self._clock() * 1000)  # a step since the store's last answer would misdate it (point 5)
+        issued = round(self._clock() * 1000)  # a clock step since the store last answered would misdate it
         if abs(issued / 1000 - time.monotonic() - self._anchor[0]) > self.clock_skew + self._anchor[1]:
             self._skewed = self._skewed or "this clock stepped since the store last answered"
         if self._epoch is None or self._skewed:
