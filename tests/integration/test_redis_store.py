@@ -256,6 +256,8 @@ def test_revoke_and_store_check_on_a_live_store_and_under_the_wrong_settings(
     assert main(["store", "check"]) == 1  # nor is it "ready": a wrong namespace looks just like this
     assert "no server has used this store" in capsys.readouterr().out
     guard = run(_started_and_closed, redis_url)
+    assert main(["revoke", "--principal", "alice"]) == 0  # covers no token whose access token names an issuer
+    assert "tokens minted under an issuer need --issuer" in capsys.readouterr().out
     assert main(["revoke", "--principal", "alice", "--issuer", "https://idp", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["revoked_until"].startswith(str(datetime.date.today().year))
     stamped = guard.stamp(b"x", principal=("c", "https://idp", "alice"))  # minted now: within the revocation
