@@ -43,6 +43,7 @@ _CODES = ("MISCONF", "BUSY", "LOADING", "CLUSTERDOWN", "CROSSSLOT", "MOVED")
 _PRELUDE = """local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function n(x) return string.format('%.0f', x) end
+local function policy() return string.match(redis.call('INFO', 'memory'), 'maxmemory_policy:(%S+)') or '' end
 local function record(life, skew)
   local m = redis.call('HMGET', KEYS[1], 'epoch', 'fp', 'life', 'skew')
   if not m[1] then
@@ -57,7 +58,7 @@ end
 """
 _SCRIPTS = {
     # KEYS meta. ARGV fingerprint, candidate epoch, lifetime, skew.
-    "hello": "local owner, epoch = record(tonumber(ARGV[3]), tonumber(ARGV[4]))\nreturn {owner, epoch, now}",
+    "hello": "local owner, epoch = record(tonumber(ARGV[3]), tonumber(ARGV[4]))\nreturn {owner, epoch, now, policy()}",
     # KEYS meta, revocations, claim. ARGV fingerprint, candidate epoch, token epoch, issued, expires, lifetime,
     # skew, scope digests...
     "claim": """local issued, expires = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -95,7 +96,8 @@ return {'ok', redis.call('HDEL', KEYS[2], ARGV[2])}""",
     "inspect": """local m = redis.call('HMGET', KEYS[1], 'fp', 'life', 'skew')
 local all, bad = redis.call('HGETALL', KEYS[2]), {}
 for i = 1, #all, 2 do if not string.match(all[i + 1], '^%d+:%d+$') then table.insert(bad, all[i]) end end
-return {m[1] == ARGV[1] and 'ok' or (m[1] and 'foreign' or 'unused'), #all / 2, bad, now, m[2] or '0', m[3] or '0'}""",
+local owner = m[1] == ARGV[1] and 'ok' or (m[1] and 'foreign' or 'unused')
+return {owner, #all / 2, bad, now, m[2] or '0', m[3] or '0', policy()}""",
 }
 _SOURCES = {name: _PRELUDE + body for name, body in _SCRIPTS.items()}
 _SHA = {name: hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest() for name, source in _SOURCES.items()}
@@ -194,21 +196,16 @@ class RedisStore(HoldsSecrets):
             return StoreError(f"{at} is a read-only replica; point STATECODEC_STORE_URL at the primary")
         return StoreError(f"{at} answered an error ({next((c for c in _CODES if c in text), type(exc).__name__)})")
 
-    async def _policy(self) -> str:
-        """The maxmemory-policy of the node that serves this namespace."""
-        client, target = self._client, {}
-        if isinstance(client, RedisCluster):
-            target = {"target_nodes": client.get_node_from_key(self._keys[0])}
-        return str((await self._call(lambda: client.info("memory", **target))).get("maxmemory_policy", ""))
-
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello:
-        reply = await self._run("hello", self._keys[:1], fingerprint.hex(), secrets.token_hex(8), lifetime_ms, skew_ms)
-        if (policy := await self._policy()) != "noeviction":
+        owner, epoch, now, policy = await self._run(
+            "hello", self._keys[:1], fingerprint.hex(), secrets.token_hex(8), lifetime_ms, skew_ms
+        )  # the policy of the node serving the namespace, read by the script
+        if (policy := policy.decode()) != "noeviction":
             raise ConfigurationError(
                 f"the Redis store at {self.where} has maxmemory-policy {policy}: an evicted claim reopens a replay; "
                 "set maxmemory-policy noeviction (a full store then refuses tokens instead)"
             )
-        return Hello(reply[0].decode(), bytes.fromhex(reply[1].decode()), int(reply[2]))
+        return Hello(owner.decode(), bytes.fromhex(epoch.decode()), int(now))
 
     async def claim(
         self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int, lifetime_ms: int,
@@ -231,10 +228,10 @@ class RedisStore(HoldsSecrets):
         return int(reply[1]) > 0
 
     async def health(self, *, fingerprint: bytes) -> dict[str, object]:
-        owner, count, bad, now, life, skew = await self._run("inspect", self._keys[:2], fingerprint.hex())
+        owner, count, bad, now, life, skew, policy = await self._run("inspect", self._keys[:2], fingerprint.hex())
         return {"store": "redis", "server": self.where, "namespace": self.namespace, "owner": owner.decode(),
                 "revocations": int(count), "malformed": [name.decode() for name in bad], "store_time_ms": int(now),
-                "longest_lifetime_ms": int(life), "clock_skew_ms": int(skew), "maxmemory_policy": await self._policy()}
+                "longest_lifetime_ms": int(life), "clock_skew_ms": int(skew), "maxmemory_policy": policy.decode()}
 
     async def aclose(self) -> None:
         await self._client.aclose()
