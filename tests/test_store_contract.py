@@ -39,8 +39,8 @@ class Backend:
         self.now: Callable[[], float] = time.time
         self.stores: list[Store] = []
         if kind == "memory":
-            self.clock = [1_767_225_600.0]
-            self.now = lambda: self.clock[0]
+            self.clock = [1_767_225_600.0 - time.monotonic()]
+            self.now = lambda: self.clock[0] + time.monotonic()  # moves as time does: a frozen clock would step
             self.memory = MemoryStore(clock=self.now, max_entries=50)
 
     def store(self, namespace: str = "statecodec") -> Store:
