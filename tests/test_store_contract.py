@@ -68,6 +68,17 @@ class Backend:
         for server in self.servers:
             server.flush()
 
+    async def clock_excursion(self, seconds: float) -> None:
+        """The store's clock runs `seconds` ahead (its claims expire early), then comes back."""
+        if self.kind == "memory":
+            self.clock[0] += seconds
+            await self.memory.health(fingerprint=b"")  # the store works meanwhile: it drops what "expired"
+            self.clock[0] -= seconds
+        for server in self.servers[:1]:  # what Redis does on its own clock, done here: TIME cannot be moved
+            drop = "for _, k in ipairs(redis.call('KEYS', '{statecodec}:c:*')) do redis.call('DEL', k) end"
+            ahead = "redis.call('HSET', KEYS[1], 'seen', redis.call('TIME')[1] * 1000 + ARGV[1])"
+            server.cli("-c", "EVAL", f"{drop} {ahead}", "1", "{statecodec}:meta", str(round(seconds * 1000)))
+
     def fill(self) -> None:
         """Make the store full: every write is an answered error from then on."""
         if self.kind == "memory":
@@ -166,6 +177,15 @@ async def test_a_flush_forgets_every_earlier_token_and_the_next_ones_are_accepte
     assert await reason(ahead, unused) == "store_unavailable"  # cannot be proven unused either
     fresh = ahead.stamp(b"3")  # minted under the epoch the store answered with
     assert await ahead.consume(fresh) == b"3"
+
+
+async def test_a_store_clock_that_ran_ahead_and_came_back_forgets_every_earlier_token(backend: Backend) -> None:
+    guard = await started(backend.guard())
+    stamped = guard.stamp(b"x")
+    assert await guard.consume(stamped) == b"x"
+    await backend.clock_excursion(600)  # its claim expired early: a replay could no longer be told from a first use
+    assert await reason(guard, stamped) == "store_unavailable"
+    assert await guard.consume(guard.stamp(b"y")) == b"y"
 
 
 async def test_revocation_follows_the_minting_principal_issuer_qualified(backend: Backend) -> None:

@@ -45,15 +45,20 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function n(x) return string.format('%.0f', x) end
 local function policy() return string.match(redis.call('INFO', 'memory'), 'maxmemory_policy:(%S+)') or '' end
 local function record(life, skew)
-  local m = redis.call('HMGET', KEYS[1], 'epoch', 'fp', 'life', 'skew')
+  local m = redis.call('HMGET', KEYS[1], 'epoch', 'fp', 'life', 'skew', 'seen')
   if not m[1] then
-    redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'fp', ARGV[1], 'life', n(life), 'skew', n(skew))
+    redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'fp', ARGV[1], 'life', n(life), 'skew', n(skew), 'seen', n(now))
     return 'new', ARGV[2]
   end
   if m[2] ~= ARGV[1] then return 'foreign', m[1] end
+  local epoch, seen = m[1], tonumber(m[5]) or 0
+  if now + math.max(skew, tonumber(m[4]) or 0) < seen then  -- the clock went back: forget what it expired early
+    epoch = ARGV[2]
+    redis.call('HSET', KEYS[1], 'epoch', epoch, 'seen', n(now))
+  elseif now > seen + 1000 then redis.call('HSET', KEYS[1], 'seen', n(now)) end
   if life > (tonumber(m[3]) or 0) then redis.call('HSET', KEYS[1], 'life', n(life)) end
   if skew > (tonumber(m[4]) or 0) then redis.call('HSET', KEYS[1], 'skew', n(skew)) end
-  return 'ok', m[1]
+  return 'ok', epoch
 end
 """
 _SCRIPTS = {
