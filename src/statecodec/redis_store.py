@@ -16,7 +16,7 @@ import re
 import secrets
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
@@ -159,22 +159,16 @@ class RedisStore(HoldsSecrets):
         client = RedisCluster(**kwargs) if url.partition("://")[0].endswith("+cluster") else Redis(**kwargs)
         return cls(client, where=where, namespace=namespace, timeout=timeout)
 
-    async def _call(self, call: Callable[[], Awaitable[Any]]) -> Any:
+    async def _run(self, name: str, keys: list[str], *args: str | int) -> Any:
         try:
             async with asyncio.timeout(2 * self.timeout), self._slots:  # one bound over the wait, retry, reload
-                return await call()
+                try:
+                    return await self._client.evalsha(_SHA[name], len(keys), *keys, *args)
+                except rx.NoScriptError:
+                    return await self._client.eval(_SOURCES[name], len(keys), *keys, *args)
         except (rx.RedisError, rx.RedisClusterException, OSError) as exc:  # OSError: TimeoutError too
             failure = self._failure(exc)
         raise failure  # outside the handler: the client's own text (which may quote the URL) is not chained
-
-    async def _run(self, name: str, keys: list[str], *args: str | int) -> Any:
-        async def script() -> Any:
-            try:
-                return await self._client.evalsha(_SHA[name], len(keys), *keys, *args)
-            except rx.NoScriptError:
-                return await self._client.eval(_SOURCES[name], len(keys), *keys, *args)
-
-        return await self._call(script)
 
     def _failure(self, exc: BaseException) -> StoreError:
         """What went wrong, naming host:port and the cause only."""
