@@ -160,12 +160,20 @@ class RedisStore(HoldsSecrets):
         return cls(client, where=where, namespace=namespace, timeout=timeout)
 
     async def _run(self, name: str, keys: list[str], *args: str | int) -> Any:
+        deadline = asyncio.get_running_loop().time() + 2 * self.timeout  # one bound over the wait, retry and reload
         try:
-            async with asyncio.timeout(2 * self.timeout), self._slots:  # one bound over the wait, retry, reload
-                try:
-                    return await self._client.evalsha(_SHA[name], len(keys), *keys, *args)
-                except rx.NoScriptError:
-                    return await self._client.eval(_SOURCES[name], len(keys), *keys, *args)
+            try:  # a burst waits for a connection; this instance's own queue is no outage: refused in every mode
+                await asyncio.wait_for(self._slots.acquire(), self.timeout)
+            except TimeoutError:
+                raise rx.MaxConnectionsError("no free connection") from None
+            try:
+                async with asyncio.timeout_at(deadline):
+                    try:
+                        return await self._client.evalsha(_SHA[name], len(keys), *keys, *args)
+                    except rx.NoScriptError:
+                        return await self._client.eval(_SOURCES[name], len(keys), *keys, *args)
+            finally:
+                self._slots.release()
         except (rx.RedisError, rx.RedisClusterException, OSError) as exc:  # OSError: TimeoutError too
             failure = self._failure(exc)
         raise failure  # outside the handler: the client's own text (which may quote the URL) is not chained
@@ -177,14 +185,15 @@ class RedisStore(HoldsSecrets):
             return StoreError(f"{at} refused the user name or password in STATECODEC_STORE_URL")
         if "DB index is out of range" in text:
             return StoreError(f"{at} has no such database: set the /N of STATECODEC_STORE_URL to one it has")
+        if isinstance(exc, rx.MaxClientsReachedError | rx.BusyLoadingError | rx.MaxConnectionsError):
+            return StoreError(f"{at} is busy ({type(exc).__name__}): tokens refused, in every mode, until it has room")
         if any(isinstance(e, rx.TimeoutError | TimeoutError) for e in chain):
             return StoreUnreachable(f"{at} did not answer within {self.timeout:g} s")
         if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in text:
             return StoreUnreachable(f"{at} is unreachable: TLS failed (is its CA in ssl_ca_certs?)")
         if any(isinstance(e, socket.gaierror) for e in chain):
             return StoreUnreachable(f"{at} is unreachable: its host name does not resolve")
-        busy = rx.MaxClientsReachedError | rx.BusyLoadingError | rx.MaxConnectionsError  # answers: a flood causes them
-        if isinstance(exc, rx.ConnectionError | OSError | rx.RedisClusterException) and not isinstance(exc, busy):
+        if isinstance(exc, rx.ConnectionError | OSError | rx.RedisClusterException):
             refused = any(isinstance(e, ConnectionRefusedError) for e in chain)
             return StoreUnreachable(f"{at} is unreachable: {'connection refused' if refused else 'no connection'}")
         if isinstance(exc, rx.NoPermissionError) or "NOPERM" in text or "can't run this command" in text:

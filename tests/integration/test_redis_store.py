@@ -165,6 +165,22 @@ def test_a_store_that_stops_answering_is_unreachable_and_the_same_guard_recovers
 
 
 
+def test_claims_beyond_the_connections_of_an_instance_are_refused_even_in_accept_mode(
+    redis_url: str, redis_server: RedisServer
+) -> None:
+    async def scenario() -> list[object]:
+        guard = await started(redis_url, on_store_error="accept", timeout=0.25)
+        stamped = guard.stamp(b"x")
+        redis_server.pause()  # the 100 claims in flight find the store stalled: the one failure accept mode accepts
+        try:
+            return await asyncio.gather(*(guard.consume(stamped) for _ in range(300)), return_exceptions=True)
+        finally:
+            redis_server.resume()
+            await guard.aclose()
+
+    outcomes = run(scenario)  # the 200 waiting for a connection were never sent: a queue of this instance
+    assert outcomes.count(b"x") <= 100 < sum(str(o) == "store_unavailable" for o in outcomes)
+
 def test_a_store_at_maxclients_or_loading_has_answered_and_is_refused_even_in_accept_mode(redis_url: str) -> None:
     async def scenario() -> None:
         first = await started(redis_url)
@@ -175,7 +191,7 @@ def test_a_store_at_maxclients_or_loading_has_answered_and_is_refused_even_in_ac
             holder.ping()
             store = RedisStore.from_url(full.url, timeout=2)
             try:
-                with pytest.raises(StoreError, match="answered an error") as info:
+                with pytest.raises(StoreError, match="is busy") as info:
                     await store.hello(fingerprint=bytes(16), lifetime_ms=1, skew_ms=1)
                 assert not isinstance(info.value, StoreUnreachable)  # a flood cannot switch availability first on
             finally:
