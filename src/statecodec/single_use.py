@@ -135,7 +135,8 @@ class SingleUse(HoldsSecrets):
         return _mac(self._keys["scope"], _field(kind) + _field(first) + _field(second))
 
     def _skew(self, before: float, store_ms: int, after: float) -> str | None:
-        """Why this clock is beyond `clock_skew` of the store's, which answered between `before` and `after`."""
+        """Why this clock is beyond `clock_skew` of the store's, which answered between `before` and `after`; keeps
+        the store's time against the monotonic clock, for `stamp` to notice a step of this clock in between."""
         self._anchor = (store_ms / 1000 - time.monotonic(), after - before)
         offset = store_ms / 1000 - min(max(store_ms / 1000, before - self.clock_skew), after + self.clock_skew)
         way = "behind" if offset > 0 else "ahead of"
