@@ -176,6 +176,8 @@ class RedisStore(HoldsSecrets):
                 self._slots.release()
         except (rx.RedisError, rx.RedisClusterException, OSError) as exc:  # OSError: TimeoutError too
             failure = self._failure(exc)
+        if isinstance(failure, StoreUnreachable) and asyncio.get_running_loop().time() > deadline + self.timeout / 4:
+            failure = StoreError(f"the Redis store at {self.where}: this instance was too busy to read its answer")
         raise failure  # outside the handler: the client's own text (which may quote the URL) is not chained
 
     def _failure(self, exc: BaseException) -> StoreError:

@@ -11,6 +11,7 @@ import datetime
 import ipaddress
 import json
 import logging
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -180,6 +181,23 @@ def test_claims_beyond_the_connections_of_an_instance_are_refused_even_in_accept
 
     outcomes = run(scenario)  # the 200 waiting for a connection were never sent: a queue of this instance
     assert outcomes.count(b"x") <= 100 < sum(str(o) == "store_unavailable" for o in outcomes)
+
+def test_an_instance_too_busy_to_read_the_answer_refuses_even_in_accept_mode(redis_url: str) -> None:
+    async def scenario() -> list[object]:
+        guard = await started(redis_url, on_store_error="accept", timeout=0.25)
+        stamped = guard.stamp(b"x")
+        assert await guard.consume(stamped) == b"x"
+
+        async def flood() -> None:
+            time.sleep(1.0)  # what a flood of requests does to this instance's event loop
+
+        try:
+            return await asyncio.gather(*(guard.consume(stamped) for _ in range(10)), flood(), return_exceptions=True)
+        finally:
+            await guard.aclose()
+
+    outcomes = run(scenario)  # the store answered in time: only this loop was late to read it
+    assert b"x" not in outcomes
 
 def test_a_store_at_maxclients_or_loading_has_answered_and_is_refused_even_in_accept_mode(redis_url: str) -> None:
     async def scenario() -> None:
