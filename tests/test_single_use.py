@@ -139,6 +139,36 @@ def test_the_vectors_follow_from_docs_formats_alone(v: dict[str, Any]) -> None:
     assert _mac(keys["claim"], bytes.fromhex(v["token_id"])).hex() == v["claim_key"]
 
 
+def test_a_stamp_of_more_than_16_scopes_is_malformed_under_a_valid_tag() -> None:
+    guard, store = fixed_guard(1_767_225_600_000)  # docs/formats.md: n is 0 to 16
+    keys = {name: _hkdf(KEY, info) for name, info in VECTORS["hkdf_info"].items()}
+    body = bytes(16) + (1_767_225_600_000).to_bytes(6, "big") * 2 + EPOCH + bytes([17]) + bytes(16 * 17)
+    stamped = b"su2." + base64.urlsafe_b64encode(body + _mac(keys["stamp"], b"su2." + body)).rstrip(b"=") + b"."
+    with pytest.raises(InvalidToken, match="malformed"):
+        asyncio.run(guard.consume(stamped))
+    assert store.claims == []
+
+
+def test_a_clock_that_steps_after_the_stores_last_answer_stops_minting() -> None:
+    now = [1_767_225_600.0]  # point 5: a token dated past a revocation, minted before the next claim compares
+    guard = SingleUse(Fixed(round(now[0] * 1000)), key=KEY, ttl=600, clock=lambda: now[0])
+    asyncio.run(guard.start())
+    now[0] += 30
+    with pytest.raises(StoreError, match="cannot mint"):
+        guard.stamp(b"x")
+    assert not guard.started  # until `start` compares again
+
+
+def test_a_closed_codec_refuses_by_name() -> None:
+    codec = SingleUseCodec(AESGCMCodec(KeyRing.generate()), SingleUse(MemoryStore(), key=KEY, ttl=600))
+    token = codec.seal(b"s")
+    codec.close()
+    codec.close()
+    for call in (lambda: codec.seal(b"t"), lambda: codec.unseal(token)):
+        with pytest.raises(StoreError, match="closed"):
+            call()
+
+
 @given(st.binary(max_size=200))
 def test_anything_but_a_stamp_is_refused_before_the_store(data: bytes) -> None:
     guard, store = fixed_guard(1_767_225_600_000)
@@ -200,15 +230,23 @@ def test_availability_first_accepts_only_when_the_store_cannot_be_reached(
     assert "a bug in a custom store" not in caplog.text
 
 
-def test_an_outage_is_one_warning_naming_the_store_not_one_per_token(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(
+    ("error", "then"),
+    [(StoreUnreachable("the store at fixed:0 is unreachable: connection refused"), "until it answers"),
+     (StoreError("the store at fixed:0 is full"), "")],  # one client can fill a store: no log flood either
+    ids=["unreachable", "answered"],
+)
+def test_a_store_failure_is_one_line_naming_the_store_not_one_per_token(
+    error: StoreError, then: str, caplog: pytest.LogCaptureFixture
+) -> None:
     guard, store = fixed_guard(1_767_225_600_000)  # point 13
     stamped = [guard.stamp(b"x") for _ in range(5)]
-    store.error = StoreUnreachable("the store at fixed:0 is unreachable: connection refused")
+    store.error = error
     with caplog.at_level(logging.WARNING, "statecodec.single_use"):
         for token in stamped:
             with pytest.raises(InvalidToken, match="store_unavailable"):
                 asyncio.run(guard.consume(token))
-    assert [r.getMessage() for r in caplog.records] == [f"{store.error}: tokens refused until it answers"]
+    assert [r.getMessage() for r in caplog.records] == [f"{store.error}: tokens refused {then}".rstrip()]
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ import re
 import secrets
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
@@ -38,25 +38,32 @@ __all__ = ["RedisStore"]
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _ADDRESS = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(?::([0-9]{1,5}))?(?:/([0-9]*))?")
 _OPTIONS = frozenset({"db", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"})
+_CONNECTIONS = 100  # the client's pool, per node; a burst beyond it waits its turn within the deadline
 _CODES = ("MISCONF", "BUSY", "LOADING", "CLUSTERDOWN", "CROSSSLOT", "MOVED")
 _PRELUDE = """local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function n(x) return string.format('%.0f', x) end
+local function policy() return string.match(redis.call('INFO', 'memory'), 'maxmemory_policy:(%S+)') or '' end
 local function record(life, skew)
-  local m = redis.call('HMGET', KEYS[1], 'epoch', 'fp', 'life', 'skew')
+  local m = redis.call('HMGET', KEYS[1], 'epoch', 'fp', 'life', 'skew', 'seen')
   if not m[1] then
-    redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'fp', ARGV[1], 'life', n(life), 'skew', n(skew))
+    redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'fp', ARGV[1], 'life', n(life), 'skew', n(skew), 'seen', n(now))
     return 'new', ARGV[2]
   end
   if m[2] ~= ARGV[1] then return 'foreign', m[1] end
+  local epoch, seen = m[1], tonumber(m[5]) or 0
+  if now + math.max(skew, tonumber(m[4]) or 0) < seen then  -- the clock went back: forget what it expired early
+    epoch = ARGV[2]
+    redis.call('HSET', KEYS[1], 'epoch', epoch, 'seen', n(now))
+  elseif now > seen + 1000 then redis.call('HSET', KEYS[1], 'seen', n(now)) end
   if life > (tonumber(m[3]) or 0) then redis.call('HSET', KEYS[1], 'life', n(life)) end
   if skew > (tonumber(m[4]) or 0) then redis.call('HSET', KEYS[1], 'skew', n(skew)) end
-  return 'ok', m[1]
+  return 'ok', epoch
 end
 """
 _SCRIPTS = {
     # KEYS meta. ARGV fingerprint, candidate epoch, lifetime, skew.
-    "hello": "local owner, epoch = record(tonumber(ARGV[3]), tonumber(ARGV[4]))\nreturn {owner, epoch, now}",
+    "hello": "local owner, epoch = record(tonumber(ARGV[3]), tonumber(ARGV[4]))\nreturn {owner, epoch, now, policy()}",
     # KEYS meta, revocations, claim. ARGV fingerprint, candidate epoch, token epoch, issued, expires, lifetime,
     # skew, scope digests...
     "claim": """local issued, expires = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -94,7 +101,8 @@ return {'ok', redis.call('HDEL', KEYS[2], ARGV[2])}""",
     "inspect": """local m = redis.call('HMGET', KEYS[1], 'fp', 'life', 'skew')
 local all, bad = redis.call('HGETALL', KEYS[2]), {}
 for i = 1, #all, 2 do if not string.match(all[i + 1], '^%d+:%d+$') then table.insert(bad, all[i]) end end
-return {m[1] == ARGV[1] and 'ok' or (m[1] and 'foreign' or 'unused'), #all / 2, bad, now, m[2] or '0', m[3] or '0'}""",
+local owner = m[1] == ARGV[1] and 'ok' or (m[1] and 'foreign' or 'unused')
+return {owner, #all / 2, bad, now, m[2] or '0', m[3] or '0', policy()}""",
 }
 _SOURCES = {name: _PRELUDE + body for name, body in _SCRIPTS.items()}
 _SHA = {name: hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest() for name, source in _SOURCES.items()}
@@ -135,6 +143,7 @@ class RedisStore(HoldsSecrets):
             raise ConfigurationError("STATECODEC_STORE_NAMESPACE must be 1-64 letters, digits, '_', '.' or '-'")
         self._client, self.where, self.namespace, self.timeout = client, where, namespace, timeout
         self._keys = [f"{{{namespace}}}:{name}" for name in ("meta", "r", "rx")]
+        self._slots = asyncio.Semaphore(_CONNECTIONS)  # else the pool refuses a burst: a refusal storm from one client
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "statecodec", timeout: float = 0.25) -> RedisStore:
@@ -144,27 +153,32 @@ class RedisStore(HoldsSecrets):
         where, kwargs = _parse(url)
         # No CLIENT SETINFO (the minimal ACL denies CLIENT); one immediate retry on a dropped pooled connection,
         # never on a timeout, which would double the bound.
-        kwargs |= {"socket_timeout": timeout, "socket_connect_timeout": timeout, "protocol": 2, "driver_info": None}
+        kwargs |= {"socket_timeout": timeout, "socket_connect_timeout": timeout, "protocol": 2, "driver_info": None,
+                   "max_connections": _CONNECTIONS}
         kwargs["retry"] = Retry(NoBackoff(), 1, supported_errors=(rx.ConnectionError,))
         client = RedisCluster(**kwargs) if url.partition("://")[0].endswith("+cluster") else Redis(**kwargs)
         return cls(client, where=where, namespace=namespace, timeout=timeout)
 
-    async def _call(self, call: Callable[[], Awaitable[Any]]) -> Any:
+    async def _run(self, name: str, keys: list[str], *args: str | int) -> Any:
+        deadline = asyncio.get_running_loop().time() + 2 * self.timeout  # one bound over the wait, retry and reload
         try:
-            async with asyncio.timeout(2 * self.timeout):  # one bound over the retry and a script-cache reload
-                return await call()
+            try:  # a burst waits for a connection; this instance's own queue is no outage: refused in every mode
+                await asyncio.wait_for(self._slots.acquire(), self.timeout)
+            except TimeoutError:
+                raise rx.MaxConnectionsError("no free connection") from None
+            try:
+                async with asyncio.timeout_at(deadline):
+                    try:
+                        return await self._client.evalsha(_SHA[name], len(keys), *keys, *args)
+                    except rx.NoScriptError:
+                        return await self._client.eval(_SOURCES[name], len(keys), *keys, *args)
+            finally:
+                self._slots.release()
         except (rx.RedisError, rx.RedisClusterException, OSError) as exc:  # OSError: TimeoutError too
             failure = self._failure(exc)
+        if isinstance(failure, StoreUnreachable) and asyncio.get_running_loop().time() > deadline + self.timeout / 4:
+            failure = StoreError(f"the Redis store at {self.where}: this instance was too busy to read its answer")
         raise failure  # outside the handler: the client's own text (which may quote the URL) is not chained
-
-    async def _run(self, name: str, keys: list[str], *args: str | int) -> Any:
-        async def script() -> Any:
-            try:
-                return await self._client.evalsha(_SHA[name], len(keys), *keys, *args)
-            except rx.NoScriptError:
-                return await self._client.eval(_SOURCES[name], len(keys), *keys, *args)
-
-        return await self._call(script)
 
     def _failure(self, exc: BaseException) -> StoreError:
         """What went wrong, naming host:port and the cause only."""
@@ -173,6 +187,8 @@ class RedisStore(HoldsSecrets):
             return StoreError(f"{at} refused the user name or password in STATECODEC_STORE_URL")
         if "DB index is out of range" in text:
             return StoreError(f"{at} has no such database: set the /N of STATECODEC_STORE_URL to one it has")
+        if isinstance(exc, rx.MaxClientsReachedError | rx.BusyLoadingError | rx.MaxConnectionsError):
+            return StoreError(f"{at} is busy ({type(exc).__name__}): tokens refused, in every mode, until it has room")
         if any(isinstance(e, rx.TimeoutError | TimeoutError) for e in chain):
             return StoreUnreachable(f"{at} did not answer within {self.timeout:g} s")
         if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in text:
@@ -190,21 +206,16 @@ class RedisStore(HoldsSecrets):
             return StoreError(f"{at} is a read-only replica; point STATECODEC_STORE_URL at the primary")
         return StoreError(f"{at} answered an error ({next((c for c in _CODES if c in text), type(exc).__name__)})")
 
-    async def _policy(self) -> str:
-        """The maxmemory-policy of the node that serves this namespace."""
-        client, target = self._client, {}
-        if isinstance(client, RedisCluster):
-            target = {"target_nodes": client.get_node_from_key(self._keys[0])}
-        return str((await self._call(lambda: client.info("memory", **target))).get("maxmemory_policy", ""))
-
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello:
-        reply = await self._run("hello", self._keys[:1], fingerprint.hex(), secrets.token_hex(8), lifetime_ms, skew_ms)
-        if (policy := await self._policy()) != "noeviction":
+        owner, epoch, now, policy = await self._run(
+            "hello", self._keys[:1], fingerprint.hex(), secrets.token_hex(8), lifetime_ms, skew_ms
+        )  # the policy of the node serving the namespace, read by the script
+        if (policy := policy.decode()) != "noeviction":
             raise ConfigurationError(
                 f"the Redis store at {self.where} has maxmemory-policy {policy}: an evicted claim reopens a replay; "
                 "set maxmemory-policy noeviction (a full store then refuses tokens instead)"
             )
-        return Hello(reply[0].decode(), bytes.fromhex(reply[1].decode()), int(reply[2]))
+        return Hello(owner.decode(), bytes.fromhex(epoch.decode()), int(now))
 
     async def claim(
         self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int, lifetime_ms: int,
@@ -227,10 +238,10 @@ class RedisStore(HoldsSecrets):
         return int(reply[1]) > 0
 
     async def health(self, *, fingerprint: bytes) -> dict[str, object]:
-        owner, count, bad, now, life, skew = await self._run("inspect", self._keys[:2], fingerprint.hex())
+        owner, count, bad, now, life, skew, policy = await self._run("inspect", self._keys[:2], fingerprint.hex())
         return {"store": "redis", "server": self.where, "namespace": self.namespace, "owner": owner.decode(),
                 "revocations": int(count), "malformed": [name.decode() for name in bad], "store_time_ms": int(now),
-                "longest_lifetime_ms": int(life), "clock_skew_ms": int(skew), "maxmemory_policy": await self._policy()}
+                "longest_lifetime_ms": int(life), "clock_skew_ms": int(skew), "maxmemory_policy": policy.decode()}
 
     async def aclose(self) -> None:
         await self._client.aclose()

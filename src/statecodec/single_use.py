@@ -75,8 +75,8 @@ class SingleUse(HoldsSecrets):
     """
 
     __slots__ = (
-        "_clock", "_epoch", "_fingerprint", "_keys", "_quiet_until", "_skewed", "clock_skew", "on_store_error", "store",
-        "ttl",
+        "_anchor", "_clock", "_epoch", "_fingerprint", "_keys", "_quiet_until", "_skewed", "clock_skew",
+        "on_store_error", "store", "ttl",
     )
 
     def __init__(
@@ -98,7 +98,7 @@ class SingleUse(HoldsSecrets):
         self.store, self.on_store_error, self._clock = store, on_store_error, clock
         self._epoch: bytes | None = None  # the store's epoch, once it answered: stamps carry it
         self._skewed: str | None = "the store has not answered yet"  # why this instance may not mint
-        self._quiet_until = 0.0
+        self._quiet_until, self._anchor = 0.0, (0.0, 0.0)  # (store clock - monotonic, round trip) at its last answer
         if on_store_error == "accept":
             logger.warning("single use is availability first: a token is accepted unchecked while the store is down")
 
@@ -128,13 +128,16 @@ class SingleUse(HoldsSecrets):
 
     @property
     def started(self) -> bool:
-        return self._epoch is not None
+        """Whether this instance may mint: the store answered, this clock within skew (else call `start` again)."""
+        return self._epoch is not None and not self._skewed
 
     def _scope(self, kind: str, first: str | None, second: str | None) -> bytes:
         return _mac(self._keys["scope"], _field(kind) + _field(first) + _field(second))
 
     def _skew(self, before: float, store_ms: int, after: float) -> str | None:
-        """Why this clock is beyond `clock_skew` of the store's, which answered between `before` and `after`."""
+        """Why this clock is beyond `clock_skew` of the store's, which answered between `before` and `after`; keeps
+        the store's time against the monotonic clock, for `stamp` to notice a step of this clock in between."""
+        self._anchor = (store_ms / 1000 - time.monotonic(), after - before)
         offset = store_ms / 1000 - min(max(store_ms / 1000, before - self.clock_skew), after + self.clock_skew)
         way = "behind" if offset > 0 else "ahead of"
         return f"this clock is {abs(offset) + self.clock_skew:.3f} s {way} the store's" if offset else None
@@ -154,6 +157,9 @@ class SingleUse(HoldsSecrets):
     def stamp(self, state: bytes, *, principal: Principal | None = None, scopes: Mapping[str, str] | None = None
               ) -> bytes:
         """`state` behind a fresh stamp recording the minting principal and `scopes` (``{"tenant": "acme"}``)."""
+        issued = round(self._clock() * 1000)  # a clock step since the store last answered would misdate it
+        if abs(issued / 1000 - time.monotonic() - self._anchor[0]) > self.clock_skew + self._anchor[1]:
+            self._skewed = self._skewed or "this clock stepped since the store last answered"
         if self._epoch is None or self._skewed:
             raise StoreError(f"single use cannot mint at {self.where}: {self._skewed}")
         if not isinstance(state, bytes):
@@ -165,7 +171,6 @@ class SingleUse(HoldsSecrets):
             digests.append(self._scope("scope", checked("a scope name", name), checked("a scope value", value)))
         if len(digests) > _MAX_SCOPES:
             raise ConfigurationError(f"a token carries at most {_MAX_SCOPES} revocable scopes")
-        issued = round(self._clock() * 1000)
         body = secrets.token_bytes(16) + issued.to_bytes(6) + (issued + round(self.ttl * 1000)).to_bytes(6)
         body += self._epoch + bytes([len(digests)]) + b"".join(digests)
         return PREFIX + b64u_encode(body + _mac(self._keys["stamp"], PREFIX + body + state)).encode() + b"." + state
@@ -175,7 +180,8 @@ class SingleUse(HoldsSecrets):
         head, _, rest = stamped.partition(b".") if isinstance(stamped, bytes) else (b"", b"", b"")
         encoded, dot, state = rest.partition(b".")
         body = b64u_decode(encoded.decode("ascii", "replace")) if head == PREFIX[:-1] and dot else b""
-        if len(body) < _HEADER + 1 + _DIGEST or len(body) != _HEADER + 1 + _DIGEST * (body[_HEADER] + 1):
+        count = body[_HEADER] if len(body) > _HEADER else _MAX_SCOPES + 1
+        if count > _MAX_SCOPES or len(body) != _HEADER + 1 + _DIGEST * (count + 1):
             raise InvalidToken(Reason.MALFORMED)
         if not hmac.compare_digest(body[-_DIGEST:], _mac(self._keys["stamp"], PREFIX + body[:-_DIGEST] + state)):
             raise InvalidToken(Reason.SEAL)
@@ -202,13 +208,11 @@ class SingleUse(HoldsSecrets):
             if self.on_store_error == "accept":
                 logger.error("%s: token accepted WITHOUT the single-use check (on_store_error=accept)", exc)
                 return state
-            if time.monotonic() >= self._quiet_until:  # one warning per interval, not one per token of an outage
-                logger.warning("%s: tokens refused until it answers", exc)
-                self._quiet_until = time.monotonic() + _QUIET_S
+            self._refusing(f"{exc}: tokens refused until it answers")
         except (StoreError, ConfigurationError) as exc:  # answered: refused in every mode
-            logger.error("%s: token refused", exc)
+            self._refusing(f"{exc}: tokens refused")
         except Exception as exc:  # a store's bug is never a reason to accept
-            logger.error("the store at %s failed (%s): token refused", self.where, type(exc).__name__)
+            self._refusing(f"the store at {self.where} failed ({type(exc).__name__}): tokens refused")
         if verdict is None:
             raise InvalidToken(Reason.STORE_UNAVAILABLE)
         if verdict.malformed:
@@ -217,10 +221,16 @@ class SingleUse(HoldsSecrets):
             logger.warning("the store at %s lost its memory (flush or restart): older tokens refused", self.where)
             self._epoch = verdict.epoch
         if self._skewed or verdict.claim is Claim.FOREIGN:
-            logger.error("the store at %s: %s: token refused", self.where, self._skewed or "another store key")
+            self._refusing(f"the store at {self.where}: {self._skewed or 'another store key'}: tokens refused")
         elif verdict.claim is Claim.FIRST:
             return state
         raise InvalidToken(_VERDICTS.get(verdict.claim, Reason.STORE_UNAVAILABLE))
+
+    def _refusing(self, message: str) -> None:
+        """One line per interval, not one per token: an outage, or a store one client filled, cannot flood the log."""
+        if time.monotonic() >= self._quiet_until:
+            logger.warning(message)
+            self._quiet_until = time.monotonic() + _QUIET_S
 
     def _selector(self, selector: Selector) -> bytes:
         kinds = [k for k in ("principal", "client", "scope", "everything") if selector.get(k) not in {None, False}]
@@ -260,15 +270,18 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
     the stamp after the inner unseal (with its principal and context checks) passed. The guard's coroutines run on
     one event-loop thread this object owns (`close` ends it and closes the store), never on a shared pool."""
 
-    __slots__ = ("_loop", "_thread", "codec", "guard")
+    __slots__ = ("_closed", "_loop", "_thread", "codec", "guard")
 
     def __init__(self, codec: Codec, guard: SingleUse) -> None:
-        self.codec, self.guard, self._loop = codec, guard, asyncio.new_event_loop()
+        self.codec, self.guard, self._loop, self._closed = codec, guard, asyncio.new_event_loop(), threading.Lock()
         self._thread = threading.Thread(target=self._loop.run_forever, name="statecodec-single-use", daemon=True)
         self._thread.start()
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """`coroutine`'s result, run on this codec's loop thread (e.g. ``codec.run(codec.guard.revoke(...))``)."""
+        if self._closed.locked():  # a stopped loop would never answer: the caller would wait forever
+            coroutine.close()
+            raise StoreError("this SingleUseCodec is closed")
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def seal(
@@ -279,7 +292,7 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
         ``(client_id, issuer, subject)`` is recorded only."""
         if isinstance(principal, str):
             kwargs["principal"], principal = principal, (None, None, principal)
-        if not self.guard.started:
+        if not self.guard.started or self._closed.locked():
             self.run(self.guard.start())
         return self.codec.seal(self.guard.stamp(state, principal=principal, scopes=scopes), **kwargs)
 
@@ -287,9 +300,9 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
         return self.run(self.guard.consume(self.codec.unseal(token, **kwargs)))
 
     def close(self) -> None:
-        if not self._loop.is_closed():
+        if self._closed.acquire(blocking=False):  # once, whichever thread calls first
             try:
-                self.run(self.guard.aclose())
+                asyncio.run_coroutine_threadsafe(self.guard.aclose(), self._loop).result()
             finally:
                 self._loop.call_soon_threadsafe(self._loop.stop)
                 self._thread.join()

@@ -97,7 +97,7 @@ class MemoryStore:
             raise ConfigurationError("max_entries must be a positive int")
         self.namespace, self._max, self._clock = namespace, max_entries, clock
         self._meta: tuple[bytes, bytes] | None = None  # (epoch, fingerprint), once the memory began
-        self._lifetime = self._skew = 0
+        self._lifetime = self._skew = self._seen = 0  # the longest lifetime, largest skew, latest time it saw
         self._claims: dict[bytes, int] = {}  # claim key -> until
         self._revoked: dict[bytes, tuple[int, int]] = {}  # scope -> (at, until)
         self._expiry: list[tuple[int, bool, bytes]] = []  # heap of (until, is a revocation, key)
@@ -111,6 +111,9 @@ class MemoryStore:
             if (self._revoked.get(key, (0, 0))[1] if revocation else self._claims.get(key)) == until:
                 (self._revoked if revocation else self._claims).pop(key)
         owner = "unused" if self._meta is None else "ok" if self._meta[1] == fingerprint else "foreign"
+        if self._meta and owner == "ok" and now + max(skew_ms, self._skew) < self._seen:  # the clock went back:
+            self._meta, self._seen = (secrets.token_bytes(8), fingerprint), now  # what it dropped may live: forget
+        self._seen = max(self._seen, now)
         if lifetime_ms and owner != "foreign":
             self._meta = self._meta or (secrets.token_bytes(8), fingerprint)
             self._lifetime, self._skew = max(self._lifetime, lifetime_ms), max(self._skew, skew_ms)

@@ -11,6 +11,7 @@ import datetime
 import ipaddress
 import json
 import logging
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -164,6 +165,60 @@ def test_a_store_that_stops_answering_is_unreachable_and_the_same_guard_recovers
     assert "did not answer within 0.25 s: tokens refused until it answers" in caplog.text
 
 
+
+def test_claims_beyond_the_connections_of_an_instance_are_refused_even_in_accept_mode(
+    redis_url: str, redis_server: RedisServer
+) -> None:
+    async def scenario() -> list[object]:
+        guard = await started(redis_url, on_store_error="accept", timeout=0.25)
+        stamped = guard.stamp(b"x")
+        redis_server.pause()  # the 100 claims in flight find the store stalled: the one failure accept mode accepts
+        try:
+            return await asyncio.gather(*(guard.consume(stamped) for _ in range(300)), return_exceptions=True)
+        finally:
+            redis_server.resume()
+            await guard.aclose()
+
+    outcomes = run(scenario)  # the 200 waiting for a connection were never sent: a queue of this instance
+    assert outcomes.count(b"x") <= 100 < sum(str(o) == "store_unavailable" for o in outcomes)
+
+def test_an_instance_too_busy_to_read_the_answer_refuses_even_in_accept_mode(redis_url: str) -> None:
+    async def scenario() -> list[object]:
+        guard = await started(redis_url, on_store_error="accept", timeout=0.25)
+        stamped = guard.stamp(b"x")
+        assert await guard.consume(stamped) == b"x"
+
+        async def flood() -> None:
+            time.sleep(1.0)  # what a flood of requests does to this instance's event loop
+
+        try:
+            return await asyncio.gather(*(guard.consume(stamped) for _ in range(10)), flood(), return_exceptions=True)
+        finally:
+            await guard.aclose()
+
+    outcomes = run(scenario)  # the store answered in time: only this loop was late to read it
+    assert b"x" not in outcomes
+
+def test_a_store_at_maxclients_or_loading_has_answered_and_is_refused_even_in_accept_mode(redis_url: str) -> None:
+    async def scenario() -> None:
+        first = await started(redis_url)
+        stamped = first.stamp(b"x")
+        assert await first.consume(stamped) == b"x"
+        with RedisServer(extra=["--maxclients", "1"]) as full:  # the answer: "ERR max number of clients reached"
+            holder = redis.Redis(port=full.port)
+            holder.ping()
+            store = RedisStore.from_url(full.url, timeout=2)
+            try:
+                with pytest.raises(StoreError, match="is busy") as info:
+                    await store.hello(fingerprint=bytes(16), lifetime_ms=1, skew_ms=1)
+                assert not isinstance(info.value, StoreUnreachable)  # a flood cannot switch availability first on
+            finally:
+                holder.close()
+                await store.aclose()
+        await first.aclose()
+
+    run(scenario)
+
 # --- memory policy, many revocations, malformed entries ----------------------------------------------------------
 
 
@@ -235,6 +290,8 @@ def test_revoke_and_store_check_on_a_live_store_and_under_the_wrong_settings(
     assert main(["store", "check"]) == 1  # nor is it "ready": a wrong namespace looks just like this
     assert "no server has used this store" in capsys.readouterr().out
     guard = run(_started_and_closed, redis_url)
+    assert main(["revoke", "--principal", "alice"]) == 0  # covers no token whose access token names an issuer
+    assert "tokens minted under an issuer need --issuer" in capsys.readouterr().out
     assert main(["revoke", "--principal", "alice", "--issuer", "https://idp", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["revoked_until"].startswith(str(datetime.date.today().year))
     stamped = guard.stamp(b"x", principal=("c", "https://idp", "alice"))  # minted now: within the revocation

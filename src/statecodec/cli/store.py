@@ -19,6 +19,9 @@ from statecodec.errors import ConfigurationError
 from statecodec.single_use import SingleUse, checked
 from statecodec.store import MemoryStore, check_owner
 
+# The SDK binds a principal under its access token's issuer: without --issuer, those tokens are not covered.
+_NO_ISSUER = " with no issuer (tokens minted under an issuer need --issuer)"
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     revoke = sub.add_parser("revoke", help="refuse, on every instance, the tokens minted until now for a principal")
@@ -72,7 +75,7 @@ def _revoke(args: argparse.Namespace) -> int:
         if getattr(args, option) is not None:
             selector[option] = checked(f"--{option}", getattr(args, option))
             kind, what = option, f"the tokens of {option} {selector[option]}"
-            what += f" at issuer {args.issuer}" if args.issuer else ""
+            what += f" at issuer {args.issuer}" if args.issuer else _NO_ISSUER
     doc: dict[str, object] = {"revoked": kind, "value": selector.get(kind, selector.get("scope"))}
     if args.lift:
         doc = {"lifted": _with_guard(lambda guard: guard.lift(**selector))}
