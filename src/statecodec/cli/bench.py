@@ -16,7 +16,7 @@ import random
 import statistics
 import sys
 import timeit
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,39 @@ def interleave(ops: dict[str, Callable[[], object]], rounds: int, batch_s: float
     return values
 
 
+def _drive(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """The in-process store never suspends, so a consume runs to its end without an event loop's own cost."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    raise RuntimeError("the in-process store suspended")
+
+
+def _single_use_ops() -> dict[str, Callable[[], object]]:
+    """One `BoundCodec` seal+unseal pair of a 300-byte state with a principal and an MCP request context, and the
+    same pair plus what single use adds on the MCP path (a stamp, and a consume over the in-process store)."""
+    from statecodec import BoundCodec
+    from statecodec.binding import mcp_request_context
+    from statecodec.single_use import SingleUse
+    from statecodec.store import MemoryStore
+
+    bound = BoundCodec(AESGCMCodec([os.urandom(32)]), audience="bench", binding_key=os.urandom(32))
+    guard, state = SingleUse(MemoryStore(), key=os.urandom(32), ttl=600), PAYLOADS["300 B"]
+    _drive(guard.start())
+    who, context = "user-42", mcp_request_context("tools/call", {"name": "t", "arguments": {}})
+
+    def pair() -> bytes:
+        return bound.unseal(bound.seal(state, principal=who, context=context), principal=who, context=context)
+
+    def single_use() -> bytes:
+        stamped = guard.stamp(state, principal=("client", "https://issuer", who))
+        token = bound.seal(stamped, principal=who, context=context)
+        return bytes(_drive(guard.consume(bound.unseal(token, principal=who, context=context))))
+
+    return {"single use: BoundCodec pair": pair, "single use: pair + stamp + consume": single_use}
+
+
 def measure(rounds: int) -> tuple[dict[str, list[float]], dict[str, int], dict[str, str]]:
     """`interleave` over each case's seal and unseal of each payload; each case's token overhead; skipped cases."""
     ops: dict[str, Callable[[], object]] = {}
@@ -122,7 +155,7 @@ def measure(rounds: int) -> tuple[dict[str, list[float]], dict[str, int], dict[s
             ops[f"{name} seal {size}"] = functools.partial(seal, payload)
             ops[f"{name} unseal {size}"] = functools.partial(unseal, token)
             overhead[f"{name} {size}"] = len(token) + (-4 * len(payload) // 3)  # over the payload in base64
-    return interleave(ops, rounds), overhead, skipped
+    return interleave({**ops, **_single_use_ops()}, rounds), overhead, skipped
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -148,6 +181,11 @@ def _bench(args: argparse.Namespace) -> int:
             lines += [] if name == "floor" else [_ROW.format(name, r["seal"], r["unseal"], overhead[f"{name} {size}"])]
             suite += [pyperf.Benchmark([pyperf.Run(values[f"{name} {op} {size}"], metadata={
                 "name": f"{name} {op} {size}", "unit": "second", "ratio_to_floor": r[op]})]) for op in r]
+    pair, guarded = values["single use: BoundCodec pair"], values["single use: pair + stamp + consume"]
+    added = [g - p for g, p in zip(guarded, pair, strict=True)]
+    ratio = statistics.median(a / p for a, p in zip(added, pair, strict=True))
+    lines.append(f"\nsingle use (in-process store, MCP path) adds {statistics.median(added) * 1e6:.1f} {us} per token, "
+                 f"{ratio:.2f}x one BoundCodec seal+unseal pair")
     print("\n".join([*lines, *(f"skipped {name}: {why}" for name, why in skipped.items())]).strip())
     if args.output:
         pyperf.BenchmarkSuite(suite).dump(args.output, replace=True)
