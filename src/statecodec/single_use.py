@@ -25,7 +25,7 @@ from statecodec._types import Codec, HoldsSecrets, WrapsCodec
 from statecodec.config import check_names, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable
 from statecodec.keys import KeyRing, derive_key, parse_keys
-from statecodec.store import REDIS_SCHEMES, Claim, MemoryStore, Store, Verdict, check_owner
+from statecodec.store import REDIS_SCHEMES, Claim, MemoryStore, Store, check_owner
 
 __all__ = ["Principal", "Selector", "SingleUse", "SingleUseCodec", "store_from_settings"]
 
@@ -74,15 +74,11 @@ class SingleUse(HoldsSecrets):
     beyond it this instance neither mints nor accepts, and a revocation also covers tokens minted that long after.
     """
 
-    __slots__ = (
-        "_anchor", "_clock", "_epoch", "_fingerprint", "_keys", "_quiet_until", "_skewed", "clock_skew",
-        "on_store_error", "store", "ttl",
-    )
+    __slots__ = ("_anchor", "_clock", "_epoch", "_fingerprint", "_keys", "_quiet_until", "_skewed", "clock_skew",
+                 "on_store_error", "store", "ttl")
 
-    def __init__(
-        self, store: Store, *, key: bytes | KeyRing, ttl: float, clock_skew: float = 1.0,
-        on_store_error: Literal["refuse", "accept"] = "refuse", clock: Callable[[], float] = time.time,
-    ) -> None:
+    def __init__(self, store: Store, *, key: bytes | KeyRing, ttl: float, clock: Callable[[], float] = time.time,
+                 clock_skew: float = 1.0, on_store_error: Literal["refuse", "accept"] = "refuse") -> None:
         if not isinstance(store, Store):
             raise ConfigurationError("store must be a statecodec Store, e.g. MemoryStore() or RedisStore.from_url")
         if on_store_error not in ("refuse", "accept"):
@@ -143,9 +139,8 @@ class SingleUse(HoldsSecrets):
         return f"this clock is {abs(offset) + self.clock_skew:.3f} s {way} the store's" if offset else None
 
     async def start(self) -> None:
-        """One round trip: begin the store's memory if it has none, record this lifetime, check whose the store
-        is, its memory policy and its clock. `ConfigurationError` names what to fix; `StoreUnreachable` when the
-        store does not answer (claims refuse until it does)."""
+        """One round trip: begin the store's memory, record this lifetime, check whose the store is, its memory policy
+        and its clock. `ConfigurationError` names what to fix; `StoreUnreachable`: claims refuse until it answers."""
         before, skew_ms, ttl_ms = self._clock(), round(self.clock_skew * 1000), round(self.ttl * 1000)
         hello = await self.store.hello(fingerprint=self._fingerprint, lifetime_ms=ttl_ms, skew_ms=skew_ms)
         skewed = self._skew(before, hello.now_ms, self._clock())
@@ -192,7 +187,6 @@ class SingleUse(HoldsSecrets):
         replayed, store_unavailable) otherwise. One store round trip."""
         body, state = self._parse(stamped)
         scopes = [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)]
-        verdict: Verdict | None = None
         try:
             if self._epoch is None:
                 await self.start()
@@ -213,18 +207,18 @@ class SingleUse(HoldsSecrets):
             self._refusing(f"{exc}: tokens refused")
         except Exception as exc:  # a store's bug is never a reason to accept
             self._refusing(f"the store at {self.where} failed ({type(exc).__name__}): tokens refused")
-        if verdict is None:
-            raise InvalidToken(Reason.STORE_UNAVAILABLE)
-        if verdict.malformed:
-            logger.error("the store at %s holds malformed revocations, skipped: %s", self.where, verdict.malformed)
-        if verdict.epoch != self._epoch:
-            logger.warning("the store at %s lost its memory (flush or restart): older tokens refused", self.where)
-            self._epoch = verdict.epoch
-        if self._skewed or verdict.claim is Claim.FOREIGN:
-            self._refusing(f"the store at {self.where}: {self._skewed or 'another store key'}: tokens refused")
-        elif verdict.claim is Claim.FIRST:
-            return state
-        raise InvalidToken(_VERDICTS.get(verdict.claim, Reason.STORE_UNAVAILABLE))
+        else:  # answered: outside the handlers, so no store exception is chained to a refusal
+            if verdict.malformed:
+                logger.error("the store at %s holds malformed revocations, skipped: %s", self.where, verdict.malformed)
+            if verdict.epoch != self._epoch:
+                logger.warning("the store at %s lost its memory (flush or restart): older tokens refused", self.where)
+                self._epoch = verdict.epoch
+            if self._skewed or verdict.claim is Claim.FOREIGN:
+                self._refusing(f"the store at {self.where}: {self._skewed or 'another store key'}: tokens refused")
+            elif verdict.claim is Claim.FIRST:
+                return state
+            raise InvalidToken(_VERDICTS.get(verdict.claim, Reason.STORE_UNAVAILABLE))
+        raise InvalidToken(Reason.STORE_UNAVAILABLE)
 
     def _refusing(self, message: str) -> None:
         """One line per interval, not one per token: an outage, or a store one client filled, cannot flood the log."""
@@ -284,10 +278,8 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
             raise StoreError("this SingleUseCodec is closed")
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    def seal(
-        self, state: bytes, *, principal: str | Principal | None = None, scopes: Mapping[str, str] | None = None,
-        **kwargs: Any,
-    ) -> str:
+    def seal(self, state: bytes, *, principal: str | Principal | None = None, scopes: Mapping[str, str] | None = None,
+             **kwargs: Any) -> str:
         """A str `principal` is bound by the inner codec (`BoundCodec`) and recorded as the subject; a triple
         ``(client_id, issuer, subject)`` is recorded only."""
         if isinstance(principal, str):
