@@ -1,9 +1,8 @@
 """Single use and revocation: a token is accepted at most once, and an operator can end every flow of a principal.
 
 Threat: integrity, expiry and binding do not stop an exact replay, and a stateless token cannot be taken back.
-`SingleUse` stamps each state at mint with all its claim needs (token id, issue time and own expiry, the store's
-epoch, digests of the minting principal and scopes), under a tag that also covers the state; at unseal, after every
-other check, one atomic claim answers on the store's clock alone (`statecodec.store`; format: docs/formats.md).
+`SingleUse` stamps each state at mint with all its claim needs, under a tag that also covers the state; at unseal,
+after every other check, one atomic claim answers on the store's clock alone (stamp: docs/formats.md).
 Only an unreachable store can be accepted through (``on_store_error="accept"``, loudly); anything else refuses.
 """
 
@@ -100,8 +99,7 @@ class SingleUse(HoldsSecrets):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *, store: Store | None = None) -> SingleUse:
-        """The guard the environment describes: the store (`store_from_settings`), ``STATECODEC_STORE_KEY`` (or
-        ``_FILE``), ``STATECODEC_TTL`` and ``STATECODEC_STORE_ON_ERROR`` (``refuse``, the default, or ``accept``)."""
+        """The guard the environment describes (settings: docs/single-use.md)."""
         settings = os.environ if environ is None else environ
         check_names(settings)
         text, source = text_or_file(settings, STORE_KEY_VAR, 4096, "it holds one key")
@@ -183,8 +181,7 @@ class SingleUse(HoldsSecrets):
         return body[:-_DIGEST], state
 
     async def consume(self, stamped: bytes) -> bytes:
-        """The state behind a stamp accepted for the first time; `InvalidToken` (malformed, seal, expired, revoked,
-        replayed, store_unavailable) otherwise. One store round trip."""
+        """The state behind a stamp accepted for the first time, else `InvalidToken`. One store round trip."""
         body, state = self._parse(stamped)
         scopes = [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)]
         try:
@@ -305,8 +302,7 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
 
 
 def store_from_settings(settings: Mapping[str, str]) -> Store:
-    """The store ``STATECODEC_STORE_URL`` (or ``_FILE``) names: ``memory`` for one process, or a Redis URL
-    (`REDIS_SCHEMES`, ``statecodec[redis]``); with ``STATECODEC_STORE_NAMESPACE`` and ``STATECODEC_STORE_TIMEOUT``."""
+    """The store ``STATECODEC_STORE_URL`` names: ``memory`` for one process, or a Redis URL (docs/single-use.md)."""
     if setting(settings, "STATECODEC_REVOCATION_STALENESS", required=False) is not None:
         raise ConfigurationError("STATECODEC_REVOCATION_STALENESS is gone: each claim asks the store about "
                                  "revocations in the same round trip, so there is no view to keep fresh; remove it")

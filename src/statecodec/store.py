@@ -1,9 +1,8 @@
 """The single-use store seam: what `SingleUse` asks a store, and `MemoryStore`, the store of one process.
 
 Threat: a store that decides by an instance's clock, lifetime or key reopens replays and loses revocations. Each
-decision is one atomic step on the store's own clock, the claim also answering revocation and expiry; the store
-records whose it is and the longest token lifetime and skew it saw, so a revocation outlives every token it covers.
-Unreachable is `StoreUnreachable`; an answered error (full, no permission) is `StoreError`, refused in every mode.
+decision is one atomic step on the store's own clock (docs/formats.md, "The scripts"). Unreachable is
+`StoreUnreachable`; an answered error (full, no permission) is `StoreError`, refused in every mode.
 """
 
 from __future__ import annotations
