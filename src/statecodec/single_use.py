@@ -74,7 +74,7 @@ class SingleUse(HoldsSecrets):
     """
 
     __slots__ = ("_anchor", "_clock", "_epoch", "_fingerprint", "_keys", "_quiet_until", "_skewed", "clock_skew",
-                 "on_store_error", "store", "ttl")
+                 "on_store_error", "store", "ttl", "where")
 
     def __init__(self, store: Store, *, key: bytes | KeyRing, ttl: float, clock: Callable[[], float] = time.time,
                  clock_skew: float = 1.0, on_store_error: Literal["refuse", "accept"] = "refuse") -> None:
@@ -91,6 +91,7 @@ class SingleUse(HoldsSecrets):
         self._keys = {k: derive_key(secret, b"statecodec/su2/" + k.encode()) for k in ("claim", "stamp", "scope")}
         self._fingerprint = _mac(derive_key(secret, b"statecodec/su2/fingerprint"), _field(store.namespace))
         self.store, self.on_store_error, self._clock = store, on_store_error, clock
+        self.where = store.where  # the store's host:port (or ``memory``), for messages: never a credential
         self._epoch: bytes | None = None  # the store's epoch, once it answered: stamps carry it
         self._skewed: str | None = "the store has not answered yet"  # why this instance may not mint
         self._quiet_until, self._anchor = 0.0, (0.0, 0.0)  # (store clock - monotonic, round trip) at its last answer
@@ -114,11 +115,6 @@ class SingleUse(HoldsSecrets):
             raise ConfigurationError("STATECODEC_STORE_ON_ERROR must be refuse (the default) or accept")
         ttl, store = ttl_setting(settings), store or store_from_settings(settings)
         return cls(store, key=keys[0], ttl=ttl, on_store_error="accept" if mode == "accept" else "refuse")
-
-    @property
-    def where(self) -> str:
-        """The store's host:port (or ``memory``), for messages: never a credential."""
-        return self.store.where
 
     @property
     def started(self) -> bool:
