@@ -124,10 +124,8 @@ def _parse(url: str) -> tuple[str, dict[str, Any]]:
         raise ConfigurationError("STATECODEC_STORE_URL is not a valid Redis URL (its text is not shown)")
     db = options.pop("db", db)
     if set(options) - _OPTIONS or not db.isdecimal() or (scheme.endswith("+cluster") and db != "0"):
-        raise ConfigurationError(
-            f"STATECODEC_STORE_URL ({where}) may set only the database (0 on a cluster) and "
-            f"{', '.join(sorted(_OPTIONS - {'db'}))}; timeouts come from STATECODEC_STORE_TIMEOUT"
-        )
+        raise ConfigurationError(f"STATECODEC_STORE_URL ({where}) may set only the database (0 on a cluster) and "
+                                 f"{', '.join(sorted(_OPTIONS - {'db'}))}; timeouts come from STATECODEC_STORE_TIMEOUT")
     if "ssl_check_hostname" in options:
         options["ssl_check_hostname"] = options["ssl_check_hostname"].lower() in ("1", "true", "yes")
     return where, {**{name: value for name, value in kwargs.items() if value is not None}, **options, "db": int(db)}
@@ -207,10 +205,9 @@ class RedisStore(HoldsSecrets):
         args = (fingerprint.hex(), secrets.token_hex(8), lifetime_ms, skew_ms)
         owner, epoch, now, policy = await self._run("hello", self._keys[:1], *args)  # the namespace's node's policy
         if (policy := policy.decode()) != "noeviction":
-            raise ConfigurationError(
-                f"the Redis store at {self.where} has maxmemory-policy {policy}: an evicted claim reopens a replay; "
-                "set maxmemory-policy noeviction (a full store then refuses tokens instead)"
-            )
+            raise ConfigurationError(f"the Redis store at {self.where} has maxmemory-policy {policy}: an evicted claim "
+                                     "reopens a replay; set maxmemory-policy noeviction (a full store then refuses "
+                                     "tokens instead)")
         return Hello(owner.decode(), bytes.fromhex(epoch.decode()), int(now))
 
     async def claim(self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int,
