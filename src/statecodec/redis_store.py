@@ -50,10 +50,8 @@ local function record(life, skew)
   end
   if m[2] ~= ARGV[1] then return 'foreign', m[1] end
   local epoch, seen = m[1], tonumber(m[5]) or 0
-  if now + math.max(skew, tonumber(m[4]) or 0) < seen then  -- the clock went back: forget what it expired early
-    epoch = ARGV[2]
-    redis.call('HSET', KEYS[1], 'epoch', epoch, 'seen', n(now))
-  elseif now > seen + 1000 then redis.call('HSET', KEYS[1], 'seen', n(now)) end
+  if now + math.max(skew, tonumber(m[4]) or 0) < seen then epoch = ARGV[2] end  -- clock went back: a new epoch
+  if epoch ~= m[1] or now > seen + 1000 then redis.call('HSET', KEYS[1], 'epoch', epoch, 'seen', n(now)) end
   if life > (tonumber(m[3]) or 0) then redis.call('HSET', KEYS[1], 'life', n(life)) end
   if skew > (tonumber(m[4]) or 0) then redis.call('HSET', KEYS[1], 'skew', n(skew)) end
   return 'ok', epoch
