@@ -305,13 +305,13 @@ def store_from_settings(settings: Mapping[str, str]) -> Store:
     url, source = text_or_file(settings, STORE_URL_VAR, 4096, "it holds one store URL")
     if url is None:
         raise ConfigurationError(f"{STORE_URL_VAR} is not set; set it to redis://host:6379/0 (a fleet) or memory")
-    namespace = setting(settings, "STATECODEC_STORE_NAMESPACE", required=False) or "statecodec"
-    if url.strip() == "memory":
+    url, namespace = url.strip(), setting(settings, "STATECODEC_STORE_NAMESPACE", required=False) or "statecodec"
+    if url == "memory":
         return MemoryStore(namespace=namespace)
-    if url.strip().partition("://")[0] not in REDIS_SCHEMES:  # no part of it is echoed: it may hold a password
+    if url.partition("://")[0] not in REDIS_SCHEMES:  # no part of it is echoed: it may hold a password
         schemes = ", ".join(f"{scheme}://" for scheme in REDIS_SCHEMES)
         raise ConfigurationError(f"{source} must be memory or a URL starting {schemes} (its text is not shown)")
     timeout = seconds_setting(settings, "STATECODEC_STORE_TIMEOUT", default=0.25, low=0, high=60, low_open=True)
     from statecodec.redis_store import RedisStore  # needs the redis extra; imported only when configured
 
-    return RedisStore.from_url(url.strip(), namespace=namespace, timeout=timeout)
+    return RedisStore.from_url(url, namespace=namespace, timeout=timeout)
