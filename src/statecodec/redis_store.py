@@ -1,11 +1,9 @@
 """`RedisStore`: the single-use `Store` a fleet shares, on Redis 6.2+ or a Redis Cluster (``statecodec[redis]``).
 
 Threat: a replay accepted by a second instance, a store that evicts or forgets what it saw, a store that stalls
-every request, a credential in a log. Each claim is one Lua script (EVALSHA; EVAL once after a lost script cache)
-that also answers revocation and expiry on the server's clock (``TIME``): one round trip per token, no listener,
-no view. Every key sits under one hash tag, so a Cluster keeps a namespace in one slot. Key layout and scripts:
-docs/formats.md; the ACL a user needs: docs/single-use.md. A server that cannot be reached or does not answer in
-time raises `StoreUnreachable`, one that answers with an error `StoreError`; messages name host:port only.
+every request, a credential in a log. Each claim is one Lua script on the server's clock (``TIME``), one round trip
+per token; key layout and scripts: docs/formats.md; the ACL and failure modes: docs/single-use.md. Unreachable or
+late is `StoreUnreachable`, an answered error `StoreError`; messages name host:port only.
 """
 
 from __future__ import annotations
@@ -52,10 +50,8 @@ local function record(life, skew)
   end
   if m[2] ~= ARGV[1] then return 'foreign', m[1] end
   local epoch, seen = m[1], tonumber(m[5]) or 0
-  if now + math.max(skew, tonumber(m[4]) or 0) < seen then  -- the clock went back: forget what it expired early
-    epoch = ARGV[2]
-    redis.call('HSET', KEYS[1], 'epoch', epoch, 'seen', n(now))
-  elseif now > seen + 1000 then redis.call('HSET', KEYS[1], 'seen', n(now)) end
+  if now + math.max(skew, tonumber(m[4]) or 0) < seen then epoch = ARGV[2] end  -- clock went back: a new epoch
+  if epoch ~= m[1] or now > seen + 1000 then redis.call('HSET', KEYS[1], 'epoch', epoch, 'seen', n(now)) end
   if life > (tonumber(m[3]) or 0) then redis.call('HSET', KEYS[1], 'life', n(life)) end
   if skew > (tonumber(m[4]) or 0) then redis.call('HSET', KEYS[1], 'skew', n(skew)) end
   return 'ok', epoch
@@ -126,10 +122,8 @@ def _parse(url: str) -> tuple[str, dict[str, Any]]:
         raise ConfigurationError("STATECODEC_STORE_URL is not a valid Redis URL (its text is not shown)")
     db = options.pop("db", db)
     if set(options) - _OPTIONS or not db.isdecimal() or (scheme.endswith("+cluster") and db != "0"):
-        raise ConfigurationError(
-            f"STATECODEC_STORE_URL ({where}) may set only the database (0 on a cluster) and "
-            f"{', '.join(sorted(_OPTIONS - {'db'}))}; timeouts come from STATECODEC_STORE_TIMEOUT"
-        )
+        raise ConfigurationError(f"STATECODEC_STORE_URL ({where}) may set only the database (0 on a cluster) and "
+                                 f"{', '.join(sorted(_OPTIONS - {'db'}))}; timeouts come from STATECODEC_STORE_TIMEOUT")
     if "ssl_check_hostname" in options:
         options["ssl_check_hostname"] = options["ssl_check_hostname"].lower() in ("1", "true", "yes")
     return where, {**{name: value for name, value in kwargs.items() if value is not None}, **options, "db": int(db)}
@@ -147,9 +141,8 @@ class RedisStore(HoldsSecrets):
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "statecodec", timeout: float = 0.25) -> RedisStore:
-        """The store at ``redis://[user:password@]host:port/db``, ``rediss://`` (TLS; ``?ssl_ca_certs=/path`` for a
-        private CA), ``unix:///path``, or a Cluster by any node, ``redis+cluster://`` (``rediss+cluster://``);
-        `timeout` bounds connecting and each answer. Connects lazily, and recovers by itself."""
+        """The store at a `REDIS_SCHEMES` URL (docs/single-use.md); `timeout` bounds connecting and each answer.
+        Connects lazily, and recovers by itself."""
         where, kwargs = _parse(url)
         # No CLIENT SETINFO (the minimal ACL denies CLIENT); one immediate retry on a dropped pooled connection,
         # never on a timeout, which would double the bound.
@@ -207,20 +200,16 @@ class RedisStore(HoldsSecrets):
         return StoreError(f"{at} answered an error ({next((c for c in _CODES if c in text), type(exc).__name__)})")
 
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello:
-        owner, epoch, now, policy = await self._run(
-            "hello", self._keys[:1], fingerprint.hex(), secrets.token_hex(8), lifetime_ms, skew_ms
-        )  # the policy of the node serving the namespace, read by the script
+        args = (fingerprint.hex(), secrets.token_hex(8), lifetime_ms, skew_ms)
+        owner, epoch, now, policy = await self._run("hello", self._keys[:1], *args)  # the namespace's node's policy
         if (policy := policy.decode()) != "noeviction":
-            raise ConfigurationError(
-                f"the Redis store at {self.where} has maxmemory-policy {policy}: an evicted claim reopens a replay; "
-                "set maxmemory-policy noeviction (a full store then refuses tokens instead)"
-            )
+            raise ConfigurationError(f"the Redis store at {self.where} has maxmemory-policy {policy}: an evicted claim "
+                                     "reopens a replay; set maxmemory-policy noeviction (a full store then refuses "
+                                     "tokens instead)")
         return Hello(owner.decode(), bytes.fromhex(epoch.decode()), int(now))
 
-    async def claim(
-        self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int, lifetime_ms: int,
-        skew_ms: int, scopes: Sequence[bytes],
-    ) -> Verdict:
+    async def claim(self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int,
+                    lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes]) -> Verdict:
         keys = [*self._keys[:2], f"{{{self.namespace}}}:c:{key.hex()}"]
         args = (fingerprint.hex(), secrets.token_hex(8), epoch.hex(), issued_ms, expires_ms, lifetime_ms, skew_ms)
         reply = await self._run("claim", keys, *args, *(scope.hex() for scope in scopes))

@@ -1,9 +1,8 @@
 """Single use and revocation: a token is accepted at most once, and an operator can end every flow of a principal.
 
 Threat: integrity, expiry and binding do not stop an exact replay, and a stateless token cannot be taken back.
-`SingleUse` stamps each state at mint with all its claim needs (token id, issue time and own expiry, the store's
-epoch, digests of the minting principal and scopes), under a tag that also covers the state; at unseal, after every
-other check, one atomic claim answers on the store's clock alone (`statecodec.store`; format: docs/formats.md).
+`SingleUse` stamps each state at mint with all its claim needs, under a tag that also covers the state; at unseal,
+after every other check, one atomic claim answers on the store's clock alone (stamp: docs/formats.md).
 Only an unreachable store can be accepted through (``on_store_error="accept"``, loudly); anything else refuses.
 """
 
@@ -25,7 +24,7 @@ from statecodec._types import Codec, HoldsSecrets, WrapsCodec
 from statecodec.config import check_names, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable
 from statecodec.keys import KeyRing, derive_key, parse_keys
-from statecodec.store import REDIS_SCHEMES, Claim, MemoryStore, Store, Verdict, check_owner
+from statecodec.store import REDIS_SCHEMES, Claim, MemoryStore, Store, check_owner
 
 __all__ = ["Principal", "Selector", "SingleUse", "SingleUseCodec", "store_from_settings"]
 
@@ -74,15 +73,11 @@ class SingleUse(HoldsSecrets):
     beyond it this instance neither mints nor accepts, and a revocation also covers tokens minted that long after.
     """
 
-    __slots__ = (
-        "_anchor", "_clock", "_epoch", "_fingerprint", "_keys", "_quiet_until", "_skewed", "clock_skew",
-        "on_store_error", "store", "ttl",
-    )
+    __slots__ = ("_anchor", "_clock", "_epoch", "_fingerprint", "_keys", "_quiet_until", "_skewed", "clock_skew",
+                 "on_store_error", "store", "ttl", "where")
 
-    def __init__(
-        self, store: Store, *, key: bytes | KeyRing, ttl: float, clock_skew: float = 1.0,
-        on_store_error: Literal["refuse", "accept"] = "refuse", clock: Callable[[], float] = time.time,
-    ) -> None:
+    def __init__(self, store: Store, *, key: bytes | KeyRing, ttl: float, clock: Callable[[], float] = time.time,
+                 clock_skew: float = 1.0, on_store_error: Literal["refuse", "accept"] = "refuse") -> None:
         if not isinstance(store, Store):
             raise ConfigurationError("store must be a statecodec Store, e.g. MemoryStore() or RedisStore.from_url")
         if on_store_error not in ("refuse", "accept"):
@@ -96,6 +91,7 @@ class SingleUse(HoldsSecrets):
         self._keys = {k: derive_key(secret, b"statecodec/su2/" + k.encode()) for k in ("claim", "stamp", "scope")}
         self._fingerprint = _mac(derive_key(secret, b"statecodec/su2/fingerprint"), _field(store.namespace))
         self.store, self.on_store_error, self._clock = store, on_store_error, clock
+        self.where = store.where  # the store's host:port (or ``memory``), for messages: never a credential
         self._epoch: bytes | None = None  # the store's epoch, once it answered: stamps carry it
         self._skewed: str | None = "the store has not answered yet"  # why this instance may not mint
         self._quiet_until, self._anchor = 0.0, (0.0, 0.0)  # (store clock - monotonic, round trip) at its last answer
@@ -104,8 +100,7 @@ class SingleUse(HoldsSecrets):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *, store: Store | None = None) -> SingleUse:
-        """The guard the environment describes: the store (`store_from_settings`), ``STATECODEC_STORE_KEY`` (or
-        ``_FILE``), ``STATECODEC_TTL`` and ``STATECODEC_STORE_ON_ERROR`` (``refuse``, the default, or ``accept``)."""
+        """The guard the environment describes (settings: docs/single-use.md)."""
         settings = os.environ if environ is None else environ
         check_names(settings)
         text, source = text_or_file(settings, STORE_KEY_VAR, 4096, "it holds one key")
@@ -120,11 +115,6 @@ class SingleUse(HoldsSecrets):
             raise ConfigurationError("STATECODEC_STORE_ON_ERROR must be refuse (the default) or accept")
         ttl, store = ttl_setting(settings), store or store_from_settings(settings)
         return cls(store, key=keys[0], ttl=ttl, on_store_error="accept" if mode == "accept" else "refuse")
-
-    @property
-    def where(self) -> str:
-        """The store's host:port (or ``memory``), for messages: never a credential."""
-        return self.store.where
 
     @property
     def started(self) -> bool:
@@ -143,9 +133,8 @@ class SingleUse(HoldsSecrets):
         return f"this clock is {abs(offset) + self.clock_skew:.3f} s {way} the store's" if offset else None
 
     async def start(self) -> None:
-        """One round trip: begin the store's memory if it has none, record this lifetime, check whose the store
-        is, its memory policy and its clock. `ConfigurationError` names what to fix; `StoreUnreachable` when the
-        store does not answer (claims refuse until it does)."""
+        """One round trip: begin the store's memory, record this lifetime, check whose the store is, its memory policy
+        and its clock. `ConfigurationError` names what to fix; `StoreUnreachable`: claims refuse until it answers."""
         before, skew_ms, ttl_ms = self._clock(), round(self.clock_skew * 1000), round(self.ttl * 1000)
         hello = await self.store.hello(fingerprint=self._fingerprint, lifetime_ms=ttl_ms, skew_ms=skew_ms)
         skewed = self._skew(before, hello.now_ms, self._clock())
@@ -188,11 +177,9 @@ class SingleUse(HoldsSecrets):
         return body[:-_DIGEST], state
 
     async def consume(self, stamped: bytes) -> bytes:
-        """The state behind a stamp accepted for the first time; `InvalidToken` (malformed, seal, expired, revoked,
-        replayed, store_unavailable) otherwise. One store round trip."""
+        """The state behind a stamp accepted for the first time, else `InvalidToken`. One store round trip."""
         body, state = self._parse(stamped)
         scopes = [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)]
-        verdict: Verdict | None = None
         try:
             if self._epoch is None:
                 await self.start()
@@ -213,18 +200,18 @@ class SingleUse(HoldsSecrets):
             self._refusing(f"{exc}: tokens refused")
         except Exception as exc:  # a store's bug is never a reason to accept
             self._refusing(f"the store at {self.where} failed ({type(exc).__name__}): tokens refused")
-        if verdict is None:
-            raise InvalidToken(Reason.STORE_UNAVAILABLE)
-        if verdict.malformed:
-            logger.error("the store at %s holds malformed revocations, skipped: %s", self.where, verdict.malformed)
-        if verdict.epoch != self._epoch:
-            logger.warning("the store at %s lost its memory (flush or restart): older tokens refused", self.where)
-            self._epoch = verdict.epoch
-        if self._skewed or verdict.claim is Claim.FOREIGN:
-            self._refusing(f"the store at {self.where}: {self._skewed or 'another store key'}: tokens refused")
-        elif verdict.claim is Claim.FIRST:
-            return state
-        raise InvalidToken(_VERDICTS.get(verdict.claim, Reason.STORE_UNAVAILABLE))
+        else:  # answered: outside the handlers, so no store exception is chained to a refusal
+            if verdict.malformed:
+                logger.error("the store at %s holds malformed revocations, skipped: %s", self.where, verdict.malformed)
+            if verdict.epoch != self._epoch:
+                logger.warning("the store at %s lost its memory (flush or restart): older tokens refused", self.where)
+                self._epoch = verdict.epoch
+            if self._skewed or verdict.claim is Claim.FOREIGN:
+                self._refusing(f"the store at {self.where}: {self._skewed or 'another store key'}: tokens refused")
+            elif verdict.claim is Claim.FIRST:
+                return state
+            raise InvalidToken(_VERDICTS.get(verdict.claim, Reason.STORE_UNAVAILABLE))
+        raise InvalidToken(Reason.STORE_UNAVAILABLE)
 
     def _refusing(self, message: str) -> None:
         """One line per interval, not one per token: an outage, or a store one client filled, cannot flood the log."""
@@ -284,10 +271,8 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
             raise StoreError("this SingleUseCodec is closed")
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    def seal(
-        self, state: bytes, *, principal: str | Principal | None = None, scopes: Mapping[str, str] | None = None,
-        **kwargs: Any,
-    ) -> str:
+    def seal(self, state: bytes, *, principal: str | Principal | None = None, scopes: Mapping[str, str] | None = None,
+             **kwargs: Any) -> str:
         """A str `principal` is bound by the inner codec (`BoundCodec`) and recorded as the subject; a triple
         ``(client_id, issuer, subject)`` is recorded only."""
         if isinstance(principal, str):
@@ -313,21 +298,20 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
 
 
 def store_from_settings(settings: Mapping[str, str]) -> Store:
-    """The store ``STATECODEC_STORE_URL`` (or ``_FILE``) names: ``memory`` for one process, or a Redis URL
-    (`REDIS_SCHEMES`, ``statecodec[redis]``); with ``STATECODEC_STORE_NAMESPACE`` and ``STATECODEC_STORE_TIMEOUT``."""
+    """The store ``STATECODEC_STORE_URL`` names: ``memory`` for one process, or a Redis URL (docs/single-use.md)."""
     if setting(settings, "STATECODEC_REVOCATION_STALENESS", required=False) is not None:
         raise ConfigurationError("STATECODEC_REVOCATION_STALENESS is gone: each claim asks the store about "
                                  "revocations in the same round trip, so there is no view to keep fresh; remove it")
     url, source = text_or_file(settings, STORE_URL_VAR, 4096, "it holds one store URL")
     if url is None:
         raise ConfigurationError(f"{STORE_URL_VAR} is not set; set it to redis://host:6379/0 (a fleet) or memory")
-    namespace = setting(settings, "STATECODEC_STORE_NAMESPACE", required=False) or "statecodec"
-    if url.strip() == "memory":
+    url, namespace = url.strip(), setting(settings, "STATECODEC_STORE_NAMESPACE", required=False) or "statecodec"
+    if url == "memory":
         return MemoryStore(namespace=namespace)
-    if url.strip().partition("://")[0] not in REDIS_SCHEMES:  # no part of it is echoed: it may hold a password
+    if url.partition("://")[0] not in REDIS_SCHEMES:  # no part of it is echoed: it may hold a password
         schemes = ", ".join(f"{scheme}://" for scheme in REDIS_SCHEMES)
         raise ConfigurationError(f"{source} must be memory or a URL starting {schemes} (its text is not shown)")
     timeout = seconds_setting(settings, "STATECODEC_STORE_TIMEOUT", default=0.25, low=0, high=60, low_open=True)
     from statecodec.redis_store import RedisStore  # needs the redis extra; imported only when configured
 
-    return RedisStore.from_url(url.strip(), namespace=namespace, timeout=timeout)
+    return RedisStore.from_url(url, namespace=namespace, timeout=timeout)

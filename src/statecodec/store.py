@@ -1,9 +1,8 @@
 """The single-use store seam: what `SingleUse` asks a store, and `MemoryStore`, the store of one process.
 
 Threat: a store that decides by an instance's clock, lifetime or key reopens replays and loses revocations. Each
-decision is one atomic step on the store's own clock, the claim also answering revocation and expiry; the store
-records whose it is and the longest token lifetime and skew it saw, so a revocation outlives every token it covers.
-Unreachable is `StoreUnreachable`; an answered error (full, no permission) is `StoreError`, refused in every mode.
+decision is one atomic step on the store's own clock (docs/formats.md, "The scripts"). Unreachable is
+`StoreUnreachable`; an answered error (full, no permission) is `StoreError`, refused in every mode.
 """
 
 from __future__ import annotations
@@ -14,8 +13,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from statecodec.errors import ConfigurationError, StoreError
 
@@ -36,16 +34,14 @@ class Claim(enum.Enum):
     USED = "used"  # claimed before: a replay
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(NamedTuple):
     claim: Claim
     epoch: bytes  # the store's epoch: the instance mints under it from then on
     now_ms: int  # the store's clock
     malformed: tuple[str, ...] = ()  # revocation entries (scope digests, hex) that could not be read: skipped
 
 
-@dataclass(frozen=True, slots=True)
-class Hello:
+class Hello(NamedTuple):
     owner: str  # "new" (this call began the store's memory), "ok" or "foreign"
     epoch: bytes
     now_ms: int
@@ -74,10 +70,8 @@ class Store(Protocol):
     namespace: str
 
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello: ...
-    async def claim(
-        self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int, lifetime_ms: int,
-        skew_ms: int, scopes: Sequence[bytes],
-    ) -> Verdict: ...
+    async def claim(self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int,
+                    lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes]) -> Verdict: ...
     async def revoke(self, scope: bytes, *, fingerprint: bytes, skew_ms: int) -> int: ...
     async def lift(self, scope: bytes, *, fingerprint: bytes) -> bool: ...
     async def health(self, *, fingerprint: bytes) -> dict[str, object]: ...
@@ -90,9 +84,8 @@ class MemoryStore:
 
     where = "memory"
 
-    def __init__(
-        self, *, max_entries: int = 1_000_000, namespace: str = "statecodec", clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, *, max_entries: int = 1_000_000, namespace: str = "statecodec",
+                 clock: Callable[[], float] = time.time) -> None:
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
             raise ConfigurationError("max_entries must be a positive int")
         self.namespace, self._max, self._clock = namespace, max_entries, clock
@@ -103,21 +96,22 @@ class MemoryStore:
         self._expiry: list[tuple[int, bool, bytes]] = []  # heap of (until, is a revocation, key)
         self._lock = threading.Lock()  # a codec's loop thread and a server's loop may share one store
 
-    def _now(self, fingerprint: bytes, lifetime_ms: int = 0, skew_ms: int = 0) -> tuple[int, str]:
-        """(the store's clock, whose the store is), after dropping what expired and recording the lifetime."""
+    def _now(self, fingerprint: bytes, lifetime_ms: int = 0, skew_ms: int = 0) -> Hello:
+        """(whose the store is, its epoch, its clock), after dropping what expired and recording the lifetime."""
         now = int(self._clock() * 1000)
         while self._expiry and self._expiry[0][0] <= now:
             until, revocation, key = heapq.heappop(self._expiry)
             if (self._revoked.get(key, (0, 0))[1] if revocation else self._claims.get(key)) == until:
                 (self._revoked if revocation else self._claims).pop(key)
         owner = "unused" if self._meta is None else "ok" if self._meta[1] == fingerprint else "foreign"
-        if self._meta and owner == "ok" and now + max(skew_ms, self._skew) < self._seen:  # the clock went back:
+        if owner == "ok" and now + max(skew_ms, self._skew) < self._seen:  # the clock went back:
             self._meta, self._seen = (secrets.token_bytes(8), fingerprint), now  # what it dropped may live: forget
         self._seen = max(self._seen, now)
         if lifetime_ms and owner != "foreign":
             self._meta = self._meta or (secrets.token_bytes(8), fingerprint)
             self._lifetime, self._skew = max(self._lifetime, lifetime_ms), max(self._skew, skew_ms)
-        return now, "new" if owner == "unused" and lifetime_ms else owner
+        owner = "new" if owner == "unused" and lifetime_ms else owner
+        return Hello(owner, self._meta[0] if self._meta else b"", now)
 
     def _keep(self, until: int, revocation: bool, key: bytes, new: bool) -> None:
         if new and len(self._claims) + len(self._revoked) >= self._max:
@@ -126,16 +120,12 @@ class MemoryStore:
 
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello:
         with self._lock:
-            now, owner = self._now(fingerprint, max(lifetime_ms, 1), skew_ms)
-            return Hello(owner, self._meta[0] if self._meta else b"", now)
+            return self._now(fingerprint, max(lifetime_ms, 1), skew_ms)
 
-    async def claim(
-        self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int, lifetime_ms: int,
-        skew_ms: int, scopes: Sequence[bytes],
-    ) -> Verdict:
+    async def claim(self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int,
+                    lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes]) -> Verdict:
         with self._lock:
-            now, owner = self._now(fingerprint, max(lifetime_ms, expires_ms - issued_ms, 1), skew_ms)
-            current = self._meta[0] if self._meta else b""
+            owner, current, now = self._now(fingerprint, max(lifetime_ms, expires_ms - issued_ms, 1), skew_ms)
             if owner == "foreign" or owner == "new" or epoch != current:
                 return Verdict(Claim.FOREIGN if owner == "foreign" else Claim.FORGOTTEN, current, now)
             if expires_ms <= now:
@@ -150,7 +140,7 @@ class MemoryStore:
 
     async def revoke(self, scope: bytes, *, fingerprint: bytes, skew_ms: int) -> int:
         with self._lock:
-            now, owner = self._now(fingerprint)
+            owner, _, now = self._now(fingerprint)
             check_owner(owner, self.where)
             skew, old = max(skew_ms, self._skew), self._revoked.get(scope, (0, 0))
             at, until = max(now + skew, old[0]), max(now + 2 * skew + self._lifetime, old[1])
@@ -160,12 +150,12 @@ class MemoryStore:
 
     async def lift(self, scope: bytes, *, fingerprint: bytes) -> bool:
         with self._lock:
-            check_owner(self._now(fingerprint)[1], self.where)
+            check_owner(self._now(fingerprint).owner, self.where)
             return self._revoked.pop(scope, None) is not None
 
     async def health(self, *, fingerprint: bytes) -> dict[str, object]:
         with self._lock:
-            owner = self._now(fingerprint)[1]
+            owner = self._now(fingerprint).owner
             return {"store": "memory", "owner": owner, "claims": len(self._claims), "revocations": len(self._revoked)}
 
     async def aclose(self) -> None:
