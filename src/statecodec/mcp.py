@@ -1,8 +1,6 @@
 """Protect an MCP server's ``requestState`` with statecodec: any codec as it is, and single use.
 
-Any statecodec codec is the SDK's request-state codec as it is, ``RequestStateSecurity(codec=AESGCMCodec.from_env())``:
-its refusals are the SDK's own `InvalidRequestState`, logged with the reason code and no traceback. The SDK is
-imported when called, never on import. Settings: docs/deployment.md; single use: docs/single-use.md.
+Any codec goes to the SDK as it is (docs/deployment.md); the SDK is imported when called, never on import.
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ Scopes = Callable[["ServerRequestContext[Any, Any]"], Mapping[str, str]]
 
 MCP_EXTRA_HINT = "install the MCP SDK with: pip install 'statecodec[mcp]'"
 REJECTED = "requestState rejected on %s: %s"  # the SDK boundary's log line too: `statecodec.otel` counts both
-_WARN_EVERY = 60.0  # seconds between two warnings that the store is not answering: a brown-out logs, not floods
+REFUSED = {"reason": "invalid_request_state"}  # the data of the SDK's frozen -32602 refusal
 
 
 def security_from_env(
@@ -54,15 +52,12 @@ def security_from_env(
 class SingleUseMiddleware:
     """SDK server middleware: each ``requestState`` is accepted at most once across the fleet, and revocable.
 
-    It must run after the SDK's `RequestStateBoundary` (it sees verified state only; `lifespan` refuses any other
-    order), and waits for the store on the event loop under one `deadline` (default twice the store's timeout). The
-    stamp records the minting request's principal, whatever ``bind_principal`` is, and `scopes(ctx)`, its operator
-    scopes (``{"tenant": "acme"}``). A refusal is the SDK's own -32602 answer, its reason code logged only.
-    Threats, set-up and settings: docs/single-use.md.
+    It runs after the SDK's `RequestStateBoundary` only (`lifespan` refuses any other order), waits for the store on the
+    event loop under one `deadline`, and records the minting principal and `scopes(ctx)` in the stamp. A refusal is the
+    SDK's own -32602 answer, its reason code logged only. Threats and set-up: docs/single-use.md.
     """
 
     def __init__(self, guard: SingleUse, *, deadline: float | None = None, scopes: Scopes | None = None) -> None:
-        import mcp.shared.exceptions  # noqa: F401 - loaded here, never on the request path
         from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 
         self.guard, self.scopes = guard, scopes
@@ -117,7 +112,7 @@ class SingleUseMiddleware:
             self._warn(str(exc))
         # The SDK boundary's own log line and frozen answer: a client cannot tell this refusal from any other.
         logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
-        raise _mcp_error("Invalid or expired requestState", {"reason": "invalid_request_state"})
+        raise _mcp_error("Invalid or expired requestState", REFUSED)
 
     async def _stamp(self, ctx: ServerRequestContext[Any, Any], state: str) -> str:
         from mcp.server.auth.middleware.auth_context import get_access_token
@@ -150,7 +145,7 @@ class SingleUseMiddleware:
         raise StoreUnreachable(f"the single-use store at {self.guard.where} did not answer within {self.deadline:g} s")
 
     def _warn(self, message: str) -> None:
-        if time.monotonic() - self._warned >= _WARN_EVERY:
+        if time.monotonic() - self._warned >= 60:  # one warning a minute at most: a brown-out logs, not floods
             self._warned = time.monotonic()
             logger.warning(message)
 
@@ -161,7 +156,6 @@ class SingleUseMiddleware:
 
 
 def _mcp_error(message: str = "Internal error", data: object = None) -> MCPError:
-    """-32603, or the -32602 refusal when `data` is given."""
     from mcp.shared.exceptions import MCPError
     from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 

@@ -1,8 +1,7 @@
 """Metrics where the wire is answered: every ``requestState`` an MCP server accepts or refuses, by reason.
 
-Threat: refusals are an attacker's probes and a fleet's symptoms, and counted anywhere but at the answer a replayed or
-revoked token, refused after the codec accepted it, would look accepted. OpenTelemetry's API alone
-(``statecodec[otel]``): a no-op until the application sets an SDK. Attributes and alerts: docs/observability.md.
+Threat: counted anywhere but at the answer, a replayed or revoked token (refused after the codec accepted it) would
+look accepted. OpenTelemetry's API alone (``statecodec[otel]``); attributes and alerts: docs/observability.md.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from statecodec import __version__
 from statecodec.errors import Reason
-from statecodec.mcp import REJECTED
+from statecodec.mcp import REFUSED, REJECTED
 
 try:
     from opentelemetry import metrics
@@ -32,7 +31,6 @@ _CODES: dict[str, str] = {reason.value: reason.value for reason in Reason} | {
     "minted in the future": Reason.NOT_YET_VALID, "unknown key": Reason.UNKNOWN_KEY,
     "non-string requestState": Reason.MALFORMED, "codec error": "codec_error",
 }
-_REFUSED = {"reason": "invalid_request_state"}  # the data of the SDK's frozen -32602 refusal
 _refusal: ContextVar[list[str] | None] = ContextVar("statecodec_refusal", default=None)
 
 
@@ -67,7 +65,7 @@ class RequestStateMetrics:
         try:
             result = await call_next(ctx)
         except Exception as exc:  # refused (the frozen answer), else an error: never counted as accepted
-            self._count(ctx.method, "refused" if seen or getattr(exc, "data", None) == _REFUSED else "error", seen)
+            self._count(ctx.method, "refused" if seen or getattr(exc, "data", None) == REFUSED else "error", seen)
             raise
         finally:
             _refusal.reset(reset)
