@@ -61,8 +61,9 @@ class SingleUseMiddleware:
         from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 
         self.guard, self.scopes = guard, scopes
-        default = 2 * getattr(guard.store, "timeout", 0.25)  # a network store's bound (0.25 s: its default)
-        self.deadline = seconds("deadline", default if deadline is None else deadline, low=0, high=60, low_open=True)
+        if deadline is None:  # twice a network store's bound (0.25 s: its default); a 0 or NaN is refused, not replaced
+            deadline = 2 * getattr(guard.store, "timeout", 0.25)
+        self.deadline = seconds("deadline", deadline, low=0, high=60, low_open=True)
         self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
         self._running, self._warned = False, -math.inf
 
@@ -112,7 +113,7 @@ class SingleUseMiddleware:
             self._warn(str(exc))
         # The SDK boundary's own log line and frozen answer: a client cannot tell this refusal from any other.
         logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
-        raise _mcp_error("Invalid or expired requestState", REFUSED)
+        raise _mcp_error("Invalid or expired requestState", dict(REFUSED))
 
     async def _stamp(self, ctx: ServerRequestContext[Any, Any], state: str) -> str:
         from mcp.server.auth.middleware.auth_context import get_access_token
