@@ -1,9 +1,6 @@
 """Protect an MCP server's ``requestState`` with statecodec: any codec as it is, and single use.
 
-Any statecodec codec is the SDK's request-state codec as it is, ``RequestStateSecurity(codec=AESGCMCodec.from_env())``:
-its refusals are the SDK's own `InvalidRequestState` (see `statecodec.errors.InvalidToken`), logged with the
-reason code and no traceback. `security_from_env()` builds that policy from the ``STATECODEC_*`` settings, with
-the ``STATECODEC_TTL`` that single use reads too. The SDK is imported when called, never on import.
+Any codec goes to the SDK as it is (docs/deployment.md); the SDK is imported when called, never on import.
 """
 
 from __future__ import annotations
@@ -12,7 +9,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -34,22 +31,15 @@ T = TypeVar("T")
 Scopes = Callable[["ServerRequestContext[Any, Any]"], Mapping[str, str]]
 
 MCP_EXTRA_HINT = "install the MCP SDK with: pip install 'statecodec[mcp]'"
-REJECTED = "requestState rejected on %s: %s"
-"""The SDK boundary's own log line for a refusal; ours is the same, so one reader (`statecodec.otel`) counts both."""
-_WARN_EVERY = 60.0  # seconds between two warnings that the store is not answering: a brown-out logs, not floods
+REJECTED = "requestState rejected on %s: %s"  # the SDK boundary's log line too: `statecodec.otel` counts both
+REFUSED = {"reason": "invalid_request_state"}  # the data of the SDK's frozen -32602 refusal
 
 
 def security_from_env(
-    *,
-    ttl: float | None = None,
-    audience: str | None = None,
-    environ: Mapping[str, str] | None = None,
-    **options: Any,
+    *, ttl: float | None = None, audience: str | None = None, environ: Mapping[str, str] | None = None, **options: Any
 ) -> RequestStateSecurity:
-    """The SDK's `RequestStateSecurity` around `statecodec.codec_from_env(environ)`, `ttl` defaulting to
-    ``STATECODEC_TTL`` (600 s when unset), the lifetime `single_use_from_env` gives its stamps; unset `options`
-    keep the SDK's defaults. Before any server starts: `ConfigurationError` (what to set) when the environment
-    describes no codec, `ImportError` naming the extra without the SDK."""
+    """The SDK's `RequestStateSecurity` around `codec_from_env(environ)`, `ttl` defaulting to ``STATECODEC_TTL`` (as
+    single use does); `ConfigurationError` naming what to set, or `ImportError` naming the extra, before any start."""
     try:
         from mcp.server.request_state import RequestStateSecurity
     except ImportError as exc:
@@ -62,34 +52,33 @@ def security_from_env(
 class SingleUseMiddleware:
     """SDK server middleware: each ``requestState`` is accepted at most once across the fleet, and revocable.
 
-    Threats: a replay (each stamp is claimed once in the store); a stamp moved onto another state, or seen sealed,
-    were it placed before the SDK's `RequestStateBoundary` (refused at start-up by `lifespan`); a stalled store
-    holding requests or the threads a sync tool needs (one `deadline` over the whole wait, default twice the
-    store's timeout, on the event loop); a revocation dodged by presenting another user's token (the stamp
-    records the minting request's (client, issuer, subject), whatever ``bind_principal`` is)::
-
-        MCPServer("billing", middleware=[single_use], lifespan=single_use.lifespan)  # single_use_from_env()
-
-    `scopes(ctx)` names operator scopes of the minting request, e.g. ``{"tenant": "acme"}`` for ``statecodec revoke
-    --scope tenant=acme``. A refusal is the SDK's own -32602 answer; the reason code goes to the log only.
+    It runs after the SDK's `RequestStateBoundary` only (`lifespan` refuses any other order), waits for the store on the
+    event loop under one `deadline`, and records the minting principal and `scopes(ctx)` in the stamp. A refusal is the
+    SDK's own -32602 answer, its reason code logged only. Threats and set-up: docs/single-use.md.
     """
 
     def __init__(self, guard: SingleUse, *, deadline: float | None = None, scopes: Scopes | None = None) -> None:
-        import mcp.shared.exceptions  # noqa: F401 - loaded here, never on the request path
         from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 
         self.guard, self.scopes = guard, scopes
-        timeout: float = getattr(guard.store, "timeout", 0.25)  # a network store's bound (0.25 s: the default)
-        deadline = 2 * timeout if deadline is None else deadline  # 0 or a NaN is refused, never replaced
+        if deadline is None:  # twice a network store's bound (0.25 s: its default); a 0 or NaN is refused, not replaced
+            deadline = 2 * getattr(guard.store, "timeout", 0.25)
         self.deadline = seconds("deadline", deadline, low=0, high=60, low_open=True)
         self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
         self._running, self._warned = False, -math.inf
 
     @asynccontextmanager
     async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
-        """``lifespan=`` of `MCPServer` or `Server`: checks the middleware order, starts the store's memory (if the
-        store is unreachable: one warning; no token minted or accepted until it answers), closes the store."""
-        self.check_order(server.middleware)
+        """``lifespan=`` of `MCPServer` or `Server`: checks the middleware order, starts the store, closes it."""
+        from mcp.server.request_state import RequestStateBoundary
+
+        mine = [i for i, middleware in enumerate(server.middleware) if middleware is self]
+        boundaries = [i for i, item in enumerate(server.middleware) if isinstance(item, RequestStateBoundary)]
+        if not mine or not boundaries or min(mine) < max(boundaries):
+            raise ConfigurationError(
+                "SingleUseMiddleware must come after the SDK's RequestStateBoundary in server.middleware (it must see "
+                "verified state only): pass it to MCPServer(middleware=[...]); on a lowlevel Server, append it last"
+            )
         self._running = True
         try:
             await self._start()
@@ -97,18 +86,6 @@ class SingleUseMiddleware:
         finally:
             self._running = False
             await self.guard.aclose()
-
-    def check_order(self, chain: Sequence[object]) -> None:
-        """`ConfigurationError` unless this middleware runs inside (after) every `RequestStateBoundary`."""
-        from mcp.server.request_state import RequestStateBoundary
-
-        mine = [i for i, middleware in enumerate(chain) if middleware is self]
-        boundaries = [i for i, middleware in enumerate(chain) if isinstance(middleware, RequestStateBoundary)]
-        if not mine or not boundaries or min(mine) < max(boundaries):
-            raise ConfigurationError(
-                "SingleUseMiddleware must come after the SDK's RequestStateBoundary in server.middleware (it must see "
-                "verified state only): pass it to MCPServer(middleware=[...]); on a lowlevel Server, append it last"
-            )
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method not in self._methods:
@@ -134,27 +111,27 @@ class SingleUseMiddleware:
         except StoreUnreachable as exc:  # past the deadline
             reason = Reason.STORE_UNAVAILABLE
             self._warn(str(exc))
-        raise _refusal(method, reason)
+        # The SDK boundary's own log line and frozen answer: a client cannot tell this refusal from any other.
+        logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
+        raise _mcp_error("Invalid or expired requestState", dict(REFUSED))
 
     async def _stamp(self, ctx: ServerRequestContext[Any, Any], state: str) -> str:
         from mcp.server.auth.middleware.auth_context import get_access_token
         from mcp.server.auth.provider import principal_components
 
-        self._check_running(method := ctx.method)
+        self._check_running(ctx.method)
         if not self.guard.started:
             await self._start()
         token = get_access_token()  # the minting request's principal, whatever bind_principal is
         try:
             principal = None if token is None else principal_components(token)
             scopes = self.scopes(ctx) if self.scopes else None  # recorded at mint, never taken from a presenter
-            stamped = self.guard.stamp(_bytes(state), principal=principal, scopes=scopes)
+            return self.guard.stamp(_bytes(state), principal=principal, scopes=scopes).decode("utf-8", "surrogatepass")
         except StoreError as exc:  # the store never answered, or its clock is too far: no token it cannot date
-            logger.error("refusing to stamp requestState on %s: %s", method, exc)
-            raise _internal_error() from None
-        return stamped.decode("utf-8", "surrogatepass")
+            logger.error("refusing to stamp requestState on %s: %s", ctx.method, exc)
+            raise _mcp_error() from None
 
     async def _start(self) -> None:
-        """`guard.start()` under the deadline; a store that cannot be reached is a warning, rate-limited."""
         try:
             await self._bounded(self.guard.start())
         except StoreUnreachable as exc:  # its message names the store and the cause, never a credential
@@ -169,23 +146,17 @@ class SingleUseMiddleware:
         raise StoreUnreachable(f"the single-use store at {self.guard.where} did not answer within {self.deadline:g} s")
 
     def _warn(self, message: str) -> None:
-        if time.monotonic() - self._warned >= _WARN_EVERY:
+        if time.monotonic() - self._warned >= 60:  # one warning a minute at most: a brown-out logs, not floods
             self._warned = time.monotonic()
             logger.warning(message)
 
     def _check_running(self, method: str) -> None:
         if not self._running:
             logger.error("SingleUseMiddleware on %s was never started: pass lifespan=single_use.lifespan", method)
-            raise _internal_error()
+            raise _mcp_error()
 
 
-def _refusal(method: str, reason: Reason) -> MCPError:
-    """The SDK boundary's frozen answer, so a client cannot tell this refusal from any other; the reason is logged."""
-    logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
-    return _internal_error("Invalid or expired requestState", {"reason": "invalid_request_state"})
-
-
-def _internal_error(message: str = "Internal error", data: object = None) -> MCPError:
+def _mcp_error(message: str = "Internal error", data: object = None) -> MCPError:
     from mcp.shared.exceptions import MCPError
     from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 

@@ -1,11 +1,7 @@
 """Metrics where the wire is answered: every ``requestState`` an MCP server accepts or refuses, by reason.
 
-Threat: refusals are an attacker's probes and a fleet's symptoms (``replayed``: a stolen token tried again; ``seal``:
-forging; ``store_unavailable``: the single-use store in trouble), and counted anywhere but at the answer a replayed
-or revoked token, refused after the codec accepted it, would look accepted. `instrument(server)` puts
-`RequestStateMetrics` first in the middleware of an `MCPServer` or lowlevel `Server`: each request presenting a
-state adds one to ``statecodec.request_state`` (``method``, ``outcome``, and the ``reason`` the SDK boundary or
-single use logged). OpenTelemetry's API alone (``statecodec[otel]``): a no-op until the application sets an SDK.
+Threat: counted anywhere but at the answer, a replayed or revoked token (refused after the codec accepted it) would
+look accepted. OpenTelemetry's API alone (``statecodec[otel]``); attributes and alerts: docs/observability.md.
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from statecodec import __version__
 from statecodec.errors import Reason
-from statecodec.mcp import REJECTED
+from statecodec.mcp import REFUSED, REJECTED
 
 try:
     from opentelemetry import metrics
@@ -35,28 +31,24 @@ _CODES: dict[str, str] = {reason.value: reason.value for reason in Reason} | {
     "minted in the future": Reason.NOT_YET_VALID, "unknown key": Reason.UNKNOWN_KEY,
     "non-string requestState": Reason.MALFORMED, "codec error": "codec_error",
 }
-_REFUSED = {"reason": "invalid_request_state"}  # the data of the SDK's frozen -32602 refusal
 _refusal: ContextVar[list[str] | None] = ContextVar("statecodec_refusal", default=None)
 
 
-class _Reasons(logging.Filter):
-    """Keeps the reason of a refusal logged inside `RequestStateMetrics` (the one place the SDK gives it)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        seen = _refusal.get()
-        if seen is not None and record.msg == REJECTED and isinstance(record.args, tuple) and len(record.args) == 2:
-            seen.append(str(_CODES.get(str(record.args[1]), "other")))
-        return True
+def _note_reason(record: logging.LogRecord) -> bool:
+    """A logging filter keeping the reason of a refusal logged inside `RequestStateMetrics` (where the SDK gives it)."""
+    seen = _refusal.get()
+    if seen is not None and record.msg == REJECTED and isinstance(record.args, tuple) and len(record.args) == 2:
+        seen.append(str(_CODES.get(str(record.args[1]), "other")))
+    return True
 
 
-for _name in ("mcp.server.request_state", "statecodec.mcp"):
-    logging.getLogger(_name).addFilter(_Reasons())
+logging.getLogger("mcp.server.request_state").addFilter(_note_reason)
+logging.getLogger("statecodec.mcp").addFilter(_note_reason)
 
 
 class RequestStateMetrics:
-    """SDK server middleware, first in the chain: a presented ``requestState`` is refused when the SDK boundary or
-    single use logged a refusal for it (``reason`` ``unknown`` if that log is silenced below WARNING), an error when
-    the request failed otherwise, else accepted."""
+    """SDK server middleware, first in the chain: one count per presented ``requestState``, refused (with the reason
+    the SDK boundary or single use logged, ``unknown`` if that log is silenced), an error, else accepted."""
 
     def __init__(self, meter: metrics.Meter | None = None) -> None:
         from mcp_types.methods import INPUT_REQUIRED_METHODS
@@ -73,22 +65,20 @@ class RequestStateMetrics:
         try:
             result = await call_next(ctx)
         except Exception as exc:  # refused (the frozen answer), else an error: never counted as accepted
-            refused = getattr(exc, "data", None) == _REFUSED
-            self._count(ctx.method, "refused" if seen or refused else "error", (seen or ["unknown"])[0])
+            self._count(ctx.method, "refused" if seen or getattr(exc, "data", None) == REFUSED else "error", seen)
             raise
         finally:
             _refusal.reset(reset)
-        self._count(ctx.method, "refused" if seen else "accepted", seen[0] if seen else None)
+        self._count(ctx.method, "refused" if seen else "accepted", seen)
         return result
 
-    def _count(self, method: str, outcome: str, reason: str | None) -> None:
-        attributes = {"method": method, "outcome": outcome}
-        self._counter.add(1, attributes if outcome != "refused" else {**attributes, "reason": str(reason)})
+    def _count(self, method: str, outcome: str, seen: list[str]) -> None:
+        reason = {"reason": (seen or ["unknown"])[0]} if outcome == "refused" else {}
+        self._counter.add(1, {"method": method, "outcome": outcome, **reason})
 
 
 def instrument(server: Any, meter: metrics.Meter | None = None) -> RequestStateMetrics:
-    """Put `RequestStateMetrics` first in `server.middleware` (an `MCPServer` or a lowlevel `Server`) and return it;
-    `meter` defaults to the global provider's ``statecodec`` meter, a no-op until an OpenTelemetry SDK is set."""
+    """Put `RequestStateMetrics` first in `server.middleware` (an `MCPServer` or a lowlevel `Server`); return it."""
     middleware = RequestStateMetrics(meter)
     server.middleware.insert(0, middleware)
     return middleware
