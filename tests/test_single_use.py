@@ -230,6 +230,20 @@ def test_availability_first_accepts_only_when_the_store_cannot_be_reached(
     assert "a bug in a custom store" not in caplog.text
 
 
+def test_an_answer_the_guard_cannot_read_is_refused_even_in_accept_mode() -> None:
+    guard, store = fixed_guard(1_767_225_600_000, on_store_error="accept")  # a FIRST claim, then a broken clock
+    stamped, answer = guard.stamp(b"x"), store.claim
+
+    async def unreadable(**kwargs: Any) -> Verdict:
+        return (await answer(**kwargs))._replace(now_ms=None)  # type: ignore[arg-type]
+
+    store.claim = unreadable  # type: ignore[method-assign]
+    with pytest.raises(InvalidToken, match="store_unavailable") as refused:
+        asyncio.run(guard.consume(stamped))
+    assert refused.value.__cause__ is None
+    assert refused.value.__context__ is None
+
+
 @pytest.mark.parametrize(
     ("error", "then"),
     [(StoreUnreachable("the store at fixed:0 is unreachable: connection refused"), "until it answers"),
