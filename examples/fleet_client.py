@@ -11,6 +11,9 @@ servers started a moment ago up to 30 s to listen)::
 
     python examples/fleet_client.py http://127.0.0.1:8001/mcp --retry-url http://127.0.0.1:8002/mcp --wait 30
 
+Against servers started with ``--demo-auth``, ``--token demo-alice`` sends that demonstration bearer token
+(``Authorization: Bearer demo-alice``), so each run can act as another user.
+
 It prints the tool's structured result as JSON and exits 0; when the retry is
 refused it prints the error code and message and exits 2; when a server does
 not listen (within ``--wait``) it says which and exits 1.
@@ -19,16 +22,19 @@ not listen (within ``--wait``) it says which and exits 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
+import httpx2
 from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, ElicitRequest, ElicitResult, InputRequest, InputRequiredResult, InputResponse
 
 TOOL = "provision"
@@ -43,8 +49,34 @@ def fulfil(request: InputRequest, region: str) -> InputResponse:
     return ElicitResult(action="accept", content={"region": region})
 
 
+@contextlib.asynccontextmanager
+async def _client(url: str, token: str | None) -> AsyncIterator[Client]:
+    """A client of `url`, sending `token` as a bearer token when one is given."""
+    if token is None:
+        async with Client(url) as client:
+            yield client
+        return
+    # The SDK's transport timeouts: a server may hold a response stream open.
+    headers, timeout = {"Authorization": f"Bearer {token}"}, httpx2.Timeout(30, read=300)
+    http = httpx2.AsyncClient(headers=headers, timeout=timeout)
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
+        yield client
+
+
+def _refusal(exc: BaseException) -> MCPError | None:
+    """The server's refusal behind `exc`, which a transport's task group may have wrapped in exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, MCPError) else None
+
+
 async def provision(
-    first_url: str, *, retry_url: str | None = None, name: str = "orders", region: str = "eu-west-1"
+    first_url: str,
+    *,
+    retry_url: str | None = None,
+    name: str = "orders",
+    region: str = "eu-west-1",
+    token: str | None = None,
 ) -> dict[str, Any]:
     """Call ``provision`` on `first_url` and send every retry to `retry_url`; the structured result.
 
@@ -53,7 +85,7 @@ async def provision(
     """
     arguments = {"name": name}
     refused: MCPError | None = None
-    async with Client(first_url) as first, Client(retry_url or first_url) as retry:
+    async with _client(first_url, token) as first, _client(retry_url or first_url, token) as retry:
         try:
             result = await first.session.call_tool(TOOL, arguments, allow_input_required=True)
             while isinstance(result, InputRequiredResult):
@@ -110,15 +142,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", default="orders")
     parser.add_argument("--region", default="eu-west-1")
     parser.add_argument("--wait", type=float, default=0, metavar="SECONDS", help="wait for the servers to listen")
+    parser.add_argument("--token", help="a bearer token to send, e.g. demo-alice for servers run with --demo-auth")
     args = parser.parse_args(argv)
     silent = first_silent([args.url, args.retry_url or args.url], args.wait)
     if silent is not None:
         print(f"cannot reach {silent}: nothing listens there (start it first, or pass --wait SECONDS)", file=sys.stderr)
         return EXIT_UNREACHABLE
     try:
-        outcome = anyio.run(lambda: provision(args.url, retry_url=args.retry_url, name=args.name, region=args.region))
-    except MCPError as exc:
-        print(f"rejected: {exc.error.code} {exc.error.message}", file=sys.stderr)
+        outcome = anyio.run(
+            lambda: provision(args.url, retry_url=args.retry_url, name=args.name, region=args.region, token=args.token)
+        )
+    except (MCPError, BaseExceptionGroup) as exc:
+        refused = _refusal(exc)
+        if refused is None:
+            raise
+        print(f"rejected: {refused.error.code} {refused.error.message}", file=sys.stderr)
         return EXIT_REJECTED
     print(json.dumps(outcome, sort_keys=True))
     return 0
