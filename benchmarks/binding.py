@@ -13,9 +13,9 @@ costs `unseal` (not a test).
 3. ``parts``: what two of `BoundCodec`'s choices buy, per call: `json.dumps` with keywords (a new `JSONEncoder` each
    call) against one module-level encoder, and `hmac.new` against copying an HMAC keyed once.
 
-Each round times every operation (in this process's CPU time) in a fresh random order, three times over, keeping
-each operation's fastest batch, so that every side sees the same machine load; a figure is the median over rounds of
-the per-round ratio.
+Each round times every operation (in this process's CPU time) in a fresh random order, keeping each operation's
+fastest of three batches (`statecodec bench`'s interleaving), so that every side sees the same machine load; a
+figure is the median over rounds of the per-round ratio.
 
 Run: ``python benchmarks/binding.py [--rounds 61] [--batch-ms 5]``.
 """
@@ -23,14 +23,11 @@ Run: ``python benchmarks/binding.py [--rounds 61] [--batch-ms 5]``.
 from __future__ import annotations
 
 import argparse
-import gc
 import hmac
 import json
 import os
-import random
 import statistics
 import time
-import timeit
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
@@ -39,6 +36,7 @@ from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 
 from statecodec import AESGCMCodec, BoundCodec, InvalidToken, KeyRing, generate_key
 from statecodec.binding import mcp_request_context
+from statecodec.cli.bench import interleave
 
 Op = Callable[[], object]
 METHOD = "tools/call"
@@ -134,33 +132,12 @@ def part_ops() -> dict[str, Op]:
     }
 
 
-def _timer(op: Op) -> timeit.Timer:
-    """CPU time of this process: on a machine shared with other work, wall time also counts their time slices."""
-    return timeit.Timer(op, timer=time.process_time)
-
-
-def interleave(ops: dict[str, Op], rounds: int, batch_s: float, passes: int = 3) -> dict[str, list[float]]:
-    """Seconds per call of every operation, one sample per round: each round makes `passes` passes over every
-    operation in a fresh order, a batch of about `batch_s` each, and keeps each operation's fastest batch, so that
-    a batch the scheduler interrupted on a shared machine does not become the round's sample."""
-    counts = {}
+def check(ops: dict[str, Op]) -> dict[str, Op]:
+    """`ops`, once each side that should accept was seen to accept: a side that refuses is not timing a round."""
     for key, op in ops.items():
-        if isinstance(op(), InvalidToken) and "refuse" not in key:  # a side that refuses is not timing a round
+        if isinstance(op(), InvalidToken) and "refuse" not in key:
             raise RuntimeError(f"{key} refused its token")
-        per_call = _timer(op).timeit(50) / 50
-        counts[key] = max(1, round(batch_s / per_call))
-    samples: dict[str, list[float]] = {key: [] for key in ops}
-    order = list(ops)
-    for _ in range(rounds):
-        gc.collect()
-        best = dict.fromkeys(ops, float("inf"))
-        for _ in range(passes):
-            random.shuffle(order)
-            for key in order:  # timeit turns the collector off during a batch
-                best[key] = min(best[key], _timer(ops[key]).timeit(counts[key]) / counts[key])
-        for key, seconds in best.items():
-            samples[key].append(seconds)
-    return samples
+    return ops
 
 
 def median_ratio(a: list[float], b: list[float]) -> float:
@@ -175,7 +152,8 @@ def main() -> None:
     ops = {f"round/{k}": op for k, op in round_ops().items()}
     ops.update({f"ring/{k}": op for k, op in ring_ops().items()})
     ops.update({f"part/{k}": op for k, op in part_ops().items()})
-    s = interleave(ops, args.rounds, args.batch_ms / 1000)
+    # CPU time of this process: on a machine shared with other work, wall time also counts their time slices.
+    s = interleave(check(ops), args.rounds, args.batch_ms / 1000, timer=time.process_time)
     bare, bound, handler, sdk = (s[f"round/{k}"] for k in ("bare", "bound", "handler", "boundary"))
     ours = [b - c for b, c in zip(bound, bare, strict=True)]
     theirs = [x - h - c for x, h, c in zip(sdk, handler, bare, strict=True)]

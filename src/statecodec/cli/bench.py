@@ -15,6 +15,7 @@ import os
 import random
 import statistics
 import sys
+import time
 import timeit
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -92,16 +93,21 @@ CASES: dict[str, Callable[[], Pair]] = {
 }
 
 
-def interleave(ops: dict[str, Callable[[], object]], rounds: int, batch_s: float = 0.001) -> dict[str, list[float]]:
-    """Seconds per call of each operation, one value a round (the best of three batches of about `batch_s`), every
-    operation timed in each round in a fresh order."""
-    loops = {key: max(1, round(batch_s / (timeit.Timer(op).timeit(20) / 20))) for key, op in ops.items()}
+def interleave(
+    ops: dict[str, Callable[[], object]],
+    rounds: int,
+    batch_s: float = 0.001,
+    timer: Callable[[], float] = time.perf_counter,
+) -> dict[str, list[float]]:
+    """Seconds per call of each operation by `timer`, one value a round (the best of three batches of about
+    `batch_s`), every operation timed in each round in a fresh order."""
+    loops = {key: max(1, round(batch_s / (timeit.Timer(op, timer=timer).timeit(20) / 20))) for key, op in ops.items()}
     values: dict[str, list[float]] = {key: [] for key in ops}
     order = list(ops)
     for _ in range(rounds):
         random.shuffle(order)
         for key in order:
-            values[key].append(min(timeit.Timer(ops[key]).repeat(3, loops[key])) / loops[key])
+            values[key].append(min(timeit.Timer(ops[key], timer=timer).repeat(3, loops[key])) / loops[key])
     return values
 
 
