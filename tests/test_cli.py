@@ -313,7 +313,8 @@ def test_check_is_not_ready_when_the_provider_is_unreachable_or_the_probe_fails(
     pytest.importorskip("hvac")
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-    vault = {"STATECODEC_CODEC": "vault-transit", "STATECODEC_VAULT_ADDR": "http://127.0.0.1:9"}
+    vault = {"STATECODEC_CODEC": "vault-envelope", "STATECODEC_VAULT_ADDR": "http://127.0.0.1:9"}
+    vault |= {"STATECODEC_WRAPPED_KEYS": "dmF1bHQ6djE6QUFBQQ"}  # vault:v1:AAAA
     vault |= {"STATECODEC_VAULT_TOKEN": "s.statecodec-test-token", "STATECODEC_VAULT_KEY": "statecodec"}
     code, doc, err = _report(cli, "--instance", "web-1", env=vault)
     assert (code, doc["ready"], doc["status"]) == (1, False, "not ready")

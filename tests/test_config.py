@@ -229,17 +229,15 @@ def _with(codec: str, **settings: str) -> dict[str, str]:
     ("env", "fragment"),
     [
         (_with("aesgcm", KEYS=KEYS, VAULT_ADDR="https://v"), "STATECODEC_VAULT_ADDR is set but codec kind 'aesgcm' "
-         "does not read it (it is read by vault-envelope, vault-transit)"),
+         "does not read it (it is read by vault-envelope)"),
         (_with("jwe", KEYS=KEYS, JWS_ALG="HS256"), "STATECODEC_JWS_ALG is set but codec kind 'jwe' does not read it"),
         (_with("jws", KEYS=KEYS, JWKS_FILE="/s.json"), "STATECODEC_KEYS has no effect beside STATECODEC_JWKS_FILE"),
         (_with("aws-kms", KMS_CONTEXT="purpose=x", KMS_AUDIENCE="billing"),
          "STATECODEC_KMS_AUDIENCE has no effect beside STATECODEC_KMS_CONTEXT"),
-        (_with("vault-transit", VAULT_TOKEN_FILE="/t", VAULT_ROLE_ID="role"),
-         "STATECODEC_VAULT_TOKEN_FILE has no effect beside STATECODEC_VAULT_ROLE_ID"),
-        (_with("vault-transit", VAULT_SECRET_ID="s", VAULT_SECRET_ID_FILE="/s"),
-         "both STATECODEC_VAULT_SECRET_ID and STATECODEC_VAULT_SECRET_ID_FILE are set; set exactly one"),
+        (_with("vault-envelope", VAULT_TOKEN="s", VAULT_TOKEN_FILE="/s"),
+         "both STATECODEC_VAULT_TOKEN and STATECODEC_VAULT_TOKEN_FILE are set; set exactly one"),
     ],
-    ids=["other-kind", "jws-for-jwe", "ring-beside-jwks", "audience-beside-context", "token-beside-approle", "x-file"],
+    ids=["other-kind", "jws-for-jwe", "ring-beside-jwks", "audience-beside-context", "x-file"],
 )
 def test_a_setting_made_ineffective_is_an_error_not_a_silent_drop(env: dict[str, str], fragment: str) -> None:
     with pytest.raises(ConfigurationError) as info:
@@ -248,7 +246,7 @@ def test_a_setting_made_ineffective_is_an_error_not_a_silent_drop(env: dict[str,
 
 
 AWS = _with("aws-kms", AWS_KMS_KEY_ID="1234abcd", AWS_REGION="eu-west-1", WRAPPED_KEYS=format_keys([generate_key()]))
-VAULT = _with("vault-transit", VAULT_TOKEN="s.statecodec-test-token", VAULT_KEY="statecodec")
+VAULT = _with("vault-envelope", VAULT_TOKEN="s.statecodec-test-token", VAULT_KEY="statecodec")
 
 
 def test_a_misspelt_member_never_reaches_the_provider(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -260,7 +258,7 @@ def test_a_misspelt_member_never_reaches_the_provider(tmp_path: Path, monkeypatc
         built.append(settings["STATECODEC_CODEC"])
         return AESGCMCodec([KEY])
 
-    for kind in ("aws-kms", "vault-transit"):
+    for kind in ("aws-kms", "vault-envelope"):
         monkeypatch.setitem(cfg.BUILDERS, kind, spy)
     conf = tmp_path / "aws.json"
     for extra, refusal in [
@@ -270,13 +268,13 @@ def test_a_misspelt_member_never_reaches_the_provider(tmp_path: Path, monkeypatc
         conf.write_text(json.dumps({**AWS, **extra}))
         with pytest.raises(ConfigurationError, match=refusal):
             cfg.codec_from_file(conf)
-    with pytest.raises(ConfigurationError, match="unknown setting STATECODEC_VAULT_CONTXT; did you mean"):
-        cfg.codec_from_env({**VAULT, "STATECODEC_VAULT_CONTXT": "purpose=x"})
+    with pytest.raises(ConfigurationError, match="unknown setting STATECODEC_VAULT_TIMOUT; did you mean"):
+        cfg.codec_from_env({**VAULT, "STATECODEC_VAULT_TIMOUT": "1"})
     assert built == []
     conf.write_text(json.dumps({**AWS, "STATECODEC_KMS_AUDIENCE": "billing"}))  # spelt right: built
     assert isinstance(cfg.codec_from_file(conf), AESGCMCodec)
     assert isinstance(cfg.codec_from_env(VAULT), AESGCMCodec)
-    assert built == ["aws-kms", "vault-transit"]
+    assert built == ["aws-kms", "vault-envelope"]
 
 
 @pytest.mark.parametrize(

@@ -387,8 +387,6 @@ def _misconfigurations() -> Iterator[tuple[str, str | None, Callable[[], object]
         yield f"gcp-emulator-{host}", "google.cloud.kms", emulated, "loopback"
     vault = partial(_late, "providers.vault", "vault_client", token="s.token")
     yield "vault-url", "hvac", partial(vault, f"https://ops:{MARKER}@vault.example:8200"), "no credentials"
-    transit = partial(_with_vault_client, "VaultTransitCodec", "k", clock=None)
-    yield "vault-transit-clock", "hvac", transit, "clock must be a callable"
     yield "vault-wrapper-retry", "hvac", partial(_with_vault_client, "VaultKeyWrapper", "k", retry=5), "RetryPolicy"
 
 

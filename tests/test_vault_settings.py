@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,14 +12,7 @@ pytest.importorskip("hvac")
 
 from statecodec import ConfigurationError
 from statecodec.config import codec_from_env
-from statecodec.providers._vault_api import AppRoleLogin
-from statecodec.providers.vault import (
-    VaultKeyWrapper,
-    VaultTransitCodec,
-    transit_codec_from_settings,
-    vault_client,
-    vault_client_from_settings,
-)
+from statecodec.providers.vault import VaultKeyWrapper, vault_client, vault_client_from_settings
 from tests.plugins.vault import assert_not_copyable
 from tests.secrecy import assert_unreachable
 
@@ -30,7 +23,7 @@ TOKEN = {**ADDR, "VAULT_TOKEN": SECRET}
 
 @pytest.fixture
 def client() -> Iterator[Any]:
-    c = vault_client("http://127.0.0.1:9", token=SECRET)  # token auth contacts no Vault
+    c = vault_client("http://127.0.0.1:9", token=SECRET)  # building a client contacts no Vault
     yield c
     c.adapter.close()
 
@@ -42,13 +35,9 @@ BAD_URLS = ["127.0.0.1:8200", "ftp://vault", "https://vault:8200/v1/transit", ""
 @pytest.mark.parametrize(
     ("url", "kwargs", "message"),
     [
-        (URL, {"token": SECRET, "role_id": "r", "secret_id": "s"}, "exactly one Vault auth"),
-        (URL, {}, "exactly one Vault auth"),
-        (URL, {"role_id": "r"}, r"secret id \(both\)"),
         (URL, {"token": "  "}, "token is empty"),
         *[(URL, {"token": SECRET, "timeout": t}, "Vault (connect|read) timeout must be") for t in (0, (1, 99), True)],
         (URL, {"token": SECRET, "timeout": "2"}, "timeout must be seconds or a"),
-        (URL, {"token": SECRET, "pool_size": 0}, "pool_size"),
         *[(url, {"token": SECRET}, r"http\(s\)://host\[:port\] \(no credentials") for url in BAD_URLS],
     ],
 )
@@ -58,44 +47,24 @@ def test_vault_client_refuses(url: str, kwargs: dict[str, Any], message: str) ->
     assert SECRET not in str(info.value)
 
 
-SHARED_ARGUMENTS = [  # checked by the base both take: key name, mount path, client
-    *[({"key": key}, "key name") for key in ["", "a/b", "../x", "k y", "-k", "k\n"]],
-    *[({"mount_point": m}, "mount") for m in ["", "a//b", "tran sit", "../sys", "a/./b", "x/.."]],
-    ({"client": object()}, r"hvac\.Client"),
-]
-CODEC_ARGUMENTS = [
-    *[({"max_token_length": cap}, "max_token_length") for cap in (10, True, 2**31)],
-    *[({"outage_backoff": seconds}, "outage_backoff") for seconds in (-1, True, float("nan"))],
-    ({"allow_exportable_key": 1}, "allow_exportable_key"),
-    *[({"context": c}, "context") for c in ({}, {"audience": 3}, "audience=a", {f"k{i}": "v" for i in range(17)})],
-    ({"context": {"audience": "x" * 257}}, "context"),
-]
-
-
 @pytest.mark.parametrize(
-    ("cls", "kwargs", "message"),
+    ("kwargs", "message"),
     [
-        *[
-            (cls, kwargs, message)
-            for cls in (VaultTransitCodec, VaultKeyWrapper)
-            for kwargs, message in SHARED_ARGUMENTS
-        ],
-        *[(VaultTransitCodec, kwargs, message) for kwargs, message in CODEC_ARGUMENTS],
+        *[({"key": key}, "key name") for key in ["", "a/b", "../x", "k y", "-k", "k\n"]],
+        *[({"mount_point": m}, "mount") for m in ["", "a//b", "tran sit", "../sys", "a/./b", "x/.."]],
+        ({"client": object()}, r"hvac\.Client"),
     ],
 )
-def test_codec_and_wrapper_arguments(client: Any, cls: type, kwargs: dict[str, Any], message: str) -> None:
+def test_wrapper_arguments(client: Any, kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
-        cls(**{"client": client, "key": "k", **kwargs})
+        VaultKeyWrapper(**{"client": client, "key": "k", **kwargs})
 
 
-@pytest.mark.parametrize(
-    "make", [lambda c: VaultKeyWrapper(c, "k"), lambda c: AppRoleLogin(c, "role", SECRET, "approle")]
-)
-def test_secret_holders_refuse_pickling_and_copying(client: Any, make: Callable[[Any], object]) -> None:
-    """Each holds the Vault token (its client) or the secret id; `VaultTransitCodec`: test_vault_transit.py."""
-    holder = make(client)
-    assert_not_copyable(holder)
-    assert SECRET not in repr(holder)
+def test_the_wrapper_refuses_pickling_and_copying(client: Any) -> None:
+    """It holds the Vault token (its client)."""
+    wrapper = VaultKeyWrapper(client, "k")
+    assert_not_copyable(wrapper)
+    assert SECRET not in repr(wrapper)
 
 
 @pytest.mark.parametrize(
@@ -103,7 +72,7 @@ def test_secret_holders_refuse_pickling_and_copying(client: Any, make: Callable[
     [
         ({}, "STATECODEC_VAULT_ADDR"),
         ({"STATECODEC_VAULT_ADDR": "vault:8200"}, r"STATECODEC_VAULT_ADDR \(or VAULT_ADDR\): the Vault address"),
-        (ADDR, r"STATECODEC_VAULT_TOKEN_FILE \(or STATECODEC_VAULT_TOKEN, VAULT_TOKEN\)"),
+        (ADDR, r"no Vault token: set STATECODEC_VAULT_TOKEN_FILE \(e\.g\. the token file Vault Agent writes\)"),
         ({**TOKEN, "STATECODEC_VAULT_SKIP_VERIFY": "maybe"}, "SKIP_VERIFY"),
         ({**TOKEN, "STATECODEC_VAULT_CLIENT_CERT": "/c.pem"}, "CLIENT_KEY"),
         *[
@@ -123,7 +92,7 @@ def test_client_settings_refused(settings: dict[str, str], message: str) -> None
 def test_settings_reach_the_client(tmp_path: Path) -> None:
     (tmp_path / "token").write_text(SECRET + "\n")
     settings = {"STATECODEC_VAULT_ADDR": "https://vault.example:8200", "VAULT_ADDR": "https://ignored.example"}
-    # An explicit token file wins over a VAULT_TOKEN inherited from the shell.
+    # An explicit token file (the one Vault Agent keeps fresh) wins over a VAULT_TOKEN inherited from the shell.
     settings |= {"VAULT_TOKEN": "inherited", "STATECODEC_VAULT_TOKEN_FILE": str(tmp_path / "token")}
     settings |= {"VAULT_NAMESPACE": "team-b", "VAULT_CACERT": "/ca.pem", "STATECODEC_VAULT_TIMEOUT": "5"}
     settings |= {"VAULT_CLIENT_CERT": "/c.pem", "STATECODEC_VAULT_CLIENT_KEY": "/c.key"}
@@ -138,24 +107,37 @@ def test_settings_reach_the_client(tmp_path: Path) -> None:
     assert (skip.adapter._kwargs["verify"], skip.adapter._kwargs["timeout"]) == (False, (0.5, 1.0))
 
 
-@pytest.mark.parametrize("name", ["STATECODEC_VAULT_TOKEN_FILE", "STATECODEC_VAULT_SECRET_ID_FILE"])
-def test_a_secret_file_that_is_not_utf8_leaves_the_secret_out_of_the_exception(tmp_path: Path, name: str) -> None:
+def test_a_token_file_that_is_not_utf8_leaves_the_token_out_of_the_exception(tmp_path: Path) -> None:
     """The decoder's error holds the whole file; nothing reachable from ours may (`from None` is not enough)."""
     secret = SECRET.encode() + b"-\xff-rest-of-the-secret"
     (tmp_path / "secret").write_bytes(secret)
-    settings = {**ADDR, name: str(tmp_path / "secret")}
-    if name == "STATECODEC_VAULT_SECRET_ID_FILE":
-        settings["STATECODEC_VAULT_ROLE_ID"] = "role"
     with pytest.raises(ConfigurationError, match="not UTF-8 text") as info:
-        vault_client_from_settings(settings)
+        vault_client_from_settings({**ADDR, "STATECODEC_VAULT_TOKEN_FILE": str(tmp_path / "secret")})
     assert info.value.__context__ is None
     assert_unreachable(info.value, secret, SECRET.encode())
 
 
-def test_codec_kinds_read_their_settings_before_vault() -> None:
+def test_the_key_is_checked_before_vault() -> None:
+    env = {"STATECODEC_CODEC": "vault-envelope", "STATECODEC_WRAPPED_KEYS": "dmF1bHQ6djE6QUFBQQ", **TOKEN}
     with pytest.raises(ConfigurationError, match="STATECODEC_VAULT_KEY"):
-        codec_from_env({"STATECODEC_CODEC": "vault-transit", **TOKEN})
+        codec_from_env(env)
     with pytest.raises(ConfigurationError, match="STATECODEC_VAULT_KEY: the transit key name"):
-        codec_from_env({"STATECODEC_CODEC": "vault-transit", **TOKEN, "STATECODEC_VAULT_KEY": "no spaces"})
-    with pytest.raises(ConfigurationError, match="STATECODEC_VAULT_CONTEXT"):
-        transit_codec_from_settings({**TOKEN, "STATECODEC_VAULT_KEY": "k", "STATECODEC_VAULT_CONTEXT": "no-pairs"})
+        codec_from_env({**env, "STATECODEC_VAULT_KEY": "no spaces"})
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("STATECODEC_CODEC", "vault-transit", "STATECODEC_CODEC=vault-transit is removed; set vault-envelope"),
+        ("STATECODEC_VAULT_CONTEXT", "audience=a", "vault-envelope reads STATECODEC_KMS_CONTEXT"),
+        *[
+            (f"STATECODEC_VAULT_{name}", "x", f"STATECODEC_VAULT_{name} is no longer read: AppRole login is removed")
+            for name in ("ROLE_ID", "SECRET_ID", "SECRET_ID_FILE", "APPROLE_MOUNT")
+        ],
+    ],
+)
+def test_a_removed_kind_or_setting_is_refused_with_its_replacement(name: str, value: str, message: str) -> None:
+    """A left-over setting is refused at start-up with what replaces it: not run without effect, not 'unknown'."""
+    env = {"STATECODEC_CODEC": "vault-envelope", "STATECODEC_VAULT_KEY": "k", **TOKEN, name: value}
+    with pytest.raises(ConfigurationError, match=message):
+        codec_from_env(env)

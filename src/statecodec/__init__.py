@@ -30,22 +30,19 @@ __version__ = "0.1.0"
 __all__ = [
     "AESGCMCodec", "BoundCodec", "Codec", "ConfigurationError", "EnvelopeCodec", "InvalidToken", "JWECodec",
     "JWSCodec", "KeyRing", "KeyWrapper", "ProviderError", "Reason", "SealError", "StatecodecError", "StoreError",
-    "StoreUnreachable", "TokenInfo",
-    "VaultTransitCodec", "XAESGCMCodec", "__version__", "codec_from_env", "codec_from_file", "describe_token",
-    "format_keys", "generate_key", "parse_keys"
+    "StoreUnreachable", "TokenInfo", "XAESGCMCodec", "__version__", "codec_from_env", "codec_from_file",
+    "describe_token", "format_keys", "generate_key", "parse_keys"
 ]
 
 if _TYPE_CHECKING:
     from statecodec.config import codec_from_env, codec_from_file
     from statecodec.jose import JWECodec, JWSCodec
-    from statecodec.providers.vault import VaultTransitCodec
     from statecodec.tokeninfo import TokenInfo, describe_token
 
 _ON_FIRST_USE: dict[str, str] = {
     "JWECodec": "statecodec.jose",
     "JWSCodec": "statecodec.jose",
     "TokenInfo": "statecodec.tokeninfo",
-    "VaultTransitCodec": "statecodec.providers.vault",
     "codec_from_env": "statecodec.config",
     "codec_from_file": "statecodec.config",
     "describe_token": "statecodec.tokeninfo",

@@ -25,8 +25,7 @@ class Codec(Protocol):
     - The length cap is checked before any decoding; tag and signature comparisons are constant-time.
     - No key material, payload or token text appears in any message, `repr`, exception cause or log record.
     - Both methods are synchronous and run on the server's event loop: key material is cached at
-      construction, so no network call per token (per-token Vault transit is the one deliberate
-      exception, with bounded timeouts, failing closed).
+      construction, so no network call per token.
     - Misconfiguration fails at construction with `ConfigurationError` saying how to fix it; a payload
       over the cap makes `seal` raise `SealError`; a key provider failure is a `ProviderError`.
 

@@ -46,7 +46,6 @@ BUILDERS: dict[str, Builder | str] = {
     "aws-kms": "statecodec.providers.aws_kms:build_codec",
     "gcp-kms": "statecodec.providers.gcp_kms:build_codec",
     "vault-envelope": "statecodec.providers.vault:envelope_codec_from_settings",
-    "vault-transit": "statecodec.providers.vault:transit_codec_from_settings",
     "jwe": "statecodec.jose.jwe:from_settings",
     "jws": "statecodec.jose.jws:from_settings",
 }
@@ -58,11 +57,6 @@ def _names(*names: str) -> frozenset[str]:
 
 _RING = _names("KEYS", "KEYS_FILE")
 _ENVELOPE = _names("WRAPPED_KEYS", "WRAPPED_KEYS_FILE", "KMS_CONTEXT", "KMS_AUDIENCE")
-_VAULT = _names(
-    "VAULT_ADDR", "VAULT_TOKEN", "VAULT_TOKEN_FILE", "VAULT_ROLE_ID", "VAULT_SECRET_ID", "VAULT_SECRET_ID_FILE",
-    "VAULT_APPROLE_MOUNT", "VAULT_NAMESPACE", "VAULT_CACERT", "VAULT_CLIENT_CERT", "VAULT_CLIENT_KEY",
-    "VAULT_SKIP_VERIFY", "VAULT_MOUNT", "VAULT_KEY", "VAULT_TIMEOUT",
-)
 # What each kind reads besides STATECODEC_CODEC and STATECODEC_MAX_TOKEN_LENGTH: the one table the configuration is
 # checked against before a builder runs, and the only names a builder can look up (`build_codec`): a builder that
 # reads a setting its entry omits fails, so the table cannot fall behind the code. docs/configuration.md, "All
@@ -72,8 +66,10 @@ READS: dict[str, frozenset[str]] = {
     "xaesgcm": _RING,
     "aws-kms": _ENVELOPE | _names("AWS_KMS_KEY_ID", "AWS_REGION", "AWS_KMS_ENDPOINT"),
     "gcp-kms": _ENVELOPE | _names("GCP_KMS_KEY", "GCP_KMS_EMULATOR_HOST"),
-    "vault-envelope": _ENVELOPE | _VAULT,
-    "vault-transit": _VAULT | _names("VAULT_CONTEXT"),
+    "vault-envelope": _ENVELOPE | _names(
+        "VAULT_ADDR", "VAULT_TOKEN", "VAULT_TOKEN_FILE", "VAULT_NAMESPACE", "VAULT_CACERT", "VAULT_CLIENT_CERT",
+        "VAULT_CLIENT_KEY", "VAULT_SKIP_VERIFY", "VAULT_MOUNT", "VAULT_KEY", "VAULT_TIMEOUT",
+    ),
     "jwe": _RING | _names("JWE_ALG", "JWKS_FILE"),
     "jws": _RING | _names("JWS_ALG", "JWKS_FILE"),
 }
@@ -86,15 +82,17 @@ ENVIRONMENT_ONLY = _names(
 )
 # (setting, the settings that make it ineffective when set, how to fix): a kind reads the first only without them.
 _JWKS = _names("JWKS_FILE")
-_APPROLE = _names("VAULT_ROLE_ID", "VAULT_SECRET_ID", "VAULT_SECRET_ID_FILE")
-_USE_APPROLE = "AppRole replaces token auth; unset the token or the AppRole settings"
 SHADOWED: tuple[tuple[str, frozenset[str], str], ...] = (
     (f"{_PREFIX}KMS_AUDIENCE", _names("KMS_CONTEXT"), "put audience=... in the context, or unset one of them"),
-    (f"{_PREFIX}KEYS", _JWKS, "the JWK Set replaces the key ring; unset one of them"),
-    (f"{_PREFIX}KEYS_FILE", _JWKS, "the JWK Set replaces the key ring; unset one of them"),
-    (f"{_PREFIX}VAULT_TOKEN", _APPROLE, _USE_APPROLE),
-    (f"{_PREFIX}VAULT_TOKEN_FILE", _APPROLE, _USE_APPROLE),
+    *((ring, _JWKS, "the JWK Set replaces the key ring; unset one of them") for ring in sorted(_RING)),
 )
+# Removed kinds and settings: refused with what replaces them, not as unknown (docs/vault.md, migrating).
+_AGENT = "AppRole login is removed; let Vault Agent log in and write the token file STATECODEC_VAULT_TOKEN_FILE names"
+REMOVED = {
+    "vault-transit": "removed; set vault-envelope over the same transit key (docs/vault.md, migrating)",
+    f"{_PREFIX}VAULT_CONTEXT": "removed with vault-transit; vault-envelope reads STATECODEC_KMS_CONTEXT",
+    **dict.fromkeys(_names("VAULT_ROLE_ID", "VAULT_SECRET_ID", "VAULT_SECRET_ID_FILE", "VAULT_APPROLE_MOUNT"), _AGENT),
+}
 
 
 def known_settings() -> frozenset[str]:
@@ -109,6 +107,8 @@ def check_names(settings: Mapping[str, str]) -> None:
     for name in sorted(settings):
         if not name.startswith(_PREFIX) or name in known:
             continue
+        if name in REMOVED:
+            raise ConfigurationError(f"{name} is no longer read: {REMOVED[name]}")
         # Compared without the prefix every name shares, which would make any two names look alike.
         close = difflib.get_close_matches(name.removeprefix(_PREFIX), [k.removeprefix(_PREFIX) for k in known], n=1)
         hint = f"did you mean {_PREFIX}{close[0]}?" if close else "docs/configuration.md lists every setting"
@@ -159,31 +159,29 @@ def missing_package(exc: ImportError) -> str:
 
 def _builder(kind: str) -> Builder | str:
     builder = BUILDERS.get(kind)
+    if kind in REMOVED:
+        raise ConfigurationError(f"{CODEC_VAR}={kind} is {REMOVED[kind]}")
     if builder is None:
         raise ConfigurationError(f"{CODEC_VAR}={kind!r} is unknown; valid kinds: {', '.join(sorted(BUILDERS))}")
     return builder
 
 
-def _resolve(kind: str, builder: Builder | str) -> Builder:
-    if not isinstance(builder, str):
-        return builder
-    module_name, _, attr = builder.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(f"{CODEC_VAR}={kind}: {missing_package(exc)}") from None
-    found = getattr(module, attr, None)
-    if not callable(found):
-        raise ConfigurationError(f"the builder for {CODEC_VAR}={kind} ({builder}) does not exist")
-    return cast(Builder, found)
-
-
 def build_codec(kind: str, settings: Mapping[str, str]) -> Codec:
     """Build a codec of `kind` from `settings`, its builder seeing only what `READS` lists for it; `ConfigurationError`
     names the valid kinds."""
+    builder: object = _builder(kind)
     what = f"the builder of {CODEC_VAR}={kind}"
+    if isinstance(builder, str):  # an optional package, imported only now that its kind is chosen
+        module_name, _, attr = builder.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ConfigurationError(f"{CODEC_VAR}={kind}: {missing_package(exc)}") from None
+        builder = getattr(module, attr, None)
+        if not callable(builder):
+            raise ConfigurationError(f"the builder for {CODEC_VAR}={kind} ({BUILDERS[kind]}) does not exist")
     view = Settings(settings, READS.get(kind, frozenset()) | _EVERY_KIND, what)
-    return check_codec(_resolve(kind, _builder(kind))(view), f"{what}'s result")
+    return check_codec(cast(Builder, builder)(view), f"{what}'s result")
 
 
 def _kind(settings: Mapping[str, str]) -> str:

@@ -58,7 +58,7 @@ def default_context(audience: str | None = None) -> dict[str, str]:
 
 
 def _check_context(context: Mapping[str, str] | None) -> Mapping[str, str]:
-    """The one context rule (envelope and Vault transit): a small, non-empty mapping of str to str, frozen."""
+    """The one context rule of envelope codecs: a small, non-empty mapping of str to str, frozen."""
     if context is None:
         return _DEFAULT_CONTEXT
     if not isinstance(context, Mapping):

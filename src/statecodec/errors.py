@@ -28,7 +28,6 @@ class Reason(enum.StrEnum):
     PRINCIPAL = "principal"  # binding: minted for another principal, or principal drift
     BINDING = "binding"  # binding: minted for another request context
     PURPOSE = "purpose"  # binding: minted for another purpose
-    PROVIDER = "provider"  # a remote provider (Vault transit) could not answer; fail closed
     REPLAYED = "replayed"  # single use: this token was already accepted once
     REVOKED = "revoked"  # single use: minted at or before a revocation of its principal or scope
     STORE_UNAVAILABLE = "store_unavailable"  # single use: the shared store could not vouch for the token; fail closed
@@ -75,7 +74,7 @@ class ConfigurationError(StatecodecError, ValueError):
 
 
 class ProviderError(StatecodecError):
-    """A key provider (KMS, Vault) call failed, at start-up or per transit token; names the key and the cause."""
+    """A key provider (KMS, Vault) call failed, at provisioning or start-up; names the key and the cause."""
 
 
 class StoreError(StatecodecError):

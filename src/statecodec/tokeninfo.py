@@ -16,14 +16,12 @@ from statecodec.errors import InvalidToken, Reason
 from statecodec.jose._jwk import parse_header
 from statecodec.keys import KEY_ID_LENGTH
 
-_VAULT_TRANSIT_VERSION = 0x05  # VaultTransitCodec.VERSION, held equal by a test (importing it needs hvac)
 _MAX_MEMBER_TEXT = 128  # alg, enc and kid are printed: short, printable text only
 # Every binary layout, version (1) | key id (4) | nonce | ciphertext | tag (16): version -> (format, nonce, text)
 _BINARY = {
     AESGCMCodec.VERSION: ("aesgcm", AESGCMCodec.NONCE_LENGTH, "AES-256-GCM over a key ring"),
     XAESGCMCodec.VERSION: ("xaesgcm", XAESGCMCodec.NONCE_LENGTH, "XAES-256-GCM over a key ring"),
     EnvelopeCodec.VERSION: ("envelope", AESGCMCodec.NONCE_LENGTH, "AES-256-GCM under a KMS-wrapped data key"),
-    _VAULT_TRANSIT_VERSION: ("vault-transit", 12, "Vault transit ciphertext; key id = key version"),
 }
 
 

@@ -27,7 +27,6 @@ _KEY_NAME = {
     "aws-kms": "STATECODEC_AWS_KMS_KEY_ID",
     "gcp-kms": "STATECODEC_GCP_KMS_KEY",
     "vault-envelope": "STATECODEC_VAULT_KEY",
-    "vault-transit": "STATECODEC_VAULT_KEY",
 }
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from statecodec.cli.main import flag_values, flags_named, settings_from_flags
 from statecodec.config import CODEC_VAR, READS, check_names, check_settings, codec_from_env, codec_from_file
-from statecodec.envelope import format_wrapped_keys, new_wrapped_key
+from statecodec.envelope import EnvelopeCodec, format_wrapped_keys, new_wrapped_key
 from statecodec.errors import ConfigurationError
 
 _AWS = {"--key-id": "AWS_KMS_KEY_ID", "--region": "AWS_REGION", "--endpoint-url": "AWS_KMS_ENDPOINT"}
@@ -75,22 +75,15 @@ def _new_data_key(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     codec: Any = codec_from_file(args.config) if args.config else codec_from_env(_settings(args))
-    if not hasattr(codec, "context"):
+    if not isinstance(codec, EnvelopeCodec):
         raise ConfigurationError(f"the configured codec is {type(codec).__name__}, not a KMS or Vault codec")
-    ids = list(codec.key_ids)
-    wrapper = getattr(codec, "wrapper", None)
+    ids, provider = list(codec.key_ids), codec.wrapper.describe()
     if args.json:
-        doc = {"provider": (wrapper or codec).describe(), "context": dict(codec.context), "key_ids": ids}
-        print(json.dumps({**doc, "primary_key_id": ids[0], "per_token_calls": wrapper is None}))
-        if wrapper is None:
-            codec.close()
+        print(json.dumps({"provider": provider, "context": dict(codec.context), "key_ids": ids,
+                          "primary_key_id": ids[0]}))
         return 0
-    print(f"provider: {(wrapper or codec).describe()}" + ("" if wrapper else " (one call per seal and per unseal)"))
+    print(f"provider: {provider}")
     print(f"context: {','.join(f'{k}={v}' for k, v in sorted(codec.context.items()))}")
-    print(f"key {'versions' if wrapper is None else 'ids'}: {ids[0]} (primary)" + "".join(f", {k}" for k in ids[1:]))
-    if wrapper is None:  # Vault transit: construction already probed the key
-        print("encrypt and decrypt probe: ok")
-        codec.close()
-    else:
-        print(f"unwrapped {len(ids)} data key{'s' if len(ids) != 1 else ''}: ok")
+    print(f"key ids: {ids[0]} (primary)" + "".join(f", {k}" for k in ids[1:]))
+    print(f"unwrapped {len(ids)} data key{'s' if len(ids) != 1 else ''}: ok")
     return 0

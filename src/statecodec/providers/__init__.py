@@ -85,22 +85,16 @@ def parse_context(text: str) -> dict[str, str]:
     return out
 
 
-def context_setting(settings: Mapping[str, str], name: str) -> dict[str, str] | None:
-    """The context setting `name` holds (see `parse_context`), checked as a codec will check it, or None when
-    it is unset: a bad context is named by its setting, not as a constructor's argument."""
-    text = setting(settings, name, required=False)
+def context_from_settings(settings: Mapping[str, str]) -> dict[str, str]:
+    """``STATECODEC_KMS_CONTEXT`` (see `parse_context`), checked as a codec will check it so that a bad context is
+    named by its setting, or the default context with ``STATECODEC_KMS_AUDIENCE``."""
+    text = setting(settings, _CONTEXT_VAR, required=False)
     if text is None:
-        return None
-    with named_errors(name):
+        return default_context(setting(settings, _AUDIENCE_VAR, required=False))
+    with named_errors(_CONTEXT_VAR):
         context = parse_context(text)
         _check_context(context)
         return context
-
-
-def context_from_settings(settings: Mapping[str, str]) -> dict[str, str]:
-    """``STATECODEC_KMS_CONTEXT``, or the default context with ``STATECODEC_KMS_AUDIENCE``."""
-    context = context_setting(settings, _CONTEXT_VAR)
-    return default_context(setting(settings, _AUDIENCE_VAR, required=False)) if context is None else context
 
 
 def build_envelope_codec(
