@@ -8,9 +8,8 @@ each instance unwraps at start-up. The refusal is the SDK's frozen -32602
 answer; the reason goes to the refusing server's log only.
 
 Each class starts its own servers and stops them when its last test ends, so
-only one group of processes runs at a time. The SDK default fails the same way
-across uvicorn workers as across processes (a worker is a process), so it is
-shown across processes only.
+only one group of processes runs at a time. The same hop under the SDK default
+is refused: tests/test_examples.py runs docs/deployment.md's block that shows it.
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ from statecodec.providers.aws_kms import AwsKmsWrapper
 pytestmark = pytest.mark.integration
 
 SDK_REJECTION_LOG = "requestState rejected on tools/call"
-SDK_DEFAULT = {"FLEET_MODE": "sdk-default"}
 # Bounded by count: the kernel spreads connections over the workers, not in a fixed order.
 MAX_WORKER_FLOWS = 60
 
@@ -56,16 +54,6 @@ def run_flow(first: FleetServer, retry: FleetServer, *, region: str = "eu-west-1
         for server in {first.port: first, retry.port: retry}.values():
             print(f"last lines of the log of the server on port {server.port}:\n{server.log_tail()}", file=sys.stderr)
         raise
-
-
-def refusal(first: FleetServer, retry: FleetServer) -> MCPError:
-    with pytest.raises(MCPError) as caught:
-        run_flow(first, retry)
-    return caught.value
-
-
-def assert_frozen_rejection(error: MCPError) -> None:
-    assert (error.error.code, error.error.message) == (INVALID_PARAMS, REJECTION_MESSAGE)
 
 
 def shared(keys: str) -> dict[str, str]:
@@ -102,31 +90,10 @@ class TestSharedRing:
     def test_instance_on_another_ring_refuses_with_our_reason_code(self, ring_fleet: dict[str, FleetServer]) -> None:
         a, foreign = ring_fleet["a"], ring_fleet["foreign"]
         assert run_flow(foreign, foreign)["completed_by"] == foreign.health()
-
-        assert_frozen_rejection(refusal(a, foreign))
+        with pytest.raises(MCPError) as refused:
+            run_flow(a, foreign)
+        assert (refused.value.error.code, refused.value.error.message) == (INVALID_PARAMS, REJECTION_MESSAGE)
         assert f"{SDK_REJECTION_LOG}: unknown_key" in foreign.log_text()
-
-
-@pytest.fixture(scope="class")
-def default_pair(log_dir: Path) -> Iterator[list[FleetServer]]:
-    """Two instances on the SDK's per-process default key."""
-    with fleet(log_dir, [SDK_DEFAULT, SDK_DEFAULT]) as started:
-        yield started
-
-
-class TestSdkDefault:
-    def test_retry_on_another_instance_is_refused_under_the_sdk_default(self, default_pair: list[FleetServer]) -> None:
-        a, b = default_pair
-        # Each instance on its own completes: the refusal below is the hop, not a broken server.
-        assert run_flow(a, a)["completed_by"] == a.health()
-        assert run_flow(b, b)["completed_by"] == b.health()
-
-        error = refusal(a, b)
-
-        assert_frozen_rejection(error)
-        # The SDK's own codec names the cause in the log only: b never had a's process-local key.
-        assert f"{SDK_REJECTION_LOG}: unknown key" in b.log_text()
-        assert "unknown key" not in str(error.error.data)
 
 
 # --- the same fleet on an AWS KMS envelope ring -------------------------------------------------
