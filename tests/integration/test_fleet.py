@@ -2,10 +2,10 @@
 
 Real processes of `examples/fleet_server.py` on loopback ports, driven by
 `examples/fleet_client.py` (round 1 to one URL, the retry to another), over
-streamable HTTP. The shared ring comes from the environment: AES-GCM keys in
-``STATECODEC_KEYS``, or data keys wrapped by AWS KMS (moto over HTTP) that
-each instance unwraps at start-up. The refusal is the SDK's frozen -32602
-answer; the reason goes to the refusing server's log only.
+streamable HTTP. The shared ring comes from ``STATECODEC_KEYS`` (that a
+provider's wrapped ring builds one codec from the same settings anywhere:
+tests/integration/test_provider_contract.py). The refusal is the SDK's frozen
+-32602 answer; the reason goes to the refusing server's log only.
 
 Each class starts its own servers and stops them when its last test ends, so
 only one group of processes runs at a time. The same hop under the SDK default
@@ -27,11 +27,8 @@ from examples.fleet_client import provision
 from mcp import MCPError
 from tests.integration.fleet_harness import FleetServer, fleet, ready
 from tests.mcp_flows import INVALID_PARAMS, REJECTION_MESSAGE
-from tests.plugins.aws import REGION, MotoServer
 
 from statecodec import format_keys, generate_key
-from statecodec.envelope import format_wrapped_keys, new_wrapped_key
-from statecodec.providers.aws_kms import AwsKmsWrapper
 
 pytestmark = pytest.mark.integration
 
@@ -94,53 +91,6 @@ class TestSharedRing:
             run_flow(a, foreign)
         assert (refused.value.error.code, refused.value.error.message) == (INVALID_PARAMS, REJECTION_MESSAGE)
         assert f"{SDK_REJECTION_LOG}: unknown_key" in foreign.log_text()
-
-
-# --- the same fleet on an AWS KMS envelope ring -------------------------------------------------
-
-
-def wrapped_ring(moto: MotoServer, key_arn: str, count: int) -> str:
-    client = moto.client()
-    try:
-        wrapper = AwsKmsWrapper(key_arn, client=client)
-        return format_wrapped_keys([new_wrapped_key(wrapper) for _ in range(count)])
-    finally:
-        client.close()
-
-
-def aws_settings(moto: MotoServer, key_arn: str, wrapped: str) -> dict[str, str]:
-    return {
-        "FLEET_MODE": "shared",
-        "STATECODEC_CODEC": "aws-kms",
-        "STATECODEC_AWS_KMS_KEY_ID": key_arn,
-        "STATECODEC_AWS_REGION": REGION,
-        "STATECODEC_AWS_KMS_ENDPOINT": moto.endpoint,
-        "STATECODEC_WRAPPED_KEYS": wrapped,
-        # moto accepts any credentials; never let a developer's real profile be picked up.
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_CONFIG_FILE": "/nonexistent",
-        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
-    }
-
-
-@pytest.fixture(scope="class")
-def kms_fleet(log_dir: Path, moto_server: MotoServer) -> Iterator[list[FleetServer]]:
-    """Two instances on one ring of data keys wrapped by AWS KMS (another ring: tests/integration/test_aws_kms.py)."""
-    key_arn, _ = moto_server.create_key()
-    settings = aws_settings(moto_server, key_arn, wrapped_ring(moto_server, key_arn, 2))
-    with fleet(log_dir, [settings, settings]) as started:
-        yield started
-
-
-class TestKmsEnvelopeRing:
-    def test_retry_on_another_instance_completes_with_the_kms_envelope_ring(self, kms_fleet: list[FleetServer]) -> None:
-        a, b = kms_fleet
-        there = run_flow(a, b)
-        back = run_flow(b, a)
-        assert (there["asked_by"], there["completed_by"]) == (a.health(), b.health())
-        assert (back["asked_by"], back["completed_by"]) == (b.health(), a.health())
-        assert SDK_REJECTION_LOG not in a.log_text() + b.log_text()
 
 
 # --- uvicorn workers (last, so their slow start overlaps every test above) -----------------------
