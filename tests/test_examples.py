@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import re
 import signal
@@ -294,8 +295,12 @@ def test_the_two_instance_blocks_run_as_written(tmp_path: Path, redis_url: str) 
         assert "Traceback" not in output
         outputs.append(output)
     shared, sdk_default, single_use = outputs
-    assert '"completed_by": "pid-' in shared
-    assert '"completed_by": "pid-' in single_use
+    for output in (shared, single_use):  # round 1 answered by one process, the retry by the other
+        result = json.loads(next(line for line in output.splitlines() if line.startswith("{")))
+        servers = {f"pid-{pid}" for pid in re.findall(r"process (\d+) serving", output)}
+        assert [result["asked_by"], result["completed_by"]] in ([*servers], [*servers][::-1]), output
+        assert (result["region"], len(servers)) == ("eu-west-1", 2)
+        assert "requestState rejected" not in output
     assert "rejected: -32602 Invalid or expired requestState" in sdk_default
     assert "exit status 2" in sdk_default
     # The cause, in the refusing server's log only: the other process never had the first one's key.
