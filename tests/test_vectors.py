@@ -168,31 +168,33 @@ def _lp(text: str) -> bytes:
     return len(raw).to_bytes(4, "big") + raw
 
 
-@json_parametrize("binding", "valid")
-def test_binding_token_re_derives(data: dict[str, Any], v: dict[str, Any]) -> None:
-    binding_key, principal = unb64u(data["binding_key"]), v["principal"]
-    prefix = _lp(v["audience"]) + _lp(v["purpose"])
+@json_parametrize("binding binding_v2", "valid")
+def test_binding_token_re_derives(data: dict[str, Any], v: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Version 0x01 and 0x02 claims by docs/formats.md, then the inner AES-256-GCM token; `seal` writes both."""
+    binding_key, principal, version = unb64u(data["binding_key"]), v["principal"], data["format_version"]
     items = sorted((v["context"] or {}).items())
-    ctx = len(items).to_bytes(4, "big") + b"".join(_lp(k) + _lp(x) for k, x in items)
-    marker = b"\x00" if principal is None else b"\x01" + _lp(principal)
-    claims = (
-        bytes([0x01, 0x00 if principal is None else 0x01])
-        + int(v["now"]).to_bytes(5, "big")
-        + v["ttl"].to_bytes(3, "big")
+    header = (
+        bytes([version, principal is not None]) + int(v["now"]).to_bytes(5, "big") + v["ttl"].to_bytes(3, "big")
         + hashlib.sha256(b"statecodec/v1/binding/audience\x00" + v["audience"].encode()).digest()[:3]
         + hashlib.sha256(b"statecodec/v1/binding/purpose\x00" + v["purpose"].encode()).digest()[:3]
-        + hmac.digest(hkdf(binding_key, b"statecodec/v1/binding/binding"), prefix + marker + ctx, "sha256")[:16]
-    )
+        + (hkdf(binding_key, b"statecodec/v1/key-id", 4) if version == 2 else b"")  # 0x02 names its key
+    )  # fmt: skip
+    bound = _lp(v["audience"]) + _lp(v["purpose"]) + (header if version == 2 else b"")
+
+    def mac(label: bytes, message: bytes) -> bytes:
+        return hmac.digest(hkdf(binding_key, b"statecodec/v%d/binding/" % version + label), bound + message, "sha256")
+
+    ctx = len(items).to_bytes(4, "big") + b"".join(_lp(k) + _lp(x) for k, x in items)
+    claims = header + mac(b"binding", (b"\x00" if principal is None else b"\x01" + _lp(principal)) + ctx)[:16]
     if principal is not None:
-        claims += hmac.digest(hkdf(binding_key, b"statecodec/v1/binding/principal"), prefix + _lp(principal), "sha256")[
-            :16
-        ]
-    assert claims.hex() == v["claims"]
-    # The inner AES-256-GCM token (format 0x01) of claims || state under the recorded nonce.
+        claims += mac(b"principal", _lp(principal))[:16]
+    assert (claims.hex(), header[16:20].hex()) == (v["claims"], data.get("binding_key_id", ""))
     secret, nonce = unb64u(data["codec_keys"].split(",")[0]), bytes.fromhex(v["nonce"])
-    header = b"\x01" + hkdf(secret, b"statecodec/v1/key-id", 4)
-    sealed = AESGCM(hkdf(secret, b"statecodec/v1/aes-256-gcm")).encrypt(nonce, claims + v["state"].encode(), header)
-    assert b64u(header + nonce + sealed) == v["token"]
+    inner = b"\x01" + hkdf(secret, b"statecodec/v1/key-id", 4)
+    sealed = AESGCM(hkdf(secret, b"statecodec/v1/aes-256-gcm")).encrypt(nonce, claims + v["state"].encode(), inner)
+    assert b64u(inner + nonce + sealed) == v["token"]
+    monkeypatch.setattr(os, "urandom", lambda n: nonce)
+    assert codec_for(data, v).seal(v["state"].encode(), principal=principal, context=v["context"]) == v["token"]
 
 
 def _jose_key(v: dict[str, Any], label: bytes) -> tuple[str, bytes]:

@@ -57,4 +57,5 @@ def codec_for(data: Mapping[str, Any], entry: Mapping[str, Any], at: Mapping[str
         future_skew=entry["future_skew"],
         binding_key=b64u_decode(data["binding_key"]),
         clock=lambda: at["now"],
+        seal_version=data["format_version"],
     )
