@@ -1,6 +1,7 @@
 """The `statecodec` command line: flags map onto the settings a server reads; exit 0 ok, 1 refused, 2 usage.
 
-`rotate plan|check` is tested in test_rotation.py, `bench` in test_bench.py.
+What `rotate plan|check` computes: test_rotation.py; `bench`: test_bench.py; docs/cli.md and docs/rotation.md run
+their examples of every command.
 """
 
 from __future__ import annotations
@@ -140,6 +141,11 @@ def test_a_refused_token_exits_1_with_its_reason_alone(
             (argv, {"STATECODEC_KMS_AUDIENSE": "billing"}, "unknown setting STATECODEC_KMS_AUDIENSE; did you mean")
             for argv in (["inspect", TOKEN], ["kms", "new-data-key", "--provider", "aws", "--key-id", "k"])
         ],
+        (["rotate", "plan", "--generate-new"], {"STATECODEC_KEYS": format_keys([KEY, OTHER])}, "holds 2 keys"),
+        (["rotate", "plan", "--old-key", KEYS, "--generate-new", "--ids-only"], {}, "keygen > new.key"),
+        (["rotate", "plan", "--old-key", "not a key", "--new-key", KEYS], {}, "base64url"),
+        (["rotate", "plan", "--old-id", "3d7ec38c", "--generate-new"], {}, "--old-id and --new-id go together"),
+        (["rotate", "check", "missing.json"], {}, "cannot read"),
         (["kms", "check", "--provider", "aws", "--key-id", "k", *WRAPPED, "--context", "x"], {},
          "--context (STATECODEC_KMS_CONTEXT): context must be comma-separated key=value pairs"),
         (["kms", "check", "--provider", "vault", "--vault-addr", "vault:8200", "--vault-key", "k", *WRAPPED], {},
@@ -331,8 +337,12 @@ def test_check_is_not_ready_when_the_provider_is_unreachable_or_the_probe_fails(
     assert str(doc["error"]).startswith("the probe token was refused: ")
 
 
-def test_rotate_check_reads_the_check_reports_of_a_fleet(cli: Run) -> None:
+def test_rotate_check_reads_the_check_reports_of_a_fleet(cli: Run, tmp_path: Path) -> None:
     """Files, concatenated reports, a report twice: docs/cli.md and docs/rotation.md run them; here the rest."""
+    (tmp_path / "fleet.json").write_text(json.dumps({"instances": {"web-1": ["01", "02"], "web-2": ["01"]}}))
+    code, out, _ = cli("rotate", "check", str(tmp_path / "fleet.json"), "--in-flight", "03", "--json")
+    finding = {"instance": None, "key_id": "03", "refused_by": ["web-1", "web-2"], "in_flight": True}
+    assert (code, json.loads(out)["findings"]) == (1, [finding])
     reports = {}
     for name, ring in (("web-1", [KEY, OTHER]), ("web-2", [OTHER, KEY]), ("web-3", [KEY])):
         code, reports[name], _ = cli("check", "--json", "--instance", name, env={"STATECODEC_KEYS": format_keys(ring)})
@@ -372,9 +382,17 @@ def test_errors_with_json_are_one_json_object_on_stdout(
     assert err == f"statecodec {argv[0]}: {doc['message']}\n"
 
 
-def test_rotate_plan_takes_the_servers_ttl_from_the_environment(cli: Run) -> None:
-    argv = ("rotate", "plan", "--old-id", "a1b2c3d4", "--new-id", "e5f6a7b8", "--json")
-    assert json.loads(cli(*argv, env={"STATECODEC_TTL": "120"})[1])["ttl"] == 120
+def test_rotate_plan_takes_the_servers_ttl_and_prints_secrets_only_with_a_warning(cli: Run, tmp_path: Path) -> None:
+    (tmp_path / "new.key").write_text(format_keys([OTHER]) + "\n")
+    env = {**RING, "STATECODEC_TTL": "600"}
+    code, out, err = cli("rotate", "plan", "--new-file", str(tmp_path / "new.key"), env=env)
+    assert (code, "SECRET" in err, "660 s" in out.decode()) == (0, True, True)
+    values = [line.split("=", 1)[1] for line in out.decode().splitlines() if "STATECODEC_KEYS=" in line]
+    assert [KeyRing.parse(v) for v in values] == [KeyRing([KEY, OTHER]), KeyRing([OTHER, KEY]), KeyRing([OTHER])]
+    argv = ("rotate", "plan", "--old-id", "a1b2c3d4", "--new-id", "E5F6A7B8", "--json")
+    code, out, err = cli(*argv, env={"STATECODEC_TTL": "120"})
+    assert (code, err, json.loads(out)["ttl"], json.loads(out)["phases"][1]["key_ids"]) == (
+        0, "", 120, ["e5f6a7b8", "a1b2c3d4"])  # no secrets: no warning
     assert json.loads(cli(*argv, "--ttl", "30")[1])["ttl"] == 30
     code, _, err = cli(*argv, env={"STATECODEC_TTL": "soon"})
     assert (code, "STATECODEC_TTL must be whole seconds" in err) == (2, True)
