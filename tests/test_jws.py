@@ -43,11 +43,6 @@ def test_eddsa_and_ed25519_name_one_key_two_ways_and_never_cross() -> None:
     assert reason(named, eddsa.seal(PAYLOAD)) == reason(eddsa, named.seal(PAYLOAD)) == "alg"
 
 
-def test_the_payload_is_readable_by_anyone_holding_the_token() -> None:
-    """Sign-only: integrity, no secrecy. The second segment is the payload, base64url-encoded."""
-    assert b64u_decode(JWSCodec([SECRET]).seal(PAYLOAD).split(".")[1]) == PAYLOAD
-
-
 def test_what_a_client_reads_in_the_sdk_envelope() -> None:
     """Under RequestStateSecurity, the client reads the whole envelope: state, target, audience, times."""
     envelope = json.loads(b64u_decode(mint_token(JWSCodec([SECRET])).split(".")[1]))
