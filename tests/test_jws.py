@@ -29,7 +29,8 @@ PAYLOAD = b'{"state":"jws-test"}'
 
 def forge(header: str) -> str:
     """An HS256 token whose MAC verifies under RAW_JWK with any header text: only header checks refuse it. (An
-    HS256 token to an EdDSA codec, its MAC keyed with the public key: tests/test_redteam.py, refused by alg.)"""
+    HS256 token to an EdDSA codec, whatever keys its MAC, the public key too, is refused by alg before any key:
+    tests/test_redteam.py.)"""
     signing_input = b64u_encode(header.encode()) + "." + b64u_encode(PAYLOAD)
     return signing_input + "." + b64u_encode(hmac.digest(b64u_decode(RAW_JWK["k"]), signing_input.encode(), "sha256"))
 
