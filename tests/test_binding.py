@@ -7,7 +7,6 @@ import hashlib
 import hmac
 import logging
 import math
-import pickle
 from typing import Any
 
 import pytest
@@ -230,9 +229,7 @@ def test_no_principal_or_context_in_messages_reprs_or_logs(caplog: pytest.LogCap
         texts += [str(info.value), repr(info.value), repr(info.value.args)]
     joined = "\n".join(texts + [r.getMessage() for r in caplog.records])
     for secret in (PRINCIPAL, "mallory", "secret-value", *CONTEXT.values(), token, BINDING_KEY.hex()):
-        assert secret not in joined
-    with pytest.raises(TypeError):
-        pickle.dumps(codec)
+        assert secret not in joined  # that no copy of the codec can be made: tests/test_redteam.py
 
 
 # --- configuration, reseal ---------------------------------------------------------------------
