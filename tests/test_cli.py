@@ -300,11 +300,10 @@ def test_check_reports_a_ready_instance_in_text_and_json(cli: Run) -> None:
     ],
     ids=["store-timeout", "store-key", "store-url", "on-error", "half-a-store"],
 )
-# A typo and a bad STATECODEC_TTL: docs/cli.md runs them.
 def test_check_exits_2_on_what_would_stop_the_server_at_start_up(
     cli: Run, env: dict[str, str], expected: str
 ) -> None:
-    pytest.importorskip("redis")
+    pytest.importorskip("redis")  # a typo and a bad STATECODEC_TTL: docs/cli.md runs them
     code, doc, err = _report(cli, "--instance", "web-1", env={"STATECODEC_KEYS": KEYS, **env})
     assert (code, doc["ready"], doc["status"]) == (2, False, "misconfigured")
     assert err == f"statecodec check: {doc['error']}\n"
