@@ -10,22 +10,17 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, KeyRing, Reason, XAESGCMCodec
+from statecodec import AESGCMCodec, InvalidToken, KeyRing, Reason, XAESGCMCodec
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode
 from statecodec.aead import _XAES, _Ring
 
 RingCodec = AESGCMCodec | XAESGCMCodec
 CODECS: list[type[RingCodec]] = [AESGCMCodec, XAESGCMCodec]
 K0, K1 = bytes(range(32)), bytes(range(32, 64))
-
-
-def overhead(cls: type[RingCodec]) -> int:
-    return 1 + 4 + cls.NONCE_LENGTH + 16
 
 
 def reason_of(codec: Any, token: object) -> Reason:
@@ -45,7 +40,7 @@ def cls(request: pytest.FixtureRequest) -> type[RingCodec]:
 def test_reason_codes_in_order(cls: type[RingCodec]) -> None:
     codec = cls([K0, K1], max_token_length=400)
     token = codec.seal(b"payload")
-    data, min_raw = b64u_decode(token), overhead(cls)
+    data, min_raw = b64u_decode(token), 1 + 4 + cls.NONCE_LENGTH + 16  # version, key id, nonce, tag
     assert data[0] == cls.VERSION
     assert data[1:5].hex() == codec.primary_key_id == KeyRing([K0]).key_ids[0]
     assert reason_of(codec, token.encode()) is Reason.MALFORMED  # not a str
@@ -109,23 +104,7 @@ def test_lookup_by_key_id_never_tries_other_keys(cls: type[RingCodec]) -> None:
     assert calls == [20, 7]  # an unknown key id costs no decryption at all
 
 
-# -- caps --------------------------------------------------------------------------------------------
-
-
-# -- constructors, repr, pickling -------------------------------------------------------------------------
-
-
-def test_from_env_reads_the_settings_codec_from_env_reads(cls: type[RingCodec], tmp_path: Path) -> None:
-    text = KeyRing([K1, K0]).to_text()
-    (tmp_path / "keys").write_text(f"# ring\n{text.replace(',', chr(10))}\n", encoding="utf-8")
-    env = {"STATECODEC_KEYS_FILE": str(tmp_path / "keys"), "STATECODEC_MAX_TOKEN_LENGTH": "1000"}
-    for codec in (cls.from_env(env), cls.from_env({"STATECODEC_KEYS": text})):
-        assert codec.key_ids == cls([K1, K0]).key_ids
-    assert cls.from_env(env).max_token_length == 1000
-    with pytest.raises(ConfigurationError, match="STATECODEC_MAX_TOKEN_LENGTH must be"):
-        cls.from_env({"STATECODEC_KEYS": text, "STATECODEC_MAX_TOKEN_LENGTH": "+5"})
-    with pytest.raises(ConfigurationError, match="no keys configured"):
-        cls.from_env({})
+# -- constructors (from the settings: tests/test_config.py, whose codec_from_env calls from_env) ----------------
 
 
 def test_ephemeral_codecs_do_not_share_keys(cls: type[RingCodec]) -> None:

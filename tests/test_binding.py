@@ -5,16 +5,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
-import json
 import logging
 import math
-import pickle
-from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives.hashes import SHA256
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -29,7 +24,6 @@ T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
 PRINCIPAL = "alice@example.com"
 CONTEXT = {"method": "tools/call", "target": "provision", "args": "9f86d081"}
 KIDS = {k: bytes.fromhex(KeyRing([k]).key_ids[0]) for k in (BINDING_KEY, OTHER_BINDING_KEY, CODEC_KEY)}
-VECTORS = {n: json.loads((Path(__file__).parent / f"vectors/{n}.json").read_text()) for n in ("binding", "binding_v2")}
 
 
 class Clock:
@@ -98,7 +92,10 @@ def test_a_lowered_ttl_shortens_tokens_already_issued() -> None:
 
 
 def test_nan_clock_rejects_on_unseal_and_refuses_to_seal() -> None:
-    assert reason_of(bound(Clock(math.nan)), bound().seal(b"s")) == "not_yet_valid"
+    for broken in (math.nan, None):  # a clock that stops returning numbers refuses with InvalidToken too
+        clock = Clock()
+        codec, clock.now = bound(clock), broken  # type: ignore[assignment]
+        assert reason_of(codec, bound().seal(b"s")) == "not_yet_valid"
     for bad in (math.nan, math.inf, -1.0, float(1 << 41)):
         with pytest.raises(SealError):
             bound(Clock(bad)).seal(b"s")
@@ -232,9 +229,7 @@ def test_no_principal_or_context_in_messages_reprs_or_logs(caplog: pytest.LogCap
         texts += [str(info.value), repr(info.value), repr(info.value.args)]
     joined = "\n".join(texts + [r.getMessage() for r in caplog.records])
     for secret in (PRINCIPAL, "mallory", "secret-value", *CONTEXT.values(), token, BINDING_KEY.hex()):
-        assert secret not in joined
-    with pytest.raises(TypeError):
-        pickle.dumps(codec)
+        assert secret not in joined  # that no copy of the codec can be made: tests/test_redteam.py
 
 
 # --- configuration, reseal ---------------------------------------------------------------------
@@ -285,43 +280,3 @@ def test_mcp_request_context_binds_method_target_and_arguments() -> None:
     # The bytes the binding tag covers: ASCII-escaped, and NaN as Python's JSON writes it.
     unusual = mcp_request_context("tools/call", {"name": "t", "arguments": {"\u00e9": "\U0001f600", "n": math.nan}})
     assert unusual["args"] == '{"n":NaN,"\\u00e9":"\\ud83d\\ude00"}'
-
-
-# --- the frozen formats; tests/test_vectors.py opens and refuses both files, and re-derives version 0x01 ----
-
-
-@pytest.mark.parametrize(("data", "v"), [(d, v) for d in VECTORS.values() for v in d["valid"]])
-def test_seal_writes_the_vector_claims_byte_for_byte(data: dict[str, Any], v: dict[str, Any]) -> None:
-    config = {k: v[k] for k in ("audience", "purpose", "ttl", "future_skew")}
-    readable = BoundCodec(Plain(), binding_key=b64u_decode(data["binding_key"]), clock=Clock(v["now"]),
-                          seal_version=data["format_version"], **config)  # fmt: skip
-    sealed = readable.seal(v["state"].encode(), principal=v["principal"], context=v["context"])
-    assert b64u_decode(sealed) == bytes.fromhex(v["claims"]) + v["state"].encode()
-
-
-@pytest.mark.parametrize("v", VECTORS["binding_v2"]["valid"])
-def test_version_2_claims_re_derive_from_the_format(v: dict[str, Any]) -> None:
-    """docs/formats.md's version 0x02 with hashlib, hmac and cryptography's HKDF alone."""
-
-    def lp(text: str) -> bytes:
-        return len(text.encode()).to_bytes(4, "big") + text.encode()
-
-    def derive(info: bytes, length: int = 32) -> bytes:
-        return HKDF(algorithm=SHA256(), length=length, salt=None, info=info).derive(b64u_decode(data["binding_key"]))
-
-    def mac(label: bytes, message: bytes) -> bytes:
-        key = derive(b"statecodec/v2/binding/" + label)
-        return hmac.digest(key, lp(v["audience"]) + lp(v["purpose"]) + header + message, "sha256")[:16]
-
-    data, principal, items = VECTORS["binding_v2"], v["principal"], sorted((v["context"] or {}).items())
-    header = (
-        bytes([2, principal is not None]) + int(v["now"]).to_bytes(5, "big") + v["ttl"].to_bytes(3, "big")
-        + hashlib.sha256(b"statecodec/v1/binding/audience\x00" + v["audience"].encode()).digest()[:3]
-        + hashlib.sha256(b"statecodec/v1/binding/purpose\x00" + v["purpose"].encode()).digest()[:3]
-        + derive(b"statecodec/v1/key-id", 4)
-    )  # fmt: skip
-    ctx = len(items).to_bytes(4, "big") + b"".join(lp(k) + lp(x) for k, x in items)
-    claims = header + mac(b"binding", (b"\x00" if principal is None else b"\x01" + lp(principal)) + ctx)
-    if principal is not None:
-        claims += mac(b"principal", lp(principal))
-    assert (header[16:20].hex(), claims.hex()) == (data["binding_key_id"], v["claims"])

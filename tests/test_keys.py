@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import base64
-import copy
 import hashlib
-import hmac
-import pickle
 import re
 from pathlib import Path
 
@@ -16,22 +13,12 @@ from hypothesis import strategies as st
 
 from statecodec import ConfigurationError, KeyRing, format_keys, parse_keys
 from statecodec._encoding import b64u_encode
-from statecodec.keys import MIN_KEY_LENGTH, _text_refusal, derive_key, generate_key
+from statecodec.keys import MIN_KEY_LENGTH, _text_refusal, generate_key
 from tests.secrecy import COLLIDING_SECRETS, assert_unreachable
 
 K0, K1, K2 = bytes(range(32)), bytes(range(32, 64)), bytes(range(64, 128))  # K2: longer than the minimum
 A, B = b64u_encode(K0), b64u_encode(K1)
 HOW_TO = "statecodec keygen"
-
-
-def hkdf_sha256(secret: bytes, info: bytes, length: int) -> bytes:
-    """RFC 5869 with an all-zero salt, written independently of the library."""
-    prk = hmac.new(bytes(32), secret, hashlib.sha256).digest()
-    out, block, counter = b"", b"", 1
-    while len(out) < length:
-        block = hmac.new(prk, block + info + bytes([counter]), hashlib.sha256).digest()
-        out, counter = out + block, counter + 1
-    return out[:length]
 
 
 def refusal(build: object, *secrets: bytes) -> str:
@@ -48,8 +35,8 @@ def test_valid_ring_order_and_ids() -> None:
     ring = KeyRing([K0, bytearray(K1), memoryview(K2)])
     assert (list(ring), len(ring), ring[0]) == ([K0, K1, K2], 3, K0)
     assert all(type(k) is bytes for k in ring)
-    assert ring.key_ids == tuple(hkdf_sha256(k, b"statecodec/v1/key-id", 4).hex() for k in (K0, K1, K2))
-    assert ring.key_ids[0] == "3d7ec38c"  # frozen: a changed label would orphan every token in flight
+    # Frozen: a changed label would orphan every token in flight (tests/test_vectors.py re-derives them).
+    assert (ring.key_ids[0], len(set(ring.key_ids))) == ("3d7ec38c", 3)
     assert list(KeyRing(k for k in (K0, K1))) == [K0, K1]
     mutable = bytearray(K0)
     copied = KeyRing([mutable])
@@ -203,27 +190,7 @@ def test_repr_and_str_show_key_ids_only() -> None:
         assert text == f"KeyRing(key_ids={list(ring.key_ids)!r})"
 
 
-def test_ring_is_not_picklable_or_copyable() -> None:
-    ring = KeyRing([K0])
-    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
-        with pytest.raises(TypeError, match="not picklable"):
-            pickle.dumps(ring, protocol=protocol)
-    for duplicate in (copy.copy, copy.deepcopy):
-        with pytest.raises(TypeError):
-            duplicate(ring)
-
-
 def test_equality_by_key_ids() -> None:
     assert KeyRing([K0, K1]) == KeyRing([bytearray(K0), K1]) != KeyRing([K1, K0])
     assert hash(KeyRing([K0])) == hash(KeyRing([K0]))
     assert KeyRing([K0]) != [K0]
-
-
-def test_derive_key_is_hkdf_sha256_and_separates_uses() -> None:
-    aes, xaes = (derive_key(K0, label) for label in (b"statecodec/v1/aes-256-gcm", b"statecodec/v1/xaes-256-gcm"))
-    assert aes == hkdf_sha256(K0, b"statecodec/v1/aes-256-gcm", 32)
-    assert xaes == hkdf_sha256(K0, b"statecodec/v1/xaes-256-gcm", 32)
-    assert len({aes, xaes, K0}) == 3
-    assert bytes.fromhex(KeyRing([K0]).key_ids[0]) not in (aes[:4], xaes[:4])
-    assert KeyRing([K0]).subkeys(b"statecodec/v1/aes-256-gcm") == [(bytes.fromhex("3d7ec38c"), aes)]
-    assert derive_key(K0, b"x", 64) == hkdf_sha256(K0, b"x", 64)

@@ -191,18 +191,6 @@ def test_bound_foreign_inner_refusal_keeps_no_token_text_in_the_chain() -> None:
     assert exc.__cause__ is None
 
 
-def test_bound_clock_that_stops_returning_numbers_refuses_tokens_with_invalid_token() -> None:
-    broken = False
-
-    def clock() -> float:
-        return None if broken else 1_767_225_600.0  # type: ignore[return-value]
-
-    codec = BoundCodec(AESGCMCodec([SECRET]), audience="svc", binding_key=BINDING_KEY, clock=clock)
-    token = codec.seal(b"s")
-    broken = True
-    assert refusal(codec.unseal, token).reason is Reason.NOT_YET_VALID
-
-
 def test_tag_comparisons_are_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
     import statecodec.binding
     import statecodec.jose.jws

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import pickle
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken, KeyRing
-from statecodec.cli.main import main
 from statecodec.keys import format_keys, parse_keys
 from statecodec.rotation import FleetReport, Phase, RotationPlan, check_fleet, parse_fleet, reseal
 from tests.plugins.vault import Clock
@@ -260,54 +257,3 @@ def test_promoting_first_drops_a_round_that_check_fleet_flagged() -> None:
     fleet.mint(0)
     fleet.present(fleet.tokens[0], 1)
     assert fleet.drops == fleet.tokens
-
-
-# --- CLI (docs/rotation.md runs `rotate plan --ids-only --json` and both outcomes of `rotate check`) ----
-
-
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_cli_plan_prints_secrets_only_with_a_warning(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("STATECODEC_KEYS", format_keys([OLD]))
-    (tmp_path / "new.key").write_text(format_keys([NEW]) + "\n")
-    code, out, err = _run(["rotate", "plan", "--new-file", str(tmp_path / "new.key"), "--ttl", "600"], capsys)
-    assert (code, "SECRET" in err, "660 s" in out) == (0, True, True)
-    values = [line.split("=", 1)[1] for line in out.splitlines() if "STATECODEC_KEYS=" in line]
-    assert [parse_keys(v) for v in values] == [[OLD, NEW], [NEW, OLD], [NEW]]
-    code, out, err = _run(["rotate", "plan", "--old-id", "3d7ec38c", "--new-id", "9A41F0B2", "--json"], capsys)
-    assert (code, err) == (0, "")  # no secrets, so no warning
-    assert [p["key_ids"] for p in json.loads(out)["phases"]][1] == ["9a41f0b2", "3d7ec38c"]
-
-
-@pytest.mark.parametrize(
-    ("argv", "fragment"),
-    [
-        (["plan", "--generate-new"], "holds 2 keys"),
-        (["plan", "--old-key", format_keys([OLD]), "--generate-new", "--ids-only"], "keygen"),
-        (["plan", "--old-key", "not a key", "--new-key", format_keys([NEW])], "base64url"),
-        (["plan", "--old-id", "3d7ec38c", "--generate-new"], "--old-id and --new-id go together"),
-        (["check", "missing.json"], "cannot read"),
-    ],
-)
-def test_cli_refuses_bad_input(
-    argv: list[str], fragment: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("STATECODEC_KEYS", format_keys([OLD, NEW]))
-    code, out, err = _run(["rotate", *argv], capsys)
-    assert (code, fragment in err) == (2, True)
-    assert format_keys([NEW]) not in out + err
-
-
-def test_cli_check_reports_in_flight_keys_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    fleet = tmp_path / "fleet.json"
-    fleet.write_text(json.dumps({"instances": {"web-1": ["01", "02"], "web-2": ["01"]}}))
-    code, out, _ = _run(["rotate", "check", str(fleet), "--in-flight", "03", "--json"], capsys)
-    assert code == 1
-    assert json.loads(out)["findings"][0] == {"instance": None, "key_id": "03", "refused_by": ["web-1", "web-2"],
-                                              "in_flight": True}  # fmt: skip

@@ -1,9 +1,9 @@
 """Every frozen vectors file still holds: tokens open, re-derive byte for byte, and are refused as pinned.
 
-Each entry is one test case (`json_parametrize`), its codec built by `tests.vector_codecs.codec_for`
-from the keys it holds. Where a format is deterministic given the recorded nonce, IV or content key,
-`seal` reproduces the token, and the token is rebuilt from ``docs/formats.md`` with cryptography's
-primitives alone, as a port would.
+Each entry is one test case (`json_parametrize`), its codec built by the public constructors
+(`codec_for`) from the keys it holds, so a token that opens proves its layout. Where a format is
+deterministic given the recorded nonce, IV or content key, `seal` reproduces the token, and the
+token is rebuilt from ``docs/formats.md`` with cryptography's primitives alone, as a port would.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,10 @@ from cryptography.hazmat.primitives.kdf.concatkdf import ConcatKDFHash
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.keywrap import aes_key_wrap
 
-from statecodec import InvalidToken
+from statecodec import AESGCMCodec, BoundCodec, EnvelopeCodec, InvalidToken, JWECodec, JWSCodec, KeyRing, XAESGCMCodec
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode
+from statecodec.errors import ProviderError
 from statecodec.jose import derived_jwk
-from tests.vector_codecs import codec_for
 
 VECTORS = Path(__file__).parent / "vectors"
 FILES = sorted(p for p in VECTORS.glob("*.json") if p.name != "single_use.json")
@@ -64,6 +65,53 @@ def reason_of(unseal: Callable[[], object]) -> str:
     with pytest.raises(InvalidToken) as info:
         unseal()
     return info.value.reason.value
+
+
+class _Table:
+    """The KMS of an envelope entry: each of its wrapped keys unwraps to the data key paired with it."""
+
+    def __init__(self, pairs: Mapping[bytes, bytes]) -> None:
+        self._pairs = pairs
+
+    def describe(self) -> str:
+        return "the data keys of a vectors entry"
+
+    def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
+        return self._pairs[blob]  # EnvelopeCodec asks only for the entry's own blobs
+
+    def new_wrapped_key(self, context: Mapping[str, str]) -> bytes:
+        raise ProviderError("a vectors entry cannot wrap keys")
+
+
+def codec_for(data: Mapping[str, Any], entry: Mapping[str, Any], at: Mapping[str, Any] | None = None) -> Any:
+    """The codec an entry names; `at`: a binding replay's clock and settings."""
+    codec, cap = data["codec"], entry.get("max_token_length", DEFAULT_MAX_TOKEN_LENGTH)
+    if codec in ("aesgcm", "xaesgcm"):
+        ring = AESGCMCodec if codec == "aesgcm" else XAESGCMCodec
+        return ring([b64u_decode(k) for k in entry["keys"]], max_token_length=cap)
+    if codec == "envelope":
+        blobs = [b64u_decode(w) for w in entry["wrapped_keys"]]
+        table = _Table(dict(zip(blobs, (b64u_decode(k) for k in entry["data_keys"]), strict=True)))
+        return EnvelopeCodec(table, blobs, context=entry["context"], max_token_length=cap)
+    if codec in ("jwe", "jws") and "jwks" in entry:
+        jose = JWECodec if codec == "jwe" else JWSCodec
+        return jose.from_jwks(entry["jwks"], alg=entry["alg"], max_token_length=cap)
+    if codec == "jwe":
+        return JWECodec([b64u_decode(k) for k in entry["ring"]], alg=entry["alg"], max_token_length=cap)
+    if codec == "jws":  # a ring signs with HS256
+        return JWSCodec([b64u_decode(k) for k in entry["ring"]], max_token_length=cap)
+    assert codec == "binding", codec
+    at = entry if at is None else at  # a valid vector, replayed at another time or under other settings
+    return BoundCodec(
+        AESGCMCodec(KeyRing.parse(data["codec_keys"])),
+        audience=at.get("audience", entry["audience"]),
+        purpose=at.get("purpose", entry["purpose"]),
+        ttl=entry["ttl"],
+        future_skew=entry["future_skew"],
+        binding_key=b64u_decode(data["binding_key"]),
+        clock=lambda: at["now"],
+        seal_version=data["format_version"],
+    )
 
 
 OFFLINE = "aesgcm xaesgcm envelope jwe jwe_ecdh jws"
@@ -168,31 +216,33 @@ def _lp(text: str) -> bytes:
     return len(raw).to_bytes(4, "big") + raw
 
 
-@json_parametrize("binding", "valid")
-def test_binding_token_re_derives(data: dict[str, Any], v: dict[str, Any]) -> None:
-    binding_key, principal = unb64u(data["binding_key"]), v["principal"]
-    prefix = _lp(v["audience"]) + _lp(v["purpose"])
+@json_parametrize("binding binding_v2", "valid")
+def test_binding_token_re_derives(data: dict[str, Any], v: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Version 0x01 and 0x02 claims by docs/formats.md, then the inner AES-256-GCM token; `seal` writes both."""
+    binding_key, principal, version = unb64u(data["binding_key"]), v["principal"], data["format_version"]
     items = sorted((v["context"] or {}).items())
-    ctx = len(items).to_bytes(4, "big") + b"".join(_lp(k) + _lp(x) for k, x in items)
-    marker = b"\x00" if principal is None else b"\x01" + _lp(principal)
-    claims = (
-        bytes([0x01, 0x00 if principal is None else 0x01])
-        + int(v["now"]).to_bytes(5, "big")
-        + v["ttl"].to_bytes(3, "big")
+    header = (
+        bytes([version, principal is not None]) + int(v["now"]).to_bytes(5, "big") + v["ttl"].to_bytes(3, "big")
         + hashlib.sha256(b"statecodec/v1/binding/audience\x00" + v["audience"].encode()).digest()[:3]
         + hashlib.sha256(b"statecodec/v1/binding/purpose\x00" + v["purpose"].encode()).digest()[:3]
-        + hmac.digest(hkdf(binding_key, b"statecodec/v1/binding/binding"), prefix + marker + ctx, "sha256")[:16]
-    )
+        + (hkdf(binding_key, b"statecodec/v1/key-id", 4) if version == 2 else b"")  # 0x02 names its key
+    )  # fmt: skip
+    bound = _lp(v["audience"]) + _lp(v["purpose"]) + (header if version == 2 else b"")
+
+    def mac(label: bytes, message: bytes) -> bytes:
+        return hmac.digest(hkdf(binding_key, b"statecodec/v%d/binding/" % version + label), bound + message, "sha256")
+
+    ctx = len(items).to_bytes(4, "big") + b"".join(_lp(k) + _lp(x) for k, x in items)
+    claims = header + mac(b"binding", (b"\x00" if principal is None else b"\x01" + _lp(principal)) + ctx)[:16]
     if principal is not None:
-        claims += hmac.digest(hkdf(binding_key, b"statecodec/v1/binding/principal"), prefix + _lp(principal), "sha256")[
-            :16
-        ]
-    assert claims.hex() == v["claims"]
-    # The inner AES-256-GCM token (format 0x01) of claims || state under the recorded nonce.
+        claims += mac(b"principal", _lp(principal))[:16]
+    assert (claims.hex(), header[16:20].hex()) == (v["claims"], data.get("binding_key_id", ""))
     secret, nonce = unb64u(data["codec_keys"].split(",")[0]), bytes.fromhex(v["nonce"])
-    header = b"\x01" + hkdf(secret, b"statecodec/v1/key-id", 4)
-    sealed = AESGCM(hkdf(secret, b"statecodec/v1/aes-256-gcm")).encrypt(nonce, claims + v["state"].encode(), header)
-    assert b64u(header + nonce + sealed) == v["token"]
+    inner = b"\x01" + hkdf(secret, b"statecodec/v1/key-id", 4)
+    sealed = AESGCM(hkdf(secret, b"statecodec/v1/aes-256-gcm")).encrypt(nonce, claims + v["state"].encode(), inner)
+    assert b64u(inner + nonce + sealed) == v["token"]
+    monkeypatch.setattr(os, "urandom", lambda n: nonce)
+    assert codec_for(data, v).seal(v["state"].encode(), principal=principal, context=v["context"]) == v["token"]
 
 
 def _jose_key(v: dict[str, Any], label: bytes) -> tuple[str, bytes]:

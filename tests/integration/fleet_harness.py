@@ -5,7 +5,7 @@ up and stall it; a worker uvicorn replaces shows there, and every start-up failu
 and is always stopped: SIGTERM, then SIGKILL to the whole group so no worker outlives the test. A
 server is ready once each of its workers has answered the health route.
 
-`call_provision`, `round_one` and `retry` speak to them as a 2026-07-28 client does, one self-contained HTTP
+`call_tool`, `round_one` and `retry` speak to them as a 2026-07-28 client does, one self-contained HTTP
 exchange per request (no initialize, no session), with the demonstration bearer token of a chosen subject.
 """
 
@@ -137,10 +137,8 @@ def fleet(
     settings: Sequence[Mapping[str, str]],
     *,
     workers: int = 1,
-    wait: bool = True,
 ) -> Iterator[list[FleetServer]]:
-    """Start one server per entry of `settings` (its environment), all at once; wait until every worker answers
-    (`wait=False`: the caller passes each server to `ready` before using it)."""
+    """Start one server per entry of `settings` (its environment), all at once; wait until every worker answers."""
     with ExitStack() as stack:
         servers: list[FleetServer] = []
         processes: list[subprocess.Popen[bytes]] = []
@@ -162,7 +160,7 @@ def fleet(
             processes.append(process)
             servers.append(FleetServer(port, process, log, workers))
         deadline = time.monotonic() + START_DEADLINE_S
-        yield [ready(server, deadline) for server in servers] if wait else servers
+        yield [ready(server, deadline) for server in servers]
 
 
 # --- raw 2026-07-28 requests ------------------------------------------------------------------------------------
@@ -180,11 +178,6 @@ _ENVELOPE = {
 }
 
 
-def region_answer(region: str = "eu-west-1") -> dict[str, Any]:
-    """The ``inputResponses`` of a retry: the user accepted the form with `region`."""
-    return {"region": {"action": "accept", "content": {"region": region}}}
-
-
 def _message(response: httpx.Response) -> dict[str, Any]:
     """The JSON-RPC answer in `response`, sent as JSON or as the last event of an SSE stream."""
     if response.headers.get("content-type", "").startswith("text/event-stream"):
@@ -197,23 +190,6 @@ def _message(response: httpx.Response) -> dict[str, Any]:
     return message
 
 
-async def call_provision(
-    client: httpx.AsyncClient,
-    server: Served,
-    *,
-    subject: str | None = None,
-    name: str = "orders",
-    request_state: str | None = None,
-    input_responses: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """One ``tools/call`` of ``provision`` as a single 2026-07-28 HTTP exchange (no initialize, no session), as
-    `subject` (the demonstration bearer token ``demo-<subject>``); the JSON-RPC answer, result or error."""
-    return await call_tool(
-        client, server, TOOL, {"name": name}, subject=subject, request_state=request_state,
-        input_responses=input_responses,
-    )
-
-
 async def call_tool(
     client: httpx.AsyncClient,
     server: Served,
@@ -224,7 +200,8 @@ async def call_tool(
     request_state: str | None = None,
     input_responses: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One ``tools/call`` of `tool` as `call_provision` sends it."""
+    """One ``tools/call`` of `tool` as a single 2026-07-28 HTTP exchange (no initialize, no session), as `subject`
+    (the demonstration bearer token ``demo-<subject>``); the JSON-RPC answer, result or error."""
     params: dict[str, Any] = {"name": tool, "arguments": dict(arguments), "_meta": _ENVELOPE}
     if request_state is not None:
         params["requestState"] = request_state
@@ -244,7 +221,7 @@ async def call_tool(
 
 async def round_one(client: httpx.AsyncClient, server: Served, *, subject: str, name: str = "orders") -> str:
     """Round 1 on `server`: the ``requestState`` of its ``InputRequiredResult``."""
-    answer = await call_provision(client, server, subject=subject, name=name)
+    answer = await call_tool(client, server, TOOL, {"name": name}, subject=subject)
     result = answer.get("result") or {}
     assert result.get("resultType") == "input_required", answer
     state = result["requestState"]
@@ -263,9 +240,9 @@ async def retry(
 ) -> bool:
     """The retry that answers round 1, on `server`: True when it completed, False when it was refused with the
     SDK's -32602; anything else fails the caller."""
-    answer = await call_provision(
-        client, server, subject=subject, name=name, request_state=state, input_responses=region_answer(region)
-    )
+    answers = {"region": {"action": "accept", "content": {"region": region}}}  # the user accepted the form
+    answer = await call_tool(client, server, TOOL, {"name": name}, subject=subject, request_state=state,
+                             input_responses=answers)  # fmt: skip
     if "error" in answer:
         assert answer["error"]["code"] == INVALID_PARAMS, answer
         return False

@@ -1,16 +1,9 @@
-"""A retry that lands on another instance: completes with a shared ring, refused under the SDK default.
+"""A retry that lands on another uvicorn worker completes with a shared ring, however slowly the workers start.
 
-Real processes of `examples/fleet_server.py` on loopback ports, driven by
-`examples/fleet_client.py` (round 1 to one URL, the retry to another), over
-streamable HTTP. The shared ring comes from the environment: AES-GCM keys in
-``STATECODEC_KEYS``, or data keys wrapped by AWS KMS (moto over HTTP) that
-each instance unwraps at start-up. The refusal is the SDK's frozen -32602
-answer; the reason goes to the refusing server's log only.
-
-Each class starts its own servers and stops them when its last test ends, so
-only one group of processes runs at a time. The SDK default fails the same way
-across uvicorn workers as across processes (a worker is a process), so it is
-shown across processes only.
+`examples/fleet_server.py --workers 2` as a real process on a loopback port, driven by
+`examples/fleet_client.py` over streamable HTTP. Across processes (a worker is one), on a shared ring
+and under the SDK default: tests/test_examples.py runs docs/deployment.md's blocks as written; a foreign
+ring's refusal and its log line: tests/test_mcp.py.
 """
 
 from __future__ import annotations
@@ -19,214 +12,69 @@ import os
 import re
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from examples.fleet_client import provision
-from mcp import MCPError
-from tests.integration.fleet_harness import FleetServer, fleet, ready
-from tests.mcp_flows import INVALID_PARAMS, REJECTION_MESSAGE
-from tests.plugins.aws import REGION, MotoServer
+from tests.integration.fleet_harness import FleetServer, fleet
 
 from statecodec import format_keys, generate_key
-from statecodec.envelope import format_wrapped_keys, new_wrapped_key
-from statecodec.providers.aws_kms import AwsKmsWrapper
 
 pytestmark = pytest.mark.integration
 
-SDK_REJECTION_LOG = "requestState rejected on tools/call"
-SDK_DEFAULT = {"FLEET_MODE": "sdk-default"}
 # Bounded by count: the kernel spreads connections over the workers, not in a fixed order.
 MAX_WORKER_FLOWS = 60
-
-
-def run_flow(first: FleetServer, retry: FleetServer, *, region: str = "eu-west-1") -> dict[str, Any]:
-    """Round 1 on `first`, every retry on `retry`; the tool's structured result."""
-
-    async def flow() -> dict[str, Any]:
-        return await provision(first.url, retry_url=retry.url, name="orders", region=region)
-
-    try:
-        return anyio.run(flow)
-    except Exception:
-        # A flow that breaks says what the servers logged up to then (worker deaths included);
-        # pytest shows this captured output with the failure.
-        for server in {first.port: first, retry.port: retry}.values():
-            print(f"last lines of the log of the server on port {server.port}:\n{server.log_tail()}", file=sys.stderr)
-        raise
-
-
-def refusal(first: FleetServer, retry: FleetServer) -> MCPError:
-    with pytest.raises(MCPError) as caught:
-        run_flow(first, retry)
-    return caught.value
-
-
-def assert_frozen_rejection(error: MCPError) -> None:
-    assert (error.error.code, error.error.message) == (INVALID_PARAMS, REJECTION_MESSAGE)
-
-
-def shared(keys: str) -> dict[str, str]:
-    return {"FLEET_MODE": "shared", "STATECODEC_CODEC": "aesgcm", "STATECODEC_KEYS": keys}
-
-
-def new_ring() -> str:
-    return format_keys([generate_key()])
-
-
-@pytest.fixture(scope="module")
-def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("fleet-logs")
-
-
-@pytest.fixture(scope="class")
-def ring_fleet(log_dir: Path) -> Iterator[dict[str, FleetServer]]:
-    """Two instances sharing a ring from STATECODEC_KEYS, and one on another ring."""
-    ring = new_ring()
-    with fleet(log_dir, [shared(ring), shared(ring), shared(new_ring())]) as started:
-        yield dict(zip(("a", "b", "foreign"), started, strict=True))
-
-
-class TestSharedRing:
-    def test_retry_on_another_instance_completes_with_the_shared_ring(self, ring_fleet: dict[str, FleetServer]) -> None:
-        a, b = ring_fleet["a"], ring_fleet["b"]
-        there = run_flow(a, b, region="eu-west-1")
-        back = run_flow(b, a, region="us-east-2")
-        assert a.health() != b.health()
-        assert there == {"name": "orders", "region": "eu-west-1", "asked_by": a.health(), "completed_by": b.health()}
-        assert (back["asked_by"], back["completed_by"], back["region"]) == (b.health(), a.health(), "us-east-2")
-        assert SDK_REJECTION_LOG not in a.log_text() + b.log_text()
-
-    def test_instance_on_another_ring_refuses_with_our_reason_code(self, ring_fleet: dict[str, FleetServer]) -> None:
-        a, foreign = ring_fleet["a"], ring_fleet["foreign"]
-        assert run_flow(foreign, foreign)["completed_by"] == foreign.health()
-
-        assert_frozen_rejection(refusal(a, foreign))
-        assert f"{SDK_REJECTION_LOG}: unknown_key" in foreign.log_text()
-
-
-@pytest.fixture(scope="class")
-def default_pair(log_dir: Path) -> Iterator[list[FleetServer]]:
-    """Two instances on the SDK's per-process default key."""
-    with fleet(log_dir, [SDK_DEFAULT, SDK_DEFAULT]) as started:
-        yield started
-
-
-class TestSdkDefault:
-    def test_retry_on_another_instance_is_refused_under_the_sdk_default(self, default_pair: list[FleetServer]) -> None:
-        a, b = default_pair
-        # Each instance on its own completes: the refusal below is the hop, not a broken server.
-        assert run_flow(a, a)["completed_by"] == a.health()
-        assert run_flow(b, b)["completed_by"] == b.health()
-
-        error = refusal(a, b)
-
-        assert_frozen_rejection(error)
-        # The SDK's own codec names the cause in the log only: b never had a's process-local key.
-        assert f"{SDK_REJECTION_LOG}: unknown key" in b.log_text()
-        assert "unknown key" not in str(error.error.data)
-
-
-# --- the same fleet on an AWS KMS envelope ring -------------------------------------------------
-
-
-def wrapped_ring(moto: MotoServer, key_arn: str, count: int) -> str:
-    client = moto.client()
-    try:
-        wrapper = AwsKmsWrapper(key_arn, client=client)
-        return format_wrapped_keys([new_wrapped_key(wrapper) for _ in range(count)])
-    finally:
-        client.close()
-
-
-def aws_settings(moto: MotoServer, key_arn: str, wrapped: str) -> dict[str, str]:
-    return {
-        "FLEET_MODE": "shared",
-        "STATECODEC_CODEC": "aws-kms",
-        "STATECODEC_AWS_KMS_KEY_ID": key_arn,
-        "STATECODEC_AWS_REGION": REGION,
-        "STATECODEC_AWS_KMS_ENDPOINT": moto.endpoint,
-        "STATECODEC_WRAPPED_KEYS": wrapped,
-        # moto accepts any credentials; never let a developer's real profile be picked up.
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_CONFIG_FILE": "/nonexistent",
-        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
-    }
-
-
-@pytest.fixture(scope="class")
-def kms_fleet(log_dir: Path, moto_server: MotoServer) -> Iterator[list[FleetServer]]:
-    """Two instances on one ring of data keys wrapped by AWS KMS (another ring: tests/integration/test_aws_kms.py)."""
-    key_arn, _ = moto_server.create_key()
-    settings = aws_settings(moto_server, key_arn, wrapped_ring(moto_server, key_arn, 2))
-    with fleet(log_dir, [settings, settings]) as started:
-        yield started
-
-
-class TestKmsEnvelopeRing:
-    def test_retry_on_another_instance_completes_with_the_kms_envelope_ring(self, kms_fleet: list[FleetServer]) -> None:
-        a, b = kms_fleet
-        there = run_flow(a, b)
-        back = run_flow(b, a)
-        assert (there["asked_by"], there["completed_by"]) == (a.health(), b.health())
-        assert (back["asked_by"], back["completed_by"]) == (b.health(), a.health())
-        assert SDK_REJECTION_LOG not in a.log_text() + b.log_text()
-
-
-# --- uvicorn workers (last, so their slow start overlaps every test above) -----------------------
-
-
 # Runs in every process Python starts with this directory on its path; it delays only the workers
 # uvicorn spawns, as a slow import on a loaded machine does, before they can answer a health check.
 # uvicorn's supervisor pings the first worker about 0.5 s after spawning it and kills it if no answer
-# comes within its default 5 s: 8 s (plus the worker's own imports) is beyond that window.
+# comes within its default 5 s: 6.5 s (plus the worker's own imports) is beyond that window.
 SLOW_WORKER_SITECUSTOMIZE = """
 import sys, time
 if any("spawn_main" in arg for arg in sys.orig_argv):
-    time.sleep(8)
+    time.sleep(6.5)
 """
 # What uvicorn logs at info when its supervisor kills a worker and starts a replacement.
 WORKER_REPLACED = re.compile(r"Child process \[\d+\] died")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def slow_workers(log_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetServer]:
-    """One uvicorn server, two worker processes behind one port sharing a ring, each slow to start.
+def run_flow(server: FleetServer) -> dict[str, Any]:
+    """Round 1 and every retry on `server`; the tool's structured result."""
+    try:
+        return anyio.run(lambda: provision(server.url, retry_url=server.url, name="orders", region="eu-west-1"))
+    except Exception:
+        # A flow that breaks says what the server logged up to then (worker deaths included);
+        # pytest shows this captured output with the failure.
+        print(f"last lines of the log of the server on port {server.port}:\n{server.log_tail()}", file=sys.stderr)
+        raise
 
-    Started with the module and not waited for, so their start overlaps the tests above; the
-    processes sleep through most of it.
-    """
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetServer]:
+    """One uvicorn server, two worker processes behind one port sharing a ring, each slow to start."""
     site = tmp_path_factory.mktemp("slow-site")
     (site / "sitecustomize.py").write_text(SLOW_WORKER_SITECUSTOMIZE, encoding="utf-8")
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
-    with fleet(log_dir, [{**shared(new_ring()), "PYTHONPATH": path}], workers=2, wait=False) as started:
+    settings = {"FLEET_MODE": "shared", "STATECODEC_CODEC": "aesgcm", "STATECODEC_KEYS": format_keys([generate_key()])}
+    with fleet(tmp_path_factory.mktemp("fleet-logs"), [{**settings, "PYTHONPATH": path}], workers=2) as started:
         yield started[0]
 
 
-@pytest.fixture(scope="class")
-def workers(slow_workers: FleetServer) -> FleetServer:
-    return ready(slow_workers)
-
-
-class TestUvicornWorkers:
-    def test_retries_across_uvicorn_workers_complete_with_the_shared_ring(self, workers: FleetServer) -> None:
-        # The fixture returned, so both workers answered, slower to start than uvicorn's default 5 s health
-        # check, under which each would be killed and replaced by another equally slow worker.
-        assert len(workers.instances) == 2
-        pairs: list[tuple[str, str]] = []
-        for _ in range(MAX_WORKER_FLOWS):
-            outcome = run_flow(workers, workers)
-            assert (outcome["name"], outcome["region"]) == ("orders", "eu-west-1")
-            pairs.append((outcome["asked_by"], outcome["completed_by"]))
-            if len({done for _, done in pairs}) == 2 and any(asked != done for asked, done in pairs):
-                break
-        # Both workers that started completed retries (none was replaced meanwhile), and at least one
-        # retry completed on the worker that did not seal its state.
-        assert {done for _, done in pairs} == workers.instances, workers.log_tail()
-        assert any(asked != done for asked, done in pairs), workers.log_tail()
-        assert f"pid-{workers.process.pid}" not in workers.instances
-        assert SDK_REJECTION_LOG not in workers.log_text()
-        assert not WORKER_REPLACED.search(workers.log_text()), workers.log_tail()
+def test_retries_across_uvicorn_workers_complete_with_the_shared_ring(workers: FleetServer) -> None:
+    # The fixture returned, so both workers answered, slower to start than uvicorn's default 5 s health
+    # check, under which each would be killed and replaced by another equally slow worker.
+    assert len(workers.instances) == 2
+    pairs: list[tuple[str, str]] = []
+    for _ in range(MAX_WORKER_FLOWS):
+        outcome = run_flow(workers)
+        assert (outcome["name"], outcome["region"]) == ("orders", "eu-west-1")
+        pairs.append((outcome["asked_by"], outcome["completed_by"]))
+        if len({done for _, done in pairs}) == 2 and any(asked != done for asked, done in pairs):
+            break
+    # Both workers that started completed retries (none was replaced meanwhile), and at least one
+    # retry completed on the worker that did not seal its state.
+    assert {done for _, done in pairs} == workers.instances, workers.log_tail()
+    assert any(asked != done for asked, done in pairs), workers.log_tail()
+    assert f"pid-{workers.process.pid}" not in workers.instances
+    assert "requestState rejected" not in workers.log_text()
+    assert not WORKER_REPLACED.search(workers.log_text()), workers.log_tail()

@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from statecodec import AESGCMCodec, JWECodec, JWSCodec, XAESGCMCodec
+from statecodec import AESGCMCodec, XAESGCMCodec
 from statecodec.errors import ConfigurationError
 
 Pair = tuple[Callable[[bytes], Any], Callable[[Any], bytes]]
@@ -87,7 +87,10 @@ def _fernet() -> Pair:  # AES-128-CBC and HMAC-SHA256, from cryptography itself
 # Ours, then the peers: the SDK's own codec, and the most direct use of each library for the same job.
 CASES: dict[str, Callable[[], Pair]] = {
     "floor": _floor, "AESGCMCodec": _ours(AESGCMCodec), "XAESGCMCodec": _ours(XAESGCMCodec),
-    "JWECodec(dir)": _ours(JWECodec), "JWSCodec(HS256)": _ours(JWSCodec), "SDK AESGCMRequestStateCodec": lambda: _ours(
+    # JOSE on first use: every command's start-up imports this module.
+    "JWECodec(dir)": lambda: _ours(importlib.import_module("statecodec.jose").JWECodec)(),
+    "JWSCodec(HS256)": lambda: _ours(importlib.import_module("statecodec.jose").JWSCodec)(),
+    "SDK AESGCMRequestStateCodec": lambda: _ours(
         importlib.import_module("mcp.server.request_state").AESGCMRequestStateCodec)(),
     "PyJWT (JWS HS256)": _pyjwt, "jwcrypto (JWE dir)": _jwcrypto, "joserfc (JWE dir)": _joserfc, "Fernet": _fernet,
 }

@@ -8,7 +8,6 @@ unseals a probe, and reports kind, key ids, provider and key name, never a secre
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -18,7 +17,6 @@ from typing import Any
 from statecodec._settings import setting
 from statecodec.config import ENVIRONMENT_ONLY, TTL_VAR, configured_codec, missing_package, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
-from statecodec.single_use import SingleUse
 
 SCHEMA = "statecodec-check/1"
 _PROBE = b"statecodec check probe"
@@ -62,6 +60,10 @@ def _check_server_settings(environ: Mapping[str, str]) -> None:
     single-use guard and its store (built, not contacted: a Redis store connects at its first call)."""
     ttl_setting(environ)
     if any(setting(environ, name, required=False) for name in ENVIRONMENT_ONLY - {TTL_VAR}):
+        import asyncio  # here: only a store setting needs it, and every command's start-up imports this module
+
+        from statecodec.single_use import SingleUse
+
         guard = SingleUse.from_env(environ)
         asyncio.run(guard.aclose())
 

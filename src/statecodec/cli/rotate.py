@@ -21,7 +21,6 @@ from statecodec.cli.main import settings_from_flags
 from statecodec.config import ttl_setting
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing, generate_key
-from statecodec.rotation import RotationPlan, check_fleet, parse_fleet
 
 _CHECK_EPILOG = """\
 FILE: the reports of `statecodec check --json --instance NAME`, one per instance (several files, or all of them
@@ -82,6 +81,8 @@ def _key(args: argparse.Namespace, side: str) -> bytes:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    from statecodec.rotation import RotationPlan  # here, as every command's imports: start-up is per command
+
     if args.generate_new and args.ids_only:
         raise ConfigurationError(
             "--generate-new with --ids-only would print a plan whose new key nobody can read; "
@@ -175,6 +176,8 @@ def _instance(where: str, report: object) -> tuple[str, list[str]]:
 
 
 def _fleet(sources: list[str]) -> tuple[dict[str, Any], list[str]]:
+    from statecodec.rotation import parse_fleet
+
     """(instances, in-flight key ids) from fleet files and `statecodec check` reports; an instance once only."""
     instances: dict[str, Any] = {}
     in_flight: list[str] = []
@@ -197,6 +200,8 @@ def _fleet(sources: list[str]) -> tuple[dict[str, Any], list[str]]:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from statecodec.rotation import check_fleet
+
     reports, in_flight = _fleet(args.files)
     report = check_fleet(reports, in_flight=[*in_flight, *args.in_flight])
     if args.json:

@@ -9,15 +9,15 @@ A store that cannot be reached exits 1 in both, like any check that failed (docs
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statecodec.errors import ConfigurationError
-from statecodec.single_use import SingleUse, checked
-from statecodec.store import MemoryStore, check_owner
+
+if TYPE_CHECKING:  # imported where used: every command's start-up imports this module
+    from statecodec.single_use import SingleUse
 
 # The SDK binds a principal under its access token's issuer: without --issuer, those tokens are not covered.
 _NO_ISSUER = " with no issuer (tokens minted under an issuer need --issuer)"
@@ -42,6 +42,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _with_guard(work: Callable[[SingleUse], Awaitable[Any]]) -> Any:
+    import asyncio
+
+    from statecodec.single_use import SingleUse
+    from statecodec.store import MemoryStore
+
     guard = SingleUse.from_env()
     if isinstance(guard.store, MemoryStore):
         raise ConfigurationError(
@@ -63,6 +68,8 @@ def _when(ms: int) -> str:
 
 
 def _revoke(args: argparse.Namespace) -> int:
+    from statecodec.single_use import checked
+
     selector: dict[str, Any] = {"everything": args.all, "issuer": args.issuer}
     kind, what = "all", "every token"
     if args.scope is not None:
@@ -90,6 +97,8 @@ def _revoke(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     health: dict[str, Any] = _with_guard(lambda guard: guard.health())
     if health["owner"] == "foreign":
+        from statecodec.store import check_owner
+
         check_owner("foreign", str(health["server"]))
     problems = [f"malformed revocation entries, skipped by every claim: {', '.join(health['malformed'])}"] * bool(
         health["malformed"]

@@ -19,7 +19,6 @@ from statecodec._types import Codec
 from statecodec.cli.main import flag_values, flags_named, settings_from_flags
 from statecodec.config import check_names, codec_from_env, codec_from_file
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
-from statecodec.tokeninfo import describe_token
 
 _EPILOG = """\
 The codec is the one a server builds from the STATECODEC_* environment (docs/configuration.md);
@@ -95,6 +94,8 @@ def _inspect(args: argparse.Namespace) -> int:
     # The configuration is checked first, so a broken set-up is reported even for a junk token.
     codec = _codec(args, settings) if configured else None
     token, limit = _read_token(args.token, codec, settings)
+    from statecodec.tokeninfo import describe_token  # here: it loads JOSE, which no other command needs
+
     doc: dict[str, Any] = dataclasses.asdict(describe_token(token, max_length=limit))
     doc.update(codec=None if codec is None else type(codec).__name__, verified=None, reason=None)
     refused: InvalidToken | None = None
