@@ -18,7 +18,7 @@ from hmac import compare_digest
 from typing import Any
 
 from statecodec._settings import seconds
-from statecodec._types import Codec, WrapsCodec, check_codec
+from statecodec._types import Codec, HoldsSecrets, WrapsCodec, check_codec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 from statecodec.keys import KeyRing
 
@@ -105,7 +105,7 @@ def _scope_field(name: str, value: object, label: bytes) -> bytes:
     return hashlib.sha256(label + value.encode("utf-8", "surrogatepass")).digest()[:3]
 
 
-class BoundCodec(WrapsCodec):
+class BoundCodec(HoldsSecrets, WrapsCodec):
     """Binds an inner codec's tokens to a lifetime, an audience, a purpose, and maybe a principal and a context.
 
     The inner codec seals ``claims || state``. Claims version 0x02 (docs/formats.md has the exact bytes): version,
@@ -257,6 +257,3 @@ class BoundCodec(WrapsCodec):
     def __repr__(self) -> str:
         scope = f"audience={self.audience!r}, purpose={self.purpose!r}"
         return f"BoundCodec({self.codec!r}, {scope}, ttl={self.ttl}, future_skew={self.future_skew})"
-
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError("BoundCodec holds keys and is not picklable")

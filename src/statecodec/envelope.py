@@ -16,10 +16,10 @@ from typing import Protocol, runtime_checkable
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode
 from statecodec.aead import _Ring, _RingCodec, check_ring_cap
 from statecodec.errors import ConfigurationError, InvalidToken, ProviderError
-from statecodec.keys import KEY_ID_LENGTH, MIN_KEY_LENGTH, check_unique_ids, derive_key
+from statecodec.keys import KEY_ID_LENGTH, MIN_KEY_LENGTH, check_unique_ids, derive_key, format_keys
 
 # Largest wrapped data key handed to a provider, in bytes: AWS KMS blobs of a 32-byte key are under 200
 # bytes, Cloud KMS under 150, Vault under 120; a hostile configuration cannot ship megabytes to the KMS.
@@ -117,9 +117,7 @@ def parse_wrapped_keys(text: str) -> list[bytes]:
     return [_check_blob(i, item) for i, item in enumerate(items)]
 
 
-def format_wrapped_keys(blobs: Iterable[bytes]) -> str:
-    """The text form of wrapped blobs (not secret without the KMS key)."""
-    return ",".join(b64u_encode(bytes(b)) for b in blobs)
+format_wrapped_keys = format_keys  # the text form of wrapped blobs too (not secret without the KMS key)
 
 
 class EnvelopeCodec(_RingCodec):

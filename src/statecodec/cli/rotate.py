@@ -105,18 +105,11 @@ def _plan(args: argparse.Namespace) -> int:
         f"no sooner than {p3.wait_after_previous:g} s (ttl + future skew) after the last instance "
         f"reports [{', '.join(p2.key_ids)}]; re-seal stored state before then",
     )
-    phases: list[dict[str, Any]] = []
-    for phase, start in zip(plan.phases, starts, strict=True):
-        entry: dict[str, Any] = {
-            "phase": phase.number,
-            "key_ids": list(phase.key_ids),
-            "wait_after_previous_seconds": phase.wait_after_previous,
-            "start": start,
-            "summary": phase.summary,
-        }
-        if secrets:
-            entry["STATECODEC_KEYS"] = phase.env_value()
-        phases.append(entry)
+    phases: list[dict[str, Any]] = [
+        {"phase": p.number, "key_ids": list(p.key_ids), "wait_after_previous_seconds": p.wait_after_previous,
+         "start": start, "summary": p.summary, **({"STATECODEC_KEYS": p.env_value()} if secrets else {})}
+        for p, start in zip(plan.phases, starts, strict=True)
+    ]  # fmt: skip
     if args.json:
         emit(json.dumps({"ttl": plan.ttl, "future_skew": plan.future_skew, "phases": phases}, indent=2), args.output)
     else:

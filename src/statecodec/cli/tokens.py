@@ -23,8 +23,7 @@ Exit status: 0 success, 1 token refused (reason code on stderr), 2 bad usage or 
 """
 
 
-# flag: the setting it stands for
-_FLAGS = {
+_FLAGS = {  # flag: the setting it stands for
     "--keys-file": "STATECODEC_KEYS_FILE",
     "--codec": "STATECODEC_CODEC",
     "--max-token-length": "STATECODEC_MAX_TOKEN_LENGTH",

@@ -163,6 +163,5 @@ def wrapper_from_settings(settings: Mapping[str, str]) -> AwsKmsWrapper:
     return AwsKmsWrapper(key, region=region, endpoint_url=setting(settings, _ENDPOINT_VAR, required=False))
 
 
-def build_codec(settings: Mapping[str, str]) -> EnvelopeCodec:
-    """Builder for ``STATECODEC_CODEC=aws-kms``: unwrap the ring once, then close the KMS client."""
+def build_codec(settings: Mapping[str, str]) -> EnvelopeCodec:  # STATECODEC_CODEC=aws-kms
     return build_envelope_codec(settings, wrapper_from_settings)

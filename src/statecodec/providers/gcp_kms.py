@@ -200,6 +200,5 @@ def wrapper_from_settings(settings: Mapping[str, str]) -> GcpKmsWrapper:
     return GcpKmsWrapper(key, emulator_host=setting(settings, _EMULATOR_VAR, required=False))
 
 
-def build_codec(settings: Mapping[str, str]) -> EnvelopeCodec:
-    """Builder for ``STATECODEC_CODEC=gcp-kms``: unwrap the ring once, then close the channel."""
+def build_codec(settings: Mapping[str, str]) -> EnvelopeCodec:  # STATECODEC_CODEC=gcp-kms
     return build_envelope_codec(settings, wrapper_from_settings)
