@@ -74,8 +74,8 @@ def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, 
         _check_server_settings(os.environ)
         kind, codec, settings = configured_codec(path=config)
     except (ConfigurationError, ImportError) as exc:  # ImportError: the extra a configured store or provider needs
-        error = missing_package(exc) if isinstance(exc, ImportError) else str(exc)
-        return 2, {**report, "status": "misconfigured", "error": error}
+        why = missing_package(exc) if isinstance(exc, ImportError) else str(exc)
+        return 2, {**report, "status": "misconfigured", "error": why}
     except StatecodecError as exc:  # ProviderError: unreachable, or refused the configured key
         return 1, {**report, "status": "not ready", "error": str(exc)}
     report.update(_describe(kind, codec, settings))
