@@ -77,20 +77,17 @@ def _check(args: argparse.Namespace) -> int:
     codec: Any = codec_from_file(args.config) if args.config else codec_from_env(_settings(args))
     if not hasattr(codec, "context"):
         raise ConfigurationError(f"the configured codec is {type(codec).__name__}, not a KMS or Vault codec")
-    ids = list(codec.key_ids)
-    wrapper = getattr(codec, "wrapper", None)
+    ids, wrapper = list(codec.key_ids), getattr(codec, "wrapper", None)
+    provider = (wrapper or codec).describe()
     if args.json:
-        doc = {"provider": (wrapper or codec).describe(), "context": dict(codec.context), "key_ids": ids}
-        print(json.dumps({**doc, "primary_key_id": ids[0], "per_token_calls": wrapper is None}))
-        if wrapper is None:
-            codec.close()
-        return 0
-    print(f"provider: {(wrapper or codec).describe()}" + ("" if wrapper else " (one call per seal and per unseal)"))
-    print(f"context: {','.join(f'{k}={v}' for k, v in sorted(codec.context.items()))}")
-    print(f"key {'versions' if wrapper is None else 'ids'}: {ids[0]} (primary)" + "".join(f", {k}" for k in ids[1:]))
-    if wrapper is None:  # Vault transit: construction already probed the key
-        print("encrypt and decrypt probe: ok")
-        codec.close()
+        doc = {"provider": provider, "context": dict(codec.context), "key_ids": ids, "primary_key_id": ids[0]}
+        print(json.dumps({**doc, "per_token_calls": wrapper is None}))
     else:
-        print(f"unwrapped {len(ids)} data key{'s' if len(ids) != 1 else ''}: ok")
+        print(f"provider: {provider}" + ("" if wrapper else " (one call per seal and per unseal)"))
+        print(f"context: {','.join(f'{k}={v}' for k, v in sorted(codec.context.items()))}")
+        print(f"key {'ids' if wrapper else 'versions'}: {ids[0]} (primary)" + "".join(f", {k}" for k in ids[1:]))
+        unwrapped = f"unwrapped {len(ids)} data key{'s' if len(ids) != 1 else ''}: ok"
+        print(unwrapped if wrapper else "encrypt and decrypt probe: ok")  # Vault transit: construction probed the key
+    if wrapper is None:  # a transit codec holds its client
+        codec.close()
     return 0
