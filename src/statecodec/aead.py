@@ -145,16 +145,8 @@ class _KeyRingCodec(_RingCodec):
 
 
 class AESGCMCodec(_KeyRingCodec):
-    """AES-256-GCM over a key ring: `keys[0]` seals, every key unseals.
-
-    Wire format (version 0x01), unpadded base64url of::
-
-        0x01 | key_id (4) | nonce (12, random) | ciphertext (len(payload)) | tag (16)
-
-    The AES key of each ring secret is HKDF-SHA256(secret, info=``statecodec/v1/aes-256-gcm``); the key id is
-    HKDF-SHA256(secret, info=``statecodec/v1/key-id``)[:4]. The associated data is ``0x01 | key_id``, so the
-    version and key slot are bound under the tag. Overhead: 33 bytes, 44 characters over base64url of the payload.
-    Usage bound: 2^32 tokens per key (NIST SP 800-38D, random 96-bit nonces); beyond that, `XAESGCMCodec`.
+    """AES-256-GCM over a key ring: `keys[0]` seals, every key unseals. Version 0x01; 2^32 tokens per key (NIST
+    SP 800-38D, random 96-bit nonces), beyond which `XAESGCMCodec`. Layout, key derivation and checks: docs/formats.md.
     """
 
     VERSION = 0x01
@@ -194,17 +186,8 @@ class _XAES(HoldsSecrets):
 
 
 class XAESGCMCodec(_KeyRingCodec):
-    """XAES-256-GCM (C2SP) over a key ring, for fleets past 2^32 tokens per key.
-
-    Wire format (version 0x02), unpadded base64url of::
-
-        0x02 | key_id (4) | nonce (24, random) | ciphertext (len(payload)) | tag (16)
-
-    Per token, the XAES key comes from the ring key and the first 12 nonce bytes (the C2SP CMAC-based KDF);
-    AES-256-GCM runs under it with the last 12. Ring keys are HKDF-SHA256(secret, info=``statecodec/v1/xaes-256-gcm``);
-    key ids and associated data are as for `AESGCMCodec`. Overhead: 45 bytes, 60 characters. Usage bound: 192-bit
-    random nonces allow about 2^80 tokens per key at a collision probability under 2^-32, beyond any fleet's reach.
-    """
+    """XAES-256-GCM (C2SP) over a key ring, for fleets past 2^32 tokens per key: 192-bit random nonces allow about
+    2^80 tokens per key. Version 0x02. Layout, key derivation and checks: docs/formats.md."""
 
     VERSION = 0x02
     NONCE_LENGTH = 24

@@ -108,22 +108,13 @@ def _scope_field(name: str, value: object, label: bytes) -> bytes:
 class BoundCodec(HoldsSecrets, WrapsCodec):
     """Binds an inner codec's tokens to a lifetime, an audience, a purpose, and maybe a principal and a context.
 
-    The inner codec seals ``claims || state``. Claims version 0x02 (docs/formats.md has the exact bytes): version,
-    flags, iat, lifetime, 3-byte audience and purpose fields, the binding key's id, then the binding tag, an HMAC under
-    that key of the header, audience, purpose, principal and context, and when a principal is bound a principal tag.
-    The binding tag alone decides acceptance; the audience and purpose fields and the principal tag only name the
-    cause of a refusal. The key id makes `unseal` one HMAC whatever the ring's length, refusals included. Version
-    0x01 (no key id) is still read, at one HMAC per ring key, until its tokens expire; ``seal_version=1`` seals it
-    during a rolling upgrade from a release that reads nothing else.
-
-    Checks after the inner codec verifies, in order: layout (`malformed`), audience, purpose, issued
-    no later than now + `future_skew` (`not_yet_valid`), now before iat + the lesser of the token's
-    lifetime and this codec's `ttl` (`expired`: lowering `ttl` shortens tokens already issued),
-    principal presence (`principal`), binding key id in the ring (`unknown_key`), binding tag
-    (`binding`, or `principal` when the principal tag differs too). Without keywords, `seal` and
-    `unseal` bind no principal and an empty context: a `BoundCodec` is itself a codec. The inner
-    codec's refusals pass through; any other exception from a foreign inner codec becomes
-    `InvalidToken(seal)`.
+    The inner codec seals ``claims || state``. The binding tag, an HMAC under the binding key the claims name, alone
+    decides acceptance, so `unseal` costs one HMAC whatever the ring's length, refusals included; lowering `ttl`
+    shortens tokens already issued. Claims version 0x01 (no key id) is still read, at one HMAC per ring key, until its
+    tokens expire; ``seal_version=1`` seals it during a rolling upgrade from a release that reads nothing else. Layout,
+    and the checks in order with their reason codes: docs/formats.md. Without keywords, `seal` and `unseal` bind no
+    principal and an empty context: a `BoundCodec` is itself a codec. The inner codec's refusals pass through; any
+    other exception from a foreign inner codec becomes `InvalidToken(seal)`.
     """
 
     __slots__ = (
@@ -224,7 +215,7 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
     def unseal(
         self, token: str, *, principal: str | None = None, context: Mapping[str, str] | None = None
     ) -> bytes:
-        """The state of a token this codec minted for the same principal and context (checks: class docstring);
+        """The state of a token this codec minted for the same principal and context (checks: docs/formats.md);
         a principal or context that is not `str` is the caller's bug: `TypeError`, as in `seal`, whatever the token."""
         bound_input = _bound_input(principal, context)
         payload = self._open(token)

@@ -123,17 +123,9 @@ format_wrapped_keys = format_keys  # the text form of wrapped blobs too (not sec
 class EnvelopeCodec(_RingCodec):
     """AES-256-GCM tokens under KMS-wrapped data keys; the KMS is called only at start-up.
 
-    Wire format (version 0x03), unpadded base64url of::
-
-        0x03 | key_id (4) | nonce (12, random) | ciphertext (len(payload)) | tag (16)
-
-    ``key_id = SHA-256("statecodec/v1/envelope/key-id" || wrapped_blob)[:4]`` (reported without unwrapping); the AES
-    key is HKDF-SHA256(data_key, info=``statecodec/v1/envelope/aes-256-gcm``); the associated data is
-    ``0x03 | key_id``. The layout and checks are `AESGCMCodec`'s; only the version byte differs, so a token never
-    crosses between a local ring and an envelope ring. Overhead: 33 bytes, 44 characters; 2^32 tokens per data key.
-
     Construction unwraps each blob once through `wrapper` under `context`; a failure raises `ProviderError` naming
-    the ring position, key id, provider key and cause.
+    the ring position, key id, provider key and cause. Version 0x03: the AES-GCM layout under another version byte,
+    so a token never crosses between a local ring and an envelope ring (docs/formats.md).
     """
 
     VERSION = 0x03
