@@ -3,9 +3,7 @@
 Threat: a weak, duplicated or leaked secret undoes every guarantee above it. A ring refuses secrets under 32 bytes
 or with almost no variety (a password, a repeated byte) and duplicates, and never shows a secret in its `repr`. Each
 secret is stretched with HKDF-SHA256 under a label per use, so the same bytes used elsewhere yield unrelated keys.
-
-Text format (``STATECODEC_KEYS``, key files, ``statecodec keygen``): unpadded base64url keys separated by commas or
-newlines, the sealing key first; in files, blank lines and lines starting with ``#`` are ignored.
+The text format of ``STATECODEC_KEYS``, key files and ``statecodec keygen``: docs/formats.md.
 """
 
 from __future__ import annotations
@@ -134,7 +132,7 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
 
     @classmethod
     def parse(cls, text: str) -> KeyRing:
-        """A ring from the text format (see the module docstring)."""
+        """A ring from the text format."""
         return cls(parse_keys(text))
 
     @classmethod
