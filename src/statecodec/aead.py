@@ -39,22 +39,25 @@ def check_ring_cap(max_token_length: object, nonce_length: int) -> int:
     return check_cap(max_token_length, b64u_len(_HEADER_LENGTH + nonce_length + _TAG_LENGTH))
 
 
-class _Ring:
-    """The one seal and open of ``b64u(version || key_id || nonce || ciphertext || tag)``, AAD ``version || key_id``.
+class _Ring(HoldsSecrets):
+    """The one seal and open of ``b64u(version || key_id || nonce || ciphertext || tag)``, AAD ``version || key_id``:
+    every codec of the AES-GCM family is one.
 
     `entries`: (4-byte key id, AEAD) in ring order, ids unique (the callers' key rules); the first seals.
     """
 
-    __slots__ = ("_aeads", "_header", "_max_payload", "_min_raw", "_nonce_length", "_primary", "key_ids", "max_length")
+    VERSION: ClassVar[int]
+    NONCE_LENGTH: ClassVar[int]
+    __slots__ = ("_aeads", "_header", "_ids", "_max_length", "_max_payload", "_min_raw", "_nonce_length", "_primary")
 
     def __init__(
         self, version: int, nonce_length: int, entries: Iterable[tuple[bytes, AESGCM | _XAES]], max_token_length: int
     ) -> None:
-        self.max_length = check_ring_cap(max_token_length, nonce_length)
+        self._max_length = check_ring_cap(max_token_length, nonce_length)
         self._aeads = dict(entries)
-        self.key_ids = tuple(self._aeads)
-        self._header = bytes([version]) + self.key_ids[0]
-        self._primary = self._aeads[self.key_ids[0]]
+        self._ids = tuple(self._aeads)
+        self._header = bytes([version]) + self._ids[0]
+        self._primary = self._aeads[self._ids[0]]
         self._nonce_length = nonce_length
         self._min_raw = _HEADER_LENGTH + nonce_length + _TAG_LENGTH
         # The largest payload whose token fits the cap: seal refuses what unseal would refuse.
@@ -66,7 +69,7 @@ class _Ring:
         return b64u_encode(self._header + nonce + self._primary.encrypt(nonce, payload, self._header))
 
     def unseal(self, token: str) -> bytes:
-        raw = b64u_decode(check_token_text(token, self.max_length))
+        raw = b64u_decode(check_token_text(token, self._max_length))
         if len(raw) < self._min_raw:
             raise InvalidToken(Reason.MALFORMED)
         if raw[0] != self._header[0]:
@@ -80,33 +83,18 @@ class _Ring:
         except InvalidTag:
             raise InvalidToken(Reason.SEAL) from None
 
-
-class _RingCodec(HoldsSecrets):
-    """A codec of the AES-GCM family: it holds one `_Ring`, and its seal and unseal are the ring's."""
-
-    VERSION: ClassVar[int]
-    NONCE_LENGTH: ClassVar[int]
-    __slots__ = ("_ring",)
-    _ring: _Ring
-
-    def seal(self, payload: bytes) -> str:
-        return self._ring.seal(payload)
-
-    def unseal(self, token: str) -> bytes:
-        return self._ring.unseal(token)
-
     @property
     def key_ids(self) -> tuple[str, ...]:
         """Hex key ids in ring order; `key_ids[0]` is carried by every new token."""
-        return tuple(kid.hex() for kid in self._ring.key_ids)
+        return tuple(kid.hex() for kid in self._ids)
 
     @property
     def primary_key_id(self) -> str:
-        return self._ring.key_ids[0].hex()
+        return self._ids[0].hex()
 
     @property
     def max_token_length(self) -> int:
-        return self._ring.max_length
+        return self._max_length
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(key_ids={list(self.key_ids)!r})"
@@ -115,7 +103,7 @@ class _RingCodec(HoldsSecrets):
 _C = TypeVar("_C", bound="_KeyRingCodec")
 
 
-class _KeyRingCodec(_RingCodec):
+class _KeyRingCodec(_Ring):
     """A ring codec whose AEAD keys are HKDF-SHA256(secret, info=`_KEY_INFO`) of a `KeyRing`'s secrets."""
 
     _KEY_INFO: ClassVar[bytes]
@@ -130,7 +118,7 @@ class _KeyRingCodec(_RingCodec):
     ) -> None:
         ring = keys if isinstance(keys, KeyRing) else KeyRing(keys)
         entries = [(kid, self._aead(key)) for kid, key in ring.subkeys(self._KEY_INFO)]
-        self._ring = _Ring(self.VERSION, self.NONCE_LENGTH, entries, max_token_length)
+        super().__init__(self.VERSION, self.NONCE_LENGTH, entries, max_token_length)
 
     @classmethod
     def ephemeral(cls: type[_C], *, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH) -> _C:

@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode
-from statecodec.aead import _Ring, _RingCodec, check_ring_cap
+from statecodec.aead import _Ring, check_ring_cap
 from statecodec.errors import ConfigurationError, InvalidToken, ProviderError
 from statecodec.keys import KEY_ID_LENGTH, MIN_KEY_LENGTH, check_unique_ids, derive_key, format_keys
 
@@ -120,7 +120,7 @@ def parse_wrapped_keys(text: str) -> list[bytes]:
 format_wrapped_keys = format_keys  # the text form of wrapped blobs too (not secret without the KMS key)
 
 
-class EnvelopeCodec(_RingCodec):
+class EnvelopeCodec(_Ring):
     """AES-256-GCM tokens under KMS-wrapped data keys; the KMS is called only at start-up.
 
     Construction unwraps each blob once through `wrapper` under `context`; a failure raises `ProviderError` naming
@@ -157,7 +157,7 @@ class EnvelopeCodec(_RingCodec):
         check_ring_cap(max_token_length, self.NONCE_LENGTH)  # before any provider call
         pairs = enumerate(zip(ids, blobs, strict=True))
         entries = [(kid, AESGCM(self._unwrap(wrapper, i, kid, blob, ctx))) for i, (kid, blob) in pairs]
-        self._ring = _Ring(self.VERSION, self.NONCE_LENGTH, entries, max_token_length)
+        super().__init__(self.VERSION, self.NONCE_LENGTH, entries, max_token_length)
         self._wrapper = wrapper
         self._wrapped = tuple(blobs)
         self._context = ctx
