@@ -111,9 +111,7 @@ class _KeyRingCodec(_Ring):
     __slots__ = ()
 
     def __init__(
-        self,
-        keys: KeyRing | Iterable[bytes | bytearray | memoryview],
-        *,
+        self, keys: KeyRing | Iterable[bytes | bytearray | memoryview], *,
         max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
     ) -> None:
         ring = keys if isinstance(keys, KeyRing) else KeyRing(keys)

@@ -122,16 +122,8 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
     )  # fmt: skip
 
     def __init__(
-        self,
-        codec: Codec,
-        *,
-        audience: str,
-        binding_key: bytes | KeyRing,
-        purpose: str = "request-state",
-        ttl: int = 600,
-        future_skew: int = 60,
-        clock: Callable[[], float] = time.time,
-        seal_version: int = _V2,
+        self, codec: Codec, *, audience: str, binding_key: bytes | KeyRing, purpose: str = "request-state",
+        ttl: int = 600, future_skew: int = 60, clock: Callable[[], float] = time.time, seal_version: int = _V2,
     ) -> None:
         check_codec(codec)
         sample = clock() if callable(clock) else None
@@ -160,9 +152,7 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
         self.codec, self._clock = codec, clock  # the inner codec
         self.audience, self.purpose = audience, purpose
 
-    def seal(
-        self, state: bytes, *, principal: str | None = None, context: Mapping[str, str] | None = None
-    ) -> str:
+    def seal(self, state: bytes, *, principal: str | None = None, context: Mapping[str, str] | None = None) -> str:
         """Seal `state` with fresh claims: issued now, expiring `ttl` seconds from now."""
         bound_input = _bound_input(principal, context)
         now = self._clock()
@@ -212,9 +202,7 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
             raise InvalidToken(Reason.EXPIRED)
         return payload
 
-    def unseal(
-        self, token: str, *, principal: str | None = None, context: Mapping[str, str] | None = None
-    ) -> bytes:
+    def unseal(self, token: str, *, principal: str | None = None, context: Mapping[str, str] | None = None) -> bytes:
         """The state of a token this codec minted for the same principal and context (checks: docs/formats.md);
         a principal or context that is not `str` is the caller's bug: `TypeError`, as in `seal`, whatever the token."""
         bound_input = _bound_input(principal, context)

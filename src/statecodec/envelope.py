@@ -133,11 +133,7 @@ class EnvelopeCodec(_Ring):
     __slots__ = ("_context", "_wrapped", "_wrapper")
 
     def __init__(
-        self,
-        wrapper: KeyWrapper,
-        wrapped_keys: Sequence[bytes | str],
-        *,
-        context: Mapping[str, str] | None = None,
+        self, wrapper: KeyWrapper, wrapped_keys: Sequence[bytes | str], *, context: Mapping[str, str] | None = None,
         max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
     ) -> None:
         if isinstance(wrapped_keys, (bytes, bytearray, str)) or not isinstance(wrapped_keys, Iterable):

@@ -41,13 +41,8 @@ class SDKKeysMigration(HoldsSecrets):
     )
 
     def __init__(
-        self,
-        codec: Codec,
-        sdk_keys: Sequence[bytes | bytearray | str],
-        *,
-        sdk_tokens_until: float | None = None,
-        seal_with_sdk: bool = False,
-        max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
+        self, codec: Codec, sdk_keys: Sequence[bytes | bytearray | str], *, sdk_tokens_until: float | None = None,
+        seal_with_sdk: bool = False, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
         clock: Callable[[], float] = time.time,
     ) -> None:
         check_codec(codec)

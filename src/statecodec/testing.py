@@ -88,15 +88,9 @@ class ConformanceReport:
 
 
 def check_codec(
-    codec: Codec,
-    *,
-    error_type: type[BaseException] = InvalidToken,
-    max_examples: int = 50,
-    max_payload: int = 64 * 1024,
-    max_mutations: int = 20_000,
-    oversized_length: int = 4 * 1024 * 1024,
-    foreign: Codec | None = None,
-    deterministic: bool = False,
+    codec: Codec, *, error_type: type[BaseException] = InvalidToken, max_examples: int = 50,
+    max_payload: int = 64 * 1024, max_mutations: int = 20_000, oversized_length: int = 4 * 1024 * 1024,
+    foreign: Codec | None = None, deterministic: bool = False,
 ) -> ConformanceReport:
     """Run every check against `codec` and return the report (never raises for a failure). `error_type` is what
     every rejection must raise (the SDK's `InvalidRequestState` for an SDK codec); `max_mutations` bounds the

@@ -133,10 +133,7 @@ class JWECodec(CompactCodec[_Slot]):
 
     @classmethod
     def ephemeral(
-        cls,
-        *,
-        alg: Literal["dir", "A256KW", "ECDH-ES+A256KW"] = "dir",
-        curve: Literal["P-256", "X25519"] = "P-256",
+        cls, *, alg: Literal["dir", "A256KW", "ECDH-ES+A256KW"] = "dir", curve: Literal["P-256", "X25519"] = "P-256",
         max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
     ) -> JWECodec:
         """A codec under a key generated now and held only by this process."""

@@ -81,10 +81,7 @@ class JWSCodec(CompactCodec[_Key]):
 
     @classmethod
     def eddsa(
-        cls,
-        keys: Sequence[Ed25519PrivateKey | Ed25519PublicKey],
-        *,
-        alg: Literal["EdDSA", "Ed25519"] = "EdDSA",
+        cls, keys: Sequence[Ed25519PrivateKey | Ed25519PublicKey], *, alg: Literal["EdDSA", "Ed25519"] = "EdDSA",
         max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
     ) -> JWSCodec:
         """Ed25519 over `cryptography` keys: the first (private) signs; ``kid`` = RFC 7638 thumbprint."""

@@ -43,9 +43,7 @@ def check_retry(retry: object, default: RetryPolicy) -> RetryPolicy:
     return retry
 
 
-def call_with_retries(
-    fn: Callable[[], _T], *, transient: Callable[[BaseException], bool], policy: RetryPolicy
-) -> _T:
+def call_with_retries(fn: Callable[[], _T], *, transient: Callable[[BaseException], bool], policy: RetryPolicy) -> _T:
     """`fn()`, called again while it raises a transient exception; the last exception when attempts run out."""
     for attempt in range(1, policy.attempts):
         try:

@@ -65,15 +65,8 @@ class AwsKmsWrapper(_ClientHolder):
     """
 
     def __init__(
-        self,
-        key_id: str,
-        *,
-        client: Any = None,
-        region: str | None = None,
-        endpoint_url: str | None = None,
-        profile: str | None = None,
-        retry: RetryPolicy | None = None,
-        connect_timeout: float = 5.0,
+        self, key_id: str, *, client: Any = None, region: str | None = None, endpoint_url: str | None = None,
+        profile: str | None = None, retry: RetryPolicy | None = None, connect_timeout: float = 5.0,
         read_timeout: float = 10.0,
     ) -> None:
         if not isinstance(key_id, str) or not key_id.strip() or len(key_id) > 2048:

@@ -75,12 +75,7 @@ class GcpKmsWrapper(_ClientHolder):
     """
 
     def __init__(
-        self,
-        key_name: str,
-        *,
-        client: Any = None,
-        emulator_host: str | None = None,
-        retry: RetryPolicy | None = None,
+        self, key_name: str, *, client: Any = None, emulator_host: str | None = None, retry: RetryPolicy | None = None,
         timeout: float = 10.0,
     ) -> None:
         if not isinstance(key_name, str) or not _KEY_NAME.fullmatch(key_name.strip()):
