@@ -97,7 +97,5 @@ def check_payload(payload: object, max_payload: int) -> None:
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise TypeError(f"seal takes bytes, got {type(payload).__name__}")
     if len(payload) > max_payload:
-        raise SealError(
-            f"payload of {len(payload)} bytes exceeds the {max_payload}-byte maximum for this codec's "
-            "max_token_length; raise the cap or keep less state"
-        )
+        raise SealError(f"payload of {len(payload)} bytes exceeds the {max_payload}-byte maximum for this codec's "
+                        "max_token_length; raise the cap or keep less state")

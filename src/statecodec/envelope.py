@@ -98,10 +98,8 @@ def _check_blob(index: int, blob: object) -> bytes:
     if not raw:
         raise ConfigurationError(f"wrapped_keys[{index}] is empty")
     if len(raw) > MAX_WRAPPED_KEY_LENGTH:
-        raise ConfigurationError(
-            f"wrapped_keys[{index}] is {len(raw)} bytes, over the {MAX_WRAPPED_KEY_LENGTH}-byte "
-            "maximum for a wrapped data key; is it the right value?"
-        )
+        raise ConfigurationError(f"wrapped_keys[{index}] is {len(raw)} bytes, over the {MAX_WRAPPED_KEY_LENGTH}-byte "
+                                 "maximum for a wrapped data key; is it the right value?")
     return raw
 
 
@@ -137,10 +135,8 @@ class EnvelopeCodec(_Ring):
         max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
     ) -> None:
         if isinstance(wrapped_keys, (bytes, bytearray, str)) or not isinstance(wrapped_keys, Iterable):
-            raise ConfigurationError(
-                "wrapped_keys must be a list, not a single value: write wrapped_keys=[blob], "
-                "or parse the text form with parse_wrapped_keys(text)"
-            )
+            raise ConfigurationError("wrapped_keys must be a list, not a single value: write wrapped_keys=[blob], "
+                                     "or parse the text form with parse_wrapped_keys(text)")
         for attr in ("unwrap", "describe"):
             if not callable(getattr(wrapper, attr, None)):
                 raise ConfigurationError(f"wrapper must implement KeyWrapper (missing {attr}())")

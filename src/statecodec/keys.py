@@ -72,10 +72,8 @@ def check_unique_ids(name: str, items: Sequence[bytes], ids: Sequence[bytes], ho
         if j == i:
             continue
         if compare_digest(items[i], items[j]):
-            raise ConfigurationError(
-                f"{name.format(i)} duplicates {name.format(j)}; list each key once "
-                "(rotation is [old, new] -> [new, old] -> [new])"
-            )
+            raise ConfigurationError(f"{name.format(i)} duplicates {name.format(j)}; list each key once "
+                                     "(rotation is [old, new] -> [new, old] -> [new])")
         raise ConfigurationError(
             f"{name.format(i)} and {name.format(j)} are different keys whose {KEY_ID_LENGTH}-byte key ids collide "
             f"(a 1 in 2^32 chance for any two keys); tokens name their key by id, so generate another key to use "
@@ -90,15 +88,11 @@ def _check_secret(index: int, secret: object) -> bytes:
         raise ConfigurationError(f"key {index} must be bytes, got {type(secret).__name__}{hint}")
     material = bytes(secret)
     if len(material) < MIN_KEY_LENGTH:
-        raise ConfigurationError(
-            f"key {index} is {len(material)} bytes; keys must be at least {MIN_KEY_LENGTH} bytes "
-            f"of secret randomness. {_HOW_TO_GENERATE}"
-        )
+        raise ConfigurationError(f"key {index} is {len(material)} bytes; keys must be at least {MIN_KEY_LENGTH} bytes "
+                                 f"of secret randomness. {_HOW_TO_GENERATE}")
     if len(set(material)) < _MIN_DISTINCT_BYTES:
-        raise ConfigurationError(
-            f"key {index} has fewer than {_MIN_DISTINCT_BYTES} distinct byte values, which no "
-            f"random secret has; it looks like a password or a placeholder. {_HOW_TO_GENERATE}"
-        )
+        raise ConfigurationError(f"key {index} has fewer than {_MIN_DISTINCT_BYTES} distinct byte values, which no "
+                                 f"random secret has; it looks like a password or a placeholder. {_HOW_TO_GENERATE}")
     return material
 
 

@@ -83,10 +83,8 @@ def _key(args: argparse.Namespace, side: str) -> bytes:
 
 def _plan(args: argparse.Namespace) -> int:
     if args.generate_new and args.ids_only:
-        raise ConfigurationError(
-            "--generate-new with --ids-only would print a plan whose new key nobody can read; "
-            "generate it first with `statecodec keygen > new.key` and pass --new-file new.key"
-        )
+        raise ConfigurationError("--generate-new with --ids-only would print a plan whose new key nobody can read; "
+                                 "generate it first with `statecodec keygen > new.key` and pass --new-file new.key")
     if (args.old_id is None) != (args.new_id is None):
         raise ConfigurationError("--old-id and --new-id go together: a plan is over two keys or two key ids")
     ttl = ttl_setting(os.environ) if args.ttl is None else args.ttl  # the servers' token lifetime

@@ -54,10 +54,8 @@ def wrapped_keys_from_settings(settings: Mapping[str, str]) -> list[bytes]:
     """Wrapped blobs from exactly one of ``STATECODEC_WRAPPED_KEYS`` or ``..._FILE``."""
     text, source = text_or_file(settings, _WRAPPED_KEYS_VAR, _MAX_WRAPPED_FILE_BYTES, "is it a wrapped-key file?")
     if text is None:
-        raise ConfigurationError(
-            f"no wrapped data keys configured: set {_WRAPPED_KEYS_VAR} to the output of "
-            f"`statecodec kms new-data-key`, or {_WRAPPED_KEYS_VAR}_FILE to a file holding it"
-        )
+        raise ConfigurationError(f"no wrapped data keys configured: set {_WRAPPED_KEYS_VAR} to the output of "
+                                 f"`statecodec kms new-data-key`, or {_WRAPPED_KEYS_VAR}_FILE to a file holding it")
     with named_errors(source):
         return parse_wrapped_keys(text)
 

@@ -70,10 +70,8 @@ class AwsKmsWrapper(_ClientHolder):
         read_timeout: float = 10.0,
     ) -> None:
         if not isinstance(key_id, str) or not key_id.strip() or len(key_id) > 2048:
-            raise ConfigurationError(
-                f"the AWS KMS key ({_KEY_VAR}, --key-id) must be a key id, key ARN or alias, "
-                "e.g. arn:aws:kms:eu-west-1:111122223333:key/1234abcd-..."
-            )
+            raise ConfigurationError(f"the AWS KMS key ({_KEY_VAR}, --key-id) must be a key id, key ARN or alias, "
+                                     "e.g. arn:aws:kms:eu-west-1:111122223333:key/1234abcd-...")
         self._key_id = key_id.strip()
         self._retry = check_retry(retry, RetryPolicy())
         self._close_owned = None

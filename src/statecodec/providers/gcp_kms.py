@@ -79,10 +79,8 @@ class GcpKmsWrapper(_ClientHolder):
         timeout: float = 10.0,
     ) -> None:
         if not isinstance(key_name, str) or not _KEY_NAME.fullmatch(key_name.strip()):
-            raise ConfigurationError(
-                f"the Cloud KMS key ({_KEY_VAR}, --key) must be a crypto key name: "
-                "projects/PROJECT/locations/LOCATION/keyRings/RING/cryptoKeys/KEY"
-            )
+            raise ConfigurationError(f"the Cloud KMS key ({_KEY_VAR}, --key) must be a crypto key name: "
+                                     "projects/PROJECT/locations/LOCATION/keyRings/RING/cryptoKeys/KEY")
         self._timeout = float(seconds("timeout", timeout, low=0, high=120, low_open=True))
         self._key = key_name.strip()
         self._retry = check_retry(retry, RetryPolicy())
