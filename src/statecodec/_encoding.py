@@ -33,8 +33,7 @@ def b64u_encode(data: bytes) -> str:
     return _b64encode(data, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode("ascii")
 
 
-def b64u_len(n: int) -> int:
-    """Length in characters of `b64u_encode` of `n` bytes."""
+def b64u_len(n: int) -> int:  # of `b64u_encode` of `n` bytes
     return (4 * n + 2) // 3
 
 

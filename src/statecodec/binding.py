@@ -117,9 +117,7 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
     other exception from a foreign inner codec becomes `InvalidToken(seal)`.
     """
 
-    __slots__ = (
-        "_by_id", "_clock", "_scope", "_sealing", "_v1", "audience", "codec", "future_skew", "purpose", "ttl"
-    )  # fmt: skip
+    __slots__ = ("_by_id", "_clock", "_scope", "_sealing", "_v1", "audience", "codec", "future_skew", "purpose", "ttl")
 
     def __init__(
         self, codec: Codec, *, audience: str, binding_key: bytes | KeyRing, purpose: str = "request-state",

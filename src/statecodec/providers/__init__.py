@@ -61,38 +61,34 @@ def wrapped_keys_from_settings(settings: Mapping[str, str]) -> list[bytes]:
 
 
 def parse_context(text: str) -> dict[str, str]:
-    """A context from ``k=v,k=v`` or a JSON object of strings."""
+    """A context from ``k=v,k=v`` or a JSON object of strings, checked as a codec will check it."""
     text = text.strip()
     if text.startswith("{"):
         try:
             doc = json.loads(text)
         except ValueError:
             raise ConfigurationError("context is not valid JSON; write k=v,k=v or a JSON object") from None
-        if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
-            raise ConfigurationError("a JSON context must be an object whose values are strings")
-        return dict(doc)
-    out: dict[str, str] = {}
-    for part in text.split(","):
-        key, sep, value = part.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigurationError("context must be comma-separated key=value pairs, e.g. purpose=x,audience=y")
-        if key in out:
-            raise ConfigurationError(f"context names {key!r} twice")
-        out[key] = value.strip()
-    return out
+    else:
+        doc = {}
+        for part in text.split(","):
+            key, sep, value = part.partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise ConfigurationError("context must be comma-separated key=value pairs, e.g. purpose=x,audience=y")
+            if key in doc:
+                raise ConfigurationError(f"context names {key!r} twice")
+            doc[key] = value.strip()
+    return dict(_check_context(doc))
 
 
 def context_setting(settings: Mapping[str, str], name: str) -> dict[str, str] | None:
-    """The context setting `name` holds (see `parse_context`), checked as a codec will check it, or None when
-    it is unset: a bad context is named by its setting, not as a constructor's argument."""
+    """The context setting `name` holds (see `parse_context`), or None when it is unset: a bad context is named by
+    its setting, not as a constructor's argument."""
     text = setting(settings, name, required=False)
     if text is None:
         return None
     with named_errors(name):
-        context = parse_context(text)
-        _check_context(context)
-        return context
+        return parse_context(text)
 
 
 def context_from_settings(settings: Mapping[str, str]) -> dict[str, str]:

@@ -35,7 +35,6 @@ class RetryPolicy:
 
 
 def check_retry(retry: object, default: RetryPolicy) -> RetryPolicy:
-    """`retry` when it is a `RetryPolicy`, `default` when it is None; `ConfigurationError` otherwise."""
     if retry is None:
         return default
     if not isinstance(retry, RetryPolicy):
