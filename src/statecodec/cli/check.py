@@ -33,8 +33,7 @@ _KEY_NAME = {
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
-        "check",
-        help="build the configured codec, seal and unseal a probe, report kind and key ids (exit 0 ready)",
+        "check", help="build the configured codec, seal and unseal a probe, report kind and key ids (exit 0 ready)",
         epilog="Exit status: 0 ready, 1 not ready (the probe failed, the provider is unreachable), 2 misconfigured.",
     )
     p.add_argument("--config", metavar="FILE", help="a JSON file of STATECODEC_* settings instead of the environment")

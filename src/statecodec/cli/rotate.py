@@ -32,8 +32,7 @@ or a fleet file: {"instances": {"web-1": ["a1b2c3d4", "e5f6a7b8"], "web-2": ["a1
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
-        "rotate",
-        help="plan a key rotation and check a fleet's key ids",
+        "rotate", help="plan a key rotation and check a fleet's key ids",
         description="Rotate keys without dropping in-flight rounds: [old,new] -> [new,old] -> [new].",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -52,9 +51,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan.add_argument("-o", "--output", metavar="FILE", help="write the plan to a new file, mode 0600 (not stdout)")
     plan.set_defaults(func=_plan)
     check = actions.add_parser(
-        "check",
-        help="exit 0 if no instance mints a token others refuse",
-        epilog=_CHECK_EPILOG,
+        "check", help="exit 0 if no instance mints a token others refuse", epilog=_CHECK_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     check.add_argument("files", nargs="+", metavar="FILE", help="check reports or a fleet file (JSON), or - for stdin")
