@@ -150,9 +150,7 @@ class EnvelopeCodec(_Ring):
         pairs = enumerate(zip(ids, blobs, strict=True))
         entries = [(kid, AESGCM(self._unwrap(wrapper, i, kid, blob, ctx))) for i, (kid, blob) in pairs]
         super().__init__(self.VERSION, self.NONCE_LENGTH, entries, max_token_length)
-        self._wrapper = wrapper
-        self._wrapped = tuple(blobs)
-        self._context = ctx
+        self._wrapper, self._wrapped, self._context = wrapper, tuple(blobs), ctx
 
     @staticmethod
     def _unwrap(wrapper: KeyWrapper, index: int, kid: bytes, blob: bytes, context: Mapping[str, str]) -> bytes:
