@@ -2,8 +2,8 @@
 
 A codec seals bytes into a URL-safe token and unseals only tokens it minted unmodified; anything else raises
 `InvalidToken` with a log-only reason code. Importing the package loads cryptography and the AES-GCM family only:
-JOSE, configuration and the token inspector load on first use, and no optional package (the MCP SDK, a KMS or
-Vault client) is ever imported here.
+JOSE and configuration load on first use, and no optional package (the MCP SDK, a KMS or Vault client) is ever
+imported here.
 """
 
 from importlib import import_module as _import_module
@@ -30,22 +30,19 @@ __version__ = "0.1.0"
 __all__ = [
     "AESGCMCodec", "BoundCodec", "Codec", "ConfigurationError", "EnvelopeCodec", "InvalidToken", "JWECodec",
     "JWSCodec", "KeyRing", "KeyWrapper", "ProviderError", "Reason", "SealError", "StatecodecError", "StoreError",
-    "StoreUnreachable", "TokenInfo", "XAESGCMCodec", "__version__", "codec_from_env", "codec_from_file",
-    "describe_token", "format_keys", "generate_key", "parse_keys"
+    "StoreUnreachable", "XAESGCMCodec", "__version__", "codec_from_env", "codec_from_file",
+    "format_keys", "generate_key", "parse_keys"
 ]
 
 if _TYPE_CHECKING:
     from statecodec.config import codec_from_env, codec_from_file
     from statecodec.jose import JWECodec, JWSCodec
-    from statecodec.tokeninfo import TokenInfo, describe_token
 
 _ON_FIRST_USE: dict[str, str] = {
     "JWECodec": "statecodec.jose",
     "JWSCodec": "statecodec.jose",
-    "TokenInfo": "statecodec.tokeninfo",
     "codec_from_env": "statecodec.config",
     "codec_from_file": "statecodec.config",
-    "describe_token": "statecodec.tokeninfo",
 }
 
 

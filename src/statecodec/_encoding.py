@@ -18,8 +18,6 @@ DEFAULT_MAX_TOKEN_LENGTH = 128 * 1024
 # Highest cap any codec accepts: cryptography's AES-GCM raises OverflowError on 2**31 bytes or more.
 MAX_TOKEN_LENGTH_LIMIT = 2**31 - 1
 
-_b64encode = binascii.b2a_base64
-_b64decode = binascii.a2b_base64
 _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 _FROM_URLSAFE_STRICT = bytes.maketrans(b"-_+/=", b"+/!!!")
 _ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
@@ -30,11 +28,10 @@ _PAD = (b"", b"", b"==", b"=")
 
 def b64u_encode(data: bytes) -> str:
     """Unpadded base64url, the only encoding `b64u_decode` accepts."""
-    return _b64encode(data, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode("ascii")
+    return binascii.b2a_base64(data, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode("ascii")
 
 
-def b64u_len(n: int) -> int:
-    """Length in characters of `b64u_encode` of `n` bytes."""
+def b64u_len(n: int) -> int:  # of `b64u_encode` of `n` bytes
     return (4 * n + 2) // 3
 
 
@@ -50,7 +47,7 @@ def b64u_decode(text: str) -> bytes:
     if rem and _VALUES[raw[-1]] & _TRAILING_MASK[rem]:
         raise InvalidToken(Reason.MALFORMED)
     try:
-        return _b64decode(raw.translate(_FROM_URLSAFE_STRICT) + _PAD[rem], strict_mode=True)
+        return binascii.a2b_base64(raw.translate(_FROM_URLSAFE_STRICT) + _PAD[rem], strict_mode=True)
     except binascii.Error:
         raise InvalidToken(Reason.MALFORMED) from None
 
@@ -97,7 +94,5 @@ def check_payload(payload: object, max_payload: int) -> None:
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise TypeError(f"seal takes bytes, got {type(payload).__name__}")
     if len(payload) > max_payload:
-        raise SealError(
-            f"payload of {len(payload)} bytes exceeds the {max_payload}-byte maximum for this codec's "
-            "max_token_length; raise the cap or keep less state"
-        )
+        raise SealError(f"payload of {len(payload)} bytes exceeds the {max_payload}-byte maximum for this codec's "
+                        "max_token_length; raise the cap or keep less state")

@@ -71,13 +71,7 @@ def seconds(
 
 
 def seconds_setting(
-    settings: Mapping[str, str],
-    name: str,
-    *,
-    default: float,
-    low: float,
-    high: float,
-    integer: bool = False,
+    settings: Mapping[str, str], name: str, *, default: float, low: float, high: float, integer: bool = False,
     low_open: bool = False,
 ) -> float:
     """The setting `name` read by `seconds` (``isdecimal`` first when `integer`: `int` also takes ``+5``, ``1_000``

@@ -39,22 +39,25 @@ def check_ring_cap(max_token_length: object, nonce_length: int) -> int:
     return check_cap(max_token_length, b64u_len(_HEADER_LENGTH + nonce_length + _TAG_LENGTH))
 
 
-class _Ring:
-    """The one seal and open of ``b64u(version || key_id || nonce || ciphertext || tag)``, AAD ``version || key_id``.
+class _Ring(HoldsSecrets):
+    """The one seal and open of ``b64u(version || key_id || nonce || ciphertext || tag)``, AAD ``version || key_id``:
+    every codec of the AES-GCM family is one.
 
     `entries`: (4-byte key id, AEAD) in ring order, ids unique (the callers' key rules); the first seals.
     """
 
-    __slots__ = ("_aeads", "_header", "_max_payload", "_min_raw", "_nonce_length", "_primary", "key_ids", "max_length")
+    VERSION: ClassVar[int]
+    NONCE_LENGTH: ClassVar[int]
+    __slots__ = ("_aeads", "_header", "_ids", "_max_length", "_max_payload", "_min_raw", "_nonce_length", "_primary")
 
     def __init__(
         self, version: int, nonce_length: int, entries: Iterable[tuple[bytes, AESGCM | _XAES]], max_token_length: int
     ) -> None:
-        self.max_length = check_ring_cap(max_token_length, nonce_length)
+        self._max_length = check_ring_cap(max_token_length, nonce_length)
         self._aeads = dict(entries)
-        self.key_ids = tuple(self._aeads)
-        self._header = bytes([version]) + self.key_ids[0]
-        self._primary = self._aeads[self.key_ids[0]]
+        self._ids = tuple(self._aeads)
+        self._header = bytes([version]) + self._ids[0]
+        self._primary = self._aeads[self._ids[0]]
         self._nonce_length = nonce_length
         self._min_raw = _HEADER_LENGTH + nonce_length + _TAG_LENGTH
         # The largest payload whose token fits the cap: seal refuses what unseal would refuse.
@@ -66,7 +69,7 @@ class _Ring:
         return b64u_encode(self._header + nonce + self._primary.encrypt(nonce, payload, self._header))
 
     def unseal(self, token: str) -> bytes:
-        raw = b64u_decode(check_token_text(token, self.max_length))
+        raw = b64u_decode(check_token_text(token, self._max_length))
         if len(raw) < self._min_raw:
             raise InvalidToken(Reason.MALFORMED)
         if raw[0] != self._header[0]:
@@ -80,33 +83,18 @@ class _Ring:
         except InvalidTag:
             raise InvalidToken(Reason.SEAL) from None
 
-
-class _RingCodec(HoldsSecrets):
-    """A codec of the AES-GCM family: it holds one `_Ring`, and its seal and unseal are the ring's."""
-
-    VERSION: ClassVar[int]
-    NONCE_LENGTH: ClassVar[int]
-    __slots__ = ("_ring",)
-    _ring: _Ring
-
-    def seal(self, payload: bytes) -> str:
-        return self._ring.seal(payload)
-
-    def unseal(self, token: str) -> bytes:
-        return self._ring.unseal(token)
-
     @property
     def key_ids(self) -> tuple[str, ...]:
         """Hex key ids in ring order; `key_ids[0]` is carried by every new token."""
-        return tuple(kid.hex() for kid in self._ring.key_ids)
+        return tuple(kid.hex() for kid in self._ids)
 
     @property
     def primary_key_id(self) -> str:
-        return self._ring.key_ids[0].hex()
+        return self._ids[0].hex()
 
     @property
     def max_token_length(self) -> int:
-        return self._ring.max_length
+        return self._max_length
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(key_ids={list(self.key_ids)!r})"
@@ -115,7 +103,7 @@ class _RingCodec(HoldsSecrets):
 _C = TypeVar("_C", bound="_KeyRingCodec")
 
 
-class _KeyRingCodec(_RingCodec):
+class _KeyRingCodec(_Ring):
     """A ring codec whose AEAD keys are HKDF-SHA256(secret, info=`_KEY_INFO`) of a `KeyRing`'s secrets."""
 
     _KEY_INFO: ClassVar[bytes]
@@ -123,14 +111,12 @@ class _KeyRingCodec(_RingCodec):
     __slots__ = ()
 
     def __init__(
-        self,
-        keys: KeyRing | Iterable[bytes | bytearray | memoryview],
-        *,
+        self, keys: KeyRing | Iterable[bytes | bytearray | memoryview], *,
         max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
     ) -> None:
         ring = keys if isinstance(keys, KeyRing) else KeyRing(keys)
         entries = [(kid, self._aead(key)) for kid, key in ring.subkeys(self._KEY_INFO)]
-        self._ring = _Ring(self.VERSION, self.NONCE_LENGTH, entries, max_token_length)
+        super().__init__(self.VERSION, self.NONCE_LENGTH, entries, max_token_length)
 
     @classmethod
     def ephemeral(cls: type[_C], *, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH) -> _C:
@@ -145,16 +131,8 @@ class _KeyRingCodec(_RingCodec):
 
 
 class AESGCMCodec(_KeyRingCodec):
-    """AES-256-GCM over a key ring: `keys[0]` seals, every key unseals.
-
-    Wire format (version 0x01), unpadded base64url of::
-
-        0x01 | key_id (4) | nonce (12, random) | ciphertext (len(payload)) | tag (16)
-
-    The AES key of each ring secret is HKDF-SHA256(secret, info=``statecodec/v1/aes-256-gcm``); the key id is
-    HKDF-SHA256(secret, info=``statecodec/v1/key-id``)[:4]. The associated data is ``0x01 | key_id``, so the
-    version and key slot are bound under the tag. Overhead: 33 bytes, 44 characters over base64url of the payload.
-    Usage bound: 2^32 tokens per key (NIST SP 800-38D, random 96-bit nonces); beyond that, `XAESGCMCodec`.
+    """AES-256-GCM over a key ring: `keys[0]` seals, every key unseals. Version 0x01; 2^32 tokens per key (NIST
+    SP 800-38D, random 96-bit nonces), beyond which `XAESGCMCodec`. Layout, key derivation and checks: docs/formats.md.
     """
 
     VERSION = 0x01
@@ -194,17 +172,8 @@ class _XAES(HoldsSecrets):
 
 
 class XAESGCMCodec(_KeyRingCodec):
-    """XAES-256-GCM (C2SP) over a key ring, for fleets past 2^32 tokens per key.
-
-    Wire format (version 0x02), unpadded base64url of::
-
-        0x02 | key_id (4) | nonce (24, random) | ciphertext (len(payload)) | tag (16)
-
-    Per token, the XAES key comes from the ring key and the first 12 nonce bytes (the C2SP CMAC-based KDF);
-    AES-256-GCM runs under it with the last 12. Ring keys are HKDF-SHA256(secret, info=``statecodec/v1/xaes-256-gcm``);
-    key ids and associated data are as for `AESGCMCodec`. Overhead: 45 bytes, 60 characters. Usage bound: 192-bit
-    random nonces allow about 2^80 tokens per key at a collision probability under 2^-32, beyond any fleet's reach.
-    """
+    """XAES-256-GCM (C2SP) over a key ring, for fleets past 2^32 tokens per key: 192-bit random nonces allow about
+    2^80 tokens per key. Version 0x02. Layout, key derivation and checks: docs/formats.md."""
 
     VERSION = 0x02
     NONCE_LENGTH = 24

@@ -18,7 +18,7 @@ from hmac import compare_digest
 from typing import Any
 
 from statecodec._settings import seconds
-from statecodec._types import Codec, WrapsCodec, check_codec
+from statecodec._types import Codec, HoldsSecrets, WrapsCodec, check_codec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 from statecodec.keys import KeyRing
 
@@ -105,42 +105,23 @@ def _scope_field(name: str, value: object, label: bytes) -> bytes:
     return hashlib.sha256(label + value.encode("utf-8", "surrogatepass")).digest()[:3]
 
 
-class BoundCodec(WrapsCodec):
+class BoundCodec(HoldsSecrets, WrapsCodec):
     """Binds an inner codec's tokens to a lifetime, an audience, a purpose, and maybe a principal and a context.
 
-    The inner codec seals ``claims || state``. Claims version 0x02 (docs/formats.md has the exact bytes): version,
-    flags, iat, lifetime, 3-byte audience and purpose fields, the binding key's id, then the binding tag, an HMAC under
-    that key of the header, audience, purpose, principal and context, and when a principal is bound a principal tag.
-    The binding tag alone decides acceptance; the audience and purpose fields and the principal tag only name the
-    cause of a refusal. The key id makes `unseal` one HMAC whatever the ring's length, refusals included. Version
-    0x01 (no key id) is still read, at one HMAC per ring key, until its tokens expire; ``seal_version=1`` seals it
-    during a rolling upgrade from a release that reads nothing else.
-
-    Checks after the inner codec verifies, in order: layout (`malformed`), audience, purpose, issued
-    no later than now + `future_skew` (`not_yet_valid`), now before iat + the lesser of the token's
-    lifetime and this codec's `ttl` (`expired`: lowering `ttl` shortens tokens already issued),
-    principal presence (`principal`), binding key id in the ring (`unknown_key`), binding tag
-    (`binding`, or `principal` when the principal tag differs too). Without keywords, `seal` and
-    `unseal` bind no principal and an empty context: a `BoundCodec` is itself a codec. The inner
-    codec's refusals pass through; any other exception from a foreign inner codec becomes
-    `InvalidToken(seal)`.
+    The inner codec seals ``claims || state``. The binding tag, an HMAC under the binding key the claims name, alone
+    decides acceptance, so `unseal` costs one HMAC whatever the ring's length, refusals included; lowering `ttl`
+    shortens tokens already issued. Claims version 0x01 (no key id) is still read, at one HMAC per ring key, until its
+    tokens expire; ``seal_version=1`` seals it during a rolling upgrade from a release that reads nothing else. Layout,
+    and the checks in order with their reason codes: docs/formats.md. Without keywords, `seal` and `unseal` bind no
+    principal and an empty context: a `BoundCodec` is itself a codec. The inner codec's refusals pass through; any
+    other exception from a foreign inner codec becomes `InvalidToken(seal)`.
     """
 
-    __slots__ = (
-        "_by_id", "_clock", "_scope", "_sealing", "_v1", "audience", "codec", "future_skew", "purpose", "ttl"
-    )  # fmt: skip
+    __slots__ = ("_by_id", "_clock", "_scope", "_sealing", "_v1", "audience", "codec", "future_skew", "purpose", "ttl")
 
     def __init__(
-        self,
-        codec: Codec,
-        *,
-        audience: str,
-        binding_key: bytes | KeyRing,
-        purpose: str = "request-state",
-        ttl: int = 600,
-        future_skew: int = 60,
-        clock: Callable[[], float] = time.time,
-        seal_version: int = _V2,
+        self, codec: Codec, *, audience: str, binding_key: bytes | KeyRing, purpose: str = "request-state",
+        ttl: int = 600, future_skew: int = 60, clock: Callable[[], float] = time.time, seal_version: int = _V2,
     ) -> None:
         check_codec(codec)
         sample = clock() if callable(clock) else None
@@ -169,9 +150,7 @@ class BoundCodec(WrapsCodec):
         self.codec, self._clock = codec, clock  # the inner codec
         self.audience, self.purpose = audience, purpose
 
-    def seal(
-        self, state: bytes, *, principal: str | None = None, context: Mapping[str, str] | None = None
-    ) -> str:
+    def seal(self, state: bytes, *, principal: str | None = None, context: Mapping[str, str] | None = None) -> str:
         """Seal `state` with fresh claims: issued now, expiring `ttl` seconds from now."""
         bound_input = _bound_input(principal, context)
         now = self._clock()
@@ -221,10 +200,8 @@ class BoundCodec(WrapsCodec):
             raise InvalidToken(Reason.EXPIRED)
         return payload
 
-    def unseal(
-        self, token: str, *, principal: str | None = None, context: Mapping[str, str] | None = None
-    ) -> bytes:
-        """The state of a token this codec minted for the same principal and context (checks: class docstring);
+    def unseal(self, token: str, *, principal: str | None = None, context: Mapping[str, str] | None = None) -> bytes:
+        """The state of a token this codec minted for the same principal and context (checks: docs/formats.md);
         a principal or context that is not `str` is the caller's bug: `TypeError`, as in `seal`, whatever the token."""
         bound_input = _bound_input(principal, context)
         payload = self._open(token)
@@ -257,6 +234,3 @@ class BoundCodec(WrapsCodec):
     def __repr__(self) -> str:
         scope = f"audience={self.audience!r}, purpose={self.purpose!r}"
         return f"BoundCodec({self.codec!r}, {scope}, ttl={self.ttl}, future_skew={self.future_skew})"
-
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError("BoundCodec holds keys and is not picklable")

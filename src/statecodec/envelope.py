@@ -16,10 +16,10 @@ from typing import Protocol, runtime_checkable
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode
-from statecodec.aead import _Ring, _RingCodec, check_ring_cap
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode
+from statecodec.aead import _Ring, check_ring_cap
 from statecodec.errors import ConfigurationError, InvalidToken, ProviderError
-from statecodec.keys import KEY_ID_LENGTH, MIN_KEY_LENGTH, check_unique_ids, derive_key
+from statecodec.keys import KEY_ID_LENGTH, MIN_KEY_LENGTH, check_unique_ids, derive_key, format_keys
 
 # Largest wrapped data key handed to a provider, in bytes: AWS KMS blobs of a 32-byte key are under 200
 # bytes, Cloud KMS under 150, Vault under 120; a hostile configuration cannot ship megabytes to the KMS.
@@ -98,10 +98,8 @@ def _check_blob(index: int, blob: object) -> bytes:
     if not raw:
         raise ConfigurationError(f"wrapped_keys[{index}] is empty")
     if len(raw) > MAX_WRAPPED_KEY_LENGTH:
-        raise ConfigurationError(
-            f"wrapped_keys[{index}] is {len(raw)} bytes, over the {MAX_WRAPPED_KEY_LENGTH}-byte "
-            "maximum for a wrapped data key; is it the right value?"
-        )
+        raise ConfigurationError(f"wrapped_keys[{index}] is {len(raw)} bytes, over the {MAX_WRAPPED_KEY_LENGTH}-byte "
+                                 "maximum for a wrapped data key; is it the right value?")
     return raw
 
 
@@ -117,25 +115,15 @@ def parse_wrapped_keys(text: str) -> list[bytes]:
     return [_check_blob(i, item) for i, item in enumerate(items)]
 
 
-def format_wrapped_keys(blobs: Iterable[bytes]) -> str:
-    """The text form of wrapped blobs (not secret without the KMS key)."""
-    return ",".join(b64u_encode(bytes(b)) for b in blobs)
+format_wrapped_keys = format_keys  # the text form of wrapped blobs too (not secret without the KMS key)
 
 
-class EnvelopeCodec(_RingCodec):
+class EnvelopeCodec(_Ring):
     """AES-256-GCM tokens under KMS-wrapped data keys; the KMS is called only at start-up.
 
-    Wire format (version 0x03), unpadded base64url of::
-
-        0x03 | key_id (4) | nonce (12, random) | ciphertext (len(payload)) | tag (16)
-
-    ``key_id = SHA-256("statecodec/v1/envelope/key-id" || wrapped_blob)[:4]`` (reported without unwrapping); the AES
-    key is HKDF-SHA256(data_key, info=``statecodec/v1/envelope/aes-256-gcm``); the associated data is
-    ``0x03 | key_id``. The layout and checks are `AESGCMCodec`'s; only the version byte differs, so a token never
-    crosses between a local ring and an envelope ring. Overhead: 33 bytes, 44 characters; 2^32 tokens per data key.
-
     Construction unwraps each blob once through `wrapper` under `context`; a failure raises `ProviderError` naming
-    the ring position, key id, provider key and cause.
+    the ring position, key id, provider key and cause. Version 0x03: the AES-GCM layout under another version byte,
+    so a token never crosses between a local ring and an envelope ring (docs/formats.md).
     """
 
     VERSION = 0x03
@@ -143,18 +131,12 @@ class EnvelopeCodec(_RingCodec):
     __slots__ = ("_context", "_wrapped", "_wrapper")
 
     def __init__(
-        self,
-        wrapper: KeyWrapper,
-        wrapped_keys: Sequence[bytes | str],
-        *,
-        context: Mapping[str, str] | None = None,
+        self, wrapper: KeyWrapper, wrapped_keys: Sequence[bytes | str], *, context: Mapping[str, str] | None = None,
         max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
     ) -> None:
         if isinstance(wrapped_keys, (bytes, bytearray, str)) or not isinstance(wrapped_keys, Iterable):
-            raise ConfigurationError(
-                "wrapped_keys must be a list, not a single value: write wrapped_keys=[blob], "
-                "or parse the text form with parse_wrapped_keys(text)"
-            )
+            raise ConfigurationError("wrapped_keys must be a list, not a single value: write wrapped_keys=[blob], "
+                                     "or parse the text form with parse_wrapped_keys(text)")
         for attr in ("unwrap", "describe"):
             if not callable(getattr(wrapper, attr, None)):
                 raise ConfigurationError(f"wrapper must implement KeyWrapper (missing {attr}())")
@@ -167,10 +149,8 @@ class EnvelopeCodec(_RingCodec):
         check_ring_cap(max_token_length, self.NONCE_LENGTH)  # before any provider call
         pairs = enumerate(zip(ids, blobs, strict=True))
         entries = [(kid, AESGCM(self._unwrap(wrapper, i, kid, blob, ctx))) for i, (kid, blob) in pairs]
-        self._ring = _Ring(self.VERSION, self.NONCE_LENGTH, entries, max_token_length)
-        self._wrapper = wrapper
-        self._wrapped = tuple(blobs)
-        self._context = ctx
+        super().__init__(self.VERSION, self.NONCE_LENGTH, entries, max_token_length)
+        self._wrapper, self._wrapped, self._context = wrapper, tuple(blobs), ctx
 
     @staticmethod
     def _unwrap(wrapper: KeyWrapper, index: int, kid: bytes, blob: bytes, context: Mapping[str, str]) -> bytes:

@@ -3,9 +3,7 @@
 Threat: a weak, duplicated or leaked secret undoes every guarantee above it. A ring refuses secrets under 32 bytes
 or with almost no variety (a password, a repeated byte) and duplicates, and never shows a secret in its `repr`. Each
 secret is stretched with HKDF-SHA256 under a label per use, so the same bytes used elsewhere yield unrelated keys.
-
-Text format (``STATECODEC_KEYS``, key files, ``statecodec keygen``): unpadded base64url keys separated by commas or
-newlines, the sealing key first; in files, blank lines and lines starting with ``#`` are ignored.
+The text format of ``STATECODEC_KEYS``, key files and ``statecodec keygen``: docs/formats.md.
 """
 
 from __future__ import annotations
@@ -74,10 +72,8 @@ def check_unique_ids(name: str, items: Sequence[bytes], ids: Sequence[bytes], ho
         if j == i:
             continue
         if compare_digest(items[i], items[j]):
-            raise ConfigurationError(
-                f"{name.format(i)} duplicates {name.format(j)}; list each key once "
-                "(rotation is [old, new] -> [new, old] -> [new])"
-            )
+            raise ConfigurationError(f"{name.format(i)} duplicates {name.format(j)}; list each key once "
+                                     "(rotation is [old, new] -> [new, old] -> [new])")
         raise ConfigurationError(
             f"{name.format(i)} and {name.format(j)} are different keys whose {KEY_ID_LENGTH}-byte key ids collide "
             f"(a 1 in 2^32 chance for any two keys); tokens name their key by id, so generate another key to use "
@@ -92,15 +88,11 @@ def _check_secret(index: int, secret: object) -> bytes:
         raise ConfigurationError(f"key {index} must be bytes, got {type(secret).__name__}{hint}")
     material = bytes(secret)
     if len(material) < MIN_KEY_LENGTH:
-        raise ConfigurationError(
-            f"key {index} is {len(material)} bytes; keys must be at least {MIN_KEY_LENGTH} bytes "
-            f"of secret randomness. {_HOW_TO_GENERATE}"
-        )
+        raise ConfigurationError(f"key {index} is {len(material)} bytes; keys must be at least {MIN_KEY_LENGTH} bytes "
+                                 f"of secret randomness. {_HOW_TO_GENERATE}")
     if len(set(material)) < _MIN_DISTINCT_BYTES:
-        raise ConfigurationError(
-            f"key {index} has fewer than {_MIN_DISTINCT_BYTES} distinct byte values, which no "
-            f"random secret has; it looks like a password or a placeholder. {_HOW_TO_GENERATE}"
-        )
+        raise ConfigurationError(f"key {index} has fewer than {_MIN_DISTINCT_BYTES} distinct byte values, which no "
+                                 f"random secret has; it looks like a password or a placeholder. {_HOW_TO_GENERATE}")
     return material
 
 
@@ -134,7 +126,7 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
 
     @classmethod
     def parse(cls, text: str) -> KeyRing:
-        """A ring from the text format (see the module docstring)."""
+        """A ring from the text format."""
         return cls(parse_keys(text))
 
     @classmethod

@@ -35,19 +35,12 @@ class SDKKeysMigration(HoldsSecrets):
     then refuses them with ``unknown_key``. An SDK refusal becomes `InvalidToken`, with no chain.
     """
 
-    __slots__ = (
-        "_clock", "_max_length", "_max_payload", "_refusal", "_sdk", "_seal_with_sdk", "_until", "codec",
-        "sdk_tokens_until",
-    )
+    __slots__ = ("_clock", "_max_length", "_max_payload", "_refusal", "_sdk", "_seal_with_sdk", "_until", "codec",
+                 "sdk_tokens_until")
 
     def __init__(
-        self,
-        codec: Codec,
-        sdk_keys: Sequence[bytes | bytearray | str],
-        *,
-        sdk_tokens_until: float | None = None,
-        seal_with_sdk: bool = False,
-        max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
+        self, codec: Codec, sdk_keys: Sequence[bytes | bytearray | str], *, sdk_tokens_until: float | None = None,
+        seal_with_sdk: bool = False, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
         clock: Callable[[], float] = time.time,
     ) -> None:
         check_codec(codec)

@@ -39,7 +39,7 @@ import sys
 import tracemalloc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from statecodec._encoding import b64u_encode
 from statecodec._types import Codec
@@ -61,21 +61,15 @@ _GARBAGE = st.one_of(
     st.text(alphabet="\u0663\u06f3\u0969\u0e53\uff10\uff11" + "".join(map(chr, range(0xFF01, 0xFF5F))), max_size=200),
     st.binary(max_size=300).map(lambda b: b.hex()),
 )
-
-
-class Failure(NamedTuple):
-    """One broken guarantee: which check, and a short description (no secrets)."""
-
-    check: str
-    detail: str
+_MAX_DETAILS = 10  # per check: a codec that accepts everything still gives a readable report
 
 
 @dataclass
 class ConformanceReport:
-    """Everything one `check_codec` run found: failures, cases run per check, and notes."""
+    """Everything one `check_codec` run found: (check, detail) failures, cases run per check, and notes."""
 
     codec: str
-    failures: list[Failure] = field(default_factory=list)
+    failures: list[tuple[str, str]] = field(default_factory=list)
     checks: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -94,15 +88,9 @@ class ConformanceReport:
 
 
 def check_codec(
-    codec: Codec,
-    *,
-    error_type: type[BaseException] = InvalidToken,
-    max_examples: int = 50,
-    max_payload: int = 64 * 1024,
-    max_mutations: int = 20_000,
-    oversized_length: int = 4 * 1024 * 1024,
-    foreign: Codec | None = None,
-    deterministic: bool = False,
+    codec: Codec, *, error_type: type[BaseException] = InvalidToken, max_examples: int = 50,
+    max_payload: int = 64 * 1024, max_mutations: int = 20_000, oversized_length: int = 4 * 1024 * 1024,
+    foreign: Codec | None = None, deterministic: bool = False,
 ) -> ConformanceReport:
     """Run every check against `codec` and return the report (never raises for a failure). `error_type` is what
     every rejection must raise (the SDK's `InvalidRequestState` for an SDK codec); `max_mutations` bounds the
@@ -125,9 +113,12 @@ def check_codec(
         _for_all(sizes.flatmap(lambda n: st.binary(min_size=n, max_size=n)), max_examples, kit.round_trip)
         if deterministic:
             kit.report.notes.append("fresh_token: skipped, the codec is declared deterministic (sign-only)")
-        elif kit.count("fresh_token") and kit.seal(_MARKER.encode()) == kit.seal(_MARKER.encode()):
-            kit.fail("fresh_token", "two seals of the same payload gave the same token")
-        if kit.count("url_safe") and (bad := "".join(sorted({c for c in sample if c not in _UNRESERVED}))):
+        else:
+            kit.count("fresh_token")
+            if kit.seal(_MARKER.encode()) == kit.seal(_MARKER.encode()):
+                kit.fail("fresh_token", "two seals of the same payload gave the same token")
+        kit.count("url_safe")
+        if bad := "".join(sorted({c for c in sample if c not in _UNRESERVED})):
             kit.fail("url_safe", f"token has characters outside the unreserved set: {bad[:20]!r}")
         for check, candidate, what in _altered(sample, max_mutations):
             if candidate != sample:  # upper-casing, say, may leave a token unchanged
@@ -160,15 +151,13 @@ class _Kit:
         self.report = ConformanceReport(codec=type(codec).__qualname__)
         self.refusals = 0
 
-    def count(self, check: str) -> bool:
+    def count(self, check: str) -> None:
         self.report.checks[check] = self.report.checks.get(check, 0) + 1
-        return True  # so a check reads `kit.count(name) and <failure condition>`
 
     def fail(self, check: str, detail: str) -> None:
-        # Ten details per check at most, so a codec that accepts everything still gives a readable report.
         shown = sum(1 for name, _ in self.report.failures if name == check)
-        if shown <= 10:
-            self.report.failures.append(Failure(check, detail if shown < 10 else "more failures omitted"))
+        if shown <= _MAX_DETAILS:
+            self.report.failures.append((check, detail if shown < _MAX_DETAILS else "more failures omitted"))
 
     def seal(self, payload: bytes) -> str | None:
         try:

@@ -97,9 +97,7 @@ CASES: dict[str, Callable[[], Pair]] = {
 
 
 def interleave(
-    ops: dict[str, Callable[[], object]],
-    rounds: int,
-    batch_s: float = 0.001,
+    ops: dict[str, Callable[[], object]], rounds: int, batch_s: float = 0.001,
     timer: Callable[[], float] = time.perf_counter,
 ) -> dict[str, list[float]]:
     """Seconds per call of each operation by `timer`, one value a round (the best of three batches of about

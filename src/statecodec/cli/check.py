@@ -30,8 +30,7 @@ _KEY_NAME = {
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
-        "check",
-        help="build the configured codec, seal and unseal a probe, report kind and key ids (exit 0 ready)",
+        "check", help="build the configured codec, seal and unseal a probe, report kind and key ids (exit 0 ready)",
         epilog="Exit status: 0 ready, 1 not ready (the probe failed, the provider is unreachable), 2 misconfigured.",
     )
     p.add_argument("--config", metavar="FILE", help="a JSON file of STATECODEC_* settings instead of the environment")
@@ -74,10 +73,9 @@ def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, 
     try:
         _check_server_settings(os.environ)
         kind, codec, settings = configured_codec(path=config)
-    except ConfigurationError as exc:
-        return 2, {**report, "status": "misconfigured", "error": str(exc)}
-    except ImportError as exc:  # the extra a configured store or provider needs
-        return 2, {**report, "status": "misconfigured", "error": missing_package(exc)}
+    except (ConfigurationError, ImportError) as exc:  # ImportError: the extra a configured store or provider needs
+        why = missing_package(exc) if isinstance(exc, ImportError) else str(exc)
+        return 2, {**report, "status": "misconfigured", "error": why}
     except StatecodecError as exc:  # ProviderError: unreachable, or refused the configured key
         return 1, {**report, "status": "not ready", "error": str(exc)}
     report.update(_describe(kind, codec, settings))

@@ -49,8 +49,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     group.add_argument(flag, metavar="VALUE", help=f"sets STATECODEC_{name}")
 
 
-def _settings(args: argparse.Namespace) -> dict[str, str]:
-    """The environment with the flags given over it, and the codec kind of --provider if given."""
+def _settings(args: argparse.Namespace) -> dict[str, str]:  # the environment, the flags and --provider over it
     kind, _, flags = _PROVIDERS.get(args.provider, (None, "", {}))
     values = flag_values(args, {flag: _EVERY_FLAG[flag] for flag in {**_COMMON, **flags}})
     return settings_from_flags({"STATECODEC_CODEC": kind, **values})

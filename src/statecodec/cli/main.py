@@ -90,8 +90,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="statecodec",
-        description="Seal, unseal and inspect opaque state tokens; manage keys, rotation and benchmarks.",
+        prog="statecodec", description="Seal and unseal opaque state tokens; manage keys, rotation and benchmarks.",
     )
     parser.add_argument("--version", action="version", version=f"statecodec {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -114,14 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
         sys.stdout.flush()  # here, so that a reader gone away is caught below
-    except InvalidToken as exc:
-        return _error(args, exc, f"invalid token: {exc}", 1)
-    except StoreError as exc:  # a store that cannot answer is a failed check, as a provider is in `check`
-        return _error(args, exc, str(exc), 1)
     except StatecodecError as exc:
-        return _error(args, exc, str(exc), 2)
+        return _error(args, exc)
     except ImportError as exc:  # an optional extra this command needs is not installed
-        return _error(args, ConfigurationError(missing_package(exc)), missing_package(exc), 2)
+        return _error(args, ConfigurationError(missing_package(exc)))
     except BrokenPipeError:
         # The reader of stdout went away (`| head`): stop quietly, as `yes | head` does; stdout is pointed at
         # /dev/null so that the interpreter's last flush does not raise again.
@@ -132,20 +127,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-_ERROR_KINDS = (
-    (InvalidToken, "invalid_token"),
-    (ConfigurationError, "configuration"),
-    (ProviderError, "provider"),
-    (StoreError, "store"),
-    (SealError, "seal"),
-)
+_ERROR_KINDS = {
+    InvalidToken: "invalid_token", ConfigurationError: "configuration", ProviderError: "provider", StoreError: "store",
+    SealError: "seal",
+}  # fmt: skip
 
 
-def _error(args: argparse.Namespace, exc: StatecodecError, message: str, code: int) -> int:
-    """Report `exc` (one line on stderr; with --json also an error object on stdout) and return `code`."""
+def _error(args: argparse.Namespace, exc: StatecodecError) -> int:
+    """Report `exc` (one line on stderr; with --json also an error object on stdout) and return its exit status:
+    1 for a refused token or a store that cannot answer (a failed check, as a provider is in `check`), else 2."""
+    code = 1 if isinstance(exc, (InvalidToken, StoreError)) else 2
+    message = f"invalid token: {exc}" if isinstance(exc, InvalidToken) else str(exc)
     print(f"statecodec {args.command}: {message}", file=sys.stderr)
     if getattr(args, "json", False):
-        kind = next((name for cls, name in _ERROR_KINDS if isinstance(exc, cls)), "error")
+        kind = next((name for cls, name in _ERROR_KINDS.items() if isinstance(exc, cls)), "error")
         reason = exc.reason.value if isinstance(exc, InvalidToken) else None
         doc = {"error": kind, "reason": reason, "message": message, "command": args.command, "exit_status": code}
         print(json.dumps(doc))

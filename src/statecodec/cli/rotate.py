@@ -31,8 +31,7 @@ or a fleet file: {"instances": {"web-1": ["a1b2c3d4", "e5f6a7b8"], "web-2": ["a1
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
-        "rotate",
-        help="plan a key rotation and check a fleet's key ids",
+        "rotate", help="plan a key rotation and check a fleet's key ids",
         description="Rotate keys without dropping in-flight rounds: [old,new] -> [new,old] -> [new].",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -51,9 +50,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan.add_argument("-o", "--output", metavar="FILE", help="write the plan to a new file, mode 0600 (not stdout)")
     plan.set_defaults(func=_plan)
     check = actions.add_parser(
-        "check",
-        help="exit 0 if no instance mints a token others refuse",
-        epilog=_CHECK_EPILOG,
+        "check", help="exit 0 if no instance mints a token others refuse", epilog=_CHECK_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     check.add_argument("files", nargs="+", metavar="FILE", help="check reports or a fleet file (JSON), or - for stdin")
@@ -84,10 +81,8 @@ def _plan(args: argparse.Namespace) -> int:
     from statecodec.rotation import RotationPlan  # here, as every command's imports: start-up is per command
 
     if args.generate_new and args.ids_only:
-        raise ConfigurationError(
-            "--generate-new with --ids-only would print a plan whose new key nobody can read; "
-            "generate it first with `statecodec keygen > new.key` and pass --new-file new.key"
-        )
+        raise ConfigurationError("--generate-new with --ids-only would print a plan whose new key nobody can read; "
+                                 "generate it first with `statecodec keygen > new.key` and pass --new-file new.key")
     if (args.old_id is None) != (args.new_id is None):
         raise ConfigurationError("--old-id and --new-id go together: a plan is over two keys or two key ids")
     ttl = ttl_setting(os.environ) if args.ttl is None else args.ttl  # the servers' token lifetime
@@ -106,18 +101,11 @@ def _plan(args: argparse.Namespace) -> int:
         f"no sooner than {p3.wait_after_previous:g} s (ttl + future skew) after the last instance "
         f"reports [{', '.join(p2.key_ids)}]; re-seal stored state before then",
     )
-    phases: list[dict[str, Any]] = []
-    for phase, start in zip(plan.phases, starts, strict=True):
-        entry: dict[str, Any] = {
-            "phase": phase.number,
-            "key_ids": list(phase.key_ids),
-            "wait_after_previous_seconds": phase.wait_after_previous,
-            "start": start,
-            "summary": phase.summary,
-        }
-        if secrets:
-            entry["STATECODEC_KEYS"] = phase.env_value()
-        phases.append(entry)
+    phases: list[dict[str, Any]] = [
+        {"phase": p.number, "key_ids": list(p.key_ids), "wait_after_previous_seconds": p.wait_after_previous,
+         "start": start, "summary": p.summary, **({"STATECODEC_KEYS": p.env_value()} if secrets else {})}
+        for p, start in zip(plan.phases, starts, strict=True)
+    ]  # fmt: skip
     if args.json:
         emit(json.dumps({"ttl": plan.ttl, "future_skew": plan.future_skew, "phases": phases}, indent=2), args.output)
     else:

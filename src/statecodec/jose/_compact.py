@@ -185,7 +185,11 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
             raise InvalidToken(Reason.ALG)
         if not self._members.issuperset(header):
             raise InvalidToken(Reason.HEADER)
-        slot = self._by_kid.get(_jwk.kid_of(header))
+        kid = header.get("kid")  # every token here carries one
+        # Checked before any dict lookup: a list or object kid is unhashable.
+        if type(kid) is not str or not 0 < len(kid) <= _jwk.MAX_KID_LENGTH:
+            raise InvalidToken(Reason.HEADER)
+        slot = self._by_kid.get(kid)
         if slot is None:
             raise InvalidToken(Reason.UNKNOWN_KEY)
         return segments, header, slot

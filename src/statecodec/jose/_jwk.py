@@ -69,15 +69,6 @@ def parse_header(segment: str) -> dict[str, Any]:
     return header
 
 
-def kid_of(header: dict[str, Any]) -> str:
-    """The ``kid`` member, which every token here carries; a non-string or missing one is ``header``."""
-    kid = header.get("kid")
-    # Checked before any dict lookup: a list or object kid is unhashable.
-    if type(kid) is not str or not 0 < len(kid) <= MAX_KID_LENGTH:
-        raise InvalidToken(Reason.HEADER)
-    return kid
-
-
 def compact_json(value: dict[str, Any]) -> bytes:
     """JSON with no whitespace, members in the given order, ASCII: the exact bytes a header carries."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
@@ -179,7 +170,8 @@ def key_halves(kid: str, key: object, index: int, curves: tuple[str, ...]) -> tu
     public = key if private is None else private.public_key()
     if not isinstance(public, PublicKey) or _crv(public) not in curves:
         raise ConfigurationError(f"keys[{index}] must be a {' or '.join(curves)} private or public key")
-    return kid or _thumbprint(public), private, public
+    thumbprint = hashlib.sha256(compact_json(dict(sorted(public_jwk(public).items())))).digest()  # RFC 7638
+    return kid or b64u_encode(thumbprint), private, public
 
 
 def _crv(public: PublicKey) -> str:
@@ -205,11 +197,6 @@ def private_jwk(key: PrivateKey) -> dict[str, str]:
     else:
         d = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
     return {**public_jwk(key.public_key()), "d": b64u_encode(d)}
-
-
-def _thumbprint(key: PublicKey) -> str:
-    """The RFC 7638 SHA-256 thumbprint of a public key (members sorted), base64url."""
-    return b64u_encode(hashlib.sha256(compact_json(dict(sorted(public_jwk(key).items())))).digest())
 
 
 def read_epk(epk: object, crv: str) -> PublicKey:

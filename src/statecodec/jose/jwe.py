@@ -122,22 +122,9 @@ _Slot = _Direct | _KeyWrap | _Agreement
 
 
 class JWECodec(CompactCodec[_Slot]):
-    """Compact JWE (RFC 7516) with one configured algorithm pair and a key per ``kid``.
-
-    Wire format: ``B64(header).B64(encrypted key).B64(iv).B64(ciphertext).B64(tag)``, unpadded
-    base64url, a random 96-bit IV, AES-256-GCM with the first segment as associated data, and
-    a compact JSON header, members in this order::
-
-        dir                {"alg":"dir","enc":"A256GCM","kid":KID}
-        A256KW             {"alg":"A256KW","enc":"A256GCM","kid":KID}
-        ECDH-ES+A256KW     {"alg":"ECDH-ES+A256KW","enc":"A256GCM","kid":KID,
-                            "epk":{"kty":"EC","crv":"P-256","x":X,"y":Y}}
-                           (X25519: "epk":{"kty":"OKP","crv":"X25519","x":X})
-
-    The encrypted key is empty for ``dir``, else the 40-byte RFC 3394 wrap of a fresh 32-byte
-    content key (ECDH-ES+A256KW: Concat KDF, no ``apu``/``apv``). ``KID`` is a ring's hex key id,
-    or a JWK's ``kid`` (EC/OKP keys: their RFC 7638 thumbprint when absent). The first key seals,
-    every (private) key unseals. ``dir`` is bounded as `AESGCMCodec`, 2^32 tokens per key.
+    """Compact JWE (RFC 7516) with one configured algorithm pair (``dir``, ``A256KW`` or ``ECDH-ES+A256KW``, each with
+    ``A256GCM``) and a key per ``kid``: the first key seals, every (private) key unseals. ``dir`` is bounded as
+    `AESGCMCodec`, 2^32 tokens per key. Headers, key derivation and checks: docs/formats.md.
     """
 
     __slots__ = ()
@@ -146,10 +133,7 @@ class JWECodec(CompactCodec[_Slot]):
 
     @classmethod
     def ephemeral(
-        cls,
-        *,
-        alg: Literal["dir", "A256KW", "ECDH-ES+A256KW"] = "dir",
-        curve: Literal["P-256", "X25519"] = "P-256",
+        cls, *, alg: Literal["dir", "A256KW", "ECDH-ES+A256KW"] = "dir", curve: Literal["P-256", "X25519"] = "P-256",
         max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
     ) -> JWECodec:
         """A codec under a key generated now and held only by this process."""

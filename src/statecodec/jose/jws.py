@@ -62,20 +62,10 @@ _Key = _HMACKey | _EdKey
 
 
 class JWSCodec(CompactCodec[_Key]):
-    """Compact JWS (RFC 7515), HS256 over a key ring, or Ed25519 signatures.
-
-    Wire format: ``B64(header).B64(payload).B64(signature)``, unpadded base64url, the payload
-    readable by anyone holding the token, and a compact JSON header, members in this order::
-
-        HS256      {"alg":"HS256","kid":KID}
-        EdDSA      {"alg":"EdDSA","kid":KID}
-        Ed25519    {"alg":"Ed25519","kid":KID}
-
-    The signature is HMAC-SHA-256 (32 bytes) or Ed25519 (64 bytes) over the ASCII of
-    ``segment1 . segment2``. ``KID`` is a ring's hex key id, or a JWK's ``kid`` (an Ed25519
-    key's RFC 7638 thumbprint when absent). The first key signs, every key verifies. Ed25519
-    is named ``EdDSA`` (RFC 8037) or ``Ed25519`` (RFC 9864); the codec accepts only its own name.
-    Any claim in the payload is testable offline: bind principals with a keyed MAC, never a hash.
+    """Compact JWS (RFC 7515), HS256 over a key ring or Ed25519 (named ``EdDSA``, RFC 8037, or ``Ed25519``, RFC 9864;
+    the codec accepts only its own name): the first key signs, every key verifies. Anyone holding a token reads its
+    payload, and any claim in it is testable offline: bind principals with a keyed MAC, never a hash. Headers and
+    checks: docs/formats.md.
     """
 
     __slots__ = ()
@@ -91,10 +81,7 @@ class JWSCodec(CompactCodec[_Key]):
 
     @classmethod
     def eddsa(
-        cls,
-        keys: Sequence[Ed25519PrivateKey | Ed25519PublicKey],
-        *,
-        alg: Literal["EdDSA", "Ed25519"] = "EdDSA",
+        cls, keys: Sequence[Ed25519PrivateKey | Ed25519PublicKey], *, alg: Literal["EdDSA", "Ed25519"] = "EdDSA",
         max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
     ) -> JWSCodec:
         """Ed25519 over `cryptography` keys: the first (private) signs; ``kid`` = RFC 7638 thumbprint."""

@@ -54,35 +54,31 @@ def wrapped_keys_from_settings(settings: Mapping[str, str]) -> list[bytes]:
     """Wrapped blobs from exactly one of ``STATECODEC_WRAPPED_KEYS`` or ``..._FILE``."""
     text, source = text_or_file(settings, _WRAPPED_KEYS_VAR, _MAX_WRAPPED_FILE_BYTES, "is it a wrapped-key file?")
     if text is None:
-        raise ConfigurationError(
-            f"no wrapped data keys configured: set {_WRAPPED_KEYS_VAR} to the output of "
-            f"`statecodec kms new-data-key`, or {_WRAPPED_KEYS_VAR}_FILE to a file holding it"
-        )
+        raise ConfigurationError(f"no wrapped data keys configured: set {_WRAPPED_KEYS_VAR} to the output of "
+                                 f"`statecodec kms new-data-key`, or {_WRAPPED_KEYS_VAR}_FILE to a file holding it")
     with named_errors(source):
         return parse_wrapped_keys(text)
 
 
 def parse_context(text: str) -> dict[str, str]:
-    """A context from ``k=v,k=v`` or a JSON object of strings."""
+    """A context from ``k=v,k=v`` or a JSON object of strings, checked as a codec will check it."""
     text = text.strip()
     if text.startswith("{"):
         try:
             doc = json.loads(text)
         except ValueError:
             raise ConfigurationError("context is not valid JSON; write k=v,k=v or a JSON object") from None
-        if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
-            raise ConfigurationError("a JSON context must be an object whose values are strings")
-        return dict(doc)
-    out: dict[str, str] = {}
-    for part in text.split(","):
-        key, sep, value = part.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigurationError("context must be comma-separated key=value pairs, e.g. purpose=x,audience=y")
-        if key in out:
-            raise ConfigurationError(f"context names {key!r} twice")
-        out[key] = value.strip()
-    return out
+    else:
+        doc = {}
+        for part in text.split(","):
+            key, sep, value = part.partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise ConfigurationError("context must be comma-separated key=value pairs, e.g. purpose=x,audience=y")
+            if key in doc:
+                raise ConfigurationError(f"context names {key!r} twice")
+            doc[key] = value.strip()
+    return dict(_check_context(doc))
 
 
 def context_from_settings(settings: Mapping[str, str]) -> dict[str, str]:
@@ -92,9 +88,7 @@ def context_from_settings(settings: Mapping[str, str]) -> dict[str, str]:
     if text is None:
         return default_context(setting(settings, _AUDIENCE_VAR, required=False))
     with named_errors(_CONTEXT_VAR):
-        context = parse_context(text)
-        _check_context(context)
-        return context
+        return parse_context(text)
 
 
 def build_envelope_codec(

@@ -35,7 +35,6 @@ class RetryPolicy:
 
 
 def check_retry(retry: object, default: RetryPolicy) -> RetryPolicy:
-    """`retry` when it is a `RetryPolicy`, `default` when it is None; `ConfigurationError` otherwise."""
     if retry is None:
         return default
     if not isinstance(retry, RetryPolicy):
@@ -43,9 +42,7 @@ def check_retry(retry: object, default: RetryPolicy) -> RetryPolicy:
     return retry
 
 
-def call_with_retries(
-    fn: Callable[[], _T], *, transient: Callable[[BaseException], bool], policy: RetryPolicy
-) -> _T:
+def call_with_retries(fn: Callable[[], _T], *, transient: Callable[[BaseException], bool], policy: RetryPolicy) -> _T:
     """`fn()`, called again while it raises a transient exception; the last exception when attempts run out."""
     for attempt in range(1, policy.attempts):
         try:

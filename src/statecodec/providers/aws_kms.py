@@ -65,22 +65,13 @@ class AwsKmsWrapper(_ClientHolder):
     """
 
     def __init__(
-        self,
-        key_id: str,
-        *,
-        client: Any = None,
-        region: str | None = None,
-        endpoint_url: str | None = None,
-        profile: str | None = None,
-        retry: RetryPolicy | None = None,
-        connect_timeout: float = 5.0,
+        self, key_id: str, *, client: Any = None, region: str | None = None, endpoint_url: str | None = None,
+        profile: str | None = None, retry: RetryPolicy | None = None, connect_timeout: float = 5.0,
         read_timeout: float = 10.0,
     ) -> None:
         if not isinstance(key_id, str) or not key_id.strip() or len(key_id) > 2048:
-            raise ConfigurationError(
-                f"the AWS KMS key ({_KEY_VAR}, --key-id) must be a key id, key ARN or alias, "
-                "e.g. arn:aws:kms:eu-west-1:111122223333:key/1234abcd-..."
-            )
+            raise ConfigurationError(f"the AWS KMS key ({_KEY_VAR}, --key-id) must be a key id, key ARN or alias, "
+                                     "e.g. arn:aws:kms:eu-west-1:111122223333:key/1234abcd-...")
         self._key_id = key_id.strip()
         self._retry = check_retry(retry, RetryPolicy())
         self._close_owned = None
@@ -163,6 +154,5 @@ def wrapper_from_settings(settings: Mapping[str, str]) -> AwsKmsWrapper:
     return AwsKmsWrapper(key, region=region, endpoint_url=setting(settings, _ENDPOINT_VAR, required=False))
 
 
-def build_codec(settings: Mapping[str, str]) -> EnvelopeCodec:
-    """Builder for ``STATECODEC_CODEC=aws-kms``: unwrap the ring once, then close the KMS client."""
+def build_codec(settings: Mapping[str, str]) -> EnvelopeCodec:  # STATECODEC_CODEC=aws-kms
     return build_envelope_codec(settings, wrapper_from_settings)

@@ -75,19 +75,12 @@ class GcpKmsWrapper(_ClientHolder):
     """
 
     def __init__(
-        self,
-        key_name: str,
-        *,
-        client: Any = None,
-        emulator_host: str | None = None,
-        retry: RetryPolicy | None = None,
+        self, key_name: str, *, client: Any = None, emulator_host: str | None = None, retry: RetryPolicy | None = None,
         timeout: float = 10.0,
     ) -> None:
         if not isinstance(key_name, str) or not _KEY_NAME.fullmatch(key_name.strip()):
-            raise ConfigurationError(
-                f"the Cloud KMS key ({_KEY_VAR}, --key) must be a crypto key name: "
-                "projects/PROJECT/locations/LOCATION/keyRings/RING/cryptoKeys/KEY"
-            )
+            raise ConfigurationError(f"the Cloud KMS key ({_KEY_VAR}, --key) must be a crypto key name: "
+                                     "projects/PROJECT/locations/LOCATION/keyRings/RING/cryptoKeys/KEY")
         self._timeout = float(seconds("timeout", timeout, low=0, high=120, low_open=True))
         self._key = key_name.strip()
         self._retry = check_retry(retry, RetryPolicy())
@@ -200,6 +193,5 @@ def wrapper_from_settings(settings: Mapping[str, str]) -> GcpKmsWrapper:
     return GcpKmsWrapper(key, emulator_host=setting(settings, _EMULATOR_VAR, required=False))
 
 
-def build_codec(settings: Mapping[str, str]) -> EnvelopeCodec:
-    """Builder for ``STATECODEC_CODEC=gcp-kms``: unwrap the ring once, then close the channel."""
+def build_codec(settings: Mapping[str, str]) -> EnvelopeCodec:  # STATECODEC_CODEC=gcp-kms
     return build_envelope_codec(settings, wrapper_from_settings)
