@@ -35,9 +35,8 @@ REJECTED = "requestState rejected on %s: %s"  # the SDK boundary's log line too:
 REFUSED = {"reason": "invalid_request_state"}  # the data of the SDK's frozen -32602 refusal
 
 
-def security_from_env(
-    *, ttl: float | None = None, audience: str | None = None, environ: Mapping[str, str] | None = None, **options: Any
-) -> RequestStateSecurity:
+def security_from_env(*, ttl: float | None = None, audience: str | None = None,
+                      environ: Mapping[str, str] | None = None, **options: Any) -> RequestStateSecurity:
     """The SDK's `RequestStateSecurity` around `codec_from_env(environ)`, `ttl` defaulting to ``STATECODEC_TTL`` (as
     single use does); `ConfigurationError` naming what to set, or `ImportError` naming the extra, before any start."""
     try:
@@ -75,10 +74,9 @@ class SingleUseMiddleware:
         mine = [i for i, middleware in enumerate(server.middleware) if middleware is self]
         boundaries = [i for i, item in enumerate(server.middleware) if isinstance(item, RequestStateBoundary)]
         if not mine or not boundaries or min(mine) < max(boundaries):
-            raise ConfigurationError(
-                "SingleUseMiddleware must come after the SDK's RequestStateBoundary in server.middleware (it must see "
-                "verified state only): pass it to MCPServer(middleware=[...]); on a lowlevel Server, append it last"
-            )
+            raise ConfigurationError("SingleUseMiddleware must come after the SDK's RequestStateBoundary in "
+                                     "server.middleware (it must see verified state only): pass it to "
+                                     "MCPServer(middleware=[...]); on a lowlevel Server, append it last")
         self._running = True
         try:
             await self._start()
@@ -90,6 +88,9 @@ class SingleUseMiddleware:
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method not in self._methods:
             return await call_next(ctx)
+        if not self._running:  # no lifespan: nothing checked the order or started the store
+            logger.error("SingleUseMiddleware on %s was never started: pass lifespan=single_use.lifespan", ctx.method)
+            raise _mcp_error()
         state = (ctx.params or {}).get("requestState")
         if isinstance(state, str):  # the boundary refused any other type, and turned null into absent
             ctx = replace(ctx, params={**(ctx.params or {}), "requestState": await self._consume(ctx.method, state)})
@@ -103,7 +104,6 @@ class SingleUseMiddleware:
         return result.model_copy(update={"request_state": stamped})
 
     async def _consume(self, method: str, state: str) -> str:
-        self._check_running(method)
         try:
             return (await self._bounded(self.guard.consume(_bytes(state)))).decode("utf-8", "surrogatepass")
         except InvalidToken as exc:
@@ -119,7 +119,6 @@ class SingleUseMiddleware:
         from mcp.server.auth.middleware.auth_context import get_access_token
         from mcp.server.auth.provider import principal_components
 
-        self._check_running(ctx.method)
         if not self.guard.started:
             await self._start()
         token = get_access_token()  # the minting request's principal, whatever bind_principal is
@@ -149,11 +148,6 @@ class SingleUseMiddleware:
         if time.monotonic() - self._warned >= 60:  # one warning a minute at most: a brown-out logs, not floods
             self._warned = time.monotonic()
             logger.warning(message)
-
-    def _check_running(self, method: str) -> None:
-        if not self._running:
-            logger.error("SingleUseMiddleware on %s was never started: pass lifespan=single_use.lifespan", method)
-            raise _mcp_error()
 
 
 def _mcp_error(message: str = "Internal error", data: object = None) -> MCPError:
