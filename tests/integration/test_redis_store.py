@@ -95,13 +95,6 @@ def test_the_minimal_acl_user_can_do_everything_the_store_does(acl_user: str, re
         finally:
             await guard.aclose()
 
-    run(scenario)
-    assert redis_server.cli("ACL", "LOG") == ""  # nothing was refused
-
-
-def test_a_missing_command_or_a_wrong_password_is_an_answered_error_without_the_secret(
-    acl_user: str, redis_server: RedisServer
-) -> None:
     async def revoke(url: str) -> None:
         guard = await started(url)
         try:
@@ -109,7 +102,9 @@ def test_a_missing_command_or_a_wrong_password_is_an_answered_error_without_the_
         finally:
             await guard.aclose()
 
-    redis_server.cli("ACL", "SETUSER", "statecodec", "-zadd")
+    run(scenario)
+    assert redis_server.cli("ACL", "LOG") == ""  # nothing was refused
+    redis_server.cli("ACL", "SETUSER", "statecodec", "-zadd")  # a missing command or a wrong password: answered
     for url, message in ((acl_user, "ACL user lacks"), (acl_user.replace("%40f1e", "%40f1x"), "user name or password")):
         with pytest.raises(StoreError, match=message) as info:
             run(revoke, url)
@@ -165,7 +160,6 @@ def test_a_store_that_stops_answering_is_unreachable_and_the_same_guard_recovers
     assert "did not answer within 0.25 s: tokens refused until it answers" in caplog.text
 
 
-
 def test_claims_beyond_the_connections_of_an_instance_are_refused_even_in_accept_mode(
     redis_url: str, redis_server: RedisServer
 ) -> None:
@@ -181,6 +175,7 @@ def test_claims_beyond_the_connections_of_an_instance_are_refused_even_in_accept
 
     outcomes = run(scenario)  # the 200 waiting for a connection were never sent: a queue of this instance
     assert outcomes.count(b"x") <= 100 < sum(str(o) == "store_unavailable" for o in outcomes)
+
 
 def test_an_instance_too_busy_to_read_the_answer_refuses_even_in_accept_mode(redis_url: str) -> None:
     async def scenario() -> list[object]:
@@ -199,25 +194,15 @@ def test_an_instance_too_busy_to_read_the_answer_refuses_even_in_accept_mode(red
     outcomes = run(scenario)  # the store answered in time: only this loop was late to read it
     assert b"x" not in outcomes
 
-def test_a_store_at_maxclients_or_loading_has_answered_and_is_refused_even_in_accept_mode(redis_url: str) -> None:
-    async def scenario() -> None:
-        first = await started(redis_url)
-        stamped = first.stamp(b"x")
-        assert await first.consume(stamped) == b"x"
-        with RedisServer(extra=["--maxclients", "1"]) as full:  # the answer: "ERR max number of clients reached"
-            holder = redis.Redis(port=full.port)
-            holder.ping()
-            store = RedisStore.from_url(full.url, timeout=2)
-            try:
-                with pytest.raises(StoreError, match="is busy") as info:
-                    await store.hello(fingerprint=bytes(16), lifetime_ms=1, skew_ms=1)
-                assert not isinstance(info.value, StoreUnreachable)  # a flood cannot switch availability first on
-            finally:
-                holder.close()
-                await store.aclose()
-        await first.aclose()
+def test_a_store_at_maxclients_or_loading_has_answered_and_is_refused_even_in_accept_mode() -> None:
+    with RedisServer(extra=["--maxclients", "1"]) as full:  # the answer: "ERR max number of clients reached"
+        holder = redis.Redis(port=full.port)
+        holder.ping()
+        with pytest.raises(StoreError, match="is busy") as info:
+            run(started, full.url)
+        holder.close()
+    assert not isinstance(info.value, StoreUnreachable)  # a flood cannot switch availability first on
 
-    run(scenario)
 
 # --- memory policy, many revocations, malformed entries ----------------------------------------------------------
 
@@ -329,42 +314,26 @@ def _certificates(directory: Path) -> tuple[Path, Path, Path]:
     now = datetime.datetime.now(datetime.UTC)
     ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "statecodec test CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    server = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-        .issuer_name(ca_name)
-        .public_key(server_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))]), False)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
+
+    def signed(subject: x509.Name, key: ec.EllipticCurvePrivateKey, *extensions: Any) -> x509.Certificate:
+        builder = x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(key.public_key())
+        builder = builder.serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+        for extension, critical in extensions:
+            builder = builder.add_extension(extension, critical)
+        return builder.not_valid_after(now + datetime.timedelta(days=1)).sign(ca_key, hashes.SHA256())
+
+    ca = signed(ca_name, ca_key, (x509.BasicConstraints(ca=True, path_length=None), True),
+                (x509.KeyUsage(False, False, False, False, False, True, True, False, False), True),
+                (x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False))
+    server = signed(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]), server_key,
+                    (x509.SubjectAlternativeName([x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))]), False),
+                    (x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), False),
+                    (x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False))
     paths = directory / "ca.pem", directory / "server.pem", directory / "server.key"
     paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths[1].write_bytes(server.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(
-        server_key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
+    encoding, pkcs8 = serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8
+    paths[2].write_bytes(server_key.private_bytes(encoding, pkcs8, serialization.NoEncryption()))
     return paths
 
 
