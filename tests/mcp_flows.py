@@ -1,10 +1,9 @@
 """Any codec as the MCP SDK's request-state codec, in a real MCPServer with an in-memory Client.
 
-`run_mcp_flows(codec)` drives a tool, a resolver tool, a prompt and a resource template to completion
-and checks every wire token; `assert_mcp_rejects(codec, bad)` sends a bad token (or a function of a
-genuine round-one token) and checks the SDK's frozen -32602 answer and the reason the server logged.
-Each takes a codec, handed to the SDK as it is (`RequestStateSecurity(codec=codec)`), or a whole
-`RequestStateSecurity`.
+`run_mcp_flows(codec)` drives a tool, a resolver tool, a prompt and a resource template to completion and checks
+every wire token; `assert_mcp_rejects(codec, bad)` sends a bad token (or a function of a genuine round-one token)
+and checks the SDK's frozen -32602 answer and the reason the server logged. Each takes a codec, handed to the SDK
+as it is (`RequestStateSecurity(codec=codec)`), or a whole `RequestStateSecurity`.
 """
 
 from __future__ import annotations
@@ -123,9 +122,7 @@ class _Recorder:
     """Passes every call to `inner` and records tokens in both directions."""
 
     def __init__(self, inner: Codec) -> None:
-        self.inner = inner
-        self.sealed: list[str] = []
-        self.unsealed: list[str] = []
+        self.inner, self.sealed, self.unsealed = inner, list[str](), list[str]()
 
     def seal(self, payload: bytes) -> str:
         self.sealed.append(self.inner.seal(payload))
@@ -154,10 +151,6 @@ class FlowReport:
     questions: list[str] = field(default_factory=list)
     sealed: list[str] = field(default_factory=list)
     unsealed: list[str] = field(default_factory=list)
-
-    @property
-    def tool(self) -> str:
-        return self.texts[0]
 
 
 def run_mcp_flows(policy: Policy, *, confidential: bool = True, **server_options: Any) -> FlowReport:
@@ -196,14 +189,9 @@ def run_mcp_flows(policy: Policy, *, confidential: bool = True, **server_options
         f"Brief audience-answer on rotation (state {STATE_MARKER}).",
         f"report 2026 as format-answer (state {STATE_MARKER})",
     ]
-    assert report.questions == [
-        "Region for orders?",
-        "Size for orders in region-answer?",
-        "Region for web?",
-        "Tier for web in region-answer?",
-        "Who is the rotation briefing for?",
-        "Format of the 2026 report?",
-    ]
+    assert report.questions == ["Region for orders?", "Size for orders in region-answer?", "Region for web?",
+                                "Tier for web in region-answer?", "Who is the rotation briefing for?",
+                                "Format of the 2026 report?"]
     # Six answered rounds, plus one round-one token from the manual check that is never echoed.
     assert len(report.sealed) == 7
     assert report.unsealed == report.sealed[:6], "the client must echo each round's token verbatim"

@@ -14,7 +14,6 @@ import pickle
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -26,7 +25,6 @@ from examples import fleet_server
 from mcp import Client
 from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 from mcp.server.request_state import InvalidRequestState, authenticated_principal
-from mcp.types import ErrorData
 
 from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, XAESGCMCodec, format_keys, generate_key
 from statecodec._encoding import b64u_decode, b64u_encode
@@ -43,9 +41,7 @@ from tests.mcp_flows import (
     accept_token,
     assert_mcp_rejects,
     build_server,
-    mint,
     mint_token,
-    present,
     round_one,
     round_two,
     run_mcp_flows,
@@ -184,55 +180,45 @@ def test_expiry_is_enforced_by_the_sdk_around_our_codec(monkeypatch: pytest.Monk
 # --- single use on the SDK's paths ------------------------------------------------------------------------------
 
 STORE_KEY = generate_key()
+DEMO_ISSUER = str(fleet_server.DEMO_ISSUER)
+HTTP = SimpleNamespace(url="http://127.0.0.1:8000/mcp")  # examples/fleet_server.py's app, served in this process
 
 
-def single_use(store: Store | None = None, **guard: Any) -> SingleUseMiddleware:
-    return SingleUseMiddleware(SingleUse(store or MemoryStore(), key=STORE_KEY, ttl=600, **guard))
+def single_use(store: Store | None = None, **options: Any) -> SingleUseMiddleware:
+    return SingleUseMiddleware(SingleUse(store or MemoryStore(), key=STORE_KEY, ttl=600), **options)
 
 
 def single_use_server(middleware: SingleUseMiddleware, **policy: Any) -> MCPServer[Any]:
-    codec = AESGCMCodec([KEY])
-    security = RequestStateSecurity(codec=codec, **policy)
+    security = RequestStateSecurity(codec=AESGCMCodec([KEY]), **policy)
     return build_server(security, middleware=[middleware], lifespan=middleware.lifespan)
 
 
+def rejected(caplog: pytest.LogCaptureFixture) -> list[str]:
+    prefix = "requestState rejected on tools/call: "
+    return [r.getMessage().removeprefix(prefix) for r in caplog.records if r.getMessage().startswith(prefix)]
+
+
 def test_every_flow_of_the_sdk_completes_once_and_a_replay_is_refused(caplog: pytest.LogCaptureFixture) -> None:
+    from examples import lowlevel_server
+
     middleware = single_use()
     server = single_use_server(middleware)
     token = anyio.run(round_one, server)
     assert not isinstance(round_two(server, token), Rejection)
     replay = round_two(server, token)
     assert isinstance(replay, Rejection)
-    assert (replay.code, replay.message, replay.data) == (
-        -32602,
-        REJECTION_MESSAGE,
-        {"reason": "invalid_request_state"},
-    )
+    assert (replay.code, replay.message) == (-32602, REJECTION_MESSAGE)
+    assert replay.data == {"reason": "invalid_request_state"}  # the SDK's frozen answer
     assert rejected(caplog) == ["replayed"]  # from single use, after the boundary accepted the token
     # Tool, resolver tool (the SDK's own state), prompt and resource: every round completes, each token once.
     run_mcp_flows(AESGCMCodec([KEY]), middleware=[middleware], lifespan=middleware.lifespan)
-
-
-def test_a_lowlevel_server_with_single_use_after_the_boundary() -> None:
-    from examples import lowlevel_server
-
-    middleware = single_use()
-    server = lowlevel_server.build_server(AESGCMCodec([KEY]))
-    server.middleware.append(middleware)
-    server.lifespan = middleware.lifespan
-    token = anyio.run(round_one, server)
-    orders = {"name": "orders"}
-    assert anyio.run(lowlevel_server.retry, server, token, {"name": "payroll"}) == lowlevel_server.REFUSED
-    assert anyio.run(lowlevel_server.retry, server, token, orders).startswith("provisioned orders")
-    assert anyio.run(lowlevel_server.retry, server, token, orders) == lowlevel_server.REFUSED
-
-
-def _start(server: Any) -> None:
-    async def connect() -> None:
-        async with Client(server):
-            pass
-
-    anyio.run(connect)
+    lowlevel = lowlevel_server.build_server(AESGCMCodec([KEY]))  # a lowlevel Server, single use appended last
+    lowlevel.middleware.append(middleware := single_use())
+    lowlevel.lifespan = middleware.lifespan
+    token, orders = anyio.run(round_one, lowlevel), {"name": "orders"}
+    assert anyio.run(lowlevel_server.retry, lowlevel, token, {"name": "payroll"}) == lowlevel_server.REFUSED
+    assert anyio.run(lowlevel_server.retry, lowlevel, token, orders).startswith("provisioned orders")
+    assert anyio.run(lowlevel_server.retry, lowlevel, token, orders) == lowlevel_server.REFUSED
 
 
 def test_single_use_before_the_boundary_is_refused_at_start_up_on_both_tiers() -> None:
@@ -250,48 +236,47 @@ def test_single_use_before_the_boundary_is_refused_at_start_up_on_both_tiers() -
     absent.middleware.pop()  # started by the lifespan, but not in the chain at all
     for wrong in (server, lowlevel, absent):
         with pytest.raises(ConfigurationError, match="must come after the SDK's RequestStateBoundary"):
-            _start(wrong)
+            anyio.run(connect, wrong)
+
+
+async def connect(server: Any) -> None:
+    async with Client(server):
+        pass
 
 
 # --- over HTTP, as the fleet example serves it: principals, a stalled store, an unreachable store -----------------
-
-DEMO_ISSUER = str(fleet_server.DEMO_ISSUER)
-
-
-@dataclass
-class InProcess:
-    """`examples/fleet_server.py`'s app served in this process (its lifespan run, as uvicorn runs it)."""
-
-    url: str = "http://127.0.0.1:8000/mcp"
 
 
 @asynccontextmanager
 async def serving(middleware: SingleUseMiddleware, **policy: Any) -> AsyncIterator[httpx.AsyncClient]:
     security = RequestStateSecurity(codec=AESGCMCodec([KEY]), **policy)
-    app = fleet_server.app_for(
-        fleet_server.build_server(security, single_use=[middleware], demo_auth=True), "127.0.0.1"
-    )
+    server = fleet_server.build_server(security, single_use=[middleware], demo_auth=True)
+    app = fleet_server.app_for(server, "127.0.0.1")
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as client:
             yield client
 
 
-def test_the_stamp_records_the_minting_principal_whatever_bind_principal_is() -> None:
-    # With bind_principal=None the SDK lets anyone present a token: a revoked user's token stays revoked.
-    middleware, server = single_use(), InProcess()
+def test_the_stamp_records_the_minting_principal_whatever_bind_principal_is(caplog: pytest.LogCaptureFixture) -> None:
+    # With bind_principal=None the SDK lets anyone present a token: a revoked user's token stays revoked. Operator
+    # scopes are recorded at mint too (here the tool's argument), never taken from the presenter.
+    middleware = single_use(scopes=lambda ctx: {"tenant": str((ctx.params or {})["arguments"]["name"])})
 
     async def body() -> list[bool]:
         async with serving(middleware, bind_principal=None) as client:
-            alice_token = await http_round_one(client, server, subject="alice")
-            carol_token = await http_round_one(client, server, subject="carol")
+            alice, carol = [await http_round_one(client, HTTP, subject=who) for who in ("alice", "carol")]
+            billing = await http_round_one(client, HTTP, subject="carol", name="billing")
             await middleware.guard.revoke(principal="alice", issuer=DEMO_ISSUER)
+            await middleware.guard.revoke(scope=("tenant", "billing"))
             return [
-                await retry(client, server, alice_token, subject="bob"),  # presented by someone else: still alice's
-                await retry(client, server, carol_token, subject="alice"),  # carol's token, whoever presents it
+                await retry(client, HTTP, alice, subject="bob"),  # presented by someone else: still alice's
+                await retry(client, HTTP, carol, subject="alice"),  # carol's token, whoever presents it
+                await retry(client, HTTP, billing, subject="carol", name="billing"),
             ]
 
-    assert anyio.run(body) == [False, True]
+    assert anyio.run(body) == [False, True, False]
+    assert rejected(caplog) == ["revoked", "revoked"]
 
 
 def test_a_stalled_store_is_one_deadline_on_the_loop_and_a_sync_tool_is_not_starved(
@@ -300,30 +285,27 @@ def test_a_stalled_store_is_one_deadline_on_the_loop_and_a_sync_tool_is_not_star
     # One worker thread in all: a claim waiting in a thread (as before) would hold it, and the sync tool would wait.
     # A long store timeout: the sync tool must finish first with room to spare on a loaded machine.
     middleware = single_use(store_for(redis_server.url, timeout="2"))
-    server = InProcess()
     finished: list[str] = []
+
+    async def present(client: httpx.AsyncClient, state: str) -> None:
+        assert not await retry(client, HTTP, state, subject="alice")
+        finished.append("refused")
+
+    async def sync_tool(client: httpx.AsyncClient) -> None:
+        await anyio.sleep(0.05)  # the retries are waiting on the store by now
+        assert "pid-" in str(answer := await call_tool(client, HTTP, "instance", {}, subject="alice")), answer
+        finished.append("sync tool")
 
     async def body() -> None:
         anyio.to_thread.current_default_thread_limiter().total_tokens = 1
         async with serving(middleware) as client:
-            states = [await http_round_one(client, server, subject="alice") for _ in range(20)]
+            states = [await http_round_one(client, HTTP, subject="alice") for _ in range(20)]
             redis_server.pause()
             try:
-
-                async def present(state: str) -> None:
-                    assert not await retry(client, server, state, subject="alice")
-                    finished.append("refused")
-
-                async def sync_tool() -> None:
-                    await anyio.sleep(0.05)  # the retries are waiting on the store by now
-                    answer = await call_tool(client, server, "instance", {}, subject="alice")
-                    assert "pid-" in str(answer), answer
-                    finished.append("sync tool")
-
                 async with anyio.create_task_group() as tasks:
                     for state in states:
-                        tasks.start_soon(present, state)
-                    tasks.start_soon(sync_tool)
+                        tasks.start_soon(present, client, state)
+                    tasks.start_soon(sync_tool, client)
             finally:
                 redis_server.resume()
 
@@ -332,20 +314,13 @@ def test_a_stalled_store_is_one_deadline_on_the_loop_and_a_sync_tool_is_not_star
     assert rejected(caplog) == ["store_unavailable"] * 20
 
 
-def rejected(caplog: pytest.LogCaptureFixture) -> list[str]:
-    prefix = "requestState rejected on tools/call: "
-    return [r.getMessage().removeprefix(prefix) for r in caplog.records if r.getMessage().startswith(prefix)]
-
-
 def test_on_a_brand_new_store_the_first_token_is_accepted_and_the_store_closes_at_shutdown() -> None:
     with RedisServer() as redis:
-        middleware, server = single_use(store_for(redis.url)), InProcess()
+        middleware = single_use(store_for(redis.url))
 
         async def body() -> bool:
             async with serving(middleware) as client:
-                return await retry(
-                    client, server, await http_round_one(client, server, subject="alice"), subject="alice"
-                )
+                return await retry(client, HTTP, await http_round_one(client, HTTP, subject="alice"), subject="alice")
 
         assert anyio.run(body)
         assert redis.cli("CLIENT", "LIST").count("\n") <= 1  # the CLI's own connection alone
@@ -355,14 +330,14 @@ def test_an_unreachable_store_is_one_warning_at_start_naming_it_and_the_server_s
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     port = free_port()
-    middleware, server = single_use(store_for(f"redis://:pa55word@127.0.0.1:{port}/0")), InProcess()
+    middleware = single_use(store_for(f"redis://:pa55word@127.0.0.1:{port}/0"))
     caplog.set_level(logging.WARNING)
 
     async def body() -> list[dict[str, Any]]:
         async with serving(middleware) as client:
             # No token is minted that the store cannot date; a tool without state is served as ever.
-            attempts = [await call_tool(client, server, "provision", {"name": "x"}, subject="alice") for _ in range(3)]
-            return [*attempts, await call_tool(client, server, "instance", {}, subject="alice")]
+            attempts = [await call_tool(client, HTTP, "provision", {"name": "x"}, subject="alice") for _ in range(3)]
+            return [*attempts, await call_tool(client, HTTP, "instance", {}, subject="alice")]
 
     *attempts, served = anyio.run(body)
     assert [answer["error"]["message"] for answer in attempts] == ["Internal error"] * 3
@@ -379,18 +354,3 @@ def store_for(url: str, timeout: str = "0.5") -> Store:
     return store_from_settings(
         {"STATECODEC_STORE_URL": url, "STATECODEC_STORE_TIMEOUT": timeout, "STATECODEC_STORE_NAMESPACE": namespace}
     )
-
-
-def test_operator_scopes_are_recorded_at_mint_and_revocable(caplog: pytest.LogCaptureFixture) -> None:
-    guard = SingleUse(MemoryStore(), key=STORE_KEY, ttl=600)
-    middleware = SingleUseMiddleware(guard, scopes=lambda ctx: {"tenant": str((ctx.params or {})["arguments"]["name"])})
-    server = single_use_server(middleware)
-
-    async def body() -> Any:
-        async with Client(server) as client:
-            token = await mint(client)
-            await guard.revoke(scope=("tenant", "orders"))
-            return await present(client, token)
-
-    assert isinstance(anyio.run(body), ErrorData)
-    assert rejected(caplog) == ["revoked"]

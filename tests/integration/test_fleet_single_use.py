@@ -90,16 +90,18 @@ def subject(role: str) -> str:
     return f"{role}-{uuid.uuid4().hex[:8]}"
 
 
-def test_the_first_token_after_start_on_a_brand_new_store_is_accepted(shared: Fleet) -> None:
-    # Runs first: the store's memory began when the servers started, not at the first claim.
-    user = subject("first")
+def test_a_stolen_token_presented_by_another_user_consumes_nothing(shared: Fleet) -> None:
+    # Runs first: the first token after start on a brand-new store is accepted (its memory began at start).
+    alice, mallory = subject("alice"), subject("mallory")
 
-    async def body(client: httpx.AsyncClient) -> bool:
-        return await retry(
-            client, shared.servers[1], await round_one(client, shared.servers[0], subject=user), subject=user
-        )
+    async def body(client: httpx.AsyncClient) -> list[bool]:
+        state = await round_one(client, shared.servers[0], subject=alice)
+        return [
+            await retry(client, shared.servers[1], state, subject=mallory),  # refused by the SDK's boundary first
+            await retry(client, shared.servers[2], state, subject=alice),
+        ]
 
-    assert run(body)
+    assert run(body) == [False, True]
 
 
 def test_one_token_presented_100_times_at_once_across_four_instances_is_accepted_exactly_once(shared: Fleet) -> None:
@@ -119,22 +121,8 @@ def test_one_token_presented_100_times_at_once_across_four_instances_is_accepted
         return outcomes
 
     outcomes = run(body)
-
     assert (outcomes.count(True), outcomes.count(False)) == (1, CONCURRENT_PRESENTATIONS - 1)
     assert shared.rejections("replayed") - replayed_before == CONCURRENT_PRESENTATIONS - 1
-
-
-def test_a_stolen_token_presented_by_another_user_consumes_nothing(shared: Fleet) -> None:
-    alice, mallory = subject("alice"), subject("mallory")
-
-    async def body(client: httpx.AsyncClient) -> list[bool]:
-        state = await round_one(client, shared.servers[0], subject=alice)
-        return [
-            await retry(client, shared.servers[1], state, subject=mallory),  # refused by the SDK's boundary first
-            await retry(client, shared.servers[2], state, subject=alice),
-        ]
-
-    assert run(body) == [False, True]
 
 
 def statecodec_cli(store_env: dict[str, str], *args: str) -> str:
@@ -151,28 +139,20 @@ def test_revoke_principal_then_at_once_its_retry_on_another_instance_is_refused_
     servers = shared.servers
     leaver, stayer = subject("leaver"), subject("stayer")
     namesake = f"{leaver}@{OTHER_ISSUER}"  # the same subject name, at another issuer: another principal
+    users = (leaver, stayer, namesake)
 
     async def mint(client: httpx.AsyncClient) -> dict[str, list[str]]:
-        return {
-            user: [await round_one(client, servers[0], subject=user) for _ in servers[1:]]
-            for user in (leaver, stayer, namesake)
-        }
+        return {user: [await round_one(client, servers[0], subject=user) for _ in servers[1:]] for user in users}
 
     states = run(mint)
     revoked_before = shared.rejections("revoked")
     statecodec_cli(shared.store_env, "revoke", "--principal", leaver, "--issuer", DEMO_ISSUER)
 
     async def retries(client: httpx.AsyncClient) -> dict[str, list[bool]]:
-        return {
-            user: [
-                await retry(client, server, state, subject=user)
-                for server, state in zip(servers[1:], states[user], strict=True)
-            ]
-            for user in (leaver, stayer, namesake)
-        }
+        pairs = {user: zip(servers[1:], states[user], strict=True) for user in users}
+        return {user: [await retry(client, srv, state, subject=user) for srv, state in pairs[user]] for user in users}
 
     outcomes = run(retries)
-
     assert outcomes == {leaver: [False] * 3, stayer: [True] * 3, namesake: [True] * 3}
     assert shared.rejections("revoked") - revoked_before == 3
 
