@@ -139,8 +139,8 @@ class RedisClusterServers:
     def __enter__(self) -> RedisClusterServers:
         for node in self.nodes:
             node.__enter__()
-        create = [REDIS_CLI, "--cluster", "create", *(f"127.0.0.1:{node.port}" for node in self.nodes)]
-        subprocess.run([*create, "--cluster-replicas", "0", "--cluster-yes"], capture_output=True, timeout=60, check=True)
+        create = [REDIS_CLI, "--cluster", "create", *(f"127.0.0.1:{node.port}" for node in self.nodes), "--cluster-yes"]
+        subprocess.run([*create, "--cluster-replicas", "0"], capture_output=True, timeout=60, check=True)
         deadline = time.monotonic() + _START_TIMEOUT
         while not all("cluster_state:ok" in node.cli("CLUSTER", "INFO") for node in self.nodes):
             if time.monotonic() > deadline:
