@@ -12,6 +12,7 @@ import base64
 import binascii
 import json
 import logging
+import logging.handlers
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -27,7 +28,6 @@ from mcp.types import (
     ErrorData,
     InputRequests,
     InputRequiredResult,
-    InputResponses,
 )
 from pydantic import BaseModel
 
@@ -183,12 +183,10 @@ def run_mcp_flows(policy: Policy, *, confidential: bool = True, **server_options
         assert (envelope["aud"], envelope["m"], envelope["t"]) == (audience or SERVER_NAME, "tools/call", TOOL)
 
     anyio.run(flows)
-    assert report.texts == [
-        "provisioned orders in region-answer at size size-answer",
-        "deployed web in region-answer on tier-answer",
-        f"Brief audience-answer on rotation (state {STATE_MARKER}).",
-        f"report 2026 as format-answer (state {STATE_MARKER})",
-    ]
+    assert report.texts == ["provisioned orders in region-answer at size size-answer",
+                            "deployed web in region-answer on tier-answer",
+                            f"Brief audience-answer on rotation (state {STATE_MARKER}).",
+                            f"report 2026 as format-answer (state {STATE_MARKER})"]
     assert report.questions == ["Region for orders?", "Size for orders in region-answer?", "Region for web?",
                                 "Tier for web in region-answer?", "Who is the rotation briefing for?",
                                 "Format of the 2026 report?"]
@@ -246,15 +244,6 @@ class Rejection:
         return self.reasons[0]
 
 
-class _Capture(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 async def mint(client: Client, arguments: dict[str, Any] | None = None) -> str:
     """A genuine round-one token of `TOOL` from a connected `client`."""
     first = await client.session.call_tool(TOOL, arguments or TOOL_ARGS, allow_input_required=True)
@@ -265,7 +254,7 @@ async def mint(client: Client, arguments: dict[str, Any] | None = None) -> str:
 
 async def present(client: Client, token: str, arguments: dict[str, Any] | None = None) -> Any:
     """`token` as round two of `TOOL` (answering the region) on a connected `client`: the result, or the error."""
-    responses: InputResponses = {"region": ElicitResult(action="accept", content={"region": "region-answer"})}
+    responses: dict[str, Any] = {"region": ElicitResult(action="accept", content={"region": "region-answer"})}
     try:
         return await client.session.call_tool(
             TOOL, arguments or TOOL_ARGS, input_responses=responses, request_state=token, allow_input_required=True
@@ -276,7 +265,7 @@ async def present(client: Client, token: str, arguments: dict[str, Any] | None =
 
 def round_two(server: Any, token: str, arguments: dict[str, Any] | None = None) -> Any:
     """Send `token` as round two of `TOOL` (answering the region); the result, or the `Rejection`."""
-    logger, capture = logging.getLogger(SDK_LOGGER), _Capture()
+    logger, capture = logging.getLogger(SDK_LOGGER), logging.handlers.BufferingHandler(1 << 20)  # keeps every record
     previous = logger.level
     logger.addHandler(capture)
     logger.setLevel(logging.DEBUG)
@@ -291,7 +280,7 @@ def round_two(server: Any, token: str, arguments: dict[str, Any] | None = None) 
         logger.removeHandler(capture)
         logger.setLevel(previous)
     if isinstance(outcome, ErrorData):
-        return Rejection(outcome.code, outcome.message, outcome.data, capture.records)
+        return Rejection(outcome.code, outcome.message, outcome.data, capture.buffer)
     return outcome
 
 
@@ -316,20 +305,14 @@ def accept_token(policy: Policy, token: str, *, server_name: str = SERVER_NAME) 
 
 
 def assert_mcp_rejects(
-    policy: Policy,
-    bad_token: str | Callable[[str], str],
-    *,
-    reason: str | Collection[str] | None = None,
-    minted_by: Policy | None = None,
-    minted_on: str = SERVER_NAME,
-    server_name: str = SERVER_NAME,
+    policy: Policy, bad_token: str | Callable[[str], str], *, reason: str | Collection[str] | None = None,
+    minted_by: Policy | None = None, minted_on: str = SERVER_NAME, server_name: str = SERVER_NAME,
 ) -> str:
     """Check the SDK refuses `bad_token` with its frozen error and our logged reason; return the reason.
 
-    `bad_token` is a token, or a function applied to a genuine round-one token sealed by `minted_by`
-    (default: `policy`) on a server named `minted_on`. The log must carry the reason without a traceback
-    (a codec raising anything but the SDK's `InvalidRequestState` is logged as "codec error" with one)
-    and without the token text.
+    `bad_token` is a token, or a function applied to a genuine round-one token sealed by `minted_by` (default:
+    `policy`) on a server named `minted_on`. The log must carry the reason without a traceback (a codec raising
+    anything but the SDK's `InvalidRequestState` is logged as "codec error" with one) and without the token text.
     """
     if callable(bad_token):
         bad_token = bad_token(mint_token(minted_by if minted_by is not None else policy, server_name=minted_on))

@@ -137,7 +137,7 @@ def test_each_failure_names_host_port_and_its_cause_only(
 def test_a_store_that_stops_answering_is_unreachable_and_the_same_guard_recovers(
     redis_url: str, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def scenario() -> list[object]:
+    async def scenario() -> list[bytes | BaseException]:
         refuse, accept = [await started(redis_url, timeout=0.25, on_store_error=mode) for mode in ("refuse", "accept")]
         try:
             stamped = [refuse.stamp(b"x") for _ in range(3)]
@@ -190,23 +190,7 @@ def test_a_store_at_maxclients_or_loading_has_answered_and_is_refused_even_in_ac
     assert not isinstance(info.value, StoreUnreachable)  # a flood cannot switch availability first on
 
 
-# --- memory policy, many revocations, malformed entries ----------------------------------------------------------
-
-
-def test_an_evicting_memory_policy_stops_start_and_fails_store_check(
-    redis_url: str, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    run(_started_and_closed, redis_url)
-    redis_server.cli("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
-    try:
-        with pytest.raises(ConfigurationError, match="maxmemory-policy allkeys-lru: an evicted claim reopens"):
-            run(started, redis_url)  # point 9
-        monkeypatch.setenv("STATECODEC_STORE_URL", redis_url)
-        monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([KEY]))
-        assert main(["store", "check"]) == 1
-        assert "maxmemory-policy is allkeys-lru" in capsys.readouterr().out
-    finally:
-        redis_server.cli("CONFIG", "SET", "maxmemory-policy", "noeviction")
+# --- many revocations, malformed entries -------------------------------------------------------------------------
 
 
 async def _started_and_closed(url: str, **kw: Any) -> SingleUse:
@@ -252,7 +236,7 @@ def test_many_revocations_cost_nothing_per_claim_and_a_malformed_one_is_skipped_
 
 
 def test_revoke_and_store_check_on_a_live_store_and_under_the_wrong_settings(
-    redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    redis_url: str, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("STATECODEC_STORE_URL", redis_url)
     monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([KEY]))
@@ -282,6 +266,14 @@ def test_revoke_and_store_check_on_a_live_store_and_under_the_wrong_settings(
     report = capsys.readouterr().out
     assert "owner             this store key and namespace" in report
     assert "(" not in report  # readable: no Python reprs, no raw epoch floats
+    redis_server.cli("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")  # an evicting policy reopens replays:
+    try:
+        with pytest.raises(ConfigurationError, match="maxmemory-policy allkeys-lru: an evicted claim reopens"):
+            run(started, redis_url)  # no server starts on it
+        assert main(["store", "check"]) == 1
+        assert "maxmemory-policy is allkeys-lru" in capsys.readouterr().out
+    finally:
+        redis_server.cli("CONFIG", "SET", "maxmemory-policy", "noeviction")
     monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([bytes(range(90, 122))]))
     for args in (["revoke", "--all"], ["store", "check"]):
         assert main(args) == 2
