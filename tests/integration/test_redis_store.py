@@ -59,14 +59,7 @@ async def started(url: str, *, key: bytes = KEY, namespace: str = "statecodec", 
 
 
 def assert_silent(exc: BaseException) -> None:
-    for text in (str(exc), repr(exc), str(exc.__context__), str(exc.__cause__)):
-        assert PASSWORD not in text
-        assert QUOTED not in text
-        assert "s3cret" not in text
-
-
-def user_url(server: RedisServer, db: int = 0) -> str:
-    return f"redis://statecodec:{QUOTED}@127.0.0.1:{server.port}/{db}"
+    assert "s3cret" not in " ".join((str(exc), repr(exc), str(exc.__context__), str(exc.__cause__)))  # nor QUOTED
 
 
 @pytest.fixture
@@ -74,7 +67,7 @@ def acl_user(redis_url: str, redis_server: RedisServer) -> Iterator[str]:
     """The URL of an ACL user holding only the minimal command set, its password full of URL delimiters."""
     redis_server.cli("ACL", "SETUSER", "statecodec", "reset", *ACL_RULES)
     redis_server.cli("ACL", "LOG", "RESET")
-    yield user_url(redis_server)
+    yield f"redis://statecodec:{QUOTED}@127.0.0.1:{redis_server.port}/0"
     redis_server.cli("ACL", "DELUSER", "statecodec")
 
 
@@ -316,17 +309,13 @@ def _certificates(directory: Path) -> tuple[Path, Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RedisServer, str, Path]]:
-    """A redis-server with a TLS port (and its plain port, for the fixture's own checks): (server, rediss URL,
-    CA file). Skipped only when this redis-server was built without TLS."""
+def tls_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The rediss URL of a redis-server with a TLS port (and its plain port, for the fixture's own checks), its CA
+    in ``ssl_ca_certs``. Skipped only when this redis-server was built without TLS."""
     ca, cert, key = _certificates(tmp_path_factory.mktemp("tls"))
     tls_port = free_port()
-    server = RedisServer(
-        extra=[
-            *("--tls-port", str(tls_port), "--tls-cert-file", str(cert), "--tls-key-file", str(key)),
-            *("--tls-ca-cert-file", str(ca), "--tls-auth-clients", "no", "--requirepass", PASSWORD),
-        ]
-    )
+    server = RedisServer(extra=["--tls-port", str(tls_port), "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+                                "--tls-ca-cert-file", str(ca), "--tls-auth-clients", "no", "--requirepass", PASSWORD])
     try:
         server.start()
     except RuntimeError as exc:
@@ -335,17 +324,15 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Redis
             raise
         pytest.skip("this redis-server build has no TLS support")
     try:
-        yield server, f"rediss://default:{PASSWORD}@127.0.0.1:{tls_port}/0?ssl_ca_certs={ca}", ca
+        yield f"rediss://default:{PASSWORD}@127.0.0.1:{tls_port}/0?ssl_ca_certs={ca}"
     finally:
         server.close()
 
 
-def test_tls_with_a_private_ca_and_a_server_it_cannot_verify(tls_server: tuple[RedisServer, str, Path]) -> None:
-    _, url, _ = tls_server
-    guard = run(_started_and_closed, url)
-    assert guard.started
+def test_tls_with_a_private_ca_and_a_server_it_cannot_verify(tls_url: str) -> None:
+    assert run(_started_and_closed, tls_url).started
     with pytest.raises(StoreUnreachable, match="TLS failed") as info:
-        run(started, url.rpartition("?")[0])  # the system's CAs: this server is unknown
+        run(started, tls_url.rpartition("?")[0])  # the system's CAs: this server is unknown
     assert_silent(info.value)
 
 
