@@ -6,9 +6,7 @@ Any codec goes to the SDK as it is (docs/deployment.md); the SDK is imported whe
 from __future__ import annotations
 
 import logging
-import math
 import os
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -64,7 +62,7 @@ class SingleUseMiddleware:
             deadline = 2 * getattr(guard.store, "timeout", 0.25)
         self.deadline = seconds("deadline", deadline, low=0, high=60, low_open=True)
         self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
-        self._running, self._warned = False, -math.inf
+        self._running = False
 
     @asynccontextmanager
     async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
@@ -110,7 +108,7 @@ class SingleUseMiddleware:
             reason = exc.reason
         except StoreUnreachable as exc:  # past the deadline
             reason = Reason.STORE_UNAVAILABLE
-            self._warn(str(exc))
+            self.guard.warn(str(exc))
         # The SDK boundary's own log line and frozen answer: a client cannot tell this refusal from any other.
         logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
         raise _mcp_error("Invalid or expired requestState", dict(REFUSED))
@@ -134,7 +132,7 @@ class SingleUseMiddleware:
         try:
             await self._bounded(self.guard.start())
         except StoreUnreachable as exc:  # its message names the store and the cause, never a credential
-            self._warn(f"{exc}; tokens are refused, and none minted, until it answers")
+            self.guard.warn(f"{exc}; tokens are refused, and none minted, until it answers")
 
     async def _bounded(self, call: Awaitable[T]) -> T:
         """`call` under the one deadline covering the whole wait, on this loop; past it, `StoreUnreachable`."""
@@ -143,11 +141,6 @@ class SingleUseMiddleware:
         with anyio.move_on_after(self.deadline):
             return await call
         raise StoreUnreachable(f"the single-use store at {self.guard.where} did not answer within {self.deadline:g} s")
-
-    def _warn(self, message: str) -> None:
-        if time.monotonic() - self._warned >= 60:  # one warning a minute at most: a brown-out logs, not floods
-            self._warned = time.monotonic()
-            logger.warning(message)
 
 
 def _mcp_error(message: str = "Internal error", data: object = None) -> MCPError:

@@ -189,11 +189,11 @@ class SingleUse(HoldsSecrets):
             if self.on_store_error == "accept":
                 logger.error("%s: token accepted WITHOUT the single-use check (on_store_error=accept)", exc)
                 return state
-            self._refusing(f"{exc}: tokens refused until it answers")
+            self.warn(f"{exc}: tokens refused until it answers")
         except (StoreError, ConfigurationError) as exc:  # answered: refused in every mode
-            self._refusing(f"{exc}: tokens refused")
+            self.warn(f"{exc}: tokens refused")
         except Exception as exc:  # a store's bug is never a reason to accept
-            self._refusing(f"the store at {self.where} failed ({type(exc).__name__}): tokens refused")
+            self.warn(f"the store at {self.where} failed ({type(exc).__name__}): tokens refused")
         else:  # answered: outside the handlers, so no store exception is chained to a refusal
             if verdict.malformed:
                 logger.error("the store at %s holds malformed revocations, skipped: %s", self.where, verdict.malformed)
@@ -201,13 +201,14 @@ class SingleUse(HoldsSecrets):
                 logger.warning("the store at %s lost its memory (flush or restart): older tokens refused", self.where)
                 self._epoch = verdict.epoch
             if self._skewed or verdict.claim is Claim.FOREIGN:
-                self._refusing(f"the store at {self.where}: {self._skewed or 'another store key'}: tokens refused")
+                self.warn(f"the store at {self.where}: {self._skewed or 'another store key'}: tokens refused")
             elif verdict.claim is Claim.FIRST:
                 return state
             raise InvalidToken(_VERDICTS.get(verdict.claim, Reason.STORE_UNAVAILABLE))
         raise InvalidToken(Reason.STORE_UNAVAILABLE)
 
-    def _refusing(self, message: str) -> None:  # an outage, or a store one client filled, cannot flood the log
+    def warn(self, message: str) -> None:
+        """One WARNING per 10 s, not one per token: an outage, or a store one client filled, cannot flood the log."""
         if time.monotonic() >= self._quiet_until:
             logger.warning(message)
             self._quiet_until = time.monotonic() + _QUIET_S
