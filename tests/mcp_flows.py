@@ -14,7 +14,7 @@ import json
 import logging
 import logging.handlers
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import anyio
@@ -118,11 +118,13 @@ def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME, **opt
     return server
 
 
-class _Recorder:
-    """Passes every call to `inner` and records tokens in both directions."""
+class FlowReport:
+    """The codec of the flows, passing every call to `inner`: the tokens it saw in each direction; then the final
+    texts and the questions asked."""
 
     def __init__(self, inner: Codec) -> None:
-        self.inner, self.sealed, self.unsealed = inner, list[str](), list[str]()
+        self.inner = inner
+        self.sealed, self.unsealed, self.texts, self.questions = list[str](), list[str](), list[str](), list[str]()
 
     def seal(self, payload: bytes) -> str:
         self.sealed.append(self.inner.seal(payload))
@@ -143,22 +145,11 @@ def _security(policy: Policy, codec: Codec | None = None) -> RequestStateSecurit
     return RequestStateSecurity(codec=codec, ttl=policy.ttl, bind_principal=principal, audience=audience)
 
 
-@dataclass
-class FlowReport:
-    """What the flows produced: final texts, questions asked, tokens seen in each direction."""
-
-    texts: list[str] = field(default_factory=list)
-    questions: list[str] = field(default_factory=list)
-    sealed: list[str] = field(default_factory=list)
-    unsealed: list[str] = field(default_factory=list)
-
-
 def run_mcp_flows(policy: Policy, *, confidential: bool = True, **server_options: Any) -> FlowReport:
     """Run every flow to completion and check the wire tokens (`confidential=False`: sign-only codecs);
     `server_options` go to `build_server` (``middleware``, ``lifespan``)."""
     inner = policy.codec if isinstance(policy, RequestStateSecurity) else policy
-    recorder = _Recorder(inner)
-    report = FlowReport(sealed=recorder.sealed, unsealed=recorder.unsealed)
+    report = FlowReport(inner)
 
     async def on_elicit(context: Any, params: Any) -> ElicitResult:
         report.questions.append(params.message)
@@ -166,7 +157,7 @@ def run_mcp_flows(policy: Policy, *, confidential: bool = True, **server_options
         return ElicitResult(action="accept", content={key: f"{key}-answer"})
 
     async def flows() -> None:
-        server = build_server(_security(policy, recorder), **server_options)
+        server = build_server(_security(policy, report), **server_options)
         async with Client(server, elicitation_callback=on_elicit) as client:
             for result in (await client.call_tool(TOOL, TOOL_ARGS), await client.call_tool("deploy", {"name": "web"})):
                 assert not result.is_error, result

@@ -101,15 +101,13 @@ def test_the_alerts_fire_and_refusals_are_never_counted_as_accepted(monkeypatch:
 
 
 def test_a_state_the_server_failed_on_is_an_error_never_an_acceptance(caplog: pytest.LogCaptureFixture) -> None:
-    reader, codec = InMemoryMetricReader(), AESGCMCodec([generate_key()])
-    started = SingleUseMiddleware(SingleUse(MemoryStore(), key=generate_key(), ttl=TTL))
-    minting = build_server(RequestStateSecurity(codec=codec), middleware=[started], lifespan=started.lifespan)
+    reader, security = InMemoryMetricReader(), RequestStateSecurity(codec=AESGCMCodec([generate_key()]))
     never_started = SingleUseMiddleware(SingleUse(MemoryStore(), key=generate_key(), ttl=TTL))
-    server = build_server(RequestStateSecurity(codec=codec), middleware=[never_started])  # no lifespan: fails loudly
+    server = build_server(security, middleware=[never_started])  # no lifespan: it fails loudly
     instrument(server, MeterProvider(metric_readers=[reader]).get_meter("test"))
 
     async def body() -> Any:
-        async with Client(minting) as client:
+        async with Client(build_server(security)) as client:  # a genuine state, the boundary accepts it
             token = await mint(client)
         async with Client(server) as client:
             return await present(client, token)
