@@ -1,9 +1,8 @@
-"""The single-use contract, run through `SingleUse` on every store: in-process, a real Redis, a real Redis Cluster.
+"""The single-use contract through `SingleUse` on every store (in-process, a real Redis, a real Redis Cluster).
 
-Each test is an attack the old design lost to: a claim or revocation living by one instance's settings, clocks
-apart, a flush, a full store in availability-first mode, a revocation that missed the minting principal. Instances
-are guards over one backing store, each with its own clock (an offset from the store's) and settings. Time moves
-by `advance`: the in-process store's clock, or real time against Redis (whose clock is the one that decides).
+Each test is an attack: a claim or revocation living by one instance's settings, clocks apart, a flush, a full store
+in availability-first mode, a revocation that missed the minting principal. Instances are guards over one backing
+store, each with its own clock offset and settings; time moves by `advance` (real time against Redis's clock).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Single use and revocation across a fleet: four server processes over HTTP sharing one real redis-server.
 
-Threats, each against real processes of `examples/fleet_server.py` (single use on, the demonstration bearer
-scheme naming subject and issuer) driven by raw 2026-07-28 HTTP exchanges: one continuation presented to all
-instances at once; a stolen token presented by another user, to burn the rightful user's step; an offboarded
-user's flows in flight, retried on another instance the moment the revocation returns; a revocation that
-reaches too far (other users, the same subject name at another issuer). Every refusal is the SDK's frozen -32602
-answer; the reason is in the refusing server's log only.
+Threats, against real processes of `examples/fleet_server.py` (the demonstration bearer naming subject and issuer)
+over raw HTTP: one continuation presented to all instances at once; a stolen token presented by another user; an
+offboarded user's flows retried on another instance the moment the revocation returns; a revocation that reaches
+too far (other users, the same subject at another issuer). Refusals are the SDK's -32602; reasons in the logs only.
 """
 
 from __future__ import annotations
