@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -34,13 +34,12 @@ class Backend:
     """Stores over one backing state, and a clock for the guards to be offset from."""
 
     def __init__(self, kind: str, urls: list[str], servers: list[RedisServer]) -> None:
-        self.kind, self.urls, self.servers = kind, urls, servers
-        self.now: Callable[[], float] = time.time
-        self.stores: list[Store] = []
-        if kind == "memory":
-            self.clock = [1_767_225_600.0 - time.monotonic()]
-            self.now = lambda: self.clock[0] + time.monotonic()  # moves as time does: a frozen clock would step
-            self.memory = MemoryStore(clock=self.now, max_entries=50)
+        self.kind, self.urls, self.servers, self.stores = kind, urls, servers, list[Store]()
+        self.clock = [(1_767_225_600.0 if kind == "memory" else time.time()) - time.monotonic()]
+        self.memory = MemoryStore(clock=self.now, max_entries=50)
+
+    def now(self) -> float:
+        return self.clock[0] + time.monotonic()  # moves as time does: a frozen clock would step
 
     def store(self, namespace: str = "statecodec") -> Store:
         if self.kind == "memory":
@@ -101,7 +100,7 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
         servers = [request.getfixturevalue("redis_server")]
     elif request.param == "cluster":
         request.getfixturevalue("redis_cluster_url")  # flushed
-        servers = request.getfixturevalue("redis_cluster").nodes
+        servers = request.getfixturevalue("redis_cluster")
         urls = [f"redis+cluster://127.0.0.1:{node.port}" for node in servers]
     backend = Backend(request.param, urls, servers)
     yield backend

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from tests.plugins.aws import free_port
-from tests.plugins.redis import RedisClusterServers, RedisServer
+from tests.plugins.redis import RedisServer
 
 from statecodec import ConfigurationError, InvalidToken, StoreError, StoreUnreachable, format_keys
 from statecodec.cli.main import main
@@ -334,14 +334,14 @@ def test_tls_with_a_private_ca_and_a_server_it_cannot_verify(tls_url: str) -> No
 
 
 def test_a_cluster_keeps_a_namespace_in_one_slot_under_the_minimal_acl(
-    redis_cluster: RedisClusterServers, redis_cluster_url: str
+    redis_cluster: list[RedisServer], redis_cluster_url: str
 ) -> None:
-    for node in redis_cluster.nodes:
+    for node in redis_cluster:
         node.cli("ACL", "SETUSER", "statecodec", "reset", *ACL_RULES, *CLUSTER_ACL_COMMANDS)
         node.cli("ACL", "LOG", "RESET")
 
     async def scenario() -> None:
-        urls = [f"redis+cluster://statecodec:{QUOTED}@127.0.0.1:{node.port}" for node in redis_cluster.nodes]
+        urls = [f"redis+cluster://statecodec:{QUOTED}@127.0.0.1:{node.port}" for node in redis_cluster]
         one, two = await started(urls[1]), await started(urls[2])
         try:
             stamped = [one.stamp(b"x", principal=("c", "i", "alice")) for _ in range(20)]
@@ -355,14 +355,14 @@ def test_a_cluster_keeps_a_namespace_in_one_slot_under_the_minimal_acl(
 
     try:
         run(scenario)
-        holding = [node for node in redis_cluster.nodes if int(node.cli("DBSIZE")) > 0]
+        holding = [node for node in redis_cluster if int(node.cli("DBSIZE")) > 0]
         assert len(holding) == 1
         keys = holding[0].cli("KEYS", "*").split()
         assert {k for k in keys if ":c:" not in k} == {"{statecodec}:meta", "{statecodec}:r", "{statecodec}:rx"}
         assert len(keys) == 3 + 19
         assert len({holding[0].cli("CLUSTER", "KEYSLOT", key) for key in keys}) == 1
         assert 0 < int(holding[0].cli("PTTL", next(k for k in keys if ":c:" in k))) <= 600_000  # the token's expiry
-        assert all(node.cli("ACL", "LOG") == "" for node in redis_cluster.nodes)
+        assert all(node.cli("ACL", "LOG") == "" for node in redis_cluster)
     finally:
-        for node in redis_cluster.nodes:
+        for node in redis_cluster:
             node.cli("ACL", "DELUSER", "statecodec")

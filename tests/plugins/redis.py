@@ -127,45 +127,31 @@ def _cluster_port() -> int:
         return port
 
 
-class RedisClusterServers:
-    """A real Redis Cluster: three masters on loopback, no replicas, the slots spread by `redis-cli --cluster
-    create`. `url` names it by its first node, as `STATECODEC_STORE_URL` does."""
-
-    def __init__(self) -> None:
-        cluster = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"]
-        self.nodes = [RedisServer(extra=cluster, port=_cluster_port()) for _ in range(3)]
-        self.url = f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
-
-    def __enter__(self) -> RedisClusterServers:
-        for node in self.nodes:
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[list[RedisServer]]:
+    """A real Redis Cluster for this worker's session, started the first time a test asks for it: three masters on
+    loopback, no replicas, the slots spread by `redis-cli --cluster create`."""
+    cluster = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"]
+    nodes = [RedisServer(extra=cluster, port=_cluster_port()) for _ in range(3)]
+    try:
+        for node in nodes:
             node.__enter__()
-        create = [REDIS_CLI, "--cluster", "create", *(f"127.0.0.1:{node.port}" for node in self.nodes), "--cluster-yes"]
+        create = [REDIS_CLI, "--cluster", "create", *(f"127.0.0.1:{node.port}" for node in nodes), "--cluster-yes"]
         subprocess.run([*create, "--cluster-replicas", "0"], capture_output=True, timeout=60, check=True)
         deadline = time.monotonic() + _START_TIMEOUT
-        while not all("cluster_state:ok" in node.cli("CLUSTER", "INFO") for node in self.nodes):
+        while not all("cluster_state:ok" in node.cli("CLUSTER", "INFO") for node in nodes):
             if time.monotonic() > deadline:
                 raise RuntimeError("the Redis cluster did not reach cluster_state:ok")
             time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for node in self.nodes:
+        yield nodes
+    finally:
+        for node in nodes:
             node.close()
-
-    def flush(self) -> None:
-        for node in self.nodes:
-            node.flush()
-
-
-@pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[RedisClusterServers]:
-    """A Redis Cluster for this worker's session, started the first time a test asks for it."""
-    with RedisClusterServers() as cluster:
-        yield cluster
 
 
 @pytest.fixture
-def redis_cluster_url(redis_cluster: RedisClusterServers) -> str:
-    """The session cluster's URL, every node flushed before the test."""
-    redis_cluster.flush()
-    return redis_cluster.url
+def redis_cluster_url(redis_cluster: list[RedisServer]) -> str:
+    """The session cluster's URL, by its first node as `STATECODEC_STORE_URL` names one; every node flushed."""
+    for node in redis_cluster:
+        node.flush()
+    return f"redis+cluster://127.0.0.1:{redis_cluster[0].port}"
