@@ -101,24 +101,20 @@ def test_the_plain_sdk_line_logs_the_reason_without_a_traceback(
     assert assert_mcp_rejects(codec_cls([KEY]), tamper, reason=reason) in reason
 
 
-def _env(**extra: str) -> dict[str, str]:
-    return {"STATECODEC_KEYS": format_keys([KEY, OTHER_KEY]), **extra}
-
-
-def test_security_from_env_is_the_sdks_policy_around_the_configured_codec_as_it_is() -> None:
-    policy = security_from_env(environ=_env(STATECODEC_CODEC="xaesgcm", STATECODEC_TTL="5"), audience="billing")
+def test_security_from_env_is_the_sdks_policy_around_the_configured_codec_as_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    env = {"STATECODEC_KEYS": format_keys([KEY, OTHER_KEY]), "STATECODEC_CODEC": "xaesgcm", "STATECODEC_TTL": "5"}
+    policy = security_from_env(environ=env, audience="billing")
     assert isinstance(policy.codec, XAESGCMCodec)
     assert policy.codec.key_ids == XAESGCMCodec([KEY, OTHER_KEY]).key_ids
     assert (policy.ttl, policy.audience, policy.bind_principal) == (5, "billing", authenticated_principal)
-    assert security_from_env(environ=_env(), bind_principal=None, ttl=30).bind_principal is None
+    assert security_from_env(environ=env, bind_principal=None, ttl=30).bind_principal is None
     with pytest.raises(ConfigurationError, match="no codec configured"):
         security_from_env(environ={})
-
-
-def test_without_the_sdk_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "mcp.server.request_state", None)  # an import of it raises ImportError
-    with pytest.raises(ImportError, match=r"pip install 'statecodec\[mcp\]'"):
-        security_from_env(environ=_env())
+    monkeypatch.setitem(sys.modules, "mcp.server.request_state", None)  # without the SDK: an ImportError
+    with pytest.raises(ImportError, match=r"pip install 'statecodec\[mcp\]'"):  # naming the extra
+        security_from_env(environ=env)
 
 
 def test_principal_binding_through_the_security_helper() -> None:
