@@ -117,18 +117,13 @@ def test_security_from_env_is_the_sdks_policy_around_the_configured_codec_as_it_
         security_from_env(environ=env)
 
 
-def test_principal_binding_through_the_security_helper() -> None:
-    codec = AESGCMCodec([KEY])
-    token = mint_token(RequestStateSecurity(codec=codec, bind_principal=lambda ctx: "alice"))
+def test_principal_binding_and_expiry_are_enforced_by_the_sdk_around_our_codec(monkeypatch: pytest.MonkeyPatch) -> None:
+    codec, clock = AESGCMCodec([KEY]), SimpleNamespace(now=1_000_000.0)
+    monkeypatch.setattr("mcp.server.request_state.time", SimpleNamespace(time=lambda: clock.now))
+    token = mint_token(RequestStateSecurity(codec=codec, bind_principal=lambda ctx: "alice", ttl=60.0))
     accept_token(RequestStateSecurity(codec=codec, bind_principal=lambda ctx: "alice"), token)
     assert_mcp_rejects(RequestStateSecurity(codec=codec, bind_principal=lambda ctx: "bob"), token, reason="principal")
     assert_mcp_rejects(RequestStateSecurity(codec=codec, bind_principal=None), token, reason="principal drift")
-
-
-def test_expiry_is_enforced_by_the_sdk_around_our_codec(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = SimpleNamespace(now=1_000_000.0)
-    monkeypatch.setattr("mcp.server.request_state.time", SimpleNamespace(time=lambda: clock.now))
-    codec = AESGCMCodec([KEY])
     policy = RequestStateSecurity(codec=codec, ttl=60.0)
     token = mint_token(policy)
     clock.now += 59.0

@@ -13,7 +13,6 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import anyio
 import pytest
@@ -28,10 +27,10 @@ from statecodec.mcp import SingleUseMiddleware
 from statecodec.otel import REQUEST_STATE, instrument
 from statecodec.single_use import SingleUse
 from statecodec.store import MemoryStore
-from tests.mcp_flows import build_server, mint, present
+from tests.mcp_flows import build_server, mint, present, round_one
 
 OBSERVABILITY = Path(__file__).resolve().parents[1] / "docs" / "observability.md"
-TTL = 600.0
+TTL, KEY = 600.0, generate_key()
 Counts = Counter[tuple[str, str]]
 
 
@@ -64,17 +63,17 @@ def counts(reader: InMemoryMetricReader) -> Counts:
     return found
 
 
-def test_the_alerts_fire_and_refusals_are_never_counted_as_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_alerts_fire_and_refusals_are_never_counted_as_accepted(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     clock = SimpleNamespace(now=time.time())  # the SDK's expiry clock, for one expired token
     monkeypatch.setattr("mcp.server.request_state.time", SimpleNamespace(time=lambda: clock.now))
-    reader = InMemoryMetricReader()
-    middleware = SingleUseMiddleware(SingleUse(MemoryStore(), key=generate_key(), ttl=TTL))
-    server = build_server(
-        RequestStateSecurity(codec=AESGCMCodec([generate_key()]), ttl=TTL),
-        middleware=[middleware],
-        lifespan=middleware.lifespan,
-    )
-    metrics = instrument(server, MeterProvider(metric_readers=[reader]).get_meter("test"))
+    reader, security = InMemoryMetricReader(), RequestStateSecurity(codec=AESGCMCodec([generate_key()]), ttl=TTL)
+    middleware, never_started = (SingleUseMiddleware(SingleUse(MemoryStore(), key=KEY, ttl=TTL)) for _ in "ab")
+    server = build_server(security, middleware=[middleware], lifespan=middleware.lifespan)
+    failing = build_server(security, middleware=[never_started])  # no lifespan: it fails loudly, an error
+    meter = MeterProvider(metric_readers=[reader]).get_meter("test")
+    metrics, _ = instrument(server, meter), instrument(failing, meter)
     assert server.middleware[0] is metrics  # outside the SDK's boundary: it sees every answer
 
     async def body() -> list[bool]:
@@ -89,29 +88,17 @@ def test_the_alerts_fire_and_refusals_are_never_counted_as_accepted(monkeypatch:
             outcomes.append(await accepted(stale))
             clock.now -= TTL + 1
             await middleware.guard.revoke(everything=True)
-            return [*outcomes, await accepted(unrevoked)]
+            outcomes.append(await accepted(unrevoked))
+        async with Client(failing) as client:
+            assert (await present(client, await round_one(build_server(security)))).message == "Internal error"
+        return outcomes
 
     assert anyio.run(body) == [True, False, False, False, False]
-    seen = counts(reader)  # the four mints carried no state: not counted
-    assert seen == Counter([("accepted", "")] + [("refused", r) for r in ("replayed", "seal", "expired", "revoked")])
+    assert "was never started: pass lifespan=single_use.lifespan" in caplog.text  # loudly, naming the fix
+    seen = counts(reader)  # the five mints carried no state: not counted
+    refusals = [("refused", r) for r in ("replayed", "seal", "expired", "revoked")]
+    assert seen == Counter([("accepted", ""), ("error", ""), *refusals])  # an error is never an acceptance
     documented = OBSERVABILITY.read_text(encoding="utf-8")
     for name, (promql, fires) in ALERTS.items():
         assert re.search(rf"`{name}`.*{re.escape(promql)}", documented), f"{name} is not documented as tested"
         assert fires(seen), name
-
-
-def test_a_state_the_server_failed_on_is_an_error_never_an_acceptance(caplog: pytest.LogCaptureFixture) -> None:
-    reader, security = InMemoryMetricReader(), RequestStateSecurity(codec=AESGCMCodec([generate_key()]))
-    never_started = SingleUseMiddleware(SingleUse(MemoryStore(), key=generate_key(), ttl=TTL))
-    server = build_server(security, middleware=[never_started])  # no lifespan: it fails loudly
-    instrument(server, MeterProvider(metric_readers=[reader]).get_meter("test"))
-
-    async def body() -> Any:
-        async with Client(build_server(security)) as client:  # a genuine state, the boundary accepts it
-            token = await mint(client)
-        async with Client(server) as client:
-            return await present(client, token)
-
-    assert anyio.run(body).message == "Internal error"
-    assert counts(reader) == Counter({("error", ""): 1})
-    assert "was never started: pass lifespan=single_use.lifespan" in caplog.text  # loudly, naming the fix
