@@ -8,6 +8,7 @@ too far (other users, the same subject at another issuer). Refusals are the SDK'
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -102,27 +103,12 @@ def test_one_token_presented_100_times_at_once_across_four_instances_is_accepted
 
     async def body(client: httpx.AsyncClient) -> list[bool]:
         state = await round_one(client, shared.servers[0], subject=user)
-        outcomes: list[bool] = []
-
-        async def present(index: int) -> None:
-            outcomes.append(await retry(client, shared.servers[index % FLEET_SIZE], state, subject=user))
-
-        async with anyio.create_task_group() as tasks:
-            for index in range(CONCURRENT_PRESENTATIONS):
-                tasks.start_soon(present, index)
-        return outcomes
+        servers = [shared.servers[index % FLEET_SIZE] for index in range(CONCURRENT_PRESENTATIONS)]
+        return list(await asyncio.gather(*(retry(client, server, state, subject=user) for server in servers)))
 
     outcomes = run(body)
     assert (outcomes.count(True), outcomes.count(False)) == (1, CONCURRENT_PRESENTATIONS - 1)
     assert shared.rejections("replayed") - replayed_before == CONCURRENT_PRESENTATIONS - 1
-
-
-def statecodec_cli(store_env: dict[str, str], *args: str) -> str:
-    """A ``statecodec`` command as an operator runs it, pointed at the fleet's store; its output."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STATECODEC_")} | store_env
-    done = subprocess.run([str(STATECODEC_CLI), *args], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def test_revoke_principal_then_at_once_its_retry_on_another_instance_is_refused_and_no_one_else_is(
@@ -138,7 +124,9 @@ def test_revoke_principal_then_at_once_its_retry_on_another_instance_is_refused_
 
     states = run(mint)
     revoked_before = shared.rejections("revoked")
-    statecodec_cli(shared.store_env, "revoke", "--principal", leaver, "--issuer", DEMO_ISSUER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STATECODEC_")} | shared.store_env  # an operator's
+    revoke = [str(STATECODEC_CLI), "revoke", "--principal", leaver, "--issuer", DEMO_ISSUER]
+    assert subprocess.run(revoke, env=env, capture_output=True, timeout=120).returncode == 0
 
     async def retries(client: httpx.AsyncClient) -> dict[str, list[bool]]:
         pairs = {user: zip(servers[1:], states[user], strict=True) for user in users}
