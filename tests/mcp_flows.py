@@ -280,16 +280,14 @@ def submit_token(
 ) -> Rejection:
     """Send `token` as round two of `TOOL` (default `TOOL_ARGS`); return the rejection, fail if accepted."""
     outcome = round_two(build_server(_security(policy), name=server_name), token, arguments)
-    if not isinstance(outcome, Rejection):
-        raise AssertionError(f"the server accepted the token: {outcome!r}")
+    assert isinstance(outcome, Rejection), f"the server accepted the token: {outcome!r}"
     return outcome
 
 
 def accept_token(policy: Policy, token: str, *, server_name: str = SERVER_NAME) -> None:
     """Send `token` as round two of `TOOL(TOOL_ARGS)` and check the server asked for the size next."""
     outcome = round_two(build_server(_security(policy), name=server_name), token)
-    if isinstance(outcome, Rejection):
-        raise AssertionError(f"the server rejected the token: {outcome.reasons}")
+    assert not isinstance(outcome, Rejection), f"the server rejected the token: {outcome.reasons}"
     assert isinstance(outcome, InputRequiredResult)
     assert set(outcome.input_requests or {}) == {"size"}
     assert outcome.request_state not in (None, token)

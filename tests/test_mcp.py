@@ -59,12 +59,10 @@ def _flip(token: str, at: int | None = None) -> str:
     return b64u_encode(bytes(raw))
 
 
-@pytest.mark.parametrize("codec_cls", [AESGCMCodec, XAESGCMCodec])
-def test_flows_complete_through_the_codec(codec_cls: type[AESGCMCodec | XAESGCMCodec]) -> None:
-    report = run_mcp_flows(codec_cls([KEY]))
+def test_flows_complete_through_the_codec() -> None:  # AES-256-GCM: with single use, below
+    report = run_mcp_flows(XAESGCMCodec([KEY]))
     assert len(report.questions) == 6
-    for token in report.sealed:
-        assert b64u_decode(token)[0] == codec_cls.VERSION
+    assert {b64u_decode(token)[0] for token in report.sealed} == {XAESGCMCodec.VERSION}
 
 
 @pytest.mark.parametrize("name", sorted(CODECS))
@@ -306,6 +304,5 @@ def test_an_unreachable_store_is_one_warning_at_start_naming_it_and_the_server_s
 def store_for(url: str, timeout: str = "0.5") -> Store:
     """A store of its own on `url` (a namespace of its own: the session's Redis belongs to other tests' keys too)."""
     namespace = f"mcp-{uuid.uuid4().hex[:12]}"
-    return store_from_settings(
-        {"STATECODEC_STORE_URL": url, "STATECODEC_STORE_TIMEOUT": timeout, "STATECODEC_STORE_NAMESPACE": namespace}
-    )
+    settings = {"STATECODEC_STORE_TIMEOUT": timeout, "STATECODEC_STORE_NAMESPACE": namespace}
+    return store_from_settings({"STATECODEC_STORE_URL": url, **settings})

@@ -93,11 +93,9 @@ class Backend:
 
 @pytest.fixture(params=["memory", "redis", "cluster"])
 async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
-    servers: list[RedisServer] = []
-    urls: list[str] = []
+    urls, servers = [], []  # the in-process store: no server
     if request.param == "redis":
-        urls = [request.getfixturevalue("redis_url")]
-        servers = [request.getfixturevalue("redis_server")]
+        urls, servers = [request.getfixturevalue("redis_url")], [request.getfixturevalue("redis_server")]
     elif request.param == "cluster":
         request.getfixturevalue("redis_cluster_url")  # flushed
         servers = request.getfixturevalue("redis_cluster")
