@@ -51,15 +51,12 @@ ALERTS: dict[str, tuple[str, Callable[[Counts], bool]]] = {
 
 
 def counts(reader: InMemoryMetricReader) -> Counts:
-    data = reader.get_metrics_data()
-    found: Counts = Counter()
-    for resource in data.resource_metrics if data else ():
-        for scope in resource.scope_metrics:
-            for metric in (m for m in scope.metrics if m.name == REQUEST_STATE):
-                for point in metric.data.data_points:
-                    assert isinstance(point, NumberDataPoint)
-                    attributes = dict(point.attributes or {})
-                    found[(str(attributes["outcome"]), str(attributes.get("reason", "")))] += int(point.value)
+    data, found = reader.get_metrics_data(), Counts()
+    metrics = [m for r in (data.resource_metrics if data else ()) for s in r.scope_metrics for m in s.metrics]
+    for point in (p for metric in metrics if metric.name == REQUEST_STATE for p in metric.data.data_points):
+        assert isinstance(point, NumberDataPoint)
+        attributes = dict(point.attributes or {})
+        found[(str(attributes["outcome"]), str(attributes.get("reason", "")))] += int(point.value)
     return found
 
 

@@ -1,7 +1,6 @@
-"""RedisStore against a real `redis-server`: what only a networked store has. The minimal ACL, TLS, credentials
-and URL secrets never echoed, every failure named by host:port and cause, the memory policy, the cost of many
-revocations, malformed entries, the operator's commands on a live store, and a Redis Cluster. The contract every
-store keeps is tests/test_store_contract.py.
+"""RedisStore against a real `redis-server`, what only a networked store has: the minimal ACL, TLS, no URL secret
+echoed, failures named by host:port and cause, the memory policy, many revocations, malformed entries, the
+operator's commands on a live store, a Redis Cluster. The contract every store keeps: tests/test_store_contract.py.
 """
 
 from __future__ import annotations
