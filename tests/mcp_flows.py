@@ -257,9 +257,7 @@ async def present(client: Client, token: str, arguments: dict[str, Any] | None =
 def round_two(server: Any, token: str, arguments: dict[str, Any] | None = None) -> Any:
     """Send `token` as round two of `TOOL` (answering the region); the result, or the `Rejection`."""
     logger, capture = logging.getLogger(SDK_LOGGER), logging.handlers.BufferingHandler(1 << 20)  # keeps every record
-    previous = logger.level
-    logger.addHandler(capture)
-    logger.setLevel(logging.DEBUG)
+    logger.addHandler(capture)  # the boundary logs each refusal as a WARNING, each failure as an ERROR
 
     async def go() -> Any:
         async with Client(server) as client:
@@ -269,7 +267,6 @@ def round_two(server: Any, token: str, arguments: dict[str, Any] | None = None) 
         outcome = anyio.run(go)
     finally:
         logger.removeHandler(capture)
-        logger.setLevel(previous)
     if isinstance(outcome, ErrorData):
         return Rejection(outcome.code, outcome.message, outcome.data, capture.buffer)
     return outcome

@@ -38,9 +38,10 @@ class Fixed(MemoryStore):
 
     where = "fixed:0"
 
-    def __init__(self, now_ms: int, error: BaseException | str | None = None) -> None:
+    def __init__(self, now_ms: int) -> None:
         super().__init__()
-        self.now, self.error, self.claims = now_ms, error, list[dict[str, Any]]()
+        self.now, self.claims = now_ms, list[dict[str, Any]]()
+        self.error: BaseException | str | None = None
 
     async def hello(self, **kw: Any) -> Hello:
         return Hello("ok", EPOCH, self.now)
@@ -53,7 +54,7 @@ class Fixed(MemoryStore):
 
 
 def fixed_guard(now_ms: int, ttl: float = 600, **kw: Any) -> tuple[SingleUse, Fixed]:
-    store = Fixed(now_ms, kw.pop("error", None))
+    store = Fixed(now_ms)
     guard = SingleUse(store, key=KEY, ttl=ttl, clock=lambda: now_ms / 1000, **kw)
     asyncio.run(guard.start())
     return guard, store
@@ -235,10 +236,8 @@ def test_a_store_url_is_never_echoed_and_a_password_holding_url_delimiters_never
 
 
 def test_the_redis_store_imports_neither_the_guard_nor_the_providers() -> None:
-    code = (
-        "import sys, statecodec.redis_store; from statecodec import StoreError, StoreUnreachable;"
-        "assert not {'statecodec.single_use', 'statecodec.providers'} & set(sys.modules), sys.modules.keys()"
-    )
+    code = "import sys, statecodec.redis_store; from statecodec import StoreError, StoreUnreachable; assert not {"
+    code += "'statecodec.single_use', 'statecodec.providers'} & set(sys.modules), sys.modules.keys()"
     subprocess.run([sys.executable, "-c", code], check=True)  # point 17: no import circle
 
 

@@ -34,8 +34,7 @@ T = TypeVar("T")
 KEY = bytes(range(50, 82))
 PASSWORD = "s3cret/Pa?ss#7@f1e"  # every URL delimiter: it must never become the host:port of a message
 QUOTED = PASSWORD.replace("/", "%2F").replace("?", "%3F").replace("#", "%23").replace("@", "%40")
-# The minimal ACL: what the client sends, and what the scripts call, on the namespace's keys. Also in
-# docs/single-use.md.
+# The minimal ACL (docs/single-use.md): what the client sends, and what the scripts call, on the namespace's keys.
 ACL_COMMANDS = ["+evalsha", "+eval", "+info", "+time", "+hmget", "+hget", "+hset", "+hdel", "+hgetall", "+set"]
 ACL_COMMANDS += ["+zadd", "+zrem", "+zrangebyscore", "+zremrangebyscore"]
 CLUSTER_ACL_COMMANDS = ["+cluster|slots", "+cluster|shards", "+command"]  # read by a cluster client when it starts
