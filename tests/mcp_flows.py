@@ -9,7 +9,7 @@ as it is (`RequestStateSecurity(codec=codec)`), or a whole `RequestStateSecurity
 from __future__ import annotations
 
 import base64
-import binascii
+import contextlib
 import json
 import logging
 import logging.handlers
@@ -197,10 +197,8 @@ def _readable(token: str) -> str:
     """The token plus every dot-separated segment decoded as base64url: what any client can read."""
     views = [token]
     for segment in token.split("."):
-        try:
+        with contextlib.suppress(ValueError):  # binascii.Error is one
             views.append(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)).decode("latin-1"))
-        except (ValueError, binascii.Error):
-            continue
     return "\n".join(views)
 
 
