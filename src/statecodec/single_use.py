@@ -33,7 +33,6 @@ T = TypeVar("T")
 Principal = tuple[str | None, str | None, str | None]  # (client_id, issuer, subject), as the MCP SDK binds it
 PREFIX, STORE_KEY_VAR, STORE_URL_VAR = b"su2.", "STATECODEC_STORE_KEY", "STATECODEC_STORE_URL"
 _HEADER, _DIGEST, _MAX_SCOPES = 36, 16, 16  # id 16, issued 6, expires 6, epoch 8; then a count and the digests
-_QUIET_S = 10.0
 _VERDICTS = {Claim.USED: Reason.REPLAYED, Claim.REVOKED: Reason.REVOKED, Claim.EXPIRED: Reason.EXPIRED}
 
 
@@ -211,7 +210,7 @@ class SingleUse(HoldsSecrets):
         """One WARNING per 10 s, not one per token: an outage, or a store one client filled, cannot flood the log."""
         if time.monotonic() >= self._quiet_until:
             logger.warning(message)
-            self._quiet_until = time.monotonic() + _QUIET_S
+            self._quiet_until = time.monotonic() + 10
 
     def _selector(self, selector: Selector) -> bytes:
         kinds = [k for k in ("principal", "client", "scope", "everything") if selector.get(k) not in {None, False}]
