@@ -81,10 +81,8 @@ class SingleUse(HoldsSecrets):
             raise ConfigurationError("STATECODEC_STORE_ON_ERROR must be refuse (the default) or accept")
         self.ttl = seconds("ttl", ttl, low=0.001, high=1e7)
         self.clock_skew = seconds("clock_skew", clock_skew, low=0, high=3600)
-        try:
+        with named_errors("the store key"):
             secret = (key if isinstance(key, KeyRing) else KeyRing([key]))[0]
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"the store key {str(exc).removeprefix('key 0 ')}") from None
         self._keys = {k: derive_key(secret, b"statecodec/su2/" + k.encode()) for k in ("claim", "stamp", "scope")}
         self._fingerprint = _mac(derive_key(secret, b"statecodec/su2/fingerprint"), _field(store.namespace))
         self.store, self.on_store_error, self._clock = store, on_store_error, clock
