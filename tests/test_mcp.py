@@ -1,9 +1,8 @@
 """statecodec on the MCP SDK: any codec as the SDK's request-state codec, and single use, on real servers.
 
-Threats: a refusal logged as "codec error" with a traceback (a log flood, the reason lost); single use where it
-sees sealed tokens; a revocation dodged by presenting another user's token; a stalled store holding requests or the
-threads a sync tool needs; a store that refuses the first token after start, or is unreachable without a word.
-"""
+Threats: a refusal logged as "codec error" with a traceback; single use where it sees sealed tokens; a revocation
+dodged by presenting another user's token; a stalled store holding requests or a sync tool's threads; a store that
+refuses the first token after start, or is unreachable without a word."""
 
 from __future__ import annotations
 

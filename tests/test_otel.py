@@ -1,8 +1,7 @@
 """Every ``requestState`` an MCP server answers is counted where the wire is answered, and the documented alerts fire.
 
 Threat: counted at the codec, a replayed, revoked or expired token (refused after the codec accepted it) looks
-accepted, and alerts on refusals never fire. Read back through the OpenTelemetry SDK's in-memory reader (what an
-exporter would send) from a real `MCPServer` with the SDK's boundary and single use.
+accepted, and alerts never fire. Read back through the OpenTelemetry SDK's in-memory reader from a real `MCPServer`.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ Counts = Counter[tuple[str, str]]
 
 
 def refused(counts: Counts, *reasons: str) -> int:
-    """The refusals with one of `reasons`; with none given, every refusal."""
     return sum(n for (outcome, why), n in counts.items() if outcome == "refused" and why in (reasons or (why,)))
 
 

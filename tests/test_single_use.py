@@ -33,8 +33,8 @@ ENV = {"STATECODEC_STORE_URL": "memory", "STATECODEC_STORE_KEY": format_keys([KE
 
 
 class Fixed(MemoryStore):
-    """A store at the vectors' epoch and a fixed time that records each claim and answers FIRST (or raises `error`;
-    ``"unreadable"``: answers a time the guard cannot read)."""
+    """At the vectors' epoch and a fixed time: records each claim, answers FIRST, else raises `error` (or, when it is
+    ``"unreadable"``, answers a time the guard cannot read)."""
 
     where = "fixed:0"
 
@@ -54,8 +54,7 @@ class Fixed(MemoryStore):
 
 
 def fixed_guard(now_ms: int, ttl: float = 600, **kw: Any) -> tuple[SingleUse, Fixed]:
-    store = Fixed(now_ms)
-    guard = SingleUse(store, key=KEY, ttl=ttl, clock=lambda: now_ms / 1000, **kw)
+    guard = SingleUse(store := Fixed(now_ms), key=KEY, ttl=ttl, clock=lambda: now_ms / 1000, **kw)
     asyncio.run(guard.start())
     return guard, store
 

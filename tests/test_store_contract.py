@@ -77,8 +77,7 @@ class Backend:
             ahead = "redis.call('HSET', KEYS[1], 'seen', redis.call('TIME')[1] * 1000 + ARGV[1])"
             server.cli("-c", "EVAL", f"{drop} {ahead}", "1", "{statecodec}:meta", str(round(seconds * 1000)))
 
-    def fill(self) -> None:
-        """Make the store full: every write is an answered error from then on."""
+    def fill(self) -> None:  # every write is an answered error from then on
         if self.kind == "memory":
             self.memory._max = 0
         for server in self.servers:

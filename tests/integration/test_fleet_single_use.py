@@ -34,7 +34,6 @@ HTTP_TIMEOUT_S = 60.0  # a generous bound on one answer, never a performance che
 REJECTED = "requestState rejected on tools/call: "
 STATECODEC_CLI = Path(sys.executable).with_name("statecodec")
 DEMO_ISSUER = "http://127.0.0.1/demo-issuer"  # examples/fleet_server.py's default issuer
-OTHER_ISSUER = "https://login.other.example"
 
 T = TypeVar("T")
 
@@ -116,7 +115,7 @@ def test_revoke_principal_then_at_once_its_retry_on_another_instance_is_refused_
 ) -> None:
     servers = shared.servers
     leaver, stayer = subject("leaver"), subject("stayer")
-    namesake = f"{leaver}@{OTHER_ISSUER}"  # the same subject name, at another issuer: another principal
+    namesake = f"{leaver}@https://login.other.example"  # the same subject name, at another issuer: another principal
     users = (leaver, stayer, namesake)
 
     async def mint(client: httpx.AsyncClient) -> dict[str, list[str]]:

@@ -45,9 +45,8 @@ def run(scenario: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kw: Any) 
     return asyncio.run(scenario(*args, **kw))
 
 
-async def started(url: str, *, key: bytes = KEY, namespace: str = "statecodec", **kw: Any) -> SingleUse:
-    store = RedisStore.from_url(url, namespace=namespace, timeout=kw.pop("timeout", 2))
-    guard = SingleUse(store, key=key, ttl=600, **kw)
+async def started(url: str, **kw: Any) -> SingleUse:
+    guard = SingleUse(RedisStore.from_url(url, timeout=kw.pop("timeout", 2)), key=KEY, ttl=600, **kw)
     try:
         await guard.start()
     except BaseException:
@@ -173,8 +172,7 @@ def test_an_instance_too_busy_to_read_the_answer_refuses_even_in_accept_mode(red
 
 def test_a_store_at_maxclients_or_loading_has_answered_and_is_refused_even_in_accept_mode() -> None:
     with RedisServer(extra=["--maxclients", "1"]) as full:  # the answer: "ERR max number of clients reached"
-        holder = redis.Redis(port=full.port)
-        holder.ping()
+        (holder := redis.Redis(port=full.port)).ping()
         with pytest.raises(StoreError, match="is busy") as info:
             run(started, full.url)
         holder.close()

@@ -1,8 +1,8 @@
 """Redis for tests: a real `redis-server` on a free loopback port, one per pytest worker, no persistence.
 
-`redis_server` runs for the session; fault tests drive it through `stop()`, `start()` (without persistence: the
-store's memory is gone), `pause()` / `resume()` (SIGSTOP / SIGCONT: a server that accepts connections and never
-answers) and `flush()`. A test that needs its own settings (an ACL file, TLS) builds its own `RedisServer(...)`.
+`redis_server` runs for the session; fault tests drive it through `pause()` / `resume()` (SIGSTOP / SIGCONT: a
+server that accepts connections and never answers) and `flush()`; a test needing its own settings (ACL, TLS, a
+client limit) builds its own `RedisServer(...)`.
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ class RedisServer:
         raise RuntimeError(f"redis-server did not start: {(self.dir / 'server.log').read_text()[-2000:]}")
 
     def ping(self) -> bool:
-        """True once the server answers a PING on its plain port."""
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
                 sock.sendall(b"PING\r\n")
