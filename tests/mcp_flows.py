@@ -1,20 +1,20 @@
 """Any codec as the MCP SDK's request-state codec, in a real MCPServer with an in-memory Client.
 
-`run_mcp_flows(codec)` drives a tool, a resolver tool, a prompt and a resource template to completion
-and checks every wire token; `assert_mcp_rejects(codec, bad)` sends a bad token (or a function of a
-genuine round-one token) and checks the SDK's frozen -32602 answer and the reason the server logged.
-Each takes a codec, handed to the SDK as it is (`RequestStateSecurity(codec=codec)`), or a whole
-`RequestStateSecurity`.
+`run_mcp_flows(codec)` drives a tool, a resolver tool, a prompt and a resource template to completion and checks
+every wire token; `assert_mcp_rejects(codec, bad)` sends a bad token (or a function of a genuine round-one token)
+and checks the SDK's frozen -32602 answer and the reason the server logged. Each takes a codec, handed to the SDK
+as it is (`RequestStateSecurity(codec=codec)`), or a whole `RequestStateSecurity`.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
+import contextlib
 import json
 import logging
+import logging.handlers
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import anyio
@@ -28,7 +28,6 @@ from mcp.types import (
     ErrorData,
     InputRequests,
     InputRequiredResult,
-    InputResponses,
 )
 from pydantic import BaseModel
 
@@ -119,13 +118,13 @@ def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME, **opt
     return server
 
 
-class _Recorder:
-    """Passes every call to `inner` and records tokens in both directions."""
+class FlowReport:
+    """The codec of the flows, passing every call to `inner`: the tokens it saw in each direction; then the final
+    texts and the questions asked."""
 
     def __init__(self, inner: Codec) -> None:
         self.inner = inner
-        self.sealed: list[str] = []
-        self.unsealed: list[str] = []
+        self.sealed, self.unsealed, self.texts, self.questions = list[str](), list[str](), list[str](), list[str]()
 
     def seal(self, payload: bytes) -> str:
         self.sealed.append(self.inner.seal(payload))
@@ -146,26 +145,11 @@ def _security(policy: Policy, codec: Codec | None = None) -> RequestStateSecurit
     return RequestStateSecurity(codec=codec, ttl=policy.ttl, bind_principal=principal, audience=audience)
 
 
-@dataclass
-class FlowReport:
-    """What the flows produced: final texts, questions asked, tokens seen in each direction."""
-
-    texts: list[str] = field(default_factory=list)
-    questions: list[str] = field(default_factory=list)
-    sealed: list[str] = field(default_factory=list)
-    unsealed: list[str] = field(default_factory=list)
-
-    @property
-    def tool(self) -> str:
-        return self.texts[0]
-
-
 def run_mcp_flows(policy: Policy, *, confidential: bool = True, **server_options: Any) -> FlowReport:
     """Run every flow to completion and check the wire tokens (`confidential=False`: sign-only codecs);
     `server_options` go to `build_server` (``middleware``, ``lifespan``)."""
     inner = policy.codec if isinstance(policy, RequestStateSecurity) else policy
-    recorder = _Recorder(inner)
-    report = FlowReport(sealed=recorder.sealed, unsealed=recorder.unsealed)
+    report = FlowReport(inner)
 
     async def on_elicit(context: Any, params: Any) -> ElicitResult:
         report.questions.append(params.message)
@@ -173,7 +157,7 @@ def run_mcp_flows(policy: Policy, *, confidential: bool = True, **server_options
         return ElicitResult(action="accept", content={key: f"{key}-answer"})
 
     async def flows() -> None:
-        server = build_server(_security(policy, recorder), **server_options)
+        server = build_server(_security(policy, report), **server_options)
         async with Client(server, elicitation_callback=on_elicit) as client:
             for result in (await client.call_tool(TOOL, TOOL_ARGS), await client.call_tool("deploy", {"name": "web"})):
                 assert not result.is_error, result
@@ -190,20 +174,13 @@ def run_mcp_flows(policy: Policy, *, confidential: bool = True, **server_options
         assert (envelope["aud"], envelope["m"], envelope["t"]) == (audience or SERVER_NAME, "tools/call", TOOL)
 
     anyio.run(flows)
-    assert report.texts == [
-        "provisioned orders in region-answer at size size-answer",
-        "deployed web in region-answer on tier-answer",
-        f"Brief audience-answer on rotation (state {STATE_MARKER}).",
-        f"report 2026 as format-answer (state {STATE_MARKER})",
-    ]
-    assert report.questions == [
-        "Region for orders?",
-        "Size for orders in region-answer?",
-        "Region for web?",
-        "Tier for web in region-answer?",
-        "Who is the rotation briefing for?",
-        "Format of the 2026 report?",
-    ]
+    assert report.texts == ["provisioned orders in region-answer at size size-answer",
+                            "deployed web in region-answer on tier-answer",
+                            f"Brief audience-answer on rotation (state {STATE_MARKER}).",
+                            f"report 2026 as format-answer (state {STATE_MARKER})"]
+    assert report.questions == ["Region for orders?", "Size for orders in region-answer?", "Region for web?",
+                                "Tier for web in region-answer?", "Who is the rotation briefing for?",
+                                "Format of the 2026 report?"]
     # Six answered rounds, plus one round-one token from the manual check that is never echoed.
     assert len(report.sealed) == 7
     assert report.unsealed == report.sealed[:6], "the client must echo each round's token verbatim"
@@ -220,10 +197,8 @@ def _readable(token: str) -> str:
     """The token plus every dot-separated segment decoded as base64url: what any client can read."""
     views = [token]
     for segment in token.split("."):
-        try:
+        with contextlib.suppress(ValueError):  # binascii.Error is one
             views.append(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)).decode("latin-1"))
-        except (ValueError, binascii.Error):
-            continue
     return "\n".join(views)
 
 
@@ -258,15 +233,6 @@ class Rejection:
         return self.reasons[0]
 
 
-class _Capture(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 async def mint(client: Client, arguments: dict[str, Any] | None = None) -> str:
     """A genuine round-one token of `TOOL` from a connected `client`."""
     first = await client.session.call_tool(TOOL, arguments or TOOL_ARGS, allow_input_required=True)
@@ -277,7 +243,7 @@ async def mint(client: Client, arguments: dict[str, Any] | None = None) -> str:
 
 async def present(client: Client, token: str, arguments: dict[str, Any] | None = None) -> Any:
     """`token` as round two of `TOOL` (answering the region) on a connected `client`: the result, or the error."""
-    responses: InputResponses = {"region": ElicitResult(action="accept", content={"region": "region-answer"})}
+    responses: dict[str, Any] = {"region": ElicitResult(action="accept", content={"region": "region-answer"})}
     try:
         return await client.session.call_tool(
             TOOL, arguments or TOOL_ARGS, input_responses=responses, request_state=token, allow_input_required=True
@@ -288,10 +254,8 @@ async def present(client: Client, token: str, arguments: dict[str, Any] | None =
 
 def round_two(server: Any, token: str, arguments: dict[str, Any] | None = None) -> Any:
     """Send `token` as round two of `TOOL` (answering the region); the result, or the `Rejection`."""
-    logger, capture = logging.getLogger(SDK_LOGGER), _Capture()
-    previous = logger.level
-    logger.addHandler(capture)
-    logger.setLevel(logging.DEBUG)
+    logger, capture = logging.getLogger(SDK_LOGGER), logging.handlers.BufferingHandler(1 << 20)  # keeps every record
+    logger.addHandler(capture)  # the boundary logs each refusal as a WARNING, each failure as an ERROR
 
     async def go() -> Any:
         async with Client(server) as client:
@@ -301,9 +265,8 @@ def round_two(server: Any, token: str, arguments: dict[str, Any] | None = None) 
         outcome = anyio.run(go)
     finally:
         logger.removeHandler(capture)
-        logger.setLevel(previous)
     if isinstance(outcome, ErrorData):
-        return Rejection(outcome.code, outcome.message, outcome.data, capture.records)
+        return Rejection(outcome.code, outcome.message, outcome.data, capture.buffer)
     return outcome
 
 
@@ -312,36 +275,28 @@ def submit_token(
 ) -> Rejection:
     """Send `token` as round two of `TOOL` (default `TOOL_ARGS`); return the rejection, fail if accepted."""
     outcome = round_two(build_server(_security(policy), name=server_name), token, arguments)
-    if not isinstance(outcome, Rejection):
-        raise AssertionError(f"the server accepted the token: {outcome!r}")
+    assert isinstance(outcome, Rejection), f"the server accepted the token: {outcome!r}"
     return outcome
 
 
 def accept_token(policy: Policy, token: str, *, server_name: str = SERVER_NAME) -> None:
     """Send `token` as round two of `TOOL(TOOL_ARGS)` and check the server asked for the size next."""
     outcome = round_two(build_server(_security(policy), name=server_name), token)
-    if isinstance(outcome, Rejection):
-        raise AssertionError(f"the server rejected the token: {outcome.reasons}")
+    assert not isinstance(outcome, Rejection), f"the server rejected the token: {outcome.reasons}"
     assert isinstance(outcome, InputRequiredResult)
     assert set(outcome.input_requests or {}) == {"size"}
     assert outcome.request_state not in (None, token)
 
 
 def assert_mcp_rejects(
-    policy: Policy,
-    bad_token: str | Callable[[str], str],
-    *,
-    reason: str | Collection[str] | None = None,
-    minted_by: Policy | None = None,
-    minted_on: str = SERVER_NAME,
-    server_name: str = SERVER_NAME,
+    policy: Policy, bad_token: str | Callable[[str], str], *, reason: str | Collection[str] | None = None,
+    minted_by: Policy | None = None, minted_on: str = SERVER_NAME, server_name: str = SERVER_NAME,
 ) -> str:
     """Check the SDK refuses `bad_token` with its frozen error and our logged reason; return the reason.
 
-    `bad_token` is a token, or a function applied to a genuine round-one token sealed by `minted_by`
-    (default: `policy`) on a server named `minted_on`. The log must carry the reason without a traceback
-    (a codec raising anything but the SDK's `InvalidRequestState` is logged as "codec error" with one)
-    and without the token text.
+    `bad_token` is a token, or a function applied to a genuine round-one token sealed by `minted_by` (default:
+    `policy`) on a server named `minted_on`. The log must carry the reason without a traceback (a codec raising
+    anything but the SDK's `InvalidRequestState` is logged as "codec error" with one) and without the token text.
     """
     if callable(bad_token):
         bad_token = bad_token(mint_token(minted_by if minted_by is not None else policy, server_name=minted_on))

@@ -1,20 +1,18 @@
 """statecodec on the MCP SDK: any codec as the SDK's request-state codec, and single use, on real servers.
 
-Threats: a refusal logged as "codec error" with a traceback (a log flood under attack, the reason lost); single
-use placed where it sees sealed tokens; a revocation dodged by presenting another user's token; a stalled store
-holding requests, or the threads a sync tool needs; a store that refuses the first token after start, or is
-unreachable without a word.
-"""
+Threats: a refusal logged as "codec error" with a traceback; single use where it sees sealed tokens; a revocation
+dodged by presenting another user's token; a stalled store holding requests or a sync tool's threads; a store that
+refuses the first token after start, or is unreachable without a word."""
 
 from __future__ import annotations
 
-import builtins
 import logging
 import pickle
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -22,10 +20,8 @@ import anyio.to_thread
 import httpx
 import pytest
 from examples import fleet_server
-from mcp import Client, MCPError
 from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 from mcp.server.request_state import InvalidRequestState, authenticated_principal
-from mcp.types import ErrorData
 
 from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, XAESGCMCodec, format_keys, generate_key
 from statecodec._encoding import b64u_decode, b64u_encode
@@ -42,13 +38,10 @@ from tests.mcp_flows import (
     accept_token,
     assert_mcp_rejects,
     build_server,
-    mint,
     mint_token,
-    present,
     round_one,
     round_two,
     run_mcp_flows,
-    submit_token,
 )
 from tests.plugins.redis import RedisServer
 
@@ -57,132 +50,76 @@ OTHER_KEY = generate_key()
 FAST: dict[str, Any] = {"max_examples": 10, "max_payload": 4096, "max_mutations": 1500, "oversized_length": 1 << 20}
 
 
-def _flip_last_byte(token: str) -> str:
+def _flip(token: str, at: int | None = None) -> str:
+    """`token` with one bit flipped: in its tag (the last byte), or at byte `at`."""
     raw = bytearray(b64u_decode(token))
-    raw[-1] ^= 0x01
+    raw[-1 if at is None else at] ^= 0x01
     return b64u_encode(bytes(raw))
 
 
-def _flip_body_byte(token: str) -> str:
-    raw = bytearray(b64u_decode(token))
-    raw[len(raw) // 2] ^= 0x80
-    return b64u_encode(bytes(raw))
-
-
-@pytest.mark.parametrize("codec_cls", [AESGCMCodec, XAESGCMCodec])
-def test_flows_complete_through_the_codec(codec_cls: type[AESGCMCodec | XAESGCMCodec]) -> None:
-    report = run_mcp_flows(codec_cls([KEY]))
+def test_flows_complete_through_the_codec() -> None:  # AES-256-GCM: with single use, below
+    report = run_mcp_flows(XAESGCMCodec([KEY]))
     assert len(report.questions) == 6
-    for token in report.sealed:
-        assert b64u_decode(token)[0] == codec_cls.VERSION
-
-
-@pytest.mark.parametrize("token", ["", "v1.AAAA", "A" * 300_000])
-def test_a_refusal_is_also_the_sdks_own_error_once_the_sdk_is_loaded(token: str) -> None:
-    with pytest.raises(InvalidRequestState) as refused:
-        AESGCMCodec([KEY]).unseal(token)
-    assert isinstance(refused.value, InvalidToken)
-    assert str(refused.value) == refused.value.reason.value
-    assert refused.value.__cause__ is None
-    assert pickle.loads(pickle.dumps(refused.value)).reason is refused.value.reason  # noqa: S301 - our own bytes
+    assert {b64u_decode(token)[0] for token in report.sealed} == {XAESGCMCodec.VERSION}
 
 
 @pytest.mark.parametrize("name", sorted(CODECS))
 def test_every_codec_refuses_with_the_sdks_own_error(name: str) -> None:
     # The conformance kit, expecting the SDK's error from every refusal of every configuration.
     assert_conformant(CODECS[name], error_type=InvalidRequestState, deterministic=name in DETERMINISTIC, **FAST)
-
-
-@pytest.mark.parametrize("codec_cls", [AESGCMCodec, XAESGCMCodec])
-def test_the_plain_sdk_line_logs_the_reason_without_a_traceback(codec_cls: type[AESGCMCodec]) -> None:
-    # RequestStateSecurity(codec=...) with the codec as it is, on a real MCPServer (assert_mcp_rejects checks the log).
-    policy = RequestStateSecurity(codec=codec_cls([KEY]))
-    assert assert_mcp_rejects(policy, _flip_last_byte, reason="seal") == "seal"
+    with pytest.raises(InvalidRequestState) as refused:  # once the SDK is loaded, still our InvalidToken
+        CODECS[name].unseal("A" * 300_000 if name.startswith("a") else "v1.AAAA")
+    assert isinstance(refused.value, InvalidToken)
+    assert (str(refused.value), refused.value.__cause__) == (refused.value.reason.value, None)
+    assert pickle.loads(pickle.dumps(refused.value)).reason is refused.value.reason  # noqa: S301 - our own bytes
 
 
 @pytest.mark.parametrize(
-    ("tamper", "reason"),
+    ("codec_cls", "tamper", "reason"),
     [
-        (_flip_last_byte, "seal"),
-        (_flip_body_byte, "seal"),
-        (lambda t: t[:10], "malformed"),
-        (lambda t: t[:-1], ("malformed", "seal")),  # one char short may still be canonical
-        (lambda t: t + "=", "malformed"),
-        (lambda t: t[:5] + "+" + t[6:], "malformed"),
-        (lambda t: t + "A" * 200_000, "oversized"),
-        (lambda t: b64u_encode(bytes([0x7F]) + b64u_decode(t)[1:]), "format"),
+        (XAESGCMCodec, _flip, "seal"),
+        (AESGCMCodec, _flip, "seal"),
+        (AESGCMCodec, lambda t: _flip(t, at=20), "seal"),
+        (AESGCMCodec, lambda t: t[:10], "malformed"),
+        (AESGCMCodec, lambda t: t[:-1], ("malformed", "seal")),  # one char short may still be canonical
+        (AESGCMCodec, lambda t: t + "=", "malformed"),
+        (AESGCMCodec, lambda t: t[:5] + "+" + t[6:], "malformed"),
+        (AESGCMCodec, lambda t: t + "A" * 200_000, "oversized"),
+        (AESGCMCodec, lambda t: b64u_encode(bytes([0x7F]) + b64u_decode(t)[1:]), "format"),
     ],
-    ids=["tag", "body", "truncated", "one-char-short", "padded", "std-alphabet", "oversized", "version"],
+    ids=["xaes-tag", "tag", "body", "truncated", "one-char-short", "padded", "std-alphabet", "oversized", "version"],
 )
-def test_tampered_tokens_get_the_frozen_error_and_our_reason(tamper: Any, reason: str | tuple[str]) -> None:
-    codec = AESGCMCodec([KEY])
-    assert assert_mcp_rejects(codec, tamper, reason=reason) in reason
+def test_the_plain_sdk_line_logs_the_reason_without_a_traceback(
+    codec_cls: type[AESGCMCodec], tamper: Any, reason: str | tuple[str]
+) -> None:
+    # RequestStateSecurity(codec=...) with the codec as it is, on a real MCPServer: a tampered token gets the SDK's
+    # frozen answer, and our reason is logged without a traceback (assert_mcp_rejects checks the log).
+    assert assert_mcp_rejects(codec_cls([KEY]), tamper, reason=reason) in reason
 
 
-def test_foreign_key_token_is_unknown_key() -> None:
-    assert_mcp_rejects(AESGCMCodec([KEY]), lambda t: t, minted_by=AESGCMCodec([OTHER_KEY]), reason="unknown_key")
-
-
-def test_other_server_same_key_is_refused_by_audience() -> None:
-    codec = AESGCMCodec([KEY])
-    assert_mcp_rejects(codec, lambda t: t, minted_on="another-service", reason="audience")
-    shared = RequestStateSecurity(codec=codec, audience="shared-audience")
-    assert_mcp_rejects(codec, lambda t: t, minted_by=shared, minted_on="another-service", reason="audience")
-
-
-def test_token_replayed_against_other_arguments_is_refused() -> None:
-    codec = AESGCMCodec([KEY])
-    rejection = submit_token(codec, mint_token(codec), arguments={"name": "payments"})
-    assert rejection.reason == "request binding"
-
-
-def _env(**extra: str) -> dict[str, str]:
-    return {"STATECODEC_KEYS": format_keys([KEY, OTHER_KEY]), **extra}
-
-
-def test_security_from_env_is_the_sdks_policy_around_the_configured_codec_as_it_is() -> None:
-    policy = security_from_env(environ=_env(STATECODEC_CODEC="xaesgcm", STATECODEC_TTL="5"), audience="billing")
+def test_security_from_env_is_the_sdks_policy_around_the_configured_codec_as_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    env = {"STATECODEC_KEYS": format_keys([KEY, OTHER_KEY]), "STATECODEC_CODEC": "xaesgcm", "STATECODEC_TTL": "5"}
+    policy = security_from_env(environ=env, audience="billing")
     assert isinstance(policy.codec, XAESGCMCodec)
     assert policy.codec.key_ids == XAESGCMCodec([KEY, OTHER_KEY]).key_ids
     assert (policy.ttl, policy.audience, policy.bind_principal) == (5, "billing", authenticated_principal)
-    assert security_from_env(environ=_env(), bind_principal=None, ttl=30).bind_principal is None
+    assert security_from_env(environ=env, bind_principal=None, ttl=30).bind_principal is None
     with pytest.raises(ConfigurationError, match="no codec configured"):
         security_from_env(environ={})
+    monkeypatch.setitem(sys.modules, "mcp.server.request_state", None)  # without the SDK: an ImportError
+    with pytest.raises(ImportError, match=r"pip install 'statecodec\[mcp\]'"):  # naming the extra
+        security_from_env(environ=env)
 
 
-def test_without_the_sdk_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_import = builtins.__import__
-
-    def no_mcp(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name == "mcp" or name.startswith("mcp."):
-            raise ImportError(f"No module named {name!r}")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_mcp)
-    with pytest.raises(ImportError, match=r"pip install 'statecodec\[mcp\]'"):
-        security_from_env(environ=_env())
-
-
-def test_principal_binding_through_the_security_helper() -> None:
-    codec = AESGCMCodec([KEY])
-    token = mint_token(RequestStateSecurity(codec=codec, bind_principal=lambda ctx: "alice"))
+def test_principal_binding_and_expiry_are_enforced_by_the_sdk_around_our_codec(monkeypatch: pytest.MonkeyPatch) -> None:
+    codec, clock = AESGCMCodec([KEY]), SimpleNamespace(now=1_000_000.0)
+    monkeypatch.setattr("mcp.server.request_state.time", SimpleNamespace(time=lambda: clock.now))
+    token = mint_token(RequestStateSecurity(codec=codec, bind_principal=lambda ctx: "alice", ttl=60.0))
     accept_token(RequestStateSecurity(codec=codec, bind_principal=lambda ctx: "alice"), token)
     assert_mcp_rejects(RequestStateSecurity(codec=codec, bind_principal=lambda ctx: "bob"), token, reason="principal")
     assert_mcp_rejects(RequestStateSecurity(codec=codec, bind_principal=None), token, reason="principal drift")
-
-
-class _Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def time(self) -> float:
-        return self.now
-
-
-def test_expiry_is_enforced_by_the_sdk_around_our_codec(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = _Clock(1_000_000.0)
-    monkeypatch.setattr("mcp.server.request_state.time", clock)
-    codec = AESGCMCodec([KEY])
     policy = RequestStateSecurity(codec=codec, ttl=60.0)
     token = mint_token(policy)
     clock.now += 59.0
@@ -194,55 +131,45 @@ def test_expiry_is_enforced_by_the_sdk_around_our_codec(monkeypatch: pytest.Monk
 # --- single use on the SDK's paths ------------------------------------------------------------------------------
 
 STORE_KEY = generate_key()
+DEMO_ISSUER = str(fleet_server.DEMO_ISSUER)
+HTTP = SimpleNamespace(url="http://127.0.0.1:8000/mcp")  # examples/fleet_server.py's app, served in this process
 
 
-def single_use(store: Store | None = None, **guard: Any) -> SingleUseMiddleware:
-    return SingleUseMiddleware(SingleUse(store or MemoryStore(), key=STORE_KEY, ttl=600, **guard))
+def single_use(store: Store | None = None, **options: Any) -> SingleUseMiddleware:
+    return SingleUseMiddleware(SingleUse(store or MemoryStore(), key=STORE_KEY, ttl=600), **options)
 
 
 def single_use_server(middleware: SingleUseMiddleware, **policy: Any) -> MCPServer[Any]:
-    codec = AESGCMCodec([KEY])
-    security = RequestStateSecurity(codec=codec, **policy)
+    security = RequestStateSecurity(codec=AESGCMCodec([KEY]), **policy)
     return build_server(security, middleware=[middleware], lifespan=middleware.lifespan)
 
 
+def rejected(caplog: pytest.LogCaptureFixture) -> list[str]:
+    prefix = "requestState rejected on tools/call: "
+    return [r.getMessage().removeprefix(prefix) for r in caplog.records if r.getMessage().startswith(prefix)]
+
+
 def test_every_flow_of_the_sdk_completes_once_and_a_replay_is_refused(caplog: pytest.LogCaptureFixture) -> None:
+    from examples import lowlevel_server
+
     middleware = single_use()
     server = single_use_server(middleware)
     token = anyio.run(round_one, server)
     assert not isinstance(round_two(server, token), Rejection)
     replay = round_two(server, token)
     assert isinstance(replay, Rejection)
-    assert (replay.code, replay.message, replay.data) == (
-        -32602,
-        REJECTION_MESSAGE,
-        {"reason": "invalid_request_state"},
-    )
+    assert (replay.code, replay.message) == (-32602, REJECTION_MESSAGE)
+    assert replay.data == {"reason": "invalid_request_state"}  # the SDK's frozen answer
     assert rejected(caplog) == ["replayed"]  # from single use, after the boundary accepted the token
     # Tool, resolver tool (the SDK's own state), prompt and resource: every round completes, each token once.
     run_mcp_flows(AESGCMCodec([KEY]), middleware=[middleware], lifespan=middleware.lifespan)
-
-
-def test_a_lowlevel_server_with_single_use_after_the_boundary() -> None:
-    from examples import lowlevel_server
-
-    middleware = single_use()
-    server = lowlevel_server.build_server(AESGCMCodec([KEY]))
-    server.middleware.append(middleware)
-    server.lifespan = middleware.lifespan
-    token = anyio.run(round_one, server)
-    orders = {"name": "orders"}
-    assert anyio.run(lowlevel_server.retry, server, token, {"name": "payroll"}) == lowlevel_server.REFUSED
-    assert anyio.run(lowlevel_server.retry, server, token, orders).startswith("provisioned orders")
-    assert anyio.run(lowlevel_server.retry, server, token, orders) == lowlevel_server.REFUSED
-
-
-def _start(server: Any) -> None:
-    async def connect() -> None:
-        async with Client(server):
-            pass
-
-    anyio.run(connect)
+    lowlevel = lowlevel_server.build_server(AESGCMCodec([KEY]))  # a lowlevel Server, single use appended last
+    lowlevel.middleware.append(middleware := single_use())
+    lowlevel.lifespan = middleware.lifespan
+    token, orders = anyio.run(round_one, lowlevel), {"name": "orders"}
+    assert anyio.run(lowlevel_server.retry, lowlevel, token, {"name": "payroll"}) == lowlevel_server.REFUSED
+    assert anyio.run(lowlevel_server.retry, lowlevel, token, orders).startswith("provisioned orders")
+    assert anyio.run(lowlevel_server.retry, lowlevel, token, orders) == lowlevel_server.REFUSED
 
 
 def test_single_use_before_the_boundary_is_refused_at_start_up_on_both_tiers() -> None:
@@ -260,63 +187,42 @@ def test_single_use_before_the_boundary_is_refused_at_start_up_on_both_tiers() -
     absent.middleware.pop()  # started by the lifespan, but not in the chain at all
     for wrong in (server, lowlevel, absent):
         with pytest.raises(ConfigurationError, match="must come after the SDK's RequestStateBoundary"):
-            _start(wrong)
-
-
-def test_a_middleware_never_started_refuses_every_state_loudly(caplog: pytest.LogCaptureFixture) -> None:
-    middleware = single_use()
-    server = build_server(RequestStateSecurity(codec=AESGCMCodec([KEY])), middleware=[middleware])  # no lifespan
-
-    async def body() -> Any:
-        async with Client(server) as client:
-            try:
-                return await client.session.call_tool("provision", {"name": "orders"}, allow_input_required=True)
-            except MCPError as exc:
-                return exc.error.message
-
-    assert anyio.run(body) == "Internal error"
-    assert "was never started: pass lifespan=single_use.lifespan" in caplog.text
+            anyio.run(round_one, wrong)  # the lifespan refuses before the first request
 
 
 # --- over HTTP, as the fleet example serves it: principals, a stalled store, an unreachable store -----------------
-
-DEMO_ISSUER = str(fleet_server.DEMO_ISSUER)
-
-
-@dataclass
-class InProcess:
-    """`examples/fleet_server.py`'s app served in this process (its lifespan run, as uvicorn runs it)."""
-
-    url: str = "http://127.0.0.1:8000/mcp"
 
 
 @asynccontextmanager
 async def serving(middleware: SingleUseMiddleware, **policy: Any) -> AsyncIterator[httpx.AsyncClient]:
     security = RequestStateSecurity(codec=AESGCMCodec([KEY]), **policy)
-    app = fleet_server.app_for(
-        fleet_server.build_server(security, single_use=[middleware], demo_auth=True), "127.0.0.1"
-    )
+    server = fleet_server.build_server(security, single_use=[middleware], demo_auth=True)
+    app = fleet_server.app_for(server, "127.0.0.1")
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as client:
             yield client
 
 
-def test_the_stamp_records_the_minting_principal_whatever_bind_principal_is() -> None:
-    # With bind_principal=None the SDK lets anyone present a token: a revoked user's token stays revoked.
-    middleware, server = single_use(), InProcess()
+def test_the_stamp_records_the_minting_principal_whatever_bind_principal_is(caplog: pytest.LogCaptureFixture) -> None:
+    # With bind_principal=None the SDK lets anyone present a token: a revoked user's token stays revoked. Operator
+    # scopes are recorded at mint too (here the tool's argument), never taken from the presenter.
+    middleware = single_use(scopes=lambda ctx: {"tenant": str((ctx.params or {})["arguments"]["name"])})
 
     async def body() -> list[bool]:
         async with serving(middleware, bind_principal=None) as client:
-            alice_token = await http_round_one(client, server, subject="alice")
-            carol_token = await http_round_one(client, server, subject="carol")
+            alice, carol = [await http_round_one(client, HTTP, subject=who) for who in ("alice", "carol")]
+            billing = await http_round_one(client, HTTP, subject="carol", name="billing")
             await middleware.guard.revoke(principal="alice", issuer=DEMO_ISSUER)
+            await middleware.guard.revoke(scope=("tenant", "billing"))
             return [
-                await retry(client, server, alice_token, subject="bob"),  # presented by someone else: still alice's
-                await retry(client, server, carol_token, subject="alice"),  # carol's token, whoever presents it
+                await retry(client, HTTP, alice, subject="bob"),  # presented by someone else: still alice's
+                await retry(client, HTTP, carol, subject="alice"),  # carol's token, whoever presents it
+                await retry(client, HTTP, billing, subject="carol", name="billing"),
             ]
 
-    assert anyio.run(body) == [False, True]
+    assert anyio.run(body) == [False, True, False]
+    assert rejected(caplog) == ["revoked", "revoked"]
 
 
 def test_a_stalled_store_is_one_deadline_on_the_loop_and_a_sync_tool_is_not_starved(
@@ -325,30 +231,27 @@ def test_a_stalled_store_is_one_deadline_on_the_loop_and_a_sync_tool_is_not_star
     # One worker thread in all: a claim waiting in a thread (as before) would hold it, and the sync tool would wait.
     # A long store timeout: the sync tool must finish first with room to spare on a loaded machine.
     middleware = single_use(store_for(redis_server.url, timeout="2"))
-    server = InProcess()
     finished: list[str] = []
+
+    async def present(client: httpx.AsyncClient, state: str) -> None:
+        assert not await retry(client, HTTP, state, subject="alice")
+        finished.append("refused")
+
+    async def sync_tool(client: httpx.AsyncClient) -> None:
+        await anyio.sleep(0.05)  # the retries are waiting on the store by now
+        assert "pid-" in str(answer := await call_tool(client, HTTP, "instance", {}, subject="alice")), answer
+        finished.append("sync tool")
 
     async def body() -> None:
         anyio.to_thread.current_default_thread_limiter().total_tokens = 1
         async with serving(middleware) as client:
-            states = [await http_round_one(client, server, subject="alice") for _ in range(20)]
+            states = [await http_round_one(client, HTTP, subject="alice") for _ in range(20)]
             redis_server.pause()
             try:
-
-                async def present(state: str) -> None:
-                    assert not await retry(client, server, state, subject="alice")
-                    finished.append("refused")
-
-                async def sync_tool() -> None:
-                    await anyio.sleep(0.05)  # the retries are waiting on the store by now
-                    answer = await call_tool(client, server, "instance", {}, subject="alice")
-                    assert "pid-" in str(answer), answer
-                    finished.append("sync tool")
-
                 async with anyio.create_task_group() as tasks:
                     for state in states:
-                        tasks.start_soon(present, state)
-                    tasks.start_soon(sync_tool)
+                        tasks.start_soon(present, client, state)
+                    tasks.start_soon(sync_tool, client)
             finally:
                 redis_server.resume()
 
@@ -357,20 +260,13 @@ def test_a_stalled_store_is_one_deadline_on_the_loop_and_a_sync_tool_is_not_star
     assert rejected(caplog) == ["store_unavailable"] * 20
 
 
-def rejected(caplog: pytest.LogCaptureFixture) -> list[str]:
-    prefix = "requestState rejected on tools/call: "
-    return [r.getMessage().removeprefix(prefix) for r in caplog.records if r.getMessage().startswith(prefix)]
-
-
 def test_on_a_brand_new_store_the_first_token_is_accepted_and_the_store_closes_at_shutdown() -> None:
     with RedisServer() as redis:
-        middleware, server = single_use(store_for(redis.url)), InProcess()
+        middleware = single_use(store_for(redis.url))
 
         async def body() -> bool:
             async with serving(middleware) as client:
-                return await retry(
-                    client, server, await http_round_one(client, server, subject="alice"), subject="alice"
-                )
+                return await retry(client, HTTP, await http_round_one(client, HTTP, subject="alice"), subject="alice")
 
         assert anyio.run(body)
         assert redis.cli("CLIENT", "LIST").count("\n") <= 1  # the CLI's own connection alone
@@ -380,14 +276,14 @@ def test_an_unreachable_store_is_one_warning_at_start_naming_it_and_the_server_s
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     port = free_port()
-    middleware, server = single_use(store_for(f"redis://:pa55word@127.0.0.1:{port}/0")), InProcess()
+    middleware = single_use(store_for(f"redis://:pa55word@127.0.0.1:{port}/0"))
     caplog.set_level(logging.WARNING)
 
     async def body() -> list[dict[str, Any]]:
         async with serving(middleware) as client:
             # No token is minted that the store cannot date; a tool without state is served as ever.
-            attempts = [await call_tool(client, server, "provision", {"name": "x"}, subject="alice") for _ in range(3)]
-            return [*attempts, await call_tool(client, server, "instance", {}, subject="alice")]
+            attempts = [await call_tool(client, HTTP, "provision", {"name": "x"}, subject="alice") for _ in range(3)]
+            return [*attempts, await call_tool(client, HTTP, "instance", {}, subject="alice")]
 
     *attempts, served = anyio.run(body)
     assert [answer["error"]["message"] for answer in attempts] == ["Internal error"] * 3
@@ -401,21 +297,5 @@ def test_an_unreachable_store_is_one_warning_at_start_naming_it_and_the_server_s
 def store_for(url: str, timeout: str = "0.5") -> Store:
     """A store of its own on `url` (a namespace of its own: the session's Redis belongs to other tests' keys too)."""
     namespace = f"mcp-{uuid.uuid4().hex[:12]}"
-    return store_from_settings(
-        {"STATECODEC_STORE_URL": url, "STATECODEC_STORE_TIMEOUT": timeout, "STATECODEC_STORE_NAMESPACE": namespace}
-    )
-
-
-def test_operator_scopes_are_recorded_at_mint_and_revocable(caplog: pytest.LogCaptureFixture) -> None:
-    guard = SingleUse(MemoryStore(), key=STORE_KEY, ttl=600)
-    middleware = SingleUseMiddleware(guard, scopes=lambda ctx: {"tenant": str((ctx.params or {})["arguments"]["name"])})
-    server = single_use_server(middleware)
-
-    async def body() -> Any:
-        async with Client(server) as client:
-            token = await mint(client)
-            await guard.revoke(scope=("tenant", "orders"))
-            return await present(client, token)
-
-    assert isinstance(anyio.run(body), ErrorData)
-    assert rejected(caplog) == ["revoked"]
+    settings = {"STATECODEC_STORE_TIMEOUT": timeout, "STATECODEC_STORE_NAMESPACE": namespace}
+    return store_from_settings({"STATECODEC_STORE_URL": url, **settings})

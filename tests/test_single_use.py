@@ -12,7 +12,6 @@ import logging
 import pickle
 import subprocess
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -33,52 +32,40 @@ EPOCH = bytes.fromhex(VECTORS["epoch"])
 ENV = {"STATECODEC_STORE_URL": "memory", "STATECODEC_STORE_KEY": format_keys([KEY])}
 
 
-class Fixed:
-    """A store at a fixed epoch and time that records each claim and answers `verdict` (or raises `error`)."""
+class Fixed(MemoryStore):
+    """At the vectors' epoch and a fixed time: records each claim, answers FIRST, else raises `error` (or, when it is
+    ``"unreadable"``, answers a time the guard cannot read)."""
 
-    where, namespace = "fixed:0", "statecodec"
+    where = "fixed:0"
 
-    def __init__(self, now_ms: int, error: BaseException | None = None) -> None:
-        self.now, self.error, self.claims = now_ms, error, list[dict[str, Any]]()
+    def __init__(self, now_ms: int) -> None:
+        super().__init__()
+        self.now, self.claims = now_ms, list[dict[str, Any]]()
+        self.error: BaseException | str | None = None
 
     async def hello(self, **kw: Any) -> Hello:
         return Hello("ok", EPOCH, self.now)
 
     async def claim(self, **kw: Any) -> Verdict:
         self.claims.append(kw)
-        if self.error is not None:
+        if isinstance(self.error, BaseException):
             raise self.error
-        return Verdict(Claim.FIRST, EPOCH, self.now)
-
-    async def revoke(self, scope: bytes, **kw: Any) -> int:
-        return self.now
-
-    async def lift(self, scope: bytes, **kw: Any) -> bool:
-        return False
-
-    async def health(self, **kw: Any) -> dict[str, object]:
-        return {}
-
-    async def aclose(self) -> None:
-        pass
+        return Verdict(Claim.FIRST, EPOCH, None if self.error else self.now)  # type: ignore[arg-type]
 
 
 def fixed_guard(now_ms: int, ttl: float = 600, **kw: Any) -> tuple[SingleUse, Fixed]:
-    store = Fixed(now_ms, kw.pop("error", None))
-    guard = SingleUse(store, key=KEY, ttl=ttl, clock=lambda: now_ms / 1000, **kw)
+    guard = SingleUse(store := Fixed(now_ms), key=KEY, ttl=ttl, clock=lambda: now_ms / 1000, **kw)
     asyncio.run(guard.start())
     return guard, store
 
 
-def principal_of(v: Mapping[str, Any]) -> tuple[str | None, str | None, str | None] | None:
-    return None if v["principal"] is None else tuple(v["principal"])
-
-
 @pytest.mark.parametrize("v", VECTORS["valid"], ids=lambda v: v["name"])
 def test_the_vectors_restamp_byte_for_byte_and_claim_the_pinned_digests(v: dict[str, Any]) -> None:
+    """Every byte is also re-derived from docs/formats.md alone, with `hmac` and `hashlib` (below)."""
     guard, store = fixed_guard(v["issued_ms"], ttl=(v["expires_ms"] - v["issued_ms"]) / 1000)
+    principal = v["principal"] and tuple(v["principal"])
     with mock.patch("secrets.token_bytes", return_value=bytes.fromhex(v["token_id"])):
-        stamped = guard.stamp(v["state"].encode(), principal=principal_of(v), scopes=v["scopes"])
+        stamped = guard.stamp(v["state"].encode(), principal=principal, scopes=v["scopes"])
     assert stamped.decode() == v["stamped"]
     assert asyncio.run(guard.consume(v["stamped"].encode())) == v["state"].encode()
     claim = store.claims[0]
@@ -86,6 +73,19 @@ def test_the_vectors_restamp_byte_for_byte_and_claim_the_pinned_digests(v: dict[
     assert claim["epoch"] == EPOCH
     assert [s.hex() for s in claim["scopes"]] == [*v["scope_digests"], VECTORS["all_scope"]]
     assert (claim["issued_ms"], claim["expires_ms"]) == (v["issued_ms"], v["expires_ms"])
+    keys = {name: _hkdf(KEY, info) for name, info in VECTORS["hkdf_info"].items()}
+    assert _mac(keys["fingerprint"], _field(VECTORS["namespace"])).hex() == VECTORS["fingerprint"]
+    assert _mac(keys["scope"], _field("all") + _field(None) + _field(None)).hex() == VECTORS["all_scope"]
+    client, issuer, subject = v["principal"] or (None, None, None)
+    fields = [("principal", issuer, subject)] * bool(subject) + [("client", issuer, client)] * bool(client)
+    fields += [("scope", name, value) for name, value in v["scopes"].items()]
+    digests = [_mac(keys["scope"], b"".join(map(_field, f))) for f in fields]
+    assert [d.hex() for d in digests] == v["scope_digests"]
+    body = bytes.fromhex(v["token_id"]) + v["issued_ms"].to_bytes(6, "big") + v["expires_ms"].to_bytes(6, "big")
+    body += EPOCH + bytes([len(digests)]) + b"".join(digests)
+    tag = _mac(keys["stamp"], b"su2." + body + v["state"].encode())
+    assert b"su2." + base64.urlsafe_b64encode(body + tag).rstrip(b"=") + b"." + v["state"].encode() == stamped
+    assert _mac(keys["claim"], bytes.fromhex(v["token_id"])).hex() == v["claim_key"]
 
 
 @pytest.mark.parametrize("v", VECTORS["invalid"], ids=lambda v: v["name"])
@@ -103,7 +103,11 @@ def test_an_unspent_stamp_cannot_carry_a_consumed_state() -> None:
     grafted = unspent.rpartition(b".")[0] + b".transfer 100 to mallory"
     with pytest.raises(InvalidToken, match="seal"):
         asyncio.run(guard.consume(grafted))
-    assert len(store.claims) == 1  # refused before the store was asked
+    body = bytes(16) + (1_767_225_600_000).to_bytes(6, "big") * 2 + EPOCH + bytes([17]) + bytes(16 * 17)
+    tag = _mac(_hkdf(KEY, VECTORS["hkdf_info"]["stamp"]), b"su2." + body)
+    with pytest.raises(InvalidToken, match="malformed"):  # more than 16 scopes, under a valid tag (n is 0 to 16)
+        asyncio.run(guard.consume(b"su2." + base64.urlsafe_b64encode(body + tag).rstrip(b"=") + b"."))
+    assert len(store.claims) == 1  # both refused before the store was asked
 
 
 def _hkdf(secret: bytes, info: str) -> bytes:
@@ -121,34 +125,6 @@ def _mac(key: bytes, data: bytes) -> bytes:
     return hmac.new(key, data, hashlib.sha256).digest()[:16]
 
 
-@pytest.mark.parametrize("v", VECTORS["valid"], ids=lambda v: v["name"])
-def test_the_vectors_follow_from_docs_formats_alone(v: dict[str, Any]) -> None:
-    keys = {name: _hkdf(KEY, info) for name, info in VECTORS["hkdf_info"].items()}
-    assert _mac(keys["fingerprint"], _field(VECTORS["namespace"])).hex() == VECTORS["fingerprint"]
-    assert _mac(keys["scope"], _field("all") + _field(None) + _field(None)).hex() == VECTORS["all_scope"]
-    client, issuer, subject = v["principal"] or (None, None, None)
-    fields = [("principal", issuer, subject)] * bool(subject) + [("client", issuer, client)] * bool(client)
-    fields += [("scope", name, value) for name, value in v["scopes"].items()]
-    digests = [_mac(keys["scope"], b"".join(map(_field, f))) for f in fields]
-    assert [d.hex() for d in digests] == v["scope_digests"]
-    body = bytes.fromhex(v["token_id"]) + v["issued_ms"].to_bytes(6, "big") + v["expires_ms"].to_bytes(6, "big")
-    body += EPOCH + bytes([len(digests)]) + b"".join(digests)
-    state = v["state"].encode()
-    tag = _mac(keys["stamp"], b"su2." + body + state)
-    assert b"su2." + base64.urlsafe_b64encode(body + tag).rstrip(b"=") + b"." + state == v["stamped"].encode()
-    assert _mac(keys["claim"], bytes.fromhex(v["token_id"])).hex() == v["claim_key"]
-
-
-def test_a_stamp_of_more_than_16_scopes_is_malformed_under_a_valid_tag() -> None:
-    guard, store = fixed_guard(1_767_225_600_000)  # docs/formats.md: n is 0 to 16
-    keys = {name: _hkdf(KEY, info) for name, info in VECTORS["hkdf_info"].items()}
-    body = bytes(16) + (1_767_225_600_000).to_bytes(6, "big") * 2 + EPOCH + bytes([17]) + bytes(16 * 17)
-    stamped = b"su2." + base64.urlsafe_b64encode(body + _mac(keys["stamp"], b"su2." + body)).rstrip(b"=") + b"."
-    with pytest.raises(InvalidToken, match="malformed"):
-        asyncio.run(guard.consume(stamped))
-    assert store.claims == []
-
-
 def test_a_clock_that_steps_after_the_stores_last_answer_stops_minting() -> None:
     now = [1_767_225_600.0]  # point 5: a token dated past a revocation, minted before the next claim compares
     guard = SingleUse(Fixed(round(now[0] * 1000)), key=KEY, ttl=600, clock=lambda: now[0])
@@ -157,16 +133,6 @@ def test_a_clock_that_steps_after_the_stores_last_answer_stops_minting() -> None
     with pytest.raises(StoreError, match="cannot mint"):
         guard.stamp(b"x")
     assert not guard.started  # until `start` compares again
-
-
-def test_a_closed_codec_refuses_by_name() -> None:
-    codec = SingleUseCodec(AESGCMCodec(KeyRing.generate()), SingleUse(MemoryStore(), key=KEY, ttl=600))
-    token = codec.seal(b"s")
-    codec.close()
-    codec.close()
-    for call in (lambda: codec.seal(b"t"), lambda: codec.unseal(token)):
-        with pytest.raises(StoreError, match="closed"):
-            call()
 
 
 @given(st.binary(max_size=200))
@@ -198,6 +164,10 @@ def test_a_revocation_is_recorded_at_mint_and_no_path_takes_scopes_at_unseal() -
             bound.unseal(token, principal="carol")
     finally:
         codec.close()
+        codec.close()
+    for call in (lambda: codec.seal(b"t"), lambda: codec.unseal(other)):  # a closed codec refuses by name
+        with pytest.raises(StoreError, match="closed"):
+            call()
     with pytest.raises(TypeError, match="not picklable"):
         pickle.dumps(codec)
     assert KEY.hex() not in repr(codec) + repr(guard)
@@ -208,94 +178,54 @@ def test_a_revocation_is_recorded_at_mint_and_no_path_takes_scopes_at_unseal() -
     [
         (StoreUnreachable("the store at fixed:0 did not answer within 0.25 s"), "accept", True),
         (StoreUnreachable("the store at fixed:0 did not answer within 0.25 s"), "refuse", False),
-        (StoreError("the store at fixed:0 is full"), "accept", False),
+        (StoreError("the store at fixed:0 is full"), "accept", False),  # one client can fill a store
         (RuntimeError("a bug in a custom store"), "accept", False),
         (ConfigurationError("the store at fixed:0 belongs to another store key"), "accept", False),
+        ("unreadable", "accept", False),  # a FIRST claim, then an answer the guard cannot read
     ],
-    ids=["unreachable-accept", "unreachable-refuse", "answered-error", "any-other-exception", "foreign"],
+    ids=["unreachable-accept", "unreachable-refuse", "answered-error", "any-other-exception", "foreign", "unreadable"],
 )
 def test_availability_first_accepts_only_when_the_store_cannot_be_reached(
-    error: BaseException, mode: str, accepted: bool, caplog: pytest.LogCaptureFixture
+    error: BaseException | str, mode: str, accepted: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    guard, store = fixed_guard(1_767_225_600_000, on_store_error=mode)  # point 7
-    stamped = guard.stamp(b"x")
+    guard, store = fixed_guard(1_767_225_600_000, on_store_error=mode)  # points 7 and 13
+    stamped = [guard.stamp(b"x") for _ in range(3)]
     store.error = error
-    with caplog.at_level(logging.WARNING, "statecodec.single_use"):
-        if accepted:
-            assert asyncio.run(guard.consume(stamped)) == b"x"
-        else:
-            with pytest.raises(InvalidToken, match="store_unavailable"):
-                asyncio.run(guard.consume(stamped))
-    assert "fixed:0" in caplog.text
-    assert "a bug in a custom store" not in caplog.text
-
-
-def test_an_answer_the_guard_cannot_read_is_refused_even_in_accept_mode() -> None:
-    guard, store = fixed_guard(1_767_225_600_000, on_store_error="accept")  # a FIRST claim, then a broken clock
-    stamped, answer = guard.stamp(b"x"), store.claim
-
-    async def unreadable(**kwargs: Any) -> Verdict:
-        return (await answer(**kwargs))._replace(now_ms=None)  # type: ignore[arg-type]
-
-    store.claim = unreadable  # type: ignore[method-assign]
-    with pytest.raises(InvalidToken, match="store_unavailable") as refused:
-        asyncio.run(guard.consume(stamped))
-    assert refused.value.__cause__ is None
-    assert refused.value.__context__ is None
-
-
-@pytest.mark.parametrize(
-    ("error", "then"),
-    [(StoreUnreachable("the store at fixed:0 is unreachable: connection refused"), "until it answers"),
-     (StoreError("the store at fixed:0 is full"), "")],  # one client can fill a store: no log flood either
-    ids=["unreachable", "answered"],
-)
-def test_a_store_failure_is_one_line_naming_the_store_not_one_per_token(
-    error: StoreError, then: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    guard, store = fixed_guard(1_767_225_600_000)  # point 13
-    stamped = [guard.stamp(b"x") for _ in range(5)]
-    store.error = error
+    caplog.clear()
     with caplog.at_level(logging.WARNING, "statecodec.single_use"):
         for token in stamped:
-            with pytest.raises(InvalidToken, match="store_unavailable"):
-                asyncio.run(guard.consume(token))
-    assert [r.getMessage() for r in caplog.records] == [f"{store.error}: tokens refused {then}".rstrip()]
+            if accepted:
+                assert asyncio.run(guard.consume(token)) == b"x"
+            else:
+                with pytest.raises(InvalidToken, match="store_unavailable") as refused:
+                    asyncio.run(guard.consume(token))
+                assert (refused.value.__cause__, refused.value.__context__) == (None, None)
+    assert len(caplog.records) == (3 if accepted else 1)  # a refusal is one line per interval, not one per token
+    assert all("fixed:0" in r.getMessage() and "a bug in" not in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.parametrize(
-    ("settings", "message"),
-    [
-        ({"STATECODEC_REVOCATION_STALENESS": "2"}, "STATECODEC_REVOCATION_STALENESS is gone"),
-        ({"STATECODEC_STORE_TIMEOUT": "nan"}, "STATECODEC_STORE_TIMEOUT must be a number of seconds"),
-        ({"STATECODEC_TTL": "0"}, "STATECODEC_TTL must be whole seconds"),
-        ({"STATECODEC_STORE_ON_ERROR": "maybe"}, "STATECODEC_STORE_ON_ERROR must be refuse"),
-        ({"STATECODEC_STORE_KEY": "short"}, "STATECODEC_STORE_KEY"),
-    ],
+@pytest.mark.parametrize(  # the others: tests/test_cli.py, test_check_exits_2_on_what_would_stop_the_server_at_start_up
+    ("setting", "message"),
+    [("STATECODEC_REVOCATION_STALENESS", "is gone"), ("STATECODEC_STORE_TIMEOUT", "must be a number of seconds")],
 )
-def test_configuration_mistakes_fail_at_construction_naming_the_setting(settings: dict[str, str], message: str) -> None:
-    env = {**ENV, "STATECODEC_STORE_URL": "redis://127.0.0.1:1/0", **settings}
-    with pytest.raises(ConfigurationError, match=message):
-        SingleUse.from_env(env)
+def test_configuration_mistakes_fail_at_construction_naming_the_setting(setting: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"{setting} {message}"):
+        SingleUse.from_env({**ENV, "STATECODEC_STORE_URL": "redis://127.0.0.1:1/0", setting: "nan"})
 
 
-SECRET_URLS = ["htps://user:pa/ss?wo#rd@host:6379/0", "pa$$word@host", "redis:/user:secret@host", "rediss//x:y@h"]
-
-
-@pytest.mark.parametrize("url", SECRET_URLS)
-def test_an_unknown_store_url_is_never_echoed(url: str, tmp_path: Path) -> None:
-    (tmp_path / "url").write_text(url)  # point 14: the text comes from a file too
-    for settings in ({"STATECODEC_STORE_URL": url}, {"STATECODEC_STORE_URL_FILE": str(tmp_path / "url")}):
-        with pytest.raises(ConfigurationError) as info:
-            store_from_settings(settings)
-        assert all(part not in str(info.value) for part in ("user", "pa", "secret", "host", "word", "x:y"))
-
-
-def test_a_redis_password_holding_url_delimiters_never_becomes_the_host() -> None:
+def test_a_store_url_is_never_echoed_and_a_password_holding_url_delimiters_never_becomes_the_host(
+    tmp_path: Path,
+) -> None:
     from statecodec.redis_store import RedisStore
 
+    for url in ["htps://user:pa/ss?wo#rd@host:6379/0", "pa$$word@host", "redis:/user:secret@host", "rediss//x:y@h"]:
+        (tmp_path / "url").write_text(url)  # an unknown scheme: the text comes from a file too
+        for settings in ({"STATECODEC_STORE_URL": url}, {"STATECODEC_STORE_URL_FILE": str(tmp_path / "url")}):
+            with pytest.raises(ConfigurationError) as info:
+                store_from_settings(settings)
+            assert all(part not in str(info.value) for part in ("user", "pa", "secret", "host", "word", "x:y"))
     for url in ("redis://u:p/a?s#s@db.example:6390/2", "redis://u:p%2Fa%3Fs@db.example:6390/2"):
-        store = RedisStore.from_url(url)  # point 14: no connection is made here
+        store = RedisStore.from_url(url)  # no connection is made here
         assert store.where == "db.example:6390"
         assert repr(store) == "RedisStore('db.example:6390', namespace='statecodec')"
     for bad in ("redis://u:secret@db.example:notaport/0", "redis://u:secret@/0", "redis+cluster://u:secret@h:1/3"):
@@ -305,10 +235,8 @@ def test_a_redis_password_holding_url_delimiters_never_becomes_the_host() -> Non
 
 
 def test_the_redis_store_imports_neither_the_guard_nor_the_providers() -> None:
-    code = (
-        "import sys, statecodec.redis_store; from statecodec import StoreError, StoreUnreachable;"
-        "assert not {'statecodec.single_use', 'statecodec.providers'} & set(sys.modules), sys.modules.keys()"
-    )
+    code = "import sys, statecodec.redis_store; from statecodec import StoreError, StoreUnreachable; assert not {"
+    code += "'statecodec.single_use', 'statecodec.providers'} & set(sys.modules), sys.modules.keys()"
     subprocess.run([sys.executable, "-c", code], check=True)  # point 17: no import circle
 
 

@@ -6,9 +6,7 @@ Any codec goes to the SDK as it is (docs/deployment.md); the SDK is imported whe
 from __future__ import annotations
 
 import logging
-import math
 import os
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -35,9 +33,8 @@ REJECTED = "requestState rejected on %s: %s"  # the SDK boundary's log line too:
 REFUSED = {"reason": "invalid_request_state"}  # the data of the SDK's frozen -32602 refusal
 
 
-def security_from_env(
-    *, ttl: float | None = None, audience: str | None = None, environ: Mapping[str, str] | None = None, **options: Any
-) -> RequestStateSecurity:
+def security_from_env(*, ttl: float | None = None, audience: str | None = None,
+                      environ: Mapping[str, str] | None = None, **options: Any) -> RequestStateSecurity:
     """The SDK's `RequestStateSecurity` around `codec_from_env(environ)`, `ttl` defaulting to ``STATECODEC_TTL`` (as
     single use does); `ConfigurationError` naming what to set, or `ImportError` naming the extra, before any start."""
     try:
@@ -65,7 +62,7 @@ class SingleUseMiddleware:
             deadline = 2 * getattr(guard.store, "timeout", 0.25)
         self.deadline = seconds("deadline", deadline, low=0, high=60, low_open=True)
         self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
-        self._running, self._warned = False, -math.inf
+        self._running = False
 
     @asynccontextmanager
     async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
@@ -75,10 +72,9 @@ class SingleUseMiddleware:
         mine = [i for i, middleware in enumerate(server.middleware) if middleware is self]
         boundaries = [i for i, item in enumerate(server.middleware) if isinstance(item, RequestStateBoundary)]
         if not mine or not boundaries or min(mine) < max(boundaries):
-            raise ConfigurationError(
-                "SingleUseMiddleware must come after the SDK's RequestStateBoundary in server.middleware (it must see "
-                "verified state only): pass it to MCPServer(middleware=[...]); on a lowlevel Server, append it last"
-            )
+            raise ConfigurationError("SingleUseMiddleware must come after the SDK's RequestStateBoundary in "
+                                     "server.middleware (it must see verified state only): pass it to "
+                                     "MCPServer(middleware=[...]); on a lowlevel Server, append it last")
         self._running = True
         try:
             await self._start()
@@ -90,6 +86,9 @@ class SingleUseMiddleware:
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method not in self._methods:
             return await call_next(ctx)
+        if not self._running:  # no lifespan: nothing checked the order or started the store
+            logger.error("SingleUseMiddleware on %s was never started: pass lifespan=single_use.lifespan", ctx.method)
+            raise _mcp_error()
         state = (ctx.params or {}).get("requestState")
         if isinstance(state, str):  # the boundary refused any other type, and turned null into absent
             ctx = replace(ctx, params={**(ctx.params or {}), "requestState": await self._consume(ctx.method, state)})
@@ -103,14 +102,13 @@ class SingleUseMiddleware:
         return result.model_copy(update={"request_state": stamped})
 
     async def _consume(self, method: str, state: str) -> str:
-        self._check_running(method)
         try:
             return (await self._bounded(self.guard.consume(_bytes(state)))).decode("utf-8", "surrogatepass")
         except InvalidToken as exc:
             reason = exc.reason
         except StoreUnreachable as exc:  # past the deadline
             reason = Reason.STORE_UNAVAILABLE
-            self._warn(str(exc))
+            self.guard.warn(str(exc))
         # The SDK boundary's own log line and frozen answer: a client cannot tell this refusal from any other.
         logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
         raise _mcp_error("Invalid or expired requestState", dict(REFUSED))
@@ -119,7 +117,6 @@ class SingleUseMiddleware:
         from mcp.server.auth.middleware.auth_context import get_access_token
         from mcp.server.auth.provider import principal_components
 
-        self._check_running(ctx.method)
         if not self.guard.started:
             await self._start()
         token = get_access_token()  # the minting request's principal, whatever bind_principal is
@@ -135,7 +132,7 @@ class SingleUseMiddleware:
         try:
             await self._bounded(self.guard.start())
         except StoreUnreachable as exc:  # its message names the store and the cause, never a credential
-            self._warn(f"{exc}; tokens are refused, and none minted, until it answers")
+            self.guard.warn(f"{exc}; tokens are refused, and none minted, until it answers")
 
     async def _bounded(self, call: Awaitable[T]) -> T:
         """`call` under the one deadline covering the whole wait, on this loop; past it, `StoreUnreachable`."""
@@ -144,16 +141,6 @@ class SingleUseMiddleware:
         with anyio.move_on_after(self.deadline):
             return await call
         raise StoreUnreachable(f"the single-use store at {self.guard.where} did not answer within {self.deadline:g} s")
-
-    def _warn(self, message: str) -> None:
-        if time.monotonic() - self._warned >= 60:  # one warning a minute at most: a brown-out logs, not floods
-            self._warned = time.monotonic()
-            logger.warning(message)
-
-    def _check_running(self, method: str) -> None:
-        if not self._running:
-            logger.error("SingleUseMiddleware on %s was never started: pass lifespan=single_use.lifespan", method)
-            raise _mcp_error()
 
 
 def _mcp_error(message: str = "Internal error", data: object = None) -> MCPError:

@@ -1,9 +1,9 @@
 """`RedisStore`: the single-use `Store` a fleet shares, on Redis 6.2+ or a Redis Cluster (``statecodec[redis]``).
 
-Threat: a replay accepted by a second instance, a store that evicts or forgets what it saw, a store that stalls
-every request, a credential in a log. Each claim is one Lua script on the server's clock (``TIME``), one round trip
-per token; key layout and scripts: docs/formats.md; the ACL and failure modes: docs/single-use.md. Unreachable or
-late is `StoreUnreachable`, an answered error `StoreError`; messages name host:port only.
+Threat: a replay accepted by a second instance, a store that evicts or forgets, a store that stalls every request,
+a credential in a log. Each claim is one Lua script on the server's clock (``TIME``), one round trip per token (keys
+and scripts: docs/formats.md; ACL: docs/single-use.md). Unreachable or late is `StoreUnreachable`, an answered error
+`StoreError`; messages name host:port only.
 """
 
 from __future__ import annotations
@@ -141,14 +141,13 @@ class RedisStore(HoldsSecrets):
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "statecodec", timeout: float = 0.25) -> RedisStore:
-        """The store at a `REDIS_SCHEMES` URL (docs/single-use.md); `timeout` bounds connecting and each answer.
-        Connects lazily, and recovers by itself."""
+        """The store at a `REDIS_SCHEMES` URL; `timeout` bounds connecting and each answer. Connects lazily."""
         where, kwargs = _parse(url)
         # No CLIENT SETINFO (the minimal ACL denies CLIENT); one immediate retry on a dropped pooled connection,
         # never on a timeout, which would double the bound.
+        retry = Retry(NoBackoff(), 1, supported_errors=(rx.ConnectionError,))
         kwargs |= {"socket_timeout": timeout, "socket_connect_timeout": timeout, "protocol": 2, "driver_info": None,
-                   "max_connections": _CONNECTIONS}
-        kwargs["retry"] = Retry(NoBackoff(), 1, supported_errors=(rx.ConnectionError,))
+                   "max_connections": _CONNECTIONS, "retry": retry}
         client = RedisCluster(**kwargs) if url.partition("://")[0].endswith("+cluster") else Redis(**kwargs)
         return cls(client, where=where, namespace=namespace, timeout=timeout)
 

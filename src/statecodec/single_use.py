@@ -33,7 +33,6 @@ T = TypeVar("T")
 Principal = tuple[str | None, str | None, str | None]  # (client_id, issuer, subject), as the MCP SDK binds it
 PREFIX, STORE_KEY_VAR, STORE_URL_VAR = b"su2.", "STATECODEC_STORE_KEY", "STATECODEC_STORE_URL"
 _HEADER, _DIGEST, _MAX_SCOPES = 36, 16, 16  # id 16, issued 6, expires 6, epoch 8; then a count and the digests
-_QUIET_S = 10.0
 _VERDICTS = {Claim.USED: Reason.REPLAYED, Claim.REVOKED: Reason.REVOKED, Claim.EXPIRED: Reason.EXPIRED}
 
 
@@ -66,12 +65,10 @@ class Selector(TypedDict, total=False):
 
 
 class SingleUse(HoldsSecrets):
-    """The single-use and revocation rules (module docstring) over any `Store`, from one event loop.
-
-    `key` (one key from `statecodec keygen`, the same on every instance) keys the stamp and every digest; `ttl` is
-    the lifetime of the tokens this instance mints; `clock_skew` is how far this clock may be from the store's:
-    beyond it this instance neither mints nor accepts, and a revocation also covers tokens minted that long after.
-    """
+    """The single-use and revocation rules (module docstring) over any `Store`, from one event loop. `key` (one key,
+    the same on every instance) keys the stamp and every digest; `ttl` is the lifetime of the tokens this instance
+    mints; beyond `clock_skew` from the store's clock this instance neither mints nor accepts, and a revocation also
+    covers tokens minted that long after."""
 
     __slots__ = ("_anchor", "_clock", "_epoch", "_fingerprint", "_keys", "_quiet_until", "_skewed", "clock_skew",
                  "on_store_error", "store", "ttl", "where")
@@ -81,13 +78,11 @@ class SingleUse(HoldsSecrets):
         if not isinstance(store, Store):
             raise ConfigurationError("store must be a statecodec Store, e.g. MemoryStore() or RedisStore.from_url")
         if on_store_error not in ("refuse", "accept"):
-            raise ConfigurationError("on_store_error must be 'refuse' (fail closed) or 'accept' (availability first)")
+            raise ConfigurationError("STATECODEC_STORE_ON_ERROR must be refuse (the default) or accept")
         self.ttl = seconds("ttl", ttl, low=0.001, high=1e7)
         self.clock_skew = seconds("clock_skew", clock_skew, low=0, high=3600)
-        try:
+        with named_errors("the store key"):
             secret = (key if isinstance(key, KeyRing) else KeyRing([key]))[0]
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"the store key {str(exc).removeprefix('key 0 ')}") from None
         self._keys = {k: derive_key(secret, b"statecodec/su2/" + k.encode()) for k in ("claim", "stamp", "scope")}
         self._fingerprint = _mac(derive_key(secret, b"statecodec/su2/fingerprint"), _field(store.namespace))
         self.store, self.on_store_error, self._clock = store, on_store_error, clock
@@ -110,31 +105,27 @@ class SingleUse(HoldsSecrets):
             keys = parse_keys(text)
             if len(keys) != 1:
                 raise ConfigurationError(f"holds {len(keys)} keys; the store key is one key")
-        mode = setting(settings, "STATECODEC_STORE_ON_ERROR", required=False) or "refuse"
-        if mode not in ("refuse", "accept"):
-            raise ConfigurationError("STATECODEC_STORE_ON_ERROR must be refuse (the default) or accept")
-        ttl, store = ttl_setting(settings), store or store_from_settings(settings)
-        return cls(store, key=keys[0], ttl=ttl, on_store_error="accept" if mode == "accept" else "refuse")
+        mode: Any = setting(settings, "STATECODEC_STORE_ON_ERROR", required=False) or "refuse"  # __init__ checks it
+        return cls(store or store_from_settings(settings), key=keys[0], ttl=ttl_setting(settings), on_store_error=mode)
 
     @property
     def started(self) -> bool:
-        """Whether this instance may mint: the store answered, this clock within skew (else call `start` again)."""
+        """Whether this instance may mint (else call `start` again)."""
         return self._epoch is not None and not self._skewed
 
     def _scope(self, kind: str, first: str | None, second: str | None) -> bytes:
         return _mac(self._keys["scope"], _field(kind) + _field(first) + _field(second))
 
     def _skew(self, before: float, store_ms: int, after: float) -> str | None:
-        """Why this clock is beyond `clock_skew` of the store's, which answered between `before` and `after`; keeps
-        the store's time against the monotonic clock, for `stamp` to notice a step of this clock in between."""
+        """Why this clock is beyond `clock_skew` of the store's, which answered between `before` and `after`; anchors
+        the store's time to the monotonic clock, for `stamp` to notice a step of this clock in between."""
         self._anchor = (store_ms / 1000 - time.monotonic(), after - before)
         offset = store_ms / 1000 - min(max(store_ms / 1000, before - self.clock_skew), after + self.clock_skew)
         way = "behind" if offset > 0 else "ahead of"
         return f"this clock is {abs(offset) + self.clock_skew:.3f} s {way} the store's" if offset else None
 
     async def start(self) -> None:
-        """One round trip: begin the store's memory, record this lifetime, check whose the store is, its memory policy
-        and its clock. `ConfigurationError` names what to fix; `StoreUnreachable`: claims refuse until it answers."""
+        """One round trip: begin the store's memory, record this lifetime, check its owner, memory policy and clock."""
         before, skew_ms, ttl_ms = self._clock(), round(self.clock_skew * 1000), round(self.ttl * 1000)
         hello = await self.store.hello(fingerprint=self._fingerprint, lifetime_ms=ttl_ms, skew_ms=skew_ms)
         skewed = self._skew(before, hello.now_ms, self._clock())
@@ -195,11 +186,11 @@ class SingleUse(HoldsSecrets):
             if self.on_store_error == "accept":
                 logger.error("%s: token accepted WITHOUT the single-use check (on_store_error=accept)", exc)
                 return state
-            self._refusing(f"{exc}: tokens refused until it answers")
+            self.warn(f"{exc}: tokens refused until it answers")
         except (StoreError, ConfigurationError) as exc:  # answered: refused in every mode
-            self._refusing(f"{exc}: tokens refused")
+            self.warn(f"{exc}: tokens refused")
         except Exception as exc:  # a store's bug is never a reason to accept
-            self._refusing(f"the store at {self.where} failed ({type(exc).__name__}): tokens refused")
+            self.warn(f"the store at {self.where} failed ({type(exc).__name__}): tokens refused")
         else:  # answered: outside the handlers, so no store exception is chained to a refusal
             if verdict.malformed:
                 logger.error("the store at %s holds malformed revocations, skipped: %s", self.where, verdict.malformed)
@@ -207,17 +198,17 @@ class SingleUse(HoldsSecrets):
                 logger.warning("the store at %s lost its memory (flush or restart): older tokens refused", self.where)
                 self._epoch = verdict.epoch
             if self._skewed or verdict.claim is Claim.FOREIGN:
-                self._refusing(f"the store at {self.where}: {self._skewed or 'another store key'}: tokens refused")
+                self.warn(f"the store at {self.where}: {self._skewed or 'another store key'}: tokens refused")
             elif verdict.claim is Claim.FIRST:
                 return state
             raise InvalidToken(_VERDICTS.get(verdict.claim, Reason.STORE_UNAVAILABLE))
         raise InvalidToken(Reason.STORE_UNAVAILABLE)
 
-    def _refusing(self, message: str) -> None:
-        """One line per interval, not one per token: an outage, or a store one client filled, cannot flood the log."""
+    def warn(self, message: str) -> None:
+        """One WARNING per 10 s, not one per token: an outage, or a store one client filled, cannot flood the log."""
         if time.monotonic() >= self._quiet_until:
             logger.warning(message)
-            self._quiet_until = time.monotonic() + _QUIET_S
+            self._quiet_until = time.monotonic() + 10
 
     def _selector(self, selector: Selector) -> bytes:
         kinds = [k for k in ("principal", "client", "scope", "everything") if selector.get(k) not in {None, False}]
@@ -273,8 +264,7 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
 
     def seal(self, state: bytes, *, principal: str | Principal | None = None, scopes: Mapping[str, str] | None = None,
              **kwargs: Any) -> str:
-        """A str `principal` is bound by the inner codec (`BoundCodec`) and recorded as the subject; a triple
-        ``(client_id, issuer, subject)`` is recorded only."""
+        """A str `principal` is bound by the inner codec and recorded as the subject; a triple is recorded only."""
         if isinstance(principal, str):
             kwargs["principal"], principal = principal, (None, None, principal)
         if not self.guard.started or self._closed.locked():
@@ -299,9 +289,8 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
 
 def store_from_settings(settings: Mapping[str, str]) -> Store:
     """The store ``STATECODEC_STORE_URL`` names: ``memory`` for one process, or a Redis URL (docs/single-use.md)."""
-    if setting(settings, "STATECODEC_REVOCATION_STALENESS", required=False) is not None:
-        raise ConfigurationError("STATECODEC_REVOCATION_STALENESS is gone: each claim asks the store about "
-                                 "revocations in the same round trip, so there is no view to keep fresh; remove it")
+    if setting(settings, "STATECODEC_REVOCATION_STALENESS", required=False) is not None:  # a removed setting
+        raise ConfigurationError("STATECODEC_REVOCATION_STALENESS is gone: each claim answers revocation; remove it")
     url, source = text_or_file(settings, STORE_URL_VAR, 4096, "it holds one store URL")
     if url is None:
         raise ConfigurationError(f"{STORE_URL_VAR} is not set; set it to redis://host:6379/0 (a fleet) or memory")

@@ -19,8 +19,7 @@ from statecodec.errors import ConfigurationError, StoreError
 
 __all__ = ["REDIS_SCHEMES", "Claim", "Hello", "MemoryStore", "Store", "Verdict", "check_owner"]
 
-# The URL schemes of a Redis store (statecodec.redis_store): a server, over TLS, a socket, a Cluster by any node.
-REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")  # a server, TLS, a socket, a Cluster
 
 
 class Claim(enum.Enum):
@@ -59,12 +58,8 @@ def check_owner(owner: str, where: str) -> None:
 
 @runtime_checkable
 class Store(Protocol):
-    """Shared state behind `SingleUse`, in milliseconds of the store's clock (docs/formats.md, "The scripts").
-
-    `hello` begins the store's memory if it has none and records the instance's lifetime and skew; `claim`
-    answers a `Verdict`; `revoke` answers the instant a revocation took effect; `lift` whether there was one;
-    `revoke`, `lift` and `health` check the fingerprint with `check_owner`.
-    """
+    """Shared state behind `SingleUse`, in milliseconds of the store's clock (docs/formats.md, "The scripts");
+    `revoke`, `lift` and `health` check the fingerprint with `check_owner`."""
 
     where: str  # host:port, for messages; never a credential
     namespace: str
@@ -91,18 +86,17 @@ class MemoryStore:
         self.namespace, self._max, self._clock = namespace, max_entries, clock
         self._meta: tuple[bytes, bytes] | None = None  # (epoch, fingerprint), once the memory began
         self._lifetime = self._skew = self._seen = 0  # the longest lifetime, largest skew, latest time it saw
-        self._claims: dict[bytes, int] = {}  # claim key -> until
-        self._revoked: dict[bytes, tuple[int, int]] = {}  # scope -> (at, until)
-        self._expiry: list[tuple[int, bool, bytes]] = []  # heap of (until, is a revocation, key)
+        self._live: dict[bytes, tuple[int, int]] = {}  # b"c" + claim key or b"r" + scope -> (revoked at, until)
+        self._expiry: list[tuple[int, bytes]] = []  # heap of (until, key)
         self._lock = threading.Lock()  # a codec's loop thread and a server's loop may share one store
 
     def _now(self, fingerprint: bytes, lifetime_ms: int = 0, skew_ms: int = 0) -> Hello:
         """(whose the store is, its epoch, its clock), after dropping what expired and recording the lifetime."""
         now = int(self._clock() * 1000)
         while self._expiry and self._expiry[0][0] <= now:
-            until, revocation, key = heapq.heappop(self._expiry)
-            if (self._revoked.get(key, (0, 0))[1] if revocation else self._claims.get(key)) == until:
-                (self._revoked if revocation else self._claims).pop(key)
+            until, key = heapq.heappop(self._expiry)
+            if self._live.get(key, (0, 0))[1] == until:
+                del self._live[key]
         owner = "unused" if self._meta is None else "ok" if self._meta[1] == fingerprint else "foreign"
         if owner == "ok" and now + max(skew_ms, self._skew) < self._seen:  # the clock went back:
             self._meta, self._seen = (secrets.token_bytes(8), fingerprint), now  # what it dropped may live: forget
@@ -113,10 +107,11 @@ class MemoryStore:
         owner = "new" if owner == "unused" and lifetime_ms else owner
         return Hello(owner, self._meta[0] if self._meta else b"", now)
 
-    def _keep(self, until: int, revocation: bool, key: bytes, new: bool) -> None:
-        if new and len(self._claims) + len(self._revoked) >= self._max:
+    def _keep(self, key: bytes, at: int, until: int) -> None:
+        if key not in self._live and len(self._live) >= self._max:
             raise StoreError(f"the in-process store holds {self._max} live entries, its max_entries")
-        heapq.heappush(self._expiry, (until, revocation, key))
+        heapq.heappush(self._expiry, (until, key))
+        self._live[key] = (at, until)
 
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello:
         with self._lock:
@@ -130,33 +125,31 @@ class MemoryStore:
                 return Verdict(Claim.FOREIGN if owner == "foreign" else Claim.FORGOTTEN, current, now)
             if expires_ms <= now:
                 return Verdict(Claim.EXPIRED, current, now)
-            if any(self._revoked.get(scope, (-1, 0))[0] >= issued_ms for scope in scopes):
+            if any(self._live.get(b"r" + scope, (-1, 0))[0] >= issued_ms for scope in scopes):
                 return Verdict(Claim.REVOKED, current, now)
-            if key in self._claims:
+            if b"c" + key in self._live:
                 return Verdict(Claim.USED, current, now)
-            self._keep(expires_ms, False, key, True)
-            self._claims[key] = expires_ms
+            self._keep(b"c" + key, 0, expires_ms)
             return Verdict(Claim.FIRST, current, now)
 
     async def revoke(self, scope: bytes, *, fingerprint: bytes, skew_ms: int) -> int:
         with self._lock:
             owner, _, now = self._now(fingerprint)
             check_owner(owner, self.where)
-            skew, old = max(skew_ms, self._skew), self._revoked.get(scope, (0, 0))
-            at, until = max(now + skew, old[0]), max(now + 2 * skew + self._lifetime, old[1])
-            self._keep(until, True, scope, scope not in self._revoked)
-            self._revoked[scope] = (at, until)
+            skew, old = max(skew_ms, self._skew), self._live.get(b"r" + scope, (0, 0))
+            at = max(now + skew, old[0])
+            self._keep(b"r" + scope, at, max(now + 2 * skew + self._lifetime, old[1]))
             return at
 
     async def lift(self, scope: bytes, *, fingerprint: bytes) -> bool:
         with self._lock:
             check_owner(self._now(fingerprint).owner, self.where)
-            return self._revoked.pop(scope, None) is not None
+            return self._live.pop(b"r" + scope, None) is not None
 
     async def health(self, *, fingerprint: bytes) -> dict[str, object]:
         with self._lock:
-            owner = self._now(fingerprint).owner
-            return {"store": "memory", "owner": owner, "claims": len(self._claims), "revocations": len(self._revoked)}
+            owner, claims = self._now(fingerprint).owner, sum(key[:1] == b"c" for key in self._live)
+            return {"store": "memory", "owner": owner, "claims": claims, "revocations": len(self._live) - claims}
 
     async def aclose(self) -> None:
         pass  # nothing to release

@@ -1,7 +1,6 @@
-"""RedisStore against a real `redis-server`: what only a networked store has. The minimal ACL, TLS, credentials
-and URL secrets never echoed, every failure named by host:port and cause, the memory policy, the cost of many
-revocations, malformed entries, the operator's commands on a live store, and a Redis Cluster. The contract every
-store keeps is tests/test_store_contract.py.
+"""RedisStore against a real `redis-server`, what only a networked store has: the minimal ACL, TLS, no URL secret
+echoed, failures named by host:port and cause, the memory policy, many revocations, malformed entries, the
+operator's commands on a live store, a Redis Cluster. The contract every store keeps: tests/test_store_contract.py.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from tests.plugins.aws import free_port
-from tests.plugins.redis import RedisClusterServers, RedisServer
+from tests.plugins.redis import RedisServer
 
 from statecodec import ConfigurationError, InvalidToken, StoreError, StoreUnreachable, format_keys
 from statecodec.cli.main import main
@@ -35,8 +34,7 @@ T = TypeVar("T")
 KEY = bytes(range(50, 82))
 PASSWORD = "s3cret/Pa?ss#7@f1e"  # every URL delimiter: it must never become the host:port of a message
 QUOTED = PASSWORD.replace("/", "%2F").replace("?", "%3F").replace("#", "%23").replace("@", "%40")
-# The minimal ACL: what the client sends, and what the scripts call, on the namespace's keys. Also in
-# docs/single-use.md.
+# The minimal ACL (docs/single-use.md): what the client sends, and what the scripts call, on the namespace's keys.
 ACL_COMMANDS = ["+evalsha", "+eval", "+info", "+time", "+hmget", "+hget", "+hset", "+hdel", "+hgetall", "+set"]
 ACL_COMMANDS += ["+zadd", "+zrem", "+zrangebyscore", "+zremrangebyscore"]
 CLUSTER_ACL_COMMANDS = ["+cluster|slots", "+cluster|shards", "+command"]  # read by a cluster client when it starts
@@ -47,9 +45,8 @@ def run(scenario: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kw: Any) 
     return asyncio.run(scenario(*args, **kw))
 
 
-async def started(url: str, *, key: bytes = KEY, namespace: str = "statecodec", **kw: Any) -> SingleUse:
-    store = RedisStore.from_url(url, namespace=namespace, timeout=kw.pop("timeout", 2))
-    guard = SingleUse(store, key=key, ttl=600, **kw)
+async def started(url: str, **kw: Any) -> SingleUse:
+    guard = SingleUse(RedisStore.from_url(url, timeout=kw.pop("timeout", 2)), key=KEY, ttl=600, **kw)
     try:
         await guard.start()
     except BaseException:
@@ -59,14 +56,7 @@ async def started(url: str, *, key: bytes = KEY, namespace: str = "statecodec", 
 
 
 def assert_silent(exc: BaseException) -> None:
-    for text in (str(exc), repr(exc), str(exc.__context__), str(exc.__cause__)):
-        assert PASSWORD not in text
-        assert QUOTED not in text
-        assert "s3cret" not in text
-
-
-def user_url(server: RedisServer, db: int = 0) -> str:
-    return f"redis://statecodec:{QUOTED}@127.0.0.1:{server.port}/{db}"
+    assert "s3cret" not in " ".join((str(exc), repr(exc), str(exc.__context__), str(exc.__cause__)))  # nor QUOTED
 
 
 @pytest.fixture
@@ -74,7 +64,7 @@ def acl_user(redis_url: str, redis_server: RedisServer) -> Iterator[str]:
     """The URL of an ACL user holding only the minimal command set, its password full of URL delimiters."""
     redis_server.cli("ACL", "SETUSER", "statecodec", "reset", *ACL_RULES)
     redis_server.cli("ACL", "LOG", "RESET")
-    yield user_url(redis_server)
+    yield f"redis://statecodec:{QUOTED}@127.0.0.1:{redis_server.port}/0"
     redis_server.cli("ACL", "DELUSER", "statecodec")
 
 
@@ -95,13 +85,6 @@ def test_the_minimal_acl_user_can_do_everything_the_store_does(acl_user: str, re
         finally:
             await guard.aclose()
 
-    run(scenario)
-    assert redis_server.cli("ACL", "LOG") == ""  # nothing was refused
-
-
-def test_a_missing_command_or_a_wrong_password_is_an_answered_error_without_the_secret(
-    acl_user: str, redis_server: RedisServer
-) -> None:
     async def revoke(url: str) -> None:
         guard = await started(url)
         try:
@@ -109,7 +92,9 @@ def test_a_missing_command_or_a_wrong_password_is_an_answered_error_without_the_
         finally:
             await guard.aclose()
 
-    redis_server.cli("ACL", "SETUSER", "statecodec", "-zadd")
+    run(scenario)
+    assert redis_server.cli("ACL", "LOG") == ""  # nothing was refused
+    redis_server.cli("ACL", "SETUSER", "statecodec", "-zadd")  # a missing command or a wrong password: answered
     for url, message in ((acl_user, "ACL user lacks"), (acl_user.replace("%40f1e", "%40f1x"), "user name or password")):
         with pytest.raises(StoreError, match=message) as info:
             run(revoke, url)
@@ -142,45 +127,31 @@ def test_each_failure_names_host_port_and_its_cause_only(
 def test_a_store_that_stops_answering_is_unreachable_and_the_same_guard_recovers(
     redis_url: str, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def scenario() -> None:
-        refuse, accept = await started(redis_url, timeout=0.25), await started(redis_url, on_store_error="accept")
+    async def scenario() -> list[bytes | BaseException]:
+        refuse, accept = [await started(redis_url, timeout=0.25, on_store_error=mode) for mode in ("refuse", "accept")]
         try:
             stamped = [refuse.stamp(b"x") for _ in range(3)]
             redis_server.pause()
             with pytest.raises(StoreUnreachable, match=r"127.0.0.1:\d+ did not answer within 0.25 s"):
-                await started(redis_url, timeout=0.25)  # point 13: start names host:port and the cause
+                await started(redis_url, timeout=0.25)  # start names host:port and the cause
             with pytest.raises(InvalidToken, match="store_unavailable"):
                 await refuse.consume(stamped[0])
-            accept.store.timeout = 0.25  # type: ignore[attr-defined]
-            assert await accept.consume(stamped[1]) == b"x"  # the one failure availability first accepts
+            # Availability first accepts the claims in flight (100: its connections) and refuses the 200 waiting
+            # for a connection, never sent: a queue of this instance is no outage.
+            outcomes = await asyncio.gather(*(accept.consume(stamped[1]) for _ in range(300)), return_exceptions=True)
             redis_server.resume()
             assert await refuse.consume(stamped[2]) == b"x"
+            return outcomes
         finally:
             redis_server.resume()
             await refuse.aclose()
             await accept.aclose()
 
     with caplog.at_level(logging.WARNING, "statecodec.single_use"):
-        run(scenario)
+        outcomes = run(scenario)
+    assert 0 < outcomes.count(b"x") <= 100 < sum(str(o) == "store_unavailable" for o in outcomes)
     assert "did not answer within 0.25 s: tokens refused until it answers" in caplog.text
 
-
-
-def test_claims_beyond_the_connections_of_an_instance_are_refused_even_in_accept_mode(
-    redis_url: str, redis_server: RedisServer
-) -> None:
-    async def scenario() -> list[object]:
-        guard = await started(redis_url, on_store_error="accept", timeout=0.25)
-        stamped = guard.stamp(b"x")
-        redis_server.pause()  # the 100 claims in flight find the store stalled: the one failure accept mode accepts
-        try:
-            return await asyncio.gather(*(guard.consume(stamped) for _ in range(300)), return_exceptions=True)
-        finally:
-            redis_server.resume()
-            await guard.aclose()
-
-    outcomes = run(scenario)  # the 200 waiting for a connection were never sent: a queue of this instance
-    assert outcomes.count(b"x") <= 100 < sum(str(o) == "store_unavailable" for o in outcomes)
 
 def test_an_instance_too_busy_to_read_the_answer_refuses_even_in_accept_mode(redis_url: str) -> None:
     async def scenario() -> list[object]:
@@ -199,43 +170,16 @@ def test_an_instance_too_busy_to_read_the_answer_refuses_even_in_accept_mode(red
     outcomes = run(scenario)  # the store answered in time: only this loop was late to read it
     assert b"x" not in outcomes
 
-def test_a_store_at_maxclients_or_loading_has_answered_and_is_refused_even_in_accept_mode(redis_url: str) -> None:
-    async def scenario() -> None:
-        first = await started(redis_url)
-        stamped = first.stamp(b"x")
-        assert await first.consume(stamped) == b"x"
-        with RedisServer(extra=["--maxclients", "1"]) as full:  # the answer: "ERR max number of clients reached"
-            holder = redis.Redis(port=full.port)
-            holder.ping()
-            store = RedisStore.from_url(full.url, timeout=2)
-            try:
-                with pytest.raises(StoreError, match="is busy") as info:
-                    await store.hello(fingerprint=bytes(16), lifetime_ms=1, skew_ms=1)
-                assert not isinstance(info.value, StoreUnreachable)  # a flood cannot switch availability first on
-            finally:
-                holder.close()
-                await store.aclose()
-        await first.aclose()
-
-    run(scenario)
-
-# --- memory policy, many revocations, malformed entries ----------------------------------------------------------
+def test_a_store_at_maxclients_or_loading_has_answered_and_is_refused_even_in_accept_mode() -> None:
+    with RedisServer(extra=["--maxclients", "1"]) as full:  # the answer: "ERR max number of clients reached"
+        (holder := redis.Redis(port=full.port)).ping()
+        with pytest.raises(StoreError, match="is busy") as info:
+            run(started, full.url)
+        holder.close()
+    assert not isinstance(info.value, StoreUnreachable)  # a flood cannot switch availability first on
 
 
-def test_an_evicting_memory_policy_stops_start_and_fails_store_check(
-    redis_url: str, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    run(_started_and_closed, redis_url)
-    redis_server.cli("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
-    try:
-        with pytest.raises(ConfigurationError, match="maxmemory-policy allkeys-lru: an evicted claim reopens"):
-            run(started, redis_url)  # point 9
-        monkeypatch.setenv("STATECODEC_STORE_URL", redis_url)
-        monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([KEY]))
-        assert main(["store", "check"]) == 1
-        assert "maxmemory-policy is allkeys-lru" in capsys.readouterr().out
-    finally:
-        redis_server.cli("CONFIG", "SET", "maxmemory-policy", "noeviction")
+# --- many revocations, malformed entries -------------------------------------------------------------------------
 
 
 async def _started_and_closed(url: str, **kw: Any) -> SingleUse:
@@ -244,44 +188,29 @@ async def _started_and_closed(url: str, **kw: Any) -> SingleUse:
     return guard
 
 
-def test_many_revocations_cost_nothing_per_claim_and_a_malformed_one_is_skipped_and_named(
-    redis_url: str, redis_server: RedisServer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    async def scenario() -> list[bytes]:
-        guard = await started(redis_url)
-        try:
-            tokens = [guard.stamp(b"x", principal=("c", "i", "alice")) for _ in range(10)]
-            client = redis.Redis(port=redis_server.port)
-            client.hset("{statecodec}:r", mapping={f"{n:032x}": "1:9999999999999" for n in range(100_000)})
-            alice = guard._scope("principal", "i", "alice").hex()
-            client.hset("{statecodec}:r", alice, "not-an-entry")
-            client.config_resetstat()
-            client.close()
-            return [await guard.consume(t) for t in tokens] + [alice.encode()]
-        finally:
-            await guard.aclose()
-
-    with caplog.at_level(logging.ERROR, "statecodec.single_use"):
-        *accepted, alice = run(scenario)
-    assert accepted == [b"x"] * 10  # skipped: neither refused nor every token refused
-    assert alice.decode() in caplog.text
-    stats = redis_server.cli("INFO", "commandstats")
-    assert "cmdstat_evalsha:calls=10," in stats  # point 12: one round trip per token, whatever is revoked
-    assert "hgetall" not in stats
-    assert "hscan" not in stats
-    monkeypatch.setenv("STATECODEC_STORE_URL", redis_url)
-    monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([KEY]))
-    assert main(["store", "check", "--json"]) == 1
-    report = json.loads(capsys.readouterr().out)
-    assert (report["malformed"], report["revocations"]) == ([alice.decode()], 100_001)
+# --- the operator's commands on a live store; many revocations, malformed entries --------------------------------
 
 
-# --- the operator's commands on a live store ---------------------------------------------------------------------
+async def many_revocations_and_a_malformed_one(url: str, server: RedisServer) -> str:
+    """Ten claims under 100,000 revocations and a malformed one (whose scope it returns): all accepted."""
+    guard = await started(url)
+    try:
+        tokens = [guard.stamp(b"x", principal=("c", "i", "alice")) for _ in range(10)]
+        client = redis.Redis(port=server.port)
+        client.hset("{statecodec}:r", mapping={f"{n:032x}": "1:9999999999999" for n in range(100_000)})
+        alice = guard._scope("principal", "i", "alice").hex()
+        client.hset("{statecodec}:r", alice, "not-an-entry")
+        client.config_resetstat()
+        client.close()
+        assert [await guard.consume(t) for t in tokens] == [b"x"] * 10  # neither refused nor every token refused
+        return alice
+    finally:
+        await guard.aclose()
 
 
 def test_revoke_and_store_check_on_a_live_store_and_under_the_wrong_settings(
-    redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    redis_url: str, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setenv("STATECODEC_STORE_URL", redis_url)
     monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([KEY]))
@@ -311,6 +240,23 @@ def test_revoke_and_store_check_on_a_live_store_and_under_the_wrong_settings(
     report = capsys.readouterr().out
     assert "owner             this store key and namespace" in report
     assert "(" not in report  # readable: no Python reprs, no raw epoch floats
+    alice = run(many_revocations_and_a_malformed_one, redis_url, redis_server)
+    assert alice in caplog.text  # skipped and named
+    stats = redis_server.cli("INFO", "commandstats")
+    assert "cmdstat_evalsha:calls=10," in stats  # one round trip per token, whatever is revoked
+    assert "hgetall" not in stats
+    assert "hscan" not in stats
+    assert main(["store", "check", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["malformed"] == [alice]
+    redis_server.cli("DEL", "{statecodec}:r", "{statecodec}:rx")
+    redis_server.cli("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")  # an evicting policy reopens replays:
+    try:
+        with pytest.raises(ConfigurationError, match="maxmemory-policy allkeys-lru: an evicted claim reopens"):
+            run(started, redis_url)  # no server starts on it
+        assert main(["store", "check"]) == 1
+        assert "maxmemory-policy is allkeys-lru" in capsys.readouterr().out
+    finally:
+        redis_server.cli("CONFIG", "SET", "maxmemory-policy", "noeviction")
     monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([bytes(range(90, 122))]))
     for args in (["revoke", "--all"], ["store", "check"]):
         assert main(args) == 2
@@ -329,57 +275,37 @@ def _certificates(directory: Path) -> tuple[Path, Path, Path]:
     now = datetime.datetime.now(datetime.UTC)
     ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "statecodec test CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    server = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-        .issuer_name(ca_name)
-        .public_key(server_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))]), False)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
+
+    def signed(subject: x509.Name, key: ec.EllipticCurvePrivateKey, *extensions: Any) -> x509.Certificate:
+        builder = x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(key.public_key())
+        builder = builder.serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+        for extension, critical in extensions:
+            builder = builder.add_extension(extension, critical)
+        return builder.not_valid_after(now + datetime.timedelta(days=1)).sign(ca_key, hashes.SHA256())
+
+    ca = signed(ca_name, ca_key, (x509.BasicConstraints(ca=True, path_length=None), True),
+                (x509.KeyUsage(False, False, False, False, False, True, True, False, False), True),
+                (x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False))
+    server = signed(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]), server_key,
+                    (x509.SubjectAlternativeName([x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))]), False),
+                    (x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), False),
+                    (x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False))
     paths = directory / "ca.pem", directory / "server.pem", directory / "server.key"
     paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths[1].write_bytes(server.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(
-        server_key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
+    encoding, pkcs8 = serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8
+    paths[2].write_bytes(server_key.private_bytes(encoding, pkcs8, serialization.NoEncryption()))
     return paths
 
 
 @pytest.fixture(scope="module")
-def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RedisServer, str, Path]]:
-    """A redis-server with a TLS port (and its plain port, for the fixture's own checks): (server, rediss URL,
-    CA file). Skipped only when this redis-server was built without TLS."""
+def tls_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The rediss URL of a redis-server with a TLS port (and its plain port, for the fixture's own checks), its CA
+    in ``ssl_ca_certs``. Skipped only when this redis-server was built without TLS."""
     ca, cert, key = _certificates(tmp_path_factory.mktemp("tls"))
     tls_port = free_port()
-    server = RedisServer(
-        extra=[
-            *("--tls-port", str(tls_port), "--tls-cert-file", str(cert), "--tls-key-file", str(key)),
-            *("--tls-ca-cert-file", str(ca), "--tls-auth-clients", "no", "--requirepass", PASSWORD),
-        ]
-    )
+    server = RedisServer(extra=["--tls-port", str(tls_port), "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+                                "--tls-ca-cert-file", str(ca), "--tls-auth-clients", "no", "--requirepass", PASSWORD])
     try:
         server.start()
     except RuntimeError as exc:
@@ -388,17 +314,15 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Redis
             raise
         pytest.skip("this redis-server build has no TLS support")
     try:
-        yield server, f"rediss://default:{PASSWORD}@127.0.0.1:{tls_port}/0?ssl_ca_certs={ca}", ca
+        yield f"rediss://default:{PASSWORD}@127.0.0.1:{tls_port}/0?ssl_ca_certs={ca}"
     finally:
         server.close()
 
 
-def test_tls_with_a_private_ca_and_a_server_it_cannot_verify(tls_server: tuple[RedisServer, str, Path]) -> None:
-    _, url, _ = tls_server
-    guard = run(_started_and_closed, url)
-    assert guard.started
+def test_tls_with_a_private_ca_and_a_server_it_cannot_verify(tls_url: str) -> None:
+    assert run(_started_and_closed, tls_url).started
     with pytest.raises(StoreUnreachable, match="TLS failed") as info:
-        run(started, url.rpartition("?")[0])  # the system's CAs: this server is unknown
+        run(started, tls_url.rpartition("?")[0])  # the system's CAs: this server is unknown
     assert_silent(info.value)
 
 
@@ -406,14 +330,14 @@ def test_tls_with_a_private_ca_and_a_server_it_cannot_verify(tls_server: tuple[R
 
 
 def test_a_cluster_keeps_a_namespace_in_one_slot_under_the_minimal_acl(
-    redis_cluster: RedisClusterServers, redis_cluster_url: str
+    redis_cluster: list[RedisServer], redis_cluster_url: str
 ) -> None:
-    for node in redis_cluster.nodes:
+    for node in redis_cluster:
         node.cli("ACL", "SETUSER", "statecodec", "reset", *ACL_RULES, *CLUSTER_ACL_COMMANDS)
         node.cli("ACL", "LOG", "RESET")
 
     async def scenario() -> None:
-        urls = [f"redis+cluster://statecodec:{QUOTED}@127.0.0.1:{node.port}" for node in redis_cluster.nodes]
+        urls = [f"redis+cluster://statecodec:{QUOTED}@127.0.0.1:{node.port}" for node in redis_cluster]
         one, two = await started(urls[1]), await started(urls[2])
         try:
             stamped = [one.stamp(b"x", principal=("c", "i", "alice")) for _ in range(20)]
@@ -427,14 +351,14 @@ def test_a_cluster_keeps_a_namespace_in_one_slot_under_the_minimal_acl(
 
     try:
         run(scenario)
-        holding = [node for node in redis_cluster.nodes if int(node.cli("DBSIZE")) > 0]
+        holding = [node for node in redis_cluster if int(node.cli("DBSIZE")) > 0]
         assert len(holding) == 1
         keys = holding[0].cli("KEYS", "*").split()
         assert {k for k in keys if ":c:" not in k} == {"{statecodec}:meta", "{statecodec}:r", "{statecodec}:rx"}
         assert len(keys) == 3 + 19
         assert len({holding[0].cli("CLUSTER", "KEYSLOT", key) for key in keys}) == 1
         assert 0 < int(holding[0].cli("PTTL", next(k for k in keys if ":c:" in k))) <= 600_000  # the token's expiry
-        assert all(node.cli("ACL", "LOG") == "" for node in redis_cluster.nodes)
+        assert all(node.cli("ACL", "LOG") == "" for node in redis_cluster)
     finally:
-        for node in redis_cluster.nodes:
+        for node in redis_cluster:
             node.cli("ACL", "DELUSER", "statecodec")

