@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken, KeyRing, SealError
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.binding import mcp_request_context
+from tests.plugins import Clock
 
 CODEC_KEY = bytes(range(32))
 BINDING_KEY = bytes(range(100, 132))
@@ -24,14 +25,6 @@ T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
 PRINCIPAL = "alice@example.com"
 CONTEXT = {"method": "tools/call", "target": "provision", "args": "9f86d081"}
 KIDS = {k: bytes.fromhex(KeyRing([k]).key_ids[0]) for k in (BINDING_KEY, OTHER_BINDING_KEY, CODEC_KEY)}
-
-
-class Clock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Plain:
@@ -47,7 +40,7 @@ class Plain:
 def bound(clock: Clock | None = None, *, codec: Any = None, binding_key: Any = BINDING_KEY, **kw: Any) -> BoundCodec:
     kw.setdefault("audience", "billing")
     inner = AESGCMCodec([CODEC_KEY]) if codec is None else codec
-    return BoundCodec(inner, binding_key=binding_key, clock=clock or Clock(), **kw)
+    return BoundCodec(inner, binding_key=binding_key, clock=clock or Clock(T0), **kw)
 
 
 def reason_of(codec: BoundCodec, token: str, **kw: Any) -> str:
@@ -79,7 +72,7 @@ def test_caller_bugs_raise_type_error_whatever_the_token(kw: dict[str, Any]) -> 
 
 
 def test_a_lowered_ttl_shortens_tokens_already_issued() -> None:
-    clock = Clock()
+    clock = Clock(T0)
     token, lowered = bound(clock, ttl=600).seal(b"s"), bound(clock, ttl=60)
     clock.now = T0 + 59
     assert lowered.unseal(token) == b"s"
@@ -88,12 +81,12 @@ def test_a_lowered_ttl_shortens_tokens_already_issued() -> None:
     with pytest.raises(InvalidToken):
         lowered.reseal(token)
     assert bound(clock, ttl=600).unseal(token) == b"s"  # the token itself still says 600 s
-    assert reason_of(bound(clock, ttl=6000), bound(Clock(), ttl=60).seal(b"s")) == "expired"  # raising lengthens none
+    assert reason_of(bound(clock, ttl=6000), bound(Clock(T0), ttl=60).seal(b"s")) == "expired"  # raising lengthens none
 
 
 def test_nan_clock_rejects_on_unseal_and_refuses_to_seal() -> None:
     for broken in (math.nan, None):  # a clock that stops returning numbers refuses with InvalidToken too
-        clock = Clock()
+        clock = Clock(T0)
         codec, clock.now = bound(clock), broken  # type: ignore[assignment]
         assert reason_of(codec, bound().seal(b"s")) == "not_yet_valid"
     for bad in (math.nan, math.inf, -1.0, float(1 << 41)):
@@ -250,7 +243,7 @@ def test_misconfiguration_fails_at_construction_saying_how_to_fix(kw: dict[str, 
 
 
 def test_reseal_keeps_claims_so_expiry_does_not_restart() -> None:
-    new_key, clock = bytes(range(50, 82)), Clock()
+    new_key, clock = bytes(range(50, 82)), Clock(T0)
     during = bound(clock, codec=AESGCMCodec([new_key, CODEC_KEY]), ttl=100)
     after = bound(clock, codec=AESGCMCodec([new_key]), ttl=100)
     token = bound(clock, ttl=100).seal(b"s", principal=PRINCIPAL, context=CONTEXT)

@@ -18,7 +18,6 @@ import ssl
 import subprocess
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.plugins import stop_process
+from tests.plugins import stop_process, wait_until
 
 
 def _free_port_pair() -> int:
@@ -114,16 +113,12 @@ class BaoServer:
         """Stop the server by its PID; idempotent."""
         stop_process(self.process)
 
-    def _ready(self, timeout: float = 30.0) -> bool:
-        health = f"{self.addr}/v1/sys/health"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.process.poll() is None:
-            try:
-                with urllib.request.urlopen(health, timeout=2, context=self._tls()) as resp:  # noqa: S310
-                    return bool(resp.status == 200)
-            except (OSError, urllib.error.URLError):
-                time.sleep(0.05)
-        return False
+    def _ready(self) -> bool:
+        def up() -> bool:
+            with urllib.request.urlopen(f"{self.addr}/v1/sys/health", timeout=2, context=self._tls()) as resp:  # noqa: S310
+                return bool(resp.status == 200)
+
+        return wait_until(self.process, up)
 
 
 def start_bao(workdir: Path, *, tls: bool = False) -> BaoServer:
@@ -216,16 +211,6 @@ def transit_policy(mount: str, key: str, ops: tuple[str, ...]) -> str:
     return "\n".join(
         f'path "{mount}/{op}/{key}" {{ capabilities = ["{"read" if op == "keys" else "update"}"] }}' for op in ops
     )
-
-
-class Clock:
-    """A clock the test moves by hand (``clock.now += 1``)."""
-
-    def __init__(self, now: float = 0.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def assert_not_copyable(holder: object) -> None:
