@@ -34,7 +34,7 @@ from statecodec.tokeninfo import describe_token
 from tests.codecs import BINDING_KEY, CODECS, DETERMINISTIC, FOREIGN, OTHER, RINGS, SECRET
 from tests.envelope_wrappers import LocalWrapper
 from tests.integration.kms_support import assert_no_secret_in
-from tests.plugins.vault import assert_not_copyable
+from tests.plugins import assert_not_copyable
 from tests.secrecy import chain_texts
 
 MARKER = "redteam-marker-do-not-log-4b1d"

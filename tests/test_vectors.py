@@ -29,8 +29,9 @@ from cryptography.hazmat.primitives.keywrap import aes_key_wrap
 
 from statecodec import AESGCMCodec, BoundCodec, EnvelopeCodec, InvalidToken, JWECodec, JWSCodec, KeyRing, XAESGCMCodec
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode
-from statecodec.errors import ProviderError
+from statecodec.envelope import canonical_context
 from statecodec.jose import derived_jwk
+from tests.envelope_wrappers import TableWrapper
 
 VECTORS = Path(__file__).parent / "vectors"
 FILES = sorted(p for p in VECTORS.glob("*.json") if p.name != "single_use.json")
@@ -67,22 +68,6 @@ def reason_of(unseal: Callable[[], object]) -> str:
     return info.value.reason.value
 
 
-class _Table:
-    """The KMS of an envelope entry: each of its wrapped keys unwraps to the data key paired with it."""
-
-    def __init__(self, pairs: Mapping[bytes, bytes]) -> None:
-        self._pairs = pairs
-
-    def describe(self) -> str:
-        return "the data keys of a vectors entry"
-
-    def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
-        return self._pairs[blob]  # EnvelopeCodec asks only for the entry's own blobs
-
-    def new_wrapped_key(self, context: Mapping[str, str]) -> bytes:
-        raise ProviderError("a vectors entry cannot wrap keys")
-
-
 def codec_for(data: Mapping[str, Any], entry: Mapping[str, Any], at: Mapping[str, Any] | None = None) -> Any:
     """The codec an entry names; `at`: a binding replay's clock and settings."""
     codec, cap = data["codec"], entry.get("max_token_length", DEFAULT_MAX_TOKEN_LENGTH)
@@ -90,8 +75,8 @@ def codec_for(data: Mapping[str, Any], entry: Mapping[str, Any], at: Mapping[str
         ring = AESGCMCodec if codec == "aesgcm" else XAESGCMCodec
         return ring([b64u_decode(k) for k in entry["keys"]], max_token_length=cap)
     if codec == "envelope":
-        blobs = [b64u_decode(w) for w in entry["wrapped_keys"]]
-        table = _Table(dict(zip(blobs, (b64u_decode(k) for k in entry["data_keys"]), strict=True)))
+        blobs, context = [b64u_decode(w) for w in entry["wrapped_keys"]], canonical_context(entry["context"])
+        table = TableWrapper({(b, context): b64u_decode(k) for b, k in zip(blobs, entry["data_keys"], strict=True)})
         return EnvelopeCodec(table, blobs, context=entry["context"], max_token_length=cap)
     if codec in ("jwe", "jws") and "jwks" in entry:
         jose = JWECodec if codec == "jwe" else JWSCodec

@@ -16,9 +16,10 @@ from typing import Any, TypeVar
 
 import pytest
 from tests.integration.kms_support import ATTEMPTS, assert_no_secret_in, capture_every_record, run_cli
+from tests.plugins import assert_not_copyable
 from tests.plugins.aws import CREDENTIALS, REGION, MotoServer
 from tests.plugins.gcp import FakeCloudKms, key_name
-from tests.plugins.vault import CallLog, assert_not_copyable, client_for, transit_policy
+from tests.plugins.vault import CallLog, client_for, transit_policy
 from tests.secrecy import chain_texts
 
 from statecodec import EnvelopeCodec, InvalidToken, ProviderError, Reason

@@ -4,11 +4,16 @@ ports, `stop_process` is the one way they end a server, `Clock` is the clock a t
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
+import pickle
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Callable
+
+import pytest
 
 
 def stop_process(process: subprocess.Popen[bytes]) -> None:
@@ -61,3 +66,12 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def assert_not_copyable(holder: object) -> None:
+    """`holder` (it holds a key or a Vault token) refuses every pickle protocol, `copy` and `deepcopy`."""
+    dumps: list[Callable[[object], object]] = [copy.copy, copy.deepcopy]
+    dumps += [functools.partial(pickle.dumps, protocol=p) for p in range(pickle.HIGHEST_PROTOCOL + 1)]
+    for dump in dumps:
+        with pytest.raises(TypeError, match="not picklable"):
+            dump(holder)

@@ -6,11 +6,8 @@
 from __future__ import annotations
 
 import contextlib
-import copy
-import functools
 import json
 import os
-import pickle
 import secrets
 import signal
 import socket
@@ -19,7 +16,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -211,12 +208,3 @@ def transit_policy(mount: str, key: str, ops: tuple[str, ...]) -> str:
     return "\n".join(
         f'path "{mount}/{op}/{key}" {{ capabilities = ["{"read" if op == "keys" else "update"}"] }}' for op in ops
     )
-
-
-def assert_not_copyable(holder: object) -> None:
-    """`holder` (it holds a key or a Vault token) refuses every pickle protocol, `copy` and `deepcopy`."""
-    dumps: list[Callable[[object], object]] = [copy.copy, copy.deepcopy]
-    dumps += [functools.partial(pickle.dumps, protocol=p) for p in range(pickle.HIGHEST_PROTOCOL + 1)]
-    for dump in dumps:
-        with pytest.raises(TypeError, match="not picklable"):
-            dump(holder)
