@@ -90,13 +90,6 @@ def test_kms_errors_are_named_and_retried_only_when_waiting_can_help(
     assert len(sleeps) == calls - 1
 
 
-def test_transient_throttling_recovers(wrapper: AwsKmsWrapper, ring: list[bytes], kms_proxy: KmsProxy) -> None:
-    kms_proxy.fail_next(ATTEMPTS - 1, "ThrottlingException")
-    codec = EnvelopeCodec(wrapper, ring)
-    assert codec.unseal(codec.seal(b"ok")) == b"ok"
-    assert kms_proxy.calls["Decrypt"] == ATTEMPTS - 1 + len(ring)
-
-
 def test_unknown_key(client: Any, ring: list[bytes]) -> None:
     missing = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
     with pytest.raises(ProviderError, match=r"not found|access denied"):
