@@ -312,15 +312,6 @@ def _late(module: str, name: str, *args: Any, **kwargs: Any) -> object:
     return getattr(importlib.import_module(f"statecodec.{module}"), name)(*args, **kwargs)
 
 
-def _with_vault_client(name: str, *args: Any, **kwargs: Any) -> object:
-    """`<name>(client, ...)` with a client for an address where nothing listens: a call would fail otherwise."""
-    client: Any = _late("providers.vault", "vault_client", "http://127.0.0.1:1", token="s.token")
-    try:
-        return _late("providers.vault", name, client, *args, **kwargs)
-    finally:
-        client.adapter.close()
-
-
 WRAPPER = LocalWrapper()  # counts unwraps: a configuration error is found before any provider call
 
 
@@ -375,7 +366,6 @@ def _misconfigurations() -> Iterator[tuple[str, str | None, Callable[[], object]
         yield f"gcp-emulator-{host}", "google.cloud.kms", emulated, "loopback"
     vault = partial(_late, "providers.vault", "vault_client", token="s.token")
     yield "vault-url", "hvac", partial(vault, f"https://ops:{MARKER}@vault.example:8200"), "no credentials"
-    yield "vault-wrapper-retry", "hvac", partial(_with_vault_client, "VaultKeyWrapper", "k", retry=5), "RetryPolicy"
 
 
 MISCONFIGURED = list(_misconfigurations())

@@ -52,6 +52,7 @@ def test_vault_client_refuses(url: str, kwargs: dict[str, Any], message: str) ->
         *[({"key": key}, "key name") for key in ["", "a/b", "../x", "k y", "-k", "k\n"]],
         *[({"mount_point": m}, "mount") for m in ["", "a//b", "tran sit", "../sys", "a/./b", "x/.."]],
         ({"client": object()}, r"hvac\.Client"),
+        ({"retry": 5}, "RetryPolicy"),
     ],
 )
 def test_wrapper_arguments(client: Any, kwargs: dict[str, Any], message: str) -> None:
