@@ -16,7 +16,6 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from functools import partial
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -381,15 +380,3 @@ def test_misconfiguration_is_refused_at_construction_echoing_no_value(
         build()
     assert MARKER not in str(info.value)
     assert WRAPPER.unwraps == 0
-
-
-
-
-def test_vault_secret_files_are_read_with_a_bound(tmp_path: Path) -> None:
-    pytest.importorskip("hvac")
-    huge = tmp_path / "token"
-    huge.write_bytes(b"s." + b"x" * (128 * 1024))
-    settings_ = {"STATECODEC_VAULT_ADDR": "http://127.0.0.1:1", "STATECODEC_VAULT_TOKEN_FILE": str(huge)}
-    with pytest.raises(ConfigurationError, match="is over") as info:
-        _late("providers.vault", "vault_client_from_settings", settings_)
-    assert "xxxx" not in str(info.value)
