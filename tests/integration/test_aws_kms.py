@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from tests.plugins.aws import KmsProxy, MotoServer
 
-from statecodec import EnvelopeCodec, ProviderError
+from statecodec import EnvelopeCodec
 from statecodec.envelope import default_context, new_wrapped_key
 from statecodec.errors import ConfigurationError
 from statecodec.providers._retry import RetryPolicy
@@ -38,13 +38,6 @@ def wrapper(arn: str, client: Any, policy: RetryPolicy) -> AwsKmsWrapper:
     return AwsKmsWrapper(arn, client=client, retry=policy)
 
 
-@pytest.fixture
-def ring(wrapper: AwsKmsWrapper, kms_proxy: KmsProxy) -> list[bytes]:
-    blobs = [new_wrapped_key(wrapper) for _ in range(2)]
-    kms_proxy.reset()
-    return blobs
-
-
 def test_context_is_always_sent_and_decrypt_pins_the_key(wrapper: AwsKmsWrapper, client: Any, arn: str) -> None:
     sent: list[dict[str, Any]] = []
     client.meta.events.register("before-parameter-build.kms", lambda params, model, **_: sent.append(params))
@@ -54,12 +47,6 @@ def test_context_is_always_sent_and_decrypt_pins_the_key(wrapper: AwsKmsWrapper,
     assert generate == {"KeyId": arn, "KeySpec": "AES_256", "EncryptionContext": context}
     assert decrypt["EncryptionContext"] == context
     assert decrypt["KeyId"] == arn
-
-
-def test_unknown_key(client: Any, ring: list[bytes]) -> None:
-    missing = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
-    with pytest.raises(ProviderError, match=r"not found|access denied"):
-        EnvelopeCodec(AwsKmsWrapper(missing, client=client), ring)
 
 
 def test_no_region_names_the_settings(monkeypatch: pytest.MonkeyPatch, aws_credentials: None) -> None:

@@ -84,11 +84,6 @@ def test_requests_carry_every_checksum_and_the_aad(wrapper: GcpKmsWrapper, gcp_k
             assert f"{name}_crc32c" in request  # present, as Cloud KMS can then verify it
 
 
-def test_unknown_key(ring: list[bytes], gcp_client: Any) -> None:
-    with pytest.raises(ProviderError, match="not found"):
-        EnvelopeCodec(GcpKmsWrapper(key_name("p", "r", "never-created"), client=gcp_client), ring)
-
-
 @pytest.fixture
 def google_logging_switch(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """``GOOGLE_SDK_PYTHON_LOGGING_SCOPE=google.cloud.kms_v1``, which google-api-core reads at its first client

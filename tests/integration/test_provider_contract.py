@@ -51,6 +51,7 @@ class Provider:
     cli: list[str]  # `statecodec kms` flags naming this key
     loggers: tuple[str, ...]  # the SDK's loggers
     secrets: list[str] = field(default_factory=list)  # credentials no message may carry
+    missing: tuple[str, str] = ("", "")  # a key name the provider does not hold, and how its refusal says so
     fail_next: Callable[[int, Any], None] | None = None  # (n, fault): the next n calls answer with that fault
 
 
@@ -88,6 +89,7 @@ def _aws(request: pytest.FixtureRequest, fresh: bool) -> Provider:
         cli=["--provider", "aws", "--key-id", arn, "--region", REGION, "--endpoint-url", server.endpoint],
         loggers=("botocore", "boto3", "urllib3", "s3transfer"),
         secrets=[CREDENTIALS["aws_secret_access_key"]],
+        missing=("arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555", "not found|denied"),
         fail_next=proxy and (lambda n, fault: proxy.fail_next(n, fault[0], status=fault[1], message=fault[2])),
     )
 
@@ -113,6 +115,7 @@ def _gcp(request: pytest.FixtureRequest, fresh: bool) -> Provider:
         },
         cli=["--provider", "gcp", "--key", name, "--emulator-host", server.address],
         loggers=("google", "grpc"),
+        missing=(key_name("contract", "ring", "never-created"), "not found"),
         fail_next=server.fail_next,
     )
 
@@ -143,6 +146,7 @@ def _vault(request: pytest.FixtureRequest, fresh: bool, derived: bool = True) ->
         cli=["--provider", "vault", "--vault-addr", server.addr, "--vault-key", key],
         loggers=("hvac", "requests", "urllib3"),
         secrets=[server.root_token],
+        missing=("no-such-key", "create it: bao write -f transit/keys/no-such-key derived=true"),
     )
 
 
@@ -233,6 +237,12 @@ def test_kms_errors_are_named_and_retried_only_when_waiting_can_help(
         assert fault[2] in str(info.value)
     assert provider.calls() - before == calls
     assert len(sleeps) == calls - 1
+
+
+def test_an_unknown_key_is_named_with_its_fix(provider: Provider, policy: RetryPolicy) -> None:
+    blob = new_wrapped_key(provider.make())
+    with pytest.raises(ProviderError, match=provider.missing[1]):
+        EnvelopeCodec(provider.make(key=provider.missing[0], retry=policy), [blob])
 
 
 def test_corrupted_foreign_or_junk_blob_is_refused(provider: Provider) -> None:
