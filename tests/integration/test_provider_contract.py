@@ -133,7 +133,7 @@ def _vault(request: pytest.FixtureRequest, fresh: bool, derived: bool = True) ->
     return Provider(
         key=key,
         make=lambda key=key, retry=None: VaultKeyWrapper(client, key, retry=retry),
-        calls=log.count,
+        calls=lambda: log.calls,
         new_key=lambda: server.new_key(derived=derived),
         stop=server.stop,
         down="cannot connect",

@@ -39,7 +39,7 @@ def test_a_vault_that_cannot_answer_fails_closed(vault_server_fresh: BaoServer, 
         blob = new_wrapped_key(wrapper)
         codec = EnvelopeCodec(wrapper, [blob])
         token = codec.seal(b"p")
-        calls = CallLog(client)
+        log = CallLog(client)
         with _fault(fault, server):
             for call in (partial(new_wrapped_key, wrapper), partial(EnvelopeCodec, wrapper, [blob])):
                 with pytest.raises(ProviderError, match=phrase) as err:
@@ -50,7 +50,7 @@ def test_a_vault_that_cannot_answer_fails_closed(vault_server_fresh: BaoServer, 
                 assert_unreachable(err.value, server.root_token.encode())
             assert codec.unseal(codec.seal(b"q")) == b"q"
         assert codec.unseal(token) == b"p"
-        assert calls.count() == 2  # the two failed calls; sealing and unsealing made none
+        assert log.calls == 2  # the two failed calls; sealing and unsealing made none
         if fault == "sealed":  # unsealed again, a new instance starts: nothing else to repair
             server.unseal()
             assert EnvelopeCodec(wrapper, [blob]).unseal(token) == b"p"

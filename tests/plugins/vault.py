@@ -187,9 +187,6 @@ class CallLog:
 
         client.adapter.post = post  # an instance attribute shadows the adapter's method
 
-    def count(self) -> int:
-        return self.calls
-
 
 @contextlib.contextmanager
 def client_for(server: BaoServer, **kwargs: Any) -> Iterator[Any]:
