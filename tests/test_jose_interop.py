@@ -22,7 +22,7 @@ from jwcrypto import jws as cr_jws
 from statecodec import ConfigurationError, JWECodec, JWSCodec
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.jose import derived_jwk
-from tests.test_jwe import reason
+from tests.codecs import reason
 
 SECRET = bytes(range(32))
 RAW_JWK = {"kty": "oct", "kid": "shared-1", "k": b64u_encode(bytes(range(160, 192)))}

@@ -16,12 +16,12 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from statecodec import ConfigurationError, InvalidToken, JWECodec, JWSCodec
+from statecodec import ConfigurationError, JWECodec, JWSCodec
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.config import codec_from_env
 from statecodec.jose._jwk import load_jwk
 from statecodec.jose.jwe import concat_kdf
-from tests.codecs import CODECS
+from tests.codecs import CODECS, reason
 from tests.mcp_flows import run_mcp_flows
 from tests.secrecy import assert_unreachable
 
@@ -36,12 +36,6 @@ P256_PUBLIC, ECDH = P256_CODEC.public_jwks()["keys"][0], "ECDH-ES+A256KW"
 X25519_KEY = x25519.X25519PrivateKey.generate()
 X25519_CODEC = JWECodec.ecdh([X25519_KEY])
 PAYLOAD = b'{"state":"jwe-test"}'
-
-
-def reason(codec: JWECodec | JWSCodec, token: object) -> str:
-    with pytest.raises(InvalidToken) as info:
-        codec.unseal(token)  # type: ignore[arg-type]
-    return info.value.reason.value
 
 
 def forge(header: str, ek64: str = "") -> str:

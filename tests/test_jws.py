@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, JWECodec, JWSCodec, KeyRing
 from statecodec._encoding import b64u_decode, b64u_encode
+from tests.codecs import reason
 from tests.mcp_flows import STATE_MARKER, TOOL, mint_token
-from tests.test_jwe import MISCONFIGURED, header_of, reason
+from tests.test_jwe import MISCONFIGURED, header_of
 
 SECRET = bytes(range(32))
 RAW_JWK = {"kty": "oct", "kid": "raw-1", "k": b64u_encode(bytes(range(160, 192)))}
