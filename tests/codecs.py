@@ -13,18 +13,9 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, x25519
 
-from statecodec import (
-    AESGCMCodec,
-    BoundCodec,
-    Codec,
-    EnvelopeCodec,
-    InvalidToken,
-    JWECodec,
-    JWSCodec,
-    Reason,
-    XAESGCMCodec,
-)
+from statecodec import AESGCMCodec, BoundCodec, Codec, EnvelopeCodec, JWECodec, JWSCodec, XAESGCMCodec
 from statecodec.envelope import new_wrapped_key
+from statecodec.errors import InvalidToken, Reason
 from tests.envelope_wrappers import LocalWrapper
 
 SECRET = bytes(range(7, 39))
