@@ -9,14 +9,9 @@ from pathlib import Path
 import pytest
 from tests.integration.kms_support import run_cli
 from tests.plugins.aws import REGION, KmsProxy, MotoServer
+from tests.test_config import write_json
 
 pytestmark = pytest.mark.integration
-
-
-def _config(tmp_path: Path, settings: dict[str, str]) -> Path:
-    path = tmp_path / "statecodec.json"
-    path.write_text(json.dumps(settings))
-    return path
 
 
 @pytest.fixture
@@ -38,7 +33,8 @@ def settings(moto_server: MotoServer, kms_proxy: KmsProxy, aws_credentials: None
 
 
 def test_check_reports_a_ready_kms_instance(tmp_path: Path, settings: dict[str, str], kms_proxy: KmsProxy) -> None:
-    code, out, err = run_cli("check", "--config", str(_config(tmp_path, settings)), "--json", "--instance", "web-1")
+    config = str(write_json(tmp_path / "c.json", settings))
+    code, out, err = run_cli("check", "--config", config, "--json", "--instance", "web-1")
     report = json.loads(out)
     assert (code, err, report["status"], report["kind"]) == (0, "", "ready", "aws-kms")
     assert report["codec"] == "EnvelopeCodec"
@@ -52,7 +48,7 @@ def test_check_reports_a_ready_kms_instance(tmp_path: Path, settings: dict[str, 
 
 def test_check_is_not_ready_when_kms_refuses(tmp_path: Path, settings: dict[str, str], kms_proxy: KmsProxy) -> None:
     kms_proxy.fail_next(1, "AccessDeniedException", message="not allowed")
-    code, out, err = run_cli("check", "--config", str(_config(tmp_path, settings)))
+    code, out, err = run_cli("check", "--config", str(write_json(tmp_path / "c.json", settings)))
     assert code == 1
     assert "status          not ready" in out
     assert "access denied" in err
