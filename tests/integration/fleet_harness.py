@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+import anyio
 import httpx
 from tests.plugins import free_port as free_port  # tests/test_mcp.py imports it from here
 
@@ -72,6 +73,13 @@ class Served(Protocol):
 
     @property
     def url(self) -> str: ...
+
+
+def server_env(settings: Mapping[str, str]) -> dict[str, str]:
+    """The test process's environment without codec, fleet or AWS settings, plus `settings`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_INHERITED_PREFIXES)}
+    env.update(settings)
+    return env
 
 
 def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
@@ -135,7 +143,7 @@ def fleet(
             cmd += ["--log-level", "info"]
             process = subprocess.Popen(
                 cmd,
-                env={**{k: v for k, v in os.environ.items() if not k.startswith(_INHERITED_PREFIXES)}, **env},
+                env=server_env(env),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -233,3 +241,19 @@ async def retry(
     result = answer["result"]
     assert (result.get("resultType"), result["structuredContent"]["region"]) == ("complete", region), answer
     return True
+
+
+async def flow(client: httpx.AsyncClient, first: FleetServer, then: FleetServer, subject: str) -> bool:
+    """A two-round flow, round 1 on `first` and the retry on `then`: True when the retry completed."""
+    return await retry(client, then, await round_one(client, first, subject=subject), subject=subject)
+
+
+async def until_flows_complete(client: httpx.AsyncClient, servers: Sequence[FleetServer], deadline_s: float) -> None:
+    """Poll with fresh flows until one completes from each server to the next (every instance serving), or raise
+    after `deadline_s`."""
+    deadline = time.monotonic() + deadline_s
+    for first, then in zip(servers, [*servers[1:], *servers[:1]], strict=True):
+        while not await flow(client, first, then, "warm-up"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no flow from port {first.port} to port {then.port} completed in {deadline_s} s")
+            await anyio.sleep(0.1)
