@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
+import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, x25519
 
 from statecodec import AESGCMCodec, BoundCodec, Codec, EnvelopeCodec, JWECodec, JWSCodec, XAESGCMCodec
 from statecodec.envelope import new_wrapped_key
+from statecodec.errors import InvalidToken, Reason
 from tests.envelope_wrappers import LocalWrapper
 
 SECRET = bytes(range(7, 39))
@@ -26,6 +29,13 @@ RINGS: dict[str, Callable[..., Codec]] = {
     "jwe-a256kw": partial(JWECodec, alg="A256KW"),
     "jws-hs256": JWSCodec,
 }
+
+
+def reason(codec: Any, token: object, **kw: Any) -> Reason:
+    """Why `codec.unseal(token, **kw)` refuses: its InvalidToken's reason (any other outcome fails the test)."""
+    with pytest.raises(InvalidToken) as info:
+        codec.unseal(token, **kw)
+    return info.value.reason
 
 
 def _bound(inner: Codec) -> BoundCodec:

@@ -14,19 +14,14 @@ from typing import Any
 
 import pytest
 
-from statecodec import AESGCMCodec, InvalidToken, KeyRing, Reason, XAESGCMCodec
+from statecodec import AESGCMCodec, KeyRing, Reason, XAESGCMCodec
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode, b64u_encode
 from statecodec.aead import _XAES, _Ring
+from tests.codecs import reason
 
 RingCodec = AESGCMCodec | XAESGCMCodec
 CODECS: list[type[RingCodec]] = [AESGCMCodec, XAESGCMCodec]
 K0, K1 = bytes(range(32)), bytes(range(32, 64))
-
-
-def reason_of(codec: Any, token: object) -> Reason:
-    with pytest.raises(InvalidToken) as info:
-        codec.unseal(token)
-    return info.value.reason
 
 
 @pytest.fixture(params=CODECS, ids=["aesgcm", "xaesgcm"])
@@ -43,15 +38,15 @@ def test_reason_codes_in_order(cls: type[RingCodec]) -> None:
     data, min_raw = b64u_decode(token), 1 + 4 + cls.NONCE_LENGTH + 16  # version, key id, nonce, tag
     assert data[0] == cls.VERSION
     assert data[1:5].hex() == codec.primary_key_id == KeyRing([K0]).key_ids[0]
-    assert reason_of(codec, token.encode()) is Reason.MALFORMED  # not a str
-    assert reason_of(codec, "\u00e9" * 401) is Reason.OVERSIZED  # over the cap, before decoding
-    assert reason_of(codec, "A" * 400) is Reason.FORMAT  # at the cap: decoded, version byte 0x00
-    assert reason_of(codec, token + "=") is Reason.MALFORMED  # not canonical base64url
+    assert reason(codec, token.encode()) is Reason.MALFORMED  # not a str
+    assert reason(codec, "\u00e9" * 401) is Reason.OVERSIZED  # over the cap, before decoding
+    assert reason(codec, "A" * 400) is Reason.FORMAT  # at the cap: decoded, version byte 0x00
+    assert reason(codec, token + "=") is Reason.MALFORMED  # not canonical base64url
     # Shorter than header + nonce + tag: malformed, even with a wrong version.
-    assert reason_of(codec, b64u_encode(b"\x7f" + data[1 : min_raw - 1])) is Reason.MALFORMED
-    assert reason_of(codec, b64u_encode(b"\x7f" + b"\x00" * 4 + data[5:])) is Reason.FORMAT  # before the key
-    assert reason_of(codec, b64u_encode(data[:1] + b"\x00" * 4 + data[5:])) is Reason.UNKNOWN_KEY
-    assert reason_of(codec, b64u_encode(data[:-1] + bytes([data[-1] ^ 0x80]))) is Reason.SEAL
+    assert reason(codec, b64u_encode(b"\x7f" + data[1 : min_raw - 1])) is Reason.MALFORMED
+    assert reason(codec, b64u_encode(b"\x7f" + b"\x00" * 4 + data[5:])) is Reason.FORMAT  # before the key
+    assert reason(codec, b64u_encode(data[:1] + b"\x00" * 4 + data[5:])) is Reason.UNKNOWN_KEY
+    assert reason(codec, b64u_encode(data[:-1] + bytes([data[-1] ^ 0x80]))) is Reason.SEAL
     assert codec.unseal(codec.seal(b"")) == b""  # the smallest token is exactly the minimum length
 
 
@@ -62,7 +57,7 @@ def test_version_byte_is_bound_under_the_tag() -> None:
     (kid, key), = KeyRing([K0]).subkeys(b"statecodec/v1/aes-256-gcm")
     other = _Ring(0x7E, 12, [(kid, AESGCM(key))], DEFAULT_MAX_TOKEN_LENGTH)
     relabelled = b64u_encode(b"\x7e" + b64u_decode(AESGCMCodec([K0]).seal(b"bound"))[1:])
-    assert reason_of(other, relabelled) is Reason.SEAL
+    assert reason(other, relabelled) is Reason.SEAL
     assert other.unseal(other.seal(b"bound")) == b"bound"
 
 
@@ -70,11 +65,11 @@ def test_key_id_is_bound_under_the_tag(cls: type[RingCodec]) -> None:
     """Moving a token's header to another ring slot is refused, even when both slots hold one AES key."""
     ring = cls([K0, K1])
     data = b64u_decode(ring.seal(b"slot 0"))
-    assert reason_of(ring, b64u_encode(data[:1] + bytes.fromhex(ring.key_ids[1]) + data[5:])) is Reason.SEAL
+    assert reason(ring, b64u_encode(data[:1] + bytes.fromhex(ring.key_ids[1]) + data[5:])) is Reason.SEAL
     aead = cls._aead(bytes(range(1, 33)))
     same_key = _Ring(cls.VERSION, cls.NONCE_LENGTH, [(b"id01", aead), (b"id02", aead)], 1000)
     data = b64u_decode(same_key.seal(b"slot 1"))
-    assert reason_of(same_key, b64u_encode(data[:1] + b"id02" + data[5:])) is Reason.SEAL
+    assert reason(same_key, b64u_encode(data[:1] + b"id02" + data[5:])) is Reason.SEAL
 
 
 # -- the ring: keys[0] seals, every key unseals, found by key id ---------------------------------------
@@ -98,9 +93,9 @@ def test_lookup_by_key_id_never_tries_other_keys(cls: type[RingCodec]) -> None:
     assert calls == [20]
     forged = bytearray(b64u_decode(cls([keys[7]]).seal(b"slot 7")))
     forged[-1] ^= 1
-    assert reason_of(ring, b64u_encode(bytes(forged))) is Reason.SEAL
+    assert reason(ring, b64u_encode(bytes(forged))) is Reason.SEAL
     assert calls == [20, 7]
-    assert reason_of(ring, cls([os.urandom(32)]).seal(b"foreign")) is Reason.UNKNOWN_KEY
+    assert reason(ring, cls([os.urandom(32)]).seal(b"foreign")) is Reason.UNKNOWN_KEY
     assert calls == [20, 7]  # an unknown key id costs no decryption at all
 
 
@@ -110,7 +105,7 @@ def test_lookup_by_key_id_never_tries_other_keys(cls: type[RingCodec]) -> None:
 def test_ephemeral_codecs_do_not_share_keys(cls: type[RingCodec]) -> None:
     a, b = cls.ephemeral(), cls.ephemeral(max_token_length=500)
     assert b.max_token_length == 500
-    assert reason_of(b, a.seal(b"process-local")) is Reason.UNKNOWN_KEY
+    assert reason(b, a.seal(b"process-local")) is Reason.UNKNOWN_KEY
 
 
 # -- XAES-256-GCM against the C2SP specification ---------------------------------------------------------

@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken, KeyRing, SealError
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.binding import mcp_request_context
+from tests.codecs import reason
+from tests.plugins import Clock
 
 CODEC_KEY = bytes(range(32))
 BINDING_KEY = bytes(range(100, 132))
@@ -24,14 +26,6 @@ T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
 PRINCIPAL = "alice@example.com"
 CONTEXT = {"method": "tools/call", "target": "provision", "args": "9f86d081"}
 KIDS = {k: bytes.fromhex(KeyRing([k]).key_ids[0]) for k in (BINDING_KEY, OTHER_BINDING_KEY, CODEC_KEY)}
-
-
-class Clock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Plain:
@@ -47,13 +41,7 @@ class Plain:
 def bound(clock: Clock | None = None, *, codec: Any = None, binding_key: Any = BINDING_KEY, **kw: Any) -> BoundCodec:
     kw.setdefault("audience", "billing")
     inner = AESGCMCodec([CODEC_KEY]) if codec is None else codec
-    return BoundCodec(inner, binding_key=binding_key, clock=clock or Clock(), **kw)
-
-
-def reason_of(codec: BoundCodec, token: str, **kw: Any) -> str:
-    with pytest.raises(InvalidToken) as info:
-        codec.unseal(token, **kw)
-    return info.value.reason.value
+    return BoundCodec(inner, binding_key=binding_key, clock=clock or Clock(T0), **kw)
 
 
 def test_round_trip_of_any_bytes_like_state_in_any_context_order() -> None:
@@ -61,8 +49,6 @@ def test_round_trip_of_any_bytes_like_state_in_any_context_order() -> None:
     for state in (b"state", bytearray(b"state"), memoryview(b"state")):
         token = codec.seal(state, principal=PRINCIPAL, context=CONTEXT)  # type: ignore[arg-type]
         assert codec.unseal(token, principal=PRINCIPAL, context=dict(reversed(CONTEXT.items()))) == b"state"
-    with pytest.raises(TypeError):
-        codec.seal("state")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("kw", [{"principal": b"p"}, {"principal": type("S", (str,), {})("p")}, {"context": {"n": 1}}])
@@ -79,23 +65,23 @@ def test_caller_bugs_raise_type_error_whatever_the_token(kw: dict[str, Any]) -> 
 
 
 def test_a_lowered_ttl_shortens_tokens_already_issued() -> None:
-    clock = Clock()
+    clock = Clock(T0)
     token, lowered = bound(clock, ttl=600).seal(b"s"), bound(clock, ttl=60)
     clock.now = T0 + 59
     assert lowered.unseal(token) == b"s"
     clock.now = T0 + 60
-    assert reason_of(lowered, token) == "expired"
+    assert reason(lowered, token) == "expired"
     with pytest.raises(InvalidToken):
         lowered.reseal(token)
     assert bound(clock, ttl=600).unseal(token) == b"s"  # the token itself still says 600 s
-    assert reason_of(bound(clock, ttl=6000), bound(Clock(), ttl=60).seal(b"s")) == "expired"  # raising lengthens none
+    assert reason(bound(clock, ttl=6000), bound(Clock(T0), ttl=60).seal(b"s")) == "expired"  # raising lengthens none
 
 
 def test_nan_clock_rejects_on_unseal_and_refuses_to_seal() -> None:
     for broken in (math.nan, None):  # a clock that stops returning numbers refuses with InvalidToken too
-        clock = Clock()
+        clock = Clock(T0)
         codec, clock.now = bound(clock), broken  # type: ignore[assignment]
-        assert reason_of(codec, bound().seal(b"s")) == "not_yet_valid"
+        assert reason(codec, bound().seal(b"s")) == "not_yet_valid"
     for bad in (math.nan, math.inf, -1.0, float(1 << 41)):
         with pytest.raises(SealError):
             bound(Clock(bad)).seal(b"s")
@@ -110,7 +96,7 @@ def test_principal_tag_is_keyed_and_reveals_nothing_under_a_readable_codec() -> 
     assert payload[36:52] != b64u_decode(other.seal(b"", principal=PRINCIPAL))[36:52]
     later = b64u_decode(bound(Clock(T0 + 1), codec=Plain()).seal(b"", principal=PRINCIPAL))  # nor a stable pseudonym
     assert payload[36:52] != later[36:52]
-    assert reason_of(bound(), bound().seal(b"s", principal=""), principal=PRINCIPAL) == "principal"
+    assert reason(bound(), bound().seal(b"s", principal=""), principal=PRINCIPAL) == "principal"
 
 
 @settings(max_examples=60, deadline=None)
@@ -125,7 +111,7 @@ def test_a_token_binds_exactly_its_context(a: dict[str, str], b: dict[str, str])
     if a == b:
         assert codec.unseal(token, principal=PRINCIPAL, context=b or None) == b"s"
     else:  # another value, a key more or less, a shifted boundary: the context's, not the principal's
-        assert reason_of(codec, token, principal=PRINCIPAL, context=b) == "binding"
+        assert reason(codec, token, principal=PRINCIPAL, context=b) == "binding"
 
 
 # --- the binding key ring, its key ids and the two versions --------------------------------------------------------
@@ -143,9 +129,9 @@ def test_binding_key_ring_rotates_without_dropping_bound_tokens() -> None:
     for version in (1, 2):
         token = bound(binding_key=BINDING_KEY, seal_version=version).seal(b"s", principal=PRINCIPAL, context=CONTEXT)
         assert new_ring.unseal(token, principal=PRINCIPAL, context=CONTEXT) == b"s"
-        assert reason_of(new_ring, token, principal=PRINCIPAL, context={}) == "binding"
+        assert reason(new_ring, token, principal=PRINCIPAL, context={}) == "binding"
     fresh = new_ring.seal(b"s", principal=PRINCIPAL, context=CONTEXT)
-    assert reason_of(old_ring, fresh, principal=PRINCIPAL, context=CONTEXT) == "unknown_key"  # named, not tried
+    assert reason(old_ring, fresh, principal=PRINCIPAL, context=CONTEXT) == "unknown_key"  # named, not tried
 
 
 @pytest.mark.parametrize("principal", [None, PRINCIPAL])
@@ -161,9 +147,9 @@ def test_a_rewritten_key_id_or_version_verifies_under_no_key(principal: str | No
     assert [ring.unseal(t, principal=principal, context=CONTEXT) for t in (mine, other, old)] == [b"s"] * 3
     forged = [rewritten(mine, key_id=KIDS[OTHER_BINDING_KEY]), rewritten(other, key_id=KIDS[BINDING_KEY]),
               rewritten(mine, version=1), rewritten(old, version=2, key_id=KIDS[BINDING_KEY])]  # fmt: skip
-    reasons = {reason_of(ring, f, principal=principal, context=CONTEXT) for f in forged}
+    reasons = {reason(ring, f, principal=principal, context=CONTEXT) for f in forged}
     assert reasons == {"principal" if principal else "binding"}
-    assert reason_of(ring, rewritten(ring.seal(b"s"), key_id=KIDS[CODEC_KEY])) == "unknown_key"
+    assert reason(ring, rewritten(ring.seal(b"s"), key_id=KIDS[CODEC_KEY])) == "unknown_key"
 
 
 def test_unseal_computes_one_mac_whatever_the_ring_refusals_included(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,15 +186,15 @@ def _claims(version: int = 2, flags: int = 0, lifetime: int = 600) -> bytes:
 
 
 @pytest.mark.parametrize(
-    ("payload", "reason"),
+    ("payload", "expected"),
     [(b"", "malformed"), (b"\x02", "malformed"), (_claims()[:35], "malformed"), (_claims(version=3), "malformed"),
      (_claims(version=0), "malformed"), (_claims(flags=2), "malformed"), (_claims(flags=0x81), "malformed"),
      (_claims(flags=1), "malformed"), (_claims(flags=1) + bytes(15), "malformed"), (_claims(lifetime=0), "expired"),
      (_claims(version=1)[:31], "malformed"), (_claims(version=1, flags=1)[:32] + bytes(15), "malformed")],
 )  # fmt: skip
-def test_malformed_claims_are_malformed(payload: bytes, reason: str) -> None:
+def test_malformed_claims_are_malformed(payload: bytes, expected: str) -> None:
     # flags=1 without the 16-byte principal tag is malformed too; a zero lifetime is already expired.
-    assert reason_of(bound(codec=Plain()), b64u_encode(payload)) == reason
+    assert reason(bound(codec=Plain()), b64u_encode(payload)) == expected
 
 
 @settings(max_examples=100, deadline=None)
@@ -250,16 +236,16 @@ def test_misconfiguration_fails_at_construction_saying_how_to_fix(kw: dict[str, 
 
 
 def test_reseal_keeps_claims_so_expiry_does_not_restart() -> None:
-    new_key, clock = bytes(range(50, 82)), Clock()
+    new_key, clock = bytes(range(50, 82)), Clock(T0)
     during = bound(clock, codec=AESGCMCodec([new_key, CODEC_KEY]), ttl=100)
     after = bound(clock, codec=AESGCMCodec([new_key]), ttl=100)
     token = bound(clock, ttl=100).seal(b"s", principal=PRINCIPAL, context=CONTEXT)
     clock.now = T0 + 90
     moved = during.reseal(token)
-    assert reason_of(after, token, principal=PRINCIPAL, context=CONTEXT) == "unknown_key"
+    assert reason(after, token, principal=PRINCIPAL, context=CONTEXT) == "unknown_key"
     assert after.unseal(moved, principal=PRINCIPAL, context=CONTEXT) == b"s"
     clock.now = T0 + 100
-    assert reason_of(after, moved, principal=PRINCIPAL, context=CONTEXT) == "expired"
+    assert reason(after, moved, principal=PRINCIPAL, context=CONTEXT) == "expired"
     with pytest.raises(InvalidToken, match="audience"):
         bound(audience="shipping").reseal(token)
 

@@ -9,13 +9,11 @@ fails the suite, so a typo cannot turn a block off. How blocks run: docs/contrib
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +25,7 @@ from types import ModuleType
 import pytest
 
 from statecodec import format_keys, generate_key
+from tests.plugins import free_port, free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -178,7 +177,7 @@ def test_fleet_server_factory_on_a_bad_configuration_stops_uvicorn_instead_of_re
     uvicorn = [sys.executable, "-m", "uvicorn", "--factory", "--app-dir", str(EXAMPLES), "fleet_server:create_app"]
     for workers in ("1", "2"):
         result = subprocess.run(
-            [*uvicorn, "--host", "127.0.0.1", "--port", str(_free_ports(1)[0]), "--workers", workers],
+            [*uvicorn, "--host", "127.0.0.1", "--port", str(free_port()), "--workers", workers],
             cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT_S,
             check=False,
         )
@@ -267,15 +266,6 @@ def test_blocks_share_one_shell_and_a_failure_names_its_block(tmp_path: Path) ->
     assert output.strip().endswith("failed in block page.md:12")
 
 
-def _free_ports(count: int) -> list[int]:
-    """Ports nothing listens on now, held together while chosen so that no two are the same."""
-    with contextlib.ExitStack() as stack:
-        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for probe in probes:
-            probe.bind(("127.0.0.1", 0))
-        return [probe.getsockname()[1] for probe in probes]
-
-
 def test_the_two_instance_blocks_run_as_written(tmp_path: Path, redis_url: str) -> None:
     # Run as the page shows them, on free ports in place of 8001 to 8004, so that a run beside another one (or
     # a server a reader left running) cannot answer in place of the block's own servers; the single-use block
@@ -285,7 +275,7 @@ def test_the_two_instance_blocks_run_as_written(tmp_path: Path, redis_url: str) 
     assert len(blocks) == 3, "docs/deployment.md: expected the shared-ring, SDK-default and single-use blocks"
     blocks = [block.replace("redis://127.0.0.1:6379/0", redis_url) for block in blocks]
     (tmp_path / "examples").symlink_to(EXAMPLES, target_is_directory=True)
-    ports = dict(zip(("8001", "8002", "8003", "8004"), map(str, _free_ports(4)), strict=True))
+    ports = dict(zip(("8001", "8002", "8003", "8004"), map(str, free_ports(4)), strict=True))
     outputs = []
     for block in blocks:
         script = tmp_path / "block.sh"

@@ -15,7 +15,6 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from functools import partial
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -32,7 +31,7 @@ from statecodec.testing import assert_conformant
 from tests.codecs import BINDING_KEY, CODECS, DETERMINISTIC, FOREIGN, OTHER, RINGS, SECRET
 from tests.envelope_wrappers import LocalWrapper
 from tests.integration.kms_support import assert_no_secret_in
-from tests.plugins.vault import assert_not_copyable
+from tests.plugins import assert_not_copyable
 
 MARKER = "redteam-marker-do-not-log-4b1d"
 PAYLOAD = b'{"state":"redteam"}'
@@ -295,15 +294,6 @@ def _late(module: str, name: str, *args: Any, **kwargs: Any) -> object:
     return getattr(importlib.import_module(f"statecodec.{module}"), name)(*args, **kwargs)
 
 
-def _with_vault_client(name: str, *args: Any, **kwargs: Any) -> object:
-    """`<name>(client, ...)` with a client for an address where nothing listens: a call would fail otherwise."""
-    client: Any = _late("providers.vault", "vault_client", "http://127.0.0.1:1", token="s.token")
-    try:
-        return _late("providers.vault", name, client, *args, **kwargs)
-    finally:
-        client.adapter.close()
-
-
 WRAPPER = LocalWrapper()  # counts unwraps: a configuration error is found before any provider call
 
 
@@ -358,7 +348,6 @@ def _misconfigurations() -> Iterator[tuple[str, str | None, Callable[[], object]
         yield f"gcp-emulator-{host}", "google.cloud.kms", emulated, "loopback"
     vault = partial(_late, "providers.vault", "vault_client", token="s.token")
     yield "vault-url", "hvac", partial(vault, f"https://ops:{MARKER}@vault.example:8200"), "no credentials"
-    yield "vault-wrapper-retry", "hvac", partial(_with_vault_client, "VaultKeyWrapper", "k", retry=5), "RetryPolicy"
 
 
 MISCONFIGURED = list(_misconfigurations())
@@ -374,15 +363,3 @@ def test_misconfiguration_is_refused_at_construction_echoing_no_value(
         build()
     assert MARKER not in str(info.value)
     assert WRAPPER.unwraps == 0
-
-
-
-
-def test_vault_secret_files_are_read_with_a_bound(tmp_path: Path) -> None:
-    pytest.importorskip("hvac")
-    huge = tmp_path / "token"
-    huge.write_bytes(b"s." + b"x" * (128 * 1024))
-    settings_ = {"STATECODEC_VAULT_ADDR": "http://127.0.0.1:1", "STATECODEC_VAULT_TOKEN_FILE": str(huge)}
-    with pytest.raises(ConfigurationError, match="is over") as info:
-        _late("providers.vault", "vault_client_from_settings", settings_)
-    assert "xxxx" not in str(info.value)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken, KeyRing
 from statecodec.keys import format_keys, parse_keys
 from statecodec.rotation import FleetReport, Phase, RotationPlan, check_fleet, parse_fleet, reseal
-from tests.plugins.vault import Clock
+from tests.plugins import Clock
 from tests.secrecy import COLLIDING_SECRETS
 
 OLD = bytes(range(32))

@@ -16,7 +16,7 @@ from statecodec import AESGCMCodec, InvalidToken, Reason, generate_key
 from statecodec.sdk_migration import SDK_FORMAT_PREFIX, SDKKeysMigration
 from statecodec.testing import assert_conformant
 from tests.mcp_flows import TOOL, accept_token, assert_mcp_rejects, build_server, mint_token
-from tests.plugins.vault import Clock
+from tests.plugins import Clock
 
 SDK_KEY, OTHER_SDK_KEY = generate_key(), generate_key()
 NEW = AESGCMCodec([generate_key()])

@@ -27,10 +27,12 @@ from cryptography.hazmat.primitives.kdf.concatkdf import ConcatKDFHash
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.keywrap import aes_key_wrap
 
-from statecodec import AESGCMCodec, BoundCodec, EnvelopeCodec, InvalidToken, JWECodec, JWSCodec, KeyRing, XAESGCMCodec
+from statecodec import AESGCMCodec, BoundCodec, EnvelopeCodec, JWECodec, JWSCodec, KeyRing, XAESGCMCodec
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode
-from statecodec.errors import ProviderError
+from statecodec.envelope import canonical_context
 from statecodec.jose import derived_jwk
+from tests.codecs import reason
+from tests.envelope_wrappers import TableWrapper
 
 VECTORS = Path(__file__).parent / "vectors"
 FILES = sorted(p for p in VECTORS.glob("*.json") if p.name != "single_use.json")
@@ -61,28 +63,6 @@ def hkdf(secret: bytes, info: bytes, length: int = 32) -> bytes:
     return HKDF(algorithm=SHA256(), length=length, salt=None, info=info).derive(secret)
 
 
-def reason_of(unseal: Callable[[], object]) -> str:
-    with pytest.raises(InvalidToken) as info:
-        unseal()
-    return info.value.reason.value
-
-
-class _Table:
-    """The KMS of an envelope entry: each of its wrapped keys unwraps to the data key paired with it."""
-
-    def __init__(self, pairs: Mapping[bytes, bytes]) -> None:
-        self._pairs = pairs
-
-    def describe(self) -> str:
-        return "the data keys of a vectors entry"
-
-    def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:
-        return self._pairs[blob]  # EnvelopeCodec asks only for the entry's own blobs
-
-    def new_wrapped_key(self, context: Mapping[str, str]) -> bytes:
-        raise ProviderError("a vectors entry cannot wrap keys")
-
-
 def codec_for(data: Mapping[str, Any], entry: Mapping[str, Any], at: Mapping[str, Any] | None = None) -> Any:
     """The codec an entry names; `at`: a binding replay's clock and settings."""
     codec, cap = data["codec"], entry.get("max_token_length", DEFAULT_MAX_TOKEN_LENGTH)
@@ -90,8 +70,8 @@ def codec_for(data: Mapping[str, Any], entry: Mapping[str, Any], at: Mapping[str
         ring = AESGCMCodec if codec == "aesgcm" else XAESGCMCodec
         return ring([b64u_decode(k) for k in entry["keys"]], max_token_length=cap)
     if codec == "envelope":
-        blobs = [b64u_decode(w) for w in entry["wrapped_keys"]]
-        table = _Table(dict(zip(blobs, (b64u_decode(k) for k in entry["data_keys"]), strict=True)))
+        blobs, context = [b64u_decode(w) for w in entry["wrapped_keys"]], canonical_context(entry["context"])
+        table = TableWrapper({(b, context): b64u_decode(k) for b, k in zip(blobs, entry["data_keys"], strict=True)})
         return EnvelopeCodec(table, blobs, context=entry["context"], max_token_length=cap)
     if codec in ("jwe", "jws") and "jwks" in entry:
         jose = JWECodec if codec == "jwe" else JWSCodec
@@ -127,7 +107,7 @@ def test_valid_entry_opens_to_its_payload(data: dict[str, Any], v: dict[str, Any
 
 @json_parametrize(OFFLINE, "invalid")
 def test_invalid_entry_is_refused_with_its_reason(data: dict[str, Any], v: dict[str, Any]) -> None:
-    assert reason_of(lambda: codec_for(data, v).unseal(v["token"])) == v["reason"]
+    assert reason(codec_for(data, v), v["token"]) == v["reason"]
 
 
 SEALED = "aesgcm xaesgcm envelope jwe jws"  # jwe_ecdh: the ephemeral key is no urandom draw
@@ -163,15 +143,11 @@ def test_binding_vector_opens_at_its_time(data: dict[str, Any], v: dict[str, Any
 def test_binding_replay_is_refused_with_its_reason(data: dict[str, Any], v: dict[str, Any]) -> None:
     vector = next(x for x in data["valid"] if x["name"] == v["vector"])
     codec = codec_for(data, vector, at=v)
-    context = vector["context"] if v["context"] == "same" else v["context"]
-
-    def unseal() -> bytes:
-        return codec.unseal(vector["token"], principal=v["principal"], context=context)  # type: ignore[no-any-return]
-
+    kw = {"principal": v["principal"], "context": vector["context"] if v["context"] == "same" else v["context"]}
     if v["reason"] is None:  # the edge of a window: still open
-        assert unseal() == vector["state"].encode()
+        assert codec.unseal(vector["token"], **kw) == vector["state"].encode()
     else:
-        assert reason_of(unseal) == v["reason"]
+        assert reason(codec, vector["token"], **kw) == v["reason"]
 
 
 # -- re-derived from docs/formats.md, byte for byte ---------------------------------------------------

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Any, Protocol
 
 import anyio
 import httpx
+from tests.plugins import free_port as free_port  # tests/test_mcp.py imports it from here
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FLEET_SERVER = EXAMPLES / "fleet_server.py"
@@ -73,14 +73,6 @@ class Served(Protocol):
 
     @property
     def url(self) -> str: ...
-
-
-def free_port() -> int:
-    """A port that was free on the loopback interface a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def server_env(settings: Mapping[str, str]) -> dict[str, str]:

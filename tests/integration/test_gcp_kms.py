@@ -1,14 +1,13 @@
-"""Cloud KMS beyond the provider contract: the real client against the loopback Cloud KMS server."""
+"""Cloud KMS beyond the provider contract (which also names and retries its errors): the real client against the
+loopback Cloud KMS server."""
 
 from __future__ import annotations
 
 import itertools
 import logging
-import re
 from collections.abc import Iterator
 from typing import Any
 
-import grpc
 import pytest
 from tests.integration.kms_support import ATTEMPTS, assert_no_secret_in, capture_every_record
 from tests.plugins.gcp import CORRUPTIONS, FakeCloudKms, key_name
@@ -83,35 +82,6 @@ def test_requests_carry_every_checksum_and_the_aad(wrapper: GcpKmsWrapper, gcp_k
     for request, data in ((encrypt, "plaintext"), (decrypt, "ciphertext")):
         for name in (data, "additional_authenticated_data"):
             assert f"{name}_crc32c" in request  # present, as Cloud KMS can then verify it
-
-
-@pytest.mark.parametrize(
-    ("status", "cause", "calls"),
-    [
-        (grpc.StatusCode.RESOURCE_EXHAUSTED, "throttled", ATTEMPTS),
-        (grpc.StatusCode.PERMISSION_DENIED, "access denied (grant roles/cloudkms.cryptoKeyDecrypter", 1),
-        (grpc.StatusCode.FAILED_PRECONDITION, "not enabled", 1),
-    ],
-)
-def test_kms_errors_are_named_and_retried_only_when_waiting_can_help(
-    status: grpc.StatusCode,
-    cause: str,
-    calls: int,
-    wrapper: GcpKmsWrapper,
-    ring: list[bytes],
-    gcp_kms: FakeCloudKms,
-    sleeps: list[float],
-) -> None:
-    gcp_kms.fail_next(calls, status)
-    with pytest.raises(ProviderError, match=re.escape(cause)):
-        EnvelopeCodec(wrapper, ring)
-    assert gcp_kms.calls["Decrypt"] == calls
-    assert len(sleeps) == calls - 1
-
-
-def test_unknown_key(ring: list[bytes], gcp_client: Any) -> None:
-    with pytest.raises(ProviderError, match="not found"):
-        EnvelopeCodec(GcpKmsWrapper(key_name("p", "r", "never-created"), client=gcp_client), ring)
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """The provider contract: what every `KeyWrapper` must do under `EnvelopeCodec`, against the real services.
 
-Each test runs against AWS KMS (a real moto_server), Cloud KMS (the real google-cloud-kms client and the
-loopback gRPC server) and Vault transit (a real OpenBao), each through the SDK client a deployment uses.
+Each test runs against AWS KMS (a real moto_server, behind the fault-injecting proxy), Cloud KMS (the real
+google-cloud-kms client and the loopback gRPC server) and Vault transit (a real OpenBao), each through the SDK
+client a deployment uses.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import grpc
 import pytest
 from tests.integration.kms_support import ATTEMPTS, assert_no_secret_in, capture_every_record, run_cli
+from tests.plugins import assert_not_copyable
 from tests.plugins.aws import CREDENTIALS, REGION, MotoServer
 from tests.plugins.gcp import FakeCloudKms, key_name
-from tests.plugins.vault import CallLog, assert_not_copyable, client_for, transit_policy
+from tests.plugins.vault import CallLog, client_for, transit_policy
 from tests.secrecy import chain_texts
 
 from statecodec import EnvelopeCodec, InvalidToken, ProviderError, Reason
@@ -48,6 +51,8 @@ class Provider:
     cli: list[str]  # `statecodec kms` flags naming this key
     loggers: tuple[str, ...]  # the SDK's loggers
     secrets: list[str] = field(default_factory=list)  # credentials no message may carry
+    missing: tuple[str, str] = ("", "")  # a key name the provider does not hold, and how its refusal says so
+    fail_next: Callable[[int, Any], None] | None = None  # (n, fault): the next n calls answer with that fault
 
 
 def _own(request: pytest.FixtureRequest, server: _S) -> _S:
@@ -62,7 +67,8 @@ def _aws(request: pytest.FixtureRequest, fresh: bool) -> Provider:
 
     request.getfixturevalue("aws_credentials")
     server = _own(request, MotoServer()) if fresh else request.getfixturevalue("moto_server")
-    client = server.client()
+    proxy = None if fresh else request.getfixturevalue("kms_proxy")
+    client = (proxy or server).client()
     request.addfinalizer(client.close)
     sent: list[str] = []
     client.meta.events.register("before-call.kms", lambda model, **_: sent.append(model.name))
@@ -83,6 +89,8 @@ def _aws(request: pytest.FixtureRequest, fresh: bool) -> Provider:
         cli=["--provider", "aws", "--key-id", arn, "--region", REGION, "--endpoint-url", server.endpoint],
         loggers=("botocore", "boto3", "urllib3", "s3transfer"),
         secrets=[CREDENTIALS["aws_secret_access_key"]],
+        missing=("arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555", "not found|denied"),
+        fail_next=proxy and (lambda n, fault: proxy.fail_next(n, fault[0], status=fault[1], message=fault[2])),
     )
 
 
@@ -107,6 +115,8 @@ def _gcp(request: pytest.FixtureRequest, fresh: bool) -> Provider:
         },
         cli=["--provider", "gcp", "--key", name, "--emulator-host", server.address],
         loggers=("google", "grpc"),
+        missing=(key_name("contract", "ring", "never-created"), "not found"),
+        fail_next=server.fail_next,
     )
 
 
@@ -123,7 +133,7 @@ def _vault(request: pytest.FixtureRequest, fresh: bool, derived: bool = True) ->
     return Provider(
         key=key,
         make=lambda key=key, retry=None: VaultKeyWrapper(client, key, retry=retry),
-        calls=log.count,
+        calls=lambda: log.calls,
         new_key=lambda: server.new_key(derived=derived),
         stop=server.stop,
         down="cannot connect",
@@ -136,6 +146,7 @@ def _vault(request: pytest.FixtureRequest, fresh: bool, derived: bool = True) ->
         cli=["--provider", "vault", "--vault-addr", server.addr, "--vault-key", key],
         loggers=("hvac", "requests", "urllib3"),
         secrets=[server.root_token],
+        missing=("no-such-key", "create it: bao write -f transit/keys/no-such-key derived=true"),
     )
 
 
@@ -195,6 +206,43 @@ def test_wrong_context_is_refused_once_naming_the_key(provider: Provider) -> Non
     before = provider.calls()
     _refused(provider, wrapper, [blob], [data_key], context=default_context("orders"))
     assert provider.calls() - before == 1  # a definitive refusal is not retried
+
+
+FAULTS = [  # (provider, its fault, what the message says, calls made: every attempt only when waiting can help)
+    ("aws", ("ThrottlingException", 400, "Rate exceeded"), "throttled", ATTEMPTS),
+    ("aws", ("KMSInternalException", 500, "injected"), "unavailable", ATTEMPTS),
+    ("aws", ("AccessDeniedException", 400, "not authorized to perform kms:Decrypt"), "access denied", 1),
+    ("aws", ("IncorrectKeyException", 400, "another CMK"), "wrong key", 1),
+    ("aws", ("DisabledException", 400, "the key is disabled."), "disabled", 1),
+    ("aws", ("KMSInvalidStateException", 400, "pending deletion."), "not usable in its current state", 1),
+    ("gcp", grpc.StatusCode.RESOURCE_EXHAUSTED, "throttled", ATTEMPTS),
+    ("gcp", grpc.StatusCode.PERMISSION_DENIED, "access denied (grant roles/cloudkms.cryptoKeyDecrypter", 1),
+    ("gcp", grpc.StatusCode.FAILED_PRECONDITION, "not enabled", 1),
+]
+
+
+@pytest.mark.parametrize(("provider", "fault", "cause", "calls"), FAULTS, indirect=["provider"])
+def test_kms_errors_are_named_and_retried_only_when_waiting_can_help(
+    provider: Provider, fault: Any, cause: str, calls: int, policy: RetryPolicy, sleeps: list[float]
+) -> None:
+    wrapper = provider.make(retry=policy)
+    ring = [new_wrapped_key(wrapper) for _ in range(2)]
+    assert provider.fail_next is not None
+    provider.fail_next(calls, fault)
+    before = provider.calls()
+    with pytest.raises(ProviderError) as info:
+        EnvelopeCodec(wrapper, ring)
+    assert cause in str(info.value)
+    if calls == 1 and isinstance(fault, tuple):  # a definitive AWS refusal passes on what KMS said
+        assert fault[2] in str(info.value)
+    assert provider.calls() - before == calls
+    assert len(sleeps) == calls - 1
+
+
+def test_an_unknown_key_is_named_with_its_fix(provider: Provider, policy: RetryPolicy) -> None:
+    blob = new_wrapped_key(provider.make())
+    with pytest.raises(ProviderError, match=provider.missing[1]):
+        EnvelopeCodec(provider.make(key=provider.missing[0], retry=policy), [blob])
 
 
 def test_corrupted_foreign_or_junk_blob_is_refused(provider: Provider) -> None:

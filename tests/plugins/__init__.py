@@ -1,9 +1,19 @@
-"""Service fixtures for the test suite, one module per service; `stop_process` is the one way they end a server."""
+"""Service fixtures for the test suite, one module per service, and what they share: `free_ports` picks their
+ports, `stop_process` is the one way they end a server, `Clock` is the clock a test moves by hand."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import functools
+import pickle
 import signal
+import socket
 import subprocess
+import time
+from collections.abc import Callable
+
+import pytest
 
 
 def stop_process(process: subprocess.Popen[bytes]) -> None:
@@ -17,3 +27,51 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout=10)
+
+
+def free_ports(count: int) -> list[int]:
+    """Loopback ports nothing listens on now, held together while chosen so that no two are the same."""
+    with contextlib.ExitStack() as stack:
+        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in probes]
+
+
+def wait_until(process: subprocess.Popen[bytes], up: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """True once `up()` is (an OSError counts as not yet); False when `process` exits or `timeout` passes first."""
+    deadline = time.monotonic() + timeout
+    while process.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if up():
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def listening(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
+
+
+class Clock:
+    """A clock the test moves by hand (``clock.now += 1``)."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def assert_not_copyable(holder: object) -> None:
+    """`holder` (it holds a key or a Vault token) refuses every pickle protocol, `copy` and `deepcopy`."""
+    dumps: list[Callable[[object], object]] = [copy.copy, copy.deepcopy]
+    dumps += [functools.partial(pickle.dumps, protocol=p) for p in range(pickle.HIGHEST_PROTOCOL + 1)]
+    for dump in dumps:
+        with pytest.raises(TypeError, match="not picklable"):
+            dump(holder)

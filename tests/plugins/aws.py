@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,18 +22,11 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from tests.plugins import stop_process
+from tests.plugins import free_port as free_port  # tests.plugins.redis imports it from here
+from tests.plugins import listening, stop_process, wait_until
 
 REGION = "us-east-1"
 CREDENTIALS = {"aws_access_key_id": "AKIASTATECODECTEST", "aws_secret_access_key": "statecodec-test-secret-access-key"}
-_START_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 _SESSIONS: list[Any] = []
@@ -61,13 +52,8 @@ class MotoServer:
         exe = Path(sys.executable).with_name("moto_server")
         cmd = [str(exe), "-H", "127.0.0.1", "-p", str(self.port)]
         self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + _START_TIMEOUT
-        while self._proc.poll() is None and time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return  # listening: requests queue until it serves them
-            except OSError:
-                time.sleep(0.05)
+        if wait_until(self._proc, lambda: listening(self.port)):
+            return  # listening: requests queue until it serves them
         self.stop()
         raise RuntimeError("moto_server did not start")
 

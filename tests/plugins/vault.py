@@ -6,11 +6,8 @@
 from __future__ import annotations
 
 import contextlib
-import copy
-import functools
 import json
 import os
-import pickle
 import secrets
 import signal
 import socket
@@ -18,16 +15,15 @@ import ssl
 import subprocess
 import tempfile
 import time
-import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.plugins import stop_process
+from tests.plugins import stop_process, wait_until
 
 
 def _free_port_pair() -> int:
@@ -114,16 +110,12 @@ class BaoServer:
         """Stop the server by its PID; idempotent."""
         stop_process(self.process)
 
-    def _ready(self, timeout: float = 30.0) -> bool:
-        health = f"{self.addr}/v1/sys/health"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.process.poll() is None:
-            try:
-                with urllib.request.urlopen(health, timeout=2, context=self._tls()) as resp:  # noqa: S310
-                    return bool(resp.status == 200)
-            except (OSError, urllib.error.URLError):
-                time.sleep(0.05)
-        return False
+    def _ready(self) -> bool:
+        def up() -> bool:
+            with urllib.request.urlopen(f"{self.addr}/v1/sys/health", timeout=2, context=self._tls()) as resp:  # noqa: S310
+                return bool(resp.status == 200)
+
+        return wait_until(self.process, up)
 
 
 def start_bao(workdir: Path, *, tls: bool = False) -> BaoServer:
@@ -195,9 +187,6 @@ class CallLog:
 
         client.adapter.post = post  # an instance attribute shadows the adapter's method
 
-    def count(self) -> int:
-        return self.calls
-
 
 @contextlib.contextmanager
 def client_for(server: BaoServer, **kwargs: Any) -> Iterator[Any]:
@@ -216,22 +205,3 @@ def transit_policy(mount: str, key: str, ops: tuple[str, ...]) -> str:
     return "\n".join(
         f'path "{mount}/{op}/{key}" {{ capabilities = ["{"read" if op == "keys" else "update"}"] }}' for op in ops
     )
-
-
-class Clock:
-    """A clock the test moves by hand (``clock.now += 1``)."""
-
-    def __init__(self, now: float = 0.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def assert_not_copyable(holder: object) -> None:
-    """`holder` (it holds a key or a Vault token) refuses every pickle protocol, `copy` and `deepcopy`."""
-    dumps: list[Callable[[object], object]] = [copy.copy, copy.deepcopy]
-    dumps += [functools.partial(pickle.dumps, protocol=p) for p in range(pickle.HIGHEST_PROTOCOL + 1)]
-    for dump in dumps:
-        with pytest.raises(TypeError, match="not picklable"):
-            dump(holder)
