@@ -1,7 +1,7 @@
 """`statecodec check`: is this instance ready to seal and unseal, and under which keys?
 
 Builds the codec a server would, reads the other settings a server reads (without contacting a store), seals and
-unseals a probe, and reports kind, key ids, provider and key name, never a secret; ``--json`` is what
+unseals a probe, and reports kind, key ids, provider, key name and context, never a secret; ``--json`` is what
 `statecodec rotate check` reads. Exit status: 0 ready, 1 not ready, 2 misconfigured.
 """
 
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _describe(kind: str, codec: Any, settings: Mapping[str, str]) -> dict[str, Any]:
     ids = [str(kid) for kid in getattr(codec, "key_ids", ())]
     holder = getattr(codec, "wrapper", None) or (codec if callable(getattr(codec, "describe", None)) else None)
-    name = _KEY_NAME.get(kind)
+    name, context = _KEY_NAME.get(kind), getattr(codec, "context", None)
     return {
         "kind": kind,
         "codec": type(codec).__name__,
@@ -50,6 +50,7 @@ def _describe(kind: str, codec: Any, settings: Mapping[str, str]) -> dict[str, A
         "primary_key_id": str(getattr(codec, "primary_key_id", None) or (ids[0] if ids else "")) or None,
         "provider": None if holder is None else holder.describe(),
         "key_name": None if name is None else setting(settings, name, required=False),
+        "context": None if context is None else dict(context),  # what every wrapped key is bound to
     }
 
 
@@ -100,8 +101,11 @@ def _check(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        for name in ("instance", "status", "kind", "codec", "key_ids", "primary_key_id", "provider", "key_name"):
+        for name in ("instance", "status", "kind", "codec", "key_ids", "primary_key_id", "provider", "key_name",
+                     "context"):
             value = report.get(name)
+            if isinstance(value, dict):
+                value = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
             if value is not None:
                 print(f"{name:<15} {', '.join(value) if isinstance(value, list) else value}")
     if report["error"] is not None:
