@@ -41,14 +41,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _describe(kind: str, codec: Any, settings: Mapping[str, str]) -> dict[str, Any]:
     ids = [str(kid) for kid in getattr(codec, "key_ids", ())]
-    holder = getattr(codec, "wrapper", None) or (codec if callable(getattr(codec, "describe", None)) else None)
-    name, context = _KEY_NAME.get(kind), getattr(codec, "context", None)
+    wrapper, name, context = getattr(codec, "wrapper", None), _KEY_NAME.get(kind), getattr(codec, "context", None)
     return {
         "kind": kind,
         "codec": type(codec).__name__,
         "key_ids": ids,
         "primary_key_id": str(getattr(codec, "primary_key_id", None) or (ids[0] if ids else "")) or None,
-        "provider": None if holder is None else holder.describe(),
+        "provider": None if wrapper is None else wrapper.describe(),
         "key_name": None if name is None else setting(settings, name, required=False),
         "context": None if context is None else dict(context),  # what every wrapped key is bound to
     }
@@ -87,10 +86,6 @@ def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, 
         error = f"the probe token was refused: {exc}"
     except StatecodecError as exc:
         error = f"the probe failed: {exc}"
-    finally:
-        close = getattr(codec, "close", None)
-        if callable(close):
-            close()
     if error is not None:
         return 1, {**report, "status": "not ready", "error": error}
     return 0, {**report, "ready": True, "status": "ready", "error": None}

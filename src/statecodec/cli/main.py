@@ -79,10 +79,8 @@ class _Parser(argparse.ArgumentParser):
         commands = super().add_subparsers(**kwargs)
         add = commands.add_parser
 
-        def add_parser(name: str, **options: Any) -> argparse.ArgumentParser:
-            options.setdefault("description", options.get("help"))
-            parser: argparse.ArgumentParser = add(name, **options)
-            return parser
+        def add_parser(name: str, **options: Any) -> Any:  # an explicit description still wins over the help line
+            return add(name, **{"description": options.get("help"), **options})
 
         setattr(commands, "add_parser", add_parser)  # noqa: B010 - an instance's method, replaced
         return commands

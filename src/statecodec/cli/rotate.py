@@ -164,9 +164,9 @@ def _instance(where: str, report: object) -> tuple[str, list[str]]:
 
 
 def _fleet(sources: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """(instances, in-flight key ids) from fleet files and `statecodec check` reports; an instance once only."""
     from statecodec.rotation import parse_fleet
 
-    """(instances, in-flight key ids) from fleet files and `statecodec check` reports; an instance once only."""
     instances: dict[str, Any] = {}
     in_flight: list[str] = []
     for source in sources:
