@@ -4,12 +4,13 @@ Threat: a misspelt or ineffective setting leaves a default in force without a wo
 half-read configuration spends a call on a set-up that was wrong from the start. So the whole configuration is
 checked against `READS`, the one table of what each kind reads, before any builder runs (docs/configuration.md).
 A kind is one entry in `BUILDERS` (a builder or its import path, so an optional package is imported only when
-that kind is chosen) and one in `READS`.
+that kind is chosen; an envelope kind's path names its provider's `wrapper_from_settings`) and one in `READS`.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import os
 from collections.abc import Callable, Mapping
@@ -43,9 +44,9 @@ Builder = Callable[[Mapping[str, str]], Codec]
 BUILDERS: dict[str, Builder | str] = {
     "aesgcm": AESGCMCodec.from_env,
     "xaesgcm": XAESGCMCodec.from_env,
-    "aws-kms": "statecodec.providers.aws_kms:build_codec",
-    "gcp-kms": "statecodec.providers.gcp_kms:build_codec",
-    "vault-envelope": "statecodec.providers.vault:envelope_codec_from_settings",
+    "aws-kms": "statecodec.providers.aws_kms:wrapper_from_settings",
+    "gcp-kms": "statecodec.providers.gcp_kms:wrapper_from_settings",
+    "vault-envelope": "statecodec.providers.vault:wrapper_from_settings",
     "jwe": "statecodec.jose.jwe:from_settings",
     "jws": "statecodec.jose.jws:from_settings",
 }
@@ -180,6 +181,10 @@ def build_codec(kind: str, settings: Mapping[str, str]) -> Codec:
         builder = getattr(module, attr, None)
         if not callable(builder):
             raise ConfigurationError(f"the builder for {CODEC_VAR}={kind} ({BUILDERS[kind]}) does not exist")
+        if attr == "wrapper_from_settings":  # an envelope kind: the one envelope builder, over its provider
+            from statecodec.providers import build_envelope_codec
+
+            builder = functools.partial(build_envelope_codec, wrapper_from_settings=builder)
     view = Settings(settings, READS.get(kind, frozenset()) | _EVERY_KIND, what)
     return check_codec(cast(Builder, builder)(view), f"{what}'s result")
 

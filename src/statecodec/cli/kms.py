@@ -11,18 +11,14 @@ import importlib
 import json
 
 from statecodec.cli.main import flag_values, flags_named, settings_from_flags
-from statecodec.config import CODEC_VAR, READS, check_names, check_settings
+from statecodec.config import BUILDERS, CODEC_VAR, READS, check_names, check_settings
 from statecodec.envelope import format_wrapped_keys, new_wrapped_key
 
 _AWS = {"--key-id": "AWS_KMS_KEY_ID", "--region": "AWS_REGION", "--endpoint-url": "AWS_KMS_ENDPOINT"}
 _GCP = {"--key": "GCP_KMS_KEY", "--emulator-host": "GCP_KMS_EMULATOR_HOST"}
 _VAULT = {f"--vault-{name.lower()}": f"VAULT_{name}" for name in ("ADDR", "KEY", "MOUNT", "NAMESPACE")}
-# --provider: (STATECODEC_CODEC, provider module, {flag: setting without its STATECODEC_ prefix})
-_PROVIDERS = {
-    "aws": ("aws-kms", "aws_kms", _AWS),
-    "gcp": ("gcp-kms", "gcp_kms", _GCP),
-    "vault": ("vault-envelope", "vault", _VAULT),
-}
+# --provider: (STATECODEC_CODEC, {flag: setting without its STATECODEC_ prefix})
+_PROVIDERS = {"aws": ("aws-kms", _AWS), "gcp": ("gcp-kms", _GCP), "vault": ("vault-envelope", _VAULT)}
 _COMMON = {"--context": "KMS_CONTEXT", "--audience": "KMS_AUDIENCE"}
 _EVERY_FLAG = {flag: f"STATECODEC_{name}" for table in (_COMMON, _AWS, _GCP, _VAULT) for flag, name in table.items()}
 
@@ -33,7 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     new = actions.add_parser("new-data-key", help="print a new wrapped data key for STATECODEC_WRAPPED_KEYS")
     new.add_argument("--json", action="store_true", help="print the wrapped key as JSON on stdout")
     new.add_argument("--provider", choices=sorted(_PROVIDERS), required=True, help="the KMS")
-    for provider, options in [(None, _COMMON)] + [(name, flags) for name, (_, _, flags) in _PROVIDERS.items()]:
+    for provider, options in [(None, _COMMON)] + [(name, flags) for name, (_, flags) in _PROVIDERS.items()]:
         group = new.add_argument_group(f"--provider {provider}" if provider else "settings")
         for flag, name in options.items():
             group.add_argument(flag, metavar="VALUE", help=f"sets STATECODEC_{name}")
@@ -43,7 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _new_data_key(args: argparse.Namespace) -> int:
     from statecodec.providers import context_from_settings
 
-    kind, module, flags = _PROVIDERS[args.provider]
+    kind, flags = _PROVIDERS[args.provider]
     values = flag_values(args, {flag: _EVERY_FLAG[flag] for flag in {**_COMMON, **flags}})
     settings = settings_from_flags({CODEC_VAR: kind, **values})
     check_names(settings)  # a typo is named before the provider is contacted
@@ -51,7 +47,8 @@ def _new_data_key(args: argparse.Namespace) -> int:
     settings = {k: v for k, v in settings.items() if not k.startswith("STATECODEC_") or k in READS[kind] | {CODEC_VAR}}
     check_settings(settings, kind)
     context = context_from_settings(settings)  # named by its setting before the provider is built
-    with importlib.import_module(f"statecodec.providers.{module}").wrapper_from_settings(settings) as wrapper:
+    module, _, factory = str(BUILDERS[kind]).partition(":")  # the provider's wrapper_from_settings
+    with getattr(importlib.import_module(module), factory)(settings) as wrapper:
         blob = new_wrapped_key(wrapper, context)
     text = format_wrapped_keys([blob])
     print(json.dumps({"STATECODEC_WRAPPED_KEYS": text}) if args.json else text)

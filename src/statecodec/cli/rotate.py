@@ -62,11 +62,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _key(args: argparse.Namespace, side: str) -> bytes:
     """The one key of `side` from its variable, file or flag (old: the server's key settings by default)."""
     file, key, var = (getattr(args, f"{side}_{source}") for source in ("file", "key", "env"))
+    settings = settings_from_flags({"STATECODEC_KEYS_FILE": file, "STATECODEC_KEYS": key})  # none given with var
     try:
-        if var is not None:
-            ring = KeyRing.from_env(var)
-        else:
-            ring = KeyRing.from_env(environ=settings_from_flags({"STATECODEC_KEYS_FILE": file, "STATECODEC_KEYS": key}))
+        ring = KeyRing.from_env(var or "STATECODEC_KEYS", settings)
     except ConfigurationError as exc:
         raise ConfigurationError(f"the {side} key: {exc}") from None
     if len(ring) != 1:

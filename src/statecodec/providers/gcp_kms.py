@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from statecodec._settings import seconds, setting
-from statecodec.envelope import EnvelopeCodec, canonical_context
+from statecodec.envelope import canonical_context
 from statecodec.errors import ConfigurationError, ProviderError
 from statecodec.keys import MIN_KEY_LENGTH
-from statecodec.providers import _ClientHolder, build_envelope_codec, missing_extra
+from statecodec.providers import _ClientHolder, missing_extra
 from statecodec.providers._retry import RetryPolicy, call_with_retries, check_retry
 from statecodec.providers._sdk_logs import sdk_logs_withheld
 
@@ -191,7 +191,3 @@ def wrapper_from_settings(settings: Mapping[str, str]) -> GcpKmsWrapper:
     """A `GcpKmsWrapper` from ``STATECODEC_GCP_KMS_KEY`` (and the emulator host, for tests)."""
     key = setting(settings, _KEY_VAR) or ""
     return GcpKmsWrapper(key, emulator_host=setting(settings, _EMULATOR_VAR, required=False))
-
-
-def build_codec(settings: Mapping[str, str]) -> EnvelopeCodec:  # STATECODEC_CODEC=gcp-kms
-    return build_envelope_codec(settings, wrapper_from_settings)

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from statecodec._settings import named_errors, seconds_setting, setting, text_or_file
-from statecodec.envelope import EnvelopeCodec, canonical_context
+from statecodec.envelope import canonical_context
 from statecodec.errors import ConfigurationError, ProviderError
-from statecodec.providers import _ClientHolder, build_envelope_codec
+from statecodec.providers import _ClientHolder
 from statecodec.providers._retry import RetryPolicy, call_with_retries, check_retry
 from statecodec.providers._vault_api import (
     CIPHERTEXT,
@@ -161,8 +161,3 @@ def wrapper_from_settings(settings: Mapping[str, str]) -> VaultKeyWrapper:
     except BaseException:
         client.adapter.close()
         raise
-
-
-def envelope_codec_from_settings(settings: Mapping[str, str]) -> EnvelopeCodec:
-    """``STATECODEC_CODEC=vault-envelope``: wrapped keys unwrapped once through Vault, then the pool is closed."""
-    return build_envelope_codec(settings, wrapper_from_settings)
