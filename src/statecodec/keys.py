@@ -54,7 +54,6 @@ def _text_refusal(item: str) -> str | None:
 
 
 def generate_key() -> bytes:
-    """A fresh 32-byte secret from the OS CSPRNG."""
     return secrets.token_bytes(MIN_KEY_LENGTH)
 
 
@@ -126,7 +125,6 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
 
     @classmethod
     def parse(cls, text: str) -> KeyRing:
-        """A ring from the text format."""
         return cls(parse_keys(text))
 
     @classmethod

@@ -50,8 +50,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p.set_defaults(func=flags_named(_FLAGS)(func))
 
 
-def _codec(args: argparse.Namespace) -> tuple[Codec, int]:
-    """The codec of the config file, or of the environment with the flags over it, and its token cap."""
+def _codec(args: argparse.Namespace) -> tuple[Codec, int]:  # and its token cap
     if args.config and (args.codec is not None or args.max_token_length is not None):
         raise ConfigurationError("--codec and --max-token-length go in the --config file, not beside it")
     settings = {} if args.config else settings_from_flags(flag_values(args, _FLAGS))

@@ -22,7 +22,6 @@ from statecodec.keys import KeyRing
 
 JWSAlgorithm = Literal["HS256", "EdDSA", "Ed25519"]
 _ED_ALGS = ("EdDSA", "Ed25519")
-_compare = hmac.compare_digest
 
 
 class _HMACKey(KeySlot):
@@ -35,7 +34,7 @@ class _HMACKey(KeySlot):
         return hmac.digest(self.key, data, "sha256")
 
     def verify(self, signature: bytes, data: bytes) -> bool:
-        return _compare(self.sign(data), signature)
+        return hmac.compare_digest(self.sign(data), signature)
 
 
 class _EdKey(KeySlot):

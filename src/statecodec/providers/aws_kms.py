@@ -147,7 +147,6 @@ class AwsKmsWrapper(_ClientHolder):
         return blob  # `envelope.new_wrapped_key` checks it
 
 
-def wrapper_from_settings(settings: Mapping[str, str]) -> AwsKmsWrapper:
-    """An `AwsKmsWrapper` from ``STATECODEC_AWS_KMS_KEY_ID`` and the optional region and endpoint."""
+def wrapper_from_settings(settings: Mapping[str, str]) -> AwsKmsWrapper:  # STATECODEC_CODEC=aws-kms
     key, region = setting(settings, _KEY_VAR) or "", setting(settings, _REGION_VAR, required=False)
     return AwsKmsWrapper(key, region=region, endpoint_url=setting(settings, _ENDPOINT_VAR, required=False))

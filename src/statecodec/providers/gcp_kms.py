@@ -187,7 +187,6 @@ def _emulator_client(host: str) -> Any:
     return kms_v1.KeyManagementServiceClient(transport=transport)
 
 
-def wrapper_from_settings(settings: Mapping[str, str]) -> GcpKmsWrapper:
-    """A `GcpKmsWrapper` from ``STATECODEC_GCP_KMS_KEY`` (and the emulator host, for tests)."""
+def wrapper_from_settings(settings: Mapping[str, str]) -> GcpKmsWrapper:  # STATECODEC_CODEC=gcp-kms
     key = setting(settings, _KEY_VAR) or ""
     return GcpKmsWrapper(key, emulator_host=setting(settings, _EMULATOR_VAR, required=False))

@@ -115,7 +115,6 @@ def _get(settings: Mapping[str, str], name: str) -> str | None:
 
 
 def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
-    """An authenticated client from ``STATECODEC_VAULT_*`` settings."""
     url = _get(settings, "ADDR")
     if url is None:
         raise ConfigurationError("STATECODEC_VAULT_ADDR (or VAULT_ADDR) is not set; e.g. https://vault.example:8200")
@@ -148,7 +147,7 @@ def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
     )
 
 
-def wrapper_from_settings(settings: Mapping[str, str]) -> VaultKeyWrapper:
+def wrapper_from_settings(settings: Mapping[str, str]) -> VaultKeyWrapper:  # STATECODEC_CODEC=vault-envelope
     """A `VaultKeyWrapper` that owns its client; close it after use."""
     key = _get(settings, "KEY")
     if key is None:
