@@ -20,12 +20,8 @@ from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
 
 SCHEMA = "statecodec-check/1"
 _PROBE = b"statecodec check probe"
-# The setting that names the key a provider holds (a name, never key material).
-_KEY_NAME = {
-    "aws-kms": "STATECODEC_AWS_KMS_KEY_ID",
-    "gcp-kms": "STATECODEC_GCP_KMS_KEY",
-    "vault-envelope": "STATECODEC_VAULT_KEY",
-}
+# The setting, without its STATECODEC_ prefix, that names the key a provider holds (a name, never key material).
+_KEY_NAME = {"aws-kms": "AWS_KMS_KEY_ID", "gcp-kms": "GCP_KMS_KEY", "vault-envelope": "VAULT_KEY"}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,7 +44,7 @@ def _describe(kind: str, codec: Any, settings: Mapping[str, str]) -> dict[str, A
         "key_ids": ids,
         "primary_key_id": str(getattr(codec, "primary_key_id", None) or (ids[0] if ids else "")) or None,
         "provider": None if wrapper is None else wrapper.describe(),
-        "key_name": None if name is None else setting(settings, name, required=False),
+        "key_name": None if name is None else setting(settings, f"STATECODEC_{name}", required=False),
         "context": None if context is None else dict(context),  # what every wrapped key is bound to
     }
 

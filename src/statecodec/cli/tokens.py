@@ -10,10 +10,10 @@ import json
 import sys
 
 from statecodec._encoding import b64u_encode
-from statecodec._settings import max_token_length_setting
+from statecodec._settings import KEYS_FILE_VAR, MAX_TOKEN_LENGTH_VAR, max_token_length_setting
 from statecodec._types import Codec
 from statecodec.cli.main import flag_values, flags_named, settings_from_flags
-from statecodec.config import codec_from_env, codec_from_file
+from statecodec.config import CODEC_VAR, codec_from_env, codec_from_file
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 
 _EPILOG = """\
@@ -21,13 +21,7 @@ The codec is the one a server builds from the STATECODEC_* environment (docs/con
 each flag overrides the setting named in its help, and --config FILE replaces the environment.
 Exit status: 0 success, 1 token refused (reason code on stderr), 2 bad usage or configuration.
 """
-
-
-_FLAGS = {  # flag: the setting it stands for
-    "--keys-file": "STATECODEC_KEYS_FILE",
-    "--codec": "STATECODEC_CODEC",
-    "--max-token-length": "STATECODEC_MAX_TOKEN_LENGTH",
-}
+_FLAGS = {"--keys-file": KEYS_FILE_VAR, "--codec": CODEC_VAR, "--max-token-length": MAX_TOKEN_LENGTH_VAR}  # its setting
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
