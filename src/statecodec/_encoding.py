@@ -81,10 +81,8 @@ def check_cap(max_token_length: object, smallest: int) -> int:
             f"max_token_length={max_token_length} is below the smallest token ({smallest} characters)"
         )
     if max_token_length > MAX_TOKEN_LENGTH_LIMIT:
-        raise ConfigurationError(
-            f"max_token_length={max_token_length} is above {MAX_TOKEN_LENGTH_LIMIT} characters, more than "
-            f"AES-GCM here can process; the default is {DEFAULT_MAX_TOKEN_LENGTH}"
-        )
+        raise ConfigurationError(f"max_token_length={max_token_length} is above {MAX_TOKEN_LENGTH_LIMIT} characters, "
+                                 f"more than AES-GCM here can process; the default is {DEFAULT_MAX_TOKEN_LENGTH}")
     return max_token_length
 
 

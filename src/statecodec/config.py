@@ -195,10 +195,8 @@ def _kind(settings: Mapping[str, str]) -> str:
         return kind.lower()
     if setting(settings, KEYS_VAR, required=False) or setting(settings, KEYS_FILE_VAR, required=False):
         return DEFAULT_KIND
-    raise ConfigurationError(
-        f"no codec configured: set STATECODEC_KEYS (keys from `statecodec keygen`) for the default "
-        f"{DEFAULT_KIND} codec, or {CODEC_VAR} to one of: {', '.join(sorted(BUILDERS))}"
-    )
+    raise ConfigurationError(f"no codec configured: set STATECODEC_KEYS (keys from `statecodec keygen`) for the "
+                             f"default {DEFAULT_KIND} codec, or {CODEC_VAR} to one of: {', '.join(sorted(BUILDERS))}")
 
 
 def configured_codec(

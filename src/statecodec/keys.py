@@ -73,11 +73,9 @@ def check_unique_ids(name: str, items: Sequence[bytes], ids: Sequence[bytes], ho
         if compare_digest(items[i], items[j]):
             raise ConfigurationError(f"{name.format(i)} duplicates {name.format(j)}; list each key once "
                                      "(rotation is [old, new] -> [new, old] -> [new])")
-        raise ConfigurationError(
-            f"{name.format(i)} and {name.format(j)} are different keys whose {KEY_ID_LENGTH}-byte key ids collide "
-            f"(a 1 in 2^32 chance for any two keys); tokens name their key by id, so generate another key to use "
-            f"in place of {name.format(i)}. {how_to}"
-        )
+        raise ConfigurationError(f"{name.format(i)} and {name.format(j)} are different keys whose {KEY_ID_LENGTH}-byte "
+                                 f"key ids collide (a 1 in 2^32 chance for any two keys); tokens name their key by id, "
+                                 f"so generate another key to use in place of {name.format(i)}. {how_to}")
 
 
 def _check_secret(index: int, secret: object) -> bytes:
@@ -134,10 +132,8 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
         settings = os.environ if environ is None else environ
         text, source = text_or_file(settings, var, _MAX_KEY_FILE_BYTES, "it should hold a few lines of keys")
         if text is None:
-            raise ConfigurationError(
-                f"no keys configured: set {var} to comma-separated base64url keys (generate one with "
-                f"`statecodec keygen`) or {var}_FILE to the path of a key file"
-            )
+            raise ConfigurationError(f"no keys configured: set {var} to comma-separated base64url keys (generate one "
+                                     f"with `statecodec keygen`) or {var}_FILE to the path of a key file")
         with named_errors(source):
             return cls.parse(text)
 

@@ -45,10 +45,8 @@ class SDKKeysMigration(HoldsSecrets):
     ) -> None:
         check_codec(codec)
         if seal_with_sdk and sdk_tokens_until is not None:
-            raise ConfigurationError(
-                "seal_with_sdk=True still mints SDK tokens, so it takes no sdk_tokens_until; set the deadline in the "
-                "second phase, which seals with the new codec"
-            )
+            raise ConfigurationError("seal_with_sdk=True still mints SDK tokens, so it takes no sdk_tokens_until; set "
+                                     "the deadline in the second phase, which seals with the new codec")
         try:
             if not seal_with_sdk:
                 seconds("sdk_tokens_until", sdk_tokens_until, low=0, high=2**40)

@@ -126,10 +126,8 @@ def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
         raise ConfigurationError(f"{source} is empty")
     token = token.strip() if token is not None else _get(settings, "TOKEN")
     if token is None:
-        raise ConfigurationError(
-            "no Vault token: set STATECODEC_VAULT_TOKEN_FILE (e.g. the token file Vault Agent writes), "
-            "or STATECODEC_VAULT_TOKEN (or VAULT_TOKEN)"
-        )
+        raise ConfigurationError("no Vault token: set STATECODEC_VAULT_TOKEN_FILE (e.g. the token file Vault Agent "
+                                 "writes), or STATECODEC_VAULT_TOKEN (or VAULT_TOKEN)")
     skip = (_get(settings, "SKIP_VERIFY") or "false").lower()
     if skip not in {"true", "false", "1", "0"}:
         raise ConfigurationError("STATECODEC_VAULT_SKIP_VERIFY must be true or false")
