@@ -44,12 +44,7 @@ class VaultKeyWrapper(_ClientHolder):
     __slots__ = ("_client", "_key", "_mount", "_retry")
 
     def __init__(
-        self,
-        client: Any,
-        key: str,
-        *,
-        mount_point: str = "transit",
-        retry: RetryPolicy | None = None,
+        self, client: Any, key: str, *, mount_point: str = "transit", retry: RetryPolicy | None = None,
         owns_client: bool = False,
     ) -> None:
         check_key_name(key)
@@ -134,13 +129,10 @@ def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
     cert, cert_key = _get(settings, "CLIENT_CERT"), _get(settings, "CLIENT_KEY")
     if (cert is None) != (cert_key is None):
         raise ConfigurationError("set both STATECODEC_VAULT_CLIENT_CERT and STATECODEC_VAULT_CLIENT_KEY, or neither")
-    return vault_client(
-        url,
-        token=token,
-        namespace=_get(settings, "NAMESPACE"),
+    return vault_client(  # the timeout's default, 1 s, is vault_client's
+        url, token=token, namespace=_get(settings, "NAMESPACE"),
         verify=False if skip in {"true", "1"} else _get(settings, "CACERT") or True,
         cert=(cert, cert_key) if cert is not None and cert_key is not None else None,
-        # 1 s: vault_client's default.
         timeout=seconds_setting(settings, "STATECODEC_VAULT_TIMEOUT", default=1.0, low=0, high=60, low_open=True),
     )
 
