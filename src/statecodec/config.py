@@ -134,10 +134,8 @@ def check_settings(settings: Mapping[str, str], kind: str, *, file: bool = False
                 )
             continue
         readers = sorted(k for k, names in READS.items() if name in names)
-        raise ConfigurationError(
-            f"{name} is set but codec kind {kind!r} does not read it (it is read by {', '.join(readers)}); "
-            f"unset it, or set {CODEC_VAR} to the kind it belongs to"
-        )
+        raise ConfigurationError(f"{name} is set but codec kind {kind!r} does not read it (it is read by "
+                                 f"{', '.join(readers)}); unset it, or set {CODEC_VAR} to the kind it belongs to")
     for name, by, fix in SHADOWED:
         shadows = sorted(other for other in by if other in given)
         if name in given and name in reads and shadows:

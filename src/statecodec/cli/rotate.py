@@ -30,10 +30,8 @@ or a fleet file: {"instances": {"web-1": ["a1b2c3d4", "e5f6a7b8"], "web-2": ["a1
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "rotate", help="plan a key rotation and check a fleet's key ids",
-        description="Rotate keys without dropping in-flight rounds: [old,new] -> [new,old] -> [new].",
-    )
+    p = sub.add_parser("rotate", help="plan a key rotation and check a fleet's key ids",
+                       description="Rotate keys without dropping in-flight rounds: [old,new] -> [new,old] -> [new].")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     plan = actions.add_parser("plan", help="print each phase's keys (secret) and earliest safe start")
     for side, default in (("old", " (default STATECODEC_KEYS or STATECODEC_KEYS_FILE)"), ("new", "")):
@@ -68,10 +66,9 @@ def _key(args: argparse.Namespace, side: str) -> bytes:
     except ConfigurationError as exc:
         raise ConfigurationError(f"the {side} key: {exc}") from None
     if len(ring) != 1:
-        raise ConfigurationError(
-            f"the {side} key ring holds {len(ring)} keys; a rotation starts from one key (finish any earlier "
-            f"rotation with its phase 3 first, or pass the key with --{side}-file or --{side}-key)"
-        )
+        raise ConfigurationError(f"the {side} key ring holds {len(ring)} keys; a rotation starts from one key "
+                                 f"(finish any earlier rotation with its phase 3 first, or pass the key with "
+                                 f"--{side}-file or --{side}-key)")
     return ring[0]
 
 
@@ -154,10 +151,9 @@ def _instance(where: str, report: object) -> tuple[str, list[str]]:
     if not isinstance(name, str) or not name:
         raise ConfigurationError(f"{where}: a report without an instance name; run statecodec check --instance NAME")
     if report.get("ready") is not True:
-        raise ConfigurationError(
-            f"{where}: instance {name!r} is {report.get('status', 'not ready')} ({report.get('error')}); "
-            "fix it and collect its report again: a rotation is judged on every instance's keys"
-        )
+        raise ConfigurationError(f"{where}: instance {name!r} is {report.get('status', 'not ready')} "
+                                 f"({report.get('error')}); fix it and collect its report again: a rotation "
+                                 "is judged on every instance's keys")
     return name, report.get("key_ids", [])
 
 
