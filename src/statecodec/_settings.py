@@ -118,9 +118,8 @@ def max_token_length_setting(settings: Mapping[str, str]) -> int:
         return DEFAULT_MAX_TOKEN_LENGTH
     # isdecimal() first: int() also accepts '+5', '1_000' and non-ASCII digits.
     if not (text.isascii() and text.isdecimal()) or int(text) < 1:
-        raise ConfigurationError(
-            f"{MAX_TOKEN_LENGTH_VAR} must be a positive decimal integer (characters), e.g. {DEFAULT_MAX_TOKEN_LENGTH}"
-        )
+        raise ConfigurationError(f"{MAX_TOKEN_LENGTH_VAR} must be a positive decimal integer (characters), e.g. "
+                                 f"{DEFAULT_MAX_TOKEN_LENGTH}")
     return int(text)
 
 

@@ -96,8 +96,7 @@ REMOVED = {
 }
 
 
-def known_settings() -> frozenset[str]:
-    """Every ``STATECODEC_*`` name statecodec reads, whatever the kind."""
+def known_settings() -> frozenset[str]:  # every STATECODEC_* name statecodec reads, whatever the kind
     return frozenset().union(_EVERY_KIND, ENVIRONMENT_ONLY, *READS.values())
 
 

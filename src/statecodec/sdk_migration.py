@@ -51,10 +51,9 @@ class SDKKeysMigration(HoldsSecrets):
             if not seal_with_sdk:
                 seconds("sdk_tokens_until", sdk_tokens_until, low=0, high=2**40)
         except ConfigurationError:
-            raise ConfigurationError(
-                "sdk_tokens_until must be the epoch second after which SDK tokens are refused: the end of this "
-                "rollout plus the SDK ttl, e.g. time.time() + rollout_seconds + 600"
-            ) from None
+            raise ConfigurationError("sdk_tokens_until must be the epoch second after which SDK tokens are refused: "
+                                     "the end of this rollout plus the SDK ttl, e.g. time.time() + rollout_seconds "
+                                     "+ 600") from None
         if not callable(clock):
             raise ConfigurationError("clock must be a callable returning epoch seconds (time.time)")
         self._sdk, self._refusal = _sdk_codec(sdk_keys)

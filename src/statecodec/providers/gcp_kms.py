@@ -165,19 +165,17 @@ def _default_client() -> Any:
     try:
         return kms_v1.KeyManagementServiceClient()
     except auth_exc.GoogleAuthError as exc:
-        raise ConfigurationError(
-            "no Google credentials for Cloud KMS: run on a service account or set GOOGLE_APPLICATION_CREDENTIALS "
-            f"(in Python, GcpKmsWrapper(client=...) takes a client you built) ({type(exc).__name__})"
-        ) from None
+        raise ConfigurationError(f"no Google credentials for Cloud KMS: run on a service account or set "
+                                 f"GOOGLE_APPLICATION_CREDENTIALS (in Python, GcpKmsWrapper(client=...) takes a client "
+                                 f"you built) ({type(exc).__name__})") from None
 
 
 def _emulator_client(host: str) -> Any:
     hostname, _, port = host.rpartition(":")
     if hostname not in ("127.0.0.1", "localhost", "[::1]") or not port.isdecimal():
-        raise ConfigurationError(
-            f"the Cloud KMS test server ({_EMULATOR_VAR}, --emulator-host) must be on loopback: 127.0.0.1:PORT, "
-            "localhost:PORT or [::1]:PORT (plaintext gRPC is only for a local test server)"
-        )
+        raise ConfigurationError(f"the Cloud KMS test server ({_EMULATOR_VAR}, --emulator-host) must be on loopback: "
+                                 "127.0.0.1:PORT, localhost:PORT or [::1]:PORT (plaintext gRPC is only for a local "
+                                 "test server)")
     import grpc
     from google.auth.credentials import AnonymousCredentials
     from google.cloud.kms_v1.services.key_management_service.transports import KeyManagementServiceGrpcTransport
