@@ -31,8 +31,7 @@ def write_new_file(path: str, text: str) -> None:
         raise ConfigurationError(f"cannot write --output {path}: {exc.strerror}") from None
 
 
-def emit(text: str, output: str | None) -> None:
-    """`text` and a newline on stdout, or into the new file `output` (see `write_new_file`)."""
+def emit(text: str, output: str | None) -> None:  # on stdout, or into the new file `output`
     if output is None:
         print(text)
     else:

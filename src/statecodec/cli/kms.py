@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         group = new.add_argument_group(f"--provider {provider}" if provider else "settings")
         for flag, name in options.items():
             group.add_argument(flag, metavar="VALUE", help=f"sets STATECODEC_{name}")
-    new.set_defaults(func=flags_named(_EVERY_FLAG)(_new_data_key))
+    new.set_defaults(func=flags_named(_EVERY_FLAG, _new_data_key))
 
 
 def _new_data_key(args: argparse.Namespace) -> int:

@@ -41,25 +41,22 @@ def flag_values(args: argparse.Namespace, table: Mapping[str, str]) -> dict[str,
     return {name: getattr(args, flag[2:].replace("-", "_"), None) for flag, name in table.items()}
 
 
-def flags_named(table: Mapping[str, str]) -> Callable[[Command], Command]:
-    """The command, whose `ConfigurationError` names each flag of `table` the user gave (``--codec``) beside the
+def flags_named(table: Mapping[str, str], command: Command) -> Command:
+    """`command`, whose `ConfigurationError` names each flag of `table` the user gave (``--codec``) beside the
     setting it stands for (``STATECODEC_CODEC``)."""
 
-    def wrap(func: Command) -> Command:
-        def run(args: argparse.Namespace) -> int:
-            try:
-                return func(args)
-            except ConfigurationError as exc:
-                message = str(exc)
-                for flag, name in table.items():
-                    if flag_values(args, {flag: name})[name] is not None and flag not in message:
-                        # Whole names only: STATECODEC_KEYS is not the start of STATECODEC_KEYS_FILE.
-                        message = re.sub(rf"(?<![A-Z_]){name}(?![A-Z_])", f"{flag} ({name})", message)
-                raise ConfigurationError(message) from None
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except ConfigurationError as exc:
+            message = str(exc)
+            for flag, name in table.items():
+                if flag_values(args, {flag: name})[name] is not None and flag not in message:
+                    # Whole names only: STATECODEC_KEYS is not the start of STATECODEC_KEYS_FILE.
+                    message = re.sub(rf"(?<![A-Z_]){name}(?![A-Z_])", f"{flag} ({name})", message)
+            raise ConfigurationError(message) from None
 
-        return run
-
-    return wrap
+    return run
 
 
 def _keygen(args: argparse.Namespace) -> int:

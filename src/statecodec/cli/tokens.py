@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p.add_argument("--json", action="store_true", help="print the result as one JSON object")
         if name == "unseal":
             p.add_argument("token", metavar="TOKEN", nargs="?", help="the token, or - (the default) for stdin")
-        p.set_defaults(func=flags_named(_FLAGS)(func))
+        p.set_defaults(func=flags_named(_FLAGS, func))
 
 
 def _codec(args: argparse.Namespace) -> tuple[Codec, int]:  # and its token cap
