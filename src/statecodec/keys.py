@@ -29,9 +29,8 @@ _KEY_ID_INFO = b"statecodec/v1/key-id"
 _MIN_DISTINCT_BYTES = 8
 _MAX_KEY_FILE_BYTES = 64 * 1024  # over a thousand keys with comments; a key file is never read without bound
 _KEY_TEXT_LENGTH = 43  # unpadded base64url of MIN_KEY_LENGTH bytes
-_WHAT_A_KEY_IS = (
-    "A key is unpadded base64url (A-Z a-z 0-9 - _, no '=') of at least 32 random bytes: 43 characters or more."
-)
+_WHAT_A_KEY_IS = ("A key is unpadded base64url (A-Z a-z 0-9 - _, no '=') of at least 32 random bytes: 43 "
+                  "characters or more.")
 _HOW_TO_GENERATE = (
     'Generate one with `statecodec keygen` or python -c "import secrets; print(secrets.token_urlsafe(32))"'
 )

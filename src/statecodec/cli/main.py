@@ -84,9 +84,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="statecodec", description="Seal and unseal opaque state tokens; manage keys, rotation and benchmarks.",
-    )
+    parser = _Parser(prog="statecodec", description="Seal and unseal opaque state tokens; "
+                     "manage keys, rotation and benchmarks.")
     parser.add_argument("--version", action="version", version=f"statecodec {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     keygen = sub.add_parser("keygen", help="print a new random key in the STATECODEC_KEYS format")

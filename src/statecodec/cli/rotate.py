@@ -47,10 +47,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan.add_argument("--json", action="store_true", help="print the plan as JSON on stdout")
     plan.add_argument("-o", "--output", metavar="FILE", help="write the plan to a new file, mode 0600 (not stdout)")
     plan.set_defaults(func=_plan)
-    check = actions.add_parser(
-        "check", help="exit 0 if no instance mints a token others refuse", epilog=_CHECK_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    check = actions.add_parser("check", help="exit 0 if no instance mints a token others refuse", epilog=_CHECK_EPILOG,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     check.add_argument("files", nargs="+", metavar="FILE", help="check reports or a fleet file (JSON), or - for stdin")
     check.add_argument("--in-flight", action="append", default=[], metavar="KEY_ID", help="an in-flight key id")
     check.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -30,9 +30,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("unseal", _unseal, "unseal a token to the exact payload bytes on stdout (debugging)"),
     )
     for name, func, text in commands:
-        p = sub.add_parser(
-            name, help=text, description=text, epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
-        )
+        p = sub.add_parser(name, help=text, epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
         source = p.add_mutually_exclusive_group()
         source.add_argument("--keys-file", metavar="PATH", help="the key ring file (STATECODEC_KEYS_FILE)")
         source.add_argument("--config", metavar="FILE", help="a JSON file of STATECODEC_* settings")
