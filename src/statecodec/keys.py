@@ -112,8 +112,7 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
         # Key ids are non-secret fingerprints: HKDF output under its own label reveals nothing of the subkeys.
         ids = [derive_key(secret, _KEY_ID_INFO, KEY_ID_LENGTH) for secret in material]
         check_unique_ids("key {}", material, ids, _HOW_TO_GENERATE)
-        self._secrets = tuple(material)
-        self._ids = tuple(ids)
+        self._secrets, self._ids = tuple(material), tuple(ids)
 
     @classmethod
     def generate(cls) -> KeyRing:

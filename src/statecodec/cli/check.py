@@ -59,8 +59,7 @@ def _check_server_settings(environ: Mapping[str, str]) -> None:
 
         from statecodec.single_use import SingleUse
 
-        guard = SingleUse.from_env(environ)
-        asyncio.run(guard.aclose())
+        asyncio.run(SingleUse.from_env(environ).aclose())
 
 
 def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, Any]]:

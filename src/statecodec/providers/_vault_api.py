@@ -116,10 +116,6 @@ def unanswered(exc: BaseException) -> bool:
     return _row(exc)[1]
 
 
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
 def unb64(text: object) -> bytes | None:
     """Strict standard base64 from a Vault reply (a data key), else None (no error keeps it)."""
     try:

@@ -8,6 +8,7 @@ material or payload. Vault is never called per token. Policies and settings: doc
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +20,6 @@ from statecodec.providers._retry import RetryPolicy, call_with_retries, check_re
 from statecodec.providers._vault_api import (
     CIPHERTEXT,
     MOUNT,
-    b64,
     check_address,
     check_key_name,
     explain,
@@ -62,7 +62,7 @@ class VaultKeyWrapper(_ClientHolder):
 
     def _call(self, op: str, context: Mapping[str, str], **fields: object) -> Mapping[str, Any]:
         """Vault's ``data`` for ``<mount>/<op>/<key>`` under `context`, retried while Vault cannot answer."""
-        bound = b64(canonical_context(context))
+        bound = base64.b64encode(canonical_context(context)).decode("ascii")
         path = f"{self._mount}/{op}/{self._key}"
         body = {**fields, "context": bound, "associated_data": bound}
 
