@@ -22,6 +22,7 @@ from statecodec.keys import KeyRing
 
 JWSAlgorithm = Literal["HS256", "EdDSA", "Ed25519"]
 _ED_ALGS = ("EdDSA", "Ed25519")
+_compare = hmac.compare_digest  # one name for the comparison, which a test replaces to prove it is used
 
 
 class _HMACKey(KeySlot):
@@ -34,7 +35,7 @@ class _HMACKey(KeySlot):
         return hmac.digest(self.key, data, "sha256")
 
     def verify(self, signature: bytes, data: bytes) -> bool:
-        return hmac.compare_digest(self.sign(data), signature)
+        return _compare(self.sign(data), signature)
 
 
 class _EdKey(KeySlot):
