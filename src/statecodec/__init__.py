@@ -38,12 +38,8 @@ if _TYPE_CHECKING:
     from statecodec.config import codec_from_env, codec_from_file
     from statecodec.jose import JWECodec, JWSCodec
 
-_ON_FIRST_USE: dict[str, str] = {
-    "JWECodec": "statecodec.jose",
-    "JWSCodec": "statecodec.jose",
-    "codec_from_env": "statecodec.config",
-    "codec_from_file": "statecodec.config",
-}
+_ON_FIRST_USE = {"JWECodec": "statecodec.jose", "JWSCodec": "statecodec.jose",
+                 "codec_from_env": "statecodec.config", "codec_from_file": "statecodec.config"}
 
 
 def __getattr__(name: str) -> object:

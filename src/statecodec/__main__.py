@@ -1,8 +1,6 @@
 """`python -m statecodec`: the `statecodec` command, where the environment's scripts folder is not on PATH."""
 
-import sys
-
 from statecodec.cli.main import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

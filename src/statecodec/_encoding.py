@@ -73,18 +73,15 @@ def check_cap(max_token_length: object, smallest: int) -> int:
     """The one cap rule: an int (not a bool), at least the `smallest` token, at most `MAX_TOKEN_LENGTH_LIMIT`;
     `ConfigurationError` saying what is valid otherwise (checked before any provider call)."""
     if isinstance(max_token_length, bool) or not isinstance(max_token_length, int):
-        raise ConfigurationError(
-            f"max_token_length must be an int (characters), for example {DEFAULT_MAX_TOKEN_LENGTH}"
-        )
+        raise ConfigurationError(f"max_token_length must be an int (characters), for example "
+                                 f"{DEFAULT_MAX_TOKEN_LENGTH}")
     if max_token_length < smallest:
         raise ConfigurationError(
             f"max_token_length={max_token_length} is below the smallest token ({smallest} characters)"
         )
     if max_token_length > MAX_TOKEN_LENGTH_LIMIT:
-        raise ConfigurationError(
-            f"max_token_length={max_token_length} is above {MAX_TOKEN_LENGTH_LIMIT} characters, more than "
-            f"AES-GCM here can process; the default is {DEFAULT_MAX_TOKEN_LENGTH}"
-        )
+        raise ConfigurationError(f"max_token_length={max_token_length} is above {MAX_TOKEN_LENGTH_LIMIT} characters, "
+                                 f"more than AES-GCM here can process; the default is {DEFAULT_MAX_TOKEN_LENGTH}")
     return max_token_length
 
 

@@ -104,10 +104,9 @@ def check_one_form(settings: Mapping[str, str], name: str) -> None:
 def text_or_file(settings: Mapping[str, str], name: str, limit: int, hint: str) -> tuple[str | None, str]:
     """(the value of `name` or the text of the file ``<name>_FILE`` names, where it came from); not both set."""
     check_one_form(settings, name)
-    text = setting(settings, name, required=False)
     path = setting(settings, f"{name}_FILE", required=False)
     if path is None:
-        return text, name
+        return setting(settings, name, required=False), name
     source = f"{name}_FILE {path}"
     return load_settings_file(Path(path), limit, source, hint), source
 
@@ -119,9 +118,8 @@ def max_token_length_setting(settings: Mapping[str, str]) -> int:
         return DEFAULT_MAX_TOKEN_LENGTH
     # isdecimal() first: int() also accepts '+5', '1_000' and non-ASCII digits.
     if not (text.isascii() and text.isdecimal()) or int(text) < 1:
-        raise ConfigurationError(
-            f"{MAX_TOKEN_LENGTH_VAR} must be a positive decimal integer (characters), e.g. {DEFAULT_MAX_TOKEN_LENGTH}"
-        )
+        raise ConfigurationError(f"{MAX_TOKEN_LENGTH_VAR} must be a positive decimal integer (characters), e.g. "
+                                 f"{DEFAULT_MAX_TOKEN_LENGTH}")
     return int(text)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import ClassVar, TypeVar
+from typing import ClassVar, Self
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -100,9 +100,6 @@ class _Ring(HoldsSecrets):
         return f"{type(self).__name__}(key_ids={list(self.key_ids)!r})"
 
 
-_C = TypeVar("_C", bound="_KeyRingCodec")
-
-
 class _KeyRingCodec(_Ring):
     """A ring codec whose AEAD keys are HKDF-SHA256(secret, info=`_KEY_INFO`) of a `KeyRing`'s secrets."""
 
@@ -119,12 +116,12 @@ class _KeyRingCodec(_Ring):
         super().__init__(self.VERSION, self.NONCE_LENGTH, entries, max_token_length)
 
     @classmethod
-    def ephemeral(cls: type[_C], *, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH) -> _C:
+    def ephemeral(cls, *, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH) -> Self:
         """A codec under a key held only by this process: fine for stdio or one worker, not for a fleet."""
         return cls(KeyRing.generate(), max_token_length=max_token_length)
 
     @classmethod
-    def from_env(cls: type[_C], environ: Mapping[str, str] | None = None) -> _C:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
         """A codec over ``STATECODEC_KEYS(_FILE)`` and ``STATECODEC_MAX_TOKEN_LENGTH``, read as by `codec_from_env`."""
         settings = os.environ if environ is None else environ
         return cls(KeyRing.from_env(environ=settings), max_token_length=max_token_length_setting(settings))

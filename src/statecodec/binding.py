@@ -137,10 +137,8 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
         except ConfigurationError as exc:  # KeyRing names the key by position; here it has a name
             raise ConfigurationError(f"binding_key {str(exc).removeprefix('key 0 ')}") from None
         if seal_version not in (_V1, _V2):
-            raise ConfigurationError(
-                f"seal_version must be 2 (the default) or 1 (only while instances that read only version 1 remain), "
-                f"got {seal_version!r}"
-            )
+            raise ConfigurationError(f"seal_version must be 2 (the default) or 1 (only while instances that read only "
+                                     f"version 1 remain), got {seal_version!r}")
         prefix = _lp(audience) + _lp(purpose)  # lp(audience) lp(purpose) opens every tag's input
         self._v1 = [(kb, kp) for _, kb, kp in _macs(ring, _V1, prefix)]  # version 0x01: tried in ring order
         by_id = _macs(ring, _V2, prefix)

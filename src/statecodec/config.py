@@ -4,12 +4,13 @@ Threat: a misspelt or ineffective setting leaves a default in force without a wo
 half-read configuration spends a call on a set-up that was wrong from the start. So the whole configuration is
 checked against `READS`, the one table of what each kind reads, before any builder runs (docs/configuration.md).
 A kind is one entry in `BUILDERS` (a builder or its import path, so an optional package is imported only when
-that kind is chosen) and one in `READS`.
+that kind is chosen; an envelope kind's path names its provider's `wrapper_from_settings`) and one in `READS`.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import os
 from collections.abc import Callable, Mapping
@@ -43,9 +44,9 @@ Builder = Callable[[Mapping[str, str]], Codec]
 BUILDERS: dict[str, Builder | str] = {
     "aesgcm": AESGCMCodec.from_env,
     "xaesgcm": XAESGCMCodec.from_env,
-    "aws-kms": "statecodec.providers.aws_kms:build_codec",
-    "gcp-kms": "statecodec.providers.gcp_kms:build_codec",
-    "vault-envelope": "statecodec.providers.vault:envelope_codec_from_settings",
+    "aws-kms": "statecodec.providers.aws_kms:wrapper_from_settings",
+    "gcp-kms": "statecodec.providers.gcp_kms:wrapper_from_settings",
+    "vault-envelope": "statecodec.providers.vault:wrapper_from_settings",
     "jwe": "statecodec.jose.jwe:from_settings",
     "jws": "statecodec.jose.jws:from_settings",
 }
@@ -95,8 +96,7 @@ REMOVED = {
 }
 
 
-def known_settings() -> frozenset[str]:
-    """Every ``STATECODEC_*`` name statecodec reads, whatever the kind."""
+def known_settings() -> frozenset[str]:  # every STATECODEC_* name statecodec reads, whatever the kind
     return frozenset().union(_EVERY_KIND, ENVIRONMENT_ONLY, *READS.values())
 
 
@@ -133,10 +133,8 @@ def check_settings(settings: Mapping[str, str], kind: str, *, file: bool = False
                 )
             continue
         readers = sorted(k for k, names in READS.items() if name in names)
-        raise ConfigurationError(
-            f"{name} is set but codec kind {kind!r} does not read it (it is read by {', '.join(readers)}); "
-            f"unset it, or set {CODEC_VAR} to the kind it belongs to"
-        )
+        raise ConfigurationError(f"{name} is set but codec kind {kind!r} does not read it (it is read by "
+                                 f"{', '.join(readers)}); unset it, or set {CODEC_VAR} to the kind it belongs to")
     for name, by, fix in SHADOWED:
         shadows = sorted(other for other in by if other in given)
         if name in given and name in reads and shadows:
@@ -180,6 +178,10 @@ def build_codec(kind: str, settings: Mapping[str, str]) -> Codec:
         builder = getattr(module, attr, None)
         if not callable(builder):
             raise ConfigurationError(f"the builder for {CODEC_VAR}={kind} ({BUILDERS[kind]}) does not exist")
+        if attr == "wrapper_from_settings":  # an envelope kind: the one envelope builder, over its provider
+            from statecodec.providers import build_envelope_codec
+
+            builder = functools.partial(build_envelope_codec, wrapper_from_settings=builder)
     view = Settings(settings, READS.get(kind, frozenset()) | _EVERY_KIND, what)
     return check_codec(cast(Builder, builder)(view), f"{what}'s result")
 
@@ -190,10 +192,8 @@ def _kind(settings: Mapping[str, str]) -> str:
         return kind.lower()
     if setting(settings, KEYS_VAR, required=False) or setting(settings, KEYS_FILE_VAR, required=False):
         return DEFAULT_KIND
-    raise ConfigurationError(
-        f"no codec configured: set STATECODEC_KEYS (keys from `statecodec keygen`) for the default "
-        f"{DEFAULT_KIND} codec, or {CODEC_VAR} to one of: {', '.join(sorted(BUILDERS))}"
-    )
+    raise ConfigurationError(f"no codec configured: set STATECODEC_KEYS (keys from `statecodec keygen`) for the "
+                             f"default {DEFAULT_KIND} codec, or {CODEC_VAR} to one of: {', '.join(sorted(BUILDERS))}")
 
 
 def configured_codec(

@@ -88,10 +88,8 @@ def _check_blob(index: int, blob: object) -> bytes:
         try:
             blob = b64u_decode(blob.strip())
         except InvalidToken:
-            raise ConfigurationError(
-                f"wrapped_keys[{index}] is not unpadded base64url (alphabet A-Z a-z 0-9 - _, no '='); "
-                f"{_HOW_TO_PROVISION}"
-            ) from None
+            raise ConfigurationError(f"wrapped_keys[{index}] is not unpadded base64url (alphabet A-Z a-z 0-9 - _, no "
+                                     f"'='); {_HOW_TO_PROVISION}") from None
     if not isinstance(blob, (bytes, bytearray, memoryview)):
         raise ConfigurationError(f"wrapped_keys[{index}] must be bytes or base64url text")
     raw = bytes(blob)
@@ -162,10 +160,8 @@ class EnvelopeCodec(_Ring):
         except Exception as exc:  # a provider bug must still fail as a named start-up error
             raise ProviderError(f"cannot unwrap {where} via {wrapper.describe()}: {type(exc).__name__}") from exc
         if not isinstance(data_key, bytes) or len(data_key) < MIN_KEY_LENGTH:
-            raise ProviderError(
-                f"cannot unwrap {where} via {wrapper.describe()}: the provider returned a data key that is not "
-                f"{MIN_KEY_LENGTH}+ bytes; the wrapped blob is not a statecodec data key"
-            )
+            raise ProviderError(f"cannot unwrap {where} via {wrapper.describe()}: the provider returned a data key "
+                                f"that is not {MIN_KEY_LENGTH}+ bytes; the wrapped blob is not a statecodec data key")
         return derive_key(data_key, _KEY_INFO)
 
     @property

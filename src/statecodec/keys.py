@@ -29,9 +29,8 @@ _KEY_ID_INFO = b"statecodec/v1/key-id"
 _MIN_DISTINCT_BYTES = 8
 _MAX_KEY_FILE_BYTES = 64 * 1024  # over a thousand keys with comments; a key file is never read without bound
 _KEY_TEXT_LENGTH = 43  # unpadded base64url of MIN_KEY_LENGTH bytes
-_WHAT_A_KEY_IS = (
-    "A key is unpadded base64url (A-Z a-z 0-9 - _, no '=') of at least 32 random bytes: 43 characters or more."
-)
+_WHAT_A_KEY_IS = ("A key is unpadded base64url (A-Z a-z 0-9 - _, no '=') of at least 32 random bytes: 43 "
+                  "characters or more.")
 _HOW_TO_GENERATE = (
     'Generate one with `statecodec keygen` or python -c "import secrets; print(secrets.token_urlsafe(32))"'
 )
@@ -54,7 +53,6 @@ def _text_refusal(item: str) -> str | None:
 
 
 def generate_key() -> bytes:
-    """A fresh 32-byte secret from the OS CSPRNG."""
     return secrets.token_bytes(MIN_KEY_LENGTH)
 
 
@@ -74,11 +72,9 @@ def check_unique_ids(name: str, items: Sequence[bytes], ids: Sequence[bytes], ho
         if compare_digest(items[i], items[j]):
             raise ConfigurationError(f"{name.format(i)} duplicates {name.format(j)}; list each key once "
                                      "(rotation is [old, new] -> [new, old] -> [new])")
-        raise ConfigurationError(
-            f"{name.format(i)} and {name.format(j)} are different keys whose {KEY_ID_LENGTH}-byte key ids collide "
-            f"(a 1 in 2^32 chance for any two keys); tokens name their key by id, so generate another key to use "
-            f"in place of {name.format(i)}. {how_to}"
-        )
+        raise ConfigurationError(f"{name.format(i)} and {name.format(j)} are different keys whose {KEY_ID_LENGTH}-byte "
+                                 f"key ids collide (a 1 in 2^32 chance for any two keys); tokens name their key by id, "
+                                 f"so generate another key to use in place of {name.format(i)}. {how_to}")
 
 
 def _check_secret(index: int, secret: object) -> bytes:
@@ -116,8 +112,7 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
         # Key ids are non-secret fingerprints: HKDF output under its own label reveals nothing of the subkeys.
         ids = [derive_key(secret, _KEY_ID_INFO, KEY_ID_LENGTH) for secret in material]
         check_unique_ids("key {}", material, ids, _HOW_TO_GENERATE)
-        self._secrets = tuple(material)
-        self._ids = tuple(ids)
+        self._secrets, self._ids = tuple(material), tuple(ids)
 
     @classmethod
     def generate(cls) -> KeyRing:
@@ -126,7 +121,6 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
 
     @classmethod
     def parse(cls, text: str) -> KeyRing:
-        """A ring from the text format."""
         return cls(parse_keys(text))
 
     @classmethod
@@ -136,10 +130,8 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
         settings = os.environ if environ is None else environ
         text, source = text_or_file(settings, var, _MAX_KEY_FILE_BYTES, "it should hold a few lines of keys")
         if text is None:
-            raise ConfigurationError(
-                f"no keys configured: set {var} to comma-separated base64url keys (generate one with "
-                f"`statecodec keygen`) or {var}_FILE to the path of a key file"
-            )
+            raise ConfigurationError(f"no keys configured: set {var} to comma-separated base64url keys (generate one "
+                                     f"with `statecodec keygen`) or {var}_FILE to the path of a key file")
         with named_errors(source):
             return cls.parse(text)
 

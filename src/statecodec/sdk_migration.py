@@ -45,18 +45,15 @@ class SDKKeysMigration(HoldsSecrets):
     ) -> None:
         check_codec(codec)
         if seal_with_sdk and sdk_tokens_until is not None:
-            raise ConfigurationError(
-                "seal_with_sdk=True still mints SDK tokens, so it takes no sdk_tokens_until; set the deadline in the "
-                "second phase, which seals with the new codec"
-            )
+            raise ConfigurationError("seal_with_sdk=True still mints SDK tokens, so it takes no sdk_tokens_until; set "
+                                     "the deadline in the second phase, which seals with the new codec")
         try:
             if not seal_with_sdk:
                 seconds("sdk_tokens_until", sdk_tokens_until, low=0, high=2**40)
         except ConfigurationError:
-            raise ConfigurationError(
-                "sdk_tokens_until must be the epoch second after which SDK tokens are refused: the end of this "
-                "rollout plus the SDK ttl, e.g. time.time() + rollout_seconds + 600"
-            ) from None
+            raise ConfigurationError("sdk_tokens_until must be the epoch second after which SDK tokens are refused: "
+                                     "the end of this rollout plus the SDK ttl, e.g. time.time() + rollout_seconds "
+                                     "+ 600") from None
         if not callable(clock):
             raise ConfigurationError("clock must be a callable returning epoch seconds (time.time)")
         self._sdk, self._refusal = _sdk_codec(sdk_keys)

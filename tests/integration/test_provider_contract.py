@@ -293,15 +293,16 @@ def test_cli_and_settings_build_the_codec(provider: Provider, tmp_path: Path) ->
     assert code == 0
     wrapped = out.strip()
     data_key = provider.make().unwrap(b64u_decode(wrapped), default_context("billing"))
-    code, out, _ = run_cli("kms", "check", *provider.cli, "--audience", "billing", "--wrapped-keys", wrapped)
-    assert (code, out.splitlines()[-1]) == (0, "unwrapped 1 data key: ok")
-    code, _, err = run_cli("kms", "check", *provider.cli, "--wrapped-keys", wrapped)  # the default context
-    assert code == 2
-    assert provider.key in err
+    env = {**provider.settings, "STATECODEC_WRAPPED_KEYS": wrapped, "STATECODEC_KMS_AUDIENCE": "billing"}
+    (tmp_path / "check.json").write_text(json.dumps(env))
+    code, out, _ = run_cli("check", "--json", "--config", str(tmp_path / "check.json"))
+    assert (code, json.loads(out)["context"]) == (0, default_context("billing"))
+    (tmp_path / "check.json").write_text(json.dumps({**env, "STATECODEC_KMS_AUDIENCE": ""}))  # the default context
+    code, _, err = run_cli("check", "--config", str(tmp_path / "check.json"))
+    assert (code, provider.key in err) == (1, True)
     assert_no_secret_in([out, err], [data_key, *provider.secrets])
 
     reference = EnvelopeCodec(provider.make(), [wrapped], context=default_context("billing"))
-    env = {**provider.settings, "STATECODEC_WRAPPED_KEYS": wrapped, "STATECODEC_KMS_AUDIENCE": "billing"}
     assert reference.unseal(codec_from_env(env).seal(b"from env")) == b"from env"
     env = {**env, "STATECODEC_KMS_CONTEXT": "purpose=statecodec-envelope,audience=billing"}
     del env["STATECODEC_KMS_AUDIENCE"]

@@ -19,10 +19,8 @@ def write_new_file(path: str, text: str) -> None:
     try:
         fd = os.open(path, flags, 0o600)
     except FileExistsError:
-        raise ConfigurationError(
-            f"--output {path} exists; it is never overwritten (it may hold the only copy of a key): "
-            "choose a new path, or move the old file away first"
-        ) from None
+        raise ConfigurationError(f"--output {path} exists; it is never overwritten (it may hold the only copy of a "
+                                 f"key): choose a new path, or move the old file away first") from None
     except OSError as exc:
         raise ConfigurationError(f"cannot create --output {path}: {exc.strerror}") from None
     try:
@@ -33,8 +31,7 @@ def write_new_file(path: str, text: str) -> None:
         raise ConfigurationError(f"cannot write --output {path}: {exc.strerror}") from None
 
 
-def emit(text: str, output: str | None) -> None:
-    """`text` and a newline on stdout, or into the new file `output` (see `write_new_file`)."""
+def emit(text: str, output: str | None) -> None:  # on stdout, or into the new file `output`
     if output is None:
         print(text)
     else:

@@ -1,7 +1,7 @@
 """`statecodec check`: is this instance ready to seal and unseal, and under which keys?
 
 Builds the codec a server would, reads the other settings a server reads (without contacting a store), seals and
-unseals a probe, and reports kind, key ids, provider and key name, never a secret; ``--json`` is what
+unseals a probe, and reports kind, key ids, provider, key name and context, never a secret; ``--json`` is what
 `statecodec rotate check` reads. Exit status: 0 ready, 1 not ready, 2 misconfigured.
 """
 
@@ -20,12 +20,8 @@ from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
 
 SCHEMA = "statecodec-check/1"
 _PROBE = b"statecodec check probe"
-# The setting that names the key a provider holds (a name, never key material).
-_KEY_NAME = {
-    "aws-kms": "STATECODEC_AWS_KMS_KEY_ID",
-    "gcp-kms": "STATECODEC_GCP_KMS_KEY",
-    "vault-envelope": "STATECODEC_VAULT_KEY",
-}
+# The setting, without its STATECODEC_ prefix, that names the key a provider holds (a name, never key material).
+_KEY_NAME = {"aws-kms": "AWS_KMS_KEY_ID", "gcp-kms": "GCP_KMS_KEY", "vault-envelope": "VAULT_KEY"}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,15 +37,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _describe(kind: str, codec: Any, settings: Mapping[str, str]) -> dict[str, Any]:
     ids = [str(kid) for kid in getattr(codec, "key_ids", ())]
-    holder = getattr(codec, "wrapper", None) or (codec if callable(getattr(codec, "describe", None)) else None)
-    name = _KEY_NAME.get(kind)
+    wrapper, name, context = getattr(codec, "wrapper", None), _KEY_NAME.get(kind), getattr(codec, "context", None)
     return {
         "kind": kind,
         "codec": type(codec).__name__,
         "key_ids": ids,
         "primary_key_id": str(getattr(codec, "primary_key_id", None) or (ids[0] if ids else "")) or None,
-        "provider": None if holder is None else holder.describe(),
-        "key_name": None if name is None else setting(settings, name, required=False),
+        "provider": None if wrapper is None else wrapper.describe(),
+        "key_name": None if name is None else setting(settings, f"STATECODEC_{name}", required=False),
+        "context": None if context is None else dict(context),  # what every wrapped key is bound to
     }
 
 
@@ -63,8 +59,7 @@ def _check_server_settings(environ: Mapping[str, str]) -> None:
 
         from statecodec.single_use import SingleUse
 
-        guard = SingleUse.from_env(environ)
-        asyncio.run(guard.aclose())
+        asyncio.run(SingleUse.from_env(environ).aclose())
 
 
 def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, Any]]:
@@ -86,10 +81,6 @@ def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, 
         error = f"the probe token was refused: {exc}"
     except StatecodecError as exc:
         error = f"the probe failed: {exc}"
-    finally:
-        close = getattr(codec, "close", None)
-        if callable(close):
-            close()
     if error is not None:
         return 1, {**report, "status": "not ready", "error": error}
     return 0, {**report, "ready": True, "status": "ready", "error": None}
@@ -100,8 +91,11 @@ def _check(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        for name in ("instance", "status", "kind", "codec", "key_ids", "primary_key_id", "provider", "key_name"):
+        for name in ("instance", "status", "kind", "codec", "key_ids", "primary_key_id", "provider", "key_name",
+                     "context"):
             value = report.get(name)
+            if isinstance(value, dict):
+                value = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
             if value is not None:
                 print(f"{name:<15} {', '.join(value) if isinstance(value, list) else value}")
     if report["error"] is not None:

@@ -41,25 +41,22 @@ def flag_values(args: argparse.Namespace, table: Mapping[str, str]) -> dict[str,
     return {name: getattr(args, flag[2:].replace("-", "_"), None) for flag, name in table.items()}
 
 
-def flags_named(table: Mapping[str, str]) -> Callable[[Command], Command]:
-    """The command, whose `ConfigurationError` names each flag of `table` the user gave (``--codec``) beside the
+def flags_named(table: Mapping[str, str], command: Command) -> Command:
+    """`command`, whose `ConfigurationError` names each flag of `table` the user gave (``--codec``) beside the
     setting it stands for (``STATECODEC_CODEC``)."""
 
-    def wrap(func: Command) -> Command:
-        def run(args: argparse.Namespace) -> int:
-            try:
-                return func(args)
-            except ConfigurationError as exc:
-                message = str(exc)
-                for flag, name in table.items():
-                    if flag_values(args, {flag: name})[name] is not None and flag not in message:
-                        # Whole names only: STATECODEC_KEYS is not the start of STATECODEC_KEYS_FILE.
-                        message = re.sub(rf"(?<![A-Z_]){name}(?![A-Z_])", f"{flag} ({name})", message)
-                raise ConfigurationError(message) from None
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except ConfigurationError as exc:
+            message = str(exc)
+            for flag, name in table.items():
+                if flag_values(args, {flag: name})[name] is not None and flag not in message:
+                    # Whole names only: STATECODEC_KEYS is not the start of STATECODEC_KEYS_FILE.
+                    message = re.sub(rf"(?<![A-Z_]){name}(?![A-Z_])", f"{flag} ({name})", message)
+            raise ConfigurationError(message) from None
 
-        return run
-
-    return wrap
+    return run
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -79,19 +76,16 @@ class _Parser(argparse.ArgumentParser):
         commands = super().add_subparsers(**kwargs)
         add = commands.add_parser
 
-        def add_parser(name: str, **options: Any) -> argparse.ArgumentParser:
-            options.setdefault("description", options.get("help"))
-            parser: argparse.ArgumentParser = add(name, **options)
-            return parser
+        def add_parser(name: str, **options: Any) -> Any:  # an explicit description still wins over the help line
+            return add(name, **{"description": options.get("help"), **options})
 
         setattr(commands, "add_parser", add_parser)  # noqa: B010 - an instance's method, replaced
         return commands
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="statecodec", description="Seal and unseal opaque state tokens; manage keys, rotation and benchmarks.",
-    )
+    parser = _Parser(prog="statecodec", description="Seal and unseal opaque state tokens; "
+                     "manage keys, rotation and benchmarks.")
     parser.add_argument("--version", action="version", version=f"statecodec {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     keygen = sub.add_parser("keygen", help="print a new random key in the STATECODEC_KEYS format")

@@ -30,10 +30,8 @@ or a fleet file: {"instances": {"web-1": ["a1b2c3d4", "e5f6a7b8"], "web-2": ["a1
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "rotate", help="plan a key rotation and check a fleet's key ids",
-        description="Rotate keys without dropping in-flight rounds: [old,new] -> [new,old] -> [new].",
-    )
+    p = sub.add_parser("rotate", help="plan a key rotation and check a fleet's key ids",
+                       description="Rotate keys without dropping in-flight rounds: [old,new] -> [new,old] -> [new].")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     plan = actions.add_parser("plan", help="print each phase's keys (secret) and earliest safe start")
     for side, default in (("old", " (default STATECODEC_KEYS or STATECODEC_KEYS_FILE)"), ("new", "")):
@@ -49,10 +47,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan.add_argument("--json", action="store_true", help="print the plan as JSON on stdout")
     plan.add_argument("-o", "--output", metavar="FILE", help="write the plan to a new file, mode 0600 (not stdout)")
     plan.set_defaults(func=_plan)
-    check = actions.add_parser(
-        "check", help="exit 0 if no instance mints a token others refuse", epilog=_CHECK_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    check = actions.add_parser("check", help="exit 0 if no instance mints a token others refuse", epilog=_CHECK_EPILOG,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     check.add_argument("files", nargs="+", metavar="FILE", help="check reports or a fleet file (JSON), or - for stdin")
     check.add_argument("--in-flight", action="append", default=[], metavar="KEY_ID", help="an in-flight key id")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -62,18 +58,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _key(args: argparse.Namespace, side: str) -> bytes:
     """The one key of `side` from its variable, file or flag (old: the server's key settings by default)."""
     file, key, var = (getattr(args, f"{side}_{source}") for source in ("file", "key", "env"))
+    settings = settings_from_flags({"STATECODEC_KEYS_FILE": file, "STATECODEC_KEYS": key})  # none given with var
     try:
-        if var is not None:
-            ring = KeyRing.from_env(var)
-        else:
-            ring = KeyRing.from_env(environ=settings_from_flags({"STATECODEC_KEYS_FILE": file, "STATECODEC_KEYS": key}))
+        ring = KeyRing.from_env(var or "STATECODEC_KEYS", settings)
     except ConfigurationError as exc:
         raise ConfigurationError(f"the {side} key: {exc}") from None
     if len(ring) != 1:
-        raise ConfigurationError(
-            f"the {side} key ring holds {len(ring)} keys; a rotation starts from one key (finish any earlier "
-            f"rotation with its phase 3 first, or pass the key with --{side}-file or --{side}-key)"
-        )
+        raise ConfigurationError(f"the {side} key ring holds {len(ring)} keys; a rotation starts from one key "
+                                 f"(finish any earlier rotation with its phase 3 first, or pass the key with "
+                                 f"--{side}-file or --{side}-key)")
     return ring[0]
 
 
@@ -156,17 +149,16 @@ def _instance(where: str, report: object) -> tuple[str, list[str]]:
     if not isinstance(name, str) or not name:
         raise ConfigurationError(f"{where}: a report without an instance name; run statecodec check --instance NAME")
     if report.get("ready") is not True:
-        raise ConfigurationError(
-            f"{where}: instance {name!r} is {report.get('status', 'not ready')} ({report.get('error')}); "
-            "fix it and collect its report again: a rotation is judged on every instance's keys"
-        )
+        raise ConfigurationError(f"{where}: instance {name!r} is {report.get('status', 'not ready')} "
+                                 f"({report.get('error')}); fix it and collect its report again: a rotation "
+                                 "is judged on every instance's keys")
     return name, report.get("key_ids", [])
 
 
 def _fleet(sources: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """(instances, in-flight key ids) from fleet files and `statecodec check` reports; an instance once only."""
     from statecodec.rotation import parse_fleet
 
-    """(instances, in-flight key ids) from fleet files and `statecodec check` reports; an instance once only."""
     instances: dict[str, Any] = {}
     in_flight: list[str] = []
     for source in sources:

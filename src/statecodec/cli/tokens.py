@@ -10,10 +10,10 @@ import json
 import sys
 
 from statecodec._encoding import b64u_encode
-from statecodec._settings import max_token_length_setting
+from statecodec._settings import KEYS_FILE_VAR, MAX_TOKEN_LENGTH_VAR, max_token_length_setting
 from statecodec._types import Codec
 from statecodec.cli.main import flag_values, flags_named, settings_from_flags
-from statecodec.config import codec_from_env, codec_from_file
+from statecodec.config import CODEC_VAR, codec_from_env, codec_from_file
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 
 _EPILOG = """\
@@ -21,13 +21,7 @@ The codec is the one a server builds from the STATECODEC_* environment (docs/con
 each flag overrides the setting named in its help, and --config FILE replaces the environment.
 Exit status: 0 success, 1 token refused (reason code on stderr), 2 bad usage or configuration.
 """
-
-
-_FLAGS = {  # flag: the setting it stands for
-    "--keys-file": "STATECODEC_KEYS_FILE",
-    "--codec": "STATECODEC_CODEC",
-    "--max-token-length": "STATECODEC_MAX_TOKEN_LENGTH",
-}
+_FLAGS = {"--keys-file": KEYS_FILE_VAR, "--codec": CODEC_VAR, "--max-token-length": MAX_TOKEN_LENGTH_VAR}  # its setting
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,9 +30,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("unseal", _unseal, "unseal a token to the exact payload bytes on stdout (debugging)"),
     )
     for name, func, text in commands:
-        p = sub.add_parser(
-            name, help=text, description=text, epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
-        )
+        p = sub.add_parser(name, help=text, epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
         source = p.add_mutually_exclusive_group()
         source.add_argument("--keys-file", metavar="PATH", help="the key ring file (STATECODEC_KEYS_FILE)")
         source.add_argument("--config", metavar="FILE", help="a JSON file of STATECODEC_* settings")
@@ -47,11 +39,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p.add_argument("--json", action="store_true", help="print the result as one JSON object")
         if name == "unseal":
             p.add_argument("token", metavar="TOKEN", nargs="?", help="the token, or - (the default) for stdin")
-        p.set_defaults(func=flags_named(_FLAGS)(func))
+        p.set_defaults(func=flags_named(_FLAGS, func))
 
 
-def _codec(args: argparse.Namespace) -> tuple[Codec, int]:
-    """The codec of the config file, or of the environment with the flags over it, and its token cap."""
+def _codec(args: argparse.Namespace) -> tuple[Codec, int]:  # and its token cap
     if args.config and (args.codec is not None or args.max_token_length is not None):
         raise ConfigurationError("--codec and --max-token-length go in the --config file, not beside it")
     settings = {} if args.config else settings_from_flags(flag_values(args, _FLAGS))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, check_cap, check_payload, check_token_text, split_segments
 from statecodec._settings import load_settings_file, max_token_length_setting, named_errors, setting
@@ -32,7 +32,6 @@ class KeySlot(HoldsSecrets):
 
 
 _K = TypeVar("_K", bound=KeySlot)
-_C = TypeVar("_C", bound="CompactCodec[Any]")
 
 
 class CompactCodec(HoldsSecrets, Generic[_K]):
@@ -84,7 +83,7 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
         self._max_payload = (self._max_length - len(own)) * 3 // 4
 
     @classmethod
-    def _from_keys(cls: type[_C], alg: str, keys: object, max_token_length: object) -> _C:
+    def _from_keys(cls, alg: str, keys: object, max_token_length: object) -> Self:
         if not isinstance(keys, (list, tuple)) or not keys:
             raise ConfigurationError("keys must be a non-empty list of keys: write keys=[key]")
         self = cls.__new__(cls)
@@ -92,9 +91,7 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
         return self
 
     @classmethod
-    def from_jwks(
-        cls: type[_C], jwks: object, *, alg: str = "", max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
-    ) -> _C:
+    def from_jwks(cls, jwks: object, *, alg: str = "", max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH) -> Self:
         """A codec over JWKs shared with another JOSE stack (a JWK Set, a list, or one JWK): the first key seals.
         Without `alg`, the first key's ``alg`` member, else the default (docs/jwe.md, docs/jws.md)."""
         named = _jwk.jwk_list(jwks)[0].get("alg")
@@ -110,7 +107,7 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
         return self
 
     @classmethod
-    def from_env(cls: type[_C], environ: Mapping[str, str] | None = None) -> _C:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
         """A codec from ``STATECODEC_JWE_ALG``/``_JWS_ALG``, the keys of ``STATECODEC_JWKS_FILE`` (a JWK Set)
         or else the key ring (``STATECODEC_KEYS``/``_KEYS_FILE``), and ``STATECODEC_MAX_TOKEN_LENGTH``."""
         settings = os.environ if environ is None else environ

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -135,16 +135,14 @@ class JWECodec(CompactCodec[_Slot]):
     def ephemeral(
         cls, *, alg: Literal["dir", "A256KW", "ECDH-ES+A256KW"] = "dir", curve: Literal["P-256", "X25519"] = "P-256",
         max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
-    ) -> JWECodec:
+    ) -> Self:
         """A codec under a key generated now and held only by this process."""
         if alg == "ECDH-ES+A256KW":
             return cls.ecdh([_new_key(curve)], max_token_length=max_token_length)
         return cls(KeyRing.generate(), alg=alg, max_token_length=max_token_length)
 
     @classmethod
-    def ecdh(
-        cls, keys: Sequence[PrivateKey | PublicKey], *, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
-    ) -> JWECodec:
+    def ecdh(cls, keys: Sequence[PrivateKey | PublicKey], *, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH) -> Self:
         """ECDH-ES+A256KW over P-256 or X25519 key objects, ``kid`` = RFC 7638 thumbprint: the first
         key's public half seals, private keys unseal (a public first key makes a sealing-only codec)."""
         return cls._from_keys(_ECDH, keys, max_token_length)

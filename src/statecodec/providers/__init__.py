@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import TypeVar
+from typing import Self
 
 from statecodec._settings import max_token_length_setting, named_errors, setting, text_or_file
 from statecodec._types import HoldsSecrets
@@ -23,7 +23,6 @@ _WRAPPED_KEYS_VAR = "STATECODEC_WRAPPED_KEYS"
 _CONTEXT_VAR = "STATECODEC_KMS_CONTEXT"
 _AUDIENCE_VAR = "STATECODEC_KMS_AUDIENCE"
 _MAX_WRAPPED_FILE_BYTES = 256 * 1024
-_H = TypeVar("_H", bound="_ClientHolder")
 
 
 class _ClientHolder(HoldsSecrets):
@@ -40,7 +39,7 @@ class _ClientHolder(HoldsSecrets):
         if self._close_owned is not None:
             self._close_owned()
 
-    def __enter__(self: _H) -> _H:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

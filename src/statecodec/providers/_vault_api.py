@@ -42,13 +42,8 @@ def check_key_name(key: object) -> None:
 
 
 def vault_client(
-    url: str,
-    *,
-    token: str,
-    namespace: str | None = None,
-    verify: bool | str = True,
-    cert: tuple[str, str] | None = None,
-    timeout: float | tuple[float, float] = 1.0,
+    url: str, *, token: str, namespace: str | None = None, verify: bool | str = True,
+    cert: tuple[str, str] | None = None, timeout: float | tuple[float, float] = 1.0,
 ) -> hvac.Client:
     """A client authenticated by `token`, with bounded timeouts, no retries of its own and no redirects.
 
@@ -71,15 +66,9 @@ def vault_client(
         session.mount(scheme, adapter)
     # hvac lets a supplied session's own (default) verify/cert override the arguments: set them here.
     session.verify, session.cert = verify, cert
-    return hvac.Client(
-        url=url.rstrip("/"),
-        token=token,  # never hvac's fallback to VAULT_TOKEN or ~/.vault-token
-        verify=verify,
-        cert=cert,
-        timeout=(float(connect), float(read)),
-        namespace=namespace or None,
-        session=session,
-        allow_redirects=False,
+    return hvac.Client(  # token: never hvac's fallback to VAULT_TOKEN or ~/.vault-token
+        url=url.rstrip("/"), token=token, verify=verify, cert=cert, timeout=(float(connect), float(read)),
+        namespace=namespace or None, session=session, allow_redirects=False,
     )
 
 
@@ -125,10 +114,6 @@ def explain(exc: BaseException, *, path: str, key: str) -> str:
 def unanswered(exc: BaseException) -> bool:
     """Vault could not answer (down, sealed, throttled, silent, unreachable): worth a retry, not a verdict."""
     return _row(exc)[1]
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
 
 
 def unb64(text: object) -> bytes | None:

@@ -11,9 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from statecodec._settings import seconds, setting
-from statecodec.envelope import EnvelopeCodec
 from statecodec.errors import ConfigurationError, ProviderError
-from statecodec.providers import _ClientHolder, build_envelope_codec, missing_extra
+from statecodec.providers import _ClientHolder, missing_extra
 from statecodec.providers._retry import RetryPolicy, call_with_retries, check_retry
 from statecodec.providers._sdk_logs import sdk_logs_withheld
 
@@ -148,11 +147,6 @@ class AwsKmsWrapper(_ClientHolder):
         return blob  # `envelope.new_wrapped_key` checks it
 
 
-def wrapper_from_settings(settings: Mapping[str, str]) -> AwsKmsWrapper:
-    """An `AwsKmsWrapper` from ``STATECODEC_AWS_KMS_KEY_ID`` and the optional region and endpoint."""
+def wrapper_from_settings(settings: Mapping[str, str]) -> AwsKmsWrapper:  # STATECODEC_CODEC=aws-kms
     key, region = setting(settings, _KEY_VAR) or "", setting(settings, _REGION_VAR, required=False)
     return AwsKmsWrapper(key, region=region, endpoint_url=setting(settings, _ENDPOINT_VAR, required=False))
-
-
-def build_codec(settings: Mapping[str, str]) -> EnvelopeCodec:  # STATECODEC_CODEC=aws-kms
-    return build_envelope_codec(settings, wrapper_from_settings)

@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from statecodec._settings import seconds, setting
-from statecodec.envelope import EnvelopeCodec, canonical_context
+from statecodec.envelope import canonical_context
 from statecodec.errors import ConfigurationError, ProviderError
 from statecodec.keys import MIN_KEY_LENGTH
-from statecodec.providers import _ClientHolder, build_envelope_codec, missing_extra
+from statecodec.providers import _ClientHolder, missing_extra
 from statecodec.providers._retry import RetryPolicy, call_with_retries, check_retry
 from statecodec.providers._sdk_logs import sdk_logs_withheld
 
@@ -165,19 +165,17 @@ def _default_client() -> Any:
     try:
         return kms_v1.KeyManagementServiceClient()
     except auth_exc.GoogleAuthError as exc:
-        raise ConfigurationError(
-            "no Google credentials for Cloud KMS: run on a service account or set GOOGLE_APPLICATION_CREDENTIALS "
-            f"(in Python, GcpKmsWrapper(client=...) takes a client you built) ({type(exc).__name__})"
-        ) from None
+        raise ConfigurationError(f"no Google credentials for Cloud KMS: run on a service account or set "
+                                 f"GOOGLE_APPLICATION_CREDENTIALS (in Python, GcpKmsWrapper(client=...) takes a client "
+                                 f"you built) ({type(exc).__name__})") from None
 
 
 def _emulator_client(host: str) -> Any:
     hostname, _, port = host.rpartition(":")
     if hostname not in ("127.0.0.1", "localhost", "[::1]") or not port.isdecimal():
-        raise ConfigurationError(
-            f"the Cloud KMS test server ({_EMULATOR_VAR}, --emulator-host) must be on loopback: 127.0.0.1:PORT, "
-            "localhost:PORT or [::1]:PORT (plaintext gRPC is only for a local test server)"
-        )
+        raise ConfigurationError(f"the Cloud KMS test server ({_EMULATOR_VAR}, --emulator-host) must be on loopback: "
+                                 "127.0.0.1:PORT, localhost:PORT or [::1]:PORT (plaintext gRPC is only for a local "
+                                 "test server)")
     import grpc
     from google.auth.credentials import AnonymousCredentials
     from google.cloud.kms_v1.services.key_management_service.transports import KeyManagementServiceGrpcTransport
@@ -187,11 +185,6 @@ def _emulator_client(host: str) -> Any:
     return kms_v1.KeyManagementServiceClient(transport=transport)
 
 
-def wrapper_from_settings(settings: Mapping[str, str]) -> GcpKmsWrapper:
-    """A `GcpKmsWrapper` from ``STATECODEC_GCP_KMS_KEY`` (and the emulator host, for tests)."""
+def wrapper_from_settings(settings: Mapping[str, str]) -> GcpKmsWrapper:  # STATECODEC_CODEC=gcp-kms
     key = setting(settings, _KEY_VAR) or ""
     return GcpKmsWrapper(key, emulator_host=setting(settings, _EMULATOR_VAR, required=False))
-
-
-def build_codec(settings: Mapping[str, str]) -> EnvelopeCodec:  # STATECODEC_CODEC=gcp-kms
-    return build_envelope_codec(settings, wrapper_from_settings)

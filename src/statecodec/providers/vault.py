@@ -8,18 +8,18 @@ material or payload. Vault is never called per token. Policies and settings: doc
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Any
 
 from statecodec._settings import named_errors, seconds_setting, setting, text_or_file
-from statecodec.envelope import EnvelopeCodec, canonical_context
+from statecodec.envelope import canonical_context
 from statecodec.errors import ConfigurationError, ProviderError
-from statecodec.providers import _ClientHolder, build_envelope_codec
+from statecodec.providers import _ClientHolder
 from statecodec.providers._retry import RetryPolicy, call_with_retries, check_retry
 from statecodec.providers._vault_api import (
     CIPHERTEXT,
     MOUNT,
-    b64,
     check_address,
     check_key_name,
     explain,
@@ -44,12 +44,7 @@ class VaultKeyWrapper(_ClientHolder):
     __slots__ = ("_client", "_key", "_mount", "_retry")
 
     def __init__(
-        self,
-        client: Any,
-        key: str,
-        *,
-        mount_point: str = "transit",
-        retry: RetryPolicy | None = None,
+        self, client: Any, key: str, *, mount_point: str = "transit", retry: RetryPolicy | None = None,
         owns_client: bool = False,
     ) -> None:
         check_key_name(key)
@@ -67,7 +62,7 @@ class VaultKeyWrapper(_ClientHolder):
 
     def _call(self, op: str, context: Mapping[str, str], **fields: object) -> Mapping[str, Any]:
         """Vault's ``data`` for ``<mount>/<op>/<key>`` under `context`, retried while Vault cannot answer."""
-        bound = b64(canonical_context(context))
+        bound = base64.b64encode(canonical_context(context)).decode("ascii")
         path = f"{self._mount}/{op}/{self._key}"
         body = {**fields, "context": bound, "associated_data": bound}
 
@@ -115,7 +110,6 @@ def _get(settings: Mapping[str, str], name: str) -> str | None:
 
 
 def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
-    """An authenticated client from ``STATECODEC_VAULT_*`` settings."""
     url = _get(settings, "ADDR")
     if url is None:
         raise ConfigurationError("STATECODEC_VAULT_ADDR (or VAULT_ADDR) is not set; e.g. https://vault.example:8200")
@@ -127,28 +121,23 @@ def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
         raise ConfigurationError(f"{source} is empty")
     token = token.strip() if token is not None else _get(settings, "TOKEN")
     if token is None:
-        raise ConfigurationError(
-            "no Vault token: set STATECODEC_VAULT_TOKEN_FILE (e.g. the token file Vault Agent writes), "
-            "or STATECODEC_VAULT_TOKEN (or VAULT_TOKEN)"
-        )
+        raise ConfigurationError("no Vault token: set STATECODEC_VAULT_TOKEN_FILE (e.g. the token file Vault Agent "
+                                 "writes), or STATECODEC_VAULT_TOKEN (or VAULT_TOKEN)")
     skip = (_get(settings, "SKIP_VERIFY") or "false").lower()
     if skip not in {"true", "false", "1", "0"}:
         raise ConfigurationError("STATECODEC_VAULT_SKIP_VERIFY must be true or false")
     cert, cert_key = _get(settings, "CLIENT_CERT"), _get(settings, "CLIENT_KEY")
     if (cert is None) != (cert_key is None):
         raise ConfigurationError("set both STATECODEC_VAULT_CLIENT_CERT and STATECODEC_VAULT_CLIENT_KEY, or neither")
-    return vault_client(
-        url,
-        token=token,
-        namespace=_get(settings, "NAMESPACE"),
+    return vault_client(  # the timeout's default, 1 s, is vault_client's
+        url, token=token, namespace=_get(settings, "NAMESPACE"),
         verify=False if skip in {"true", "1"} else _get(settings, "CACERT") or True,
         cert=(cert, cert_key) if cert is not None and cert_key is not None else None,
-        # 1 s: vault_client's default.
         timeout=seconds_setting(settings, "STATECODEC_VAULT_TIMEOUT", default=1.0, low=0, high=60, low_open=True),
     )
 
 
-def wrapper_from_settings(settings: Mapping[str, str]) -> VaultKeyWrapper:
+def wrapper_from_settings(settings: Mapping[str, str]) -> VaultKeyWrapper:  # STATECODEC_CODEC=vault-envelope
     """A `VaultKeyWrapper` that owns its client; close it after use."""
     key = _get(settings, "KEY")
     if key is None:
@@ -161,8 +150,3 @@ def wrapper_from_settings(settings: Mapping[str, str]) -> VaultKeyWrapper:
     except BaseException:
         client.adapter.close()
         raise
-
-
-def envelope_codec_from_settings(settings: Mapping[str, str]) -> EnvelopeCodec:
-    """``STATECODEC_CODEC=vault-envelope``: wrapped keys unwrapped once through Vault, then the pool is closed."""
-    return build_envelope_codec(settings, wrapper_from_settings)
