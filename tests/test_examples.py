@@ -155,7 +155,7 @@ def _fleet_server(monkeypatch: pytest.MonkeyPatch, **env: str) -> ModuleType:
         (["--host", "0.0.0.0"], {"STATECODEC_KEYS": format_keys([generate_key()])}, "loopback"),
         ([], {}, "cannot start: no codec configured: set STATECODEC_KEYS"),
         ([], {"STATECODEC_KEYS": format_keys([generate_key()]), "STATECODEC_STORE_URL": "redis://127.0.0.1:1/0"},
-         "cannot start: STATECODEC_STORE_KEY is not set"),
+         "cannot start: no keys configured: set STATECODEC_STORE_KEY"),
         ([], {"STATECODEC_KEYS": format_keys([generate_key()]), "FLEET_DEMO_AUTH": "yes"},
          "FLEET_DEMO_AUTH must be 1 or 0, not 'yes'"),
     ],

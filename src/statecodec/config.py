@@ -76,10 +76,10 @@ READS: dict[str, frozenset[str]] = {
 }
 _EVERY_KIND = frozenset({CODEC_VAR, MAX_TOKEN_LENGTH_VAR})
 # Read from the environment by `statecodec.single_use` and `statecodec.mcp`, whatever the codec kind: never from a
-# codec's config file. REVOCATION_STALENESS is removed, and known only so that single use says why it is refused.
+# codec's config file.
 ENVIRONMENT_ONLY = _names(
     "TTL", "STORE_URL", "STORE_URL_FILE", "STORE_KEY", "STORE_KEY_FILE", "STORE_TIMEOUT", "STORE_NAMESPACE",
-    "REVOCATION_STALENESS", "STORE_ON_ERROR",
+    "STORE_ON_ERROR",
 )
 # (setting, the settings that make it ineffective when set, how to fix): a kind reads the first only without them.
 _JWKS = _names("JWKS_FILE")
@@ -92,6 +92,7 @@ _AGENT = "AppRole login is removed; let Vault Agent log in and write the token f
 REMOVED = {
     "vault-transit": "removed; set vault-envelope over the same transit key (docs/vault.md, migrating)",
     f"{_PREFIX}VAULT_CONTEXT": "removed with vault-transit; vault-envelope reads STATECODEC_KMS_CONTEXT",
+    f"{_PREFIX}REVOCATION_STALENESS": "removed with the revocation view: each claim answers revocation; unset it",
     **dict.fromkeys(_names("VAULT_ROLE_ID", "VAULT_SECRET_ID", "VAULT_SECRET_ID_FILE", "VAULT_APPROLE_MOUNT"), _AGENT),
 }
 

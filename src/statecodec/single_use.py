@@ -23,7 +23,7 @@ from statecodec._settings import named_errors, seconds, seconds_setting, setting
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec
 from statecodec.config import check_names, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable
-from statecodec.keys import KeyRing, derive_key, parse_keys
+from statecodec.keys import KeyRing, derive_key
 from statecodec.store import REDIS_SCHEMES, Claim, MemoryStore, Store, check_owner
 
 __all__ = ["Principal", "Selector", "SingleUse", "SingleUseCodec", "store_from_settings"]
@@ -98,15 +98,11 @@ class SingleUse(HoldsSecrets):
         """The guard the environment describes (settings: docs/single-use.md)."""
         settings = os.environ if environ is None else environ
         check_names(settings)
-        text, source = text_or_file(settings, STORE_KEY_VAR, 4096, "it holds one key")
-        if text is None:
-            raise ConfigurationError(f"{STORE_KEY_VAR} is not set; set it to a key from `statecodec keygen`")
-        with named_errors(source):
-            keys = parse_keys(text)
-            if len(keys) != 1:
-                raise ConfigurationError(f"holds {len(keys)} keys; the store key is one key")
+        ring = KeyRing.from_env(STORE_KEY_VAR, settings)
+        if len(ring) != 1:
+            raise ConfigurationError(f"{STORE_KEY_VAR} holds {len(ring)} keys; the store key is one key")
         mode: Any = setting(settings, "STATECODEC_STORE_ON_ERROR", required=False) or "refuse"  # __init__ checks it
-        return cls(store or store_from_settings(settings), key=keys[0], ttl=ttl_setting(settings), on_store_error=mode)
+        return cls(store or store_from_settings(settings), key=ring, ttl=ttl_setting(settings), on_store_error=mode)
 
     @property
     def started(self) -> bool:
@@ -289,8 +285,6 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
 
 def store_from_settings(settings: Mapping[str, str]) -> Store:
     """The store ``STATECODEC_STORE_URL`` names: ``memory`` for one process, or a Redis URL (docs/single-use.md)."""
-    if setting(settings, "STATECODEC_REVOCATION_STALENESS", required=False) is not None:  # a removed setting
-        raise ConfigurationError("STATECODEC_REVOCATION_STALENESS is gone: each claim answers revocation; remove it")
     url, source = text_or_file(settings, STORE_URL_VAR, 4096, "it holds one store URL")
     if url is None:
         raise ConfigurationError(f"{STORE_URL_VAR} is not set; set it to redis://host:6379/0 (a fleet) or memory")
