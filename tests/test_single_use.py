@@ -206,7 +206,8 @@ def test_availability_first_accepts_only_when_the_store_cannot_be_reached(
 
 @pytest.mark.parametrize(  # the others: tests/test_cli.py, test_check_exits_2_on_what_would_stop_the_server_at_start_up
     ("setting", "message"),
-    [("STATECODEC_REVOCATION_STALENESS", "is no longer read"), ("STATECODEC_STORE_TIMEOUT", "must be a number of seconds")],
+    [("STATECODEC_REVOCATION_STALENESS", "is no longer read"),
+     ("STATECODEC_STORE_TIMEOUT", "must be a number of seconds")],
 )
 def test_configuration_mistakes_fail_at_construction_naming_the_setting(setting: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=f"{setting} {message}"):
