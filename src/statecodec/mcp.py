@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from statecodec._settings import seconds
 from statecodec.config import codec_from_env, ttl_setting
-from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable
+from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable, missing_extra
 from statecodec.single_use import SingleUse
 
 if TYPE_CHECKING:
@@ -28,7 +28,6 @@ logger = logging.getLogger("statecodec.mcp")
 T = TypeVar("T")
 Scopes = Callable[["ServerRequestContext[Any, Any]"], Mapping[str, str]]
 
-MCP_EXTRA_HINT = "install the MCP SDK with: pip install 'statecodec[mcp]'"
 REJECTED = "requestState rejected on %s: %s"  # the SDK boundary's log line too: `statecodec.otel` counts both
 REFUSED = {"reason": "invalid_request_state"}  # the data of the SDK's frozen -32602 refusal
 
@@ -40,7 +39,7 @@ def security_from_env(*, ttl: float | None = None, audience: str | None = None,
     try:
         from mcp.server.request_state import RequestStateSecurity
     except ImportError as exc:
-        raise ImportError(f"statecodec.mcp needs the MCP SDK (mcp>=2.3); {MCP_EXTRA_HINT}") from exc
+        raise missing_extra("mcp", "mcp", "statecodec.mcp") from exc
     settings = os.environ if environ is None else environ
     ttl = ttl_setting(settings) if ttl is None else ttl
     return RequestStateSecurity(codec=codec_from_env(settings), ttl=ttl, audience=audience, **options)

@@ -11,13 +11,13 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from statecodec import __version__
-from statecodec.errors import Reason
+from statecodec.errors import Reason, missing_extra
 from statecodec.mcp import REFUSED, REJECTED
 
 try:
     from opentelemetry import metrics
 except ImportError:  # pragma: no cover - exercised only without the extra
-    raise ImportError("statecodec.otel needs the OpenTelemetry API: pip install 'statecodec[otel]'") from None
+    raise missing_extra("opentelemetry-api", "otel", "statecodec.otel") from None
 
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext

@@ -43,13 +43,13 @@ from typing import Any
 
 from statecodec._encoding import b64u_encode
 from statecodec._types import Codec
-from statecodec.errors import ConfigurationError, InvalidToken
+from statecodec.errors import ConfigurationError, InvalidToken, missing_extra
 
 try:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 except ImportError:  # pragma: no cover - exercised only without the extra
-    raise ImportError("statecodec.testing needs hypothesis: pip install 'statecodec[testing]'") from None
+    raise missing_extra("hypothesis", "testing", "statecodec.testing") from None
 
 __all__ = ["ConformanceReport", "assert_conformant", "check_codec"]
 
