@@ -97,5 +97,3 @@ def test_new_wrapped_key_checks_the_provider_answer() -> None:
 
     with pytest.raises(ProviderError, match="unexpected size"):
         new_wrapped_key(Huge())
-
-
