@@ -42,21 +42,21 @@ def phase_two(clock: Clock | None = None) -> RequestStateSecurity:
 
 def step(policy: RequestStateSecurity, flow: str, state: str | None = None) -> InputRequiredResult | CallToolResult:
     """One round of `flow` (the `TOOL` call for name `flow`) on a fresh server under `policy`, answering the
-    question the previous round asked; a refused round raises `MCPError`."""
+    question the round of `state` asked; a refused round raises `MCPError`."""
     server = build_server(policy)
     kwargs: dict[str, Any] = {"allow_input_required": True}
     if state is not None:
         kwargs["request_state"] = state
         kwargs["input_responses"] = ANSWERS["region" if _ROUND[state] == 1 else "size"]
 
-    async def go() -> InputRequiredResult | CallToolResult:
+    async def go() -> Any:
         async with Client(server) as client:
-            result: InputRequiredResult | CallToolResult = await client.session.call_tool(
-                TOOL, {"name": flow}, **kwargs
-            )
-            return result
+            return await client.session.call_tool(TOOL, {"name": flow}, **kwargs)
 
-    return anyio.run(go)
+    result: InputRequiredResult | CallToolResult = anyio.run(go)
+    if isinstance(result, InputRequiredResult) and result.request_state is not None:
+        _ROUND[result.request_state] = 1 if state is None else _ROUND[state] + 1
+    return result
 
 
 _ROUND: dict[str, int] = {}  # token -> the round that minted it, so `step` answers the question that round asked
@@ -67,20 +67,16 @@ def advance(policy: RequestStateSecurity, flow: str, state: str | None = None) -
     result = step(policy, flow, state)
     assert isinstance(result, InputRequiredResult), result
     assert result.request_state is not None
-    _ROUND[result.request_state] = 1 if state is None else _ROUND[state] + 1
     return result.request_state
 
 
 def finish(policy: RequestStateSecurity, flow: str, state: str) -> str:
     """Run `flow` to completion from `state` on servers under `policy`; its final text."""
-    while True:
-        result = step(policy, flow, state)
-        if isinstance(result, CallToolResult):
-            assert not result.is_error, result
-            return str(getattr(result.content[0], "text", ""))
+    while isinstance(result := step(policy, flow, state), InputRequiredResult):
         assert result.request_state is not None
-        _ROUND[result.request_state] = _ROUND[state] + 1
         state = result.request_state
+    assert not result.is_error, result
+    return str(getattr(result.content[0], "text", ""))
 
 
 def test_flows_in_flight_on_the_sdk_keys_complete_on_the_migration_codec() -> None:
