@@ -31,10 +31,6 @@ def old_policy() -> RequestStateSecurity:
     return RequestStateSecurity(keys=[SDK_KEY])
 
 
-def phase_one() -> RequestStateSecurity:
-    return RequestStateSecurity(codec=SDKKeysMigration(NEW, [SDK_KEY], seal_with_sdk=True))
-
-
 def phase_two(clock: Clock | None = None) -> RequestStateSecurity:
     clock = clock or Clock(time.time())
     return RequestStateSecurity(codec=SDKKeysMigration(NEW, [SDK_KEY], sdk_tokens_until=clock.now + 600, clock=clock))
@@ -102,7 +98,8 @@ def test_flows_in_flight_on_the_sdk_keys_complete_on_the_migration_codec() -> No
 
 
 def test_each_phase_opens_the_tokens_of_the_phases_beside_it_during_a_rollout() -> None:
-    old, one, two = old_policy(), phase_one(), phase_two()
+    old, two = old_policy(), phase_two()
+    one = RequestStateSecurity(codec=SDKKeysMigration(NEW, [SDK_KEY], seal_with_sdk=True))  # phase one
     # Rolling out phase one: old and phase-one instances share flows both ways.
     token = advance(one, "a", advance(old, "a"))
     assert token.startswith(SDK_FORMAT_PREFIX)  # phase one still mints SDK tokens, which old instances open

@@ -36,7 +36,6 @@ from tests.codecs import reason
 from tests.envelope_wrappers import TableWrapper
 
 VECTORS = Path(__file__).parent / "vectors"
-FILES = sorted(p for p in VECTORS.glob("*.json") if p.name != "single_use.json")
 
 
 def load(name: str) -> dict[str, Any]:
