@@ -107,17 +107,16 @@ def test_check_fleet_refuses_unreadable_reports(reports: Any, in_flight: Any) ->
         check_fleet(reports, in_flight=in_flight)
 
 
-def _check_document(document: object) -> FleetReport:
-    reports, in_flight = parse_fleet(document)  # as `statecodec rotate check` reads a fleet file
-    return check_fleet(reports, in_flight=in_flight)
-
-
 def test_fleet_documents_are_read_strictly() -> None:
-    assert _check_document({"instances": {"a": ["01"]}, "in_flight": ["01"]}).safe
+    def check(document: object) -> FleetReport:  # as `statecodec rotate check` reads a fleet file
+        reports, in_flight = parse_fleet(document)
+        return check_fleet(reports, in_flight=in_flight)
+
+    assert check({"instances": {"a": ["01"]}, "in_flight": ["01"]}).safe
     bad: object
     for bad in ([], {}, {"instances": []}, {"instances": {"a": ["01"]}, "x": 1}, {"instances": {}, "in_flight": "01"}):
         with pytest.raises(ConfigurationError):
-            _check_document(bad)
+            check(bad)
 
 
 def test_reseal_moves_a_token_to_the_new_primary_keeping_bound_claims() -> None:

@@ -63,9 +63,8 @@ class BaoServer:
     def unseal(self) -> None:
         # With the key dev mode prints to its log.
         log = self.log_path.read_text(errors="replace").splitlines()
-        self.api(
-            "PUT", "sys/unseal", {"key": next(x.split(":", 1)[1].strip() for x in log if x.startswith("Unseal Key:"))}
-        )
+        key = next(line.split(":", 1)[1].strip() for line in log if line.startswith("Unseal Key:"))
+        self.api("PUT", "sys/unseal", {"key": key})
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -116,9 +115,8 @@ def start_bao(workdir: Path, *, tls: bool = False) -> BaoServer:
         # Only what the server needs: no inherited VAULT_*/BAO_* settings, HOME in the temp dir.
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}
         with log_path.open("wb") as out:
-            proc = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=home
-            )
+            stdin, stderr = subprocess.DEVNULL, subprocess.STDOUT
+            proc = subprocess.Popen(args, stdout=out, stderr=stderr, stdin=stdin, env=env, cwd=home)
         scheme, ca_file = ("https", home / "vault-ca.pem") if tls else ("http", None)
         server = BaoServer(f"{scheme}://127.0.0.1:{port}", token, proc, log_path, ca_file)
         if server._ready():
