@@ -168,15 +168,9 @@ def test_an_unknown_setting_is_refused_with_the_closest_valid_name(tmp_path: Pat
     if typo == "STATECODEC_KEY":
         env = {"STATECODEC_CODEC": "aesgcm", typo: KEYS}
     expected = f"unknown setting {typo}; {hint}"
-    with pytest.raises(ConfigurationError) as info:
-        cfg.codec_from_env(env)
-    assert str(info.value) == expected
-    conf = tmp_path / "c.json"
-    conf.write_text(json.dumps(env))
-    with pytest.raises(ConfigurationError) as info:
-        cfg.codec_from_file(conf)
-    assert str(info.value) == f"config file {conf}: {expected}"
-    assert KEYS not in str(info.value)
+    assert refused(lambda: cfg.codec_from_env(env), KEY) == expected
+    conf = write_json(tmp_path / "c.json", env)
+    assert refused(lambda: cfg.codec_from_file(conf), KEY) == f"config file {conf}: {expected}"
 
 
 def test_the_single_use_settings_are_valid_beside_any_codec_and_checked_for_typos_too() -> None:
@@ -207,9 +201,7 @@ def _with(codec: str, **settings: str) -> dict[str, str]:
     ids=["other-kind", "jws-for-jwe", "ring-beside-jwks", "audience-beside-context", "x-file"],
 )
 def test_a_setting_made_ineffective_is_an_error_not_a_silent_drop(env: dict[str, str], fragment: str) -> None:
-    with pytest.raises(ConfigurationError) as info:
-        cfg.codec_from_env(env)
-    assert fragment in str(info.value)
+    assert fragment in refused(lambda: cfg.codec_from_env(env), KEY)
 
 
 AWS = _with("aws-kms", AWS_KMS_KEY_ID="1234abcd", AWS_REGION="eu-west-1", WRAPPED_KEYS=format_keys([generate_key()]))

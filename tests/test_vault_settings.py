@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,9 +42,7 @@ BAD_URLS = ["127.0.0.1:8200", "ftp://vault", "https://vault:8200/v1/transit", ""
     ],
 )
 def test_vault_client_refuses(url: str, kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(ConfigurationError, match=message) as info:
-        vault_client(url, **kwargs)
-    assert SECRET not in str(info.value)
+    assert re.search(message, refused(lambda: vault_client(url, **kwargs), SECRET.encode()))
 
 
 @pytest.mark.parametrize(
@@ -77,9 +76,7 @@ def test_wrapper_arguments(client: Any, kwargs: dict[str, Any], message: str) ->
     ],
 )
 def test_client_settings_refused(settings: dict[str, str], message: str) -> None:
-    with pytest.raises(ConfigurationError, match=message) as info:
-        vault_client_from_settings(settings)
-    assert SECRET not in str(info.value)
+    assert re.search(message, refused(lambda: vault_client_from_settings(settings), SECRET.encode()))
 
 
 def test_settings_reach_the_client(tmp_path: Path) -> None:
