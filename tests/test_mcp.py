@@ -7,7 +7,6 @@ refuses the first token after start, or is unreachable without a word."""
 from __future__ import annotations
 
 import logging
-import pickle
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -21,14 +20,13 @@ import httpx
 import pytest
 from examples import fleet_server
 from mcp.server.mcpserver import MCPServer, RequestStateSecurity
-from mcp.server.request_state import InvalidRequestState, authenticated_principal
+from mcp.server.request_state import authenticated_principal
 
-from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, XAESGCMCodec, format_keys, generate_key
+from statecodec import AESGCMCodec, ConfigurationError, XAESGCMCodec, format_keys, generate_key
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.mcp import SingleUseMiddleware, security_from_env
 from statecodec.single_use import SingleUse, store_from_settings
 from statecodec.store import MemoryStore, Store
-from tests.codecs import CODECS
 from tests.integration.fleet_harness import call_tool, free_port, retry
 from tests.integration.fleet_harness import round_one as http_round_one
 from tests.mcp_flows import (
@@ -59,16 +57,6 @@ def test_flows_complete_through_the_codec() -> None:  # AES-256-GCM: with single
     report = run_mcp_flows(XAESGCMCodec([KEY]))
     assert len(report.questions) == 6
     assert {b64u_decode(token)[0] for token in report.sealed} == {XAESGCMCodec.VERSION}
-
-
-@pytest.mark.parametrize("name", sorted(CODECS))
-def test_every_codec_refuses_with_the_sdks_own_error(name: str) -> None:
-    # From every refusal the conformance kit makes: tests/test_redteam.py::test_conformance.
-    with pytest.raises(InvalidRequestState) as refused:  # once the SDK is loaded, still our InvalidToken
-        CODECS[name].unseal("A" * 300_000 if name.startswith("a") else "v1.AAAA")
-    assert isinstance(refused.value, InvalidToken)
-    assert (str(refused.value), refused.value.__cause__) == (refused.value.reason.value, None)
-    assert pickle.loads(pickle.dumps(refused.value)).reason is refused.value.reason  # noqa: S301 - our own bytes
 
 
 @pytest.mark.parametrize(

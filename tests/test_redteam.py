@@ -13,6 +13,7 @@ import importlib
 import itertools
 import json
 import os
+import pickle
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, cast
@@ -59,6 +60,11 @@ def test_conformance(name: str) -> None:
     fast: dict[str, Any] = {"max_examples": 15, "max_mutations": 3000, "oversized_length": 1 << 20}
     kw: dict[str, Any] = {"foreign": FOREIGN[name], "deterministic": name in DETERMINISTIC, **fast}
     assert_conformant(CODECS[name], error_type=InvalidRequestState, **kw)
+    with pytest.raises(InvalidRequestState) as refused:  # still our InvalidToken: its reason alone, picklable
+        CODECS[name].unseal("A" * 300_000 if name.startswith("a") else "v1.AAAA")
+    assert isinstance(refused.value, InvalidToken)
+    assert (str(refused.value), refused.value.__cause__) == (refused.value.reason.value, None)
+    assert pickle.loads(pickle.dumps(refused.value)).reason is refused.value.reason  # noqa: S301 - our own bytes
 
 
 @pytest.mark.parametrize("name", CODECS)
