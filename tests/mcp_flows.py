@@ -213,6 +213,12 @@ def mint_token(policy: Policy, *, server_name: str = SERVER_NAME) -> str:
     return str(anyio.run(round_one, build_server(_security(policy), name=server_name)))
 
 
+def rejections(records: list[logging.LogRecord]) -> list[str]:
+    """The reasons logged in `records` for refused tokens (the SDK's boundary, single use), in order."""
+    messages = [r.getMessage() for r in records]
+    return [m.split(": ", 1)[1] for m in messages if m.startswith("requestState rejected on ")]
+
+
 @dataclass
 class Rejection:
     """The wire error and the server log for one refused round."""
@@ -224,8 +230,7 @@ class Rejection:
 
     @property
     def reasons(self) -> list[str]:
-        messages = [r.getMessage() for r in self.log_records]
-        return [m.split(": ", 1)[1] for m in messages if m.startswith("requestState rejected on ")]
+        return rejections(self.log_records)
 
     @property
     def reason(self) -> str:

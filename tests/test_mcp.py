@@ -36,6 +36,7 @@ from tests.mcp_flows import (
     assert_mcp_rejects,
     build_server,
     mint_token,
+    rejections,
     round_one,
     round_two,
     run_mcp_flows,
@@ -129,11 +130,6 @@ def single_use_server(middleware: SingleUseMiddleware, **policy: Any) -> MCPServ
     return build_server(security, middleware=[middleware], lifespan=middleware.lifespan)
 
 
-def rejected(caplog: pytest.LogCaptureFixture) -> list[str]:
-    prefix = "requestState rejected on tools/call: "
-    return [r.getMessage().removeprefix(prefix) for r in caplog.records if r.getMessage().startswith(prefix)]
-
-
 def test_every_flow_of_the_sdk_completes_once_and_a_replay_is_refused(caplog: pytest.LogCaptureFixture) -> None:
     from examples import lowlevel_server
 
@@ -145,7 +141,7 @@ def test_every_flow_of_the_sdk_completes_once_and_a_replay_is_refused(caplog: py
     assert isinstance(replay, Rejection)
     assert (replay.code, replay.message) == (-32602, REJECTION_MESSAGE)
     assert replay.data == {"reason": "invalid_request_state"}  # the SDK's frozen answer
-    assert rejected(caplog) == ["replayed"]  # from single use, after the boundary accepted the token
+    assert rejections(caplog.records) == ["replayed"]  # from single use, after the boundary accepted the token
     # Tool, resolver tool (the SDK's own state), prompt and resource: every round completes, each token once.
     run_mcp_flows(AESGCMCodec([KEY]), middleware=[middleware], lifespan=middleware.lifespan)
     lowlevel = lowlevel_server.build_server(AESGCMCodec([KEY]))  # a lowlevel Server, single use appended last
@@ -207,7 +203,7 @@ def test_the_stamp_records_the_minting_principal_whatever_bind_principal_is(capl
             ]
 
     assert anyio.run(body) == [False, True, False]
-    assert rejected(caplog) == ["revoked", "revoked"]
+    assert rejections(caplog.records) == ["revoked", "revoked"]
 
 
 def test_a_stalled_store_is_one_deadline_on_the_loop_and_a_sync_tool_is_not_starved(
@@ -242,7 +238,7 @@ def test_a_stalled_store_is_one_deadline_on_the_loop_and_a_sync_tool_is_not_star
 
     anyio.run(body)
     assert finished == ["sync tool"] + ["refused"] * 20
-    assert rejected(caplog) == ["store_unavailable"] * 20
+    assert rejections(caplog.records) == ["store_unavailable"] * 20
 
 
 def test_on_a_brand_new_store_the_first_token_is_accepted_and_the_store_closes_at_shutdown() -> None:
