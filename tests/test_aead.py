@@ -72,9 +72,6 @@ def test_key_id_is_bound_under_the_tag(cls: type[RingCodec]) -> None:
     assert reason(same_key, b64u_encode(data[:1] + b"id02" + data[5:])) is Reason.SEAL
 
 
-# -- the ring: keys[0] seals, every key unseals, found by key id ---------------------------------------
-
-
 def test_lookup_by_key_id_never_tries_other_keys(cls: type[RingCodec]) -> None:
     keys = [os.urandom(32) for _ in range(32)]
     ring = cls(keys)

@@ -250,9 +250,6 @@ def test_reseal_keeps_claims_so_expiry_does_not_restart() -> None:
         bound(audience="shipping").reseal(token)
 
 
-# --- MCP request context -----------------------------------------------------------------------
-
-
 def test_mcp_request_context_binds_method_target_and_arguments() -> None:
     call = mcp_request_context("tools/call", {"name": "t", "arguments": {"a": 1, "b": [2]}, "requestState": "x"})
     same = mcp_request_context("tools/call", {"arguments": {"b": [2], "a": 1}, "name": "t", "inputResponses": {}})

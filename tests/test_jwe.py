@@ -244,9 +244,6 @@ def test_configuration_kinds_jwe_and_jws(tmp_path: Path) -> None:
     assert "not valid JSON" in refused(lambda: codec_from_env(in_file), RAW)
 
 
-# --- in a real MCPServer ------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("name", ["jwe-dir", "jwe-a256kw", "jwe-ecdh-x25519", "jws-hs256", "jws-eddsa"])
 def test_mcp_flows_complete(name: str) -> None:
     codec: Any = CODECS[name]

@@ -324,9 +324,6 @@ def test_tls_with_a_private_ca_and_a_server_it_cannot_verify(tls_url: str) -> No
     assert_silent(info.value)
 
 
-# --- Redis Cluster ----------------------------------------------------------------------------------------------
-
-
 def test_a_cluster_keeps_a_namespace_in_one_slot_under_the_minimal_acl(
     redis_cluster: list[RedisServer], redis_cluster_url: str
 ) -> None:

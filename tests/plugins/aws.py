@@ -26,8 +26,6 @@ from tests.plugins import free_port, listening, stop_process, wait_until
 
 REGION = "us-east-1"
 CREDENTIALS = {"aws_access_key_id": "AKIASTATECODECTEST", "aws_secret_access_key": "statecodec-test-secret-access-key"}
-
-
 _SESSIONS: list[Any] = []
 
 
