@@ -72,10 +72,7 @@ def test_repr_shows_provider_and_key_ids_only_and_it_does_not_pickle() -> None:
     data_key = bytes(range(100, 132))
     blob = b"wrapped-blob-bytes"
     codec = EnvelopeCodec(TableWrapper({(blob, canonical_context(default_context())): data_key}), [blob])
-    text = repr(codec)
-    assert text == f"EnvelopeCodec(provider='fixed test table', key_ids=['{codec.primary_key_id}'])"
-    assert data_key.hex() not in text
-    assert b64u_encode(data_key) not in text
+    assert repr(codec) == f"EnvelopeCodec(provider='fixed test table', key_ids=['{codec.primary_key_id}'])"
     assert dict(codec.context) == default_context()
     with pytest.raises(TypeError):
         codec.context["purpose"] = "other"  # type: ignore[index]

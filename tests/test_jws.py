@@ -19,13 +19,10 @@ from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, JWECodec, 
 from statecodec._encoding import b64u_decode, b64u_encode
 from tests.codecs import reason
 from tests.mcp_flows import STATE_MARKER, TOOL, mint_token
-from tests.test_jwe import MISCONFIGURED, header_of
+from tests.test_jwe import MISCONFIGURED, PAYLOAD, RAW_JWK, SECRET, header_of
 
-SECRET = bytes(range(32))
-RAW_JWK = {"kty": "oct", "kid": "raw-1", "k": b64u_encode(bytes(range(160, 192)))}
 ED_KEY = ed25519.Ed25519PrivateKey.generate()
 ED_PUBLIC = JWSCodec.eddsa([ED_KEY]).public_jwks()["keys"][0]
-PAYLOAD = b'{"state":"jws-test"}'
 
 
 def forge(header: str) -> str:
@@ -156,10 +153,7 @@ def test_no_junk_costs_more_memory_than_the_aesgcm_parse(cls: type[JWECodec | JW
         (lambda: JWSCodec.ephemeral(alg="HS512"), "alg"),  # type: ignore[arg-type]
         (lambda: JWSCodec([SECRET], max_token_length=40), "smallest token"),
         (lambda: JWSCodec.from_jwks([ED_PUBLIC], alg="EdDSA"), "private"),
-        (
-            lambda: JWSCodec.from_jwks([{**ED_PUBLIC, "d": b64u_encode(bytes(range(32)))}], alg="EdDSA"),
-            "does not match",
-        ),
+        (lambda: JWSCodec.from_jwks([{**ED_PUBLIC, "d": b64u_encode(SECRET)}], alg="EdDSA"), "does not match"),
         (lambda: JWSCodec([SECRET]).public_jwks(), "no public half"),
     ],
 )

@@ -141,9 +141,7 @@ def test_sdk_refusals_keep_their_reason_and_no_chain() -> None:
     for token, reason in cases.items():
         with pytest.raises(InvalidToken) as info:
             codec.unseal(token)
-        assert info.value.reason is reason
-        assert info.value.__cause__ is None
-        assert info.value.__context__ is None
+        assert (info.value.reason, info.value.__cause__, info.value.__context__) == (reason, None, None)
 
 
 def test_repr_names_the_codec_and_the_phase() -> None:  # misconfigurations: tests/test_redteam.py
