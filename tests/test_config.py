@@ -205,7 +205,7 @@ VAULT = _with("vault-envelope", VAULT_TOKEN="s.statecodec-test-token", VAULT_KEY
 
 
 def test_a_misspelt_member_never_reaches_the_provider(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The issue's case: `STATECODEC_KMS_AUDIENSE` in a config file is refused before the provider's builder runs
+    """A typo such as `STATECODEC_KMS_AUDIENSE` in a config file is refused before the provider's builder runs
     (it is the only code that contacts a provider), and so is a typo in the environment."""
     built: list[str] = []
 
