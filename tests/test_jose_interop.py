@@ -34,19 +34,12 @@ def rfc_key(jwk: dict[str, str]) -> Any:
     return import_key(data)
 
 
-def _jwe_cases() -> dict[str, tuple[JWECodec, dict[str, str]]]:
-    cases = {}
-    for alg in ("dir", "A256KW"):
-        cases[f"{alg}-ring"] = (JWECodec([SECRET], alg=alg), derived_jwk(SECRET, alg))
-        cases[f"{alg}-raw"] = (JWECodec.from_jwks([RAW_JWK], alg=alg), RAW_JWK)
-    for key in (ec.generate_private_key(ec.SECP256R1()), x25519.X25519PrivateKey.generate()):
-        codec = JWECodec.ecdh([key])  # another stack holds the private JWK Set the codec exports
-        jwk = codec.private_jwks()["keys"][0]
-        cases[f"ECDH-ES+A256KW-{jwk['crv']}"] = (codec, jwk)
-    return cases
-
-
-JWE = _jwe_cases()
+JWE = {f"{alg}-ring": (JWECodec([SECRET], alg=alg), derived_jwk(SECRET, alg)) for alg in ("dir", "A256KW")}
+JWE |= {f"{alg}-raw": (JWECodec.from_jwks([RAW_JWK], alg=alg), RAW_JWK) for alg in ("dir", "A256KW")}
+for _key in (ec.generate_private_key(ec.SECP256R1()), x25519.X25519PrivateKey.generate()):
+    _ecdh = JWECodec.ecdh([_key])
+    _jwk = _ecdh.private_jwks()["keys"][0]  # another stack holds the private JWK Set the codec exports
+    JWE[f"ECDH-ES+A256KW-{_jwk['crv']}"] = (_ecdh, _jwk)
 
 
 def header(codec: JWECodec, jwk: dict[str, str], **extra: Any) -> dict[str, Any]:

@@ -102,16 +102,11 @@ def ready(server: FleetServer, deadline: float | None = None) -> FleetServer:
     deadline = deadline or time.monotonic() + START_DEADLINE_S
     seen: set[str] = set()
     while len(seen) < server.workers:
-        if server.process.poll() is not None:
-            raise RuntimeError(
-                f"fleet server on port {server.port} exited at start-up (code {server.process.returncode}); "
-                f"last lines of its log:\n{server.log_tail()}"
-            )
-        if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"fleet server on port {server.port}: {len(seen)} of {server.workers} workers answered "
-                f"within {START_DEADLINE_S:.0f} s; last lines of its log:\n{server.log_tail()}"
-            )
+        exited = server.process.poll() is not None
+        if exited or time.monotonic() > deadline:
+            why = f"exited at start-up (code {server.process.returncode})" if exited else (
+                f"had {len(seen)} of {server.workers} workers answering within {START_DEADLINE_S:.0f} s")
+            raise RuntimeError(f"fleet server on port {server.port} {why}; last lines of its log:\n{server.log_tail()}")
         try:
             # A new connection each time, so the kernel can hand it to any worker.
             seen.add(server.health())
