@@ -213,6 +213,12 @@ def mint_token(policy: Policy, *, server_name: str = SERVER_NAME) -> str:
     return str(anyio.run(round_one, build_server(_security(policy), name=server_name)))
 
 
+def rejections(records: list[logging.LogRecord]) -> list[str]:
+    """The reasons logged in `records` for refused tokens (the SDK's boundary, single use), in order."""
+    messages = [r.getMessage() for r in records]
+    return [m.split(": ", 1)[1] for m in messages if m.startswith("requestState rejected on ")]
+
+
 @dataclass
 class Rejection:
     """The wire error and the server log for one refused round."""
@@ -224,8 +230,7 @@ class Rejection:
 
     @property
     def reasons(self) -> list[str]:
-        messages = [r.getMessage() for r in self.log_records]
-        return [m.split(": ", 1)[1] for m in messages if m.startswith("requestState rejected on ")]
+        return rejections(self.log_records)
 
     @property
     def reason(self) -> str:
@@ -270,13 +275,18 @@ def round_two(server: Any, token: str, arguments: dict[str, Any] | None = None) 
     return outcome
 
 
-def submit_token(
-    policy: Policy, token: str, *, server_name: str = SERVER_NAME, arguments: dict[str, Any] | None = None
-) -> Rejection:
-    """Send `token` as round two of `TOOL` (default `TOOL_ARGS`); return the rejection, fail if accepted."""
-    outcome = round_two(build_server(_security(policy), name=server_name), token, arguments)
-    assert isinstance(outcome, Rejection), f"the server accepted the token: {outcome!r}"
-    return outcome
+def refused(server: Any, token: str, arguments: dict[str, Any] | None = None) -> str:
+    """The reason `server` logged for refusing `token` as round two of `TOOL`, after checking its answer is the SDK's
+    frozen -32602 and its log holds no traceback (a codec raising anything but the SDK's `InvalidRequestState` is
+    logged as "codec error" with one) and no token text."""
+    rejection = round_two(server, token, arguments)
+    assert isinstance(rejection, Rejection), f"the server accepted the token: {rejection!r}"
+    assert (rejection.code, rejection.message) == (INVALID_PARAMS, REJECTION_MESSAGE)
+    assert rejection.data == {"reason": "invalid_request_state"}
+    for record in rejection.log_records:
+        assert record.exc_info is None, f"traceback logged: {record.getMessage()}"
+        assert len(token) < 8 or token not in record.getMessage()
+    return rejection.reason
 
 
 def accept_token(policy: Policy, token: str, *, server_name: str = SERVER_NAME) -> None:
@@ -291,23 +301,17 @@ def accept_token(policy: Policy, token: str, *, server_name: str = SERVER_NAME) 
 def assert_mcp_rejects(
     policy: Policy, bad_token: str | Callable[[str], str], *, reason: str | Collection[str] | None = None,
     minted_by: Policy | None = None, minted_on: str = SERVER_NAME, server_name: str = SERVER_NAME,
+    arguments: dict[str, Any] | None = None,
 ) -> str:
-    """Check the SDK refuses `bad_token` with its frozen error and our logged reason; return the reason.
+    """Check a server under `policy` named `server_name` refuses `bad_token` (see `refused`); return the reason.
 
     `bad_token` is a token, or a function applied to a genuine round-one token sealed by `minted_by` (default:
-    `policy`) on a server named `minted_on`. The log must carry the reason without a traceback (a codec raising
-    anything but the SDK's `InvalidRequestState` is logged as "codec error" with one) and without the token text.
+    `policy`) on a server named `minted_on`.
     """
     if callable(bad_token):
         bad_token = bad_token(mint_token(minted_by if minted_by is not None else policy, server_name=minted_on))
-    rejection = submit_token(policy, bad_token, server_name=server_name)
-    assert (rejection.code, rejection.message) == (INVALID_PARAMS, REJECTION_MESSAGE)
-    assert rejection.data == {"reason": "invalid_request_state"}
-    got = rejection.reason
+    got = refused(build_server(_security(policy), name=server_name), bad_token, arguments)
     if reason is not None:
         allowed = {reason} if isinstance(reason, str) else set(reason)
         assert got in allowed, f"logged reason {got!r}, expected {sorted(allowed)}"
-    for record in rejection.log_records:
-        assert record.exc_info is None, f"traceback logged: {record.getMessage()}"
-        assert len(bad_token) < 8 or bad_token not in record.getMessage()
     return got

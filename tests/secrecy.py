@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+import pytest
+
+from statecodec import ConfigurationError
 from statecodec._encoding import b64u_encode
 
 
@@ -37,8 +40,16 @@ def assert_unreachable(exc: BaseException, *secrets: bytes) -> None:
     """No exception reachable from `exc` shows any of `secrets`, raw or in the key text format."""
     for text in chain_texts(exc):
         for secret in secrets:
-            for spelling in (b64u_encode(secret), secret.hex(), repr(secret)[2:-1]):
+            for spelling in (b64u_encode(secret), secret.hex(), repr(secret)[2:-1], secret.decode("latin-1")):
                 assert spelling not in text, f"{type(exc).__name__} chain reaches a secret"
+
+
+def refused(build: Callable[[], object], *secrets: bytes) -> str:
+    """The message of the ConfigurationError `build()` raises, its chain reaching none of `secrets`."""
+    with pytest.raises(ConfigurationError) as info:
+        build()
+    assert_unreachable(info.value, *secrets)
+    return str(info.value)
 
 
 # Two different secrets whose 4-byte key ids collide (both 6f667173), for the refusal messages of a

@@ -72,9 +72,6 @@ def test_key_id_is_bound_under_the_tag(cls: type[RingCodec]) -> None:
     assert reason(same_key, b64u_encode(data[:1] + b"id02" + data[5:])) is Reason.SEAL
 
 
-# -- the ring: keys[0] seals, every key unseals, found by key id ---------------------------------------
-
-
 def test_lookup_by_key_id_never_tries_other_keys(cls: type[RingCodec]) -> None:
     keys = [os.urandom(32) for _ in range(32)]
     ring = cls(keys)
@@ -111,24 +108,14 @@ def test_ephemeral_codecs_do_not_share_keys(cls: type[RingCodec]) -> None:
 # -- XAES-256-GCM against the C2SP specification ---------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("key", "aad", "k1", "ciphertext"),
-    [
-        (
-            "01" * 32,
-            b"",
-            "e531954aca063d5b8d9c47a47d4cc6f0",
-            "ce546ef63c9cc60765923609b33a9a1974e96e52daf2fcf7075e2271",
-        ),
-        (
-            "03" * 32,
-            b"c2sp.org/XAES-256-GCM",
-            "23810ec50edb99f374409466ed1f4b7b",
-            "986ec1832593df5443a179437fd083bf3fdb41abd740a21f71eb769d",
-        ),
-    ],
-    ids=["msb-0", "msb-1"],
-)
+XAES_VECTORS = [  # C2SP's: key, additional data, the derived K1, the ciphertext of b"XAES-256-GCM"
+    ("01" * 32, b"", "e531954aca063d5b8d9c47a47d4cc6f0", "ce546ef63c9cc60765923609b33a9a1974e96e52daf2fcf7075e2271"),
+    ("03" * 32, b"c2sp.org/XAES-256-GCM", "23810ec50edb99f374409466ed1f4b7b",
+     "986ec1832593df5443a179437fd083bf3fdb41abd740a21f71eb769d"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("key", "aad", "k1", "ciphertext"), XAES_VECTORS, ids=["msb-0", "msb-1"])
 def test_xaes_published_vectors(key: str, aad: bytes, k1: str, ciphertext: str) -> None:
     xaes, nonce = _XAES(bytes.fromhex(key)), b"ABCDEFGHIJKLMNOPQRSTUVWX"
     assert xaes._k1 == int(k1, 16)

@@ -13,19 +13,9 @@ from mcp.types import CallToolResult, TextContent
 
 from statecodec import AESGCMCodec
 from statecodec._encoding import b64u_decode
-from tests.mcp_flows import INVALID_PARAMS, REJECTION_MESSAGE, Rejection, mint_token, round_one, round_two, submit_token
+from tests.mcp_flows import assert_mcp_rejects, mint_token, refused, round_one, round_two
 
 KEY, OTHER_KEY = bytes(range(32)), bytes(range(64, 96))
-
-
-def refused(server: object, token: str, arguments: dict[str, str] | None = None) -> str:
-    outcome = round_two(server, token, arguments)
-    assert isinstance(outcome, Rejection), f"the server accepted the token: {outcome!r}"
-    assert (outcome.code, outcome.message, outcome.data) == (
-        INVALID_PARAMS, REJECTION_MESSAGE, {"reason": "invalid_request_state"}
-    )  # fmt: skip
-    assert all(r.exc_info is None for r in outcome.log_records)  # a reason, never a traceback
-    return outcome.reason
 
 
 def _flip(token: str) -> str:  # a character inside the token: still canonical base64url, no longer authentic
@@ -45,10 +35,10 @@ def test_same_refusals_as_mcpserver(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [refused(server, _flip(token)), refused(server, token, {"name": "billing"}),
             refused(build_server(AESGCMCodec([KEY]), "another-service"), token),
             refused(build_server(AESGCMCodec([OTHER_KEY])), token), refused(server, "asked-region")] == [
-        submit_token(sdk_codec, _flip(sdk_token)).reason,
-        submit_token(sdk_codec, sdk_token, arguments={"name": "billing"}).reason,
-        submit_token(sdk_codec, sdk_token, server_name="another-service").reason,
-        submit_token(AESGCMCodec([OTHER_KEY]), sdk_token).reason, "malformed",
+        assert_mcp_rejects(sdk_codec, _flip(sdk_token)),
+        assert_mcp_rejects(sdk_codec, sdk_token, arguments={"name": "billing"}),
+        assert_mcp_rejects(sdk_codec, sdk_token, server_name="another-service"),
+        assert_mcp_rejects(AESGCMCodec([OTHER_KEY]), sdk_token), "malformed",
     ] == ["seal", "request binding", "audience", "unknown_key", "malformed"]  # fmt: skip
     monkeypatch.setattr(lowlevel_server, "current_user", "mallory")
     assert refused(server, token) == "principal"

@@ -19,7 +19,7 @@ from statecodec import config as cfg
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH
 from statecodec._settings import settings_from_file
 from statecodec.single_use import SingleUse
-from tests.secrecy import assert_unreachable
+from tests.secrecy import refused
 
 KEY_A, KEY_B = generate_key(), generate_key()
 KEYS_TEXT = format_keys([KEY_A, KEY_B])
@@ -27,26 +27,9 @@ KEY, KEYS = KEY_A, format_keys([KEY_A])
 STORE = {"STATECODEC_STORE_URL": "memory", "STATECODEC_STORE_KEY": format_keys([generate_key()])}
 
 
-def _refused(build: object, fragment: str) -> ConfigurationError:
-    with pytest.raises(ConfigurationError) as info:
-        build()  # type: ignore[operator]
-    assert fragment in str(info.value)
-    assert not [k for k in (KEYS_TEXT, *map(format_keys, ([KEY_A], [KEY_B]))) if k in str(info.value)]
-    return info.value
-
-
 def write_json(path: Path, doc: object) -> Path:
     path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
     return path
-
-
-def test_default_kind_is_aesgcm_and_the_kind_is_case_insensitive() -> None:
-    codec = cfg.codec_from_env({"STATECODEC_KEYS": KEYS_TEXT})
-    assert type(codec) is AESGCMCodec
-    assert codec.key_ids == AESGCMCodec([KEY_A, KEY_B]).key_ids
-    assert codec.max_token_length == DEFAULT_MAX_TOKEN_LENGTH
-    env = {"STATECODEC_CODEC": "XAESGCM", "STATECODEC_KEYS": KEYS_TEXT, "STATECODEC_MAX_TOKEN_LENGTH": "4096"}
-    assert type(cfg.codec_from_env(env)) is XAESGCMCodec
 
 
 @pytest.mark.parametrize(
@@ -66,7 +49,7 @@ def test_default_kind_is_aesgcm_and_the_kind_is_case_insensitive() -> None:
     ],
 )
 def test_configuration_errors_say_what_to_fix(env: Mapping[str, str], fragment: str) -> None:
-    _refused(lambda: cfg.codec_from_env(env), fragment)
+    assert fragment in refused(lambda: cfg.codec_from_env(env), KEY_A, KEY_B)
 
 
 def test_registry_entries_resolve_lazily_and_must_build_a_codec(
@@ -102,7 +85,7 @@ def test_registry_entries_resolve_lazily_and_must_build_a_codec(
         ("guarded", "STATECODEC_CODEC=guarded: this codec needs boto3: pip install 'statecodec[aws]'"),
         ("broken", "must have seal(bytes) -> str and unseal(str) -> bytes"),
     ]:
-        _refused(lambda: cfg.codec_from_env({"STATECODEC_CODEC": kind}), fragment)  # noqa: B023 - called at once
+        assert fragment in refused(lambda: cfg.codec_from_env({"STATECODEC_CODEC": kind}))  # noqa: B023 - called at once
 
 
 def test_a_builder_sees_only_the_settings_its_entry_in_the_table_lists(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,12 +93,17 @@ def test_a_builder_sees_only_the_settings_its_entry_in_the_table_lists(monkeypat
     monkeypatch.setitem(cfg.BUILDERS, "peek", lambda settings: AESGCMCodec.from_env(settings))
     monkeypatch.setitem(cfg.READS, "peek", frozenset())
     env = {"STATECODEC_CODEC": "peek"}
-    _refused(lambda: cfg.codec_from_env(env), "STATECODEC_CODEC=peek reads STATECODEC_KEYS, which its entry")
+    assert "STATECODEC_CODEC=peek reads STATECODEC_KEYS, which its entry" in refused(lambda: cfg.codec_from_env(env))
     monkeypatch.setitem(cfg.READS, "peek", cfg.READS["aesgcm"])
     assert isinstance(cfg.codec_from_env({**env, "STATECODEC_KEYS": KEYS_TEXT}), AESGCMCodec)
 
 
 def test_codec_from_file(tmp_path: Path) -> None:
+    codec = cfg.codec_from_env({"STATECODEC_KEYS": KEYS_TEXT})  # aesgcm by default, the kind case-insensitive
+    assert type(codec) is AESGCMCodec
+    assert (codec.key_ids, codec.max_token_length) == (AESGCMCodec([KEY_A, KEY_B]).key_ids, DEFAULT_MAX_TOKEN_LENGTH)
+    env = {"STATECODEC_CODEC": "XAESGCM", "STATECODEC_KEYS": KEYS_TEXT, "STATECODEC_MAX_TOKEN_LENGTH": "4096"}
+    assert type(cfg.codec_from_env(env)) is XAESGCMCodec
     (tmp_path / "keys.txt").write_text(KEYS_TEXT)
     conf = {"STATECODEC_CODEC": "xaesgcm", "STATECODEC_KEYS_FILE": "keys.txt", "STATECODEC_MAX_TOKEN_LENGTH": 2048}
     codec = cfg.codec_from_file(write_json(tmp_path / "statecodec.json", conf))
@@ -130,7 +118,10 @@ def test_codec_from_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "fragment"),
     [
+        # The parser's error holds the whole document (JSONDecodeError.doc, UnicodeDecodeError.object).
         (f'{{"STATECODEC_KEYS": "{KEYS_TEXT}",}}', "is not valid JSON"),
+        (f'{{"STATECODEC_KEYS": "{KEYS_TEXT}", "STATECODEC_CODEC": "caf\xe9"}}'.encode("latin-1"), "is not valid JSON"),
+        (json.dumps({"STATECODEC_KEYS_FILE": "keys.txt"}), "not UTF-8"),  # a key file the config file names
         ("[1, 2]", "must hold a JSON object"),
         (json.dumps({"STATECODEC_KEYS": KEYS_TEXT, "STATECODEC_CODE": "aesgcm", "codec": "x"}), "'codec'"),
         (json.dumps({"STATECODEC_KEYS": True}), "must be a JSON string"),
@@ -142,28 +133,18 @@ def test_codec_from_file(tmp_path: Path) -> None:
         (None, "cannot read the file"),
     ],
 )
-def test_codec_from_file_errors(tmp_path: Path, content: str | None, fragment: str) -> None:
-    conf = tmp_path / "c.json" if content is None else write_json(tmp_path / "c.json", content)
-    _refused(lambda: cfg.codec_from_file(conf), f"config file {conf}: ")
-    _refused(lambda: cfg.codec_from_file(conf), fragment)
-
-
-@pytest.mark.parametrize(
-    ("name", "content"),
-    [
-        # The parser's error holds the whole document (JSONDecodeError.doc, UnicodeDecodeError.object).
-        ("c.json", f'{{"STATECODEC_KEYS": "{KEYS_TEXT}",}}'.encode()),
-        ("c.json", f'{{"STATECODEC_KEYS": "{KEYS_TEXT}", "STATECODEC_CODEC": "caf\xe9"}}'.encode("latin-1")),
-        ("keys.txt", KEYS_TEXT.encode() + b"\n# caf\xe9\n"),  # a key file the config file names
-    ],
-    ids=["syntax", "not-utf8", "key-file"],
-)
-def test_a_broken_config_file_keeps_no_secret_in_the_exception_chain(tmp_path: Path, name: str, content: bytes) -> None:
-    (tmp_path / name).write_bytes(content)
-    conf = tmp_path / "c.json" if name == "c.json" else write_json(tmp_path / "c.json", {"STATECODEC_KEYS_FILE": name})
-    with pytest.raises(ConfigurationError, match=r"is not valid JSON|not UTF-8") as info:
-        cfg.codec_from_file(conf)
-    assert_unreachable(info.value, KEY_A, KEY_B)
+def test_a_broken_config_file_keeps_no_secret_in_the_exception_chain(
+    tmp_path: Path, content: str | bytes | None, fragment: str
+) -> None:
+    (tmp_path / "keys.txt").write_bytes(KEYS_TEXT.encode() + b"\n# caf\xe9\n")
+    conf = tmp_path / "c.json"
+    if isinstance(content, bytes):
+        conf.write_bytes(content)
+    elif content is not None:
+        conf.write_text(content)
+    message = refused(lambda: cfg.codec_from_file(conf), KEY_A, KEY_B)
+    assert message.startswith(f"config file {conf}: ")
+    assert fragment in message
 
 
 @pytest.mark.parametrize(
@@ -183,15 +164,9 @@ def test_an_unknown_setting_is_refused_with_the_closest_valid_name(tmp_path: Pat
     if typo == "STATECODEC_KEY":
         env = {"STATECODEC_CODEC": "aesgcm", typo: KEYS}
     expected = f"unknown setting {typo}; {hint}"
-    with pytest.raises(ConfigurationError) as info:
-        cfg.codec_from_env(env)
-    assert str(info.value) == expected
-    conf = tmp_path / "c.json"
-    conf.write_text(json.dumps(env))
-    with pytest.raises(ConfigurationError) as info:
-        cfg.codec_from_file(conf)
-    assert str(info.value) == f"config file {conf}: {expected}"
-    assert KEYS not in str(info.value)
+    assert refused(lambda: cfg.codec_from_env(env), KEY) == expected
+    conf = write_json(tmp_path / "c.json", env)
+    assert refused(lambda: cfg.codec_from_file(conf), KEY) == f"config file {conf}: {expected}"
 
 
 def test_the_single_use_settings_are_valid_beside_any_codec_and_checked_for_typos_too() -> None:
@@ -222,9 +197,7 @@ def _with(codec: str, **settings: str) -> dict[str, str]:
     ids=["other-kind", "jws-for-jwe", "ring-beside-jwks", "audience-beside-context", "x-file"],
 )
 def test_a_setting_made_ineffective_is_an_error_not_a_silent_drop(env: dict[str, str], fragment: str) -> None:
-    with pytest.raises(ConfigurationError) as info:
-        cfg.codec_from_env(env)
-    assert fragment in str(info.value)
+    assert fragment in refused(lambda: cfg.codec_from_env(env), KEY)
 
 
 AWS = _with("aws-kms", AWS_KMS_KEY_ID="1234abcd", AWS_REGION="eu-west-1", WRAPPED_KEYS=format_keys([generate_key()]))
@@ -232,7 +205,7 @@ VAULT = _with("vault-envelope", VAULT_TOKEN="s.statecodec-test-token", VAULT_KEY
 
 
 def test_a_misspelt_member_never_reaches_the_provider(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The issue's case: `STATECODEC_KMS_AUDIENSE` in a config file is refused before the provider's builder runs
+    """A typo such as `STATECODEC_KMS_AUDIENSE` in a config file is refused before the provider's builder runs
     (it is the only code that contacts a provider), and so is a typo in the environment."""
     built: list[str] = []
 

@@ -69,11 +69,8 @@ def test_non_zero_trailing_bits_are_rejected(n: int) -> None:
     assert text[-1] in accepted
 
 
-class Sub(str):
-    pass
-
-
-NOT_STR: list[object] = [b"AAAA", bytearray(b"AAAA"), memoryview(b"AAAA"), None, 0, 1.5, ["AAAA"], object(), Sub("A")]
+SUB = type("Sub", (str,), {})("A")
+NOT_STR: list[object] = [b"AAAA", bytearray(b"AAAA"), memoryview(b"AAAA"), None, 0, 1.5, ["AAAA"], object(), SUB]
 EDGE_STR = ["\ud800", "AA\udfff", "AAAA\x00", "AA==", "A", "AAAAA", "A===", "AB=C", "=AAA", "AAA!", "AA AA", "AB\n"]
 
 

@@ -60,12 +60,7 @@ def test_provider_failure_names_ring_slot_key_id_and_cause_without_secrets() -> 
     assert "access denied" in message
     assert b64u_encode(blobs[0]) not in message
     assert wrapper.unwraps == 1  # stops at the first failure
-
-
-def test_an_unexpected_provider_answer_becomes_a_provider_error() -> None:
-    wrapper = LocalWrapper()
-    blobs = _ring(wrapper)
-    wrapper.fail_with = RuntimeError("sdk bug with details")
+    wrapper.fail_with = RuntimeError("sdk bug with details")  # an unexpected answer: named by its type alone
     with pytest.raises(ProviderError, match=r"via local test key: RuntimeError$"):
         EnvelopeCodec(wrapper, blobs)
     short = TableWrapper({(b"blob", canonical_context(default_context())): b"short key"})
@@ -77,10 +72,7 @@ def test_repr_shows_provider_and_key_ids_only_and_it_does_not_pickle() -> None:
     data_key = bytes(range(100, 132))
     blob = b"wrapped-blob-bytes"
     codec = EnvelopeCodec(TableWrapper({(blob, canonical_context(default_context())): data_key}), [blob])
-    text = repr(codec)
-    assert text == f"EnvelopeCodec(provider='fixed test table', key_ids=['{codec.primary_key_id}'])"
-    assert data_key.hex() not in text
-    assert b64u_encode(data_key) not in text
+    assert repr(codec) == f"EnvelopeCodec(provider='fixed test table', key_ids=['{codec.primary_key_id}'])"
     assert dict(codec.context) == default_context()
     with pytest.raises(TypeError):
         codec.context["purpose"] = "other"  # type: ignore[index]
@@ -97,5 +89,3 @@ def test_new_wrapped_key_checks_the_provider_answer() -> None:
 
     with pytest.raises(ProviderError, match="unexpected size"):
         new_wrapped_key(Huge())
-
-

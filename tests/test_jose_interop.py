@@ -34,19 +34,12 @@ def rfc_key(jwk: dict[str, str]) -> Any:
     return import_key(data)
 
 
-def _jwe_cases() -> dict[str, tuple[JWECodec, dict[str, str]]]:
-    cases = {}
-    for alg in ("dir", "A256KW"):
-        cases[f"{alg}-ring"] = (JWECodec([SECRET], alg=alg), derived_jwk(SECRET, alg))
-        cases[f"{alg}-raw"] = (JWECodec.from_jwks([RAW_JWK], alg=alg), RAW_JWK)
-    for key in (ec.generate_private_key(ec.SECP256R1()), x25519.X25519PrivateKey.generate()):
-        codec = JWECodec.ecdh([key])  # another stack holds the private JWK Set the codec exports
-        jwk = codec.private_jwks()["keys"][0]
-        cases[f"ECDH-ES+A256KW-{jwk['crv']}"] = (codec, jwk)
-    return cases
-
-
-JWE = _jwe_cases()
+JWE = {f"{alg}-ring": (JWECodec([SECRET], alg=alg), derived_jwk(SECRET, alg)) for alg in ("dir", "A256KW")}
+JWE |= {f"{alg}-raw": (JWECodec.from_jwks([RAW_JWK], alg=alg), RAW_JWK) for alg in ("dir", "A256KW")}
+for _key in (ec.generate_private_key(ec.SECP256R1()), x25519.X25519PrivateKey.generate()):
+    _ecdh = JWECodec.ecdh([_key])
+    _jwk = _ecdh.private_jwks()["keys"][0]  # another stack holds the private JWK Set the codec exports
+    JWE[f"ECDH-ES+A256KW-{_jwk['crv']}"] = (_ecdh, _jwk)
 
 
 def header(codec: JWECodec, jwk: dict[str, str], **extra: Any) -> dict[str, Any]:
@@ -141,7 +134,7 @@ def test_jws_verifies_both_ways_with_jwcrypto_joserfc_and_pyjwt(alg: str) -> Non
 # --- exported private JWK Sets -------------------------------------------------------------------
 
 
-def test_a_sealing_only_ecdh_codec_exports_its_public_key_alone() -> None:
+def test_a_codec_exports_no_private_key_it_does_not_hold() -> None:
     recipient = ec.generate_private_key(ec.SECP256R1())
     retired = x25519.X25519PrivateKey.generate()
     codec = JWECodec.ecdh([recipient.public_key()])
@@ -151,6 +144,9 @@ def test_a_sealing_only_ecdh_codec_exports_its_public_key_alone() -> None:
     two = JWECodec.ecdh([recipient, retired])
     assert [("d" in k, k["crv"]) for k in two.private_jwks()["keys"]] == [(True, "P-256"), (True, "X25519")]
     assert jwcrypto_open(two.private_jwks()["keys"][0], codec.seal(PAYLOADS[0])) == PAYLOADS[0]
+    for symmetric in (JWECodec([SECRET]), JWSCodec([SECRET])):  # a ring's peer derives its JWK instead
+        with pytest.raises(ConfigurationError, match="derived_jwk"):
+            symmetric.private_jwks()
 
 
 @pytest.mark.parametrize("name", ["ECDH-ES+A256KW-P-256", "ECDH-ES+A256KW-X25519", "EdDSA", "Ed25519"])
@@ -161,9 +157,3 @@ def test_the_private_jwks_of_an_asymmetric_codec_is_its_key_and_rebuilds_it(name
     rebuilt: Any = type(codec).from_jwks(codec.private_jwks())  # without naming the alg: each exported JWK names it
     assert (rebuilt.alg, rebuilt.unseal(codec.seal(PAYLOADS[0]))) == (codec.alg, PAYLOADS[0])
     assert codec.unseal(rebuilt.seal(PAYLOADS[0])) == PAYLOADS[0]
-
-
-def test_symmetric_codecs_export_no_private_jwks() -> None:
-    for codec in (JWECodec([SECRET]), JWSCodec([SECRET])):
-        with pytest.raises(ConfigurationError, match="derived_jwk"):
-            codec.private_jwks()

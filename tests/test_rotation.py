@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,7 @@ from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken
 from statecodec.keys import format_keys, parse_keys
 from statecodec.rotation import FleetReport, Phase, RotationPlan, check_fleet, parse_fleet, reseal
 from tests.plugins import Clock
-from tests.secrecy import COLLIDING_SECRETS
+from tests.secrecy import COLLIDING_SECRETS, refused
 
 OLD = bytes(range(32))
 NEW = bytes(range(64, 96))
@@ -65,11 +66,8 @@ def test_plan_phases_and_configuration_values() -> None:
     ],
 )
 def test_plan_misconfiguration(old: Any, new: Any, ttl: float, fragment: str) -> None:
-    with pytest.raises(ConfigurationError, match=fragment) as info:
-        RotationPlan.from_key_ids(old, new, ttl) if isinstance(old, str) else RotationPlan(old, new, ttl)
-    if isinstance(old, bytes):
-        assert format_keys([old]) not in str(info.value)
-        assert format_keys([new]) not in str(info.value)
+    plan = RotationPlan.from_key_ids if isinstance(old, str) else RotationPlan
+    assert re.search(fragment, refused(lambda: plan(old, new, ttl), *[k for k in (old, new) if isinstance(k, bytes)]))
 
 
 def test_plans_and_phases_never_yield_their_secrets() -> None:
@@ -107,17 +105,16 @@ def test_check_fleet_refuses_unreadable_reports(reports: Any, in_flight: Any) ->
         check_fleet(reports, in_flight=in_flight)
 
 
-def _check_document(document: object) -> FleetReport:
-    reports, in_flight = parse_fleet(document)  # as `statecodec rotate check` reads a fleet file
-    return check_fleet(reports, in_flight=in_flight)
-
-
 def test_fleet_documents_are_read_strictly() -> None:
-    assert _check_document({"instances": {"a": ["01"]}, "in_flight": ["01"]}).safe
+    def check(document: object) -> FleetReport:  # as `statecodec rotate check` reads a fleet file
+        reports, in_flight = parse_fleet(document)
+        return check_fleet(reports, in_flight=in_flight)
+
+    assert check({"instances": {"a": ["01"]}, "in_flight": ["01"]}).safe
     bad: object
     for bad in ([], {}, {"instances": []}, {"instances": {"a": ["01"]}, "x": 1}, {"instances": {}, "in_flight": "01"}):
         with pytest.raises(ConfigurationError):
-            _check_document(bad)
+            check(bad)
 
 
 def test_reseal_moves_a_token_to_the_new_primary_keeping_bound_claims() -> None:

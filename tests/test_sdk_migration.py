@@ -31,10 +31,6 @@ def old_policy() -> RequestStateSecurity:
     return RequestStateSecurity(keys=[SDK_KEY])
 
 
-def phase_one() -> RequestStateSecurity:
-    return RequestStateSecurity(codec=SDKKeysMigration(NEW, [SDK_KEY], seal_with_sdk=True))
-
-
 def phase_two(clock: Clock | None = None) -> RequestStateSecurity:
     clock = clock or Clock(time.time())
     return RequestStateSecurity(codec=SDKKeysMigration(NEW, [SDK_KEY], sdk_tokens_until=clock.now + 600, clock=clock))
@@ -42,21 +38,21 @@ def phase_two(clock: Clock | None = None) -> RequestStateSecurity:
 
 def step(policy: RequestStateSecurity, flow: str, state: str | None = None) -> InputRequiredResult | CallToolResult:
     """One round of `flow` (the `TOOL` call for name `flow`) on a fresh server under `policy`, answering the
-    question the previous round asked; a refused round raises `MCPError`."""
+    question the round of `state` asked; a refused round raises `MCPError`."""
     server = build_server(policy)
     kwargs: dict[str, Any] = {"allow_input_required": True}
     if state is not None:
         kwargs["request_state"] = state
         kwargs["input_responses"] = ANSWERS["region" if _ROUND[state] == 1 else "size"]
 
-    async def go() -> InputRequiredResult | CallToolResult:
+    async def go() -> Any:
         async with Client(server) as client:
-            result: InputRequiredResult | CallToolResult = await client.session.call_tool(
-                TOOL, {"name": flow}, **kwargs
-            )
-            return result
+            return await client.session.call_tool(TOOL, {"name": flow}, **kwargs)
 
-    return anyio.run(go)
+    result: InputRequiredResult | CallToolResult = anyio.run(go)
+    if isinstance(result, InputRequiredResult) and result.request_state is not None:
+        _ROUND[result.request_state] = 1 if state is None else _ROUND[state] + 1
+    return result
 
 
 _ROUND: dict[str, int] = {}  # token -> the round that minted it, so `step` answers the question that round asked
@@ -67,20 +63,16 @@ def advance(policy: RequestStateSecurity, flow: str, state: str | None = None) -
     result = step(policy, flow, state)
     assert isinstance(result, InputRequiredResult), result
     assert result.request_state is not None
-    _ROUND[result.request_state] = 1 if state is None else _ROUND[state] + 1
     return result.request_state
 
 
 def finish(policy: RequestStateSecurity, flow: str, state: str) -> str:
     """Run `flow` to completion from `state` on servers under `policy`; its final text."""
-    while True:
-        result = step(policy, flow, state)
-        if isinstance(result, CallToolResult):
-            assert not result.is_error, result
-            return str(getattr(result.content[0], "text", ""))
+    while isinstance(result := step(policy, flow, state), InputRequiredResult):
         assert result.request_state is not None
-        _ROUND[result.request_state] = _ROUND[state] + 1
         state = result.request_state
+    assert not result.is_error, result
+    return str(getattr(result.content[0], "text", ""))
 
 
 def test_flows_in_flight_on_the_sdk_keys_complete_on_the_migration_codec() -> None:
@@ -106,7 +98,8 @@ def test_flows_in_flight_on_the_sdk_keys_complete_on_the_migration_codec() -> No
 
 
 def test_each_phase_opens_the_tokens_of_the_phases_beside_it_during_a_rollout() -> None:
-    old, one, two = old_policy(), phase_one(), phase_two()
+    old, two = old_policy(), phase_two()
+    one = RequestStateSecurity(codec=SDKKeysMigration(NEW, [SDK_KEY], seal_with_sdk=True))  # phase one
     # Rolling out phase one: old and phase-one instances share flows both ways.
     token = advance(one, "a", advance(old, "a"))
     assert token.startswith(SDK_FORMAT_PREFIX)  # phase one still mints SDK tokens, which old instances open
@@ -148,9 +141,7 @@ def test_sdk_refusals_keep_their_reason_and_no_chain() -> None:
     for token, reason in cases.items():
         with pytest.raises(InvalidToken) as info:
             codec.unseal(token)
-        assert info.value.reason is reason
-        assert info.value.__cause__ is None
-        assert info.value.__context__ is None
+        assert (info.value.reason, info.value.__cause__, info.value.__context__) == (reason, None, None)
 
 
 def test_repr_names_the_codec_and_the_phase() -> None:  # misconfigurations: tests/test_redteam.py

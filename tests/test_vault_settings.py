@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ pytest.importorskip("hvac")
 from statecodec import ConfigurationError
 from statecodec.config import codec_from_env
 from statecodec.providers.vault import VaultKeyWrapper, vault_client, vault_client_from_settings
-from tests.secrecy import assert_unreachable
+from tests.secrecy import refused
 
 SECRET = "s.do-not-print-this-token"
 ADDR = {"VAULT_ADDR": "http://127.0.0.1:9"}  # nothing listens there
@@ -41,9 +42,7 @@ BAD_URLS = ["127.0.0.1:8200", "ftp://vault", "https://vault:8200/v1/transit", ""
     ],
 )
 def test_vault_client_refuses(url: str, kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(ConfigurationError, match=message) as info:
-        vault_client(url, **kwargs)
-    assert SECRET not in str(info.value)
+    assert re.search(message, refused(lambda: vault_client(url, **kwargs), SECRET.encode()))
 
 
 @pytest.mark.parametrize(
@@ -77,9 +76,7 @@ def test_wrapper_arguments(client: Any, kwargs: dict[str, Any], message: str) ->
     ],
 )
 def test_client_settings_refused(settings: dict[str, str], message: str) -> None:
-    with pytest.raises(ConfigurationError, match=message) as info:
-        vault_client_from_settings(settings)
-    assert SECRET not in str(info.value)
+    assert re.search(message, refused(lambda: vault_client_from_settings(settings), SECRET.encode()))
 
 
 def test_settings_reach_the_client(tmp_path: Path) -> None:
@@ -105,23 +102,15 @@ def test_a_token_file_that_is_not_utf8_or_too_big_leaves_the_token_out_of_the_ex
     runaway file is not read past a bound."""
     for secret, match in ((SECRET.encode() + b"-\xff-rest-of-the-secret", "not UTF-8 text"), (b"s" * 2**17, "is over")):
         (tmp_path / "secret").write_bytes(secret)
-        with pytest.raises(ConfigurationError, match=match) as info:
-            vault_client_from_settings({**ADDR, "STATECODEC_VAULT_TOKEN_FILE": str(tmp_path / "secret")})
-        assert info.value.__context__ is None
-        assert_unreachable(info.value, secret, SECRET.encode())
-
-
-def test_the_key_is_checked_before_vault() -> None:
-    env = {"STATECODEC_CODEC": "vault-envelope", "STATECODEC_WRAPPED_KEYS": "dmF1bHQ6djE6QUFBQQ", **TOKEN}
-    with pytest.raises(ConfigurationError, match="STATECODEC_VAULT_KEY"):
-        codec_from_env(env)
-    with pytest.raises(ConfigurationError, match="STATECODEC_VAULT_KEY: the transit key name"):
-        codec_from_env({**env, "STATECODEC_VAULT_KEY": "no spaces"})
+        settings = {**ADDR, "STATECODEC_VAULT_TOKEN_FILE": str(tmp_path / "secret")}
+        assert match in refused(lambda: vault_client_from_settings(settings), secret, SECRET.encode())  # noqa: B023
 
 
 @pytest.mark.parametrize(
     ("name", "value", "message"),
     [
+        ("STATECODEC_VAULT_KEY", "", "STATECODEC_VAULT_KEY is not set; name the transit key"),
+        ("STATECODEC_VAULT_KEY", "no spaces", "STATECODEC_VAULT_KEY: the transit key name"),
         ("STATECODEC_CODEC", "vault-transit", "STATECODEC_CODEC=vault-transit is removed; set vault-envelope"),
         ("STATECODEC_VAULT_CONTEXT", "audience=a", "vault-envelope reads STATECODEC_KMS_CONTEXT"),
         *[
@@ -130,8 +119,11 @@ def test_the_key_is_checked_before_vault() -> None:
         ],
     ],
 )
-def test_a_removed_kind_or_setting_is_refused_with_its_replacement(name: str, value: str, message: str) -> None:
-    """A left-over setting is refused at start-up with what replaces it: not run without effect, not 'unknown'."""
-    env = {"STATECODEC_CODEC": "vault-envelope", "STATECODEC_VAULT_KEY": "k", **TOKEN, name: value}
-    with pytest.raises(ConfigurationError, match=message):
-        codec_from_env(env)
+def test_a_missing_invalid_or_removed_setting_is_refused_before_vault_with_its_fix(
+    name: str, value: str, message: str
+) -> None:
+    """Refused at start-up, before any call to Vault, with what to set: a left-over setting is not run without
+    effect, nor called 'unknown'."""
+    env = {"STATECODEC_CODEC": "vault-envelope", "STATECODEC_WRAPPED_KEYS": "dmF1bHQ6djE6QUFBQQ", **TOKEN}
+    env |= {"STATECODEC_VAULT_KEY": "k", name: value}
+    assert message in refused(lambda: codec_from_env(env), SECRET.encode())

@@ -8,7 +8,6 @@ token is rebuilt from ``docs/formats.md`` with cryptography's primitives alone, 
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
@@ -28,14 +27,15 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.keywrap import aes_key_wrap
 
 from statecodec import AESGCMCodec, BoundCodec, EnvelopeCodec, JWECodec, JWSCodec, KeyRing, XAESGCMCodec
-from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_decode
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH
+from statecodec._encoding import b64u_decode as unb64u
+from statecodec._encoding import b64u_encode as b64u
 from statecodec.envelope import canonical_context
 from statecodec.jose import derived_jwk
 from tests.codecs import reason
 from tests.envelope_wrappers import TableWrapper
 
 VECTORS = Path(__file__).parent / "vectors"
-FILES = sorted(p for p in VECTORS.glob("*.json") if p.name != "single_use.json")
 
 
 def load(name: str) -> dict[str, Any]:
@@ -51,14 +51,6 @@ def json_parametrize(
     return pytest.mark.parametrize(("data", "v"), cases, ids=ids)
 
 
-def b64u(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def unb64u(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 def hkdf(secret: bytes, info: bytes, length: int = 32) -> bytes:
     return HKDF(algorithm=SHA256(), length=length, salt=None, info=info).derive(secret)
 
@@ -68,18 +60,18 @@ def codec_for(data: Mapping[str, Any], entry: Mapping[str, Any], at: Mapping[str
     codec, cap = data["codec"], entry.get("max_token_length", DEFAULT_MAX_TOKEN_LENGTH)
     if codec in ("aesgcm", "xaesgcm"):
         ring = AESGCMCodec if codec == "aesgcm" else XAESGCMCodec
-        return ring([b64u_decode(k) for k in entry["keys"]], max_token_length=cap)
+        return ring([unb64u(k) for k in entry["keys"]], max_token_length=cap)
     if codec == "envelope":
-        blobs, context = [b64u_decode(w) for w in entry["wrapped_keys"]], canonical_context(entry["context"])
-        table = TableWrapper({(b, context): b64u_decode(k) for b, k in zip(blobs, entry["data_keys"], strict=True)})
+        blobs, context = [unb64u(w) for w in entry["wrapped_keys"]], canonical_context(entry["context"])
+        table = TableWrapper({(b, context): unb64u(k) for b, k in zip(blobs, entry["data_keys"], strict=True)})
         return EnvelopeCodec(table, blobs, context=entry["context"], max_token_length=cap)
     if codec in ("jwe", "jws") and "jwks" in entry:
         jose = JWECodec if codec == "jwe" else JWSCodec
         return jose.from_jwks(entry["jwks"], alg=entry["alg"], max_token_length=cap)
     if codec == "jwe":
-        return JWECodec([b64u_decode(k) for k in entry["ring"]], alg=entry["alg"], max_token_length=cap)
+        return JWECodec([unb64u(k) for k in entry["ring"]], alg=entry["alg"], max_token_length=cap)
     if codec == "jws":  # a ring signs with HS256
-        return JWSCodec([b64u_decode(k) for k in entry["ring"]], max_token_length=cap)
+        return JWSCodec([unb64u(k) for k in entry["ring"]], max_token_length=cap)
     assert codec == "binding", codec
     at = entry if at is None else at  # a valid vector, replayed at another time or under other settings
     return BoundCodec(
@@ -88,7 +80,7 @@ def codec_for(data: Mapping[str, Any], entry: Mapping[str, Any], at: Mapping[str
         purpose=at.get("purpose", entry["purpose"]),
         ttl=entry["ttl"],
         future_skew=entry["future_skew"],
-        binding_key=b64u_decode(data["binding_key"]),
+        binding_key=unb64u(data["binding_key"]),
         clock=lambda: at["now"],
         seal_version=data["format_version"],
     )

@@ -102,16 +102,11 @@ def ready(server: FleetServer, deadline: float | None = None) -> FleetServer:
     deadline = deadline or time.monotonic() + START_DEADLINE_S
     seen: set[str] = set()
     while len(seen) < server.workers:
-        if server.process.poll() is not None:
-            raise RuntimeError(
-                f"fleet server on port {server.port} exited at start-up (code {server.process.returncode}); "
-                f"last lines of its log:\n{server.log_tail()}"
-            )
-        if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"fleet server on port {server.port}: {len(seen)} of {server.workers} workers answered "
-                f"within {START_DEADLINE_S:.0f} s; last lines of its log:\n{server.log_tail()}"
-            )
+        exited = server.process.poll() is not None
+        if exited or time.monotonic() > deadline:
+            why = f"exited at start-up (code {server.process.returncode})" if exited else (
+                f"had {len(seen)} of {server.workers} workers answering within {START_DEADLINE_S:.0f} s")
+            raise RuntimeError(f"fleet server on port {server.port} {why}; last lines of its log:\n{server.log_tail()}")
         try:
             # A new connection each time, so the kernel can hand it to any worker.
             seen.add(server.health())
@@ -124,12 +119,7 @@ def ready(server: FleetServer, deadline: float | None = None) -> FleetServer:
 
 
 @contextmanager
-def fleet(
-    log_dir: Path,
-    settings: Sequence[Mapping[str, str]],
-    *,
-    workers: int = 1,
-) -> Iterator[list[FleetServer]]:
+def fleet(log_dir: Path, settings: Sequence[Mapping[str, str]], *, workers: int = 1) -> Iterator[list[FleetServer]]:
     """Start one server per entry of `settings` (its environment), all at once; wait until every worker answers."""
     with ExitStack() as stack:
         servers: list[FleetServer] = []
@@ -141,14 +131,8 @@ def fleet(
             out = stack.enter_context(log.open("wb"))
             cmd = [sys.executable, str(FLEET_SERVER), "--port", str(port), "--workers", str(workers)]
             cmd += ["--log-level", "info"]
-            process = subprocess.Popen(
-                cmd,
-                env=server_env(env),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            process = subprocess.Popen(cmd, env=server_env(env), stdin=subprocess.DEVNULL, stdout=out,
+                                       stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
             processes.append(process)
             servers.append(FleetServer(port, process, log, workers))
         deadline = time.monotonic() + START_DEADLINE_S
@@ -199,12 +183,8 @@ async def call_tool(
         params["requestState"] = request_state
     if input_responses is not None:
         params["inputResponses"] = dict(input_responses)
-    headers = {
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": PROTOCOL_VERSION,
-        "Mcp-Method": "tools/call",
-        "Mcp-Name": tool,
-    }
+    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": PROTOCOL_VERSION}
+    headers |= {"Mcp-Method": "tools/call", "Mcp-Name": tool}
     if subject is not None:
         headers["Authorization"] = f"Bearer demo-{subject}"
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}

@@ -21,7 +21,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from tests.plugins.aws import free_port
+from tests.plugins import free_port
 from tests.plugins.redis import RedisServer
 
 from statecodec import ConfigurationError, InvalidToken, StoreError, StoreUnreachable, format_keys
@@ -170,6 +170,7 @@ def test_an_instance_too_busy_to_read_the_answer_refuses_even_in_accept_mode(red
     outcomes = run(scenario)  # the store answered in time: only this loop was late to read it
     assert b"x" not in outcomes
 
+
 def test_a_store_at_maxclients_or_loading_has_answered_and_is_refused_even_in_accept_mode() -> None:
     with RedisServer(extra=["--maxclients", "1"]) as full:  # the answer: "ERR max number of clients reached"
         (holder := redis.Redis(port=full.port)).ping()
@@ -177,9 +178,6 @@ def test_a_store_at_maxclients_or_loading_has_answered_and_is_refused_even_in_ac
             run(started, full.url)
         holder.close()
     assert not isinstance(info.value, StoreUnreachable)  # a flood cannot switch availability first on
-
-
-# --- many revocations, malformed entries -------------------------------------------------------------------------
 
 
 async def _started_and_closed(url: str, **kw: Any) -> SingleUse:
@@ -324,9 +322,6 @@ def test_tls_with_a_private_ca_and_a_server_it_cannot_verify(tls_url: str) -> No
     with pytest.raises(StoreUnreachable, match="TLS failed") as info:
         run(started, tls_url.rpartition("?")[0])  # the system's CAs: this server is unknown
     assert_silent(info.value)
-
-
-# --- Redis Cluster ----------------------------------------------------------------------------------------------
 
 
 def test_a_cluster_keeps_a_namespace_in_one_slot_under_the_minimal_acl(

@@ -58,6 +58,18 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+def free_port_with(offset: int) -> int:
+    """A free loopback port p with p + `offset` free too (a Redis Cluster bus port, OpenBao dev mode's second)."""
+    while True:
+        port = free_port()
+        with socket.socket() as other:
+            try:
+                other.bind(("127.0.0.1", port + offset))
+            except (OSError, OverflowError):  # taken, or past 65535
+                continue
+        return port
+
+
 class Clock:
     """A clock the test moves by hand (``clock.now += 1``)."""
 

