@@ -148,7 +148,7 @@ def check_fleet(reports: Mapping[str, Sequence[str]], *, in_flight: Iterable[str
 def parse_fleet(document: object) -> tuple[dict[str, list[str]], list[str]]:
     """(reports, in_flight) for `check_fleet`, which checks them, from the fleet JSON document."""
     if not (isinstance(document, dict) and set(document) <= {"instances", "in_flight"}
-            and isinstance(document.get("in_flight", []), list)):
+            and isinstance(document.get("instances", {}), dict) and isinstance(document.get("in_flight", []), list)):
         raise ConfigurationError('the fleet file must be {"instances": {"web-1": ["a1b2c3d4", ...], ...}, "in_flight": '
                                  "[...]}: each instance's key ids, primary first, and optional in-flight key ids")
     return document.get("instances", {}), document.get("in_flight", [])

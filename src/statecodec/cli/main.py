@@ -63,9 +63,8 @@ def _keygen(args: argparse.Namespace) -> int:
     if args.count < 1:
         raise ConfigurationError("--count must be at least 1")
     keys = format_keys(generate_key() for _ in range(args.count))
-    emit(json.dumps({"STATECODEC_KEYS": keys}) if args.json else keys, args.output)
-    if args.output is not None:
-        print(f"statecodec keygen: wrote {args.count} key(s) to {args.output} (mode 0600)", file=sys.stderr)
+    emit(json.dumps({"STATECODEC_KEYS": keys}) if args.json else keys, args.output,
+         f"statecodec keygen: wrote {args.count} key(s)")
     return 0
 
 
