@@ -21,7 +21,6 @@ KEYS_VAR = "STATECODEC_KEYS"
 KEYS_FILE_VAR = "STATECODEC_KEYS_FILE"
 MAX_TOKEN_LENGTH_VAR = "STATECODEC_MAX_TOKEN_LENGTH"  # noqa: S105 - a variable name, not a secret
 _PREFIX = "STATECODEC_"
-_MAX_CONFIG_FILE_BYTES = 1024 * 1024
 
 
 @contextlib.contextmanager
@@ -146,7 +145,7 @@ class Settings(HoldsSecrets, Mapping[str, str]):
 def settings_from_file(path: Path) -> Settings:
     """The settings of a JSON config file: an object of ``STATECODEC_*`` members, strings (an integer for a
     number, a list of strings for ``STATECODEC_KEYS``); a relative ``*_FILE`` path is the file's neighbour."""
-    doc = load_settings_file(path, _MAX_CONFIG_FILE_BYTES, "the file", "is it the right file?", as_json=True)
+    doc = load_settings_file(path, 1024 * 1024, "the file", "is it the right file?", as_json=True)
     if not isinstance(doc, dict):
         raise ConfigurationError(f"the file must hold a JSON object of {_PREFIX}* settings")
     settings: dict[str, str] = {}

@@ -19,7 +19,6 @@ from statecodec.keys import KeyRing
 
 __all__ = ["RotationPlan", "check_fleet", "parse_fleet", "reseal"]
 
-_KEY_ID = re.compile(r"[0-9a-f]{1,128}")
 _MAX_INSTANCES = 100_000
 _YEAR = 365 * 24 * 3600  # longer than any token lives
 
@@ -117,7 +116,7 @@ class FleetReport:
 
 
 def _check_key_id(where: str, value: object) -> str:
-    if type(value) is not str or not _KEY_ID.fullmatch(value.lower()):
+    if type(value) is not str or not re.fullmatch(r"[0-9a-f]{1,128}", value.lower()):
         raise ConfigurationError(f"{where}: a key id is a hex string such as 'a1b2c3d4' (codec.key_ids)")
     return value.lower()
 

@@ -19,7 +19,6 @@ from statecodec.jose import _jwk
 from statecodec.keys import KeyRing
 
 JWKS_FILE_VAR = "STATECODEC_JWKS_FILE"
-_MAX_JWKS_BYTES = 1024 * 1024
 
 
 class KeySlot(HoldsSecrets):
@@ -119,7 +118,7 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
         path = setting(settings, JWKS_FILE_VAR, required=False)
         if path is not None:
             what = f"{JWKS_FILE_VAR} {path}"
-            jwks = load_settings_file(Path(path), _MAX_JWKS_BYTES, what, "is it a JWK Set?", as_json=True)
+            jwks = load_settings_file(Path(path), 1024 * 1024, what, "is it a JWK Set?", as_json=True)
             with named_errors(JWKS_FILE_VAR):
                 return cls.from_jwks(jwks, alg=alg, max_token_length=limit)
         if alg not in _jwk.LABELS:

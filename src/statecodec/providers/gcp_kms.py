@@ -44,7 +44,6 @@ _CAUSES = (
     (gexc.InvalidArgument, "the wrapped key does not decrypt under this key and context (made under another "
      "key, with another context, or corrupted)"),
 )
-_MAX_GCP_MESSAGE = 200
 # The Cloud KMS client's gRPC transport logs request and response payloads (data keys included) at DEBUG.
 _SDK_LOGGERS = ("google", "grpc")
 
@@ -119,7 +118,7 @@ class GcpKmsWrapper(_ClientHolder):
         cause = next((text for kind, text in _CAUSES if isinstance(exc, kind)), "")
         if not cause or (isinstance(exc, gexc.InvalidArgument) and operation != "decrypt"):
             cause = f"Cloud KMS refused the request ({type(exc).__name__})"
-        return f"{cause}: {str(exc.message or '')[:_MAX_GCP_MESSAGE]}"
+        return f"{cause}: {str(exc.message or '')[:200]}"
 
     def _request(self, context: Mapping[str, str], **fields: object) -> dict[str, object]:
         aad = canonical_context(context)
