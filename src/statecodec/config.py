@@ -82,10 +82,9 @@ ENVIRONMENT_ONLY = _names(
     "STORE_ON_ERROR",
 )
 # (setting, the settings that make it ineffective when set, how to fix): a kind reads the first only without them.
-_JWKS = _names("JWKS_FILE")
 SHADOWED: tuple[tuple[str, frozenset[str], str], ...] = (
     (f"{_PREFIX}KMS_AUDIENCE", _names("KMS_CONTEXT"), "put audience=... in the context, or unset one of them"),
-    *((ring, _JWKS, "the JWK Set replaces the key ring; unset one of them") for ring in sorted(_RING)),
+    *((ring, _names("JWKS_FILE"), "the JWK Set replaces the key ring; unset one of them") for ring in sorted(_RING)),
 )
 # Removed kinds and settings: refused with what replaces them, not as unknown (docs/vault.md, migrating).
 _AGENT = "AppRole login is removed; let Vault Agent log in and write the token file STATECODEC_VAULT_TOKEN_FILE names"

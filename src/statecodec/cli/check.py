@@ -49,24 +49,20 @@ def _describe(kind: str, codec: Any, settings: Mapping[str, str]) -> dict[str, A
     }
 
 
-def _check_server_settings(environ: Mapping[str, str]) -> None:
-    """Read what a server reads from the environment besides its codec, by the functions it calls, so a setting
-    that stops the server at start-up stops this check too: the MCP ttl and, when any store setting is given, the
-    single-use guard and its store (built, not contacted: a Redis store connects at its first call)."""
-    ttl_setting(environ)
-    if any(setting(environ, name, required=False) for name in ENVIRONMENT_ONLY - {TTL_VAR}):
-        import asyncio  # here: only a store setting needs it, and every command's start-up imports this module
-
-        from statecodec.single_use import SingleUse
-
-        asyncio.run(SingleUse.from_env(environ).aclose())
-
-
 def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, Any]]:
     """(exit status, report): the report holds the status, and on failure the one-line error (never a secret)."""
     report: dict[str, Any] = {"schema": SCHEMA, "instance": instance, "ready": False}
     try:
-        _check_server_settings(os.environ)
+        # What a server reads from the environment besides its codec, by the functions it calls, so a setting that
+        # stops the server at start-up stops this check too: the MCP ttl and, when any store setting is given, the
+        # single-use guard and its store (built, not contacted: a Redis store connects at its first call).
+        ttl_setting(os.environ)
+        if any(setting(os.environ, name, required=False) for name in ENVIRONMENT_ONLY - {TTL_VAR}):
+            import asyncio  # here: only a store setting needs it, and every command's start-up imports this module
+
+            from statecodec.single_use import SingleUse
+
+            asyncio.run(SingleUse.from_env(os.environ).aclose())
         kind, codec, settings = configured_codec(path=config)
     except (ConfigurationError, ImportError) as exc:  # ImportError: the extra a configured store or provider needs
         why = missing_package(exc) if isinstance(exc, ImportError) else str(exc)
