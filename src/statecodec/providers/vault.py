@@ -139,9 +139,7 @@ def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
 
 def wrapper_from_settings(settings: Mapping[str, str]) -> VaultKeyWrapper:  # STATECODEC_CODEC=vault-envelope
     """A `VaultKeyWrapper` that owns its client; close it after use."""
-    key = _get(settings, "KEY")
-    if key is None:
-        raise ConfigurationError("STATECODEC_VAULT_KEY is not set; name the transit key, e.g. statecodec")
+    key = setting(settings, "STATECODEC_VAULT_KEY") or ""
     with named_errors("STATECODEC_VAULT_KEY"):
         check_key_name(key)
     client = vault_client_from_settings(settings)
