@@ -176,11 +176,8 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
         if payload is None:  # raised outside the handler: even `from None` keeps the inner error as __context__
             raise InvalidToken(Reason.SEAL)
         tag_at = _TAG_AT.get(payload[0], 0) if isinstance(payload, bytes) and payload else 0
-        if not (
-            tag_at
-            and len(payload) >= tag_at + _TAG_LENGTH
-            and (payload[1] == 0 or (payload[1] == _PRINCIPAL_FLAG and len(payload) >= tag_at + 2 * _TAG_LENGTH))
-        ):
+        if not (tag_at and len(payload) > 1 and payload[1] in (0, _PRINCIPAL_FLAG)
+                and len(payload) >= tag_at + _TAG_LENGTH * (1 + payload[1])):
             raise InvalidToken(Reason.MALFORMED)
         # Audience and purpose are public names, so a plain comparison leaks nothing.
         if payload[10:13] != self._scope[:3]:
