@@ -22,8 +22,7 @@ from statecodec.providers._vault_api import (
     MOUNT,
     check_address,
     check_key_name,
-    explain,
-    unanswered,
+    failure,
     unb64,
     vault_client,
 )
@@ -74,9 +73,9 @@ class VaultKeyWrapper(_ClientHolder):
             return data
 
         try:
-            return call_with_retries(post, transient=unanswered, policy=self._retry)
+            return call_with_retries(post, transient=lambda exc: failure(exc)[1], policy=self._retry)
         except Exception as exc:
-            why = explain(exc, path=path, key=f"{self._mount}/keys/{self._key}")
+            why = failure(exc)[0].format(path=path, key=f"{self._mount}/keys/{self._key}")
         # Raised out here: the `requests` error keeps the request and its X-Vault-Token header, so it must not be
         # this error's context either.
         raise ProviderError(f"transit {op} on {self._mount}/{self._key} failed: {why}")
