@@ -11,7 +11,6 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping
 from typing import Any
 
 from statecodec._settings import setting
@@ -35,20 +34,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=_check)
 
 
-def _describe(kind: str, codec: Any, settings: Mapping[str, str]) -> dict[str, Any]:
-    ids = [str(kid) for kid in getattr(codec, "key_ids", ())]
-    wrapper, name, context = getattr(codec, "wrapper", None), _KEY_NAME.get(kind), getattr(codec, "context", None)
-    return {
-        "kind": kind,
-        "codec": type(codec).__name__,
-        "key_ids": ids,
-        "primary_key_id": str(getattr(codec, "primary_key_id", None) or (ids[0] if ids else "")) or None,
-        "provider": None if wrapper is None else wrapper.describe(),
-        "key_name": None if name is None else setting(settings, f"STATECODEC_{name}", required=False),
-        "context": None if context is None else dict(context),  # what every wrapped key is bound to
-    }
-
-
 def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, Any]]:
     """(exit status, report): the report holds the status, and on failure the one-line error (never a secret)."""
     report: dict[str, Any] = {"schema": SCHEMA, "instance": instance, "ready": False}
@@ -69,7 +54,17 @@ def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, 
         return 2, {**report, "status": "misconfigured", "error": why}
     except StatecodecError as exc:  # ProviderError: unreachable, or refused the configured key
         return 1, {**report, "status": "not ready", "error": str(exc)}
-    report.update(_describe(kind, codec, settings))
+    ids = [str(kid) for kid in getattr(codec, "key_ids", ())]
+    wrapper, name, context = getattr(codec, "wrapper", None), _KEY_NAME.get(kind), getattr(codec, "context", None)
+    report |= {
+        "kind": kind,
+        "codec": type(codec).__name__,
+        "key_ids": ids,
+        "primary_key_id": str(getattr(codec, "primary_key_id", None) or (ids[0] if ids else "")) or None,
+        "provider": None if wrapper is None else wrapper.describe(),
+        "key_name": None if name is None else setting(settings, f"STATECODEC_{name}", required=False),
+        "context": None if context is None else dict(context),  # what every wrapped key is bound to
+    }
     try:
         opened = codec.unseal(codec.seal(_PROBE))
         error = None if opened == _PROBE else "the probe unsealed to other bytes"

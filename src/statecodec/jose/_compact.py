@@ -157,8 +157,7 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
             raise ConfigurationError("symmetric keys have no public half; share the key (statecodec.jose.derived_jwk)")
         use, alg, keys = _jwk.PROFILES[self._alg][0], self._alg, []
         for slot in self._by_kid.values():
-            if slot.public is None:
-                continue
+            assert slot.public is not None  # every slot of an ECDH-ES+A256KW or Ed25519 codec has its public half
             jwk = _jwk.private_jwk(slot.private) if private and slot.private else _jwk.public_jwk(slot.public)
             keys.append({**jwk, "kid": slot.kid, "use": use, "alg": alg})
         return {"keys": keys}

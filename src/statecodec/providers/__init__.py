@@ -16,7 +16,6 @@ from statecodec._settings import max_token_length_setting, named_errors, setting
 from statecodec._types import HoldsSecrets
 from statecodec.envelope import EnvelopeCodec, KeyWrapper, _check_context, default_context, parse_wrapped_keys
 from statecodec.errors import ConfigurationError
-from statecodec.errors import missing_extra as missing_extra
 from statecodec.providers._retry import RetryPolicy as RetryPolicy
 
 _WRAPPED_KEYS_VAR = "STATECODEC_WRAPPED_KEYS"

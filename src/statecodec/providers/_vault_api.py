@@ -12,8 +12,7 @@ import binascii
 import re
 
 from statecodec._settings import seconds
-from statecodec.errors import ConfigurationError
-from statecodec.providers import missing_extra
+from statecodec.errors import ConfigurationError, missing_extra
 
 try:
     import hvac

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from statecodec._settings import seconds, setting
-from statecodec.errors import ConfigurationError, ProviderError
-from statecodec.providers import _ClientHolder, missing_extra
+from statecodec.errors import ConfigurationError, ProviderError, missing_extra
+from statecodec.providers import _ClientHolder
 from statecodec.providers._retry import RetryPolicy, call_with_retries, check_retry
 from statecodec.providers._sdk_logs import sdk_logs_withheld
 

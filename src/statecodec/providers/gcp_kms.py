@@ -14,9 +14,9 @@ from typing import Any
 
 from statecodec._settings import seconds, setting
 from statecodec.envelope import canonical_context
-from statecodec.errors import ConfigurationError, ProviderError
+from statecodec.errors import ConfigurationError, ProviderError, missing_extra
 from statecodec.keys import MIN_KEY_LENGTH
-from statecodec.providers import _ClientHolder, missing_extra
+from statecodec.providers import _ClientHolder
 from statecodec.providers._retry import RetryPolicy, call_with_retries, check_retry
 from statecodec.providers._sdk_logs import sdk_logs_withheld
 
