@@ -20,8 +20,7 @@ from statecodec.errors import ConfigurationError
 KEYS_VAR = "STATECODEC_KEYS"
 KEYS_FILE_VAR = "STATECODEC_KEYS_FILE"
 MAX_TOKEN_LENGTH_VAR = "STATECODEC_MAX_TOKEN_LENGTH"  # noqa: S105 - a variable name, not a secret
-_PREFIX = "STATECODEC_"
-_MAX_CONFIG_FILE_BYTES = 1024 * 1024
+PREFIX = "STATECODEC_"
 
 
 @contextlib.contextmanager
@@ -132,7 +131,7 @@ class Settings(HoldsSecrets, Mapping[str, str]):
         self._settings, self._reads, self._reader = dict(settings), reads, reader
 
     def __getitem__(self, name: str) -> str:
-        if self._reads is not None and name.startswith(_PREFIX) and name not in self._reads:
+        if self._reads is not None and name.startswith(PREFIX) and name not in self._reads:
             raise ConfigurationError(f"{self._reader} reads {name}, which its entry in the table of reads omits")
         return self._settings[name]
 
@@ -146,13 +145,13 @@ class Settings(HoldsSecrets, Mapping[str, str]):
 def settings_from_file(path: Path) -> Settings:
     """The settings of a JSON config file: an object of ``STATECODEC_*`` members, strings (an integer for a
     number, a list of strings for ``STATECODEC_KEYS``); a relative ``*_FILE`` path is the file's neighbour."""
-    doc = load_settings_file(path, _MAX_CONFIG_FILE_BYTES, "the file", "is it the right file?", as_json=True)
+    doc = load_settings_file(path, 1024 * 1024, "the file", "is it the right file?", as_json=True)
     if not isinstance(doc, dict):
-        raise ConfigurationError(f"the file must hold a JSON object of {_PREFIX}* settings")
+        raise ConfigurationError(f"the file must hold a JSON object of {PREFIX}* settings")
     settings: dict[str, str] = {}
     for name, value in doc.items():
-        if not name.startswith(_PREFIX):
-            raise ConfigurationError(f"member {name!r} is not a setting; every member starts with {_PREFIX}")
+        if not name.startswith(PREFIX):
+            raise ConfigurationError(f"member {name!r} is not a setting; every member starts with {PREFIX}")
         if isinstance(value, int) and not isinstance(value, bool):
             value = str(value)
         elif name == KEYS_VAR and isinstance(value, list) and all(isinstance(v, str) for v in value):

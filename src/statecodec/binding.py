@@ -28,7 +28,6 @@ _V1, _V2 = 0x01, 0x02
 _TAG_AT = {_V1: 16, _V2: 20}  # where the binding tag starts: version 0x02 carries the binding key's id at 16..19
 _PRINCIPAL_FLAG = 0x01
 _MAX_TTL = (1 << 24) - 1  # the 3-byte lifetime field: 16,777,215 s, about 194 days
-_MAX_FUTURE_SKEW = 3600
 _LATEST_SEAL = (1 << 40) - _MAX_TTL  # a token sealed before this expires inside the 5-byte iat range
 _TAG_LENGTH = 16
 # (Kb, Kp) labels per version: a tag of one version never verifies as the other's (no downgrade, no upgrade).
@@ -131,7 +130,7 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
         self._scope = _scope_field("audience", audience, _AUDIENCE_LABEL)
         self._scope += _scope_field("purpose", purpose, _PURPOSE_LABEL)
         self.ttl = int(seconds("ttl", ttl, low=1, high=_MAX_TTL, integer=True))
-        self.future_skew = int(seconds("future_skew", future_skew, low=0, high=_MAX_FUTURE_SKEW, integer=True))
+        self.future_skew = int(seconds("future_skew", future_skew, low=0, high=3600, integer=True))
         try:
             ring = binding_key if isinstance(binding_key, KeyRing) else KeyRing([binding_key])
         except ConfigurationError as exc:  # KeyRing names the key by position; here it has a name
@@ -177,11 +176,8 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
         if payload is None:  # raised outside the handler: even `from None` keeps the inner error as __context__
             raise InvalidToken(Reason.SEAL)
         tag_at = _TAG_AT.get(payload[0], 0) if isinstance(payload, bytes) and payload else 0
-        if not (
-            tag_at
-            and len(payload) >= tag_at + _TAG_LENGTH
-            and (payload[1] == 0 or (payload[1] == _PRINCIPAL_FLAG and len(payload) >= tag_at + 2 * _TAG_LENGTH))
-        ):
+        if not (tag_at and len(payload) > 1 and payload[1] in (0, _PRINCIPAL_FLAG)
+                and len(payload) >= tag_at + _TAG_LENGTH * (1 + payload[1])):
             raise InvalidToken(Reason.MALFORMED)
         # Audience and purpose are public names, so a plain comparison leaks nothing.
         if payload[10:13] != self._scope[:3]:

@@ -21,6 +21,7 @@ from statecodec._settings import (
     KEYS_FILE_VAR,
     KEYS_VAR,
     MAX_TOKEN_LENGTH_VAR,
+    PREFIX,
     Settings,
     check_one_form,
     named_errors,
@@ -37,7 +38,6 @@ TTL_VAR = "STATECODEC_TTL"
 DEFAULT_KIND = "aesgcm"
 DEFAULT_TTL = 600
 MAX_TTL = 30 * 24 * 3600  # a state token lives for a conversation, not for months
-_PREFIX = "STATECODEC_"
 
 Builder = Callable[[Mapping[str, str]], Codec]
 
@@ -53,7 +53,7 @@ BUILDERS: dict[str, Builder | str] = {
 
 
 def _names(*names: str) -> frozenset[str]:
-    return frozenset(f"{_PREFIX}{name}" for name in names)
+    return frozenset(f"{PREFIX}{name}" for name in names)
 
 
 _RING = _names("KEYS", "KEYS_FILE")
@@ -82,17 +82,16 @@ ENVIRONMENT_ONLY = _names(
     "STORE_ON_ERROR",
 )
 # (setting, the settings that make it ineffective when set, how to fix): a kind reads the first only without them.
-_JWKS = _names("JWKS_FILE")
 SHADOWED: tuple[tuple[str, frozenset[str], str], ...] = (
-    (f"{_PREFIX}KMS_AUDIENCE", _names("KMS_CONTEXT"), "put audience=... in the context, or unset one of them"),
-    *((ring, _JWKS, "the JWK Set replaces the key ring; unset one of them") for ring in sorted(_RING)),
+    (f"{PREFIX}KMS_AUDIENCE", _names("KMS_CONTEXT"), "put audience=... in the context, or unset one of them"),
+    *((ring, _names("JWKS_FILE"), "the JWK Set replaces the key ring; unset one of them") for ring in sorted(_RING)),
 )
 # Removed kinds and settings: refused with what replaces them, not as unknown (docs/vault.md, migrating).
 _AGENT = "AppRole login is removed; let Vault Agent log in and write the token file STATECODEC_VAULT_TOKEN_FILE names"
 REMOVED = {
     "vault-transit": "removed; set vault-envelope over the same transit key (docs/vault.md, migrating)",
-    f"{_PREFIX}VAULT_CONTEXT": "removed with vault-transit; vault-envelope reads STATECODEC_KMS_CONTEXT",
-    f"{_PREFIX}REVOCATION_STALENESS": "removed with the revocation view: each claim answers revocation; unset it",
+    f"{PREFIX}VAULT_CONTEXT": "removed with vault-transit; vault-envelope reads STATECODEC_KMS_CONTEXT",
+    f"{PREFIX}REVOCATION_STALENESS": "removed with the revocation view: each claim answers revocation; unset it",
     **dict.fromkeys(_names("VAULT_ROLE_ID", "VAULT_SECRET_ID", "VAULT_SECRET_ID_FILE", "VAULT_APPROLE_MOUNT"), _AGENT),
 }
 
@@ -106,13 +105,13 @@ def check_names(settings: Mapping[str, str]) -> None:
     and as ``X_FILE``: one of the two would be ignored."""
     known = known_settings()
     for name in sorted(settings):
-        if not name.startswith(_PREFIX) or name in known:
+        if not name.startswith(PREFIX) or name in known:
             continue
         if name in REMOVED:
             raise ConfigurationError(f"{name} is no longer read: {REMOVED[name]}")
         # Compared without the prefix every name shares, which would make any two names look alike.
-        close = difflib.get_close_matches(name.removeprefix(_PREFIX), [k.removeprefix(_PREFIX) for k in known], n=1)
-        hint = f"did you mean {_PREFIX}{close[0]}?" if close else "docs/configuration.md lists every setting"
+        close = difflib.get_close_matches(name.removeprefix(PREFIX), [k.removeprefix(PREFIX) for k in known], n=1)
+        hint = f"did you mean {PREFIX}{close[0]}?" if close else "docs/configuration.md lists every setting"
         raise ConfigurationError(f"unknown setting {name}; {hint}")
     for name in sorted(known):
         if name.endswith("_FILE"):
@@ -125,7 +124,7 @@ def check_settings(settings: Mapping[str, str], kind: str, *, file: bool = False
     environment only (`ENVIRONMENT_ONLY`)."""
     _builder(kind)  # an unknown kind is named as such, before its settings are judged
     reads = READS.get(kind, frozenset()) | _EVERY_KIND
-    given = {name for name in settings if name.startswith(_PREFIX) and setting(settings, name, required=False)}
+    given = {name for name in settings if name.startswith(PREFIX) and setting(settings, name, required=False)}
     for name in sorted(given - reads):
         if name in ENVIRONMENT_ONLY:
             if file:

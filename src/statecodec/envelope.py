@@ -103,8 +103,6 @@ def _check_blob(index: int, blob: object) -> bytes:
 
 def parse_wrapped_keys(text: str) -> list[bytes]:
     """Wrapped blobs from the text form: base64url, comma- or newline-separated, primary first."""
-    if not isinstance(text, str):
-        raise ConfigurationError("wrapped keys text must be str")
     # A comment is a whole line, as in key files: dropped before splitting, so a comma in it is no key.
     lines = [line for line in text.splitlines() if not line.strip().startswith("#")]
     items = [p.strip() for line in lines for p in line.split(",") if p.strip()]

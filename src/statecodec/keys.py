@@ -18,7 +18,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from statecodec._encoding import b64u_decode, b64u_encode
+from statecodec._encoding import b64u_decode, b64u_encode, b64u_len
 from statecodec._settings import KEYS_VAR, load_settings_file, named_errors, text_or_file
 from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError, InvalidToken
@@ -28,7 +28,6 @@ KEY_ID_LENGTH = 4
 _KEY_ID_INFO = b"statecodec/v1/key-id"
 _MIN_DISTINCT_BYTES = 8
 _MAX_KEY_FILE_BYTES = 64 * 1024  # over a thousand keys with comments; a key file is never read without bound
-_KEY_TEXT_LENGTH = 43  # unpadded base64url of MIN_KEY_LENGTH bytes
 _WHAT_A_KEY_IS = ("A key is unpadded base64url (A-Z a-z 0-9 - _, no '=') of at least 32 random bytes: 43 "
                   "characters or more.")
 _HOW_TO_GENERATE = (
@@ -47,7 +46,7 @@ def _text_refusal(item: str) -> str | None:
     hexlike = len(item) % 2 == 0 and len(set(item.lower())) >= _MIN_DISTINCT_BYTES
     if hexlike and len(item) >= MIN_KEY_LENGTH and all(c in string.hexdigits for c in item):
         return "is not unpadded base64url: it looks like hex (openssl rand -hex)"
-    if len(item) >= _KEY_TEXT_LENGTH and (len(set(item)) < 16 or item.lower() == item or item.upper() == item):
+    if len(item) >= b64u_len(MIN_KEY_LENGTH) and (len(set(item)) < 16 or item.lower() == item or item.upper() == item):
         return "looks like a password or passphrase, not random bytes"
     return None
 

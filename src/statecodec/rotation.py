@@ -19,7 +19,6 @@ from statecodec.keys import KeyRing
 
 __all__ = ["RotationPlan", "check_fleet", "parse_fleet", "reseal"]
 
-_KEY_ID = re.compile(r"[0-9a-f]{1,128}")
 _MAX_INSTANCES = 100_000
 _YEAR = 365 * 24 * 3600  # longer than any token lives
 
@@ -117,7 +116,7 @@ class FleetReport:
 
 
 def _check_key_id(where: str, value: object) -> str:
-    if type(value) is not str or not _KEY_ID.fullmatch(value.lower()):
+    if type(value) is not str or not re.fullmatch(r"[0-9a-f]{1,128}", value.lower()):
         raise ConfigurationError(f"{where}: a key id is a hex string such as 'a1b2c3d4' (codec.key_ids)")
     return value.lower()
 
@@ -148,7 +147,7 @@ def check_fleet(reports: Mapping[str, Sequence[str]], *, in_flight: Iterable[str
 def parse_fleet(document: object) -> tuple[dict[str, list[str]], list[str]]:
     """(reports, in_flight) for `check_fleet`, which checks them, from the fleet JSON document."""
     if not (isinstance(document, dict) and set(document) <= {"instances", "in_flight"}
-            and isinstance(document.get("in_flight", []), list)):
+            and isinstance(document.get("instances", {}), dict) and isinstance(document.get("in_flight", []), list)):
         raise ConfigurationError('the fleet file must be {"instances": {"web-1": ["a1b2c3d4", ...], ...}, "in_flight": '
                                  "[...]}: each instance's key ids, primary first, and optional in-flight key ids")
     return document.get("instances", {}), document.get("in_flight", [])

@@ -8,31 +8,30 @@ user, never over an existing path (a symlink included).
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from statecodec.errors import ConfigurationError
 
 
-def write_new_file(path: str, text: str) -> None:
-    """Create `path` (mode 0600, owner only) holding `text`; `ConfigurationError` if it exists or cannot be made."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags, 0o600)
-    except FileExistsError:
-        raise ConfigurationError(f"--output {path} exists; it is never overwritten (it may hold the only copy of a "
-                                 f"key): choose a new path, or move the old file away first") from None
-    except OSError as exc:
-        raise ConfigurationError(f"cannot create --output {path}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        Path(path).unlink(missing_ok=True)  # no half-written key file left behind
-        raise ConfigurationError(f"cannot write --output {path}: {exc.strerror}") from None
-
-
-def emit(text: str, output: str | None) -> None:  # on stdout, or into the new file `output`
+def emit(text: str, output: str | None, wrote: str) -> None:
+    """`text` on stdout, or into the new file `output` (mode 0600, owner only), then ``<wrote> to <output>`` on
+    stderr; `ConfigurationError` if it exists or cannot be made."""
     if output is None:
         print(text)
-    else:
-        write_new_file(output, text + "\n")
+        return
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(output, flags, 0o600)
+    except FileExistsError:
+        raise ConfigurationError(f"--output {output} exists; it is never overwritten (it may hold the only copy of a "
+                                 f"key): choose a new path, or move the old file away first") from None
+    except OSError as exc:
+        raise ConfigurationError(f"cannot create --output {output}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+    except OSError as exc:
+        Path(output).unlink(missing_ok=True)  # no half-written key file left behind
+        raise ConfigurationError(f"cannot write --output {output}: {exc.strerror}") from None
+    print(f"{wrote} to {output} (mode 0600)", file=sys.stderr)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from statecodec import AESGCMCodec, XAESGCMCodec
-from statecodec.errors import ConfigurationError
+from statecodec.errors import ConfigurationError, missing_extra
 
 Pair = tuple[Callable[[bytes], Any], Callable[[Any], bytes]]
 _INSTALL = "pip install 'statecodec[bench]'"
@@ -169,7 +169,7 @@ def _bench(args: argparse.Namespace) -> int:
     try:
         import pyperf
     except ImportError:
-        raise ConfigurationError(f"bench needs pyperf: {_INSTALL}") from None
+        raise missing_extra("pyperf", "bench", "bench") from None
     rounds = args.rounds if args.rounds is not None else 21 if args.quick else 101
     if rounds < 2:
         raise ConfigurationError(f"--rounds {rounds}: give at least 2")

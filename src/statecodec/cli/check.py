@@ -11,7 +11,6 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping
 from typing import Any
 
 from statecodec._settings import setting
@@ -35,10 +34,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=_check)
 
 
-def _describe(kind: str, codec: Any, settings: Mapping[str, str]) -> dict[str, Any]:
+def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, Any]]:
+    """(exit status, report): the report holds the status, and on failure the one-line error (never a secret)."""
+    report: dict[str, Any] = {"schema": SCHEMA, "instance": instance, "ready": False}
+    try:
+        # What a server reads from the environment besides its codec, by the functions it calls, so a setting that
+        # stops the server at start-up stops this check too: the MCP ttl and, when any store setting is given, the
+        # single-use guard and its store (built, not contacted: a Redis store connects at its first call).
+        ttl_setting(os.environ)
+        if any(setting(os.environ, name, required=False) for name in ENVIRONMENT_ONLY - {TTL_VAR}):
+            import asyncio  # here: only a store setting needs it, and every command's start-up imports this module
+
+            from statecodec.single_use import SingleUse
+
+            asyncio.run(SingleUse.from_env(os.environ).aclose())
+        kind, codec, settings = configured_codec(path=config)
+    except (ConfigurationError, ImportError) as exc:  # ImportError: the extra a configured store or provider needs
+        why = missing_package(exc) if isinstance(exc, ImportError) else str(exc)
+        return 2, {**report, "status": "misconfigured", "error": why}
+    except StatecodecError as exc:  # ProviderError: unreachable, or refused the configured key
+        return 1, {**report, "status": "not ready", "error": str(exc)}
     ids = [str(kid) for kid in getattr(codec, "key_ids", ())]
     wrapper, name, context = getattr(codec, "wrapper", None), _KEY_NAME.get(kind), getattr(codec, "context", None)
-    return {
+    report |= {
         "kind": kind,
         "codec": type(codec).__name__,
         "key_ids": ids,
@@ -47,33 +65,6 @@ def _describe(kind: str, codec: Any, settings: Mapping[str, str]) -> dict[str, A
         "key_name": None if name is None else setting(settings, f"STATECODEC_{name}", required=False),
         "context": None if context is None else dict(context),  # what every wrapped key is bound to
     }
-
-
-def _check_server_settings(environ: Mapping[str, str]) -> None:
-    """Read what a server reads from the environment besides its codec, by the functions it calls, so a setting
-    that stops the server at start-up stops this check too: the MCP ttl and, when any store setting is given, the
-    single-use guard and its store (built, not contacted: a Redis store connects at its first call)."""
-    ttl_setting(environ)
-    if any(setting(environ, name, required=False) for name in ENVIRONMENT_ONLY - {TTL_VAR}):
-        import asyncio  # here: only a store setting needs it, and every command's start-up imports this module
-
-        from statecodec.single_use import SingleUse
-
-        asyncio.run(SingleUse.from_env(environ).aclose())
-
-
-def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, Any]]:
-    """(exit status, report): the report holds the status, and on failure the one-line error (never a secret)."""
-    report: dict[str, Any] = {"schema": SCHEMA, "instance": instance, "ready": False}
-    try:
-        _check_server_settings(os.environ)
-        kind, codec, settings = configured_codec(path=config)
-    except (ConfigurationError, ImportError) as exc:  # ImportError: the extra a configured store or provider needs
-        why = missing_package(exc) if isinstance(exc, ImportError) else str(exc)
-        return 2, {**report, "status": "misconfigured", "error": why}
-    except StatecodecError as exc:  # ProviderError: unreachable, or refused the configured key
-        return 1, {**report, "status": "not ready", "error": str(exc)}
-    report.update(_describe(kind, codec, settings))
     try:
         opened = codec.unseal(codec.seal(_PROBE))
         error = None if opened == _PROBE else "the probe unsealed to other bytes"

@@ -21,8 +21,6 @@ from statecodec.errors import ConfigurationError, InvalidToken, ProviderError, S
 from statecodec.keys import format_keys, generate_key
 
 Command = Callable[[argparse.Namespace], int]
-# Each module's register(sub) sets func(args) -> exit code.
-_COMMANDS = ("tokens", "rotate", "kms", "bench", "store", "check")
 
 
 def settings_from_flags(flags: Mapping[str, str | None]) -> dict[str, str]:
@@ -63,9 +61,8 @@ def _keygen(args: argparse.Namespace) -> int:
     if args.count < 1:
         raise ConfigurationError("--count must be at least 1")
     keys = format_keys(generate_key() for _ in range(args.count))
-    emit(json.dumps({"STATECODEC_KEYS": keys}) if args.json else keys, args.output)
-    if args.output is not None:
-        print(f"statecodec keygen: wrote {args.count} key(s) to {args.output} (mode 0600)", file=sys.stderr)
+    emit(json.dumps({"STATECODEC_KEYS": keys}) if args.json else keys, args.output,
+         f"statecodec keygen: wrote {args.count} key(s)")
     return 0
 
 
@@ -93,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     keygen.add_argument("-o", "--output", metavar="FILE", help="write a new file, mode 0600 (never overwrites)")
     keygen.add_argument("--json", action="store_true", help="print the keys as a JSON object")
     keygen.set_defaults(func=_keygen)
-    for name in _COMMANDS:
+    # Each module's register(sub) sets func(args) -> exit code.
+    for name in ("tokens", "rotate", "kms", "bench", "store", "check"):
         importlib.import_module(f"statecodec.cli.{name}").register(sub)
     return parser
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from statecodec._settings import named_errors
 from statecodec.cli import check as instance_check
 from statecodec.cli._output import emit
 from statecodec.cli.main import settings_from_flags
@@ -59,10 +60,8 @@ def _key(args: argparse.Namespace, side: str) -> bytes:
     """The one key of `side` from its variable, file or flag (old: the server's key settings by default)."""
     file, key, var = (getattr(args, f"{side}_{source}") for source in ("file", "key", "env"))
     settings = settings_from_flags({"STATECODEC_KEYS_FILE": file, "STATECODEC_KEYS": key})  # none given with var
-    try:
+    with named_errors(f"the {side} key"):
         ring = KeyRing.from_env(var or "STATECODEC_KEYS", settings)
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"the {side} key: {exc}") from None
     if len(ring) != 1:
         raise ConfigurationError(f"the {side} key ring holds {len(ring)} keys; a rotation starts from one key "
                                  f"(finish any earlier rotation with its phase 3 first, or pass the key with "
@@ -100,7 +99,7 @@ def _plan(args: argparse.Namespace) -> int:
         for p, start in zip(plan.phases, starts, strict=True)
     ]  # fmt: skip
     if args.json:
-        emit(json.dumps({"ttl": plan.ttl, "future_skew": plan.future_skew, "phases": phases}, indent=2), args.output)
+        text = json.dumps({"ttl": plan.ttl, "future_skew": plan.future_skew, "phases": phases}, indent=2)
     else:
         old_id, new_id = p1.key_ids
         lines = [f"Rotation from key {old_id} to key {new_id} (ttl {plan.ttl:g} s, future skew {plan.future_skew:g} s)"]
@@ -108,16 +107,9 @@ def _plan(args: argparse.Namespace) -> int:
             keys = f"\n  STATECODEC_KEYS={entry['STATECODEC_KEYS']}" if secrets else ""
             lines.append(f"\nPhase {entry['phase']}: {entry['summary']}\n  start:   {entry['start']}")
             lines.append(f"  key ids: {', '.join(entry['key_ids'])}{keys}")
-        emit("\n".join(lines), args.output)
-    if args.output is not None:
-        print(f"statecodec rotate: wrote the plan to {args.output} (mode 0600)", file=sys.stderr)
+        text = "\n".join(lines)
+    emit(text, args.output, "statecodec rotate: wrote the plan")
     return 0
-
-
-def _skip_space(text: str, at: int) -> int:
-    while at < len(text) and text[at].isspace():
-        at += 1
-    return at
 
 
 def _documents(source: str) -> Iterator[object]:
@@ -127,7 +119,7 @@ def _documents(source: str) -> Iterator[object]:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
     except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
         raise ConfigurationError(f"cannot read {where}: {getattr(exc, 'strerror', None) or 'not UTF-8'}") from None
-    decoder, at = json.JSONDecoder(), _skip_space(text, 0)
+    decoder, at = json.JSONDecoder(), len(text) - len(text.lstrip())
     if at == len(text):
         raise ConfigurationError(f"{where} holds no JSON document")
     while at < len(text):
@@ -135,7 +127,7 @@ def _documents(source: str) -> Iterator[object]:
             value, at = decoder.raw_decode(text, at)
         except ValueError as exc:  # its message names a line and column, never the text
             raise ConfigurationError(f"cannot read {where} as JSON: {exc}") from None
-        at = _skip_space(text, at)
+        at = len(text) - len(text[at:].lstrip())
         yield value
 
 
@@ -166,8 +158,6 @@ def _fleet(sources: list[str]) -> tuple[dict[str, Any], list[str]]:
             where = f"{'stdin' if source == '-' else source} (document {i + 1})"
             if isinstance(document, dict) and "schema" not in document:
                 found, flying = parse_fleet(document)
-                if not isinstance(found, dict):
-                    raise ConfigurationError(f'{where}: "instances" must map instance names to their key ids')
                 pairs = list(found.items())
                 in_flight.extend(flying)
             else:

@@ -19,7 +19,6 @@ from statecodec.jose import _jwk
 from statecodec.keys import KeyRing
 
 JWKS_FILE_VAR = "STATECODEC_JWKS_FILE"
-_MAX_JWKS_BYTES = 1024 * 1024
 
 
 class KeySlot(HoldsSecrets):
@@ -119,7 +118,7 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
         path = setting(settings, JWKS_FILE_VAR, required=False)
         if path is not None:
             what = f"{JWKS_FILE_VAR} {path}"
-            jwks = load_settings_file(Path(path), _MAX_JWKS_BYTES, what, "is it a JWK Set?", as_json=True)
+            jwks = load_settings_file(Path(path), 1024 * 1024, what, "is it a JWK Set?", as_json=True)
             with named_errors(JWKS_FILE_VAR):
                 return cls.from_jwks(jwks, alg=alg, max_token_length=limit)
         if alg not in _jwk.LABELS:
@@ -158,8 +157,7 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
             raise ConfigurationError("symmetric keys have no public half; share the key (statecodec.jose.derived_jwk)")
         use, alg, keys = _jwk.PROFILES[self._alg][0], self._alg, []
         for slot in self._by_kid.values():
-            if slot.public is None:
-                continue
+            assert slot.public is not None  # every slot of an ECDH-ES+A256KW or Ed25519 codec has its public half
             jwk = _jwk.private_jwk(slot.private) if private and slot.private else _jwk.public_jwk(slot.public)
             keys.append({**jwk, "kid": slot.kid, "use": use, "alg": alg})
         return {"keys": keys}

@@ -16,13 +16,10 @@ from statecodec._settings import max_token_length_setting, named_errors, setting
 from statecodec._types import HoldsSecrets
 from statecodec.envelope import EnvelopeCodec, KeyWrapper, _check_context, default_context, parse_wrapped_keys
 from statecodec.errors import ConfigurationError
-from statecodec.errors import missing_extra as missing_extra
 from statecodec.providers._retry import RetryPolicy as RetryPolicy
 
 _WRAPPED_KEYS_VAR = "STATECODEC_WRAPPED_KEYS"
 _CONTEXT_VAR = "STATECODEC_KMS_CONTEXT"
-_AUDIENCE_VAR = "STATECODEC_KMS_AUDIENCE"
-_MAX_WRAPPED_FILE_BYTES = 256 * 1024
 
 
 class _ClientHolder(HoldsSecrets):
@@ -51,7 +48,7 @@ class _ClientHolder(HoldsSecrets):
 
 def wrapped_keys_from_settings(settings: Mapping[str, str]) -> list[bytes]:
     """Wrapped blobs from exactly one of ``STATECODEC_WRAPPED_KEYS`` or ``..._FILE``."""
-    text, source = text_or_file(settings, _WRAPPED_KEYS_VAR, _MAX_WRAPPED_FILE_BYTES, "is it a wrapped-key file?")
+    text, source = text_or_file(settings, _WRAPPED_KEYS_VAR, 256 * 1024, "is it a wrapped-key file?")
     if text is None:
         raise ConfigurationError(f"no wrapped data keys configured: set {_WRAPPED_KEYS_VAR} to the output of "
                                  f"`statecodec kms new-data-key`, or {_WRAPPED_KEYS_VAR}_FILE to a file holding it")
@@ -85,7 +82,7 @@ def context_from_settings(settings: Mapping[str, str]) -> dict[str, str]:
     named by its setting, or the default context with ``STATECODEC_KMS_AUDIENCE``."""
     text = setting(settings, _CONTEXT_VAR, required=False)
     if text is None:
-        return default_context(setting(settings, _AUDIENCE_VAR, required=False))
+        return default_context(setting(settings, "STATECODEC_KMS_AUDIENCE", required=False))
     with named_errors(_CONTEXT_VAR):
         return parse_context(text)
 

@@ -12,8 +12,7 @@ import binascii
 import re
 
 from statecodec._settings import seconds
-from statecodec.errors import ConfigurationError
-from statecodec.providers import missing_extra
+from statecodec.errors import ConfigurationError, missing_extra
 
 try:
     import hvac
@@ -96,24 +95,17 @@ _ERRORS: tuple[tuple[type[BaseException], str, str, bool], ...] = (
 )
 
 
-def _row(exc: BaseException) -> tuple[str, bool]:
+def failure(exc: BaseException) -> tuple[str, bool]:
+    """(What an hvac/requests exception means and how to fix it, whether Vault could not answer). The text is fixed,
+    never Vault's echo of the input; ``{path}`` in it stands for the call's path and ``{key}`` for the key's
+    ``<mount>/keys/<name>`` path (for the command that creates it). Could not answer (down, sealed, throttled, silent,
+    unreachable): worth a retry, not a verdict."""
     errors = getattr(exc, "errors", None)
     text = " ".join(str(e) for e in errors).lower() if isinstance(errors, list) else ""
     for cls, needle, detail, down in _ERRORS:
         if isinstance(exc, cls) and needle in text:
             return detail, down
     return f"unexpected {type(exc).__name__} from the Vault client", False
-
-
-def explain(exc: BaseException, *, path: str, key: str) -> str:
-    """What an hvac/requests exception from a call on `path` means, and how to fix it: fixed texts only, never
-    Vault's echo of the input (`key`: the key's ``<mount>/keys/<name>`` path, for the command that creates it)."""
-    return _row(exc)[0].format(path=path, key=key)
-
-
-def unanswered(exc: BaseException) -> bool:
-    """Vault could not answer (down, sealed, throttled, silent, unreachable): worth a retry, not a verdict."""
-    return _row(exc)[1]
 
 
 def unb64(text: object) -> bytes | None:

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from statecodec._settings import seconds, setting
-from statecodec.errors import ConfigurationError, ProviderError
-from statecodec.providers import _ClientHolder, missing_extra
+from statecodec.errors import ConfigurationError, ProviderError, missing_extra
+from statecodec.providers import _ClientHolder
 from statecodec.providers._retry import RetryPolicy, call_with_retries, check_retry
 from statecodec.providers._sdk_logs import sdk_logs_withheld
 
@@ -40,7 +40,6 @@ _CAUSES = {
     "DisabledException": "the key is disabled",
     "KMSInvalidStateException": "the key is not usable in its current state (pending deletion or import)",
 }  # any other code is named as it is, with AWS's message (credentials rejected or expired, key usage...)
-_MAX_AWS_MESSAGE = 200
 # boto3 and botocore log request and response bodies (data keys included) at DEBUG through these.
 _SDK_LOGGERS = ("botocore", "boto3", "urllib3", "s3transfer")
 
@@ -131,7 +130,7 @@ class AwsKmsWrapper(_ClientHolder):
         if _transient(exc):
             return f"KMS unavailable after {attempts} attempts ({code})"
         cause = _CAUSES.get(code, f"KMS refused the request ({code})")
-        message = str(_error(exc).get("Message", ""))[:_MAX_AWS_MESSAGE]
+        message = str(_error(exc).get("Message", ""))[:200]
         return f"{cause}: {message}" if message else cause
 
     def unwrap(self, blob: bytes, context: Mapping[str, str]) -> bytes:

@@ -14,9 +14,9 @@ from typing import Any
 
 from statecodec._settings import seconds, setting
 from statecodec.envelope import canonical_context
-from statecodec.errors import ConfigurationError, ProviderError
+from statecodec.errors import ConfigurationError, ProviderError, missing_extra
 from statecodec.keys import MIN_KEY_LENGTH
-from statecodec.providers import _ClientHolder, missing_extra
+from statecodec.providers import _ClientHolder
 from statecodec.providers._retry import RetryPolicy, call_with_retries, check_retry
 from statecodec.providers._sdk_logs import sdk_logs_withheld
 
@@ -44,7 +44,6 @@ _CAUSES = (
     (gexc.InvalidArgument, "the wrapped key does not decrypt under this key and context (made under another "
      "key, with another context, or corrupted)"),
 )
-_MAX_GCP_MESSAGE = 200
 # The Cloud KMS client's gRPC transport logs request and response payloads (data keys included) at DEBUG.
 _SDK_LOGGERS = ("google", "grpc")
 
@@ -119,7 +118,7 @@ class GcpKmsWrapper(_ClientHolder):
         cause = next((text for kind, text in _CAUSES if isinstance(exc, kind)), "")
         if not cause or (isinstance(exc, gexc.InvalidArgument) and operation != "decrypt"):
             cause = f"Cloud KMS refused the request ({type(exc).__name__})"
-        return f"{cause}: {str(exc.message or '')[:_MAX_GCP_MESSAGE]}"
+        return f"{cause}: {str(exc.message or '')[:200]}"
 
     def _request(self, context: Mapping[str, str], **fields: object) -> dict[str, object]:
         aad = canonical_context(context)

@@ -22,8 +22,7 @@ from statecodec.providers._vault_api import (
     MOUNT,
     check_address,
     check_key_name,
-    explain,
-    unanswered,
+    failure,
     unb64,
     vault_client,
 )
@@ -74,9 +73,9 @@ class VaultKeyWrapper(_ClientHolder):
             return data
 
         try:
-            return call_with_retries(post, transient=unanswered, policy=self._retry)
+            return call_with_retries(post, transient=lambda exc: failure(exc)[1], policy=self._retry)
         except Exception as exc:
-            why = explain(exc, path=path, key=f"{self._mount}/keys/{self._key}")
+            why = failure(exc)[0].format(path=path, key=f"{self._mount}/keys/{self._key}")
         # Raised out here: the `requests` error keeps the request and its X-Vault-Token header, so it must not be
         # this error's context either.
         raise ProviderError(f"transit {op} on {self._mount}/{self._key} failed: {why}")
@@ -139,9 +138,7 @@ def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
 
 def wrapper_from_settings(settings: Mapping[str, str]) -> VaultKeyWrapper:  # STATECODEC_CODEC=vault-envelope
     """A `VaultKeyWrapper` that owns its client; close it after use."""
-    key = _get(settings, "KEY")
-    if key is None:
-        raise ConfigurationError("STATECODEC_VAULT_KEY is not set; name the transit key, e.g. statecodec")
+    key = setting(settings, "STATECODEC_VAULT_KEY") or ""
     with named_errors("STATECODEC_VAULT_KEY"):
         check_key_name(key)
     client = vault_client_from_settings(settings)
