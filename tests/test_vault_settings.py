@@ -109,7 +109,7 @@ def test_a_token_file_that_is_not_utf8_or_too_big_leaves_the_token_out_of_the_ex
 @pytest.mark.parametrize(
     ("name", "value", "message"),
     [
-        ("STATECODEC_VAULT_KEY", "", "STATECODEC_VAULT_KEY is not set; name the transit key"),
+        ("STATECODEC_VAULT_KEY", "", "STATECODEC_VAULT_KEY is not set; it is required for this codec kind"),
         ("STATECODEC_VAULT_KEY", "no spaces", "STATECODEC_VAULT_KEY: the transit key name"),
         ("STATECODEC_CODEC", "vault-transit", "STATECODEC_CODEC=vault-transit is removed; set vault-envelope"),
         ("STATECODEC_VAULT_CONTEXT", "audience=a", "vault-envelope reads STATECODEC_KMS_CONTEXT"),
