@@ -154,8 +154,10 @@ class RedisStore(HoldsSecrets):
     async def _run(self, name: str, keys: list[str], *args: str | int) -> Any:
         deadline = asyncio.get_running_loop().time() + 2 * self.timeout  # one bound over the wait, retry and reload
         try:
-            try:  # a burst waits for a connection; this instance's own queue is no outage: refused in every mode
-                await asyncio.wait_for(self._slots.acquire(), self.timeout)
+            # A burst waits for a connection, for half the timeout: a round trip started then still ends inside
+            # the deadline, with time left for the loop to answer a thousand refusals. No outage: refused in any mode.
+            try:
+                await asyncio.wait_for(self._slots.acquire(), self.timeout / 2)
             except TimeoutError:
                 raise rx.MaxConnectionsError("no free connection") from None
             try:
