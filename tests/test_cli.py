@@ -273,7 +273,7 @@ def test_check_reports_a_ready_instance_in_text_and_json(cli: Run) -> None:
         ({**STORE, "STATECODEC_STORE_TIMEOUT": "abc"}, "STORE_TIMEOUT must be a number of seconds more than 0"),
         ({**STORE, "STATECODEC_STORE_KEY": "short"}, "STATECODEC_STORE_KEY: key 0 is not unpadded base64url"),
         ({**STORE, "STATECODEC_STORE_URL": "http://store:6379"}, "STORE_URL must be memory or a URL starting redis://"),
-        ({**STORE, "STATECODEC_STORE_ON_ERROR": "maybe"}, "STORE_ON_ERROR must be refuse (the default) or accept"),
+        ({**STORE, "STATECODEC_STORE_ON_ERROR": "maybe"}, "STORE_ON_ERROR) must be refuse (the default) or accept"),
         ({"STATECODEC_STORE_KEY": format_keys([OTHER])}, "STATECODEC_STORE_URL is not set"),
     ],
     ids=["store-timeout", "store-key", "store-url", "on-error", "half-a-store"],

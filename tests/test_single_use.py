@@ -201,12 +201,13 @@ def test_availability_first_accepts_only_when_the_store_cannot_be_reached(
 
 
 @pytest.mark.parametrize(  # the others: tests/test_cli.py, test_check_exits_2_on_what_would_stop_the_server_at_start_up
-    ("setting", "message"),
-    [("STATECODEC_REVOCATION_STALENESS", "is no longer read"),
-     ("STATECODEC_STORE_TIMEOUT", "must be a number of seconds")],
+    ("setting", "value", "message"),
+    [("STATECODEC_REVOCATION_STALENESS", "1", "is no longer read"),
+     ("STATECODEC_STORE_TIMEOUT", "nan", "must be a number of seconds"),
+     ("STATECODEC_STORE_KEY", format_keys([KEY, KEY[::-1]]), "holds 2 keys; the store key is one key")],
 )
-def test_configuration_mistakes_fail_at_construction_naming_the_setting(setting: str, message: str) -> None:
-    env = {**ENV, "STATECODEC_STORE_URL": "redis://127.0.0.1:1/0", setting: "nan"}
+def test_configuration_mistakes_fail_at_construction_naming_the_setting(setting: str, value: str, message: str) -> None:
+    env = {**ENV, "STATECODEC_STORE_URL": "redis://127.0.0.1:1/0", setting: value}
     assert f"{setting} {message}" in refused(lambda: SingleUse.from_env(env), KEY)
 
 

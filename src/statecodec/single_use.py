@@ -78,7 +78,8 @@ class SingleUse(HoldsSecrets):
         if not isinstance(store, Store):
             raise ConfigurationError("store must be a statecodec Store, e.g. MemoryStore() or RedisStore.from_url")
         if on_store_error not in ("refuse", "accept"):
-            raise ConfigurationError("STATECODEC_STORE_ON_ERROR must be refuse (the default) or accept")
+            raise ConfigurationError("on_store_error (STATECODEC_STORE_ON_ERROR) must be refuse (the default) or "
+                                     "accept")
         self.ttl = seconds("ttl", ttl, low=0.001, high=1e7)
         self.clock_skew = seconds("clock_skew", clock_skew, low=0, high=3600)
         with named_errors("the store key"):
