@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +48,8 @@ def _with_guard(work: Callable[[SingleUse], Awaitable[Any]]) -> Any:
     from statecodec.single_use import SingleUse
     from statecodec.store import MemoryStore
 
-    guard = SingleUse.from_env()
+    # `store check` reads every revocation in one script: unless set, an operator waits longer than a request would.
+    guard = SingleUse.from_env({"STATECODEC_STORE_TIMEOUT": "5", **os.environ})
     if isinstance(guard.store, MemoryStore):
         raise ConfigurationError(
             "STATECODEC_STORE_URL=memory is a store inside one process: this command would only see its own; set "
