@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.kdf.concatkdf import ConcatKDFHash
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.keywrap import aes_key_wrap
 
-from statecodec import AESGCMCodec, BoundCodec, EnvelopeCodec, JWECodec, JWSCodec, KeyRing, XAESGCMCodec
+from statecodec import AESGCMCodec, BoundCodec, EnvelopeCodec, InvalidToken, JWECodec, JWSCodec, KeyRing, XAESGCMCodec
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH
 from statecodec._encoding import b64u_decode as unb64u
 from statecodec._encoding import b64u_encode as b64u
@@ -87,6 +87,20 @@ def codec_for(data: Mapping[str, Any], entry: Mapping[str, Any], at: Mapping[str
 
 
 OFFLINE = "aesgcm xaesgcm envelope jwe jwe_ecdh jws"
+
+
+def test_retired_version_0x05_tokens_stay_frozen_and_no_codec_opens_one() -> None:
+    """Version 0x05 left with `VaultTransitCodec` (docs/formats.md): its frozen tokens are refused, never read as
+    another format, by every codec here; the byte-versioned ring names the cause."""
+    tokens = [v["token"] for key in load("vault_transit")["keys"] for v in key["valid"]]
+    assert len(tokens) == 16
+    assert all(t.startswith("BQ") for t in tokens)  # the version byte 0x05
+    codecs = [ring([os.urandom(32)]) for ring in (AESGCMCodec, XAESGCMCodec, JWECodec, JWSCodec)]
+    for token in tokens:
+        for codec in codecs:
+            with pytest.raises(InvalidToken) as refused:
+                codec.unseal(token)
+            assert codec is not codecs[0] or refused.value.reason == "format"
 
 
 # -- every entry opens or is refused, through the public codec ---------------------------------------
