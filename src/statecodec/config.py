@@ -86,7 +86,7 @@ SHADOWED: tuple[tuple[str, frozenset[str], str], ...] = (
     (f"{PREFIX}KMS_AUDIENCE", _names("KMS_CONTEXT"), "put audience=... in the context, or unset one of them"),
     *((ring, _names("JWKS_FILE"), "the JWK Set replaces the key ring; unset one of them") for ring in sorted(_RING)),
 )
-# Removed kinds and settings: refused with what replaces them, not as unknown (docs/vault.md, migrating).
+# Removed kinds and settings: refused at start-up with what replaces them, not as unknown.
 _AGENT = "AppRole login is removed; let Vault Agent log in and write the token file STATECODEC_VAULT_TOKEN_FILE names"
 REMOVED = {
     "vault-transit": "removed; set vault-envelope over the same transit key (docs/vault.md, migrating)",
