@@ -224,7 +224,8 @@ async def test_a_retry_safe_claim_keeps_one_result_for_the_same_retry_and_a_mixe
     stamped, spent = guard.stamp(b"x"), guard.stamp(b"y")
     same, other = b"\x01" * 16, b"\x02" * 16
     state, key, first = await guard.claim(stamped, same)
-    assert (state, first and first.claim) == (b"x", Claim.FIRST)
+    assert first is not None
+    assert (state, first.claim) == (b"x", Claim.FIRST)
     assert [(v.claim, v.result) for _, _, v in [await guard.claim(stamped, same)] if v] == [(Claim.SAME, b"")]
     for refused in (guard.claim(stamped, other), plain.claim(stamped)):  # another retry; an instance with it off
         with pytest.raises(InvalidToken, match="replayed"):
