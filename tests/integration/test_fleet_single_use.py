@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import httpx
@@ -207,12 +207,10 @@ def test_an_answer_lost_in_transit_is_answered_again_on_another_instance_and_the
 
 
 def _every_key_and_value(url: str) -> bytes:
-    import redis
+    from redis import Redis
 
-    client, seen = redis.Redis.from_url(url), []
-    for key in client.scan_iter(count=1000):
-        kind = client.type(key).decode()
-        value = {"string": client.get, "hash": client.hgetall, "zset": lambda k: client.zrange(k, 0, -1)}[kind](key)
-        seen.append(key + repr(value).encode())
+    client: Any = Redis.from_url(url)
+    readers = {b"string": client.get, b"hash": client.hgetall, b"zset": lambda key: client.zrange(key, 0, -1)}
+    seen = [key + repr(readers[client.type(key)](key)).encode() for key in client.scan_iter(count=1000)]
     client.close()
     return b"\n".join(seen)
