@@ -78,10 +78,9 @@ class RetrySafe(HoldsSecrets):
             raise InvalidToken(Reason.MALFORMED) from None
         return hmac.new(self._digest_key, canonical, "sha256").digest()[:16]
 
-    def seal(self, key: bytes, retry: bytes, answer: Mapping[str, Any]) -> bytes:
-        """`answer` encrypted and authenticated for this claim and retry alone: nonce, then ciphertext and tag."""
+    def seal(self, key: bytes, retry: bytes, data: bytes) -> bytes:
+        """An answer's JSON encrypted and authenticated for this claim and retry alone: nonce, ciphertext and tag."""
         nonce = os.urandom(_NONCE)
-        data = json.dumps(answer, separators=(",", ":")).encode()
         return nonce + self._aead.encrypt(nonce, data, _AAD + key + retry)
 
     def open(self, key: bytes, retry: bytes, sealed: bytes) -> dict[str, Any]:
@@ -149,11 +148,12 @@ class RetrySafe(HoldsSecrets):
 
     async def _keep(self, middleware: SingleUseMiddleware, key: bytes, retry: bytes, answer: dict[str, Any]) -> None:
         """One round trip; a failure is logged, never a second run: the claim stays, and its retry is `in_progress`."""
-        if len(json.dumps(answer, separators=(",", ":"))) > self.max_result:
+        data = json.dumps(answer, separators=(",", ":")).encode()  # ASCII: its length in bytes is the cap's measure
+        if len(data) > self.max_result:
             logger.warning("an answer over %s (%d bytes) is not kept: its retry is refused", RESULT_MAX_VAR,
                            self.max_result)
-            answer = {}
-        sealed = self.seal(key, retry, answer)
+            data = b"{}"
+        sealed = self.seal(key, retry, data)
         try:
             await middleware.bounded(middleware.guard.store.keep(key=key, retry=retry, result=sealed))
         except Exception as exc:  # the answer still goes to the client; only its retry cannot get it
