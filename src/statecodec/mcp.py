@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from statecodec._settings import seconds
 from statecodec.config import codec_from_env, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable, missing_extra
+from statecodec.retry_safe import DEFAULT_RESULT_MAX, RetrySafe, retry_safe_settings
 from statecodec.single_use import SingleUse
 from statecodec.store import Verdict
 
@@ -55,10 +56,8 @@ class SingleUseMiddleware:
     """
 
     def __init__(self, guard: SingleUse, *, deadline: float | None = None, scopes: Scopes | None = None,
-                 retry_safe: bool = False, max_result: int = 65_536) -> None:
+                 retry_safe: bool = False, max_result: int = DEFAULT_RESULT_MAX) -> None:
         from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
-
-        from statecodec.retry_safe import RetrySafe
 
         self.guard, self.scopes = guard, scopes
         self.retry_safe = RetrySafe(guard, max_result=max_result) if retry_safe else None  # docs/single-use.md
@@ -154,16 +153,12 @@ class SingleUseMiddleware:
 
 
 def refusal(method: str, reason: Reason) -> MCPError:
-    """The SDK boundary's own log line and frozen answer: a client cannot tell this refusal from any other."""
+    """The SDK boundary's own log line and frozen answer: a client cannot tell this refusal from any other. But
+    `in_progress`, retryable, says so: only a presenter who passed every check reaches it."""
     logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
+    if reason is Reason.IN_PROGRESS:
+        return _mcp_error("requestState in progress: retry shortly", {"reason": reason.value})
     return _mcp_error("Invalid or expired requestState", dict(REFUSED))
-
-
-def in_progress(method: str) -> MCPError:
-    """Retry-safe mode's retryable refusal: the same retry, while its first run has kept no answer. Only a presenter
-    who passed every check reaches it, so it may differ from the frozen answer."""
-    logger.warning(REJECTED, method, Reason.IN_PROGRESS.value, extra={"statecodec_reason": Reason.IN_PROGRESS.value})
-    return _mcp_error("requestState in progress: retry shortly", {"reason": Reason.IN_PROGRESS.value})
 
 
 def _mcp_error(message: str = "Internal error", data: object = None) -> MCPError:
@@ -180,7 +175,5 @@ def _bytes(state: str) -> bytes:
 def single_use_from_env(environ: Mapping[str, str] | None = None) -> SingleUseMiddleware:
     """`SingleUseMiddleware` around `SingleUse.from_env(environ)`: the store and its key from the environment, and
     the retry-safe mode's settings."""
-    from statecodec.retry_safe import retry_safe_settings
-
     settings = os.environ if environ is None else environ
     return SingleUseMiddleware(SingleUse.from_env(settings), **retry_safe_settings(settings))

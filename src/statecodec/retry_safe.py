@@ -130,10 +130,10 @@ class RetrySafe(HoldsSecrets):
         from mcp.shared.exceptions import MCPError
         from mcp.types import ErrorData
 
-        from statecodec.mcp import in_progress, refusal
+        from statecodec.mcp import refusal
 
         if not sealed:  # the first run has not kept its answer: still running, or its instance lost it
-            raise in_progress(method)
+            raise refusal(method, Reason.IN_PROGRESS)
         try:
             answer = self.open(key, retry, sealed)
         except InvalidToken as exc:
