@@ -27,7 +27,7 @@ from statecodec.single_use import SingleUse
 from statecodec.store import MemoryStore
 from tests.integration.fleet_harness import call_tool
 from tests.integration.fleet_harness import round_one as http_round_one
-from tests.mcp_flows import mint, rejections
+from tests.mcp_flows import mint, rejections, run_mcp_flows
 from tests.test_mcp import HTTP, KEY, STORE_KEY, serving
 
 RUNS: list[str] = []
@@ -150,6 +150,8 @@ def test_on_mcpserver_over_http_another_presenter_is_another_retry_and_reads_not
     assert stolen["error"] == other["error"] == FROZEN.model_dump(exclude_none=True)
     assert runs.read_text() == "orders\n"
     assert rejections(caplog.records) == ["replayed", "replayed"]
+    # Every flow of the SDK (a kept input_required answer too) completes, each wire state sealed by the SDK.
+    run_mcp_flows(AESGCMCodec([KEY]), middleware=[middleware := retry_safe()], lifespan=middleware.lifespan)
 
 
 def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start_naming_themselves() -> None:
