@@ -22,7 +22,16 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 import pytest
-from tests.integration.fleet_harness import KEEPALIVE_EXPIRY_S, TOOL, FleetServer, call_tool, fleet, retry, round_one
+from tests.integration.fleet_harness import (
+    KEEPALIVE_EXPIRY_S,
+    TOOL,
+    FleetServer,
+    Served,
+    call_tool,
+    fleet,
+    retry,
+    round_one,
+)
 from tests.plugins.redis import RedisServer
 
 from statecodec import format_keys, generate_key
@@ -146,6 +155,7 @@ class Cut:
     without it: the step ran, and the client never read the answer (kept in `lost`, by request body)."""
 
     server: FleetServer
+    url: str = ""
     lost: dict[bytes, bytes] = field(default_factory=dict)
 
     async def pass_on(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -161,32 +171,29 @@ class Cut:
 
 def test_an_answer_lost_in_transit_is_answered_again_on_another_instance_and_the_step_ran_once(shared: Fleet) -> None:
     flows, user, thief = int(os.environ.get("RETRY_SAFE_FLOWS", "50")), subject("alice"), subject("mallory")
-    principal_before, replayed_before = shared.rejections("principal"), shared.rejections("replayed")
+    region, store = {"region": {"action": "accept", "content": {"region": "eu-west-clear"}}}, shared.store_env
 
-    async def flow(client: httpx.AsyncClient, index: int, cuts: list[Cut]) -> tuple[bytes, dict[str, object]]:
-        name, servers = f"flow-{user}-{index}", [*shared.servers, *shared.servers][index % FLEET_SIZE :]
-        state = await round_one(client, servers[0], subject=user, name=name)
-        answer = {"region": {"action": "accept", "content": {"region": "eu-west-clear"}}}
-        ask = {"name": name}, {"subject": user, "request_state": state, "input_responses": answer}
+    async def present(client: httpx.AsyncClient, served: Served, name: str, state: str) -> dict[str, Any]:
+        return await call_tool(client, served, TOOL, {"name": name}, subject=user, request_state=state,
+                               input_responses=region)  # fmt: skip
+
+    async def flow(client: httpx.AsyncClient, index: int, cuts: list[Cut]) -> tuple[str, str, dict[str, Any]]:
+        name, cut = f"flow-{user}-{index}", cuts[index % FLEET_SIZE]
+        state = await round_one(client, shared.servers[index % FLEET_SIZE], subject=user, name=name)
         with pytest.raises(httpx.TransportError):  # the connection is cut before the client reads the answer
-            await call_tool(client, cuts[index % FLEET_SIZE], TOOL, ask[0], **ask[1])  # type: ignore[arg-type]
-        again = await call_tool(client, servers[1], TOOL, ask[0], **ask[1])  # type: ignore[arg-type]
-        lost = next(v for k, v in cuts[index % FLEET_SIZE].lost.items() if name.encode() in k)
+            await present(client, cut, name, state)
+        again = await present(client, shared.servers[(index + 1) % FLEET_SIZE], name, state)  # another instance
+        lost = next(answer for body, answer in cut.lost.items() if name.encode() in body)
         assert json.loads(lost[lost.index(b"{") : lost.rindex(b"}") + 1])["result"] == again["result"], lost
-        if index == 0:  # other input responses: replayed; another principal: refused by the binding first
-            assert not await retry(client, servers[2], state, subject=user, name=name, region="us")
-            assert not await retry(client, servers[3], state, subject=thief, name=name)
-            assert await call_tool(client, servers[3], TOOL, ask[0], **ask[1]) == again  # type: ignore[arg-type]
-        return lost, again
+        return name, state, again
 
-    async def body(client: httpx.AsyncClient) -> list[tuple[bytes, dict[str, object]]]:
-        cuts, listeners = [Cut(server) for server in shared.servers], []
+    async def body(client: httpx.AsyncClient) -> list[tuple[str, str, dict[str, Any]]]:
+        cuts, listeners, limit = [Cut(server) for server in shared.servers], [], asyncio.Semaphore(8)
         for cut in cuts:
             listeners.append(await asyncio.start_server(cut.pass_on, "127.0.0.1", 0))
-            cut.url = f"http://127.0.0.1:{listeners[-1].sockets[0].getsockname()[1]}/mcp"  # type: ignore[attr-defined]
-        limit = asyncio.Semaphore(8)
+            cut.url = f"http://127.0.0.1:{listeners[-1].sockets[0].getsockname()[1]}/mcp"
 
-        async def bounded(index: int) -> tuple[bytes, dict[str, object]]:
+        async def bounded(index: int) -> tuple[str, str, dict[str, Any]]:
             async with limit:
                 return await flow(client, index, cuts)
 
@@ -199,18 +206,29 @@ def test_an_answer_lost_in_transit_is_answered_again_on_another_instance_and_the
     outcomes = run(body)
     runs = [line for line in shared.runs.read_text().splitlines() if line.startswith(f"flow-{user}-")]
     assert (len(outcomes), len(runs), len(set(runs))) == (flows, flows, flows)  # 0 double runs, 0 lost results
+    name, state, again = outcomes[0]
+
+    async def attacks(client: httpx.AsyncClient) -> tuple[bool, int, bool, dict[str, Any]]:
+        scripts = _store_view(store["STATECODEC_STORE_URL"])[0]
+        stolen = await retry(client, shared.servers[2], state, subject=thief, name=name)  # refused by the binding:
+        untouched = _store_view(store["STATECODEC_STORE_URL"])[0] - scripts  # it never reached the store
+        other = await retry(client, shared.servers[3], state, subject=user, name=name, region="us")
+        return stolen, untouched, other, await present(client, shared.servers[3], name, state)
+
+    principal_before, replayed_before = shared.rejections("principal"), shared.rejections("replayed")
+    assert run(attacks) == (False, 0, False, again)
     refused = shared.rejections("principal") - principal_before, shared.rejections("replayed") - replayed_before
     assert refused == (1, 1)
-    scanned = _every_key_and_value(shared.store_env["STATECODEC_STORE_URL"])
+    scanned = _store_view(store["STATECODEC_STORE_URL"])[1]
     for clear in (user, thief, "flow-", "eu-west", "structuredContent", "pid-", "asked_by", "region", "demo"):
         assert clear.encode() not in scanned, clear  # ciphertext, digests and times only
 
 
-def _every_key_and_value(url: str) -> bytes:
+def _store_view(url: str) -> tuple[int, bytes]:
+    """(how many scripts the store ran: one per round trip of an instance, every key and value it holds)."""
     from redis import Redis
 
-    client: Any = Redis.from_url(url)
-    readers = {b"string": client.get, b"hash": client.hgetall, b"zset": lambda key: client.zrange(key, 0, -1)}
-    seen = [key + repr(readers[client.type(key)](key)).encode() for key in client.scan_iter(count=1000)]
-    client.close()
-    return b"\n".join(seen)
+    with Redis.from_url(url) as client:
+        readers: Any = {b"string": client.get, b"hash": client.hgetall, b"zset": lambda key: client.zrange(key, 0, -1)}
+        seen = [key + repr(readers[client.type(key)](key)).encode() for key in client.scan_iter(count=1000)]
+        return int(client.info("commandstats")["cmdstat_evalsha"]["calls"]), b"\n".join(seen)
