@@ -153,9 +153,12 @@ class RetrySafe(HoldsSecrets):
             logger.warning("an answer over %s (%d bytes) is not kept: its retry is refused", RESULT_MAX_VAR,
                            self.max_result)
             data = b"{}"
+        import anyio
+
         sealed = self.seal(key, retry, data)
         try:
-            await middleware.bounded(middleware.guard.store.keep(key=key, retry=retry, result=sealed))
+            with anyio.CancelScope(shield=True):  # a client gone meanwhile: its retry needs it (under the deadline)
+                await middleware.bounded(middleware.guard.store.keep(key=key, retry=retry, result=sealed))
         except Exception as exc:  # the answer still goes to the client; only its retry cannot get it
             logger.error("an answer could not be kept at %s (%s): its retry is refused as in progress until the "
                          "token expires", middleware.guard.where, type(exc).__name__)
