@@ -161,7 +161,7 @@ def on_the_loop(redis: RedisServer, retries: int, timeout: float) -> tuple[Count
             async def present(state: str) -> None:
                 start = time.perf_counter()
                 try:
-                    await middleware._consume("tools/call", state)
+                    await middleware.claim("tools/call", state)
                 except Exception as exc:  # the SDK's frozen refusal; the reason is in the log
                     reasons[type(exc).__name__] += 1
                 waits.append(time.perf_counter() - start)

@@ -8,11 +8,14 @@ runs without it. Both use the demonstration bearer scheme. Then:
    2026-07-28 HTTP exchanges, ``--in-flight`` at a time, in batches that alternate between the fleets so that
    both see the same machine load; reports the refusals (each one is false: every retry is its flow's first),
    the wall time of each fleet, and the median over batch pairs of the with/without ratio;
-2. with ``--outage``, presents fresh retries while Redis is paused (SIGSTOP: connections open, nothing answers,
+2. with ``--retry-safe``, both fleets have single use and the first also its retry-safe mode: the same flows
+   measure what the mode adds per accepted retry (each flow's retry is accepted once), and the store round trips
+   (``EVALSHA`` calls) per flow of each, and of an identical retry presented again;
+3. with ``--outage``, presents fresh retries while Redis is paused (SIGSTOP: connections open, nothing answers,
    so each store call waits for its timeout) and while it is stopped (connection refused), and reports how long
    the refusals took; then checks that the fleet recovers without a restart.
 
-Run: ``python benchmarks/single_use.py --flows 10000 [--in-flight 16] [--servers 4] [--outage]``.
+Run: ``python benchmarks/single_use.py --flows 10000 [--in-flight 16] [--servers 4] [--retry-safe] [--outage]``.
 """
 
 from __future__ import annotations
@@ -107,6 +110,12 @@ async def outage(client: httpx.AsyncClient, servers: Sequence[FleetServer], redi
         print(f"    flows complete again {time.perf_counter() - started:.1f} s after Redis came back (no restart)")
 
 
+def evalsha_calls(redis: RedisServer) -> int:
+    """How many scripts the store ran so far: each is one round trip of an instance to it."""
+    line = next(line for line in redis.cli("INFO", "commandstats").splitlines() if line.startswith("cmdstat_evalsha:"))
+    return int(line.split("calls=")[1].split(",")[0])
+
+
 async def measure(
     args: argparse.Namespace, redis: RedisServer, with_store: list[FleetServer], without: list[FleetServer]
 ) -> None:
@@ -117,21 +126,32 @@ async def measure(
         before = reasons(with_store)
         batches = max(1, args.flows // args.batch)
         elapsed: dict[str, list[float]] = {"with": [], "without": []}
-        refused = {"with": 0, "without": 0}
+        refused, trips = {"with": 0, "without": 0}, {"with": 0, "without": 0}
         for number in range(batches):
             size = args.flows // batches + (number < args.flows % batches)
             order = [("with", with_store), ("without", without)]
             for label, servers in order if number % 2 == 0 else order[::-1]:
-                started = time.perf_counter()
+                started, calls = time.perf_counter(), evalsha_calls(redis)
                 refused[label] += await run_batch(client, servers, size, args.in_flight)
                 elapsed[label].append(time.perf_counter() - started)
+                trips[label] += evalsha_calls(redis) - calls
         logged = reasons(with_store) - before
+        what = "the retry-safe mode" if args.retry_safe else "single use"
         print(f"{args.flows:,} two-round flows per fleet ({args.servers} servers, {args.in_flight} in flight):")
         for label in ("with", "without"):
             total = sum(elapsed[label])
-            print(f"  {label:7} single use: {refused[label]} refused, {total:.1f} s, {args.flows / total:,.0f} flows/s")
+            print(f"  {label:7} {what}: {refused[label]} refused, {total:.1f} s, {args.flows / total:,.0f} flows/s, "
+                  f"{trips[label] / args.flows:.2f} store round trips per flow")
         ratios = [a / b for a, b in zip(elapsed["with"], elapsed["without"], strict=True)]
-        print(f"  time with / without single use: median {statistics.median(ratios):.3f} over {batches} batch pairs")
+        added = (sum(elapsed["with"]) - sum(elapsed["without"])) / args.flows * 1000  # each flow: one accepted retry
+        print(f"  time with / without {what}: median {statistics.median(ratios):.3f} over {batches} batch pairs; "
+              f"{added:+.3f} ms of wall time per flow")
+        if args.retry_safe:
+            state, calls = await round_one(client, with_store[0], subject="again"), 0
+            for server in with_store[1:3]:  # the first retry runs the step; the second is answered again
+                calls = evalsha_calls(redis)
+                assert await retry(client, server, state, subject="again")
+            print(f"  an identical retry answered again: {evalsha_calls(redis) - calls} store round trip")
         print(f"  refusal reasons logged by the single-use fleet: {dict(logged) or 'none'}")
         if args.outage:
             print("store outage, one retry per pending flow:")
@@ -144,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, default=16, help="flows in flight at once (default 16)")
     parser.add_argument("--servers", type=int, default=4, help="server processes per fleet (default 4)")
     parser.add_argument("--batch", type=int, default=1000, help="flows per alternating batch (default 1,000)")
+    parser.add_argument("--retry-safe", action="store_true", help="compare the retry-safe mode with single use alone")
     parser.add_argument("--outage", action="store_true", help="also measure refusals while Redis is down")
     parser.add_argument("--outage-retries", type=int, default=40, help="retries presented per outage (default 40)")
     args = parser.parse_args(argv)
@@ -153,7 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     base["STATECODEC_KEYS"] = format_keys([generate_key()])
     with RedisServer() as redis, tempfile.TemporaryDirectory(prefix="statecodec-fleet-bench-") as logs:
         store = {"STATECODEC_STORE_URL": redis.url, "STATECODEC_STORE_KEY": format_keys([generate_key()])}
-        settings = [base | store] * args.servers + [base] * args.servers
+        mode = {"STATECODEC_RETRY_SAFE": "on"} if args.retry_safe else {}
+        settings = [base | store | mode] * args.servers + [base | (store if args.retry_safe else {})] * args.servers
         with fleet(Path(logs), settings) as servers:
             try:
                 anyio.run(measure, args, redis, servers[: args.servers], servers[args.servers :])

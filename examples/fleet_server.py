@@ -50,7 +50,8 @@ per-process key in place, to show the failure the shared ring prevents.
 Settings come from the command line or the environment (``FLEET_HOST``,
 ``FLEET_PORT``, ``FLEET_WORKERS``, ``FLEET_MODE``, ``FLEET_DEMO_AUTH``,
 ``FLEET_LOG_LEVEL``: at ``info``, uvicorn logs each worker's start, death and
-replacement); the server binds a loopback address only.
+replacement; ``FLEET_RUNS_FILE``: a file each completed ``provision`` appends its
+name to, to count the steps that ran); the server binds a loopback address only.
 """
 
 from __future__ import annotations
@@ -198,6 +199,9 @@ def build_server(
             return InputRequiredResult(input_requests={"region": ASK_REGION}, request_state=state)
         asked_by = json.loads(ctx.request_state)["asked_by"] if ctx.request_state else "nobody"
         region = str(answer.content.get("region", ""))
+        if runs := os.environ.get("FLEET_RUNS_FILE"):  # one line per completed step, whichever process ran it
+            with Path(runs).open("a", encoding="utf-8") as record:
+                record.write(f"{name}\n")
         return Provisioned(name=name, region=region, asked_by=asked_by, completed_by=instance_id())
 
     @server.tool(name="instance")

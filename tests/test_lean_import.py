@@ -17,7 +17,7 @@ import pytest
 OPTIONAL_PACKAGES = frozenset(
     {"mcp", "mcp_types", "pydantic", "anyio", "starlette", "httpx", "boto3", "botocore", "google", "grpc", "hvac"}
     | {"requests", "jwcrypto", "jwt", "joserfc", "itsdangerous", "tink", "matplotlib", "hypothesis", "redis", "tqdm"}
-    | {"opentelemetry", "pyperf"}
+    | {"opentelemetry", "pyperf", "rfc8785"}
 )
 MODULE_BUDGET = 200
 """Modules `import statecodec` may leave loaded, the interpreter's own and cryptography's included."""

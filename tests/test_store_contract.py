@@ -11,12 +11,13 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 
 from statecodec import ConfigurationError, InvalidToken, StoreError
 from statecodec.single_use import SingleUse
-from statecodec.store import MemoryStore, Store
+from statecodec.store import Claim, MemoryStore, Store
 from tests.plugins.redis import RedisServer
 
 pytestmark = pytest.mark.anyio
@@ -214,3 +215,28 @@ async def test_a_full_store_refuses_even_in_accept_mode(backend: Backend) -> Non
     backend.fill()
     assert await reason(guard, fresh) == "store_unavailable"
     assert await reason(guard, stamped) in {"replayed", "store_unavailable"}  # Redis refuses any script when full
+
+
+async def test_a_retry_safe_claim_keeps_one_result_for_the_same_retry_and_a_mixed_fleet_fails_closed(
+    backend: Backend,
+) -> None:
+    guard, plain = await started(backend.guard(ttl=0.3)), await started(backend.guard())  # plain: the mode off
+    stamped, spent = guard.stamp(b"x"), guard.stamp(b"y")
+    same, other = b"\x01" * 16, b"\x02" * 16
+    state, key, first = await guard.claim(stamped, same)
+    assert first is not None
+    assert (state, first.claim) == (b"x", Claim.FIRST)
+    assert [(v.claim, v.result) for _, _, v in [await guard.claim(stamped, same)] if v] == [(Claim.SAME, b"")]
+    for refused in (guard.claim(stamped, other), plain.claim(stamped)):  # another retry; an instance with it off
+        with pytest.raises(InvalidToken, match="replayed"):
+            await refused
+    assert not await guard.store.keep(key=key, retry=other, result=b"moved")  # not this claim's retry
+    assert await guard.store.keep(key=key, retry=same, result=b"\x00sealed\xff")
+    assert not await guard.store.keep(key=key, retry=same, result=b"again")  # kept once
+    assert (await guard.claim(stamped, same))[2] == (Claim.SAME, first.epoch, ANY, (), b"\x00sealed\xff")
+    assert await plain.consume(spent) == b"y"  # claimed with the mode off: no retry of it is the same
+    with pytest.raises(InvalidToken, match="replayed"):
+        await guard.claim(spent, same)
+    await backend.advance(0.35)  # the result lives as long as its token
+    with pytest.raises(InvalidToken, match="expired"):
+        await guard.claim(stamped, same)

@@ -79,7 +79,7 @@ _EVERY_KIND = frozenset({CODEC_VAR, MAX_TOKEN_LENGTH_VAR})
 # codec's config file.
 ENVIRONMENT_ONLY = _names(
     "TTL", "STORE_URL", "STORE_URL_FILE", "STORE_KEY", "STORE_KEY_FILE", "STORE_TIMEOUT", "STORE_NAMESPACE",
-    "STORE_ON_ERROR",
+    "STORE_ON_ERROR", "RETRY_SAFE", "RETRY_RESULT_MAX",
 )
 # (setting, the settings that make it ineffective when set, how to fix): a kind reads the first only without them.
 SHADOWED: tuple[tuple[str, frozenset[str], str], ...] = (

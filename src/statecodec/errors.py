@@ -31,6 +31,7 @@ class Reason(enum.StrEnum):
     REPLAYED = "replayed"  # single use: this token was already accepted once
     REVOKED = "revoked"  # single use: minted at or before a revocation of its principal or scope
     STORE_UNAVAILABLE = "store_unavailable"  # single use: the shared store could not vouch for the token; fail closed
+    IN_PROGRESS = "in_progress"  # retry-safe single use: the same retry, while the first has kept no answer: retry
 
 
 class StatecodecError(Exception):

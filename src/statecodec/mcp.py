@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from statecodec._settings import seconds
 from statecodec.config import codec_from_env, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable, missing_extra
+from statecodec.retry_safe import DEFAULT_RESULT_MAX, RetrySafe, retry_safe_settings
 from statecodec.single_use import SingleUse
+from statecodec.store import Verdict
 
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -53,10 +55,12 @@ class SingleUseMiddleware:
     SDK's own -32602 answer, its reason code logged only. Threats and set-up: docs/single-use.md.
     """
 
-    def __init__(self, guard: SingleUse, *, deadline: float | None = None, scopes: Scopes | None = None) -> None:
+    def __init__(self, guard: SingleUse, *, deadline: float | None = None, scopes: Scopes | None = None,
+                 retry_safe: bool = False, max_result: int = DEFAULT_RESULT_MAX) -> None:
         from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 
         self.guard, self.scopes = guard, scopes
+        self.retry_safe = RetrySafe(guard, max_result=max_result) if retry_safe else None  # docs/single-use.md
         if deadline is None:  # twice a network store's bound (0.25 s: its default); a 0 or NaN is refused, not replaced
             deadline = 2 * getattr(guard.store, "timeout", 0.25)
         self.deadline = seconds("deadline", deadline, low=0, high=60, low_open=True)
@@ -89,8 +93,14 @@ class SingleUseMiddleware:
             logger.error("SingleUseMiddleware on %s was never started: pass lifespan=single_use.lifespan", ctx.method)
             raise _mcp_error()
         state = (ctx.params or {}).get("requestState")
+        if isinstance(state, str) and self.retry_safe:
+            return await self.retry_safe.step(self, ctx, state, call_next)
         if isinstance(state, str):  # the boundary refused any other type, and turned null into absent
-            ctx = replace(ctx, params={**(ctx.params or {}), "requestState": await self._consume(ctx.method, state)})
+            ctx = replace(ctx, params={**(ctx.params or {}), "requestState": (await self.claim(ctx.method, state))[0]})
+        return await self.answer(ctx, call_next)
+
+    async def answer(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """The handler's result, its outgoing state stamped."""
         result = await call_next(ctx)
         out = result.get("requestState") if isinstance(result, Mapping) else getattr(result, "request_state", None)
         if not self._is_input_required(result) or not isinstance(out, str):
@@ -100,17 +110,17 @@ class SingleUseMiddleware:
             return {**result, "requestState": stamped}
         return result.model_copy(update={"request_state": stamped})
 
-    async def _consume(self, method: str, state: str) -> str:
+    async def claim(self, method: str, state: str, retry: bytes = b"") -> tuple[str, bytes, Verdict | None]:
+        """`SingleUse.claim` of `state` under the deadline, or the frozen refusal."""
         try:
-            return (await self._bounded(self.guard.consume(_bytes(state)))).decode("utf-8", "surrogatepass")
+            plain, key, verdict = await self.bounded(self.guard.claim(_bytes(state), retry))
+            return plain.decode("utf-8", "surrogatepass"), key, verdict
         except InvalidToken as exc:
             reason = exc.reason
         except StoreUnreachable as exc:  # past the deadline
             reason = Reason.STORE_UNAVAILABLE
             self.guard.warn(str(exc))
-        # The SDK boundary's own log line and frozen answer: a client cannot tell this refusal from any other.
-        logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
-        raise _mcp_error("Invalid or expired requestState", dict(REFUSED))
+        raise refusal(method, reason)
 
     async def _stamp(self, ctx: ServerRequestContext[Any, Any], state: str) -> str:
         from mcp.server.auth.middleware.auth_context import get_access_token
@@ -129,17 +139,26 @@ class SingleUseMiddleware:
 
     async def _start(self) -> None:
         try:
-            await self._bounded(self.guard.start())
+            await self.bounded(self.guard.start())
         except StoreUnreachable as exc:  # its message names the store and the cause, never a credential
             self.guard.warn(f"{exc}; tokens are refused, and none minted, until it answers")
 
-    async def _bounded(self, call: Awaitable[T]) -> T:
+    async def bounded(self, call: Awaitable[T]) -> T:
         """`call` under the one deadline covering the whole wait, on this loop; past it, `StoreUnreachable`."""
         import anyio
 
         with anyio.move_on_after(self.deadline):
             return await call
         raise StoreUnreachable(f"the single-use store at {self.guard.where} did not answer within {self.deadline:g} s")
+
+
+def refusal(method: str, reason: Reason) -> MCPError:
+    """The SDK boundary's own log line and frozen answer: a client cannot tell this refusal from any other. But
+    `in_progress`, retryable, says so: only a presenter who passed every check reaches it."""
+    logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
+    if reason is Reason.IN_PROGRESS:
+        return _mcp_error("requestState in progress: retry shortly", {"reason": reason.value})
+    return _mcp_error("Invalid or expired requestState", dict(REFUSED))
 
 
 def _mcp_error(message: str = "Internal error", data: object = None) -> MCPError:
@@ -154,5 +173,7 @@ def _bytes(state: str) -> bytes:
 
 
 def single_use_from_env(environ: Mapping[str, str] | None = None) -> SingleUseMiddleware:
-    """`SingleUseMiddleware` around `SingleUse.from_env(environ)`: the store and its key from the environment."""
-    return SingleUseMiddleware(SingleUse.from_env(environ))
+    """`SingleUseMiddleware` around `SingleUse.from_env(environ)`: the store and its key from the environment, and
+    the retry-safe mode's settings."""
+    settings = os.environ if environ is None else environ
+    return SingleUseMiddleware(SingleUse.from_env(settings), **retry_safe_settings(settings))

@@ -61,21 +61,28 @@ _SCRIPTS = {
     # KEYS meta. ARGV fingerprint, candidate epoch, lifetime, skew.
     "hello": "local owner, epoch = record(tonumber(ARGV[3]), tonumber(ARGV[4]))\nreturn {owner, epoch, now, policy()}",
     # KEYS meta, revocations, claim. ARGV fingerprint, candidate epoch, token epoch, issued, expires, lifetime,
-    # skew, scope digests...
+    # skew, the claim's value ('1', or the retry digest in retry-safe mode), scope digests...
     "claim": """local issued, expires = tonumber(ARGV[4]), tonumber(ARGV[5])
 local owner, epoch = record(math.max(tonumber(ARGV[6]), expires - issued), tonumber(ARGV[7]))
 if owner == 'foreign' then return {'foreign', epoch, now} end
 if owner == 'new' or epoch ~= ARGV[3] then return {'forgotten', epoch, now} end
 if expires <= now then return {'expired', epoch, now} end
 local bad, verdict = {}, 'first'
-for i, v in ipairs(redis.call('HMGET', KEYS[2], unpack(ARGV, 8))) do
+for i, v in ipairs(redis.call('HMGET', KEYS[2], unpack(ARGV, 9))) do
   if v then
     local at = string.match(v, '^(%d+):%d+$')
-    if not at then table.insert(bad, ARGV[7 + i]) elseif tonumber(at) >= issued then verdict = 'revoked' end
+    if not at then table.insert(bad, ARGV[8 + i]) elseif tonumber(at) >= issued then verdict = 'revoked' end
   end
 end
-if verdict == 'first' and not redis.call('SET', KEYS[3], '1', 'NX', 'PX', n(expires - now)) then verdict = 'used' end
+if verdict == 'first' and not redis.call('SET', KEYS[3], ARGV[8], 'NX', 'PX', n(expires - now)) then
+  verdict = 'used'
+  local held = ARGV[8] ~= '1' and redis.call('GET', KEYS[3]) or ''
+  if string.sub(held, 1, #ARGV[8]) == ARGV[8] then return {'same', epoch, now, bad, string.sub(held, #ARGV[8] + 1)} end
+end
 return {verdict, epoch, now, bad}""",
+    # KEYS claim. ARGV the retry digest, the sealed result: kept while the claim holds that digest and no result.
+    "keep": """if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('SET', KEYS[1], ARGV[1] .. ARGV[2], 'KEEPTTL') and 1 or 0""",
     # KEYS meta, revocations, their expiry. ARGV fingerprint, scope, skew.
     "revoke": """local m = redis.call('HMGET', KEYS[1], 'fp', 'life', 'skew')
 if m[1] ~= ARGV[1] then return {m[1] and 'foreign' or 'unused'} end
@@ -151,7 +158,7 @@ class RedisStore(HoldsSecrets):
         client = RedisCluster(**kwargs) if url.partition("://")[0].endswith("+cluster") else Redis(**kwargs)
         return cls(client, where=where, namespace=namespace, timeout=timeout)
 
-    async def _run(self, name: str, keys: list[str], *args: str | int) -> Any:
+    async def _run(self, name: str, keys: list[str], *args: str | int | bytes) -> Any:
         deadline = asyncio.get_running_loop().time() + 2 * self.timeout  # one bound over the wait, retry and reload
         try:
             # A burst waits for a connection, for half the timeout: a round trip started then still ends inside
@@ -210,12 +217,19 @@ class RedisStore(HoldsSecrets):
         return Hello(owner.decode(), bytes.fromhex(epoch.decode()), int(now))
 
     async def claim(self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int,
-                    lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes]) -> Verdict:
-        keys = [*self._keys[:2], f"{{{self.namespace}}}:c:{key.hex()}"]
+                    lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes], retry: bytes = b"") -> Verdict:
+        keys = [*self._keys[:2], self._claim(key)]
         args = (fingerprint.hex(), secrets.token_hex(8), epoch.hex(), issued_ms, expires_ms, lifetime_ms, skew_ms)
-        reply = await self._run("claim", keys, *args, *(scope.hex() for scope in scopes))
+        reply = await self._run("claim", keys, *args, retry.hex() or "1", *(scope.hex() for scope in scopes))
         malformed = tuple(name.decode() for name in reply[3]) if len(reply) > 3 else ()
-        return Verdict(Claim(reply[0].decode()), bytes.fromhex(reply[1].decode()), int(reply[2]), malformed)
+        result = reply[4] if len(reply) > 4 else b""
+        return Verdict(Claim(reply[0].decode()), bytes.fromhex(reply[1].decode()), int(reply[2]), malformed, result)
+
+    async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
+        return int(await self._run("keep", [self._claim(key)], retry.hex(), result)) == 1
+
+    def _claim(self, key: bytes) -> str:
+        return f"{{{self.namespace}}}:c:{key.hex()}"
 
     async def revoke(self, scope: bytes, *, fingerprint: bytes, skew_ms: int) -> int:
         reply = await self._run("revoke", self._keys, fingerprint.hex(), scope.hex(), skew_ms)

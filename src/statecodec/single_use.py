@@ -24,7 +24,7 @@ from statecodec._types import Codec, HoldsSecrets, WrapsCodec
 from statecodec.config import check_names, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable
 from statecodec.keys import KeyRing, derive_key
-from statecodec.store import REDIS_SCHEMES, Claim, MemoryStore, Store, check_owner
+from statecodec.store import REDIS_SCHEMES, Claim, MemoryStore, Store, Verdict, check_owner
 
 __all__ = ["Principal", "Selector", "SingleUse", "SingleUseCodec", "store_from_settings"]
 
@@ -84,7 +84,8 @@ class SingleUse(HoldsSecrets):
         self.clock_skew = seconds("clock_skew", clock_skew, low=0, high=3600)
         with named_errors("the store key"):
             secret = (key if isinstance(key, KeyRing) else KeyRing([key]))[0]
-        self._keys = {k: derive_key(secret, b"statecodec/su2/" + k.encode()) for k in ("claim", "stamp", "scope")}
+        kinds = ("claim", "stamp", "scope", "retry", "result")  # the last two: statecodec.retry_safe's
+        self._keys = {k: derive_key(secret, b"statecodec/su2/" + k.encode()) for k in kinds}
         self._fingerprint = _mac(derive_key(secret, b"statecodec/su2/fingerprint"), _field(store.namespace))
         self.store, self.on_store_error, self._clock = store, on_store_error, clock
         self.where = store.where  # the store's host:port (or ``memory``), for messages: never a credential
@@ -166,23 +167,28 @@ class SingleUse(HoldsSecrets):
 
     async def consume(self, stamped: bytes) -> bytes:
         """The state behind a stamp accepted for the first time, else `InvalidToken`. One store round trip."""
+        return (await self.claim(stamped))[0]
+
+    async def claim(self, stamped: bytes, retry: bytes = b"") -> tuple[bytes, bytes, Verdict | None]:
+        """`consume`, recording the `retry` digest in the claim (statecodec.retry_safe): (the state, the claim key, the
+        store's verdict, FIRST or else SAME for the same retry, or None when accepted unchecked)."""
         body, state = self._parse(stamped)
         scopes = [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)]
         try:
             if self._epoch is None:
                 await self.start()
-            before = self._clock()
+            before, key = self._clock(), _mac(self._keys["claim"], body[:16])
             verdict = await self.store.claim(
-                fingerprint=self._fingerprint, key=_mac(self._keys["claim"], body[:16]), epoch=body[28:36],
+                fingerprint=self._fingerprint, key=key, epoch=body[28:36],
                 issued_ms=int.from_bytes(body[16:22]), expires_ms=int.from_bytes(body[22:28]),
                 lifetime_ms=round(self.ttl * 1000), skew_ms=round(self.clock_skew * 1000),
-                scopes=[*scopes, self._scope("all", None, None)],
+                scopes=[*scopes, self._scope("all", None, None)], retry=retry,
             )
             self._skewed = self._skew(before, verdict.now_ms, self._clock())
         except StoreUnreachable as exc:
             if self.on_store_error == "accept":
                 logger.error("%s: token accepted WITHOUT the single-use check (on_store_error=accept)", exc)
-                return state
+                return state, b"", None
             self.warn(f"{exc}: tokens refused until it answers")
         except (StoreError, ConfigurationError) as exc:  # answered: refused in every mode
             self.warn(f"{exc}: tokens refused")
@@ -196,8 +202,8 @@ class SingleUse(HoldsSecrets):
                 self._epoch = verdict.epoch
             if self._skewed or verdict.claim is Claim.FOREIGN:
                 self.warn(f"the store at {self.where}: {self._skewed or 'another store key'}: tokens refused")
-            elif verdict.claim is Claim.FIRST:
-                return state
+            elif verdict.claim is Claim.FIRST or verdict.claim is Claim.SAME:
+                return state, key, verdict
             raise InvalidToken(_VERDICTS.get(verdict.claim, Reason.STORE_UNAVAILABLE))
         raise InvalidToken(Reason.STORE_UNAVAILABLE)
 

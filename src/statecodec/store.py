@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import heapq
+import hmac
 import secrets
 import threading
 import time
@@ -31,6 +32,7 @@ class Claim(enum.Enum):
     REVOKED = "revoked"  # one of its scopes was revoked at or after its issue time
     FIRST = "first"  # never claimed: accept; kept until the token expires
     USED = "used"  # claimed before: a replay
+    SAME = "same"  # claimed before by the same retry (retry-safe mode): `Verdict.result` is what it kept
 
 
 class Verdict(NamedTuple):
@@ -38,6 +40,7 @@ class Verdict(NamedTuple):
     epoch: bytes  # the store's epoch: the instance mints under it from then on
     now_ms: int  # the store's clock
     malformed: tuple[str, ...] = ()  # revocation entries (scope digests, hex) that could not be read: skipped
+    result: bytes = b""  # SAME: the sealed result kept beside the claim; empty while the first run has none
 
 
 class Hello(NamedTuple):
@@ -66,7 +69,8 @@ class Store(Protocol):
 
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello: ...
     async def claim(self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int,
-                    lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes]) -> Verdict: ...
+                    lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes], retry: bytes = b"") -> Verdict: ...
+    async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool: ...
     async def revoke(self, scope: bytes, *, fingerprint: bytes, skew_ms: int) -> int: ...
     async def lift(self, scope: bytes, *, fingerprint: bytes) -> bool: ...
     async def health(self, *, fingerprint: bytes) -> dict[str, object]: ...
@@ -88,6 +92,7 @@ class MemoryStore:
         self._lifetime = self._skew = self._seen = 0  # the longest lifetime, largest skew, latest time it saw
         self._live: dict[bytes, tuple[int, int]] = {}  # b"c" + claim key or b"r" + scope -> (revoked at, until)
         self._expiry: list[tuple[int, bytes]] = []  # heap of (until, key)
+        self._retries: dict[bytes, bytes] = {}  # a claim key -> its retry digest, then the sealed result beside it
         self._lock = threading.Lock()  # a codec's loop thread and a server's loop may share one store
 
     def _now(self, fingerprint: bytes, lifetime_ms: int = 0, skew_ms: int = 0) -> Hello:
@@ -97,6 +102,7 @@ class MemoryStore:
             until, key = heapq.heappop(self._expiry)
             if self._live.get(key, (0, 0))[1] == until:
                 del self._live[key]
+                self._retries.pop(key, None)
         owner = "unused" if self._meta is None else "ok" if self._meta[1] == fingerprint else "foreign"
         if owner == "ok" and now + max(skew_ms, self._skew) < self._seen:  # the clock went back:
             self._meta, self._seen = (secrets.token_bytes(8), fingerprint), now  # what it dropped may live: forget
@@ -118,7 +124,7 @@ class MemoryStore:
             return self._now(fingerprint, max(lifetime_ms, 1), skew_ms)
 
     async def claim(self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int,
-                    lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes]) -> Verdict:
+                    lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes], retry: bytes = b"") -> Verdict:
         with self._lock:
             owner, current, now = self._now(fingerprint, max(lifetime_ms, expires_ms - issued_ms, 1), skew_ms)
             if owner == "foreign" or owner == "new" or epoch != current:
@@ -128,9 +134,22 @@ class MemoryStore:
             if any(self._live.get(b"r" + scope, (-1, 0))[0] >= issued_ms for scope in scopes):
                 return Verdict(Claim.REVOKED, current, now)
             if b"c" + key in self._live:
+                held = self._retries.get(b"c" + key, b"")
+                if retry and hmac.compare_digest(held[: len(retry)], retry):
+                    return Verdict(Claim.SAME, current, now, result=held[len(retry) :])
                 return Verdict(Claim.USED, current, now)
             self._keep(b"c" + key, 0, expires_ms)
+            if retry:
+                self._retries[b"c" + key] = retry
             return Verdict(Claim.FIRST, current, now)
+
+    async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
+        """Keep `result` beside the claim `retry` made, until the token expires; False when it is not that claim's."""
+        with self._lock:
+            if self._retries.get(b"c" + key) != retry:
+                return False
+            self._retries[b"c" + key] = retry + result
+            return True
 
     async def revoke(self, scope: bytes, *, fingerprint: bytes, skew_ms: int) -> int:
         with self._lock:

@@ -9,6 +9,7 @@ too far (other users, the same subject at another issuer). Refusals are the SDK'
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -16,12 +17,21 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import httpx
 import pytest
-from tests.integration.fleet_harness import KEEPALIVE_EXPIRY_S, FleetServer, fleet, retry, round_one
+from tests.integration.fleet_harness import (
+    KEEPALIVE_EXPIRY_S,
+    TOOL,
+    FleetServer,
+    Served,
+    call_tool,
+    fleet,
+    retry,
+    round_one,
+)
 from tests.plugins.redis import RedisServer
 
 from statecodec import format_keys, generate_key
@@ -44,6 +54,7 @@ class Fleet:
 
     servers: list[FleetServer]
     store_env: dict[str, str] = field(repr=False)
+    runs: Path  # one line per completed step, its flow's name
 
     def rejections(self, reason: str) -> int:
         """How many refusals with `reason` the servers logged so far."""
@@ -61,10 +72,11 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             # turn a replay into store_unavailable (benchmarks/brownout.py measures the timeout's effect).
             "STATECODEC_STORE_TIMEOUT": "5",
         }
+        logs = tmp_path_factory.mktemp("fleet-single-use-logs")
         settings = {"FLEET_MODE": "shared", "STATECODEC_CODEC": "aesgcm", "FLEET_DEMO_AUTH": "1", **store_env}
-        settings["STATECODEC_KEYS"] = format_keys([generate_key()])
-        with fleet(tmp_path_factory.mktemp("fleet-single-use-logs"), [settings] * FLEET_SIZE) as servers:
-            yield Fleet(servers, store_env)
+        settings |= {"STATECODEC_KEYS": format_keys([generate_key()]), "STATECODEC_RETRY_SAFE": "on"}
+        with fleet(logs, [settings | {"FLEET_RUNS_FILE": str(logs / "runs")}] * FLEET_SIZE) as servers:
+            yield Fleet(servers, store_env, logs / "runs")
 
 
 def run(body: Callable[[httpx.AsyncClient], Awaitable[T]]) -> T:
@@ -97,13 +109,14 @@ def test_a_stolen_token_presented_by_another_user_consumes_nothing(shared: Fleet
 
 
 def test_one_token_presented_100_times_at_once_across_four_instances_is_accepted_exactly_once(shared: Fleet) -> None:
-    user = subject("alice")
+    user = subject("alice")  # each presentation another retry (its region): the same retry is answered again
     replayed_before = shared.rejections("replayed")
 
     async def body(client: httpx.AsyncClient) -> list[bool]:
         state = await round_one(client, shared.servers[0], subject=user)
         servers = [shared.servers[index % FLEET_SIZE] for index in range(CONCURRENT_PRESENTATIONS)]
-        return list(await asyncio.gather(*(retry(client, server, state, subject=user) for server in servers)))
+        retries = (retry(client, server, state, subject=user, region=f"r{i}") for i, server in enumerate(servers))
+        return list(await asyncio.gather(*retries))
 
     outcomes = run(body)
     assert (outcomes.count(True), outcomes.count(False)) == (1, CONCURRENT_PRESENTATIONS - 1)
@@ -134,3 +147,88 @@ def test_revoke_principal_then_at_once_its_retry_on_another_instance_is_refused_
     outcomes = run(retries)
     assert outcomes == {leaver: [False] * 3, stayer: [True] * 3, namesake: [True] * 3}
     assert shared.rejections("revoked") - revoked_before == 3
+
+
+@dataclass
+class Cut:
+    """A proxy to one server that passes a request on, reads the whole answer, and closes the client's connection
+    without it: the step ran, and the client never read the answer (kept in `lost`, by request body)."""
+
+    server: FleetServer
+    url: str = ""
+    lost: dict[bytes, bytes] = field(default_factory=dict)
+
+    async def pass_on(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(int(line[15:]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:"))
+        body = await reader.readexactly(length)
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.server.port)
+        up_writer.write(head[:-2] + b"Connection: close\r\n\r\n" + body)  # the server closes once it answered
+        self.lost[body] = await up_reader.read()
+        up_writer.close()
+        writer.close()
+
+
+def test_an_answer_lost_in_transit_is_answered_again_on_another_instance_and_the_step_ran_once(shared: Fleet) -> None:
+    flows, user, thief = int(os.environ.get("RETRY_SAFE_FLOWS", "50")), subject("alice"), subject("mallory")
+    region, store = {"region": {"action": "accept", "content": {"region": "eu-west-clear"}}}, shared.store_env
+
+    async def present(client: httpx.AsyncClient, served: Served, name: str, state: str) -> dict[str, Any]:
+        return await call_tool(client, served, TOOL, {"name": name}, subject=user, request_state=state,
+                               input_responses=region)  # fmt: skip
+
+    async def flow(client: httpx.AsyncClient, index: int, cuts: list[Cut]) -> tuple[str, str, dict[str, Any]]:
+        name, cut = f"flow-{user}-{index}", cuts[index % FLEET_SIZE]
+        state = await round_one(client, shared.servers[index % FLEET_SIZE], subject=user, name=name)
+        with pytest.raises(httpx.TransportError):  # the connection is cut before the client reads the answer
+            await present(client, cut, name, state)
+        again = await present(client, shared.servers[(index + 1) % FLEET_SIZE], name, state)  # another instance
+        lost = next(answer for body, answer in cut.lost.items() if name.encode() in body)
+        assert json.loads(lost[lost.index(b"{") : lost.rindex(b"}") + 1])["result"] == again["result"], lost
+        return name, state, again
+
+    async def body(client: httpx.AsyncClient) -> list[tuple[str, str, dict[str, Any]]]:
+        cuts, listeners, limit = [Cut(server) for server in shared.servers], [], asyncio.Semaphore(8)
+        for cut in cuts:
+            listeners.append(await asyncio.start_server(cut.pass_on, "127.0.0.1", 0))
+            cut.url = f"http://127.0.0.1:{listeners[-1].sockets[0].getsockname()[1]}/mcp"
+
+        async def bounded(index: int) -> tuple[str, str, dict[str, Any]]:
+            async with limit:
+                return await flow(client, index, cuts)
+
+        try:
+            return list(await asyncio.gather(*(bounded(index) for index in range(flows))))
+        finally:
+            for listener in listeners:
+                listener.close()
+
+    outcomes = run(body)
+    runs = [line for line in shared.runs.read_text().splitlines() if line.startswith(f"flow-{user}-")]
+    assert (len(outcomes), len(runs), len(set(runs))) == (flows, flows, flows)  # 0 double runs, 0 lost results
+    name, state, again = outcomes[0]
+
+    async def attacks(client: httpx.AsyncClient) -> tuple[bool, int, bool, dict[str, Any]]:
+        scripts = _store_view(store["STATECODEC_STORE_URL"])[0]
+        stolen = await retry(client, shared.servers[2], state, subject=thief, name=name)  # refused by the binding:
+        untouched = _store_view(store["STATECODEC_STORE_URL"])[0] - scripts  # it never reached the store
+        other = await retry(client, shared.servers[3], state, subject=user, name=name, region="us")
+        return stolen, untouched, other, await present(client, shared.servers[3], name, state)
+
+    principal_before, replayed_before = shared.rejections("principal"), shared.rejections("replayed")
+    assert run(attacks) == (False, 0, False, again)
+    refused = shared.rejections("principal") - principal_before, shared.rejections("replayed") - replayed_before
+    assert refused == (1, 1)
+    scanned = _store_view(store["STATECODEC_STORE_URL"])[1]
+    for clear in (user, thief, "flow-", "eu-west", "structuredContent", "pid-", "asked_by", "region", "demo"):
+        assert clear.encode() not in scanned, clear  # ciphertext, digests and times only
+
+
+def _store_view(url: str) -> tuple[int, bytes]:
+    """(how many scripts the store ran: one per round trip of an instance, every key and value it holds)."""
+    from redis import Redis
+
+    with Redis.from_url(url) as client:
+        readers: Any = {b"string": client.get, b"hash": client.hgetall, b"zset": lambda key: client.zrange(key, 0, -1)}
+        seen = [key + repr(readers[client.type(key)](key)).encode() for key in client.scan_iter(count=1000)]
+        return int(client.info("commandstats")["cmdstat_evalsha"]["calls"]), b"\n".join(seen)

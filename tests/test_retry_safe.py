@@ -1,0 +1,169 @@
+"""Retry-safe single use on both SDK tiers: the same retry gets the first answer and the step runs once.
+
+Each test is an attack or a failure: other input responses under the same token, another presenter of a stolen
+token, a kept answer moved to another claim, an instance with the mode off, an answer over the cap, a retry while the
+first still runs, a handler that raises, a store that fails while keeping the answer. Fleet: tests/integration."""
+
+from __future__ import annotations
+
+import hmac
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from examples import lowlevel_server
+from mcp import Client, MCPError
+from mcp.server import Server, ServerRequestContext
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+from mcp.types import CallToolRequestParams, CallToolResult, ElicitResult, ErrorData, InputRequiredResult, TextContent
+
+from statecodec import AESGCMCodec, ConfigurationError, format_keys
+from statecodec.errors import StoreUnreachable
+from statecodec.keys import derive_key
+from statecodec.mcp import SingleUseMiddleware, single_use_from_env
+from statecodec.retry_safe import RetrySafe, retry_safe_settings
+from statecodec.single_use import SingleUse
+from statecodec.store import MemoryStore
+from tests.integration.fleet_harness import call_tool
+from tests.integration.fleet_harness import round_one as http_round_one
+from tests.mcp_flows import mint, rejections, run_mcp_flows
+from tests.test_mcp import HTTP, KEY, STORE_KEY, serving
+
+RUNS: list[str] = []
+GATE = anyio.Event()
+
+
+async def pay(ctx: ServerRequestContext[Any], params: CallToolRequestParams) -> CallToolResult | InputRequiredResult:
+    """Round one asks for a region; the step counts each run, waits at the gate for ``slow``, raises for ``boom``."""
+    answer = (params.input_responses or {}).get("region")
+    if params.request_state != "asked" or not isinstance(answer, ElicitResult) or not answer.content:
+        return InputRequiredResult(input_requests={"region": lowlevel_server.ASK_REGION}, request_state="asked")
+    RUNS.append(region := str(answer.content["region"]))
+    if region == "slow":
+        await GATE.wait()
+    if region == "boom":
+        raise MCPError(-32000, "payment declined", {"retry": False})
+    return CallToolResult(content=[TextContent(type="text", text=f"paid in {region}, run {len(RUNS)}")])
+
+
+def lowlevel(middleware: SingleUseMiddleware) -> Server[Any]:
+    server: Server[Any] = Server("pay", on_list_tools=lowlevel_server.list_tools, on_call_tool=pay)
+    security = RequestStateSecurity(codec=AESGCMCodec([KEY]))
+    server.middleware += [RequestStateBoundary(security, default_audience="pay"), middleware]
+    server.lifespan = middleware.lifespan
+    return server
+
+
+def retry_safe(store: MemoryStore | None = None, **options: Any) -> SingleUseMiddleware:
+    return SingleUseMiddleware(SingleUse(store or MemoryStore(), key=STORE_KEY, ttl=600), retry_safe=True, **options)
+
+
+async def go(client: Client, token: str, region: str = "eu") -> Any:
+    """`token` answered with `region`: the tool's text, or the error."""
+    responses: dict[str, Any] = {"region": ElicitResult(action="accept", content={"region": region})}
+    try:
+        result = await client.session.call_tool("provision", {"name": "orders"}, input_responses=responses,
+                                                request_state=token, allow_input_required=True)  # fmt: skip
+    except MCPError as exc:
+        return exc.error
+    return getattr(result.content[0], "text", None) if isinstance(result, CallToolResult) else result
+
+
+FROZEN = ErrorData(code=-32602, message="Invalid or expired requestState", data={"reason": "invalid_request_state"})
+
+
+def test_on_a_lowlevel_server_the_same_retry_is_answered_once_run_and_every_other_retry_is_refused(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    RUNS.clear()
+    store = MemoryStore()
+    server, capped, plain = (lowlevel(m) for m in (retry_safe(store), retry_safe(store, max_result=60),
+                                                   SingleUseMiddleware(SingleUse(store, key=STORE_KEY, ttl=600))))
+
+    async def body() -> list[Any]:
+        async with Client(server) as client, Client(capped) as small, Client(plain) as off:
+            tokens = [await mint(client) for _ in range(4)]
+            out = [await go(client, tokens[0]), await go(client, tokens[0]), await go(client, tokens[0], "us")]
+            out += [await go(off, tokens[0]), await go(client, tokens[1], "boom"), await go(client, tokens[1], "boom")]
+            out += [await go(small, tokens[2]), await go(small, tokens[2]), await go(off, tokens[3])]
+            out.append(await go(client, tokens[3]))  # claimed with the mode off: never the same retry
+            (paid, kept), (_, declined) = list(store._retries.items())[:2]  # a claim's digest, then its answer:
+            store._retries[paid] = kept[:16] + declined[16:]  # the declined answer, moved onto the paid claim
+            return [*out, await go(client, tokens[0])]
+
+    paid, declined = "paid in eu, run 1", ErrorData(code=-32000, message="payment declined", data={"retry": False})
+    assert anyio.run(body) == [paid, paid, FROZEN, FROZEN, declined, declined, "paid in eu, run 3", FROZEN,
+                               "paid in eu, run 4", FROZEN, FROZEN]  # fmt: skip
+    assert RUNS == ["eu", "boom", "eu", "eu"]  # each step once; a raised error is kept and answered again
+    assert rejections(caplog.records) == ["replayed"] * 4 + ["seal"]  # other input, mode off, over the cap, mixed
+
+
+class Forgetful(MemoryStore):
+    async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
+        raise StoreUnreachable("the store at memory did not answer")
+
+
+def test_a_retry_while_the_first_runs_or_after_its_answer_was_lost_is_in_progress_never_a_second_run() -> None:
+    RUNS.clear()
+    GATE.__init__()  # type: ignore[misc]
+    server, forgetful = lowlevel(retry_safe()), lowlevel(retry_safe(Forgetful()))
+
+    async def body() -> list[Any]:
+        async with Client(server) as client, Client(forgetful) as lossy:
+            token, lost = await mint(client), await mint(lossy)
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(go, client, token, "slow")
+                while not RUNS:
+                    await anyio.sleep(0.01)
+                meanwhile = await go(client, token, "slow")
+                GATE.set()
+            return [meanwhile, await go(client, token, "slow"), await go(lossy, lost), await go(lossy, lost)]
+
+    busy = ErrorData(code=-32602, message="requestState in progress: retry shortly", data={"reason": "in_progress"})
+    assert anyio.run(body) == [busy, "paid in slow, run 1", "paid in eu, run 2", busy]  # the first answer, kept
+    assert RUNS == ["slow", "eu"]
+
+
+def test_on_mcpserver_over_http_another_presenter_is_another_retry_and_reads_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("FLEET_RUNS_FILE", str(runs := tmp_path / "runs"))
+
+    async def body() -> list[Any]:  # bind_principal=None: the SDK lets anyone present a token; the digest does not
+        async with serving(retry_safe(), bind_principal=None) as client:
+            state = await http_round_one(client, HTTP, subject="alice")
+            asked = {"name": "orders"}
+            answers = [{"region": {"action": "accept", "content": {"region": r}}} for r in ("eu", "us")]
+            calls = [("alice", answers[0]), ("mallory", answers[0]), ("alice", answers[1]), ("alice", answers[0])]
+            return [await call_tool(client, HTTP, "provision", asked, subject=who, request_state=state,
+                                    input_responses=responses) for who, responses in calls]  # fmt: skip
+
+    first, stolen, other, again = anyio.run(body)
+    assert again == first
+    assert first["result"]["structuredContent"]["region"] == "eu"
+    assert stolen["error"] == other["error"] == FROZEN.model_dump(exclude_none=True)
+    assert runs.read_text() == "orders\n"
+    assert rejections(caplog.records) == ["replayed", "replayed"]
+    # Every flow of the SDK (a kept input_required answer too) completes, each wire state sealed by the SDK.
+    run_mcp_flows(AESGCMCodec([KEY]), middleware=[middleware := retry_safe()], lifespan=middleware.lifespan)
+
+
+def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start_naming_themselves() -> None:
+    guard = SingleUse(MemoryStore(), key=bytes(range(32)), ttl=60)
+    params = {"name": "pay", "arguments": {"amount": 10, "to": "é"}, "_meta": {"progressToken": 7}, "inputResponses":
+              {"ok": {"action": "accept", "content": {"sure": True}}}}  # fmt: skip
+    canonical = ('{"method":"tools/call","params":{"arguments":{"amount":10,"to":"é"},"inputResponses":{"ok":{"action":'
+                 '"accept","content":{"sure":true}}},"name":"pay"},"principal":[null,"https://idp","alice"],'
+                 '"state":"su2.x"}').encode()  # fmt: skip
+    expected = hmac.new(derive_key(bytes(range(32)), b"statecodec/su2/retry"), canonical, "sha256").digest()[:16]
+    assert RetrySafe(guard).digest("tools/call", params, "su2.x", (None, "https://idp", "alice")) == expected
+    assert expected.hex() == "e23d83482ac5531696c5367dc2f65dad"  # docs/formats.md, "The retry digest"
+    env = {"STATECODEC_STORE_URL": "memory", "STATECODEC_STORE_KEY": format_keys([STORE_KEY])}
+    assert single_use_from_env(env).retry_safe is None
+    assert single_use_from_env(env | {"STATECODEC_RETRY_SAFE": "on"}).retry_safe is not None
+    for name, value in [("STATECODEC_RETRY_SAFE", "yes"), ("STATECODEC_RETRY_RESULT_MAX", "0"),
+                        ("STATECODEC_RETRY_RESULT_MAX", "1e6")]:  # fmt: skip
+        with pytest.raises(ConfigurationError, match=name):
+            retry_safe_settings({name: value})
+
