@@ -8,6 +8,7 @@ tokens live. The plan orders the phases so neither happens; `check_fleet` proves
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from statecodec._types import Codec
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing
 
-__all__ = ["RotationPlan", "check_fleet", "parse_fleet", "reseal"]
+__all__ = ["RotationPlan", "check_fleet", "early_drop", "parse_fleet", "reseal"]
 
 _MAX_INSTANCES = 100_000
 _YEAR = 365 * 24 * 3600  # longer than any token lives
@@ -151,6 +152,22 @@ def parse_fleet(document: object) -> tuple[dict[str, list[str]], list[str]]:
         raise ConfigurationError('the fleet file must be {"instances": {"web-1": ["a1b2c3d4", ...], ...}, "in_flight": '
                                  "[...]}: each instance's key ids, primary first, and optional in-flight key ids")
     return document.get("instances", {}), document.get("in_flight", [])
+
+
+def early_drop(
+    current: Sequence[str], new: Sequence[str], demoted: Mapping[str, float], now: float, wait: float
+) -> tuple[str, float] | None:
+    """The one rule for dropping a key, on a reload and in `rotate advance`: (the first key id of ring `current` that
+    ring `new` drops while tokens under it may live, seconds still to wait), else None. The primary of `current`
+    seals today's tokens: it is never dropped (``inf``); another key only `wait` (ttl + future_skew) seconds after it
+    stopped being primary, at `demoted[key id]` (absent: never primary), on the one clock `now` is read from."""
+    for kid in current:
+        if kid in new:
+            continue
+        left = math.inf if kid == current[0] else demoted.get(kid, -math.inf) + wait - now
+        if left > 0:
+            return kid, left
+    return None
 
 
 def reseal(codec: Codec, token: str) -> str:
