@@ -267,13 +267,15 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', n(now))
 """
 _FLEET_SCRIPTS = {
     # ARGV instance name, ring (key ids, primary first), doc, lifetime.
-    "announce": """local until = now + tonumber(ARGV[4])
+    "announce": """local expires = now + tonumber(ARGV[4])
 local loaded, ring = string.match(redis.call('HGET', KEYS[1], ARGV[1]) or '', '^(%d+) (%S+) ')
 if ring ~= ARGV[2] then loaded = n(now) end
 redis.call('HSET', KEYS[1], ARGV[1], loaded .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
-redis.call('ZADD', KEYS[2], n(until), ARGV[1])
+redis.call('ZADD', KEYS[2], n(expires), ARGV[1])
 local primary = string.match(ARGV[2], '^[^,]+')
-if until > (tonumber(redis.call('HGET', KEYS[3], primary)) or 0) then redis.call('HSET', KEYS[3], primary, n(until)) end
+if expires > (tonumber(redis.call('HGET', KEYS[3], primary)) or 0) then
+  redis.call('HSET', KEYS[3], primary, n(expires))
+end
 return now""",
     "fleet": """local expiry = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
 return {now, redis.call('HGETALL', KEYS[1]), expiry, redis.call('HGETALL', KEYS[3])}""",
