@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -243,4 +243,4 @@ async def test_the_fleet_registry_dates_and_drops_entries_by_the_stores_clock_an
     assert [m.name for m in after.members] == ["web-2"]
     assert after.minted_until_ms["aa"] == fleet.minted_until_ms["aa"]  # what web-1 may have sealed still counts
     await stays(None)  # a clean stop leaves at once
-    assert (await read_fleet(backend.store())).members == ()
+    assert (await read_fleet(cast(Registry, backend.store()))).members == ()
