@@ -96,6 +96,11 @@ def test_a_refused_reload_is_reported_in_status_and_the_instance_keeps_serving(
     web1 = instances("web-1", own)
     token, keys = web1.seal(b"state"), web1.key_ids
     own.write_text(ring.read_text()[:20] if damage == "truncated" else format_keys([generate_key()]), encoding="utf-8")
-    status = until(lambda: (result := rotate("status")[1])["instances"][0]["error"] and result)
+
+    def reported() -> dict[str, Any] | None:
+        status = rotate("status")[1]
+        return status if any(instance["error"] for instance in status["instances"]) else None
+
+    status = until(reported)
     assert ("is the primary" in status["instances"][0]["error"]) == (damage == "drops its primary")
     assert (web1.key_ids, web1.unseal(token)) == (keys, b"state")
