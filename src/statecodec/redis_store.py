@@ -277,7 +277,7 @@ if expires > (tonumber(redis.call('HGET', KEYS[3], primary)) or 0) then
   redis.call('HSET', KEYS[3], primary, n(expires))
 end
 return now""",
-    "fleet": """local expiry = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+    "fleet": """local expiry = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', 'WITHSCORES')
 return {now, redis.call('HGETALL', KEYS[1]), expiry, redis.call('HGETALL', KEYS[3])}""",
     "leave": "redis.call('HDEL', KEYS[1], ARGV[1])\nredis.call('ZREM', KEYS[2], ARGV[1])\nreturn now",
 }
