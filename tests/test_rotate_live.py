@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import stat
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from statecodec import format_keys, generate_key
 from statecodec.cli.main import main
 from statecodec.fleet import live_codec_from_env
 from statecodec.reload import ReloadingCodec
+from tests.plugins import eventually
 
 Run = Callable[..., tuple[int, dict[str, Any]]]
 
@@ -55,15 +55,6 @@ def instances(redis_url: str, tmp_path: Path) -> Iterator[Callable[[str, Path], 
         codec.close()
 
 
-def until(check: Callable[[], Any]) -> Any:
-    """The first truthy result of `check`, polled as the instances poll their files (every 0.05 s)."""
-    deadline = time.monotonic() + 30  # a bound on a hung instance, not a speed check
-    while not (result := check()):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    return result
-
-
 def test_advance_waits_for_the_lagging_instance_by_name_and_for_the_old_keys_tokens(
     rotate: Run, instances: Callable[[str, Path], ReloadingCodec], tmp_path: Path
 ) -> None:
@@ -75,12 +66,13 @@ def test_advance_waits_for_the_lagging_instance_by_name_and_for_the_old_keys_tok
     assert rotate("begin")[1]["written"]
     assert rotate("begin")[1]["written"] is False  # a re-run writes nothing
     assert stat.S_IMODE(ring.stat().st_mode) == 0o600
-    code, refused = until(lambda: (result := rotate("advance"))[1]["blockers"][0].startswith("web-2") and result)
+    code, refused = eventually(lambda: (result := rotate("advance"))[1]["blockers"][0].startswith("web-2") and result)
     assert (code, [b.split(" ")[0] for b in refused["blockers"]]) == (1, ["web-2"])
     shutil.copy(ring, lagging)  # web-2's copy catches up
-    assert until(lambda: (result := rotate("advance"))[0] == 0 and result[1])["key_ids"] == refused["key_ids"][::-1]
+    advanced = eventually(lambda: (result := rotate("advance"))[0] == 0 and result[1])
+    assert advanced["key_ids"] == refused["key_ids"][::-1]
     shutil.copy(ring, lagging)
-    code, early = until(lambda: not (result := rotate("advance"))[1]["blockers"] and result)
+    code, early = eventually(lambda: not (result := rotate("advance"))[1]["blockers"] and result)
     assert (code, early["key_ids"]) == (1, refused["key_ids"][::-1])
     assert 0 < early["wait_seconds"] <= 1 + 3 * 0.05 + 1  # ttl + future skew after the entries' last old primary
     assert rotate("advance", "--to", "2")[0] == 0  # a re-run of a step already taken changes nothing
@@ -101,6 +93,6 @@ def test_a_refused_reload_is_reported_in_status_and_the_instance_keeps_serving(
         status = rotate("status")[1]
         return status if any(instance["error"] for instance in status["instances"]) else None
 
-    status = until(reported)
+    status = eventually(reported)
     assert ("is the primary" in status["instances"][0]["error"]) == (damage == "drops its primary")
     assert (web1.key_ids, web1.unseal(token)) == (keys, b"state")

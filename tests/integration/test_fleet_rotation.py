@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from tests.integration.fleet_harness import KEEPALIVE_EXPIRY_S, FleetServer, fleet, retry, round_one
+from tests.integration.fleet_harness import KEEPALIVE_EXPIRY_S, FleetServer, fleet, flow
 from tests.plugins.redis import RedisServer
 
 from statecodec import format_keys, generate_key
@@ -26,7 +26,7 @@ from statecodec import format_keys, generate_key
 pytestmark = pytest.mark.integration
 
 STATECODEC_CLI = str(Path(sys.executable).with_name("statecodec"))
-FLOWS_AT_ONCE = int(os.environ.get("STATECODEC_ROTATION_FLOWS", "4"))  # more: a heavier load, outside CI
+FLOWS_AT_ONCE = int(os.environ.get("ROTATION_FLOWS", "4"))  # more: a heavier load, outside CI
 TTL = 2  # short, so that the old key may be retired a few seconds after the fleet stopped sealing under it
 
 
@@ -86,9 +86,8 @@ async def rotation_under_load(
 
         async def flows(n: int) -> None:
             while running:
-                first, then = servers[n % 3], servers[(n + 1) % 3]
-                state = await round_one(client, first, subject=f"user-{n}")
-                outcomes["completed" if await retry(client, then, state, subject=f"user-{n}") else "dropped"] += 1
+                completed = await flow(client, servers[n % 3], servers[(n + 1) % 3], f"user-{n}")
+                outcomes["completed" if completed else "dropped"] += 1
                 n += 1
 
         for n in range(FLOWS_AT_ONCE):

@@ -70,6 +70,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         live.set_defaults(func=run)
         if name == "begin":
             live.add_argument("--new-file", metavar="PATH", help="a key file holding the new key (default: generate)")
+            live.set_defaults(new_key=None, new_env=None)  # `_key` reads the new key as `plan` does
         if name == "advance":
             live.add_argument("--to", type=int, choices=(2, 3), help="do nothing if the key file is at this phase")
 
@@ -247,7 +248,7 @@ def _report(args: argparse.Namespace, doc: dict[str, Any], lines: list[str], cod
 
 def _begin(args: argparse.Namespace) -> int:
     path, ring, phase, old_id, new_id = _key_file(args)
-    new = KeyRing.from_file(args.new_file)[0] if args.new_file else None
+    new = _key(args, "new") if args.new_file else None
     if phase == 1 and (new is None or KeyRing([new]).key_ids[0] == new_id):
         message = f"phase 1 already: {old_id} seals, {new_id} verifies (nothing written)"
         return _report(args, {"phase": 1, "key_ids": list(ring.key_ids), "written": False}, [message], 0)
