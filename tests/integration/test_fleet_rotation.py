@@ -7,12 +7,12 @@ the end no instance holds the old key. Then an instance is killed: the registry 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -22,47 +22,53 @@ from tests.integration.fleet_harness import KEEPALIVE_EXPIRY_S, FleetServer, fle
 from tests.plugins.redis import RedisServer
 
 from statecodec import format_keys, generate_key
+from statecodec.cli.main import main
 
 pytestmark = pytest.mark.integration
 
-STATECODEC_CLI = str(Path(sys.executable).with_name("statecodec"))
 FLOWS_AT_ONCE = int(os.environ.get("ROTATION_FLOWS", "4"))  # more: a heavier load, outside CI
 TTL = 2  # short, so that the old key may be retired a few seconds after the fleet stopped sealing under it
 
 
-async def rotate(env: dict[str, str], *argv: str) -> tuple[int, dict[str, Any]]:
-    """`statecodec rotate ... --json` as an operator runs it: its own process, the servers' store and key file."""
-    done = await anyio.run_process([STATECODEC_CLI, "rotate", *argv, "--json"], env=env, check=False)
-    return done.returncode, json.loads(done.stdout)
+async def rotate(*argv: str) -> tuple[int, dict[str, Any]]:
+    """`statecodec rotate ... --json` with the servers' store and key file, in a thread (it runs its own loop)."""
+    out = io.StringIO()
+
+    def run() -> int:
+        with contextlib.redirect_stdout(out):
+            return main(["rotate", *argv, "--json"])
+
+    return await anyio.to_thread.run_sync(run), json.loads(out.getvalue())
 
 
-async def advance(env: dict[str, str]) -> dict[str, Any]:
+async def advance() -> dict[str, Any]:
     """`rotate advance` until it is allowed, sleeping the wait it names (while instances are behind: a poll)."""
-    while (result := await rotate(env, "advance"))[0] != 0:
+    while (result := await rotate("advance"))[0] != 0:
         assert result[0] == 1, result
         await anyio.sleep(max(result[1]["wait_seconds"] or 0, 0.1))
     return result[1]
 
 
-async def status_until(env: dict[str, str], done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-    while not done(status := (await rotate(env, "status"))[1]):
+async def status_until(done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    while not done(status := (await rotate("status"))[1]):
         await anyio.sleep(0.1)
     return status
 
 
 def test_begin_advance_advance_under_load_drops_no_flow_and_retires_the_old_key_everywhere(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ring = tmp_path_factory.mktemp("keys") / "ring"
     ring.write_text(format_keys([generate_key()]), encoding="utf-8")
     with RedisServer() as redis:
         shared = {"STATECODEC_STORE_URL": redis.url, "STATECODEC_STORE_TIMEOUT": "5", "STATECODEC_KEYS_FILE": str(ring)}
-        operator = {k: v for k, v in os.environ.items() if not k.startswith("STATECODEC_")} | shared
+        for name, value in shared.items():  # the operator's
+            monkeypatch.setenv(name, value)
         server = shared | {"STATECODEC_RELOAD_INTERVAL": "0.1", "STATECODEC_TTL": str(TTL), "FLEET_DEMO_AUTH": "1",
                            "STATECODEC_FUTURE_SKEW": "0", "STATECODEC_STORE_KEY": format_keys([generate_key()])}
         settings = [server | {"STATECODEC_INSTANCE": f"web-{i}"} for i in range(3)]
         with fleet(tmp_path_factory.mktemp("rotation-logs"), settings) as servers:
-            outcomes, steps, final = anyio.run(lambda: rotation_under_load(servers, operator))
+            outcomes, steps, final = anyio.run(lambda: rotation_under_load(servers))
             assert outcomes["dropped"] == 0, [server.log_tail() for server in servers]
             assert outcomes["completed"] >= FLOWS_AT_ONCE
             assert [step["phase"] for step in steps] == [0, 1, 2, 3]
@@ -70,13 +76,14 @@ def test_begin_advance_advance_under_load_drops_no_flow_and_retires_the_old_key_
             assert [instance["key_ids"] for instance in final["instances"]] == [new] * 3
             assert old not in new
             os.killpg(servers[2].process.pid, signal.SIGKILL)  # no clean stop: its entry must expire on its own
-            final = anyio.run(lambda: status_until(operator, lambda s: len(s["instances"]) < 3))
+            final = anyio.run(lambda: status_until(lambda s: len(s["instances"]) < 3))
             assert [instance["name"] for instance in final["instances"]] == ["web-0", "web-1"]
 
 
-async def rotation_under_load(
-    servers: list[FleetServer], operator: dict[str, str]
-) -> tuple[dict[str, int], list[dict[str, Any]], dict[str, Any]]:
+Status = dict[str, Any]
+
+
+async def rotation_under_load(servers: list[FleetServer]) -> tuple[dict[str, int], list[Status], Status]:
     """(flows completed and dropped, the status and each step's result, the status once every instance retired the
     old key) of two-round flows run without pause while the operator rotates."""
     outcomes = {"completed": 0, "dropped": 0}
@@ -92,9 +99,9 @@ async def rotation_under_load(
 
         for n in range(FLOWS_AT_ONCE):
             group.start_soon(flows, n)
-        steps = [await status_until(operator, lambda s: len(s["instances"]) == 3)]
-        steps.append((await rotate(operator, "begin"))[1])
-        steps += [await advance(operator), await advance(operator)]
-        final = await status_until(operator, lambda s: all(i["key_ids"] == s["key_ids"] for i in s["instances"]))
+        steps = [await status_until(lambda s: len(s["instances"]) == 3)]
+        steps.append((await rotate("begin"))[1])
+        steps += [await advance(), await advance()]
+        final = await status_until(lambda s: all(i["key_ids"] == s["key_ids"] for i in s["instances"]))
         running = False
     return outcomes, steps, final
