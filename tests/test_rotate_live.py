@@ -1,7 +1,7 @@
 """`statecodec rotate begin | advance | status` against live-reloading instances on a real Redis.
 
-Attacks: advancing while an instance lags (its file not updated) or refuses its reload (a garbled file), retiring
-the old key before its tokens expired, a half-written or hand-edited key file, a re-run after a crash.
+Attacks: advancing while an instance lags (its file not updated) or refuses its reload (a garbled file, a ring that
+drops its primary), retiring the old key before its tokens expired, a hand-edited key file, a re-run after a crash.
 """
 
 from __future__ import annotations
@@ -76,6 +76,9 @@ def test_advance_waits_for_the_lagging_instance_by_name_and_for_the_old_keys_tok
     assert (code, early["key_ids"]) == (1, refused["key_ids"][::-1])
     assert 0 < early["wait_seconds"] <= 1 + 3 * 0.05 + 1  # ttl + future skew after the entries' last old primary
     assert rotate("advance", "--to", "2")[0] == 0  # a re-run of a step already taken changes nothing
+    ring.write_text(ring.read_text().replace("phase 2", "phase 1"), encoding="utf-8")  # its marker no longer matches
+    code, edited = rotate("status")
+    assert (code, edited["error"], "edited by hand" in edited["message"]) == (2, "configuration", True)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "drops its primary"])
