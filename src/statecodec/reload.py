@@ -142,15 +142,19 @@ async def _watch(ref: weakref.ref[ReloadingCodec], interval: float) -> None:
         report, snapshot, stop = codec._report, codec.snapshot(), codec._stop
         del codec
         if report is not None:
-            try:
-                await report(snapshot)
-            except StatecodecError as exc:  # StoreError, StoreUnreachable: they name host:port only
-                logger.warning("statecodec: could not report to the fleet registry: %s", exc)
+            await _reported(report, snapshot)
         await asyncio.sleep(interval)
         if stop.is_set():
             break
     if report is not None:
-        try:
-            await report(None)
-        except StatecodecError as exc:
-            logger.warning("statecodec: could not leave the fleet registry: %s", exc)
+        await _reported(report, None)
+
+
+async def _reported(report: Report, snapshot: Snapshot | None) -> None:
+    """`report(snapshot)`; a failure is logged (a store error names host:port only; any other, its type) and the
+    watcher goes on: the entry expires if the store stays out of reach, and a later poll reports again."""
+    try:
+        await report(snapshot)
+    except Exception as exc:  # the watcher outlives any store failure
+        why = str(exc) if isinstance(exc, StatecodecError) else type(exc).__name__
+        logger.warning("statecodec: could not report to the fleet registry: %s", why)
