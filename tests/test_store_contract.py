@@ -228,8 +228,8 @@ async def test_the_fleet_registry_dates_and_drops_entries_by_the_stores_clock_an
     loaded = (await read_fleet(store)).members[0].loaded_ms
     await backend.advance(0.1)
     await gone(Snapshot(("aa", "bb"), None, 2.0))  # a heartbeat: the ring and the time it was loaded are unchanged
-    await stays(Snapshot(("bb", "aa"), "the new ring drops key aa too early", 2.0))
-    await store.announce("liar", "cc", "not what an instance writes", 1000)
+    await stays(Snapshot(("bb", "aa"), "the new ring drops key aa too early", 2.0, (("cc", 0.25),)))
+    await store.announce("liar", "ee", "not what an instance writes", 1000)
     fleet = await read_fleet(store)
     assert [(m.name, m.accepts, m.error) for m in fleet.members] == [
         ("liar", (), "its registry entry is malformed"),  # fails closed: it blocks every step
@@ -238,6 +238,7 @@ async def test_the_fleet_registry_dates_and_drops_entries_by_the_stores_clock_an
     ]
     assert fleet.members[1].loaded_ms == loaded
     assert fleet.minted_until_ms["aa"] == fleet.members[1].expires_ms
+    assert 0 <= fleet.now_ms - (fleet.minted_until_ms["cc"] + 250) < 1000  # "stopped sealing 0.25 s ago", dated
     await backend.advance(1.2)  # web-1 stopped reporting; so did the liar
     after = await read_fleet(store)
     assert [m.name for m in after.members] == ["web-2"]

@@ -3,8 +3,9 @@
 Threat: a rotation step taken while some instance cannot verify what another mints, judged from reports that are
 stale, dated by another clock, or gone. A live-reloading instance announces on every poll its name, its key ids
 (never keys, primary first) and its last refused reload; the store dates the entry, drops it `lifetime` after the
-last report, and keeps per key id until when an instance may have sealed under it, all by the store's clock, so an
-instance that stops reporting still counts for the wait before its key is retired.
+last report, and keeps per key id until when an instance may have sealed under it (its entry's expiry while it is
+primary, and the moment the instance says it stopped sealing under it, from a duration), all by the store's clock: an
+instance that stops reporting for a while still counts for the wait before its key is retired.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import os
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -33,7 +34,8 @@ _NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
 class Registry(Protocol):
     """What a store keeps of the fleet (`MemoryStore`, `RedisStore`): per instance ``"loaded_ms ring doc"``."""
 
-    async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int) -> int: ...
+    async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
+                       demoted: Sequence[tuple[str, int]] = ()) -> int: ...
     async def fleet(self) -> tuple[int, list[tuple[str, int, str]], dict[str, int]]: ...
     async def leave(self, name: str) -> None: ...
     async def aclose(self) -> None: ...
@@ -72,7 +74,8 @@ class Reporter:
                 await self.store.aclose()
             return
         doc = json.dumps({"error": snapshot.error, "wait": snapshot.wait})
-        await self.store.announce(self.name, ",".join(snapshot.accepts) or "-", doc, self.lifetime_ms)
+        demoted = [(kid, int(ago * 1000)) for kid, ago in snapshot.demoted]  # a duration: no clock crosses over
+        await self.store.announce(self.name, ",".join(snapshot.accepts) or "-", doc, self.lifetime_ms, demoted)
 
 
 async def read_fleet(store: Registry) -> Fleet:

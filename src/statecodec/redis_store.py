@@ -244,8 +244,10 @@ class RedisStore(HoldsSecrets):
     def _fleet_keys(self) -> list[str]:
         return [f"{{{self.namespace}}}:{name}" for name in ("fleet", "fleet-expiry", "fleet-minted")]
 
-    async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int) -> int:
-        return int(await self._run("announce", self._fleet_keys, name, ring, doc, lifetime_ms))
+    async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
+                       demoted: Sequence[tuple[str, int]] = ()) -> int:
+        pairs = [value for kid, ago in demoted for value in (kid, ago)]
+        return int(await self._run("announce", self._fleet_keys, name, ring, doc, lifetime_ms, *pairs))
 
     async def fleet(self) -> tuple[int, list[tuple[str, int, str]], dict[str, int]]:
         now, entries, expiry, minted = await self._run("fleet", self._fleet_keys)
@@ -266,15 +268,18 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', n(now))
 """
 _FLEET_SCRIPTS = {
-    # ARGV instance name, ring (key ids, primary first), doc, lifetime.
+    # ARGV instance name, ring (key ids, primary first), doc, lifetime, then (key id, ms since it stopped sealing)...
     "announce": """local expires = now + tonumber(ARGV[4])
 local loaded, ring = string.match(redis.call('HGET', KEYS[1], ARGV[1]) or '', '^(%d+) (%S+) ')
 if ring ~= ARGV[2] then loaded = n(now) end
 redis.call('HSET', KEYS[1], ARGV[1], loaded .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
 redis.call('ZADD', KEYS[2], n(expires), ARGV[1])
-local primary = string.match(ARGV[2], '^[^,]+')
-if expires > (tonumber(redis.call('HGET', KEYS[3], primary)) or 0) then
-  redis.call('HSET', KEYS[3], primary, n(expires))
+local sealed = {string.match(ARGV[2], '^[^,]+'), expires}
+for i = 5, #ARGV, 2 do table.insert(sealed, ARGV[i]); table.insert(sealed, now - tonumber(ARGV[i + 1])) end
+for i = 1, #sealed, 2 do
+  if sealed[i + 1] > (tonumber(redis.call('HGET', KEYS[3], sealed[i])) or 0) then
+    redis.call('HSET', KEYS[3], sealed[i], n(sealed[i + 1]))
+  end
 end
 return now""",
     "fleet": """local expiry = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', 'WITHSCORES')

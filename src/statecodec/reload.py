@@ -36,6 +36,7 @@ class Snapshot(NamedTuple):
     accepts: tuple[str, ...]  # key ids, primary first
     error: str | None  # why the last reload was refused, until one succeeds
     wait: float  # ttl + future_skew: how long a key verifies after it stopped being primary
+    demoted: tuple[tuple[str, float], ...] = ()  # (key id, seconds since it stopped sealing here), by this clock
 
 
 Report = Callable[[Snapshot | None], Awaitable[None]]  # None: this instance stops
@@ -72,7 +73,9 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
 
     def snapshot(self) -> Snapshot:
         with self._lock:
-            return Snapshot(self.key_ids, self.error, self.wait)
+            now = self._clock()
+            demoted = tuple((kid, now - at) for kid, at in self._demoted.items())
+            return Snapshot(self.key_ids, self.error, self.wait, demoted)
 
     def reload(self) -> bool:
         """Rebuild from the settings now: True when the new codec is in force, False when it was refused and the

@@ -165,13 +165,15 @@ class MemoryStore:
             del entries[name]
         return now, entries, minted
 
-    async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int) -> int:
+    async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
+                       demoted: Sequence[tuple[str, int]] = ()) -> int:
         with self._lock:
             now, entries, minted = self._members()
             old = entries.get(name, (0, "0 - -"))[1].split(" ", 2)  # written below: "loaded_ms ring doc"
             entries[name] = (now + lifetime_ms, f"{old[0] if old[1] == ring else now} {ring} {doc}")
             primary = ring.partition(",")[0]
-            minted[primary] = max(minted.get(primary, 0), now + lifetime_ms)
+            for kid, until in [(primary, now + lifetime_ms), *((kid, now - ago) for kid, ago in demoted)]:
+                minted[kid] = max(minted.get(kid, 0), until)
             return now
 
     async def fleet(self) -> tuple[int, list[tuple[str, int, str]], dict[str, int]]:
