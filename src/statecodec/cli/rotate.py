@@ -306,9 +306,9 @@ def _lines(doc: dict[str, Any], wait: float) -> list[str]:
     lines = [f"key file    {doc['key_file']}: phase {doc['phase']}, key ids {', '.join(doc['key_ids'])}",
              f"store time  {doc['store_time']}", f"next        {step}"]  # fmt: skip
     lines += [f"waiting for {blocker}" for blocker in doc["blockers"]]
-    lines.append(f"\n{'instance':<24} {'primary':<9} {'key ids':<27} {'loaded (store clock)':<26} state")
+    lines.append(f"\n{'instance':<24} {'primary':<9} {'key ids':<27} {'loaded (store clock)':<29} state")
     for m in doc["instances"]:
-        lines.append(f"{m['name']:<24} {m['primary'] or '-':<9} {','.join(m['key_ids']) or '-':<27} {m['loaded']:<26} "
+        lines.append(f"{m['name']:<24} {m['primary'] or '-':<9} {','.join(m['key_ids']) or '-':<27} {m['loaded']:<29} "
                      f"{'ok' if m['error'] is None else 'reload refused: ' + m['error']}")
     return lines
 
@@ -324,7 +324,8 @@ def _advance(args: argparse.Namespace) -> int:
         message = f"the key file is at phase {phase}: nothing to advance"
         return _report(args, {**doc, "written": False}, [message], 0)
     if not doc["safe"]:
-        return _report(args, {**doc, "written": False}, ["refused: not safe yet", *_lines(doc, wait)], 1)
+        lines = [f"refused: phase {phase + 1} is not safe yet", *_lines(doc, wait)]
+        return _report(args, {**doc, "written": False}, lines, 1)
     new, old = (ring[1], ring[0]) if phase == 1 else (ring[0], ring[1])
     written = _write(path, phase + 1, old, new)
     message = f"phase {phase + 1} written to {path}: key ids {', '.join(written.key_ids)}"
