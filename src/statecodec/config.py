@@ -35,6 +35,7 @@ from statecodec.errors import ConfigurationError
 
 CODEC_VAR = "STATECODEC_CODEC"
 TTL_VAR = "STATECODEC_TTL"
+RELOAD_VAR = "STATECODEC_RELOAD_INTERVAL"
 DEFAULT_KIND = "aesgcm"
 DEFAULT_TTL = 600
 MAX_TTL = 30 * 24 * 3600  # a state token lives for a conversation, not for months
@@ -219,7 +220,7 @@ def codec_from_env(environ: Mapping[str, str] | None = None) -> Codec:
     """The codec the environment describes (see the module docstring for the variables); with
     ``STATECODEC_RELOAD_INTERVAL``, one that follows its key files (`statecodec.fleet.live_codec_from_env`)."""
     settings = os.environ if environ is None else environ
-    if setting(settings, "STATECODEC_RELOAD_INTERVAL", required=False) is None:
+    if setting(settings, RELOAD_VAR, required=False) is None:
         return configured_codec(settings)[1]
     from statecodec.fleet import live_codec_from_env
 

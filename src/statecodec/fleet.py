@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from statecodec._settings import PREFIX, Settings, seconds_setting, setting
-from statecodec.config import ENVIRONMENT_ONLY, configured_codec, ttl_setting
+from statecodec.config import ENVIRONMENT_ONLY, RELOAD_VAR, configured_codec, ttl_setting
 from statecodec.errors import ConfigurationError
 from statecodec.reload import ReloadingCodec, Snapshot
 
 __all__ = ["Fleet", "Member", "Registry", "Reporter", "live_codec_from_env", "read_fleet"]
 
-RELOAD_VAR, SKEW_VAR, INSTANCE_VAR = "STATECODEC_RELOAD_INTERVAL", "STATECODEC_FUTURE_SKEW", "STATECODEC_INSTANCE"
+SKEW_VAR, INSTANCE_VAR = "STATECODEC_FUTURE_SKEW", "STATECODEC_INSTANCE"
 _NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
 
 
