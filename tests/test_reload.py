@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from statecodec import InvalidToken, format_keys, generate_key
+from statecodec import ConfigurationError, InvalidToken, format_keys, generate_key
 from statecodec.config import codec_from_env
 from statecodec.reload import ReloadingCodec
 from tests.plugins import Clock, assert_not_copyable, eventually
@@ -120,3 +120,11 @@ def test_sighup_asks_the_watcher_for_a_reload(tmp_path: Path) -> None:
     finally:
         signal.signal(signal.SIGHUP, previous)
         codec.close()
+
+
+@pytest.mark.parametrize(("name", "value"), [("RELOAD_INTERVAL", "0"), ("FUTURE_SKEW", "-1"), ("INSTANCE", "web 1")])
+def test_a_bad_live_rotation_setting_stops_the_start_naming_it(name: str, value: str) -> None:
+    settings = {"STATECODEC_KEYS": format_keys([OLD]), "STATECODEC_STORE_URL": "memory",
+                "STATECODEC_RELOAD_INTERVAL": "5", f"STATECODEC_{name}": value}
+    with pytest.raises(ConfigurationError, match=f"^STATECODEC_{name} must be"):
+        codec_from_env(settings)
