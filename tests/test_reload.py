@@ -4,6 +4,7 @@ early, racing the request path) leaves the instance serving with one whole ring,
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from statecodec import ConfigurationError, InvalidToken, format_keys, generate_key
 from statecodec.config import codec_from_env
 from statecodec.reload import ReloadingCodec
+from statecodec.rotation import early_drop
 from tests.plugins import Clock, assert_not_copyable, eventually
 
 OLD, NEW = generate_key(), generate_key()
@@ -128,3 +130,7 @@ def test_a_bad_live_rotation_setting_stops_the_start_naming_it(name: str, value:
                 "STATECODEC_RELOAD_INTERVAL": "5", f"STATECODEC_{name}": value}
     with pytest.raises(ConfigurationError, match=f"^STATECODEC_{name} must be"):
         codec_from_env(settings)
+
+
+def test_a_wait_that_is_not_a_number_never_lets_a_key_go() -> None:
+    assert early_drop(("b", "a"), ("b",), {"a": 0.0}, 1e9, math.nan) is not None  # a wait read from a bad entry

@@ -89,7 +89,7 @@ def _member(name: str, expires_ms: int, value: str) -> Member:
     try:
         fields = json.loads(doc)
         error, wait = fields["error"], float(fields["wait"])
-        ok = (error is None or isinstance(error, str)) and loaded.isdecimal()
+        ok = (error is None or isinstance(error, str)) and loaded.isdecimal() and 0 <= wait < math.inf
     except (ValueError, KeyError, TypeError):
         ok = False
     if not ok:

@@ -169,7 +169,7 @@ def early_drop(
         if kid in new:
             continue
         left = math.inf if kid == current[0] else demoted.get(kid, -math.inf) + wait - now
-        if left > 0:
+        if not left <= 0:  # written positively: a NaN waits
             return kid, left
     return None
 

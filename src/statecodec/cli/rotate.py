@@ -286,8 +286,8 @@ def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[st
     doc = {
         "key_file": str(path), "phase": phase, "key_ids": list(ring.key_ids), "store_time": when(fleet.now_ms),
         "rotation": {"old": old_id, "new": new_id} if new_id else None, "blockers": blockers,
-        "safe": phase in (1, 2) and not blockers and wait == 0, "wait_seconds": None if math.isinf(wait) else wait,
-        "safe_at": None if math.isinf(wait) else when(fleet.now_ms + wait * 1000),
+        "safe": phase in (1, 2) and not blockers and wait == 0, "wait_seconds": wait if math.isfinite(wait) else None,
+        "safe_at": when(round(fleet.now_ms + wait * 1000)) if math.isfinite(wait) else None,
         "instances": [{"name": m.name, "primary": (m.accepts or (None,))[0], "key_ids": list(m.accepts),
                        "loaded": when(m.loaded_ms), "expires": when(m.expires_ms), "error": m.error}
                       for m in fleet.members],
