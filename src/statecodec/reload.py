@@ -40,6 +40,7 @@ class Snapshot(NamedTuple):
 
 
 Report = Callable[[Snapshot | None], Awaitable[None]]  # None: this instance stops
+_WATCHING: weakref.WeakSet[ReloadingCodec] = weakref.WeakSet()  # codecs whose watcher runs in this process
 
 
 class ReloadingCodec(WrapsCodec, HoldsSecrets):
@@ -64,6 +65,7 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
             self._thread = threading.Thread(target=asyncio.run, args=(_watch(weakref.ref(self), interval),),
                                             name="statecodec-reload", daemon=True)
             self._thread.start()
+            _WATCHING.add(self)
 
     def seal(self, payload: bytes) -> str:
         return self.codec.seal(payload)  # one read of the current codec: one ring per token
@@ -161,3 +163,14 @@ async def _reported(report: Report, snapshot: Snapshot | None) -> None:
     except Exception as exc:  # the watcher outlives any store failure
         why = str(exc) if isinstance(exc, StatecodecError) else type(exc).__name__
         logger.warning("statecodec: could not report to the fleet registry: %s", why)
+
+
+def _forked() -> None:
+    """A thread does not survive a fork: a child of a process with a watcher neither reloads nor reports, so it says
+    so at once rather than serve a stale ring in silence."""
+    if any(not codec._stop.is_set() for codec in _WATCHING):
+        logger.error("statecodec: a reloading codec was forked, and the child neither reloads nor reports; build the "
+                     "codec in each worker process (after the fork), as uvicorn --workers does")
+
+
+os.register_at_fork(after_in_child=_forked)
