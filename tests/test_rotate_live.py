@@ -90,6 +90,7 @@ def test_a_refused_reload_is_reported_in_status_and_the_instance_keeps_serving(
     shutil.copy(ring, own)
     web1 = instances("web-1", own)
     token, keys = web1.seal(b"state"), web1.key_ids
+    assert rotate("begin")[0] == 0  # the operator's file moves on; web-1's own copy is damaged
     own.write_text(ring.read_text()[:20] if damage == "truncated" else format_keys([generate_key()]), encoding="utf-8")
 
     def reported() -> dict[str, Any] | None:
@@ -98,4 +99,5 @@ def test_a_refused_reload_is_reported_in_status_and_the_instance_keeps_serving(
 
     status = eventually(reported)
     assert ("is the primary" in status["instances"][0]["error"]) == (damage == "drops its primary")
+    assert [blocker.partition(":")[0] for blocker in status["blockers"]] == ["web-1"]  # advance waits for it
     assert (web1.key_ids, web1.unseal(token)) == (keys, b"state")
