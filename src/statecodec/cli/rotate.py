@@ -263,6 +263,7 @@ def _begin(args: argparse.Namespace) -> int:
 
 def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[str], float, dict[str, Any]]:
     """The key file, its phase, what blocks the next phase, the wait, and the status document."""
+    from statecodec.cli.store import _when as when
     from statecodec.fleet import Registry, read_fleet
     from statecodec.rotation import next_step
     from statecodec.single_use import store_from_settings
@@ -281,8 +282,6 @@ def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[st
 
     fleet = asyncio.run(read())
     blockers, wait = next_step(phase, ring.key_ids, fleet) if phase in (1, 2) else ([], 0.0)
-    from statecodec.cli.store import _when as when
-
     doc = {
         "key_file": str(path), "phase": phase, "key_ids": list(ring.key_ids), "store_time": when(fleet.now_ms),
         "rotation": {"old": old_id, "new": new_id} if new_id else None, "blockers": blockers,
