@@ -73,6 +73,9 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
     def unseal(self, token: str) -> bytes:
         return self.codec.unseal(token)
 
+    def __repr__(self) -> str:
+        return f"ReloadingCodec({self.codec!r})"
+
     def snapshot(self) -> Snapshot:
         with self._lock:
             now = self._clock()
