@@ -62,7 +62,7 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
         self._demoted = dict.fromkeys(self.key_ids[1:], clock())
         self._thread: threading.Thread | None = None
         if interval is not None:
-            self._thread = threading.Thread(target=asyncio.run, args=(_watch(weakref.ref(self), interval),),
+            self._thread = threading.Thread(target=_watch, args=(weakref.ref(self), interval),
                                             name="statecodec-reload", daemon=True)
             self._thread.start()
             _WATCHING.add(self)
@@ -140,22 +140,25 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
             self._thread.join()
 
 
-async def _watch(ref: weakref.ref[ReloadingCodec], interval: float) -> None:
-    """The watcher: poll, reload, report; it ends with `close()` or with the codec (it holds no reference between
-    polls). A report that fails is logged and retried at the next poll."""
+def _watch(ref: weakref.ref[ReloadingCodec], interval: float) -> None:
+    """The watcher: poll, reload, report on its own event loop (the store's client lives there); it ends at once with
+    `close()`, or with the codec (it holds no reference between polls). A failed report is retried at the next poll."""
     report: Report | None = None
-    while (codec := ref()) is not None and not codec._stop.is_set():
-        if codec._due():
-            codec.reload()
-        report, snapshot, stop = codec._report, codec.snapshot(), codec._stop
-        del codec
+    loop = asyncio.new_event_loop()
+    try:
+        while (codec := ref()) is not None:
+            if codec._due():
+                codec.reload()
+            report, snapshot, stop = codec._report, codec.snapshot(), codec._stop
+            del codec
+            if report is not None:
+                loop.run_until_complete(_reported(report, snapshot))
+            if stop.wait(interval):
+                break
         if report is not None:
-            await _reported(report, snapshot)
-        await asyncio.sleep(interval)
-        if stop.is_set():
-            break
-    if report is not None:
-        await _reported(report, None)
+            loop.run_until_complete(_reported(report, None))
+    finally:
+        loop.close()
 
 
 async def _reported(report: Report, snapshot: Snapshot | None) -> None:
