@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 from unittest.mock import ANY
 
 import pytest
 
 from statecodec import ConfigurationError, InvalidToken, StoreError
+from statecodec.fleet import Registry, Reporter, read_fleet
+from statecodec.reload import Snapshot
 from statecodec.single_use import SingleUse
 from statecodec.store import Claim, MemoryStore, Store
 from tests.plugins.redis import RedisServer
@@ -240,3 +242,32 @@ async def test_a_retry_safe_claim_keeps_one_result_for_the_same_retry_and_a_mixe
     await backend.advance(0.35)  # the result lives as long as its token
     with pytest.raises(InvalidToken, match="expired"):
         await guard.claim(stamped, same)
+
+
+async def test_the_fleet_registry_dates_and_drops_entries_by_the_stores_clock_and_remembers_each_keys_last_use(
+    backend: Backend,
+) -> None:
+    store = backend.store()
+    assert isinstance(store, Registry)
+    gone, stays = Reporter(store, "web-1", lifetime=0.3), Reporter(store, "web-2", lifetime=30)
+    await gone(Snapshot(("aa", "bb"), None, 2.0))
+    loaded = (await read_fleet(store)).members[0].loaded_ms
+    await backend.advance(0.1)
+    await gone(Snapshot(("aa", "bb"), None, 2.0))  # a heartbeat: the ring and the time it was loaded are unchanged
+    await stays(Snapshot(("bb", "aa"), "the new ring drops key aa too early", 2.0, (("cc", 0.25),)))
+    await store.announce("liar", "ee", "not what an instance writes", 1000)
+    fleet = await read_fleet(store)
+    assert [(m.name, m.accepts, m.error) for m in fleet.members] == [
+        ("liar", (), "its registry entry is malformed"),  # fails closed: it blocks every step
+        ("web-1", ("aa", "bb"), None),
+        ("web-2", ("bb", "aa"), "the new ring drops key aa too early"),
+    ]
+    assert fleet.members[1].loaded_ms == loaded
+    assert fleet.minted_until_ms["aa"] == fleet.members[1].expires_ms
+    assert 0 <= fleet.now_ms - (fleet.minted_until_ms["cc"] + 250) < 1000  # "stopped sealing 0.25 s ago", dated
+    await backend.advance(1.2)  # web-1 stopped reporting; so did the liar
+    after = await read_fleet(store)
+    assert [m.name for m in after.members] == ["web-2"]
+    assert after.minted_until_ms["aa"] == fleet.minted_until_ms["aa"]  # what web-1 may have sealed still counts
+    await stays(None)  # a clean stop leaves at once
+    assert (await read_fleet(cast(Registry, backend.store()))).members == ()

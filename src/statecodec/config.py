@@ -35,6 +35,7 @@ from statecodec.errors import ConfigurationError
 
 CODEC_VAR = "STATECODEC_CODEC"
 TTL_VAR = "STATECODEC_TTL"
+RELOAD_VAR = "STATECODEC_RELOAD_INTERVAL"
 DEFAULT_KIND = "aesgcm"
 DEFAULT_TTL = 600
 MAX_TTL = 30 * 24 * 3600  # a state token lives for a conversation, not for months
@@ -79,7 +80,7 @@ _EVERY_KIND = frozenset({CODEC_VAR, MAX_TOKEN_LENGTH_VAR})
 # codec's config file.
 ENVIRONMENT_ONLY = _names(
     "TTL", "STORE_URL", "STORE_URL_FILE", "STORE_KEY", "STORE_KEY_FILE", "STORE_TIMEOUT", "STORE_NAMESPACE",
-    "STORE_ON_ERROR", "RETRY_SAFE", "RETRY_RESULT_MAX",
+    "STORE_ON_ERROR", "RETRY_SAFE", "RETRY_RESULT_MAX", "RELOAD_INTERVAL", "FUTURE_SKEW", "INSTANCE",
 )
 # (setting, the settings that make it ineffective when set, how to fix): a kind reads the first only without them.
 SHADOWED: tuple[tuple[str, frozenset[str], str], ...] = (
@@ -216,8 +217,14 @@ def _configured(settings: Mapping[str, str], *, file: bool) -> tuple[str, Codec,
 
 
 def codec_from_env(environ: Mapping[str, str] | None = None) -> Codec:
-    """The codec the environment describes (see the module docstring for the variables)."""
-    return configured_codec(environ)[1]
+    """The codec the environment describes (see the module docstring for the variables); with
+    ``STATECODEC_RELOAD_INTERVAL``, one that follows its key files (`statecodec.fleet.live_codec_from_env`)."""
+    settings = os.environ if environ is None else environ
+    if setting(settings, RELOAD_VAR, required=False) is None:
+        return configured_codec(settings)[1]
+    from statecodec.fleet import live_codec_from_env
+
+    return live_codec_from_env(settings)
 
 
 def codec_from_file(path: str | os.PathLike[str]) -> Codec:

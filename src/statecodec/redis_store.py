@@ -252,3 +252,54 @@ class RedisStore(HoldsSecrets):
 
     def __repr__(self) -> str:
         return f"RedisStore({self.where!r}, namespace={self.namespace!r})"
+
+    # The fleet registry (statecodec.fleet): its scripts are `_FLEET_SCRIPTS`.
+    @property
+    def _fleet_keys(self) -> list[str]:
+        return [f"{{{self.namespace}}}:{name}" for name in ("fleet", "fleet-expiry", "fleet-minted")]
+
+    async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
+                       demoted: Sequence[tuple[str, int]] = ()) -> int:
+        pairs = [value for kid, ago in demoted for value in (kid, ago)]
+        return int(await self._run("announce", self._fleet_keys, name, ring, doc, lifetime_ms, *pairs))
+
+    async def fleet(self) -> tuple[int, list[tuple[str, int, str]], dict[str, int]]:
+        now, entries, expiry, minted = await self._run("fleet", self._fleet_keys)
+        until = {name.decode(): int(float(at)) for name, at in zip(expiry[::2], expiry[1::2], strict=True)}
+        rows = [(name.decode(), until.get(name.decode(), 0), value.decode())
+                for name, value in zip(entries[::2], entries[1::2], strict=True)]
+        last = {kid.decode(): int(at) for kid, at in zip(minted[::2], minted[1::2], strict=True)}
+        return int(now), sorted(rows), last
+
+    async def leave(self, name: str) -> None:
+        await self._run("leave", self._fleet_keys, name)
+
+
+# KEYS entries (instance -> "loaded_ms ring doc"), their expiry, and until when each key id may have sealed.
+_FLEET_SWEEP = """for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', n(now))) do
+  redis.call('HDEL', KEYS[1], gone)
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', n(now))
+"""
+_FLEET_SCRIPTS = {
+    # ARGV instance name, ring (key ids, primary first), doc, lifetime, then (key id, ms since it stopped sealing)...
+    "announce": """local expires = now + tonumber(ARGV[4])
+local loaded, ring = string.match(redis.call('HGET', KEYS[1], ARGV[1]) or '', '^(%d+) (%S+) ')
+if ring ~= ARGV[2] then loaded = n(now) end
+redis.call('HSET', KEYS[1], ARGV[1], loaded .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
+redis.call('ZADD', KEYS[2], n(expires), ARGV[1])
+local sealed = {string.match(ARGV[2], '^[^,]+'), expires}
+for i = 5, #ARGV, 2 do table.insert(sealed, ARGV[i]); table.insert(sealed, now - tonumber(ARGV[i + 1])) end
+for i = 1, #sealed, 2 do
+  if sealed[i + 1] > (tonumber(redis.call('HGET', KEYS[3], sealed[i])) or 0) then
+    redis.call('HSET', KEYS[3], sealed[i], n(sealed[i + 1]))
+  end
+end
+return now""",
+    "fleet": """local expiry = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', 'WITHSCORES')
+return {now, redis.call('HGETALL', KEYS[1]), expiry, redis.call('HGETALL', KEYS[3])}""",
+    "leave": "redis.call('HDEL', KEYS[1], ARGV[1])\nredis.call('ZREM', KEYS[2], ARGV[1])\nreturn now",
+}
+for _name, _body in _FLEET_SCRIPTS.items():
+    _SOURCES[_name] = _PRELUDE + _FLEET_SWEEP + _body
+    _SHA[_name] = hashlib.sha1(_SOURCES[_name].encode(), usedforsecurity=False).hexdigest()

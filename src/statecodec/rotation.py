@@ -8,16 +8,21 @@ tokens live. The plan orders the phases so neither happens; `check_fleet` proves
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from statecodec._settings import seconds
 from statecodec._types import Codec
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing
 
-__all__ = ["RotationPlan", "check_fleet", "parse_fleet", "reseal"]
+if TYPE_CHECKING:
+    from statecodec.fleet import Fleet
+
+__all__ = ["RotationPlan", "check_fleet", "early_drop", "key_file_phase", "next_step", "parse_fleet", "reseal"]
 
 _MAX_INSTANCES = 100_000
 _YEAR = 365 * 24 * 3600  # longer than any token lives
@@ -151,6 +156,66 @@ def parse_fleet(document: object) -> tuple[dict[str, list[str]], list[str]]:
         raise ConfigurationError('the fleet file must be {"instances": {"web-1": ["a1b2c3d4", ...], ...}, "in_flight": '
                                  "[...]}: each instance's key ids, primary first, and optional in-flight key ids")
     return document.get("instances", {}), document.get("in_flight", [])
+
+
+def early_drop(
+    current: Sequence[str], new: Sequence[str], demoted: Mapping[str, float], now: float, wait: float
+) -> tuple[str, float] | None:
+    """The one rule for dropping a key, on a reload and in `rotate advance`: (the first key id of ring `current` that
+    ring `new` drops while tokens under it may live, seconds still to wait), else None. The primary of `current`
+    seals today's tokens: it is never dropped (``inf``); another key only `wait` (ttl + future_skew) seconds after it
+    stopped being primary, at `demoted[key id]` (absent: never primary), on the one clock `now` is read from."""
+    for kid in current:
+        if kid in new:
+            continue
+        left = math.inf if kid == current[0] else demoted.get(kid, -math.inf) + wait - now
+        if not left <= 0:  # written positively: a NaN waits
+            return kid, left
+    return None
+
+
+_MARKER = re.compile(r"^# statecodec rotation phase ([123]): ([0-9a-f]+) -> ([0-9a-f]+)$", re.MULTILINE)
+
+
+def key_file_phase(text: str, ring: KeyRing) -> tuple[int, str, str]:
+    """(phase, old key id, new key id) of a key file `rotate begin` or `advance` wrote (its marker line), or (0, the
+    key id, "") for a key file of one key: no rotation under way. A marker its keys do not match is refused."""
+    ids, found = ring.key_ids, _MARKER.search(text)
+    if found is None:
+        if len(ids) != 1:
+            raise ConfigurationError(f"it holds {len(ids)} keys and no rotation marker, so its phase is unknown: "
+                                     "finish that rotation by hand (docs/rotation.md), then begin from one key")
+        return 0, ids[0], ""
+    phase, old, new = int(found[1]), found[2], found[3]
+    if ids != ((old, new), (new, old), (new,))[phase - 1]:
+        raise ConfigurationError(f"its keys [{', '.join(ids)}] are not those of its marker (phase {phase} of {old} -> "
+                                 f"{new}): it was edited by hand; restore it, or rewrite it with one key")
+    return phase, old, new
+
+
+def marked(phase: int, old: str, new: str) -> str:
+    """The marker line of `phase`, which `key_file_phase` reads back."""
+    return f"# statecodec rotation phase {phase}: {old} -> {new}"
+
+
+def next_step(phase: int, ids: Sequence[str], fleet: Fleet) -> tuple[list[str], float]:
+    """(why the fleet may not leave `phase`, whose ring is `ids`, for the next; seconds to wait after that): every
+    live instance must run exactly `ids` with no refused reload, and phase 3 waits, by the store's clock, the fleet's
+    longest ttl + future skew after the last moment any instance may have sealed under the old key."""
+    nobody = "no live instance reports to the fleet registry: set STATECODEC_RELOAD_INTERVAL, this store and namespace"
+    blockers = [] if fleet.members else [f"{nobody} on the servers"]
+    for member in fleet.members:
+        if member.error is not None:
+            blockers.append(f"{member.name}: its last reload was refused: {member.error}")
+        elif member.accepts != tuple(ids):
+            blockers.append(f"{member.name} runs key ids [{', '.join(member.accepts)}], not [{', '.join(ids)}]: its "
+                            "key source is not updated yet, or it has not reloaded it")
+    if phase != 2:
+        return blockers, 0.0
+    wait = max((member.wait for member in fleet.members), default=0.0)
+    last_sealed = fleet.minted_until_ms.get(ids[1], fleet.now_ms) / 1000
+    early = early_drop(ids, ids[:1], {ids[1]: last_sealed}, fleet.now_ms / 1000, wait)
+    return blockers, 0.0 if early is None else early[1]
 
 
 def reseal(codec: Codec, token: str) -> str:

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -47,6 +48,15 @@ def wait_until(process: subprocess.Popen[bytes], up: Callable[[], bool], timeout
                 return True
         time.sleep(0.05)
     return False
+
+
+def eventually(check: Callable[[], Any]) -> Any:
+    """The first truthy result of `check`, polled every 0.02 s; fails after 30 s (a bound on a hang, not a speed)."""
+    deadline = time.monotonic() + 30
+    while not (result := check()):
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.02)
+    return result
 
 
 def listening(port: int) -> bool:

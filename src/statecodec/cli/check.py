@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from statecodec._settings import setting
-from statecodec.config import ENVIRONMENT_ONLY, TTL_VAR, configured_codec, missing_package, ttl_setting
+from statecodec.config import ENVIRONMENT_ONLY, configured_codec, missing_package, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
 
 SCHEMA = "statecodec-check/1"
@@ -42,7 +42,7 @@ def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, 
         # stops the server at start-up stops this check too: the MCP ttl and, when any store setting is given, the
         # single-use guard and its store (built, not contacted: a Redis store connects at its first call).
         ttl_setting(os.environ)
-        if any(setting(os.environ, name, required=False) for name in ENVIRONMENT_ONLY - {TTL_VAR}):
+        if any(setting(os.environ, name, required=False) for name in ENVIRONMENT_ONLY if "_STORE_" in name):
             import asyncio  # here: only a store setting needs it, and every command's start-up imports this module
 
             from statecodec.single_use import SingleUse

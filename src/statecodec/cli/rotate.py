@@ -1,5 +1,8 @@
-"""`statecodec rotate plan` and `statecodec rotate check`: rotate keys without dropping a round (docs/rotation.md).
+"""`statecodec rotate`: rotate keys without dropping a round (docs/rotation.md).
 
+Live: `begin` writes phase 1 into a key file; `advance` writes the next phase only when the fleet registry shows
+every live instance on the current one and, to retire the old key, once the wait is over by the store's clock;
+`status` shows why not. Each writes the whole file or nothing, and re-running one after a crash is safe. Manual:
 `plan` prints secret STATECODEC_KEYS values unless --ids-only or --old-id/--new-id (--output: a new 0600 file);
 `check` exits 0 only when no instance can mint a token another would refuse.
 """
@@ -7,21 +10,24 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import json
+import math
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from statecodec._settings import named_errors
+from statecodec._settings import load_settings_file, named_errors, setting
 from statecodec.cli import check as instance_check
 from statecodec.cli._output import emit
 from statecodec.cli.main import settings_from_flags
 from statecodec.config import ttl_setting
 from statecodec.errors import ConfigurationError
-from statecodec.keys import KeyRing, generate_key
+from statecodec.keys import _MAX_KEY_FILE_BYTES, KeyRing, format_keys, generate_key
 
 _CHECK_EPILOG = """\
 FILE: the reports of `statecodec check --json --instance NAME`, one per instance (several files, or all of them
@@ -54,6 +60,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check.add_argument("--in-flight", action="append", default=[], metavar="KEY_ID", help="an in-flight key id")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(func=_check)
+    for name, run, what in (("status", _status, "show the fleet registry, the phase and the next safe moment"),
+                            ("begin", _begin, "write phase 1 (old primary, new accepted) into the key file"),
+                            ("advance", _advance, "write the next phase, only once the fleet registry shows it safe")):
+        live = actions.add_parser(name, help=what)
+        live.add_argument("--keys-file", metavar="PATH", help="the key file the servers read (default "
+                          "STATECODEC_KEYS_FILE); the fleet registry is in STATECODEC_STORE_URL")
+        live.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+        live.set_defaults(func=run)
+        if name == "begin":
+            live.add_argument("--new-file", metavar="PATH", help="a key file holding the new key (default: generate)")
+            live.set_defaults(new_key=None, new_env=None)  # `_key` reads the new key as `plan` does
+        if name == "advance":
+            live.add_argument("--to", type=int, choices=(2, 3), help="do nothing if the key file is at this phase")
 
 
 def _key(args: argparse.Namespace, side: str) -> bytes:
@@ -181,3 +200,132 @@ def _check(args: argparse.Namespace) -> int:
     else:
         print(report)
     return 0 if report.safe else 1
+
+
+def _key_file(args: argparse.Namespace) -> tuple[Path, KeyRing, int, str, str]:
+    """(path, ring, phase, old key id, new key id) of the key file, read once: ring and marker from the same bytes."""
+    name = args.keys_file or setting(os.environ, "STATECODEC_KEYS_FILE", required=False)
+    if name is None:
+        raise ConfigurationError("name the key file the servers read: --keys-file PATH or STATECODEC_KEYS_FILE")
+    from statecodec.rotation import key_file_phase
+
+    path = Path(name)
+    with named_errors(f"key file {path}"):
+        text = load_settings_file(path, _MAX_KEY_FILE_BYTES, "it", "it should hold a few lines of keys")
+        ring = KeyRing.parse(text)
+        return (path, ring, *key_file_phase(text, ring))
+
+
+def _write(path: Path, phase: int, old: bytes, new: bytes) -> KeyRing:
+    """Write `phase` of the rotation from `old` to `new` into `path`, whole or not at all: a 0600 temporary file in
+    its directory, synced, renamed over it (a reader sees the old file or the new; a crash leaves the old one)."""
+    from statecodec.rotation import marked
+
+    ring = KeyRing(((old, new), (new, old), (new,))[phase - 1])
+    text = f"{marked(phase, *KeyRing([old, new]).key_ids)}\n{format_keys(ring).replace(',', chr(10))}\n"
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temporary, path)
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)  # the rename itself survives a crash
+        finally:
+            os.close(directory)
+    except OSError as exc:
+        Path(temporary).unlink(missing_ok=True)
+        raise ConfigurationError(f"cannot write key file {path}: {exc.strerror}") from None
+    return ring
+
+
+def _report(args: argparse.Namespace, doc: dict[str, Any], lines: list[str], code: int) -> int:
+    print(json.dumps(doc, indent=2) if args.json else "\n".join(lines))
+    return code
+
+
+def _begin(args: argparse.Namespace) -> int:
+    path, ring, phase, old_id, new_id = _key_file(args)
+    new = _key(args, "new") if args.new_file else None
+    if phase == 1 and (new is None or KeyRing([new]).key_ids[0] == new_id):
+        message = f"phase 1 already: {old_id} seals, {new_id} verifies (nothing written)"
+        return _report(args, {"phase": 1, "key_ids": list(ring.key_ids), "written": False}, [message], 0)
+    if phase in (1, 2):
+        raise ConfigurationError(f"a rotation from {old_id} to {new_id} is at phase {phase}: finish it with "
+                                 "`statecodec rotate advance` first")
+    with named_errors("the new key"):
+        written = _write(path, 1, ring[0], generate_key() if new is None else new)
+    message = f"phase 1 written to {path}: {written.key_ids[0]} seals, {written.key_ids[1]} verifies"
+    return _report(args, {"phase": 1, "key_ids": list(written.key_ids), "written": True}, [message], 0)
+
+
+def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[str], float, dict[str, Any]]:
+    """The key file, its phase, what blocks the next phase, the wait, and the status document."""
+    from statecodec.cli.store import _when as when
+    from statecodec.fleet import Registry, read_fleet
+    from statecodec.rotation import next_step
+    from statecodec.single_use import store_from_settings
+    from statecodec.store import MemoryStore
+
+    path, ring, phase, old_id, new_id = _key_file(args)
+    store = store_from_settings({"STATECODEC_STORE_TIMEOUT": "5", **os.environ})
+    if isinstance(store, MemoryStore) or not isinstance(store, Registry):
+        raise ConfigurationError("STATECODEC_STORE_URL must name the redis:// store the servers report to")
+
+    async def read() -> Any:
+        try:
+            return await read_fleet(store)
+        finally:
+            await store.aclose()
+
+    fleet = asyncio.run(read())
+    blockers, wait = next_step(phase, ring.key_ids, fleet) if phase in (1, 2) else ([], 0.0)
+    doc = {
+        "key_file": str(path), "phase": phase, "key_ids": list(ring.key_ids), "store_time": when(fleet.now_ms),
+        "rotation": {"old": old_id, "new": new_id} if new_id else None, "blockers": blockers,
+        "safe": phase in (1, 2) and not blockers and wait == 0, "wait_seconds": wait if math.isfinite(wait) else None,
+        "safe_at": when(round(fleet.now_ms + wait * 1000)) if math.isfinite(wait) else None,
+        "instances": [{"name": m.name, "primary": (m.accepts or (None,))[0], "key_ids": list(m.accepts),
+                       "loaded": when(m.loaded_ms), "expires": when(m.expires_ms), "error": m.error}
+                      for m in fleet.members],
+    }  # fmt: skip
+    return path, ring, phase, blockers, wait, doc
+
+
+def _lines(doc: dict[str, Any], wait: float) -> list[str]:
+    step = f"phase {doc['phase'] + 1}: safe now"
+    if doc["phase"] in (0, 3):
+        step = "none: no rotation under way (`statecodec rotate begin` starts one)"
+    elif doc["blockers"]:
+        step = f"phase {doc['phase'] + 1}: blocked"
+    elif not doc["safe"]:
+        step = f"phase {doc['phase'] + 1}: in {wait:.1f} s (at {doc['safe_at']}, store clock)"
+    lines = [f"key file    {doc['key_file']}: phase {doc['phase']}, key ids {', '.join(doc['key_ids'])}",
+             f"store time  {doc['store_time']}", f"next        {step}"]  # fmt: skip
+    lines += [f"waiting for {blocker}" for blocker in doc["blockers"]]
+    lines.append(f"\n{'instance':<24} {'primary':<9} {'key ids':<27} {'loaded (store clock)':<29} state")
+    for m in doc["instances"]:
+        lines.append(f"{m['name']:<24} {m['primary'] or '-':<9} {','.join(m['key_ids']) or '-':<27} {m['loaded']:<29} "
+                     f"{'ok' if m['error'] is None else 'reload refused: ' + m['error']}")
+    return lines
+
+
+def _status(args: argparse.Namespace) -> int:
+    *_, wait, doc = _fleet_status(args)
+    return _report(args, doc, _lines(doc, wait), 0)
+
+
+def _advance(args: argparse.Namespace) -> int:
+    path, ring, phase, _, wait, doc = _fleet_status(args)
+    if phase in (0, 3) or (args.to is not None and phase >= args.to):
+        message = f"the key file is at phase {phase}: nothing to advance"
+        return _report(args, {**doc, "written": False}, [message], 0)
+    if not doc["safe"]:
+        lines = [f"refused: phase {phase + 1} is not safe yet", *_lines(doc, wait)]
+        return _report(args, {**doc, "written": False}, lines, 1)
+    new, old = (ring[1], ring[0]) if phase == 1 else (ring[0], ring[1])
+    written = _write(path, phase + 1, old, new)
+    message = f"phase {phase + 1} written to {path}: key ids {', '.join(written.key_ids)}"
+    return _report(args, {**doc, "phase": phase + 1, "key_ids": list(written.key_ids), "written": True}, [message], 0)

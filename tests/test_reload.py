@@ -1,0 +1,136 @@
+"""Live key rings: each attack on a reload (half-applied, garbled, truncated, swapped by symlink, dropping a key
+early, racing the request path) leaves the instance serving with one whole ring, and says why without a key."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from statecodec import ConfigurationError, InvalidToken, format_keys, generate_key
+from statecodec.config import codec_from_env
+from statecodec.reload import ReloadingCodec
+from statecodec.rotation import early_drop
+from tests.plugins import Clock, assert_not_copyable, eventually
+
+OLD, NEW = generate_key(), generate_key()
+TTL, SKEW = 10, 5
+
+
+def write(path: Path, *keys: bytes) -> None:
+    path.write_text(format_keys(keys), encoding="utf-8")
+
+
+def ring_codec(path: Path, clock: Clock | None = None, interval: float | None = None) -> ReloadingCodec:
+    settings = {"STATECODEC_KEYS_FILE": str(path)}
+    return ReloadingCodec(lambda: codec_from_env(settings), ttl=TTL, future_skew=SKEW, files=[path],
+                          interval=interval, clock=clock or Clock())
+
+
+def test_the_three_phases_reload_whole_and_tokens_of_the_old_key_keep_verifying(tmp_path: Path) -> None:
+    ring, clock = tmp_path / "ring", Clock()
+    write(ring, OLD)
+    codec = ring_codec(ring, clock)
+    old_token = codec.seal(b"state")
+    write(ring, OLD, NEW)
+    assert (codec.reload(), codec.unseal(codec.seal(b"a"))) == (True, b"a")
+    write(ring, NEW, OLD)
+    assert (codec.reload(), codec.unseal(old_token)) == (True, b"state")
+    clock.now += TTL + SKEW
+    write(ring, NEW)
+    assert (codec.reload(), codec.error) == (True, None)
+    assert_not_copyable(codec)
+    with pytest.raises(InvalidToken):
+        codec.unseal(old_token)
+
+
+@pytest.mark.parametrize("text", ["", "not a key", "AAAA", "# only a comment\n"])
+def test_a_garbled_or_truncated_file_keeps_the_current_ring_and_says_why_without_a_key(
+    tmp_path: Path, text: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ring = tmp_path / "ring"
+    write(ring, OLD, NEW)
+    codec = ring_codec(ring)
+    before = codec.key_ids
+    full = ring.read_text()
+    ring.write_text(text or full[: len(full) // 3], encoding="utf-8")
+    with caplog.at_level(logging.ERROR, "statecodec.reload"):
+        assert not codec.reload()
+    assert (codec.key_ids, codec.unseal(codec.seal(b"x"))) == (before, b"x")
+    assert "STATECODEC_KEYS_FILE" in str(codec.error)
+    for secret in (OLD, NEW):
+        assert format_keys([secret]) not in caplog.text + str(codec.error)
+
+
+def test_a_demoted_key_is_dropped_only_ttl_plus_skew_after_it_stopped_sealing_and_then_without_a_new_write(
+    tmp_path: Path,
+) -> None:
+    ring, clock = tmp_path / "ring", Clock()
+    write(ring, OLD, NEW)
+    codec = ring_codec(ring, clock)
+    write(ring, NEW, OLD)
+    assert codec.reload()
+    clock.now += TTL + SKEW - 0.5
+    write(ring, NEW)
+    assert (codec.reload(), codec._due()) == (False, False)
+    assert "0.5 s more" in str(codec.error)
+    clock.now += 0.5
+    assert codec._due()  # retried once the wait is over, though the file did not change again
+    assert (codec.reload(), len(codec.key_ids)) == (True, 1)
+
+
+def test_a_restarted_instance_counts_every_other_key_as_primary_until_its_start(tmp_path: Path) -> None:
+    ring, clock = tmp_path / "ring", Clock()
+    write(ring, NEW, OLD)  # it knows nothing of when OLD stopped sealing elsewhere
+    codec = ring_codec(ring, clock)
+    write(ring, NEW)
+    assert not codec.reload()
+    clock.now += TTL + SKEW
+    assert codec.reload()
+
+
+def test_a_kubernetes_secret_swap_by_symlink_is_seen_by_the_watcher(tmp_path: Path) -> None:
+    mount = tmp_path / "secret"
+    mount.mkdir()
+    for version, keys in (("v1", (OLD,)), ("v2", (OLD, NEW))):
+        (mount / version).mkdir()
+        write(mount / version / "ring", *keys)
+    (mount / "..data").symlink_to("v1")
+    (mount / "ring").symlink_to("..data/ring")
+    codec = ring_codec(mount / "ring", interval=0.01)
+    try:
+        (mount / "..data_tmp").symlink_to("v2")
+        os.replace(mount / "..data_tmp", mount / "..data")  # what the kubelet does: one rename
+        eventually(lambda: len(codec.key_ids) == 2)
+    finally:
+        codec.close()
+
+
+def test_sighup_asks_the_watcher_for_a_reload(tmp_path: Path) -> None:
+    rings = iter([[OLD], [OLD, NEW]])
+    codec = ReloadingCodec(lambda: codec_from_env({"STATECODEC_KEYS": format_keys(next(rings))}), ttl=TTL,
+                           interval=0.01)
+    previous = signal.getsignal(signal.SIGHUP)
+    try:
+        codec.reload_on_sighup()
+        os.kill(os.getpid(), signal.SIGHUP)
+        eventually(lambda: len(codec.key_ids) == 2)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+        codec.close()
+
+
+@pytest.mark.parametrize(("name", "value"), [("RELOAD_INTERVAL", "0"), ("FUTURE_SKEW", "-1"), ("INSTANCE", "web 1")])
+def test_a_bad_live_rotation_setting_stops_the_start_naming_it(name: str, value: str) -> None:
+    settings = {"STATECODEC_KEYS": format_keys([OLD]), "STATECODEC_STORE_URL": "memory",
+                "STATECODEC_RELOAD_INTERVAL": "5", f"STATECODEC_{name}": value}
+    with pytest.raises(ConfigurationError, match=f"^STATECODEC_{name} must be"):
+        codec_from_env(settings)
+
+
+def test_a_wait_that_is_not_a_number_never_lets_a_key_go() -> None:
+    assert early_drop(("b", "a"), ("b",), {"a": 0.0}, 1e9, math.nan) is not None  # a wait read from a bad entry

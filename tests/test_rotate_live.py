@@ -1,0 +1,103 @@
+"""`statecodec rotate begin | advance | status` against live-reloading instances on a real Redis.
+
+Attacks: advancing while an instance lags (its file not updated) or refuses its reload (a garbled file, a ring that
+drops its primary), retiring the old key before its tokens expired, a hand-edited key file, a re-run after a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statecodec import format_keys, generate_key
+from statecodec.cli.main import main
+from statecodec.fleet import live_codec_from_env
+from statecodec.reload import ReloadingCodec
+from tests.plugins import eventually
+
+Run = Callable[..., tuple[int, dict[str, Any]]]
+
+
+@pytest.fixture
+def rotate(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Run:
+    """`statecodec rotate ACTION --json` on the key file ``ring``, against the fleet registry in `redis_url`."""
+    for name in [name for name in os.environ if name.startswith("STATECODEC_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("STATECODEC_STORE_URL", redis_url)
+    monkeypatch.setenv("STATECODEC_KEYS_FILE", str(tmp_path / "ring"))
+
+    def run(*argv: str) -> tuple[int, dict[str, Any]]:
+        code = main(["rotate", *argv, "--json"])
+        return code, json.loads(capsys.readouterr().out)
+
+    return run
+
+
+@pytest.fixture
+def instances(redis_url: str, tmp_path: Path) -> Iterator[Callable[[str, Path], ReloadingCodec]]:
+    started: list[ReloadingCodec] = []
+
+    def start(name: str, ring: Path) -> ReloadingCodec:
+        settings = {"STATECODEC_KEYS_FILE": str(ring), "STATECODEC_RELOAD_INTERVAL": "0.05", "STATECODEC_TTL": "1",
+                    "STATECODEC_FUTURE_SKEW": "0", "STATECODEC_STORE_URL": redis_url, "STATECODEC_INSTANCE": name}
+        started.append(live_codec_from_env(settings))
+        return started[-1]
+
+    yield start
+    for codec in started:
+        codec.close()
+
+
+def test_advance_waits_for_the_lagging_instance_by_name_and_for_the_old_keys_tokens(
+    rotate: Run, instances: Callable[[str, Path], ReloadingCodec], tmp_path: Path
+) -> None:
+    ring, lagging = tmp_path / "ring", tmp_path / "web-2.ring"
+    ring.write_text(format_keys([generate_key()]), encoding="utf-8")
+    shutil.copy(ring, lagging)
+    instances("web-1", ring)
+    instances("web-2", lagging)
+    assert rotate("begin")[1]["written"]
+    assert rotate("begin")[1]["written"] is False  # a re-run writes nothing
+    assert stat.S_IMODE(ring.stat().st_mode) == 0o600
+    code, refused = eventually(lambda: (result := rotate("advance"))[1]["blockers"][0].startswith("web-2") and result)
+    assert (code, [b.split(" ")[0] for b in refused["blockers"]]) == (1, ["web-2"])
+    shutil.copy(ring, lagging)  # web-2's copy catches up
+    advanced = eventually(lambda: (result := rotate("advance"))[0] == 0 and result[1])
+    assert advanced["key_ids"] == refused["key_ids"][::-1]
+    shutil.copy(ring, lagging)
+    code, early = eventually(lambda: not (result := rotate("advance"))[1]["blockers"] and result)
+    assert (code, early["key_ids"]) == (1, refused["key_ids"][::-1])
+    assert 0 < early["wait_seconds"] <= 1 + 3 * 0.05 + 1  # ttl + future skew after the entries' last old primary
+    assert rotate("advance", "--to", "2")[0] == 0  # a re-run of a step already taken changes nothing
+    ring.write_text(ring.read_text().replace("phase 2", "phase 1"), encoding="utf-8")  # its marker no longer matches
+    code, edited = rotate("status")
+    assert (code, edited["error"], "edited by hand" in edited["message"]) == (2, "configuration", True)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "drops its primary"])
+def test_a_refused_reload_is_reported_in_status_and_the_instance_keeps_serving(
+    rotate: Run, instances: Callable[[str, Path], ReloadingCodec], tmp_path: Path, damage: str
+) -> None:
+    ring, own = tmp_path / "ring", tmp_path / "web-1.ring"
+    ring.write_text(format_keys([generate_key()]), encoding="utf-8")
+    shutil.copy(ring, own)
+    web1 = instances("web-1", own)
+    token, keys = web1.seal(b"state"), web1.key_ids
+    assert rotate("begin")[0] == 0  # the operator's file moves on; web-1's own copy is damaged
+    own.write_text(ring.read_text()[:20] if damage == "truncated" else format_keys([generate_key()]), encoding="utf-8")
+
+    def reported() -> dict[str, Any] | None:
+        status = rotate("status")[1]
+        return status if any(instance["error"] for instance in status["instances"]) else None
+
+    status = eventually(reported)
+    assert ("is the primary" in status["instances"][0]["error"]) == (damage == "drops its primary")
+    assert [blocker.partition(":")[0] for blocker in status["blockers"]] == ["web-1"]  # advance waits for it
+    assert (web1.key_ids, web1.unseal(token)) == (keys, b"state")
