@@ -41,6 +41,10 @@ _CODES = ("MISCONF", "BUSY", "LOADING", "CLUSTERDOWN", "CROSSSLOT", "MOVED")
 _PRELUDE = """local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function n(x) return string.format('%.0f', x) end
+local function sweep(hash, expiry)  -- drop the fields of `hash` whose time in the sorted set `expiry` has come
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', expiry, '-inf', n(now))) do redis.call('HDEL', hash, gone) end
+  redis.call('ZREMRANGEBYSCORE', expiry, '-inf', n(now))
+end
 local function policy() return string.match(redis.call('INFO', 'memory'), 'maxmemory_policy:(%S+)') or '' end
 local function record(life, skew)
   local m = redis.call('HMGET', KEYS[1], 'epoch', 'fp', 'life', 'skew', 'seen')
@@ -86,8 +90,7 @@ return redis.call('SET', KEYS[1], ARGV[1] .. ARGV[2], 'KEEPTTL') and 1 or 0""",
     # KEYS meta, revocations, their expiry. ARGV fingerprint, scope, skew.
     "revoke": """local m = redis.call('HMGET', KEYS[1], 'fp', 'life', 'skew')
 if m[1] ~= ARGV[1] then return {m[1] and 'foreign' or 'unused'} end
-for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', n(now))) do redis.call('HDEL', KEYS[2], gone) end
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', n(now))
+sweep(KEYS[2], KEYS[3])
 local skew = math.max(tonumber(ARGV[3]), tonumber(m[3]) or 0)
 local at, stop = now + skew, now + 2 * skew + (tonumber(m[2]) or 0)
 local a, s = string.match(redis.call('HGET', KEYS[2], ARGV[2]) or '', '^(%d+):(%d+)$')
@@ -106,6 +109,30 @@ local all, bad = redis.call('HGETALL', KEYS[2]), {}
 for i = 1, #all, 2 do if not string.match(all[i + 1], '^%d+:%d+$') then table.insert(bad, all[i]) end end
 local owner = m[1] == ARGV[1] and 'ok' or (m[1] and 'foreign' or 'unused')
 return {owner, #all / 2, bad, now, m[2] or '0', m[3] or '0', policy()}""",
+    # The fleet registry (statecodec.fleet). KEYS entries (instance -> "loaded_ms ring doc"), their expiry, and until
+    # when each key id may have sealed.
+    # ARGV instance name, ring (key ids, primary first), doc, lifetime, then (key id, ms since it stopped sealing)...
+    "announce": """sweep(KEYS[1], KEYS[2])
+local expires = now + tonumber(ARGV[4])
+local loaded, ring = string.match(redis.call('HGET', KEYS[1], ARGV[1]) or '', '^(%d+) (%S+) ')
+if ring ~= ARGV[2] then loaded = n(now) end
+redis.call('HSET', KEYS[1], ARGV[1], loaded .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
+redis.call('ZADD', KEYS[2], n(expires), ARGV[1])
+local sealed = {string.match(ARGV[2], '^[^,]+'), expires}
+for i = 5, #ARGV, 2 do table.insert(sealed, ARGV[i]); table.insert(sealed, now - tonumber(ARGV[i + 1])) end
+for i = 1, #sealed, 2 do
+  if sealed[i + 1] > (tonumber(redis.call('HGET', KEYS[3], sealed[i])) or 0) then
+    redis.call('HSET', KEYS[3], sealed[i], n(sealed[i + 1]))
+  end
+end
+return now""",
+    "fleet": """sweep(KEYS[1], KEYS[2])
+local expiry = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', 'WITHSCORES')
+return {now, redis.call('HGETALL', KEYS[1]), expiry, redis.call('HGETALL', KEYS[3])}""",
+    "leave": """sweep(KEYS[1], KEYS[2])
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return now""",
 }
 _SOURCES = {name: _PRELUDE + body for name, body in _SCRIPTS.items()}
 _SHA = {name: hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest() for name, source in _SOURCES.items()}
@@ -253,7 +280,7 @@ class RedisStore(HoldsSecrets):
     def __repr__(self) -> str:
         return f"RedisStore({self.where!r}, namespace={self.namespace!r})"
 
-    # The fleet registry (statecodec.fleet): its scripts are `_FLEET_SCRIPTS`.
+    # The fleet registry (statecodec.fleet).
     @property
     def _fleet_keys(self) -> list[str]:
         return [f"{{{self.namespace}}}:{name}" for name in ("fleet", "fleet-expiry", "fleet-minted")]
@@ -274,32 +301,3 @@ class RedisStore(HoldsSecrets):
     async def leave(self, name: str) -> None:
         await self._run("leave", self._fleet_keys, name)
 
-
-# KEYS entries (instance -> "loaded_ms ring doc"), their expiry, and until when each key id may have sealed.
-_FLEET_SWEEP = """for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', n(now))) do
-  redis.call('HDEL', KEYS[1], gone)
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', n(now))
-"""
-_FLEET_SCRIPTS = {
-    # ARGV instance name, ring (key ids, primary first), doc, lifetime, then (key id, ms since it stopped sealing)...
-    "announce": """local expires = now + tonumber(ARGV[4])
-local loaded, ring = string.match(redis.call('HGET', KEYS[1], ARGV[1]) or '', '^(%d+) (%S+) ')
-if ring ~= ARGV[2] then loaded = n(now) end
-redis.call('HSET', KEYS[1], ARGV[1], loaded .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
-redis.call('ZADD', KEYS[2], n(expires), ARGV[1])
-local sealed = {string.match(ARGV[2], '^[^,]+'), expires}
-for i = 5, #ARGV, 2 do table.insert(sealed, ARGV[i]); table.insert(sealed, now - tonumber(ARGV[i + 1])) end
-for i = 1, #sealed, 2 do
-  if sealed[i + 1] > (tonumber(redis.call('HGET', KEYS[3], sealed[i])) or 0) then
-    redis.call('HSET', KEYS[3], sealed[i], n(sealed[i + 1]))
-  end
-end
-return now""",
-    "fleet": """local expiry = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', 'WITHSCORES')
-return {now, redis.call('HGETALL', KEYS[1]), expiry, redis.call('HGETALL', KEYS[3])}""",
-    "leave": "redis.call('HDEL', KEYS[1], ARGV[1])\nredis.call('ZREM', KEYS[2], ARGV[1])\nreturn now",
-}
-for _name, _body in _FLEET_SCRIPTS.items():
-    _SOURCES[_name] = _PRELUDE + _FLEET_SWEEP + _body
-    _SHA[_name] = hashlib.sha1(_SOURCES[_name].encode(), usedforsecurity=False).hexdigest()

@@ -93,6 +93,7 @@ class MemoryStore:
         self._live: dict[bytes, tuple[int, int]] = {}  # b"c" + claim key or b"r" + scope -> (revoked at, until)
         self._expiry: list[tuple[int, bytes]] = []  # heap of (until, key)
         self._retries: dict[bytes, bytes] = {}  # a claim key -> its retry digest, then the sealed result beside it
+        self._fleet: tuple[dict[str, tuple[int, str]], dict[str, int]] = ({}, {})  # statecodec.fleet's registry
         self._lock = threading.Lock()  # a codec's loop thread and a server's loop may share one store
 
     def _now(self, fingerprint: bytes, lifetime_ms: int = 0, skew_ms: int = 0) -> Hello:
@@ -179,7 +180,7 @@ class MemoryStore:
     # The fleet registry (statecodec.fleet), by this store's clock: instance -> "loaded_ms ring doc" until it expires.
     def _members(self) -> tuple[int, dict[str, tuple[int, str]], dict[str, int]]:
         now = int(self._clock() * 1000)
-        entries, minted = vars(self).setdefault("_fleet", ({}, {}))
+        entries, minted = self._fleet
         for name in [name for name, (until, _) in entries.items() if until <= now]:
             del entries[name]
         return now, entries, minted
