@@ -167,3 +167,29 @@ def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start
         with pytest.raises(ConfigurationError, match=name):
             retry_safe_settings({name: value})
 
+
+
+class Gone(MemoryStore):
+    async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
+        return False  # the claim went meanwhile: a flush, a restart, its token's expiry
+
+
+def test_an_answer_not_kept_is_logged_and_the_in_process_store_keeps_answers_within_its_byte_budget(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    RUNS.clear()
+    small, gone = lowlevel(retry_safe(MemoryStore(max_kept_bytes=300))), lowlevel(retry_safe(Gone()))
+
+    async def body() -> list[Any]:
+        async with Client(small) as client, Client(gone) as lossy:
+            first, second, lost = await mint(client), await mint(client), await mint(lossy)
+            out = [await go(client, first), await go(client, second), await go(client, first), await go(client, second)]
+            return [*out, await go(lossy, lost), await go(lossy, lost)]
+
+    busy = ErrorData(code=-32602, message="requestState in progress: retry shortly", data={"reason": "in_progress"})
+    paid = [f"paid in eu, run {run}" for run in (1, 2, 3)]
+    assert anyio.run(body) == [paid[0], paid[1], paid[0], busy, paid[2], busy]  # the second over the budget
+    assert "would pass its max_kept_bytes (300)" in caplog.text
+    assert "the claim is gone" in caplog.text
+    with pytest.raises(ConfigurationError, match="max_kept_bytes"):
+        MemoryStore(max_kept_bytes=0)
