@@ -14,6 +14,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,8 @@ MODE_VAR, RESULT_MAX_VAR = "STATECODEC_RETRY_SAFE", "STATECODEC_RETRY_RESULT_MAX
 DEFAULT_RESULT_MAX, _HIGHEST = 65_536, 1 << 24
 _PARAMS = ("name", "uri", "arguments", "inputResponses")  # what a retry asks, by allowlist: never `_meta`
 _AAD, _NONCE = b"statecodec/su2/result\x00", 12
+# Where a kept answer notes that it answered (statecodec.otel sets a list): the step did not run for that presentation.
+answered_again: ContextVar[list[str] | None] = ContextVar("statecodec_answered_again", default=None)
 
 
 def retry_safe_settings(settings: Mapping[str, str]) -> dict[str, Any]:
@@ -136,10 +139,12 @@ class RetrySafe(HoldsSecrets):
         except InvalidToken as exc:
             logger.error("a kept answer on %s did not open: altered or moved in the store", method)
             raise refusal(method, exc.reason) from None
+        if "result" not in answer and "error" not in answer:  # over the cap when it ran: at most once, as without it
+            raise refusal(method, Reason.REPLAYED)
+        if (noted := answered_again.get()) is not None:
+            noted.append(method)
         if "error" in answer:
             raise MCPError.from_error_data(ErrorData.model_validate(answer["error"]))
-        if "result" not in answer:  # over the cap when it ran: at most once, as without the mode
-            raise refusal(method, Reason.REPLAYED)
         result: dict[str, Any] = answer["result"]
         return result
 
