@@ -159,6 +159,11 @@ def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start
     expected = hmac.new(derive_key(bytes(range(32)), b"statecodec/su2/retry"), canonical, "sha256").digest()[:16]
     assert RetrySafe(guard).digest("tools/call", params, "su2.x", (None, "https://idp", "alice")) == expected
     assert expected.hex() == "e23d83482ac5531696c5367dc2f65dad"  # docs/formats.md, "The retry digest"
+    digest = RetrySafe(guard).digest  # documented: equal numbers are one retry, text is not normalised, no `_meta`
+    one = digest("m", {"arguments": {"n": 1}}, "s", None)
+    assert one == digest("m", {"arguments": {"n": 1.0}, "_meta": {"progressToken": 8}}, "s", None)
+    assert one != digest("m", {"arguments": {"n": 1.5}}, "s", None)
+    assert digest("m", {"name": "\u00e9"}, "s", None) != digest("m", {"name": "e\u0301"}, "s", None)
     env = {"STATECODEC_STORE_URL": "memory", "STATECODEC_STORE_KEY": format_keys([STORE_KEY])}
     assert single_use_from_env(env).retry_safe is None
     assert single_use_from_env(env | {"STATECODEC_RETRY_SAFE": "on"}).retry_safe is not None
