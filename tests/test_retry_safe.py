@@ -171,6 +171,7 @@ def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start
     one = digest("m", {"arguments": {"n": 1}}, "s", None)
     assert one == digest("m", {"arguments": {"n": 1.0}, "_meta": {"progressToken": 8}}, "s", None)
     assert one != digest("m", {"arguments": {"n": 1.5}}, "s", None)
+    assert one != digest("m", {"arguments": {"n": 1}, "task": {}}, "s", None)  # any param a handler may read
     assert digest("m", {"name": "\u00e9"}, "s", None) != digest("m", {"name": "e\u0301"}, "s", None)
     env = {"STATECODEC_STORE_URL": "memory", "STATECODEC_STORE_KEY": format_keys([STORE_KEY])}
     assert single_use_from_env(env).retry_safe is None

@@ -36,7 +36,7 @@ __all__ = ["RetrySafe", "retry_safe_settings"]
 logger = logging.getLogger("statecodec.retry_safe")
 MODE_VAR, RESULT_MAX_VAR = "STATECODEC_RETRY_SAFE", "STATECODEC_RETRY_RESULT_MAX"
 DEFAULT_RESULT_MAX, _HIGHEST = 65_536, 1 << 24
-_PARAMS = ("name", "uri", "arguments", "inputResponses")  # what a retry asks, by allowlist: never `_meta`
+_UNASKED = ("_meta", "requestState")  # a new progress token or trace each retry; the state, digested apart
 _AAD, _NONCE = b"statecodec/su2/result\x00", 12
 # Where a kept answer notes that it answered (statecodec.otel sets a list): the step did not run for that presentation.
 answered_again: ContextVar[list[str] | None] = ContextVar("statecodec_answered_again", default=None)
@@ -69,7 +69,7 @@ class RetrySafe(HoldsSecrets):
         """The retry's 16-byte digest: HMAC-SHA256 over its RFC 8785 canonical JSON; `malformed` when it has none."""
         import rfc8785
 
-        asked = {name: params[name] for name in _PARAMS if name in params}
+        asked = {name: value for name, value in params.items() if name not in _UNASKED}  # all a handler may read
         who = list(principal or (None, None, None))
         retry: dict[str, Any] = {"method": method, "params": asked, "principal": who, "state": state}
         try:
