@@ -151,6 +151,7 @@ class MemoryStore:
     async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
         """Keep `result` beside the claim `retry` made, until the token expires; False when it is not that claim's."""
         with self._lock:
+            self._now(b"")  # drops what expired: a claim past its token's expiry keeps nothing, as in Redis
             if self._retries.get(b"c" + key) != retry:
                 return False
             if self._kept + len(result) > self._max_kept:
