@@ -27,6 +27,7 @@ from statecodec.otel import REQUEST_STATE, instrument
 from statecodec.single_use import SingleUse
 from statecodec.store import MemoryStore
 from tests.mcp_flows import build_server, mint, present, round_one
+from tests.test_retry_safe import Gone
 
 OBSERVABILITY = Path(__file__).resolve().parents[1] / "docs" / "observability.md"
 TTL, KEY = 600.0, generate_key()
@@ -97,3 +98,23 @@ def test_the_alerts_fire_and_refusals_are_never_counted_as_accepted(
     for name, (promql, fires) in ALERTS.items():
         assert re.search(rf"`{name}`.*{re.escape(promql)}", documented), f"{name} is not documented as tested"
         assert fires(seen), name
+
+
+def test_a_retry_answered_with_its_kept_answer_is_counted_as_such_and_in_progress_as_a_refusal() -> None:
+    reader, security = InMemoryMetricReader(), RequestStateSecurity(codec=AESGCMCodec([generate_key()]), ttl=TTL)
+    meter = MeterProvider(metric_readers=[reader]).get_meter("test")
+    servers = []
+    for store in (MemoryStore(), Gone()):  # Gone keeps no answer: the same retry is in progress until it expires
+        middleware = SingleUseMiddleware(SingleUse(store, key=KEY, ttl=TTL), retry_safe=True)
+        servers.append(server := build_server(security, middleware=[middleware], lifespan=middleware.lifespan))
+        instrument(server, meter)
+
+    async def body() -> None:
+        for server in servers:
+            async with Client(server) as client:
+                token = await mint(client)
+                for _ in range(2):
+                    await present(client, token)
+
+    anyio.run(body)
+    assert counts(reader) == Counter({("accepted", ""): 2, ("answered_again", ""): 1, ("refused", "in_progress"): 1})

@@ -2,7 +2,8 @@
 
 Each test is an attack or a failure: other input responses under the same token, another presenter of a stolen
 token, a kept answer moved to another claim, an instance with the mode off, an answer over the cap, a retry while the
-first still runs, a handler that raises, a store that fails while keeping the answer. Fleet: tests/integration."""
+first still runs or after it was cancelled, a handler that raises, a store that fails or forgets while keeping the
+answer, answers over the in-process store's byte budget. Fleet: tests/integration."""
 
 from __future__ import annotations
 
@@ -104,25 +105,32 @@ class Forgetful(MemoryStore):
         raise StoreUnreachable("the store at memory did not answer")
 
 
-def test_a_retry_while_the_first_runs_or_after_its_answer_was_lost_is_in_progress_never_a_second_run() -> None:
+def test_a_retry_while_the_first_runs_or_once_it_was_cancelled_or_lost_its_answer_is_in_progress_not_a_rerun() -> None:
     RUNS.clear()
     GATE.__init__()  # type: ignore[misc]
     server, forgetful = lowlevel(retry_safe()), lowlevel(retry_safe(Forgetful()))
 
     async def body() -> list[Any]:
         async with Client(server) as client, Client(forgetful) as lossy:
-            token, lost = await mint(client), await mint(lossy)
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(go, client, token, "slow")
-                while not RUNS:
-                    await anyio.sleep(0.01)
-                meanwhile = await go(client, token, "slow")
-                GATE.set()
-            return [meanwhile, await go(client, token, "slow"), await go(lossy, lost), await go(lossy, lost)]
+            cancelled, token, lost = await mint(client), await mint(client), await mint(lossy)
+            out = []
+            for runs, presented in enumerate((cancelled, token), 1):
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(go, client, presented, "slow")
+                    while len(RUNS) < runs:
+                        await anyio.sleep(0.01)
+                    out.append(await go(client, presented, "slow"))
+                    if presented is cancelled:  # the client gave up: the SDK cancels the handler mid-step
+                        tasks.cancel_scope.cancel()
+                    else:
+                        GATE.set()
+            out += [await go(client, token, "slow"), await go(client, cancelled, "slow")]
+            return [*out, await go(lossy, lost), await go(lossy, lost)]
 
     busy = ErrorData(code=-32602, message="requestState in progress: retry shortly", data={"reason": "in_progress"})
-    assert anyio.run(body) == [busy, "paid in slow, run 1", "paid in eu, run 2", busy]  # the first answer, kept
-    assert RUNS == ["slow", "eu"]
+    paid, lost = "paid in slow, run 2", "paid in eu, run 3"  # the first answer, kept; a cancelled run keeps none
+    assert anyio.run(body) == [busy, busy, paid, busy, lost, busy]
+    assert RUNS == ["slow", "slow", "eu"]
 
 
 def test_on_mcpserver_over_http_another_presenter_is_another_retry_and_reads_nothing(
@@ -159,6 +167,12 @@ def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start
     expected = hmac.new(derive_key(bytes(range(32)), b"statecodec/su2/retry"), canonical, "sha256").digest()[:16]
     assert RetrySafe(guard).digest("tools/call", params, "su2.x", (None, "https://idp", "alice")) == expected
     assert expected.hex() == "e23d83482ac5531696c5367dc2f65dad"  # docs/formats.md, "The retry digest"
+    digest = RetrySafe(guard).digest  # documented: equal numbers are one retry, text is not normalised, no `_meta`
+    one = digest("m", {"arguments": {"n": 1}}, "s", None)
+    assert one == digest("m", {"arguments": {"n": 1.0}, "_meta": {"progressToken": 8}}, "s", None)
+    assert one != digest("m", {"arguments": {"n": 1.5}}, "s", None)
+    assert one != digest("m", {"arguments": {"n": 1}, "task": {}}, "s", None)  # any param a handler may read
+    assert digest("m", {"name": "\u00e9"}, "s", None) != digest("m", {"name": "e\u0301"}, "s", None)
     env = {"STATECODEC_STORE_URL": "memory", "STATECODEC_STORE_KEY": format_keys([STORE_KEY])}
     assert single_use_from_env(env).retry_safe is None
     assert single_use_from_env(env | {"STATECODEC_RETRY_SAFE": "on"}).retry_safe is not None
@@ -167,3 +181,29 @@ def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start
         with pytest.raises(ConfigurationError, match=name):
             retry_safe_settings({name: value})
 
+
+
+class Gone(MemoryStore):
+    async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
+        return False  # the claim went meanwhile: a flush, a restart, its token's expiry
+
+
+def test_an_answer_not_kept_is_logged_and_the_in_process_store_keeps_answers_within_its_byte_budget(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    RUNS.clear()
+    small, gone = lowlevel(retry_safe(MemoryStore(max_kept_bytes=300))), lowlevel(retry_safe(Gone()))
+
+    async def body() -> list[Any]:
+        async with Client(small) as client, Client(gone) as lossy:
+            first, second, lost = await mint(client), await mint(client), await mint(lossy)
+            out = [await go(client, first), await go(client, second), await go(client, first), await go(client, second)]
+            return [*out, await go(lossy, lost), await go(lossy, lost)]
+
+    busy = ErrorData(code=-32602, message="requestState in progress: retry shortly", data={"reason": "in_progress"})
+    paid = [f"paid in eu, run {run}" for run in (1, 2, 3)]
+    assert anyio.run(body) == [paid[0], paid[1], paid[0], busy, paid[2], busy]  # the second over the budget
+    assert "would pass its max_kept_bytes (300)" in caplog.text
+    assert "the claim is gone" in caplog.text
+    with pytest.raises(ConfigurationError, match="max_kept_bytes"):
+        MemoryStore(max_kept_bytes=0)

@@ -164,14 +164,16 @@ async def test_an_instance_beyond_the_clock_skew_neither_starts_nor_mints_nor_ac
 @pytest.mark.parametrize("event", ["flush", "clock excursion"])
 async def test_a_flush_forgets_every_earlier_token_and_the_next_ones_are_accepted(backend: Backend, event: str) -> None:
     ahead = await started(backend.guard(offset=SKEW / 2))  # point 5: clocks apart do not open a window
-    used, unused = ahead.stamp(b"1"), ahead.stamp(b"2")
-    assert await ahead.consume(used) == b"1"
+    used, unused, retry = ahead.stamp(b"1"), ahead.stamp(b"2"), b"\x01" * 16
+    state, key, _ = await ahead.claim(used, retry)  # consume's claim, with a retry digest (the retry-safe mode)
+    assert state == b"1"
     if event == "flush":
         backend.flush()
     else:  # the store's clock ran ahead (its claims expired early), then came back
         await backend.clock_excursion(600)
     assert await reason(ahead, used) == "store_unavailable"
     assert await reason(ahead, unused) == "store_unavailable"  # cannot be proven unused either
+    assert not await ahead.store.keep(key=key, retry=retry, result=b"late")  # its claim is gone: nothing kept
     fresh = ahead.stamp(b"3")  # minted under the epoch the store answered with
     assert await ahead.consume(fresh) == b"3"
 
@@ -239,7 +241,9 @@ async def test_a_retry_safe_claim_keeps_one_result_for_the_same_retry_and_a_mixe
     assert await plain.consume(spent) == b"y"  # claimed with the mode off: no retry of it is the same
     with pytest.raises(InvalidToken, match="replayed"):
         await guard.claim(spent, same)
+    late_key = (await guard.claim(guard.stamp(b"z"), same))[1]
     await backend.advance(0.35)  # the result lives as long as its token
+    assert not await guard.store.keep(key=late_key, retry=same, result=b"late")  # its token expired meanwhile
     with pytest.raises(InvalidToken, match="expired"):
         await guard.claim(stamped, same)
 

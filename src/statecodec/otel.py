@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from statecodec import __version__
 from statecodec.errors import Reason, missing_extra
 from statecodec.mcp import REFUSED, REJECTED
+from statecodec.retry_safe import answered_again
 
 try:
     from opentelemetry import metrics
@@ -48,7 +49,8 @@ logging.getLogger("statecodec.mcp").addFilter(_note_reason)
 
 class RequestStateMetrics:
     """SDK server middleware, first in the chain: one count per presented ``requestState``, refused (with the reason
-    the SDK boundary or single use logged, ``unknown`` if that log is silenced), an error, else accepted."""
+    the SDK boundary or single use logged, ``unknown`` if that log is silenced), an error, answered again (the
+    retry-safe mode's kept answer: the step did not run), else accepted."""
 
     def __init__(self, meter: metrics.Meter | None = None) -> None:
         from mcp_types.methods import INPUT_REQUIRED_METHODS
@@ -60,16 +62,18 @@ class RequestStateMetrics:
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method not in self._methods or (ctx.params or {}).get("requestState") is None:
             return await call_next(ctx)
-        seen: list[str] = []
-        reset = _refusal.set(seen)
+        seen, again = list[str](), list[str]()
+        reset, reset_again = _refusal.set(seen), answered_again.set(again)
         try:
             result = await call_next(ctx)
-        except Exception as exc:  # refused (the frozen answer), else an error: never counted as accepted
-            self._count(ctx.method, "refused" if seen or getattr(exc, "data", None) == REFUSED else "error", seen)
+        except Exception as exc:  # refused (the frozen answer), a kept error, else an error: never accepted
+            refused = seen or getattr(exc, "data", None) == REFUSED
+            self._count(ctx.method, "refused" if refused else "answered_again" if again else "error", seen)
             raise
         finally:
             _refusal.reset(reset)
-        self._count(ctx.method, "refused" if seen else "accepted", seen)
+            answered_again.reset(reset_again)
+        self._count(ctx.method, "refused" if seen else "answered_again" if again else "accepted", seen)
         return result
 
     def _count(self, method: str, outcome: str, seen: list[str]) -> None:

@@ -10,20 +10,19 @@ without the handler running; another retry under the token is `replayed`; one wh
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import os
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from statecodec._settings import setting
 from statecodec._types import HoldsSecrets
-from statecodec.errors import ConfigurationError, InvalidToken, Reason
+from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError
 from statecodec.single_use import Principal, SingleUse
 from statecodec.store import Claim
 
@@ -37,8 +36,10 @@ __all__ = ["RetrySafe", "retry_safe_settings"]
 logger = logging.getLogger("statecodec.retry_safe")
 MODE_VAR, RESULT_MAX_VAR = "STATECODEC_RETRY_SAFE", "STATECODEC_RETRY_RESULT_MAX"
 DEFAULT_RESULT_MAX, _HIGHEST = 65_536, 1 << 24
-_PARAMS = ("name", "uri", "arguments", "inputResponses")  # what a retry asks, by allowlist: never `_meta`
+_UNASKED = ("_meta", "requestState")  # a new progress token or trace each retry; the state, digested apart
 _AAD, _NONCE = b"statecodec/su2/result\x00", 12
+# Where a kept answer notes that it answered (statecodec.otel sets a list): the step did not run for that presentation.
+answered_again: ContextVar[list[str] | None] = ContextVar("statecodec_answered_again", default=None)
 
 
 def retry_safe_settings(settings: Mapping[str, str]) -> dict[str, Any]:
@@ -57,26 +58,25 @@ def retry_safe_settings(settings: Mapping[str, str]) -> dict[str, Any]:
 class RetrySafe(HoldsSecrets):
     """The mode's step inside `SingleUseMiddleware` (module docstring): digest, claim, run once, keep, replay."""
 
-    __slots__ = ("_aead", "_digest_key", "max_result")
+    __slots__ = ("_aead", "_guard", "max_result")
 
     def __init__(self, guard: SingleUse, *, max_result: int = DEFAULT_RESULT_MAX) -> None:
         if isinstance(max_result, bool) or not isinstance(max_result, int) or not 0 < max_result <= _HIGHEST:
             raise ConfigurationError(f"max_result ({RESULT_MAX_VAR}) must be an int from 1 to {_HIGHEST} bytes")
-        self.max_result, self._digest_key = max_result, guard._keys["retry"]
-        self._aead = AESGCM(guard._keys["result"])
+        self.max_result, self._guard, self._aead = max_result, guard, guard.result_cipher()
 
     def digest(self, method: str, params: Mapping[str, Any], state: str, principal: Principal | None) -> bytes:
         """The retry's 16-byte digest: HMAC-SHA256 over its RFC 8785 canonical JSON; `malformed` when it has none."""
         import rfc8785
 
-        asked = {name: params[name] for name in _PARAMS if name in params}
+        asked = {name: value for name, value in params.items() if name not in _UNASKED}  # all a handler may read
         who = list(principal or (None, None, None))
         retry: dict[str, Any] = {"method": method, "params": asked, "principal": who, "state": state}
         try:
             canonical = rfc8785.dumps(retry)
         except (ValueError, TypeError):  # an integer beyond 2**53, a lone surrogate: no canonical form
             raise InvalidToken(Reason.MALFORMED) from None
-        return hmac.new(self._digest_key, canonical, "sha256").digest()[:16]
+        return self._guard.retry_digest(canonical)
 
     def seal(self, key: bytes, retry: bytes, data: bytes) -> bytes:
         """An answer's JSON encrypted and authenticated for this claim and retry alone: nonce, ciphertext and tag."""
@@ -139,10 +139,12 @@ class RetrySafe(HoldsSecrets):
         except InvalidToken as exc:
             logger.error("a kept answer on %s did not open: altered or moved in the store", method)
             raise refusal(method, exc.reason) from None
+        if "result" not in answer and "error" not in answer:  # over the cap when it ran: at most once, as without it
+            raise refusal(method, Reason.REPLAYED)
+        if (noted := answered_again.get()) is not None:
+            noted.append(method)
         if "error" in answer:
             raise MCPError.from_error_data(ErrorData.model_validate(answer["error"]))
-        if "result" not in answer:  # over the cap when it ran: at most once, as without the mode
-            raise refusal(method, Reason.REPLAYED)
         result: dict[str, Any] = answer["result"]
         return result
 
@@ -158,10 +160,13 @@ class RetrySafe(HoldsSecrets):
         sealed = self.seal(key, retry, data)
         try:
             with anyio.CancelScope(shield=True):  # a client gone meanwhile: its retry needs it (under the deadline)
-                await middleware.bounded(middleware.guard.store.keep(key=key, retry=retry, result=sealed))
+                kept = await middleware.bounded(middleware.guard.store.keep(key=key, retry=retry, result=sealed))
+            why = None if kept else "the claim is gone: the store was flushed or restarted, or the token expired"
         except Exception as exc:  # the answer still goes to the client; only its retry cannot get it
-            logger.error("an answer could not be kept at %s (%s): its retry is refused as in progress until the "
-                         "token expires", middleware.guard.where, type(exc).__name__)
+            why = str(exc) if isinstance(exc, StoreError) else type(exc).__name__  # a StoreError names no secret
+        if why:
+            logger.error("an answer was not kept at %s (%s): its retry is refused as in progress until the token "
+                         "expires", middleware.guard.where, why)
 
 
 def _dumped(result: HandlerResult) -> dict[str, Any]:

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec._settings import named_errors, seconds, seconds_setting, setting, text_or_file
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec
@@ -105,6 +107,14 @@ class SingleUse(HoldsSecrets):
             raise ConfigurationError(f"{STORE_KEY_VAR} holds {len(ring)} keys; the store key is one key")
         mode: Any = setting(settings, "STATECODEC_STORE_ON_ERROR", required=False) or "refuse"  # __init__ checks it
         return cls(store or store_from_settings(settings), key=ring, ttl=ttl_setting(settings), on_store_error=mode)
+
+    def retry_digest(self, canonical: bytes) -> bytes:
+        """statecodec.retry_safe's 16-byte MAC of a retry's canonical bytes, under a key derived for it alone."""
+        return _mac(self._keys["retry"], canonical)
+
+    def result_cipher(self) -> AESGCM:
+        """statecodec.retry_safe's AES-256-GCM for kept answers, under a key derived for it alone (never shown)."""
+        return AESGCM(self._keys["result"])
 
     @property
     def started(self) -> bool:

@@ -79,15 +79,18 @@ class Store(Protocol):
 
 class MemoryStore:
     """`Store` for one process, on its own clock: at most `max_entries` live claims and revocations together, each
-    dropped when it expires. Full is an answered error (`StoreError`): it refuses in every mode."""
+    dropped when it expires, and at most `max_kept_bytes` of kept answers (retry-safe mode), which a client can make
+    large. Full is an answered error (`StoreError`): it refuses in every mode."""
 
     where = "memory"
 
-    def __init__(self, *, max_entries: int = 1_000_000, namespace: str = "statecodec",
+    def __init__(self, *, max_entries: int = 1_000_000, max_kept_bytes: int = 64 << 20, namespace: str = "statecodec",
                  clock: Callable[[], float] = time.time) -> None:
-        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
-            raise ConfigurationError("max_entries must be a positive int")
+        for name, limit in (("max_entries", max_entries), ("max_kept_bytes", max_kept_bytes)):
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise ConfigurationError(f"{name} must be a positive int")
         self.namespace, self._max, self._clock = namespace, max_entries, clock
+        self._max_kept, self._kept = max_kept_bytes, 0  # bytes of retry digests and kept answers: the limit, held
         self._meta: tuple[bytes, bytes] | None = None  # (epoch, fingerprint), once the memory began
         self._lifetime = self._skew = self._seen = 0  # the longest lifetime, largest skew, latest time it saw
         self._live: dict[bytes, tuple[int, int]] = {}  # b"c" + claim key or b"r" + scope -> (revoked at, until)
@@ -103,7 +106,7 @@ class MemoryStore:
             until, key = heapq.heappop(self._expiry)
             if self._live.get(key, (0, 0))[1] == until:
                 del self._live[key]
-                self._retries.pop(key, None)
+                self._kept -= len(self._retries.pop(key, b""))
         owner = "unused" if self._meta is None else "ok" if self._meta[1] == fingerprint else "foreign"
         if owner == "ok" and now + max(skew_ms, self._skew) < self._seen:  # the clock went back:
             self._meta, self._seen = (secrets.token_bytes(8), fingerprint), now  # what it dropped may live: forget
@@ -142,14 +145,20 @@ class MemoryStore:
             self._keep(b"c" + key, 0, expires_ms)
             if retry:
                 self._retries[b"c" + key] = retry
+                self._kept += len(retry)
             return Verdict(Claim.FIRST, current, now)
 
     async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
         """Keep `result` beside the claim `retry` made, until the token expires; False when it is not that claim's."""
         with self._lock:
+            self._now(b"")  # drops what expired: a claim past its token's expiry keeps nothing, as in Redis
             if self._retries.get(b"c" + key) != retry:
                 return False
+            if self._kept + len(result) > self._max_kept:
+                raise StoreError(f"the in-process store holds {self._kept} bytes of kept answers; {len(result)} more "
+                                 f"would pass its max_kept_bytes ({self._max_kept})")
             self._retries[b"c" + key] = retry + result
+            self._kept += len(result)
             return True
 
     async def revoke(self, scope: bytes, *, fingerprint: bytes, skew_ms: int) -> int:

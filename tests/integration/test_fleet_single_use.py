@@ -1,9 +1,11 @@
-"""Single use and revocation across a fleet: four server processes over HTTP sharing one real redis-server.
+"""Single use and revocation across a fleet: four server processes over HTTP sharing one real redis-server, in the
+default mode (at most once), and four more with the retry-safe mode on (the same retry answered again, run once).
 
 Threats, against real processes of `examples/fleet_server.py` (the demonstration bearer naming subject and issuer)
 over raw HTTP: one continuation presented to all instances at once; a stolen token presented by another user; an
 offboarded user's flows retried on another instance the moment the revocation returns; a revocation that reaches
-too far (other users, the same subject at another issuer). Refusals are the SDK's -32602; reasons in the logs only.
+too far (other users, the same subject at another issuer); an answer lost in transit; one retry presented to all
+retry-safe instances at once. Refusals are the SDK's -32602; reasons in the logs only.
 """
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ class Fleet:
 
 
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    """Four instances, one key ring, single use over this module's own redis-server, the demonstration bearer."""
+def fleets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Fleet, Fleet]]:
+    """Four instances in the default mode and four retry-safe, all started at once: one key ring, single use over
+    this module's own redis-server, the demonstration bearer."""
     with RedisServer() as redis:
         store_env = {
             "STATECODEC_STORE_URL": redis.url,
@@ -74,9 +77,23 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         }
         logs = tmp_path_factory.mktemp("fleet-single-use-logs")
         settings = {"FLEET_MODE": "shared", "STATECODEC_CODEC": "aesgcm", "FLEET_DEMO_AUTH": "1", **store_env}
-        settings |= {"STATECODEC_KEYS": format_keys([generate_key()]), "STATECODEC_RETRY_SAFE": "on"}
-        with fleet(logs, [settings | {"FLEET_RUNS_FILE": str(logs / "runs")}] * FLEET_SIZE) as servers:
-            yield Fleet(servers, store_env, logs / "runs")
+        settings |= {"STATECODEC_KEYS": format_keys([generate_key()]), "FLEET_RUNS_FILE": str(logs / "runs")}
+        modes = [settings] * FLEET_SIZE + [settings | {"STATECODEC_RETRY_SAFE": "on"}] * FLEET_SIZE
+        with fleet(logs, modes) as servers:
+            default, retry_safe = servers[:FLEET_SIZE], servers[FLEET_SIZE:]
+            yield Fleet(default, store_env, logs / "runs"), Fleet(retry_safe, store_env, logs / "runs")
+
+
+@pytest.fixture(scope="module")
+def shared(fleets: tuple[Fleet, Fleet]) -> Fleet:
+    """The default mode: single use's own guarantee, at most once."""
+    return fleets[0]
+
+
+@pytest.fixture(scope="module")
+def safe(fleets: tuple[Fleet, Fleet]) -> Fleet:
+    """STATECODEC_RETRY_SAFE=on: the same retry answered again, the step run once."""
+    return fleets[1]
 
 
 def run(body: Callable[[httpx.AsyncClient], Awaitable[T]]) -> T:
@@ -109,14 +126,13 @@ def test_a_stolen_token_presented_by_another_user_consumes_nothing(shared: Fleet
 
 
 def test_one_token_presented_100_times_at_once_across_four_instances_is_accepted_exactly_once(shared: Fleet) -> None:
-    user = subject("alice")  # each presentation another retry (its region): the same retry is answered again
+    user = subject("alice")
     replayed_before = shared.rejections("replayed")
 
     async def body(client: httpx.AsyncClient) -> list[bool]:
         state = await round_one(client, shared.servers[0], subject=user)
         servers = [shared.servers[index % FLEET_SIZE] for index in range(CONCURRENT_PRESENTATIONS)]
-        retries = (retry(client, server, state, subject=user, region=f"r{i}") for i, server in enumerate(servers))
-        return list(await asyncio.gather(*retries))
+        return list(await asyncio.gather(*(retry(client, server, state, subject=user) for server in servers)))
 
     outcomes = run(body)
     assert (outcomes.count(True), outcomes.count(False)) == (1, CONCURRENT_PRESENTATIONS - 1)
@@ -149,6 +165,20 @@ def test_revoke_principal_then_at_once_its_retry_on_another_instance_is_refused_
     assert shared.rejections("revoked") - revoked_before == 3
 
 
+def test_one_retry_presented_100_times_at_once_across_four_retry_safe_instances_runs_the_step_once(safe: Fleet) -> None:
+    user, in_progress_before = subject("alice"), safe.rejections("in_progress")
+    name = f"burst-{user}"
+
+    async def body(client: httpx.AsyncClient) -> list[bool]:
+        state = await round_one(client, safe.servers[0], subject=user, name=name)
+        servers = [safe.servers[index % FLEET_SIZE] for index in range(CONCURRENT_PRESENTATIONS)]
+        return list(await asyncio.gather(*(retry(client, srv, state, subject=user, name=name) for srv in servers)))
+
+    outcomes = run(body)  # each answered with the one run's result, or else refused in_progress while it ran
+    assert safe.rejections("in_progress") - in_progress_before == outcomes.count(False) < CONCURRENT_PRESENTATIONS
+    assert safe.runs.read_text().splitlines().count(name) == 1
+
+
 @dataclass
 class Cut:
     """A proxy to one server that passes a request on, reads the whole answer, and closes the client's connection
@@ -169,9 +199,9 @@ class Cut:
         writer.close()
 
 
-def test_an_answer_lost_in_transit_is_answered_again_on_another_instance_and_the_step_ran_once(shared: Fleet) -> None:
+def test_an_answer_lost_in_transit_is_answered_again_on_another_instance_and_the_step_ran_once(safe: Fleet) -> None:
     flows, user, thief = int(os.environ.get("RETRY_SAFE_FLOWS", "50")), subject("alice"), subject("mallory")
-    region, store = {"region": {"action": "accept", "content": {"region": "eu-west-clear"}}}, shared.store_env
+    region, store = {"region": {"action": "accept", "content": {"region": "eu-west-clear"}}}, safe.store_env
 
     async def present(client: httpx.AsyncClient, served: Served, name: str, state: str) -> dict[str, Any]:
         return await call_tool(client, served, TOOL, {"name": name}, subject=user, request_state=state,
@@ -179,16 +209,16 @@ def test_an_answer_lost_in_transit_is_answered_again_on_another_instance_and_the
 
     async def flow(client: httpx.AsyncClient, index: int, cuts: list[Cut]) -> tuple[str, str, dict[str, Any]]:
         name, cut = f"flow-{user}-{index}", cuts[index % FLEET_SIZE]
-        state = await round_one(client, shared.servers[index % FLEET_SIZE], subject=user, name=name)
+        state = await round_one(client, safe.servers[index % FLEET_SIZE], subject=user, name=name)
         with pytest.raises(httpx.TransportError):  # the connection is cut before the client reads the answer
             await present(client, cut, name, state)
-        again = await present(client, shared.servers[(index + 1) % FLEET_SIZE], name, state)  # another instance
+        again = await present(client, safe.servers[(index + 1) % FLEET_SIZE], name, state)  # another instance
         lost = next(answer for body, answer in cut.lost.items() if name.encode() in body)
         assert json.loads(lost[lost.index(b"{") : lost.rindex(b"}") + 1])["result"] == again["result"], lost
         return name, state, again
 
     async def body(client: httpx.AsyncClient) -> list[tuple[str, str, dict[str, Any]]]:
-        cuts, listeners, limit = [Cut(server) for server in shared.servers], [], asyncio.Semaphore(8)
+        cuts, listeners, limit = [Cut(server) for server in safe.servers], [], asyncio.Semaphore(8)
         for cut in cuts:
             listeners.append(await asyncio.start_server(cut.pass_on, "127.0.0.1", 0))
             cut.url = f"http://127.0.0.1:{listeners[-1].sockets[0].getsockname()[1]}/mcp"
@@ -204,20 +234,20 @@ def test_an_answer_lost_in_transit_is_answered_again_on_another_instance_and_the
                 listener.close()
 
     outcomes = run(body)
-    runs = [line for line in shared.runs.read_text().splitlines() if line.startswith(f"flow-{user}-")]
+    runs = [line for line in safe.runs.read_text().splitlines() if line.startswith(f"flow-{user}-")]
     assert (len(outcomes), len(runs), len(set(runs))) == (flows, flows, flows)  # 0 double runs, 0 lost results
     name, state, again = outcomes[0]
 
     async def attacks(client: httpx.AsyncClient) -> tuple[bool, int, bool, dict[str, Any]]:
         scripts = _store_view(store["STATECODEC_STORE_URL"])[0]
-        stolen = await retry(client, shared.servers[2], state, subject=thief, name=name)  # refused by the binding:
+        stolen = await retry(client, safe.servers[2], state, subject=thief, name=name)  # refused by the binding:
         untouched = _store_view(store["STATECODEC_STORE_URL"])[0] - scripts  # it never reached the store
-        other = await retry(client, shared.servers[3], state, subject=user, name=name, region="us")
-        return stolen, untouched, other, await present(client, shared.servers[3], name, state)
+        other = await retry(client, safe.servers[3], state, subject=user, name=name, region="us")
+        return stolen, untouched, other, await present(client, safe.servers[3], name, state)
 
-    principal_before, replayed_before = shared.rejections("principal"), shared.rejections("replayed")
+    principal_before, replayed_before = safe.rejections("principal"), safe.rejections("replayed")
     assert run(attacks) == (False, 0, False, again)
-    refused = shared.rejections("principal") - principal_before, shared.rejections("replayed") - replayed_before
+    refused = safe.rejections("principal") - principal_before, safe.rejections("replayed") - replayed_before
     assert refused == (1, 1)
     scanned = _store_view(store["STATECODEC_STORE_URL"])[1]
     for clear in (user, thief, "flow-", "eu-west", "structuredContent", "pid-", "asked_by", "region", "demo"):
