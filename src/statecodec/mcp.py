@@ -94,7 +94,10 @@ class SingleUseMiddleware:
             raise _mcp_error()
         state = (ctx.params or {}).get("requestState")
         if isinstance(state, str) and self.retry_safe:
-            return await self.retry_safe.step(self, ctx, state, call_next)
+            try:
+                return await self.retry_safe.step(self, ctx, state, call_next)
+            except InvalidToken as exc:  # the mode's own refusals; a handler's exceptions reach the client as MCPErrors
+                raise refusal(ctx.method, exc.reason) from None
         if isinstance(state, str):  # the boundary refused any other type, and turned null into absent
             ctx = replace(ctx, params={**(ctx.params or {}), "requestState": (await self.claim(ctx.method, state))[0]})
         return await self.answer(ctx, call_next)

@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from cryptography.exceptions import InvalidTag
 
@@ -24,12 +24,12 @@ from statecodec._settings import setting
 from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError
 from statecodec.single_use import Principal, SingleUse
-from statecodec.store import Claim
+from statecodec.store import Claim, Verdict
 
 if TYPE_CHECKING:
-    from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+    from collections.abc import Awaitable
 
-    from statecodec.mcp import SingleUseMiddleware
+    from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 
 __all__ = ["RetrySafe", "retry_safe_settings"]
 
@@ -40,6 +40,18 @@ _UNASKED = ("_meta", "requestState")  # a new progress token or trace each retry
 _AAD, _NONCE = b"statecodec/su2/result\x00", 12
 # Where a kept answer notes that it answered (statecodec.otel sets a list): the step did not run for that presentation.
 answered_again: ContextVar[list[str] | None] = ContextVar("statecodec_answered_again", default=None)
+T = TypeVar("T")
+
+
+class Middleware(Protocol):
+    """What the step asks of `statecodec.mcp.SingleUseMiddleware`, which raises its refusal for the mode's
+    `InvalidToken`."""
+
+    guard: SingleUse
+
+    async def claim(self, method: str, state: str, retry: bytes = b"") -> tuple[str, bytes, Verdict | None]: ...
+    async def answer(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult: ...
+    async def bounded(self, call: Awaitable[T]) -> T: ...
 
 
 def retry_safe_settings(settings: Mapping[str, str]) -> dict[str, Any]:
@@ -92,19 +104,16 @@ class RetrySafe(HoldsSecrets):
             raise InvalidToken(Reason.SEAL) from None
         return answer
 
-    async def step(self, middleware: SingleUseMiddleware, ctx: ServerRequestContext[Any, Any], state: str,
+    async def step(self, middleware: Middleware, ctx: ServerRequestContext[Any, Any], state: str,
                    call_next: CallNext) -> HandlerResult:
-        """The handler's answer to this retry, run at most once per token: kept for the same retry, and replayed."""
+        """The handler's answer to this retry, run at most once per token: kept for the same retry, and replayed;
+        `InvalidToken` for the mode's refusals."""
         from mcp.server.auth.middleware.auth_context import get_access_token
         from mcp.server.auth.provider import principal_components
 
-        from statecodec.mcp import refusal
-
         token, params = get_access_token(), ctx.params or {}
-        try:  # the presenter's principal: with bind_principal=None, another presenter is another retry
-            retry = self.digest(ctx.method, params, state, principal_components(token) if token else None)
-        except InvalidToken as exc:
-            raise refusal(ctx.method, exc.reason) from None
+        # the presenter's principal: with bind_principal=None, another presenter is another retry
+        retry = self.digest(ctx.method, params, state, principal_components(token) if token else None)
         plain, key, verdict = await middleware.claim(ctx.method, state, retry)
         if verdict is not None and verdict.claim is Claim.SAME:
             return self._replay(ctx.method, key, retry, verdict.result)
@@ -130,17 +139,15 @@ class RetrySafe(HoldsSecrets):
         from mcp.shared.exceptions import MCPError
         from mcp.types import ErrorData
 
-        from statecodec.mcp import refusal
-
         if not sealed:  # the first run has not kept its answer: still running, or its instance lost it
-            raise refusal(method, Reason.IN_PROGRESS)
+            raise InvalidToken(Reason.IN_PROGRESS)
         try:
             answer = self.open(key, retry, sealed)
-        except InvalidToken as exc:
+        except InvalidToken:
             logger.error("a kept answer on %s did not open: altered or moved in the store", method)
-            raise refusal(method, exc.reason) from None
+            raise
         if "result" not in answer and "error" not in answer:  # over the cap when it ran: at most once, as without it
-            raise refusal(method, Reason.REPLAYED)
+            raise InvalidToken(Reason.REPLAYED)
         if (noted := answered_again.get()) is not None:
             noted.append(method)
         if "error" in answer:
@@ -148,7 +155,7 @@ class RetrySafe(HoldsSecrets):
         result: dict[str, Any] = answer["result"]
         return result
 
-    async def _keep(self, middleware: SingleUseMiddleware, key: bytes, retry: bytes, answer: dict[str, Any]) -> None:
+    async def _keep(self, middleware: Middleware, key: bytes, retry: bytes, answer: dict[str, Any]) -> None:
         """One round trip; a failure is logged, never a second run: the claim stays, and its retry is `in_progress`."""
         data = json.dumps(answer, separators=(",", ":")).encode()  # ASCII: its length in bytes is the cap's measure
         if len(data) > self.max_result:
