@@ -133,4 +133,4 @@ def test_a_bad_live_rotation_setting_stops_the_start_naming_it(name: str, value:
 
 
 def test_a_wait_that_is_not_a_number_never_lets_a_key_go() -> None:
-    assert early_drop(("b", "a"), ("b",), {"a": 0.0}, 1e9, math.nan) is not None  # a wait read from a bad entry
+    assert early_drop(("b", "a"), ("b",), {"a": 0.0}, 1e9, math.nan) is not None  # a wait or a time that is no number

@@ -41,11 +41,11 @@ def rotate(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caps
 
 
 @pytest.fixture
-def instances(redis_url: str, tmp_path: Path) -> Iterator[Callable[[str, Path], ReloadingCodec]]:
+def instances(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., ReloadingCodec]]:
     started: list[ReloadingCodec] = []
 
-    def start(name: str, ring: Path) -> ReloadingCodec:
-        settings = {"STATECODEC_KEYS_FILE": str(ring), "STATECODEC_RELOAD_INTERVAL": "0.05", "STATECODEC_TTL": "1",
+    def start(name: str, ring: Path, ttl: int = 1) -> ReloadingCodec:
+        settings = {"STATECODEC_KEYS_FILE": str(ring), "STATECODEC_RELOAD_INTERVAL": "0.05", "STATECODEC_TTL": str(ttl),
                     "STATECODEC_FUTURE_SKEW": "0", "STATECODEC_STORE_URL": redis_url, "STATECODEC_INSTANCE": name}
         started.append(live_codec_from_env(settings))
         return started[-1]
@@ -56,7 +56,7 @@ def instances(redis_url: str, tmp_path: Path) -> Iterator[Callable[[str, Path], 
 
 
 def test_advance_waits_for_the_lagging_instance_by_name_and_for_the_old_keys_tokens(
-    rotate: Run, instances: Callable[[str, Path], ReloadingCodec], tmp_path: Path
+    rotate: Run, instances: Callable[..., ReloadingCodec], tmp_path: Path
 ) -> None:
     ring, lagging = tmp_path / "ring", tmp_path / "web-2.ring"
     ring.write_text(format_keys([generate_key()]), encoding="utf-8")
@@ -83,7 +83,7 @@ def test_advance_waits_for_the_lagging_instance_by_name_and_for_the_old_keys_tok
 
 @pytest.mark.parametrize("damage", ["truncated", "drops its primary"])
 def test_a_refused_reload_is_reported_in_status_and_the_instance_keeps_serving(
-    rotate: Run, instances: Callable[[str, Path], ReloadingCodec], tmp_path: Path, damage: str
+    rotate: Run, instances: Callable[..., ReloadingCodec], tmp_path: Path, damage: str
 ) -> None:
     ring, own = tmp_path / "ring", tmp_path / "web-1.ring"
     ring.write_text(format_keys([generate_key()]), encoding="utf-8")
@@ -101,3 +101,19 @@ def test_a_refused_reload_is_reported_in_status_and_the_instance_keeps_serving(
     assert ("is the primary" in status["instances"][0]["error"]) == (damage == "drops its primary")
     assert [blocker.partition(":")[0] for blocker in status["blockers"]] == ["web-1"]  # advance waits for it
     assert (web1.key_ids, web1.unseal(token)) == (keys, b"state")
+
+
+def test_retiring_waits_for_the_longest_lived_tokens_under_the_old_key_though_their_sealer_left(
+    rotate: Run, instances: Callable[..., ReloadingCodec], tmp_path: Path
+) -> None:
+    ring = tmp_path / "ring"
+    ring.write_text(format_keys([generate_key()]), encoding="utf-8")
+    long_lived = instances("web-1", ring, ttl=600)  # its tokens under the old key live 600 s wherever they land
+    instances("web-2", ring)
+    assert rotate("begin")[0] == 0
+    eventually(lambda: rotate("advance")[0] == 0)
+    eventually(lambda: not rotate("status")[1]["blockers"])
+    long_lived.close()  # scaled down: it leaves the registry, its tokens do not leave the clients
+    code, early = rotate("advance")
+    assert (code, early["blockers"]) == (1, [])
+    assert early["wait_seconds"] > 590

@@ -3,15 +3,14 @@
 Threat: a rotation step taken while some instance cannot verify what another mints, judged from reports that are
 stale, dated by another clock, or gone. A live-reloading instance announces on every poll its name, its key ids
 (never keys, primary first) and its last refused reload; the store dates the entry, drops it `lifetime` after the
-last report, and keeps per key id until when an instance may have sealed under it (its entry's expiry while it is
-primary, and the moment the instance says it stopped sealing under it, from a duration), all by the store's clock: an
-instance that stops reporting for a while still counts for the wait before its key is retired.
+last report, and keeps per key id until when tokens under it may live, from durations the instance gives (its own
+ttl + future skew after its entry's expiry while the key is primary, or after it stopped sealing under it), all by
+the store's clock: an instance that left, whatever its ttl, still counts for the wait before its key is retired.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import socket
@@ -35,7 +34,7 @@ class Registry(Protocol):
     """What a store keeps of the fleet (`MemoryStore`, `RedisStore`): per instance ``"loaded_ms ring doc"``."""
 
     async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
-                       demoted: Sequence[tuple[str, int]] = ()) -> int: ...
+                       live: Sequence[tuple[str, int]] = ()) -> int: ...
     async def fleet(self) -> tuple[int, list[tuple[str, int, str]], dict[str, int]]: ...
     async def leave(self, name: str) -> None: ...
     async def aclose(self) -> None: ...
@@ -43,12 +42,11 @@ class Registry(Protocol):
 
 @dataclass(frozen=True)
 class Member:
-    """One live instance: key ids primary first, its last refused reload, its ttl + future skew (s), store times."""
+    """One live instance: key ids primary first, its last refused reload, store times."""
 
     name: str
     accepts: tuple[str, ...]
     error: str | None
-    wait: float
     loaded_ms: int
     expires_ms: int
 
@@ -57,7 +55,7 @@ class Member:
 class Fleet:
     now_ms: int  # the store's clock
     members: tuple[Member, ...]
-    minted_until_ms: Mapping[str, int]  # key id -> until when some instance may have sealed under it
+    tokens_until_ms: Mapping[str, int]  # key id -> until when tokens under it may live
 
 
 class Reporter:
@@ -73,28 +71,30 @@ class Reporter:
             finally:
                 await self.store.aclose()
             return
-        doc = json.dumps({"error": snapshot.error, "wait": snapshot.wait})
-        demoted = [(kid, int(ago * 1000)) for kid, ago in snapshot.demoted]  # a duration: no clock crosses over
-        await self.store.announce(self.name, ",".join(snapshot.accepts) or "-", doc, self.lifetime_ms, demoted)
+        doc = json.dumps({"error": snapshot.error})
+        # Durations from now (no clock crosses over): tokens live this instance's wait after it last sealed.
+        wait_ms = int(snapshot.wait * 1000)
+        live = [(kid, self.lifetime_ms + wait_ms) for kid in snapshot.accepts[:1]]
+        live += [(kid, wait_ms - int(ago * 1000)) for kid, ago in snapshot.demoted]
+        await self.store.announce(self.name, ",".join(snapshot.accepts) or "-", doc, self.lifetime_ms, live)
 
 
 async def read_fleet(store: Registry) -> Fleet:
-    now, rows, minted = await store.fleet()
-    return Fleet(now, tuple(_member(*row) for row in rows), minted)
+    now, rows, tokens_until = await store.fleet()
+    return Fleet(now, tuple(_member(*row) for row in rows), tokens_until)
 
 
 def _member(name: str, expires_ms: int, value: str) -> Member:
     """An entry as written by `Reporter`; anything else is a member that blocks every step (fail closed)."""
     loaded, ring, doc = ([*value.split(" ", 2), "", ""])[:3]
     try:
-        fields = json.loads(doc)
-        error, wait = fields["error"], float(fields["wait"])
-        ok = (error is None or isinstance(error, str)) and loaded.isdecimal() and 0 <= wait < math.inf
+        error = json.loads(doc)["error"]
+        ok = (error is None or isinstance(error, str)) and loaded.isdecimal()
     except (ValueError, KeyError, TypeError):
         ok = False
     if not ok:
-        return Member(name, (), "its registry entry is malformed", math.inf, 0, expires_ms)
-    return Member(name, tuple(k for k in ring.split(",") if k != "-"), error, wait, int(loaded), expires_ms)
+        return Member(name, (), "its registry entry is malformed", 0, expires_ms)
+    return Member(name, tuple(k for k in ring.split(",") if k != "-"), error, int(loaded), expires_ms)
 
 
 def live_codec_from_env(environ: Mapping[str, str]) -> ReloadingCodec:
