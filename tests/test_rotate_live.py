@@ -21,6 +21,7 @@ from statecodec.cli.main import main
 from statecodec.fleet import live_codec_from_env
 from statecodec.reload import ReloadingCodec
 from tests.plugins import eventually
+from tests.plugins.redis import RedisServer
 
 Run = Callable[..., tuple[int, dict[str, Any]]]
 
@@ -117,3 +118,33 @@ def test_retiring_waits_for_the_longest_lived_tokens_under_the_old_key_though_th
     code, early = rotate("advance")
     assert (code, early["blockers"]) == (1, [])
     assert early["wait_seconds"] > 590
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (("HSET", "{statecodec}:fleet-tokens", "OLD", "soon"), "store"),  # until when the old key's tokens live
+        (("ZADD", "{statecodec}:fleet-expiry", "+inf", "web-1"), "store"),  # an entry that never expires
+        (("HSET", "{statecodec}:fleet", "web-9\n\x1b[2Jnext        phase 3: safe now", '1 IDS {"error": null}'), None),
+        (("HSET", "{statecodec}:fleet", "web-9", '1 IDS {"error": "\\u001b[2J"}'), None),
+    ],
+)
+def test_a_forged_registry_entry_blocks_every_step_and_prints_as_malformed(
+    rotate: Run, instances: Callable[..., ReloadingCodec], tmp_path: Path, redis_server: RedisServer,
+    command: tuple[str, ...], expected: str | None,
+) -> None:
+    ring = tmp_path / "ring"
+    ring.write_text(format_keys([generate_key()]), encoding="utf-8")
+    instances("web-1", ring)
+    assert rotate("begin")[0] == 0
+    eventually(lambda: rotate("advance")[0] == 0)
+    written = ring.read_text()
+    old, ids = rotate("status")[1]["rotation"]["old"], ",".join(rotate("status")[1]["key_ids"])
+    redis_server.cli(*(part.replace("OLD", old).replace("IDS", ids) for part in command))
+    code, result = rotate("advance")
+    assert ring.read_text() == written
+    if expected is not None:
+        assert (code, result["error"]) == (1, expected)
+        return
+    forged = [blocker for blocker in result["blockers"] if "malformed" in blocker]
+    assert (code, len(forged), forged[0].isprintable()) == (1, 1, True)

@@ -85,15 +85,17 @@ async def read_fleet(store: Registry) -> Fleet:
 
 
 def _member(name: str, expires_ms: int, value: str) -> Member:
-    """An entry as written by `Reporter`; anything else is a member that blocks every step (fail closed)."""
+    """An entry as written by `Reporter`; anything else is a member that blocks every step (fail closed), its name
+    printed escaped (no control character reaches the operator's terminal)."""
     loaded, ring, doc = ([*value.split(" ", 2), "", ""])[:3]
     try:
         error = json.loads(doc)["error"]
-        ok = (error is None or isinstance(error, str)) and loaded.isdecimal()
+        ok = (error is None or (isinstance(error, str) and error.isprintable())) and loaded.isdecimal()
     except (ValueError, KeyError, TypeError):
         ok = False
-    if not ok:
-        return Member(name, (), "its registry entry is malformed", 0, expires_ms)
+    if not (ok and _NAME.fullmatch(name) and ring.isprintable()):
+        return Member(name if _NAME.fullmatch(name) else ascii(name), (), "its registry entry is malformed", 0,
+                      expires_ms)
     return Member(name, tuple(k for k in ring.split(",") if k != "-"), error, int(loaded), expires_ms)
 
 

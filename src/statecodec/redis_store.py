@@ -288,10 +288,14 @@ class RedisStore(HoldsSecrets):
 
     async def fleet(self) -> tuple[int, list[tuple[str, int, str]], dict[str, int]]:
         now, entries, expiry, tokens = await self._run("fleet", self._fleet_keys)
-        until = {name.decode(): int(float(at)) for name, at in zip(expiry[::2], expiry[1::2], strict=True)}
-        rows = [(name.decode(), until.get(name.decode(), 0), value.decode())
-                for name, value in zip(entries[::2], entries[1::2], strict=True)]
-        tokens_until = {kid.decode(): int(at) for kid, at in zip(tokens[::2], tokens[1::2], strict=True)}
+        try:
+            until = {name.decode(): int(float(at)) for name, at in zip(expiry[::2], expiry[1::2], strict=True)}
+            rows = [(name.decode(), until.get(name.decode(), 0), value.decode())
+                    for name, value in zip(entries[::2], entries[1::2], strict=True)]
+            tokens_until = {kid.decode(): int(at) for kid, at in zip(tokens[::2], tokens[1::2], strict=True)}
+        except (ValueError, OverflowError):  # not written by `announce`: no step is judged on it
+            raise StoreError(f"the fleet registry in {self._fleet_keys} at {self.where} holds a value not written "
+                             "by statecodec; delete those keys (the instances announce again)") from None
         return int(now), sorted(rows), tokens_until
 
     async def leave(self, name: str) -> None:
