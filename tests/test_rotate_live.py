@@ -64,7 +64,7 @@ def test_advance_waits_for_the_lagging_instance_by_name_and_for_the_old_keys_tok
     shutil.copy(ring, lagging)
     instances("web-1", ring)
     instances("web-2", lagging)
-    assert rotate("begin")[1]["written"]
+    assert eventually(lambda: rotate("begin")[1]["written"])  # once both instances reported
     assert rotate("begin")[1]["written"] is False  # a re-run writes nothing
     assert stat.S_IMODE(ring.stat().st_mode) == 0o600
     code, refused = eventually(lambda: (result := rotate("advance"))[1]["blockers"][0].startswith("web-2") and result)
@@ -91,7 +91,7 @@ def test_a_refused_reload_is_reported_in_status_and_the_instance_keeps_serving(
     shutil.copy(ring, own)
     web1 = instances("web-1", own)
     token, keys = web1.seal(b"state"), web1.key_ids
-    assert rotate("begin")[0] == 0  # the operator's file moves on; web-1's own copy is damaged
+    eventually(lambda: rotate("begin")[0] == 0)  # the operator's file moves on; web-1's own copy is damaged
     own.write_text(ring.read_text()[:20] if damage == "truncated" else format_keys([generate_key()]), encoding="utf-8")
 
     def reported() -> dict[str, Any] | None:
@@ -111,7 +111,7 @@ def test_retiring_waits_for_the_longest_lived_tokens_under_the_old_key_though_th
     ring.write_text(format_keys([generate_key()]), encoding="utf-8")
     long_lived = instances("web-1", ring, ttl=600)  # its tokens under the old key live 600 s wherever they land
     instances("web-2", ring)
-    assert rotate("begin")[0] == 0
+    eventually(lambda: rotate("begin")[0] == 0)
     eventually(lambda: rotate("advance")[0] == 0)
     eventually(lambda: not rotate("status")[1]["blockers"])
     long_lived.close()  # scaled down: it leaves the registry, its tokens do not leave the clients
@@ -136,7 +136,7 @@ def test_a_forged_registry_entry_blocks_every_step_and_prints_as_malformed(
     ring = tmp_path / "ring"
     ring.write_text(format_keys([generate_key()]), encoding="utf-8")
     instances("web-1", ring)
-    assert rotate("begin")[0] == 0
+    eventually(lambda: rotate("begin")[0] == 0)
     eventually(lambda: rotate("advance")[0] == 0)
     written = ring.read_text()
     old, ids = rotate("status")[1]["rotation"]["old"], ",".join(rotate("status")[1]["key_ids"])
@@ -148,3 +148,16 @@ def test_a_forged_registry_entry_blocks_every_step_and_prints_as_malformed(
         return
     forged = [blocker for blocker in result["blockers"] if "malformed" in blocker]
     assert (code, len(forged), forged[0].isprintable()) == (1, 1, True)
+
+
+def test_begin_on_a_key_file_the_servers_do_not_run_is_refused_naming_them(
+    rotate: Run, instances: Callable[..., ReloadingCodec], tmp_path: Path
+) -> None:
+    served, elsewhere = tmp_path / "served.ring", tmp_path / "ring"  # the operator's default file is not the served one
+    served.write_text(format_keys([generate_key()]), encoding="utf-8")
+    elsewhere.write_text(format_keys([generate_key()]), encoding="utf-8")
+    instances("web-1", served)
+    code, refused = eventually(lambda: (result := rotate("begin"))[1]["blockers"][0].startswith("web-1") and result)
+    assert (code, refused["written"], refused["blockers"][0].split(" ")[0]) == (1, False, "web-1")
+    assert "phase" not in elsewhere.read_text()
+    assert rotate("begin", "--keys-file", str(served))[1]["written"]
