@@ -134,3 +134,16 @@ def test_a_bad_live_rotation_setting_stops_the_start_naming_it(name: str, value:
 
 def test_a_wait_that_is_not_a_number_never_lets_a_key_go() -> None:
     assert early_drop(("b", "a"), ("b",), {"a": 0.0}, 1e9, math.nan) is not None  # a wait or a time that is no number
+
+
+def test_reloading_with_no_file_to_follow_stops_the_start_naming_the_setting() -> None:
+    settings = {"STATECODEC_KEYS": format_keys([OLD]), "STATECODEC_RELOAD_INTERVAL": "5"}  # a ring that never changes
+    with pytest.raises(ConfigurationError, match=r"^STATECODEC_RELOAD_INTERVAL .*STATECODEC_KEYS_FILE"):
+        codec_from_env(settings)
+
+
+def test_sighup_without_a_watcher_is_refused_rather_than_ignored(tmp_path: Path) -> None:
+    ring = tmp_path / "ring"
+    write(ring, OLD)
+    with pytest.raises(ConfigurationError, match="interval"):
+        ring_codec(ring).reload_on_sighup()

@@ -118,5 +118,8 @@ def live_codec_from_env(environ: Mapping[str, str]) -> ReloadingCodec:
         if not _NAME.fullmatch(name):
             raise ConfigurationError(f"{INSTANCE_VAR} must be 1-128 letters, digits or _ . : @ -")
         report = Reporter(store, name, lifetime=3 * interval + 1)  # three polls missed before it counts as gone
+    if not files:
+        raise ConfigurationError(f"{RELOAD_VAR} follows key files, and no STATECODEC_*_FILE setting names one: set "
+                                 f"STATECODEC_KEYS_FILE (or the kind's file setting) instead of the key itself")
     return ReloadingCodec(lambda: configured_codec(settings)[1], ttl=ttl_setting(settings), future_skew=future_skew,
                           files=files, interval=interval, report=report)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec, check_codec
-from statecodec.errors import StatecodecError
+from statecodec.errors import ConfigurationError, StatecodecError
 from statecodec.rotation import early_drop
 
 __all__ = ["ReloadingCodec", "Snapshot"]
@@ -114,6 +114,8 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
 
     def reload_on_sighup(self) -> None:
         """Reload at the next poll on SIGHUP (call from the main thread; the handler does no I/O itself)."""
+        if self._thread is None:
+            raise ConfigurationError("SIGHUP is answered at the watcher's next poll: give the codec an interval")
         signal.signal(signal.SIGHUP, lambda signum, frame: self._asked.set())
 
     def _stats(self) -> tuple[tuple[int, ...] | None, ...]:
