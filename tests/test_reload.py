@@ -147,3 +147,15 @@ def test_sighup_without_a_watcher_is_refused_rather_than_ignored(tmp_path: Path)
     write(ring, OLD)
     with pytest.raises(ConfigurationError, match="interval"):
         ring_codec(ring).reload_on_sighup()
+
+
+def test_a_codec_without_key_ids_is_refused_at_start_since_no_reload_of_it_could_be_guarded() -> None:
+    class Opaque:
+        def seal(self, payload: bytes) -> str:
+            return payload.hex()
+
+        def unseal(self, token: str) -> bytes:
+            return bytes.fromhex(token)
+
+    with pytest.raises(ConfigurationError, match="key ids"):
+        ReloadingCodec(Opaque, ttl=TTL)

@@ -74,9 +74,9 @@ class Reporter:
         doc = json.dumps({"error": snapshot.error})
         # Durations from now (no clock crosses over): tokens live this instance's wait after it last sealed.
         wait_ms = int(snapshot.wait * 1000)
-        live = [(kid, self.lifetime_ms + wait_ms) for kid in snapshot.accepts[:1]]
+        live = [(snapshot.accepts[0], self.lifetime_ms + wait_ms)]
         live += [(kid, wait_ms - int(ago * 1000)) for kid, ago in snapshot.demoted]
-        await self.store.announce(self.name, ",".join(snapshot.accepts) or "-", doc, self.lifetime_ms, live)
+        await self.store.announce(self.name, ",".join(snapshot.accepts), doc, self.lifetime_ms, live)
 
 
 async def read_fleet(store: Registry) -> Fleet:
@@ -96,7 +96,7 @@ def _member(name: str, expires_ms: int, value: str) -> Member:
     if not (ok and _NAME.fullmatch(name) and ring.isprintable()):
         return Member(name if _NAME.fullmatch(name) else ascii(name), (), "its registry entry is malformed", 0,
                       expires_ms)
-    return Member(name, tuple(k for k in ring.split(",") if k != "-"), error, int(loaded), expires_ms)
+    return Member(name, tuple(ring.split(",")), error, int(loaded), expires_ms)
 
 
 def live_codec_from_env(environ: Mapping[str, str]) -> ReloadingCodec:

@@ -56,6 +56,8 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
         self._lock, self._stop, self._asked = threading.Lock(), threading.Event(), threading.Event()
         self._seen = self._stats()  # before the build: a change while it reads is seen at the next poll
         self.codec: Codec = check_codec(build(), "the configured codec")  # start-up fails as without reloading
+        if not self.key_ids:  # `early_drop` guards a ring by its key ids: with none, any reload would pass
+            raise ConfigurationError("a reloading codec needs a codec that reports its key ids (key_ids)")
         self.error: str | None = None
         self._retry_at = float("inf")  # a ring refused only for its timing is tried again then
         # From start-up on, as far as this instance knows, every other key was primary until now.

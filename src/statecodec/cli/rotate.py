@@ -248,14 +248,14 @@ def _report(args: argparse.Namespace, doc: dict[str, Any], lines: list[str], cod
 
 def _begin(args: argparse.Namespace) -> int:
     path, ring, phase, blockers, _, doc = _fleet_status(args)
-    old_id, new_id = (doc["rotation"] or {"old": None, "new": None}).values()
+    rotation = doc["rotation"] or {}  # key ids "old" and "new" in phases 1 and 2
     new = _key(args, "new") if args.new_file else None
-    if phase == 1 and (new is None or KeyRing([new]).key_ids[0] == new_id):
-        message = f"phase 1 already: {old_id} seals, {new_id} verifies (nothing written)"
+    if phase == 1 and (new is None or KeyRing([new]).key_ids[0] == rotation["new"]):
+        message = f"phase 1 already: {rotation['old']} seals, {rotation['new']} verifies (nothing written)"
         return _report(args, {"phase": 1, "key_ids": list(ring.key_ids), "written": False}, [message], 0)
     if phase in (1, 2):
-        raise ConfigurationError(f"a rotation from {old_id} to {new_id} is at phase {phase}: finish it with "
-                                 "`statecodec rotate advance` first")
+        raise ConfigurationError(f"a rotation from {rotation['old']} to {rotation['new']} is at phase {phase}: finish "
+                                 "it with `statecodec rotate advance` first")
     if blockers:  # a file the servers do not run: writing it would start nothing
         lines = ["refused: the servers do not run this key file's keys; is it the file they read?", *_lines(doc, 0)]
         return _report(args, {**doc, "written": False}, lines, 1)
