@@ -99,27 +99,34 @@ def _member(name: str, expires_ms: int, value: str) -> Member:
     return Member(name, tuple(ring.split(",")), error, int(loaded), expires_ms)
 
 
-def live_codec_from_env(environ: Mapping[str, str]) -> ReloadingCodec:
-    """What `codec_from_env` returns when ``STATECODEC_RELOAD_INTERVAL`` is set: the configured codec, rebuilt when a
-    file a ``STATECODEC_*_FILE`` setting names changes, reporting to the fleet registry when a store is set."""
+def live_settings(environ: Mapping[str, str]) -> tuple[Settings, float, float, list[str], str]:
+    """(settings, interval, future skew, key files, instance name), checked: what stops a reloading server at
+    start-up stops `statecodec check` too."""
     settings = Settings(environ)  # a copy: the codec is rebuilt from the settings it started with
     interval = seconds_setting(settings, RELOAD_VAR, default=5, low=0.05, high=3600)
     future_skew = seconds_setting(settings, SKEW_VAR, default=60, low=0, high=3600)
     files = [value.strip() for name, value in settings.items() if name.startswith(PREFIX) and name.endswith("_FILE")
              and name not in ENVIRONMENT_ONLY and value.strip()]  # fmt: skip
+    name = setting(settings, INSTANCE_VAR, required=False) or f"{socket.gethostname()}-{os.getpid()}"
+    if not _NAME.fullmatch(name):
+        raise ConfigurationError(f"{INSTANCE_VAR} must be 1-128 letters, digits or _ . : @ -")
+    if not files:
+        raise ConfigurationError(f"{RELOAD_VAR} follows key files, and no STATECODEC_*_FILE setting names one: set "
+                                 "STATECODEC_KEYS_FILE (or the kind's file setting) instead of the key itself")
+    return settings, interval, future_skew, files, name
+
+
+def live_codec_from_env(environ: Mapping[str, str]) -> ReloadingCodec:
+    """What `codec_from_env` returns when ``STATECODEC_RELOAD_INTERVAL`` is set: the configured codec, rebuilt when a
+    file a ``STATECODEC_*_FILE`` setting names changes, reporting to the fleet registry when a store is set."""
+    settings, interval, future_skew, files, name = live_settings(environ)
     report = None
-    if any(setting(settings, name, required=False) for name in ("STATECODEC_STORE_URL", "STATECODEC_STORE_URL_FILE")):
+    if any(setting(settings, var, required=False) for var in ("STATECODEC_STORE_URL", "STATECODEC_STORE_URL_FILE")):
         from statecodec.single_use import store_from_settings
 
         store = store_from_settings(settings)
         if not isinstance(store, Registry):
             raise ConfigurationError(f"the store at {store.where} keeps no fleet registry; unset {RELOAD_VAR}")
-        name = setting(settings, INSTANCE_VAR, required=False) or f"{socket.gethostname()}-{os.getpid()}"
-        if not _NAME.fullmatch(name):
-            raise ConfigurationError(f"{INSTANCE_VAR} must be 1-128 letters, digits or _ . : @ -")
         report = Reporter(store, name, lifetime=3 * interval + 1)  # three polls missed before it counts as gone
-    if not files:
-        raise ConfigurationError(f"{RELOAD_VAR} follows key files, and no STATECODEC_*_FILE setting names one: set "
-                                 f"STATECODEC_KEYS_FILE (or the kind's file setting) instead of the key itself")
     return ReloadingCodec(lambda: configured_codec(settings)[1], ttl=ttl_setting(settings), future_skew=future_skew,
                           files=files, interval=interval, report=report)
