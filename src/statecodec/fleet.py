@@ -93,9 +93,9 @@ def _member(name: str, expires_ms: int, value: str) -> Member:
         ok = (error is None or (isinstance(error, str) and error.isprintable())) and loaded.isdecimal()
     except (ValueError, KeyError, TypeError):
         ok = False
-    if not (ok and _NAME.fullmatch(name) and ring.isprintable()):
-        return Member(name if _NAME.fullmatch(name) else ascii(name), (), "its registry entry is malformed", 0,
-                      expires_ms)
+    named = _NAME.fullmatch(name) is not None
+    if not (ok and named and ring.isprintable()):
+        return Member(name if named else ascii(name), (), "its registry entry is malformed", 0, expires_ms)
     return Member(name, tuple(ring.split(",")), error, int(loaded), expires_ms)
 
 
