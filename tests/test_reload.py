@@ -25,16 +25,19 @@ def write(path: Path, *keys: bytes) -> None:
     path.write_text(format_keys(keys), encoding="utf-8")
 
 
-def ring_codec(path: Path, clock: Clock | None = None, interval: float | None = None) -> ReloadingCodec:
-    settings = {"STATECODEC_KEYS_FILE": str(path)}
+def ring_codec(
+    path: Path, clock: Clock | None = None, interval: float | None = None, kind: str = "aesgcm"
+) -> ReloadingCodec:
+    settings = {"STATECODEC_KEYS_FILE": str(path), "STATECODEC_CODEC": kind}
     return ReloadingCodec(lambda: codec_from_env(settings), ttl=TTL, future_skew=SKEW, files=[path],
                           interval=interval, clock=clock or Clock())
 
 
-def test_the_three_phases_reload_whole_and_tokens_of_the_old_key_keep_verifying(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["aesgcm", "xaesgcm", "jwe", "jws"])  # every kind whose ring is a key file
+def test_the_three_phases_reload_whole_and_tokens_of_the_old_key_keep_verifying(tmp_path: Path, kind: str) -> None:
     ring, clock = tmp_path / "ring", Clock()
     write(ring, OLD)
-    codec = ring_codec(ring, clock)
+    codec = ring_codec(ring, clock, kind=kind)
     old_token = codec.seal(b"state")
     write(ring, OLD, NEW)
     assert (codec.reload(), codec.unseal(codec.seal(b"a"))) == (True, b"a")
