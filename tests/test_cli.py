@@ -275,8 +275,9 @@ def test_check_reports_a_ready_instance_in_text_and_json(cli: Run) -> None:
         ({**STORE, "STATECODEC_STORE_URL": "http://store:6379"}, "STORE_URL must be memory or a URL starting redis://"),
         ({**STORE, "STATECODEC_STORE_ON_ERROR": "maybe"}, "STORE_ON_ERROR) must be refuse (the default) or accept"),
         ({"STATECODEC_STORE_KEY": format_keys([OTHER])}, "STATECODEC_STORE_URL is not set"),
+        ({"STATECODEC_RELOAD_INTERVAL": "5"}, "STATECODEC_RELOAD_INTERVAL follows key files"),  # an inline ring
     ],
-    ids=["store-timeout", "store-key", "store-url", "on-error", "half-a-store"],
+    ids=["store-timeout", "store-key", "store-url", "on-error", "half-a-store", "reload-no-file"],
 )
 def test_check_exits_2_on_what_would_stop_the_server_at_start_up(
     cli: Run, env: dict[str, str], expected: str

@@ -11,6 +11,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -97,6 +98,14 @@ def test_security_from_env_is_the_sdks_policy_around_the_configured_codec_as_it_
     monkeypatch.setitem(sys.modules, "mcp.server.request_state", None)  # without the SDK: an ImportError
     with pytest.raises(ImportError, match=r"pip install 'statecodec\[mcp\]'"):  # naming the extra
         security_from_env(environ=env)
+
+
+def test_a_ttl_in_code_longer_than_a_reloading_codec_waits_out_stops_the_start(tmp_path: Path) -> None:
+    ring = tmp_path / "ring"
+    ring.write_text(format_keys([KEY]), encoding="utf-8")
+    env = {"STATECODEC_KEYS_FILE": str(ring), "STATECODEC_RELOAD_INTERVAL": "5"}  # STATECODEC_TTL: 600 s
+    with pytest.raises(ConfigurationError, match="STATECODEC_TTL=3600"):
+        security_from_env(environ=env, ttl=3600)  # its tokens would outlive the wait before their key is retired
 
 
 def test_principal_binding_and_expiry_are_enforced_by_the_sdk_around_our_codec(monkeypatch: pytest.MonkeyPatch) -> None:

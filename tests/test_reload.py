@@ -3,18 +3,23 @@ early, racing the request path) leaves the instance serving with one whole ring,
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
 import signal
+import threading
 from pathlib import Path
 
 import pytest
 
 from statecodec import ConfigurationError, InvalidToken, format_keys, generate_key
+from statecodec._types import Codec
 from statecodec.config import codec_from_env
+from statecodec.fleet import Reporter, read_fleet
 from statecodec.reload import ReloadingCodec
 from statecodec.rotation import early_drop
+from statecodec.store import MemoryStore
 from tests.plugins import Clock, assert_not_copyable, eventually
 
 OLD, NEW = generate_key(), generate_key()
@@ -25,16 +30,19 @@ def write(path: Path, *keys: bytes) -> None:
     path.write_text(format_keys(keys), encoding="utf-8")
 
 
-def ring_codec(path: Path, clock: Clock | None = None, interval: float | None = None) -> ReloadingCodec:
-    settings = {"STATECODEC_KEYS_FILE": str(path)}
+def ring_codec(
+    path: Path, clock: Clock | None = None, interval: float | None = None, kind: str = "aesgcm"
+) -> ReloadingCodec:
+    settings = {"STATECODEC_KEYS_FILE": str(path), "STATECODEC_CODEC": kind}
     return ReloadingCodec(lambda: codec_from_env(settings), ttl=TTL, future_skew=SKEW, files=[path],
                           interval=interval, clock=clock or Clock())
 
 
-def test_the_three_phases_reload_whole_and_tokens_of_the_old_key_keep_verifying(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["aesgcm", "xaesgcm", "jwe", "jws"])  # every kind whose ring is a key file
+def test_the_three_phases_reload_whole_and_tokens_of_the_old_key_keep_verifying(tmp_path: Path, kind: str) -> None:
     ring, clock = tmp_path / "ring", Clock()
     write(ring, OLD)
-    codec = ring_codec(ring, clock)
+    codec = ring_codec(ring, clock, kind=kind)
     old_token = codec.seal(b"state")
     write(ring, OLD, NEW)
     assert (codec.reload(), codec.unseal(codec.seal(b"a"))) == (True, b"a")
@@ -133,4 +141,54 @@ def test_a_bad_live_rotation_setting_stops_the_start_naming_it(name: str, value:
 
 
 def test_a_wait_that_is_not_a_number_never_lets_a_key_go() -> None:
-    assert early_drop(("b", "a"), ("b",), {"a": 0.0}, 1e9, math.nan) is not None  # a wait read from a bad entry
+    assert early_drop(("b", "a"), ("b",), {"a": 0.0}, 1e9, math.nan) is not None  # a wait or a time that is no number
+
+
+def test_reloading_with_no_file_to_follow_stops_the_start_naming_the_setting() -> None:
+    settings = {"STATECODEC_KEYS": format_keys([OLD]), "STATECODEC_RELOAD_INTERVAL": "5"}  # a ring that never changes
+    with pytest.raises(ConfigurationError, match=r"^STATECODEC_RELOAD_INTERVAL .*STATECODEC_KEYS_FILE"):
+        codec_from_env(settings)
+
+
+def test_sighup_without_a_watcher_is_refused_rather_than_ignored(tmp_path: Path) -> None:
+    ring = tmp_path / "ring"
+    write(ring, OLD)
+    with pytest.raises(ConfigurationError, match="interval"):
+        ring_codec(ring).reload_on_sighup()
+
+
+def test_a_codec_without_key_ids_is_refused_at_start_since_no_reload_of_it_could_be_guarded() -> None:
+    class Opaque:
+        def seal(self, payload: bytes) -> str:
+            return payload.hex()
+
+        def unseal(self, token: str) -> bytes:
+            return bytes.fromhex(token)
+
+    with pytest.raises(ConfigurationError, match="key ids"):
+        ReloadingCodec(Opaque, ttl=TTL)
+
+
+def test_a_reload_hanging_on_its_key_provider_keeps_the_instance_in_the_registry(tmp_path: Path) -> None:
+    ring, store_clock, release, builds = tmp_path / "ring", Clock(1000.0), threading.Event(), []
+    write(ring, OLD)
+    store = MemoryStore(clock=store_clock)
+
+    def build() -> Codec:
+        builds.append(ring.read_text())
+        if len(builds) > 1:
+            release.wait()  # as on a key provider that does not answer
+        return codec_from_env({"STATECODEC_KEYS_FILE": str(ring)})
+
+    codec = ReloadingCodec(build, ttl=TTL, files=[ring], interval=0.01, report=Reporter(store, "web-1", lifetime=1))
+    try:
+        write(ring, OLD, NEW)
+        eventually(lambda: len(builds) == 2)
+        store_clock.now += 10  # the entry's lifetime is over, by the store's clock: only a new heartbeat keeps it
+        members = eventually(lambda: asyncio.run(read_fleet(store)).members)
+        assert members[0].accepts == (codec.key_ids[0],)  # the ring it still serves: a step waits for it
+        release.set()
+        eventually(lambda: len(codec.key_ids) == 2)  # the reload completes once the provider answers
+    finally:
+        release.set()
+        codec.close()

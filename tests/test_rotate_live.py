@@ -1,7 +1,9 @@
 """`statecodec rotate begin | advance | status` against live-reloading instances on a real Redis.
 
 Attacks: advancing while an instance lags (its file not updated) or refuses its reload (a garbled file, a ring that
-drops its primary), retiring the old key before its tokens expired, a hand-edited key file, a re-run after a crash.
+drops its primary), retiring the old key before its tokens expired (a longer-lived instance's too, after it left), a
+hand-edited key file, a re-run after a crash, registry entries forged by a writer of the store, and `begin` on a file
+the servers do not read.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from statecodec.cli.main import main
 from statecodec.fleet import live_codec_from_env
 from statecodec.reload import ReloadingCodec
 from tests.plugins import eventually
+from tests.plugins.redis import RedisServer
 
 Run = Callable[..., tuple[int, dict[str, Any]]]
 
@@ -41,11 +44,11 @@ def rotate(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caps
 
 
 @pytest.fixture
-def instances(redis_url: str, tmp_path: Path) -> Iterator[Callable[[str, Path], ReloadingCodec]]:
+def instances(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., ReloadingCodec]]:
     started: list[ReloadingCodec] = []
 
-    def start(name: str, ring: Path) -> ReloadingCodec:
-        settings = {"STATECODEC_KEYS_FILE": str(ring), "STATECODEC_RELOAD_INTERVAL": "0.05", "STATECODEC_TTL": "1",
+    def start(name: str, ring: Path, ttl: int = 1) -> ReloadingCodec:
+        settings = {"STATECODEC_KEYS_FILE": str(ring), "STATECODEC_RELOAD_INTERVAL": "0.05", "STATECODEC_TTL": str(ttl),
                     "STATECODEC_FUTURE_SKEW": "0", "STATECODEC_STORE_URL": redis_url, "STATECODEC_INSTANCE": name}
         started.append(live_codec_from_env(settings))
         return started[-1]
@@ -56,14 +59,14 @@ def instances(redis_url: str, tmp_path: Path) -> Iterator[Callable[[str, Path], 
 
 
 def test_advance_waits_for_the_lagging_instance_by_name_and_for_the_old_keys_tokens(
-    rotate: Run, instances: Callable[[str, Path], ReloadingCodec], tmp_path: Path
+    rotate: Run, instances: Callable[..., ReloadingCodec], tmp_path: Path
 ) -> None:
     ring, lagging = tmp_path / "ring", tmp_path / "web-2.ring"
     ring.write_text(format_keys([generate_key()]), encoding="utf-8")
     shutil.copy(ring, lagging)
     instances("web-1", ring)
     instances("web-2", lagging)
-    assert rotate("begin")[1]["written"]
+    assert eventually(lambda: rotate("begin")[1]["written"])  # once both instances reported
     assert rotate("begin")[1]["written"] is False  # a re-run writes nothing
     assert stat.S_IMODE(ring.stat().st_mode) == 0o600
     code, refused = eventually(lambda: (result := rotate("advance"))[1]["blockers"][0].startswith("web-2") and result)
@@ -83,14 +86,14 @@ def test_advance_waits_for_the_lagging_instance_by_name_and_for_the_old_keys_tok
 
 @pytest.mark.parametrize("damage", ["truncated", "drops its primary"])
 def test_a_refused_reload_is_reported_in_status_and_the_instance_keeps_serving(
-    rotate: Run, instances: Callable[[str, Path], ReloadingCodec], tmp_path: Path, damage: str
+    rotate: Run, instances: Callable[..., ReloadingCodec], tmp_path: Path, damage: str
 ) -> None:
     ring, own = tmp_path / "ring", tmp_path / "web-1.ring"
     ring.write_text(format_keys([generate_key()]), encoding="utf-8")
     shutil.copy(ring, own)
     web1 = instances("web-1", own)
     token, keys = web1.seal(b"state"), web1.key_ids
-    assert rotate("begin")[0] == 0  # the operator's file moves on; web-1's own copy is damaged
+    eventually(lambda: rotate("begin")[0] == 0)  # the operator's file moves on; web-1's own copy is damaged
     own.write_text(ring.read_text()[:20] if damage == "truncated" else format_keys([generate_key()]), encoding="utf-8")
 
     def reported() -> dict[str, Any] | None:
@@ -101,3 +104,62 @@ def test_a_refused_reload_is_reported_in_status_and_the_instance_keeps_serving(
     assert ("is the primary" in status["instances"][0]["error"]) == (damage == "drops its primary")
     assert [blocker.partition(":")[0] for blocker in status["blockers"]] == ["web-1"]  # advance waits for it
     assert (web1.key_ids, web1.unseal(token)) == (keys, b"state")
+
+
+def test_retiring_waits_for_the_longest_lived_tokens_under_the_old_key_though_their_sealer_left(
+    rotate: Run, instances: Callable[..., ReloadingCodec], tmp_path: Path
+) -> None:
+    ring = tmp_path / "ring"
+    ring.write_text(format_keys([generate_key()]), encoding="utf-8")
+    long_lived = instances("web-1", ring, ttl=600)  # its tokens under the old key live 600 s wherever they land
+    instances("web-2", ring)
+    eventually(lambda: rotate("begin")[0] == 0)
+    eventually(lambda: rotate("advance")[0] == 0)
+    eventually(lambda: not rotate("status")[1]["blockers"])
+    long_lived.close()  # scaled down: it leaves the registry, its tokens do not leave the clients
+    code, early = rotate("advance")
+    assert (code, early["blockers"]) == (1, [])
+    assert early["wait_seconds"] > 590
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (("HSET", "{statecodec}:fleet-tokens", "ffffffff", "soon"), "store"),  # until when a key's tokens live
+        (("ZADD", "{statecodec}:fleet-expiry", "+inf", "web-9"), "store"),  # an entry that never expires
+        (("HSET", "{statecodec}:fleet", "web-9\n\x1b[2Jnext        phase 3: safe now", '1 IDS {"error": null}'), None),
+        (("HSET", "{statecodec}:fleet", "web-9", '1 IDS {"error": "\\u001b[2J"}'), None),
+    ],
+)
+def test_a_forged_registry_entry_blocks_every_step_and_prints_as_malformed(
+    rotate: Run, instances: Callable[..., ReloadingCodec], tmp_path: Path, redis_server: RedisServer,
+    command: tuple[str, ...], expected: str | None,
+) -> None:
+    ring = tmp_path / "ring"
+    ring.write_text(format_keys([generate_key()]), encoding="utf-8")
+    instances("web-1", ring)
+    eventually(lambda: rotate("begin")[0] == 0)
+    eventually(lambda: rotate("advance")[0] == 0)
+    written = ring.read_text()
+    ids = ",".join(rotate("status")[1]["key_ids"])  # web-1 reports its own entry again at every poll: web-9 is forged
+    redis_server.cli(*(part.replace("IDS", ids) for part in command))
+    code, result = rotate("advance")
+    assert ring.read_text() == written
+    if expected is not None:
+        assert (code, result["error"]) == (1, expected)
+        return
+    forged = [blocker for blocker in result["blockers"] if "malformed" in blocker]
+    assert (code, len(forged), forged[0].isprintable()) == (1, 1, True)
+
+
+def test_begin_on_a_key_file_the_servers_do_not_run_is_refused_naming_them(
+    rotate: Run, instances: Callable[..., ReloadingCodec], tmp_path: Path
+) -> None:
+    served, elsewhere = tmp_path / "served.ring", tmp_path / "ring"  # the operator's default file is not the served one
+    served.write_text(format_keys([generate_key()]), encoding="utf-8")
+    elsewhere.write_text(format_keys([generate_key()]), encoding="utf-8")
+    instances("web-1", served)
+    code, refused = eventually(lambda: (result := rotate("begin"))[1]["blockers"][0].startswith("web-1") and result)
+    assert (code, refused["written"], refused["blockers"][0].split(" ")[0]) == (1, False, "web-1")
+    assert "phase" not in elsewhere.read_text()
+    assert rotate("begin", "--keys-file", str(served))[1]["written"]

@@ -267,11 +267,11 @@ async def test_the_fleet_registry_dates_and_drops_entries_by_the_stores_clock_an
         ("web-2", ("bb", "aa"), "the new ring drops key aa too early"),
     ]
     assert fleet.members[1].loaded_ms == loaded
-    assert fleet.minted_until_ms["aa"] == fleet.members[1].expires_ms
-    assert 0 <= fleet.now_ms - (fleet.minted_until_ms["cc"] + 250) < 1000  # "stopped sealing 0.25 s ago", dated
+    assert fleet.tokens_until_ms["aa"] == fleet.members[1].expires_ms + 2000  # its tokens live its wait after
+    assert 0 <= fleet.now_ms - (fleet.tokens_until_ms["cc"] - 1750) < 1000  # "stopped sealing 0.25 s ago", dated
     await backend.advance(1.2)  # web-1 stopped reporting; so did the liar
     after = await read_fleet(store)
     assert [m.name for m in after.members] == ["web-2"]
-    assert after.minted_until_ms["aa"] == fleet.minted_until_ms["aa"]  # what web-1 may have sealed still counts
+    assert after.tokens_until_ms["aa"] == fleet.tokens_until_ms["aa"]  # what web-1 may have sealed still counts
     await stays(None)  # a clean stop leaves at once
     assert (await read_fleet(cast(Registry, backend.store()))).members == ()

@@ -12,8 +12,8 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from statecodec._settings import seconds
-from statecodec.config import codec_from_env, ttl_setting
+from statecodec._settings import seconds, setting
+from statecodec.config import RELOAD_VAR, TTL_VAR, codec_from_env, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable, missing_extra
 from statecodec.retry_safe import DEFAULT_RESULT_MAX, RetrySafe, retry_safe_settings
 from statecodec.single_use import SingleUse
@@ -43,8 +43,12 @@ def security_from_env(*, ttl: float | None = None, audience: str | None = None,
     except ImportError as exc:
         raise missing_extra("mcp", "mcp", "statecodec.mcp") from exc
     settings = os.environ if environ is None else environ
-    ttl = ttl_setting(settings) if ttl is None else ttl
-    return RequestStateSecurity(codec=codec_from_env(settings), ttl=ttl, audience=audience, **options)
+    configured = ttl_setting(settings)
+    if ttl is not None and ttl > configured and setting(settings, RELOAD_VAR, required=False) is not None:
+        raise ConfigurationError(f"ttl={ttl:g} outlives {TTL_VAR} ({configured}), which a reloading codec waits out "
+                                 f"before it drops a key: set {TTL_VAR}={ttl:g} and pass no ttl")
+    return RequestStateSecurity(codec=codec_from_env(settings), ttl=configured if ttl is None else ttl,
+                                audience=audience, **options)
 
 
 class SingleUseMiddleware:

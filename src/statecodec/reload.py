@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec, check_codec
-from statecodec.errors import StatecodecError
+from statecodec.errors import ConfigurationError, StatecodecError
 from statecodec.rotation import early_drop
 
 __all__ = ["ReloadingCodec", "Snapshot"]
@@ -53,9 +53,12 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
                  report: Report | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self._build, self._clock, self._report, self.wait = build, clock, report, ttl + future_skew
         self._files = tuple(Path(f) for f in files)
-        self._lock, self._stop, self._asked = threading.Lock(), threading.Event(), threading.Event()
+        self._lock, self._building = threading.Lock(), threading.Lock()
+        self._stop, self._asked = threading.Event(), threading.Event()
         self._seen = self._stats()  # before the build: a change while it reads is seen at the next poll
         self.codec: Codec = check_codec(build(), "the configured codec")  # start-up fails as without reloading
+        if not self.key_ids:  # `early_drop` guards a ring by its key ids: with none, any reload would pass
+            raise ConfigurationError("a reloading codec needs a codec that reports its key ids (key_ids)")
         self.error: str | None = None
         self._retry_at = float("inf")  # a ring refused only for its timing is tried again then
         # From start-up on, as far as this instance knows, every other key was primary until now.
@@ -84,8 +87,9 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
 
     def reload(self) -> bool:
         """Rebuild from the settings now: True when the new codec is in force, False when it was refused and the
-        current one kept (the reason in `error` and the log)."""
-        with self._lock:
+        current one kept (the reason in `error` and the log). One rebuild at a time; `snapshot` does not wait for
+        one (a heartbeat goes on while a key provider is slow)."""
+        with self._building:
             self._seen, self._retry_at = self._stats(), float("inf")
             try:
                 codec = check_codec(self._build(), "the reloaded codec")
@@ -93,17 +97,18 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
                 return self._refuse(str(exc))
             except Exception as exc:  # a reload never stops the watcher; its text may quote the input
                 return self._refuse(f"the codec did not build ({type(exc).__name__})")
-            old, new, now = self.key_ids, tuple(getattr(codec, "key_ids", ())), self._clock()
-            early = early_drop(old, new, self._demoted, now, self.wait)
-            if early is not None:
-                kid, left = early
-                why = "it is the primary" if kid == old[0] else f"its tokens may live {left:.1f} s more"
-                self._retry_at = now + left
-                return self._refuse(f"the new ring drops key {kid} too early: {why} (ttl + future skew)")
-            if new[:1] != old[:1]:
-                self._demoted.update(dict.fromkeys(old[:1], now))
-            self._demoted = {kid: at for kid, at in self._demoted.items() if kid in new[1:]}
-            self.codec, self.error = codec, None
+            with self._lock:
+                old, new, now = self.key_ids, tuple(getattr(codec, "key_ids", ())), self._clock()
+                early = early_drop(old, new, self._demoted, now, self.wait)
+                if early is not None:
+                    kid, left = early
+                    why = "it is the primary" if kid == old[0] else f"its tokens may live {left:.1f} s more"
+                    self._retry_at = now + left
+                    return self._refuse(f"the new ring drops key {kid} too early: {why} (ttl + future skew)")
+                if new[:1] != old[:1]:
+                    self._demoted.update(dict.fromkeys(old[:1], now))
+                self._demoted = {kid: at for kid, at in self._demoted.items() if kid in new[1:]}
+                self.codec, self.error = codec, None
         logger.info("statecodec: key ring reloaded; key ids %s", ", ".join(new))
         return True
 
@@ -114,6 +119,8 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
 
     def reload_on_sighup(self) -> None:
         """Reload at the next poll on SIGHUP (call from the main thread; the handler does no I/O itself)."""
+        if self._thread is None:
+            raise ConfigurationError("SIGHUP is answered at the watcher's next poll: give the codec an interval")
         signal.signal(signal.SIGHUP, lambda signum, frame: self._asked.set())
 
     def _stats(self) -> tuple[tuple[int, ...] | None, ...]:
@@ -141,14 +148,19 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
 
 
 def _watch(ref: weakref.ref[ReloadingCodec], interval: float) -> None:
-    """The watcher: poll, reload, report on its own event loop (the store's client lives there); it ends at once with
-    `close()`, or with the codec (it holds no reference between polls). A failed report is retried at the next poll."""
+    """The watcher: poll, reload (in a thread), report on its own event loop (the store's client lives there); it ends
+    at once with `close()`, or with the codec (it holds no reference between polls, a rebuild only while it runs). A
+    failed report is retried at the next poll."""
     report: Report | None = None
+    rebuilding = threading.Thread()
     loop = asyncio.new_event_loop()
     try:
         while (codec := ref()) is not None:
-            if codec._due():
-                codec.reload()
+            if not rebuilding.is_alive() and codec._due():
+                # In a thread of its own: a key provider that hangs does not stop the heartbeat, which goes on
+                # reporting the ring in force, so the instance stays in the registry and a step waits for it.
+                rebuilding = threading.Thread(target=codec.reload, name="statecodec-rebuild", daemon=True)
+                rebuilding.start()
             report, snapshot, stop = codec._report, codec.snapshot(), codec._stop
             del codec
             if report is not None:

@@ -200,8 +200,8 @@ def marked(phase: int, old: str, new: str) -> str:
 
 def next_step(phase: int, ids: Sequence[str], fleet: Fleet) -> tuple[list[str], float]:
     """(why the fleet may not leave `phase`, whose ring is `ids`, for the next; seconds to wait after that): every
-    live instance must run exactly `ids` with no refused reload, and phase 3 waits, by the store's clock, the fleet's
-    longest ttl + future skew after the last moment any instance may have sealed under the old key."""
+    live instance must run exactly `ids` with no refused reload, and phase 3 waits, by the store's clock, until the
+    tokens any instance (live or gone) sealed under the old key have expired."""
     nobody = "no live instance reports to the fleet registry: set STATECODEC_RELOAD_INTERVAL, this store and namespace"
     blockers = [] if fleet.members else [f"{nobody} on the servers"]
     for member in fleet.members:
@@ -212,9 +212,8 @@ def next_step(phase: int, ids: Sequence[str], fleet: Fleet) -> tuple[list[str], 
                             "key source is not updated yet, or it has not reloaded it")
     if phase != 2:
         return blockers, 0.0
-    wait = max((member.wait for member in fleet.members), default=0.0)
-    last_sealed = fleet.minted_until_ms.get(ids[1], fleet.now_ms) / 1000
-    early = early_drop(ids, ids[:1], {ids[1]: last_sealed}, fleet.now_ms / 1000, wait)
+    tokens_until = fleet.tokens_until_ms.get(ids[1], math.inf) / 1000  # absent: the registry was wiped; wait
+    early = early_drop(ids, ids[:1], {ids[1]: tokens_until}, fleet.now_ms / 1000, 0.0)
     return blockers, 0.0 if early is None else early[1]
 
 

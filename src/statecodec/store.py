@@ -189,26 +189,25 @@ class MemoryStore:
     # The fleet registry (statecodec.fleet), by this store's clock: instance -> "loaded_ms ring doc" until it expires.
     def _members(self) -> tuple[int, dict[str, tuple[int, str]], dict[str, int]]:
         now = int(self._clock() * 1000)
-        entries, minted = self._fleet
+        entries, tokens_until = self._fleet
         for name in [name for name, (until, _) in entries.items() if until <= now]:
             del entries[name]
-        return now, entries, minted
+        return now, entries, tokens_until
 
     async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
-                       demoted: Sequence[tuple[str, int]] = ()) -> int:
+                       live: Sequence[tuple[str, int]] = ()) -> int:
         with self._lock:
-            now, entries, minted = self._members()
+            now, entries, tokens_until = self._members()
             old = entries.get(name, (0, "0 - -"))[1].split(" ", 2)  # written below: "loaded_ms ring doc"
             entries[name] = (now + lifetime_ms, f"{old[0] if old[1] == ring else now} {ring} {doc}")
-            primary = ring.partition(",")[0]
-            for kid, until in [(primary, now + lifetime_ms), *((kid, now - ago) for kid, ago in demoted)]:
-                minted[kid] = max(minted.get(kid, 0), until)
+            for kid, ms in live:
+                tokens_until[kid] = max(tokens_until.get(kid, 0), now + ms)
             return now
 
     async def fleet(self) -> tuple[int, list[tuple[str, int, str]], dict[str, int]]:
         with self._lock:
-            now, entries, minted = self._members()
-            return now, [(name, until, value) for name, (until, value) in sorted(entries.items())], dict(minted)
+            now, entries, tokens_until = self._members()
+            return now, [(name, until, value) for name, (until, value) in sorted(entries.items())], dict(tokens_until)
 
     async def leave(self, name: str) -> None:
         with self._lock:

@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from statecodec._settings import setting
-from statecodec.config import ENVIRONMENT_ONLY, configured_codec, missing_package, ttl_setting
+from statecodec.config import ENVIRONMENT_ONLY, RELOAD_VAR, configured_codec, missing_package, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
 
 SCHEMA = "statecodec-check/1"
@@ -48,6 +48,10 @@ def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, 
             from statecodec.single_use import SingleUse
 
             asyncio.run(SingleUse.from_env(os.environ).aclose())
+        if config is None and setting(os.environ, RELOAD_VAR, required=False) is not None:
+            from statecodec.fleet import live_settings
+
+            live_settings(os.environ)
         kind, codec, settings = configured_codec(path=config)
     except (ConfigurationError, ImportError) as exc:  # ImportError: the extra a configured store or provider needs
         why = missing_package(exc) if isinstance(exc, ImportError) else str(exc)

@@ -247,14 +247,18 @@ def _report(args: argparse.Namespace, doc: dict[str, Any], lines: list[str], cod
 
 
 def _begin(args: argparse.Namespace) -> int:
-    path, ring, phase, old_id, new_id = _key_file(args)
+    path, ring, phase, blockers, _, doc = _fleet_status(args)
+    rotation = doc["rotation"] or {}  # key ids "old" and "new" in phases 1 and 2
     new = _key(args, "new") if args.new_file else None
-    if phase == 1 and (new is None or KeyRing([new]).key_ids[0] == new_id):
-        message = f"phase 1 already: {old_id} seals, {new_id} verifies (nothing written)"
+    if phase == 1 and (new is None or KeyRing([new]).key_ids[0] == rotation["new"]):
+        message = f"phase 1 already: {rotation['old']} seals, {rotation['new']} verifies (nothing written)"
         return _report(args, {"phase": 1, "key_ids": list(ring.key_ids), "written": False}, [message], 0)
     if phase in (1, 2):
-        raise ConfigurationError(f"a rotation from {old_id} to {new_id} is at phase {phase}: finish it with "
-                                 "`statecodec rotate advance` first")
+        raise ConfigurationError(f"a rotation from {rotation['old']} to {rotation['new']} is at phase {phase}: finish "
+                                 "it with `statecodec rotate advance` first")
+    if blockers:  # a file the servers do not run: writing it would start nothing
+        lines = ["refused: the servers do not run this key file's keys; is it the file they read?", *_lines(doc, 0)]
+        return _report(args, {**doc, "written": False}, lines, 1)
     with named_errors("the new key"):
         written = _write(path, 1, ring[0], generate_key() if new is None else new)
     message = f"phase 1 written to {path}: {written.key_ids[0]} seals, {written.key_ids[1]} verifies"
@@ -281,7 +285,7 @@ def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[st
             await store.aclose()
 
     fleet = asyncio.run(read())
-    blockers, wait = next_step(phase, ring.key_ids, fleet) if phase in (1, 2) else ([], 0.0)
+    blockers, wait = next_step(phase, ring.key_ids, fleet)
     doc = {
         "key_file": str(path), "phase": phase, "key_ids": list(ring.key_ids), "store_time": when(fleet.now_ms),
         "rotation": {"old": old_id, "new": new_id} if new_id else None, "blockers": blockers,
