@@ -79,8 +79,8 @@ from starlette.responses import JSONResponse, Response
 from uvicorn.config import STARTUP_FAILURE
 
 from statecodec import StatecodecError
+from statecodec.config import STORE_URL_VAR
 from statecodec.mcp import SingleUseMiddleware, security_from_env, single_use_from_env
-from statecodec.single_use import STORE_URL_VAR
 
 SERVER_NAME = "fleet"
 TOOL = "provision"

@@ -20,7 +20,7 @@ import pytest
 
 from statecodec import format_keys, generate_key
 from statecodec.cli.main import main
-from statecodec.fleet import live_codec_from_env
+from statecodec.config import live_codec_from_env
 from statecodec.reload import ReloadingCodec
 from tests.plugins import eventually
 from tests.plugins.redis import RedisServer

@@ -5,6 +5,8 @@ half-read configuration spends a call on a set-up that was wrong from the start.
 checked against `READS`, the one table of what each kind reads, before any builder runs (docs/configuration.md).
 A kind is one entry in `BUILDERS` (a builder or its import path, so an optional package is imported only when
 that kind is chosen; an envelope kind's path names its provider's `wrapper_from_settings`) and one in `READS`.
+The other objects a server builds from its settings start here too: the live codec that follows its key files
+(`live_codec_from_env`, docs/rotation.md) and the single-use store (`store_from_settings`, docs/single-use.md).
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import difflib
 import functools
 import importlib
 import os
+import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from statecodec._settings import (
     KEYS_FILE_VAR,
@@ -28,14 +31,20 @@ from statecodec._settings import (
     seconds_setting,
     setting,
     settings_from_file,
+    text_or_file,
 )
 from statecodec._types import Codec, check_codec
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
 from statecodec.errors import ConfigurationError
+from statecodec.store import REDIS_SCHEMES, MemoryStore, Store
+
+if TYPE_CHECKING:
+    from statecodec.reload import ReloadingCodec
 
 CODEC_VAR = "STATECODEC_CODEC"
 TTL_VAR = "STATECODEC_TTL"
-RELOAD_VAR = "STATECODEC_RELOAD_INTERVAL"
+RELOAD_VAR, SKEW_VAR, INSTANCE_VAR = "STATECODEC_RELOAD_INTERVAL", "STATECODEC_FUTURE_SKEW", "STATECODEC_INSTANCE"
+STORE_URL_VAR = "STATECODEC_STORE_URL"
 DEFAULT_KIND = "aesgcm"
 DEFAULT_TTL = 600
 MAX_TTL = 30 * 24 * 3600  # a state token lives for a conversation, not for months
@@ -218,12 +227,10 @@ def _configured(settings: Mapping[str, str], *, file: bool) -> tuple[str, Codec,
 
 def codec_from_env(environ: Mapping[str, str] | None = None) -> Codec:
     """The codec the environment describes (see the module docstring for the variables); with
-    ``STATECODEC_RELOAD_INTERVAL``, one that follows its key files (`statecodec.fleet.live_codec_from_env`)."""
+    ``STATECODEC_RELOAD_INTERVAL``, one that follows its key files (`live_codec_from_env`)."""
     settings = os.environ if environ is None else environ
     if setting(settings, RELOAD_VAR, required=False) is None:
         return configured_codec(settings)[1]
-    from statecodec.fleet import live_codec_from_env
-
     return live_codec_from_env(settings)
 
 
@@ -231,3 +238,56 @@ def codec_from_file(path: str | os.PathLike[str]) -> Codec:
     """The codec a JSON config file describes: an object with the environment variables as members. A member
     the kind does not read is refused before the builder runs: a misspelt one would leave a default in force."""
     return configured_codec(path=path)[1]
+
+
+def live_settings(environ: Mapping[str, str]) -> tuple[Settings, float, float, list[str], str]:
+    """(settings, interval, future skew, key files, instance name), checked: what stops a reloading server at
+    start-up stops `statecodec check` too."""
+    from statecodec.fleet import NAME
+
+    settings = Settings(environ)  # a copy: the codec is rebuilt from the settings it started with
+    interval = seconds_setting(settings, RELOAD_VAR, default=5, low=0.05, high=3600)
+    future_skew = seconds_setting(settings, SKEW_VAR, default=60, low=0, high=3600)
+    files = [value.strip() for name, value in settings.items() if name.startswith(PREFIX) and name.endswith("_FILE")
+             and name not in ENVIRONMENT_ONLY and value.strip()]  # fmt: skip
+    name = setting(settings, INSTANCE_VAR, required=False) or f"{socket.gethostname()}-{os.getpid()}"
+    if not NAME.fullmatch(name):
+        raise ConfigurationError(f"{INSTANCE_VAR} must be 1-128 letters, digits or _ . : @ -")
+    if not files:
+        raise ConfigurationError(f"{RELOAD_VAR} follows key files, and no STATECODEC_*_FILE setting names one: set "
+                                 "STATECODEC_KEYS_FILE (or the kind's file setting) instead of the key itself")
+    return settings, interval, future_skew, files, name
+
+
+def live_codec_from_env(environ: Mapping[str, str]) -> ReloadingCodec:
+    """What `codec_from_env` returns when ``STATECODEC_RELOAD_INTERVAL`` is set: the configured codec, rebuilt when a
+    file a ``STATECODEC_*_FILE`` setting names changes, reporting to the fleet registry when a store is set."""
+    from statecodec.fleet import Registry, Reporter
+    from statecodec.reload import ReloadingCodec
+
+    settings, interval, future_skew, files, name = live_settings(environ)
+    report = None
+    if any(setting(settings, var, required=False) for var in (STORE_URL_VAR, f"{STORE_URL_VAR}_FILE")):
+        store = store_from_settings(settings)
+        if not isinstance(store, Registry):
+            raise ConfigurationError(f"the store at {store.where} keeps no fleet registry; unset {RELOAD_VAR}")
+        report = Reporter(store, name, lifetime=3 * interval + 1)  # three polls missed before it counts as gone
+    return ReloadingCodec(lambda: configured_codec(settings)[1], ttl=ttl_setting(settings), future_skew=future_skew,
+                          files=files, interval=interval, report=report)
+
+
+def store_from_settings(settings: Mapping[str, str]) -> Store:
+    """The store ``STATECODEC_STORE_URL`` names: ``memory`` for one process, or a Redis URL (docs/single-use.md)."""
+    url, source = text_or_file(settings, STORE_URL_VAR, 4096, "it holds one store URL")
+    if url is None:
+        raise ConfigurationError(f"{STORE_URL_VAR} is not set; set it to redis://host:6379/0 (a fleet) or memory")
+    url, namespace = url.strip(), setting(settings, "STATECODEC_STORE_NAMESPACE", required=False) or "statecodec"
+    if url == "memory":
+        return MemoryStore(namespace=namespace)
+    if url.partition("://")[0] not in REDIS_SCHEMES:  # no part of it is echoed: it may hold a password
+        schemes = ", ".join(f"{scheme}://" for scheme in REDIS_SCHEMES)
+        raise ConfigurationError(f"{source} must be memory or a URL starting {schemes} (its text is not shown)")
+    timeout = seconds_setting(settings, "STATECODEC_STORE_TIMEOUT", default=0.25, low=0, high=60, low_open=True)
+    from statecodec.redis_store import RedisStore  # needs the redis extra; imported only when configured
+
+    return RedisStore.from_url(url, namespace=namespace, timeout=timeout)

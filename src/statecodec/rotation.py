@@ -12,17 +12,16 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from statecodec._settings import seconds
 from statecodec._types import Codec
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing
 
-if TYPE_CHECKING:
-    from statecodec.fleet import Fleet
-
-__all__ = ["RotationPlan", "check_fleet", "early_drop", "key_file_phase", "next_step", "parse_fleet", "reseal"]
+__all__ = [
+    "Fleet", "Member", "RotationPlan", "check_fleet", "early_drop", "key_file_phase", "next_step", "parse_fleet",
+    "reseal",
+]
 
 _MAX_INSTANCES = 100_000
 _YEAR = 365 * 24 * 3600  # longer than any token lives
@@ -191,6 +190,24 @@ def key_file_phase(text: str, ring: KeyRing) -> tuple[int, str, str]:
         raise ConfigurationError(f"its keys [{', '.join(ids)}] are not those of its marker (phase {phase} of {old} -> "
                                  f"{new}): it was edited by hand; restore it, or rewrite it with one key")
     return phase, old, new
+
+
+@dataclass(frozen=True)
+class Member:
+    """One live instance: key ids primary first, its last refused reload, store times."""
+
+    name: str
+    accepts: tuple[str, ...]
+    error: str | None
+    loaded_ms: int
+    expires_ms: int
+
+
+@dataclass(frozen=True)
+class Fleet:
+    now_ms: int  # the store's clock
+    members: tuple[Member, ...]
+    tokens_until_ms: Mapping[str, int]  # key id -> until when tokens under it may live
 
 
 def marked(phase: int, old: str, new: str) -> str:

@@ -21,19 +21,19 @@ from typing import Any, Literal, TypedDict, TypeVar, Unpack
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec._settings import named_errors, seconds, seconds_setting, setting, text_or_file
+from statecodec._settings import named_errors, seconds, setting
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec
-from statecodec.config import check_names, ttl_setting
+from statecodec.config import check_names, store_from_settings, ttl_setting
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable
 from statecodec.keys import KeyRing, derive_key
-from statecodec.store import REDIS_SCHEMES, Claim, MemoryStore, Store, Verdict, check_owner
+from statecodec.store import Claim, Store, Verdict, check_owner
 
 __all__ = ["Principal", "Selector", "SingleUse", "SingleUseCodec", "store_from_settings"]
 
 logger = logging.getLogger("statecodec.single_use")
 T = TypeVar("T")
 Principal = tuple[str | None, str | None, str | None]  # (client_id, issuer, subject), as the MCP SDK binds it
-PREFIX, STORE_KEY_VAR, STORE_URL_VAR = b"su2.", "STATECODEC_STORE_KEY", "STATECODEC_STORE_URL"
+PREFIX, STORE_KEY_VAR = b"su2.", "STATECODEC_STORE_KEY"
 _HEADER, _DIGEST, _MAX_SCOPES = 36, 16, 16  # id 16, issued 6, expires 6, epoch 8; then a count and the digests
 _VERDICTS = {Claim.USED: Reason.REPLAYED, Claim.REVOKED: Reason.REVOKED, Claim.EXPIRED: Reason.EXPIRED}
 
@@ -298,20 +298,3 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
 
     def __repr__(self) -> str:
         return f"SingleUseCodec({self.codec!r}, {self.guard!r})"
-
-
-def store_from_settings(settings: Mapping[str, str]) -> Store:
-    """The store ``STATECODEC_STORE_URL`` names: ``memory`` for one process, or a Redis URL (docs/single-use.md)."""
-    url, source = text_or_file(settings, STORE_URL_VAR, 4096, "it holds one store URL")
-    if url is None:
-        raise ConfigurationError(f"{STORE_URL_VAR} is not set; set it to redis://host:6379/0 (a fleet) or memory")
-    url, namespace = url.strip(), setting(settings, "STATECODEC_STORE_NAMESPACE", required=False) or "statecodec"
-    if url == "memory":
-        return MemoryStore(namespace=namespace)
-    if url.partition("://")[0] not in REDIS_SCHEMES:  # no part of it is echoed: it may hold a password
-        schemes = ", ".join(f"{scheme}://" for scheme in REDIS_SCHEMES)
-        raise ConfigurationError(f"{source} must be memory or a URL starting {schemes} (its text is not shown)")
-    timeout = seconds_setting(settings, "STATECODEC_STORE_TIMEOUT", default=0.25, low=0, high=60, low_open=True)
-    from statecodec.redis_store import RedisStore  # needs the redis extra; imported only when configured
-
-    return RedisStore.from_url(url, namespace=namespace, timeout=timeout)

@@ -14,7 +14,14 @@ import sys
 from typing import Any
 
 from statecodec._settings import setting
-from statecodec.config import ENVIRONMENT_ONLY, RELOAD_VAR, configured_codec, missing_package, ttl_setting
+from statecodec.config import (
+    ENVIRONMENT_ONLY,
+    RELOAD_VAR,
+    configured_codec,
+    live_settings,
+    missing_package,
+    ttl_setting,
+)
 from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
 
 SCHEMA = "statecodec-check/1"
@@ -49,8 +56,6 @@ def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, 
 
             asyncio.run(SingleUse.from_env(os.environ).aclose())
         if config is None and setting(os.environ, RELOAD_VAR, required=False) is not None:
-            from statecodec.fleet import live_settings
-
             live_settings(os.environ)
         kind, codec, settings = configured_codec(path=config)
     except (ConfigurationError, ImportError) as exc:  # ImportError: the extra a configured store or provider needs
