@@ -30,6 +30,7 @@ from statecodec.config import codec_from_env, codec_from_file
 from statecodec.envelope import default_context, format_wrapped_keys, new_wrapped_key
 from statecodec.errors import ConfigurationError
 from statecodec.providers._retry import RetryPolicy
+from statecodec.reload import ReloadingCodec
 
 pytestmark = pytest.mark.integration
 PROVIDERS = ["aws", "gcp", "vault"]
@@ -329,3 +330,26 @@ def test_vault_least_privilege(vault_server: Any) -> None:
         assert codec.unseal(codec.seal(b"ok")) == b"ok"
         with pytest.raises(ProviderError, match="permission denied"):
             new_wrapped_key(VaultKeyWrapper(c, key))
+
+
+def test_a_live_codec_reloads_its_wrapped_ring_through_the_provider(provider: Provider, tmp_path: Path) -> None:
+    """Live rotation of an envelope ring: a reload unwraps the new file's keys through the real provider, and the
+    ring that drops the old key while its tokens live is refused (docs/rotation.md)."""
+    old, new = (new_wrapped_key(provider.make(), default_context()) for _ in range(2))
+    ring = tmp_path / "wrapped"
+    ring.write_text(format_wrapped_keys([old]))
+    codec = codec_from_env({**provider.settings, "STATECODEC_WRAPPED_KEYS_FILE": str(ring),
+                            "STATECODEC_RELOAD_INTERVAL": "3600"})  # fmt: skip
+    assert isinstance(codec, ReloadingCodec)
+    try:
+        sealed, first = codec.seal(b"old"), codec.key_ids
+        for blobs in ([old, new], [new, old]):
+            ring.write_text(format_wrapped_keys(blobs))
+            assert codec.reload()
+            assert codec.unseal(sealed) == b"old"
+        assert codec.key_ids[1:] == first
+        ring.write_text(format_wrapped_keys([new]))
+        assert not codec.reload()  # the old key sealed until just now: its tokens still live
+        assert (codec.unseal(sealed), codec.key_ids[1:]) == (b"old", first)
+    finally:
+        codec.close()
