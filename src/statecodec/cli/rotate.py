@@ -268,9 +268,9 @@ def _begin(args: argparse.Namespace) -> int:
 def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[str], float, dict[str, Any]]:
     """The key file, its phase, what blocks the next phase, the wait, and the status document."""
     from statecodec.cli.store import _when as when
+    from statecodec.config import store_from_settings
     from statecodec.fleet import Registry, read_fleet
     from statecodec.rotation import next_step
-    from statecodec.single_use import store_from_settings
     from statecodec.store import MemoryStore
 
     path, ring, phase, old_id, new_id = _key_file(args)
