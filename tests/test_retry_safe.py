@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from examples import lowlevel_server
 from mcp import Client, MCPError
 from mcp.server import Server, ServerRequestContext
@@ -21,7 +22,6 @@ from mcp.types import CallToolRequestParams, CallToolResult, ElicitResult, Error
 
 from statecodec import AESGCMCodec, ConfigurationError, format_keys
 from statecodec.errors import StoreUnreachable
-from statecodec.keys import derive_key
 from statecodec.mcp import SingleUseMiddleware, single_use_from_env
 from statecodec.retry_safe import RetrySafe, retry_safe_settings
 from statecodec.single_use import SingleUse
@@ -30,6 +30,7 @@ from tests.integration.fleet_harness import call_tool
 from tests.integration.fleet_harness import round_one as http_round_one
 from tests.mcp_flows import mint, rejections, run_mcp_flows
 from tests.test_mcp import HTTP, KEY, STORE_KEY, serving
+from tests.test_vectors import hkdf
 
 RUNS: list[str] = []
 GATE = anyio.Event()
@@ -164,9 +165,14 @@ def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start
     canonical = ('{"method":"tools/call","params":{"arguments":{"amount":10,"to":"é"},"inputResponses":{"ok":{"action":'
                  '"accept","content":{"sure":true}}},"name":"pay"},"principal":[null,"https://idp","alice"],'
                  '"state":"su2.x"}').encode()  # fmt: skip
-    expected = hmac.new(derive_key(bytes(range(32)), b"statecodec/su2/retry"), canonical, "sha256").digest()[:16]
+    expected = hmac.new(hkdf(bytes(range(32)), b"statecodec/su2/retry"), canonical, "sha256").digest()[:16]
     assert RetrySafe(guard).digest("tools/call", params, "su2.x", (None, "https://idp", "alice")) == expected
     assert expected.hex() == "e23d83482ac5531696c5367dc2f65dad"  # docs/formats.md, "The retry digest"
+    # "Kept answer", from the doc alone: nonce || AES-256-GCM(Ka, nonce, JSON, "statecodec/su2/result" 0x00 key digest)
+    aead, aad = AESGCM(hkdf(bytes(range(32)), b"statecodec/su2/result")), b"statecodec/su2/result\x00" + KEY[:16]
+    sealed = RetrySafe(guard).seal(KEY[:16], expected, b'{"result":{}}')
+    assert aead.decrypt(sealed[:12], sealed[12:], aad + expected) == b'{"result":{}}'
+    assert RetrySafe(guard).open(KEY[:16], expected, bytes(12) + aead.encrypt(bytes(12), b"{}", aad + expected)) == {}
     digest = RetrySafe(guard).digest  # documented: equal numbers are one retry, text is not normalised, no `_meta`
     one = digest("m", {"arguments": {"n": 1}}, "s", None)
     assert one == digest("m", {"arguments": {"n": 1.0}, "_meta": {"progressToken": 8}}, "s", None)
