@@ -20,9 +20,10 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.types import CallToolRequestParams, CallToolResult, ElicitResult, ErrorData, InputRequiredResult, TextContent
 
-from statecodec import AESGCMCodec, ConfigurationError, format_keys
+from statecodec import AESGCMCodec, Codec, ConfigurationError, format_keys, generate_key
 from statecodec.errors import StoreUnreachable
 from statecodec.mcp import SingleUseMiddleware, single_use_from_env
+from statecodec.reload import ReloadingCodec
 from statecodec.retry_safe import RetrySafe, retry_safe_settings
 from statecodec.single_use import SingleUse
 from statecodec.store import MemoryStore
@@ -49,9 +50,9 @@ async def pay(ctx: ServerRequestContext[Any], params: CallToolRequestParams) -> 
     return CallToolResult(content=[TextContent(type="text", text=f"paid in {region}, run {len(RUNS)}")])
 
 
-def lowlevel(middleware: SingleUseMiddleware) -> Server[Any]:
+def lowlevel(middleware: SingleUseMiddleware, codec: Codec | None = None) -> Server[Any]:
     server: Server[Any] = Server("pay", on_list_tools=lowlevel_server.list_tools, on_call_tool=pay)
-    security = RequestStateSecurity(codec=AESGCMCodec([KEY]))
+    security = RequestStateSecurity(codec=codec or AESGCMCodec([KEY]))
     server.middleware += [RequestStateBoundary(security, default_audience="pay"), middleware]
     server.lifespan = middleware.lifespan
     return server
@@ -99,6 +100,24 @@ def test_on_a_lowlevel_server_the_same_retry_is_answered_once_run_and_every_othe
                                "paid in eu, run 4", FROZEN, FROZEN]  # fmt: skip
     assert RUNS == ["eu", "boom", "eu", "eu"]  # each step once; a raised error is kept and answered again
     assert rejections(caplog.records) == ["replayed"] * 4 + ["seal"]  # other input, mode off, over the cap, mixed
+
+
+def test_a_kept_answer_is_under_the_store_key_so_a_codec_ring_reloaded_before_the_retry_leaves_it_in_force() -> None:
+    RUNS.clear()
+    rings = [[KEY]]
+    codec = ReloadingCodec(lambda: AESGCMCodec(rings[-1]), ttl=600)
+    server = lowlevel(retry_safe(), codec)
+
+    async def body() -> list[Any]:
+        async with Client(server) as client:
+            token = await mint(client)
+            first = await go(client, token)
+            rings.append([generate_key(), KEY])  # phase 2 of a live rotation: a new primary, the old key verifies
+            assert codec.reload()
+            return [first, await go(client, token)]
+
+    assert anyio.run(body) == ["paid in eu, run 1"] * 2
+    assert RUNS == ["eu"]
 
 
 class Forgetful(MemoryStore):
