@@ -180,6 +180,7 @@ AWS = {"STATECODEC_CODEC": "aws-kms", "STATECODEC_AWS_KMS_KEY_ID": "alias/k", "S
         (["kms", "new-data-key", "--provider", "aws", "--key-id", "alias/k"], {}, "boto3", "aws"),
         (["check"], AWS, "boto3", "aws"),
         (["check"], {"STATECODEC_KEYS": KEYS, **STORE}, "redis", "redis"),
+        (["check"], {"STATECODEC_KEYS": KEYS, **STORE, "STATECODEC_RETRY_SAFE": "on"}, "rfc8785", "mcp"),
         (["revoke", "--all"], STORE, "redis", "redis"),
         (["store", "check"], STORE, "redis", "redis"),
     ],

@@ -8,6 +8,7 @@ answer, answers over the in-process store's byte budget. Fleet: tests/integratio
 from __future__ import annotations
 
 import hmac
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +178,9 @@ def test_on_mcpserver_over_http_another_presenter_is_another_retry_and_reads_not
     run_mcp_flows(AESGCMCodec([KEY]), middleware=[middleware := retry_safe()], lifespan=middleware.lifespan)
 
 
-def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start_naming_themselves() -> None:
+def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start_naming_themselves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     guard = SingleUse(MemoryStore(), key=bytes(range(32)), ttl=60)
     params = {"name": "pay", "arguments": {"amount": 10, "to": "é"}, "_meta": {"progressToken": 7}, "inputResponses":
               {"ok": {"action": "accept", "content": {"sure": True}}}}  # fmt: skip
@@ -205,6 +208,9 @@ def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start
                         ("STATECODEC_RETRY_RESULT_MAX", "1e6")]:  # fmt: skip
         with pytest.raises(ConfigurationError, match=name):
             retry_safe_settings({name: value})
+    monkeypatch.setitem(sys.modules, "rfc8785", None)  # `mcp` without statecodec[mcp]: refused at start, not per retry
+    with pytest.raises(ImportError, match=r"pip install 'statecodec\[mcp\]'"):
+        single_use_from_env(env | {"STATECODEC_RETRY_SAFE": "on"})
 
 
 
