@@ -180,6 +180,7 @@ AWS = {"STATECODEC_CODEC": "aws-kms", "STATECODEC_AWS_KMS_KEY_ID": "alias/k", "S
         (["kms", "new-data-key", "--provider", "aws", "--key-id", "alias/k"], {}, "boto3", "aws"),
         (["check"], AWS, "boto3", "aws"),
         (["check"], {"STATECODEC_KEYS": KEYS, **STORE}, "redis", "redis"),
+        (["check"], {"STATECODEC_KEYS": KEYS, **STORE, "STATECODEC_RETRY_SAFE": "on"}, "rfc8785", "mcp"),
         (["revoke", "--all"], STORE, "redis", "redis"),
         (["store", "check"], STORE, "redis", "redis"),
     ],
@@ -276,8 +277,10 @@ def test_check_reports_a_ready_instance_in_text_and_json(cli: Run) -> None:
         ({**STORE, "STATECODEC_STORE_ON_ERROR": "maybe"}, "STORE_ON_ERROR) must be refuse (the default) or accept"),
         ({"STATECODEC_STORE_KEY": format_keys([OTHER])}, "STATECODEC_STORE_URL is not set"),
         ({"STATECODEC_RELOAD_INTERVAL": "5"}, "STATECODEC_RELOAD_INTERVAL follows key files"),  # an inline ring
+        ({**STORE, "STATECODEC_RETRY_SAFE": "yes"}, "STATECODEC_RETRY_SAFE must be on or off"),
+        ({**STORE, "STATECODEC_RETRY_RESULT_MAX": "0"}, "STATECODEC_RETRY_RESULT_MAX must be a whole number"),
     ],
-    ids=["store-timeout", "store-key", "store-url", "on-error", "half-a-store", "reload-no-file"],
+    ids=["store-timeout", "store-key", "store-url", "on-error", "half-a-store", "reload-no-file", "retry", "cap"],
 )
 def test_check_exits_2_on_what_would_stop_the_server_at_start_up(
     cli: Run, env: dict[str, str], expected: str
@@ -290,6 +293,13 @@ def test_check_exits_2_on_what_would_stop_the_server_at_start_up(
     assert cli("check")[0] == 2
     if "STATECODEC_STORE_URL" in env:  # the same settings, spelt right: ready, the store never contacted
         assert cli("check", env={**STORE, **dict.fromkeys(set(env) - set(STORE), "")})[0] == 0
+
+
+def test_check_of_a_reloading_codec_reporting_to_a_store_needs_no_store_key(cli: Run, tmp_path: Path) -> None:
+    (ring := tmp_path / "ring").write_text(KEYS)  # its fleet registry reads the store's address alone, as it starts
+    env = {"STATECODEC_KEYS_FILE": str(ring), "STATECODEC_RELOAD_INTERVAL": "5", "STATECODEC_STORE_URL": "memory"}
+    assert cli("check", env=env)[0] == 0
+    assert cli("check", env={"STATECODEC_STORE_URL": "http://store:6379"})[0] == 2  # which is still checked
 
 
 def test_check_is_not_ready_when_the_probe_fails(cli: Run, tmp_path: Path) -> None:

@@ -8,21 +8,23 @@ answer, answers over the in-process store's byte budget. Fleet: tests/integratio
 from __future__ import annotations
 
 import hmac
+import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from examples import lowlevel_server
 from mcp import Client, MCPError
 from mcp.server import Server, ServerRequestContext
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.types import CallToolRequestParams, CallToolResult, ElicitResult, ErrorData, InputRequiredResult, TextContent
 
-from statecodec import AESGCMCodec, ConfigurationError, format_keys
+from statecodec import AESGCMCodec, Codec, ConfigurationError, format_keys, generate_key
 from statecodec.errors import StoreUnreachable
-from statecodec.keys import derive_key
 from statecodec.mcp import SingleUseMiddleware, single_use_from_env
+from statecodec.reload import ReloadingCodec
 from statecodec.retry_safe import RetrySafe, retry_safe_settings
 from statecodec.single_use import SingleUse
 from statecodec.store import MemoryStore
@@ -30,6 +32,7 @@ from tests.integration.fleet_harness import call_tool
 from tests.integration.fleet_harness import round_one as http_round_one
 from tests.mcp_flows import mint, rejections, run_mcp_flows
 from tests.test_mcp import HTTP, KEY, STORE_KEY, serving
+from tests.test_vectors import hkdf
 
 RUNS: list[str] = []
 GATE = anyio.Event()
@@ -48,9 +51,9 @@ async def pay(ctx: ServerRequestContext[Any], params: CallToolRequestParams) -> 
     return CallToolResult(content=[TextContent(type="text", text=f"paid in {region}, run {len(RUNS)}")])
 
 
-def lowlevel(middleware: SingleUseMiddleware) -> Server[Any]:
+def lowlevel(middleware: SingleUseMiddleware, codec: Codec | None = None) -> Server[Any]:
     server: Server[Any] = Server("pay", on_list_tools=lowlevel_server.list_tools, on_call_tool=pay)
-    security = RequestStateSecurity(codec=AESGCMCodec([KEY]))
+    security = RequestStateSecurity(codec=codec or AESGCMCodec([KEY]))
     server.middleware += [RequestStateBoundary(security, default_audience="pay"), middleware]
     server.lifespan = middleware.lifespan
     return server
@@ -98,6 +101,24 @@ def test_on_a_lowlevel_server_the_same_retry_is_answered_once_run_and_every_othe
                                "paid in eu, run 4", FROZEN, FROZEN]  # fmt: skip
     assert RUNS == ["eu", "boom", "eu", "eu"]  # each step once; a raised error is kept and answered again
     assert rejections(caplog.records) == ["replayed"] * 4 + ["seal"]  # other input, mode off, over the cap, mixed
+
+
+def test_a_kept_answer_is_under_the_store_key_so_a_codec_ring_reloaded_before_the_retry_leaves_it_in_force() -> None:
+    RUNS.clear()
+    rings = [[KEY]]
+    codec = ReloadingCodec(lambda: AESGCMCodec(rings[-1]), ttl=600)
+    server = lowlevel(retry_safe(), codec)
+
+    async def body() -> list[Any]:
+        async with Client(server) as client:
+            token = await mint(client)
+            first = await go(client, token)
+            rings.append([generate_key(), KEY])  # phase 2 of a live rotation: a new primary, the old key verifies
+            assert codec.reload()
+            return [first, await go(client, token)]
+
+    assert anyio.run(body) == ["paid in eu, run 1"] * 2
+    assert RUNS == ["eu"]
 
 
 class Forgetful(MemoryStore):
@@ -157,16 +178,23 @@ def test_on_mcpserver_over_http_another_presenter_is_another_retry_and_reads_not
     run_mcp_flows(AESGCMCodec([KEY]), middleware=[middleware := retry_safe()], lifespan=middleware.lifespan)
 
 
-def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start_naming_themselves() -> None:
+def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start_naming_themselves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     guard = SingleUse(MemoryStore(), key=bytes(range(32)), ttl=60)
     params = {"name": "pay", "arguments": {"amount": 10, "to": "é"}, "_meta": {"progressToken": 7}, "inputResponses":
               {"ok": {"action": "accept", "content": {"sure": True}}}}  # fmt: skip
     canonical = ('{"method":"tools/call","params":{"arguments":{"amount":10,"to":"é"},"inputResponses":{"ok":{"action":'
                  '"accept","content":{"sure":true}}},"name":"pay"},"principal":[null,"https://idp","alice"],'
                  '"state":"su2.x"}').encode()  # fmt: skip
-    expected = hmac.new(derive_key(bytes(range(32)), b"statecodec/su2/retry"), canonical, "sha256").digest()[:16]
+    expected = hmac.new(hkdf(bytes(range(32)), b"statecodec/su2/retry"), canonical, "sha256").digest()[:16]
     assert RetrySafe(guard).digest("tools/call", params, "su2.x", (None, "https://idp", "alice")) == expected
     assert expected.hex() == "e23d83482ac5531696c5367dc2f65dad"  # docs/formats.md, "The retry digest"
+    # "Kept answer", from the doc alone: nonce || AES-256-GCM(Ka, nonce, JSON, "statecodec/su2/result" 0x00 key digest)
+    aead, aad = AESGCM(hkdf(bytes(range(32)), b"statecodec/su2/result")), b"statecodec/su2/result\x00" + KEY[:16]
+    sealed = RetrySafe(guard).seal(KEY[:16], expected, b'{"result":{}}')
+    assert aead.decrypt(sealed[:12], sealed[12:], aad + expected) == b'{"result":{}}'
+    assert RetrySafe(guard).open(KEY[:16], expected, bytes(12) + aead.encrypt(bytes(12), b"{}", aad + expected)) == {}
     digest = RetrySafe(guard).digest  # documented: equal numbers are one retry, text is not normalised, no `_meta`
     one = digest("m", {"arguments": {"n": 1}}, "s", None)
     assert one == digest("m", {"arguments": {"n": 1.0}, "_meta": {"progressToken": 8}}, "s", None)
@@ -180,6 +208,9 @@ def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start
                         ("STATECODEC_RETRY_RESULT_MAX", "1e6")]:  # fmt: skip
         with pytest.raises(ConfigurationError, match=name):
             retry_safe_settings({name: value})
+    monkeypatch.setitem(sys.modules, "rfc8785", None)  # `mcp` without statecodec[mcp]: refused at start, not per retry
+    with pytest.raises(ImportError, match=r"pip install 'statecodec\[mcp\]'"):
+        single_use_from_env(env | {"STATECODEC_RETRY_SAFE": "on"})
 
 
 

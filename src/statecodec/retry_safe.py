@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -22,7 +22,7 @@ from cryptography.exceptions import InvalidTag
 
 from statecodec._settings import setting
 from statecodec._types import HoldsSecrets
-from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError
+from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, missing_extra
 from statecodec.single_use import Principal, SingleUse
 from statecodec.store import Claim, Verdict
 
@@ -64,28 +64,38 @@ def retry_safe_settings(settings: Mapping[str, str]) -> dict[str, Any]:
     if not (cap.isascii() and cap.isdecimal() and 0 < int(cap) <= _HIGHEST):
         raise ConfigurationError(f"{RESULT_MAX_VAR} must be a whole number of bytes from 1 to {_HIGHEST}, e.g. "
                                  f"{DEFAULT_RESULT_MAX} (the default)")
+    if mode == "on":
+        _jcs()  # the package every retry's digest needs: missing, `statecodec check` fails too
     return {"retry_safe": mode == "on", "max_result": int(cap)}
+
+
+def _jcs() -> Callable[[Any], bytes]:
+    """RFC 8785 canonical JSON, from ``rfc8785`` (``statecodec[mcp]``): missing, the mode fails at start-up, not at
+    every retry."""
+    try:
+        import rfc8785
+    except ImportError as exc:
+        raise missing_extra("rfc8785", "mcp", "the retry-safe mode") from exc
+    return rfc8785.dumps
 
 
 class RetrySafe(HoldsSecrets):
     """The mode's step inside `SingleUseMiddleware` (module docstring): digest, claim, run once, keep, replay."""
 
-    __slots__ = ("_aead", "_guard", "max_result")
+    __slots__ = ("_aead", "_guard", "_jcs", "max_result")
 
     def __init__(self, guard: SingleUse, *, max_result: int = DEFAULT_RESULT_MAX) -> None:
         if isinstance(max_result, bool) or not isinstance(max_result, int) or not 0 < max_result <= _HIGHEST:
             raise ConfigurationError(f"max_result ({RESULT_MAX_VAR}) must be an int from 1 to {_HIGHEST} bytes")
-        self.max_result, self._guard, self._aead = max_result, guard, guard.result_cipher()
+        self.max_result, self._guard, self._aead, self._jcs = max_result, guard, guard.result_cipher(), _jcs()
 
     def digest(self, method: str, params: Mapping[str, Any], state: str, principal: Principal | None) -> bytes:
         """The retry's 16-byte digest: HMAC-SHA256 over its RFC 8785 canonical JSON; `malformed` when it has none."""
-        import rfc8785
-
         asked = {name: value for name, value in params.items() if name not in _UNASKED}  # all a handler may read
         who = list(principal or (None, None, None))
         retry: dict[str, Any] = {"method": method, "params": asked, "principal": who, "state": state}
         try:
-            canonical = rfc8785.dumps(retry)
+            canonical = self._jcs(retry)
         except (ValueError, TypeError):  # an integer beyond 2**53, a lone surrogate: no canonical form
             raise InvalidToken(Reason.MALFORMED) from None
         return self._guard.retry_digest(canonical)

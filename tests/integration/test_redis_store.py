@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+from unittest.mock import ANY
 
 import pytest
 import redis
@@ -28,6 +29,7 @@ from statecodec import ConfigurationError, InvalidToken, StoreError, StoreUnreac
 from statecodec.cli.main import main
 from statecodec.redis_store import RedisStore
 from statecodec.single_use import SingleUse
+from statecodec.store import Claim
 
 pytestmark = pytest.mark.integration
 T = TypeVar("T")
@@ -35,7 +37,7 @@ KEY = bytes(range(50, 82))
 PASSWORD = "s3cret/Pa?ss#7@f1e"  # every URL delimiter: it must never become the host:port of a message
 QUOTED = PASSWORD.replace("/", "%2F").replace("?", "%3F").replace("#", "%23").replace("@", "%40")
 # The minimal ACL (docs/single-use.md): what the client sends, and what the scripts call, on the namespace's keys.
-ACL_COMMANDS = ["+evalsha", "+eval", "+info", "+time", "+hmget", "+hget", "+hset", "+hdel", "+hgetall", "+set"]
+ACL_COMMANDS = ["+evalsha", "+eval", "+info", "+time", "+hmget", "+hget", "+hset", "+hdel", "+hgetall", "+get", "+set"]
 ACL_COMMANDS += ["+zadd", "+zrem", "+zrangebyscore", "+zremrangebyscore"]
 CLUSTER_ACL_COMMANDS = ["+cluster|slots", "+cluster|shards", "+command"]  # read by a cluster client when it starts
 ACL_RULES = ["on", f">{PASSWORD}", "resetkeys", "resetchannels", "~{statecodec}:*", "-@all", *ACL_COMMANDS]
@@ -82,6 +84,14 @@ def test_the_minimal_acl_user_can_do_everything_the_store_does(acl_user: str, re
             redis_server.cli("SCRIPT", "FLUSH")  # a lost script cache: EVALSHA fails, EVAL runs the script again
             assert await guard.consume(again) == b"y"
             assert (await guard.health())["owner"] == "ok"
+            retried, retry, store = guard.stamp(b"z"), b"r" * 16, guard.store  # the retry-safe mode's claim and keep
+            key = (await guard.claim(retried, retry))[1]
+            assert await store.keep(key=key, retry=retry, result=b"kept")  # GET, then SET ... KEEPTTL (Redis 6.0+)
+            assert (await guard.claim(retried, retry))[2] == (Claim.SAME, guard._epoch, ANY, (), b"kept")
+            assert isinstance(store, RedisStore)  # the fleet registry's scripts
+            await store.announce("web-1", "k1,k0", "{}", 5000, [("k0", 1000)])
+            assert [row[0] for row in (await store.fleet())[1]] == ["web-1"]
+            await store.leave("web-1")
         finally:
             await guard.aclose()
 

@@ -20,12 +20,16 @@ from statecodec.config import (
     configured_codec,
     live_settings,
     missing_package,
+    store_from_settings,
     ttl_setting,
 )
 from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
 
 SCHEMA = "statecodec-check/1"
 _PROBE = b"statecodec check probe"
+# Read by single use alone: a reloading codec given only the store's address reports to its registry, no guard.
+_SINGLE_USE = frozenset(f"STATECODEC_{name}" for name in ("STORE_KEY", "STORE_KEY_FILE", "STORE_ON_ERROR", "RETRY_SAFE",
+                                                           "RETRY_RESULT_MAX"))
 # The setting, without its STATECODEC_ prefix, that names the key a provider holds (a name, never key material).
 _KEY_NAME = {"aws-kms": "AWS_KMS_KEY_ID", "gcp-kms": "GCP_KMS_KEY", "vault-envelope": "VAULT_KEY"}
 
@@ -47,15 +51,24 @@ def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, 
     try:
         # What a server reads from the environment besides its codec, by the functions it calls, so a setting that
         # stops the server at start-up stops this check too: the MCP ttl and, when any store setting is given, the
-        # single-use guard and its store (built, not contacted: a Redis store connects at its first call).
+        # single-use guard, its retry-safe mode and its store (built, not contacted: a Redis store connects at its
+        # first call), or, for a reloading codec given only the store's address, the store of its fleet registry.
         ttl_setting(os.environ)
-        if any(setting(os.environ, name, required=False) for name in ENVIRONMENT_ONLY if "_STORE_" in name):
-            import asyncio  # here: only a store setting needs it, and every command's start-up imports this module
-
+        given = {name for name in ENVIRONMENT_ONLY if setting(os.environ, name, required=False)}
+        reloading, stored = config is None and RELOAD_VAR in given, any("_STORE_" in name for name in given)
+        if given & _SINGLE_USE or (stored and not reloading):
+            from statecodec.retry_safe import retry_safe_settings
             from statecodec.single_use import SingleUse
 
-            asyncio.run(SingleUse.from_env(os.environ).aclose())
-        if config is None and setting(os.environ, RELOAD_VAR, required=False) is not None:
+            retry_safe_settings(os.environ)
+            store: Any = SingleUse.from_env(os.environ)
+        elif stored:
+            store = store_from_settings(os.environ)
+        if given & _SINGLE_USE or stored:
+            import asyncio  # here: only a store setting needs it, and every command's start-up imports this module
+
+            asyncio.run(store.aclose())
+        if reloading:
             live_settings(os.environ)
         kind, codec, settings = configured_codec(path=config)
     except (ConfigurationError, ImportError) as exc:  # ImportError: the extra a configured store or provider needs
