@@ -138,7 +138,7 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
     def from_file(cls, path: str | os.PathLike[str]) -> KeyRing:
         """A ring from a file in the text format (one key per line or comma-separated), at most 64 KiB."""
         p = Path(path)
-        text = load_settings_file(p, _MAX_KEY_FILE_BYTES, f"key file {p}", "it should hold a few lines of keys")
+        text = read_key_file(p)
         with named_errors(str(p)):
             return cls.parse(text)
 
@@ -171,6 +171,12 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
 
     def __hash__(self) -> int:
         return hash(self._ids)
+
+
+def read_key_file(path: Path) -> str:
+    """The text of a key file, at most 64 KiB: the one reader of key files (`KeyRing.from_file`, `rotate`)."""
+    text: str = load_settings_file(path, _MAX_KEY_FILE_BYTES, f"key file {path}", "it should hold a few lines of keys")
+    return text
 
 
 def parse_keys(text: str) -> list[bytes]:

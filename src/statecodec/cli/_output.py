@@ -1,12 +1,14 @@
-"""Where a command's result goes: stdout, or a file that may hold secrets, created 0600 and never overwritten.
+"""Where a command's result goes: stdout, or a file that may hold secrets, at mode 0600.
 
-Threat: a key written with the default umask is readable by others, and one written over an existing file may
-destroy the only copy of a live key. ``O_CREAT | O_EXCL`` at mode 0600 in one call: never readable by another
-user, never over an existing path (a symlink included).
+Threat: a key written with the default umask is readable by others, one written over an existing file may destroy
+the only copy of a live key, and a key file half-written when a command crashes stops every server that reads it.
+`emit` creates a new file (``O_CREAT | O_EXCL`` at mode 0600 in one call: never readable by another user, never
+over an existing path, a symlink included); `replace` swaps a key file the servers read whole or not at all.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import sys
 from pathlib import Path
@@ -35,3 +37,30 @@ def emit(text: str, output: str | None, wrote: str) -> None:
         Path(output).unlink(missing_ok=True)  # no half-written key file left behind
         raise ConfigurationError(f"cannot write --output {output}: {exc.strerror}") from None
     print(f"{wrote} to {output} (mode 0600)", file=sys.stderr)
+
+
+def replace(path: Path, text: str) -> None:
+    """Write `text` into `path` whole or not at all: a 0600 temporary file in its directory, synced, renamed over it
+    (a reader sees the old file or the new; a crash leaves the old one)."""
+    import tempfile  # here: every command's start-up imports this module
+
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temporary, path)
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)  # the rename itself survives a crash
+        finally:
+            os.close(directory)
+    except OSError as exc:
+        Path(temporary).unlink(missing_ok=True)
+        raise ConfigurationError(f"cannot write key file {path}: {exc.strerror}") from None
+
+
+def store_time(ms: int) -> str:
+    """A time on the store's clock (milliseconds since the epoch), as ISO 8601 UTC."""
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(timespec="milliseconds")

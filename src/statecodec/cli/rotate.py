@@ -16,18 +16,17 @@ import json
 import math
 import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from statecodec._settings import load_settings_file, named_errors, setting
+from statecodec._settings import named_errors, setting
 from statecodec.cli import check as instance_check
-from statecodec.cli._output import emit
+from statecodec.cli._output import emit, replace, store_time
 from statecodec.cli.main import settings_from_flags
 from statecodec.config import ttl_setting
 from statecodec.errors import ConfigurationError
-from statecodec.keys import _MAX_KEY_FILE_BYTES, KeyRing, format_keys, generate_key
+from statecodec.keys import KeyRing, format_keys, generate_key, read_key_file
 
 _CHECK_EPILOG = """\
 FILE: the reports of `statecodec check --json --instance NAME`, one per instance (several files, or all of them
@@ -210,34 +209,18 @@ def _key_file(args: argparse.Namespace) -> tuple[Path, KeyRing, int, str, str]:
     from statecodec.rotation import key_file_phase
 
     path = Path(name)
+    text = read_key_file(path)
     with named_errors(f"key file {path}"):
-        text = load_settings_file(path, _MAX_KEY_FILE_BYTES, "it", "it should hold a few lines of keys")
         ring = KeyRing.parse(text)
         return (path, ring, *key_file_phase(text, ring))
 
 
 def _write(path: Path, phase: int, old: bytes, new: bytes) -> KeyRing:
-    """Write `phase` of the rotation from `old` to `new` into `path`, whole or not at all: a 0600 temporary file in
-    its directory, synced, renamed over it (a reader sees the old file or the new; a crash leaves the old one)."""
+    """Write `phase` of the rotation from `old` to `new` into `path`, whole or not at all."""
     from statecodec.rotation import marked
 
     ring = KeyRing(((old, new), (new, old), (new,))[phase - 1])
-    text = f"{marked(phase, *KeyRing([old, new]).key_ids)}\n{format_keys(ring).replace(',', chr(10))}\n"
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(temporary, path)
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)  # the rename itself survives a crash
-        finally:
-            os.close(directory)
-    except OSError as exc:
-        Path(temporary).unlink(missing_ok=True)
-        raise ConfigurationError(f"cannot write key file {path}: {exc.strerror}") from None
+    replace(path, f"{marked(phase, *KeyRing([old, new]).key_ids)}\n{format_keys(ring).replace(',', chr(10))}\n")
     return ring
 
 
@@ -267,7 +250,6 @@ def _begin(args: argparse.Namespace) -> int:
 
 def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[str], float, dict[str, Any]]:
     """The key file, its phase, what blocks the next phase, the wait, and the status document."""
-    from statecodec.cli.store import _when as when
     from statecodec.config import store_from_settings
     from statecodec.fleet import Registry, read_fleet
     from statecodec.rotation import next_step
@@ -287,12 +269,12 @@ def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[st
     fleet = asyncio.run(read())
     blockers, wait = next_step(phase, ring.key_ids, fleet)
     doc = {
-        "key_file": str(path), "phase": phase, "key_ids": list(ring.key_ids), "store_time": when(fleet.now_ms),
+        "key_file": str(path), "phase": phase, "key_ids": list(ring.key_ids), "store_time": store_time(fleet.now_ms),
         "rotation": {"old": old_id, "new": new_id} if new_id else None, "blockers": blockers,
         "safe": phase in (1, 2) and not blockers and wait == 0, "wait_seconds": wait if math.isfinite(wait) else None,
-        "safe_at": when(round(fleet.now_ms + wait * 1000)) if math.isfinite(wait) else None,
+        "safe_at": store_time(round(fleet.now_ms + wait * 1000)) if math.isfinite(wait) else None,
         "instances": [{"name": m.name, "primary": (m.accepts or (None,))[0], "key_ids": list(m.accepts),
-                       "loaded": when(m.loaded_ms), "expires": when(m.expires_ms), "error": m.error}
+                       "loaded": store_time(m.loaded_ms), "expires": store_time(m.expires_ms), "error": m.error}
                       for m in fleet.members],
     }  # fmt: skip
     return path, ring, phase, blockers, wait, doc

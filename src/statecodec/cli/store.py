@@ -9,12 +9,12 @@ A store that cannot be reached exits 1 in both, like any check that failed (docs
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from statecodec.cli._output import store_time
 from statecodec.errors import ConfigurationError
 
 if TYPE_CHECKING:  # imported where used: every command's start-up imports this module
@@ -65,10 +65,6 @@ def _with_guard(work: Callable[[SingleUse], Awaitable[Any]]) -> Any:
     return asyncio.run(run())
 
 
-def _when(ms: int) -> str:
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(timespec="milliseconds")
-
-
 def _revoke(args: argparse.Namespace) -> int:
     from statecodec.single_use import checked
 
@@ -90,7 +86,7 @@ def _revoke(args: argparse.Namespace) -> int:
         doc = {"lifted": _with_guard(lambda guard: guard.lift(**selector))}
         message = f"lifted the revocation of {what}" if doc["lifted"] else f"nothing to lift: {what} were not revoked"
     else:
-        doc["revoked_until"] = _when(round(_with_guard(lambda guard: guard.revoke(**selector)) * 1000))
+        doc["revoked_until"] = store_time(round(_with_guard(lambda guard: guard.revoke(**selector)) * 1000))
         message = f"revoked {what} minted until {doc['revoked_until']} (store clock)"
     print(json.dumps({**doc, "message": message}) if args.json else message)
     return 0 if doc.get("lifted", True) else 1
@@ -119,7 +115,7 @@ def _check(args: argparse.Namespace) -> int:
         "malformed": health["malformed"],
         "longest_lifetime": f"{health['longest_lifetime_ms'] / 1000:g} s",
         "clock_skew": f"{health['clock_skew_ms'] / 1000:g} s",
-        "store_time": _when(health["store_time_ms"]),
+        "store_time": store_time(health["store_time_ms"]),
         "problems": problems,
     }
     if args.json:
