@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from statecodec._settings import seconds
 from statecodec._types import Codec
@@ -20,11 +21,17 @@ from statecodec.keys import KeyRing
 
 __all__ = [
     "Fleet", "Member", "RotationPlan", "check_fleet", "early_drop", "key_file_phase", "next_step", "parse_fleet",
-    "reseal",
+    "phase_ring", "reseal",
 ]
 
+T = TypeVar("T")
 _MAX_INSTANCES = 100_000
 _YEAR = 365 * 24 * 3600  # longer than any token lives
+
+
+def phase_ring(phase: int, old: T, new: T) -> tuple[T, ...]:
+    """The ring of `phase` (1 to 3) of a rotation from `old` to `new`, primary first: the one order of the phases."""
+    return ((old, new), (new, old), (new,))[phase - 1]
 
 
 @dataclass(frozen=True)
@@ -59,7 +66,8 @@ class RotationPlan:
         except ConfigurationError as exc:  # KeyRing names the keys by position; here they have names
             message = str(exc).replace("key 0", "the old key").replace("key 1", "the new key")
             raise ConfigurationError(message) from None
-        self._build(*ring.key_ids, ttl=ttl, future_skew=future_skew, rings=(ring, KeyRing([new, old]), KeyRing([new])))
+        rings = (ring, *(KeyRing(phase_ring(phase, old, new)) for phase in (2, 3)))
+        self._build(*ring.key_ids, ttl=ttl, future_skew=future_skew, rings=rings)
 
     @classmethod
     def from_key_ids(cls, old: str, new: str, ttl: float, *, future_skew: float = 60) -> RotationPlan:
@@ -75,9 +83,12 @@ class RotationPlan:
         ttl = seconds("ttl", ttl, low=0, high=_YEAR, low_open=True)
         self.ttl, self.future_skew = ttl, seconds("future_skew", future_skew, low=0, high=_YEAR)
         self.phases = (
-            Phase(1, (old, new), 0, "every instance learns to verify the new key; old still mints", rings[0]),
-            Phase(2, (new, old), 0, "the new key mints; tokens under the old key keep verifying", rings[1]),
-            Phase(3, (new,), ttl + future_skew, "the old key is retired; its tokens have all expired", rings[2]),
+            Phase(1, phase_ring(1, old, new), 0,
+                  "every instance learns to verify the new key; old still mints", rings[0]),
+            Phase(2, phase_ring(2, old, new), 0,
+                  "the new key mints; tokens under the old key keep verifying", rings[1]),
+            Phase(3, phase_ring(3, old, new), ttl + future_skew,
+                  "the old key is retired; its tokens have all expired", rings[2]),
         )
 
 
@@ -186,7 +197,7 @@ def key_file_phase(text: str, ring: KeyRing) -> tuple[int, str, str]:
                                      "finish that rotation by hand (docs/rotation.md), then begin from one key")
         return 0, ids[0], ""
     phase, old, new = int(found[1]), found[2], found[3]
-    if ids != ((old, new), (new, old), (new,))[phase - 1]:
+    if ids != phase_ring(phase, old, new):
         raise ConfigurationError(f"its keys [{', '.join(ids)}] are not those of its marker (phase {phase} of {old} -> "
                                  f"{new}): it was edited by hand; restore it, or rewrite it with one key")
     return phase, old, new

@@ -217,9 +217,9 @@ def _key_file(args: argparse.Namespace) -> tuple[Path, KeyRing, int, str, str]:
 
 def _write(path: Path, phase: int, old: bytes, new: bytes) -> KeyRing:
     """Write `phase` of the rotation from `old` to `new` into `path`, whole or not at all."""
-    from statecodec.rotation import marked
+    from statecodec.rotation import marked, phase_ring
 
-    ring = KeyRing(((old, new), (new, old), (new,))[phase - 1])
+    ring = KeyRing(phase_ring(phase, old, new))
     replace(path, f"{marked(phase, *KeyRing([old, new]).key_ids)}\n{format_keys(ring).replace(',', chr(10))}\n")
     return ring
 
