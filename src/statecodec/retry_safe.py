@@ -61,12 +61,18 @@ def retry_safe_settings(settings: Mapping[str, str]) -> dict[str, Any]:
     if mode not in ("on", "off"):
         raise ConfigurationError(f"{MODE_VAR} must be on or off (the default)")
     cap = setting(settings, RESULT_MAX_VAR, required=False) or str(DEFAULT_RESULT_MAX)
-    if not (cap.isascii() and cap.isdecimal() and 0 < int(cap) <= _HIGHEST):
-        raise ConfigurationError(f"{RESULT_MAX_VAR} must be a whole number of bytes from 1 to {_HIGHEST}, e.g. "
-                                 f"{DEFAULT_RESULT_MAX} (the default)")
+    max_result = _checked_cap(int(cap) if cap.isascii() and cap.isdecimal() else None)
     if mode == "on":
         _jcs()  # the package every retry's digest needs: missing, `statecodec check` fails too
-    return {"retry_safe": mode == "on", "max_result": int(cap)}
+    return {"retry_safe": mode == "on", "max_result": max_result}
+
+
+def _checked_cap(value: object) -> int:
+    """The one check of the kept answer's cap, from its setting or from code (`max_result`)."""
+    if type(value) is not int or not 0 < value <= _HIGHEST:
+        raise ConfigurationError(f"{RESULT_MAX_VAR} must be a whole number of bytes from 1 to {_HIGHEST}, e.g. "
+                                 f"{DEFAULT_RESULT_MAX} (the default; max_result in code)")
+    return value
 
 
 def _jcs() -> Callable[[Any], bytes]:
@@ -85,9 +91,8 @@ class RetrySafe(HoldsSecrets):
     __slots__ = ("_aead", "_guard", "_jcs", "max_result")
 
     def __init__(self, guard: SingleUse, *, max_result: int = DEFAULT_RESULT_MAX) -> None:
-        if isinstance(max_result, bool) or not isinstance(max_result, int) or not 0 < max_result <= _HIGHEST:
-            raise ConfigurationError(f"max_result ({RESULT_MAX_VAR}) must be an int from 1 to {_HIGHEST} bytes")
-        self.max_result, self._guard, self._aead, self._jcs = max_result, guard, guard.result_cipher(), _jcs()
+        self.max_result = _checked_cap(max_result)
+        self._guard, self._aead, self._jcs = guard, guard.result_cipher(), _jcs()
 
     def digest(self, method: str, params: Mapping[str, Any], state: str, principal: Principal | None) -> bytes:
         """The retry's 16-byte digest: HMAC-SHA256 over its RFC 8785 canonical JSON; `malformed` when it has none."""
