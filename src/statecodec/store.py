@@ -101,12 +101,7 @@ class MemoryStore:
 
     def _now(self, fingerprint: bytes, lifetime_ms: int = 0, skew_ms: int = 0) -> Hello:
         """(whose the store is, its epoch, its clock), after dropping what expired and recording the lifetime."""
-        now = int(self._clock() * 1000)
-        while self._expiry and self._expiry[0][0] <= now:
-            until, key = heapq.heappop(self._expiry)
-            if self._live.get(key, (0, 0))[1] == until:
-                del self._live[key]
-                self._kept -= len(self._retries.pop(key, b""))
+        now = self._expire()
         owner = "unused" if self._meta is None else "ok" if self._meta[1] == fingerprint else "foreign"
         if owner == "ok" and now + max(skew_ms, self._skew) < self._seen:  # the clock went back:
             self._meta, self._seen = (secrets.token_bytes(8), fingerprint), now  # what it dropped may live: forget
@@ -116,6 +111,16 @@ class MemoryStore:
             self._lifetime, self._skew = max(self._lifetime, lifetime_ms), max(self._skew, skew_ms)
         owner = "new" if owner == "unused" and lifetime_ms else owner
         return Hello(owner, self._meta[0] if self._meta else b"", now)
+
+    def _expire(self) -> int:
+        """The store's clock (ms), after dropping every claim, revocation and kept answer that expired by it."""
+        now = int(self._clock() * 1000)
+        while self._expiry and self._expiry[0][0] <= now:
+            until, key = heapq.heappop(self._expiry)
+            if self._live.get(key, (0, 0))[1] == until:
+                del self._live[key]
+                self._kept -= len(self._retries.pop(key, b""))
+        return now
 
     def _keep(self, key: bytes, at: int, until: int) -> None:
         if key not in self._live and len(self._live) >= self._max:
@@ -151,7 +156,7 @@ class MemoryStore:
     async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
         """Keep `result` beside the claim `retry` made, until the token expires; False when it is not that claim's."""
         with self._lock:
-            self._now(b"")  # drops what expired: a claim past its token's expiry keeps nothing, as in Redis
+            self._expire()  # a claim past its token's expiry keeps nothing, as in Redis
             if self._retries.get(b"c" + key) != retry:
                 return False
             if self._kept + len(result) > self._max_kept:
