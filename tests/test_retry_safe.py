@@ -213,7 +213,6 @@ def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start
         single_use_from_env(env | {"STATECODEC_RETRY_SAFE": "on"})
 
 
-
 class Gone(MemoryStore):
     async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
         return False  # the claim went meanwhile: a flush, a restart, its token's expiry
