@@ -157,7 +157,7 @@ def test_configuration_errors_exit_2_with_one_line_naming_what_the_user_wrote(
     cli: Run, argv: list[str], env: dict[str, str], fragment: str
 ) -> None:
     code, out, err = cli(*argv, stdin=PAYLOAD, env=env)
-    assert (code, out, err.count("\n")) == (2, b"", 1)
+    assert (code, out, err.count("\n")) == (2, b"", 1), err
     assert err.startswith(f"statecodec {argv[0]}: ")
     assert fragment in err
 

@@ -158,6 +158,7 @@ def test_a_revocation_is_recorded_at_mint_and_no_path_takes_scopes_at_unseal() -
         codec.run(guard.revoke(principal="carol"))
         with pytest.raises(InvalidToken, match="revoked"):
             bound.unseal(token, principal="carol")
+        bound.close()
     finally:
         codec.close()
         codec.close()
