@@ -63,7 +63,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +79,7 @@ from starlette.responses import JSONResponse, Response
 from uvicorn.config import STARTUP_FAILURE
 
 from statecodec import StatecodecError
-from statecodec.config import STORE_URL_VAR
-from statecodec.mcp import SingleUseMiddleware, security_from_env, single_use_from_env
+from statecodec.mcp import Protection, from_env
 
 SERVER_NAME = "fleet"
 TOOL = "provision"
@@ -124,23 +123,16 @@ def instance_id() -> str:
     return f"pid-{os.getpid()}"
 
 
-def security_for(mode: str) -> RequestStateSecurity | None:
-    """The request-state policy for `mode`; None leaves the SDK's per-process default."""
+def protection_for(mode: str) -> Protection | None:
+    """The request-state policy for `mode` (None leaves the SDK's per-process default), with single use and
+    revocation when the environment names a store and its key, and live rotation when it sets a reload interval.
+
+    Raises ConfigurationError (what to set, e.g. ``STATECODEC_STORE_KEY``) before the server starts."""
     if mode == "shared":
-        # Raises ConfigurationError (what to set) before the server starts when the env is incomplete.
-        return security_from_env()
+        return from_env()
     if mode == "sdk-default":
         return None
     raise SystemExit(f"unknown mode {mode!r}; choose one of: {', '.join(MODES)}")
-
-
-def single_use_for(environ: Mapping[str, str]) -> list[SingleUseMiddleware]:
-    """Single use and revocation when ``STATECODEC_STORE_URL`` (or its ``_FILE`` form) names a store, else none.
-
-    Raises ConfigurationError (what to set, e.g. ``STATECODEC_STORE_KEY``) before the server starts."""
-    if not (environ.get(STORE_URL_VAR) or environ.get(f"{STORE_URL_VAR}_FILE")):
-        return []
-    return [single_use_from_env(environ)]
 
 
 class DemoTokenVerifier:
@@ -167,11 +159,13 @@ def demo_auth_enabled(value: str) -> bool:
 def build_server(
     security: RequestStateSecurity | None,
     *,
-    single_use: Sequence[SingleUseMiddleware] = (),
+    middleware: Sequence[Any] = (),
+    lifespan: Any = None,
     demo_auth: bool = False,
 ) -> MCPServer[Any]:
-    """The MCP server with its two-round ``provision`` tool and a health route; `single_use` runs inside the SDK's
-    request-state boundary, so a token is consumed only once the boundary verified it for this user and request."""
+    """The MCP server with its two-round ``provision`` tool and a health route; `middleware` (single use) runs inside
+    the SDK's request-state boundary, so a token is consumed only once the boundary verified it for this user and
+    request; `lifespan` starts the store and the key-file watcher, and stops them."""
     auth: dict[str, Any] = {}
     if demo_auth:
         settings = AuthSettings(issuer_url=DEMO_ISSUER, resource_server_url=None)
@@ -179,12 +173,11 @@ def build_server(
     # One log line per record: the SDK installs rich's handler when rich is importable, which wraps long lines at
     # the terminal's width and so splits the refusal lines an operator greps for. The SDK keeps a handler set first.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s:%(name)s:%(message)s")
-    lifespan = single_use[0].lifespan if single_use else None  # starts the store at start-up, closes it at shutdown
     server: MCPServer[Any] = MCPServer(
         SERVER_NAME,
         request_state_security=security,
         log_level="WARNING",
-        middleware=list(single_use),
+        middleware=list(middleware),
         lifespan=lifespan,
         **auth,
     )
@@ -216,6 +209,15 @@ def build_server(
     return server
 
 
+def server_for(mode: str, demo_auth: bool) -> MCPServer[Any]:
+    """The server of `mode`, its protection built from the environment (a bad one raises before it starts)."""
+    protection = protection_for(mode)
+    if protection is None:
+        return build_server(None, demo_auth=demo_auth)
+    return build_server(protection.security, middleware=protection.middleware, lifespan=protection.lifespan,
+                        demo_auth=demo_auth)
+
+
 def check_loopback(host: str) -> str:
     """`host` when it is a loopback address; this example never listens on a network interface."""
     if host == "localhost":
@@ -239,9 +241,7 @@ def create_app() -> Starlette:
     env = os.environ
     try:
         host = check_loopback(env.get("FLEET_HOST", DEFAULT_HOST))
-        security = security_for(env.get("FLEET_MODE", "shared"))
-        demo_auth = demo_auth_enabled(env.get("FLEET_DEMO_AUTH", ""))
-        server = build_server(security, single_use=single_use_for(env), demo_auth=demo_auth)
+        server = server_for(env.get("FLEET_MODE", "shared"), demo_auth_enabled(env.get("FLEET_DEMO_AUTH", "")))
     except (StatecodecError, SystemExit) as exc:
         message = exc if isinstance(exc, StatecodecError) else exc.code
         print(f"fleet_server: cannot start: {message}", file=sys.stderr, flush=True)
@@ -289,8 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     host = check_loopback(args.host)
     try:
         # Built here even when workers build their own, so a bad configuration stops before any worker starts.
-        security = security_for(args.mode)
-        single_use = single_use_for(os.environ)
+        mcp_server = server_for(args.mode, args.demo_auth)
     except StatecodecError as exc:
         raise SystemExit(f"cannot start: {exc}") from None
     # Workers re-create the app from these, so the factory and this process agree.
@@ -311,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             access_log=False,
         )
     else:
-        app = app_for(build_server(security, single_use=single_use, demo_auth=args.demo_auth), host)
+        app = app_for(mcp_server, host)
         config = uvicorn.Config(app, host=host, port=args.port, log_level=args.log_level, access_log=False)
         sock = config.bind_socket()  # before the app starts, so its line means it can be reached
         server = uvicorn.Server(config)

@@ -9,7 +9,7 @@ pytest_plugins = ["tests.plugins.aws", "tests.plugins.gcp", "tests.plugins.redis
 
 # Threads a statecodec object owns until it is closed: one left running outlives its test, and whatever it writes
 # lands in a later test's captured output.
-_OWNED = ("statecodec-single-use", "statecodec-reload")
+_OWNED = ("statecodec-single-use", "statecodec-reload", "statecodec-sync")
 
 
 @pytest.fixture(autouse=True)

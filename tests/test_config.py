@@ -18,7 +18,8 @@ from statecodec import AESGCMCodec, ConfigurationError, XAESGCMCodec, format_key
 from statecodec import config as cfg
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH
 from statecodec._settings import settings_from_file
-from statecodec.single_use import SingleUse
+from statecodec._settings import ttl as ttl_setting
+from statecodec.mcp import guard_from_env
 from tests.secrecy import refused
 
 KEY_A, KEY_B = generate_key(), generate_key()
@@ -74,7 +75,7 @@ def test_registry_entries_resolve_lazily_and_must_build_a_codec(
         "broken": lambda settings: object(),
     }
     for kind, builder in kinds.items():
-        monkeypatch.setitem(cfg.BUILDERS, kind, builder)
+        monkeypatch.setitem(cfg.KINDS, kind, cfg.Kind(frozenset(), builder))
     env = {"STATECODEC_CODEC": "callable-kind", "STATECODEC_MAX_TOKEN_LENGTH": "1000"}
     assert isinstance(cfg.codec_from_env(env), AESGCMCodec)
     assert seen == [env]
@@ -89,12 +90,12 @@ def test_registry_entries_resolve_lazily_and_must_build_a_codec(
 
 
 def test_a_builder_sees_only_the_settings_its_entry_in_the_table_lists(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`READS` is the one table of what each kind reads: a builder reading more fails, so it cannot fall behind."""
-    monkeypatch.setitem(cfg.BUILDERS, "peek", lambda settings: AESGCMCodec.from_env(settings))
-    monkeypatch.setitem(cfg.READS, "peek", frozenset())
+    """`KINDS` is the one table of what each kind reads: a builder reading more fails, so it cannot fall behind."""
+    peek = lambda settings: AESGCMCodec.from_env(settings)  # noqa: E731
+    monkeypatch.setitem(cfg.KINDS, "peek", cfg.Kind(frozenset(), peek))
     env = {"STATECODEC_CODEC": "peek"}
     assert "STATECODEC_CODEC=peek reads STATECODEC_KEYS, which its entry" in refused(lambda: cfg.codec_from_env(env))
-    monkeypatch.setitem(cfg.READS, "peek", cfg.READS["aesgcm"])
+    monkeypatch.setitem(cfg.KINDS, "peek", cfg.Kind(cfg.KINDS["aesgcm"].reads, peek))
     assert isinstance(cfg.codec_from_env({**env, "STATECODEC_KEYS": KEYS_TEXT}), AESGCMCodec)
 
 
@@ -173,9 +174,9 @@ def test_the_single_use_settings_are_valid_beside_any_codec_and_checked_for_typo
     env = {**STORE, "STATECODEC_KEYS": KEYS, "STATECODEC_TTL": "300", "STATECODEC_STORE_TIMEOUT": "0.5"}
     env |= {"STATECODEC_STORE_NAMESPACE": "b", "STATECODEC_STORE_ON_ERROR": "refuse"}
     assert isinstance(cfg.codec_from_env(env), AESGCMCodec)
-    assert SingleUse.from_env(env).ttl == 300
+    assert guard_from_env(env).ttl == 300
     with pytest.raises(ConfigurationError, match="unknown setting STATECODEC_STORE_TIMEOUTS; did you mean"):
-        SingleUse.from_env({**STORE, "STATECODEC_STORE_TIMEOUTS": "1"})
+        guard_from_env({**STORE, "STATECODEC_STORE_TIMEOUTS": "1"})
 
 
 def _with(codec: str, **settings: str) -> dict[str, str]:
@@ -214,7 +215,7 @@ def test_a_misspelt_member_never_reaches_the_provider(tmp_path: Path, monkeypatc
         return AESGCMCodec([KEY])
 
     for kind in ("aws-kms", "vault-envelope"):
-        monkeypatch.setitem(cfg.BUILDERS, kind, spy)
+        monkeypatch.setitem(cfg.KINDS, kind, cfg.KINDS[kind]._replace(builder=spy))
     conf = tmp_path / "aws.json"
     for extra, refusal in [
         ({"STATECODEC_KMS_AUDIENSE": "billing"}, "unknown setting STATECODEC_KMS_AUDIENSE; did you mean"),
@@ -240,11 +241,11 @@ def test_a_misspelt_member_never_reaches_the_provider(tmp_path: Path, monkeypatc
 def test_one_ttl_for_the_mcp_policy_and_the_single_use_guard(text: str | None, seconds: int | None) -> None:
     env = {} if text is None else {"STATECODEC_TTL": text}
     if seconds is None:
-        for read in (cfg.ttl_setting, lambda env: SingleUse.from_env({**STORE, **env})):
+        for read in (ttl_setting, lambda env: guard_from_env({**STORE, **env})):
             with pytest.raises(ConfigurationError, match=r"STATECODEC_TTL must be whole seconds from 1 to 2592000"):
                 read(env)
         return
-    assert cfg.ttl_setting(env) == seconds == SingleUse.from_env({**STORE, **env}).ttl
+    assert ttl_setting(env) == seconds == guard_from_env({**STORE, **env}).ttl
     if importlib.util.find_spec("mcp") is not None:
         from statecodec.mcp import security_from_env
 

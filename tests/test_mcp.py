@@ -25,8 +25,8 @@ from mcp.server.request_state import authenticated_principal
 
 from statecodec import AESGCMCodec, ConfigurationError, XAESGCMCodec, format_keys, generate_key
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec.mcp import SingleUseMiddleware, security_from_env
-from statecodec.single_use import SingleUse, store_from_settings
+from statecodec.mcp import SingleUseMiddleware, from_env, security_from_env, store_from_env
+from statecodec.single_use import SingleUse
 from statecodec.store import MemoryStore, Store
 from tests.integration.fleet_harness import call_tool, free_port, retry
 from tests.integration.fleet_harness import round_one as http_round_one
@@ -105,7 +105,7 @@ def test_a_ttl_in_code_longer_than_a_reloading_codec_waits_out_stops_the_start(t
     ring.write_text(format_keys([KEY]), encoding="utf-8")
     env = {"STATECODEC_KEYS_FILE": str(ring), "STATECODEC_RELOAD_INTERVAL": "5"}  # STATECODEC_TTL: 600 s
     with pytest.raises(ConfigurationError, match="STATECODEC_TTL=3600"):
-        security_from_env(environ=env, ttl=3600)  # its tokens would outlive the wait before their key is retired
+        from_env(environ=env, ttl=3600)  # its tokens would outlive the wait before their key is retired
 
 
 def test_principal_binding_and_expiry_are_enforced_by_the_sdk_around_our_codec(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -186,7 +186,8 @@ def test_single_use_before_the_boundary_is_refused_at_start_up_on_both_tiers() -
 @asynccontextmanager
 async def serving(middleware: SingleUseMiddleware, **policy: Any) -> AsyncIterator[httpx.AsyncClient]:
     security = RequestStateSecurity(codec=AESGCMCodec([KEY]), **policy)
-    server = fleet_server.build_server(security, single_use=[middleware], demo_auth=True)
+    server = fleet_server.build_server(security, middleware=[middleware], lifespan=middleware.lifespan,
+                                       demo_auth=True)
     app = fleet_server.app_for(server, "127.0.0.1")
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -288,4 +289,4 @@ def store_for(url: str, timeout: str = "0.5") -> Store:
     """A store of its own on `url` (a namespace of its own: the session's Redis belongs to other tests' keys too)."""
     namespace = f"mcp-{uuid.uuid4().hex[:12]}"
     settings = {"STATECODEC_STORE_TIMEOUT": timeout, "STATECODEC_STORE_NAMESPACE": namespace}
-    return store_from_settings({"STATECODEC_STORE_URL": url, **settings})
+    return store_from_env({"STATECODEC_STORE_URL": url, **settings})

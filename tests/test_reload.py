@@ -110,6 +110,7 @@ def test_a_kubernetes_secret_swap_by_symlink_is_seen_by_the_watcher(tmp_path: Pa
     (mount / "..data").symlink_to("v1")
     (mount / "ring").symlink_to("..data/ring")
     codec = ring_codec(mount / "ring", interval=0.01)
+    codec.start()  # the watcher a server's lifespan runs, on a loop thread of the codec's own
     try:
         (mount / "..data_tmp").symlink_to("v2")
         os.replace(mount / "..data_tmp", mount / "..data")  # what the kubelet does: one rename
@@ -123,6 +124,7 @@ def test_sighup_asks_the_watcher_for_a_reload(tmp_path: Path) -> None:
     codec = ReloadingCodec(lambda: codec_from_env({"STATECODEC_KEYS": format_keys(next(rings))}), ttl=TTL,
                            interval=0.01)
     previous = signal.getsignal(signal.SIGHUP)
+    codec.start()
     try:
         codec.reload_on_sighup()
         os.kill(os.getpid(), signal.SIGHUP)
@@ -180,7 +182,8 @@ def test_a_reload_hanging_on_its_key_provider_keeps_the_instance_in_the_registry
             release.wait()  # as on a key provider that does not answer
         return codec_from_env({"STATECODEC_KEYS_FILE": str(ring)})
 
-    codec = ReloadingCodec(build, ttl=TTL, files=[ring], interval=0.01, report=Reporter(store, "web-1", lifetime=1))
+    codec = ReloadingCodec(build, ttl=TTL, files=[ring], interval=0.01)
+    codec.start(Reporter(store, "web-1", lifetime=1))
     try:
         write(ring, OLD, NEW)
         eventually(lambda: len(builds) == 2)

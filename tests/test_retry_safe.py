@@ -22,10 +22,10 @@ from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.types import CallToolRequestParams, CallToolResult, ElicitResult, ErrorData, InputRequiredResult, TextContent
 
 from statecodec import AESGCMCodec, Codec, ConfigurationError, format_keys, generate_key
+from statecodec._settings import retry_safe as retry_safe_settings
 from statecodec.errors import StoreUnreachable
 from statecodec.mcp import SingleUseMiddleware, single_use_from_env
 from statecodec.reload import ReloadingCodec
-from statecodec.retry_safe import RetrySafe, retry_safe_settings
 from statecodec.single_use import SingleUse
 from statecodec.store import MemoryStore
 from tests.integration.fleet_harness import call_tool
@@ -188,22 +188,22 @@ def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start
                  '"accept","content":{"sure":true}}},"name":"pay"},"principal":[null,"https://idp","alice"],'
                  '"state":"su2.x"}').encode()  # fmt: skip
     expected = hmac.new(hkdf(bytes(range(32)), b"statecodec/su2/retry"), canonical, "sha256").digest()[:16]
-    assert RetrySafe(guard).digest("tools/call", params, "su2.x", (None, "https://idp", "alice")) == expected
+    assert guard.retry_digest("tools/call", params, "su2.x", (None, "https://idp", "alice")) == expected
     assert expected.hex() == "e23d83482ac5531696c5367dc2f65dad"  # docs/formats.md, "The retry digest"
     # "Kept answer", from the doc alone: nonce || AES-256-GCM(Ka, nonce, JSON, "statecodec/su2/result" 0x00 key digest)
     aead, aad = AESGCM(hkdf(bytes(range(32)), b"statecodec/su2/result")), b"statecodec/su2/result\x00" + KEY[:16]
-    sealed = RetrySafe(guard).seal(KEY[:16], expected, b'{"result":{}}')
+    sealed = guard.seal_answer(KEY[:16], expected, b'{"result":{}}')
     assert aead.decrypt(sealed[:12], sealed[12:], aad + expected) == b'{"result":{}}'
-    assert RetrySafe(guard).open(KEY[:16], expected, bytes(12) + aead.encrypt(bytes(12), b"{}", aad + expected)) == {}
-    digest = RetrySafe(guard).digest  # documented: equal numbers are one retry, text is not normalised, no `_meta`
+    assert guard.open_answer(KEY[:16], expected, bytes(12) + aead.encrypt(bytes(12), b"{}", aad + expected)) == {}
+    digest = guard.retry_digest  # documented: equal numbers are one retry, text is not normalised, no `_meta`
     one = digest("m", {"arguments": {"n": 1}}, "s", None)
     assert one == digest("m", {"arguments": {"n": 1.0}, "_meta": {"progressToken": 8}}, "s", None)
     assert one != digest("m", {"arguments": {"n": 1.5}}, "s", None)
     assert one != digest("m", {"arguments": {"n": 1}, "task": {}}, "s", None)  # any param a handler may read
     assert digest("m", {"name": "\u00e9"}, "s", None) != digest("m", {"name": "e\u0301"}, "s", None)
     env = {"STATECODEC_STORE_URL": "memory", "STATECODEC_STORE_KEY": format_keys([STORE_KEY])}
-    assert single_use_from_env(env).retry_safe is None
-    assert single_use_from_env(env | {"STATECODEC_RETRY_SAFE": "on"}).retry_safe is not None
+    assert single_use_from_env(env).retry_safe is False
+    assert single_use_from_env(env | {"STATECODEC_RETRY_SAFE": "on"}).retry_safe is True
     for name, value in [("STATECODEC_RETRY_SAFE", "yes"), ("STATECODEC_RETRY_RESULT_MAX", "0"),
                         ("STATECODEC_RETRY_RESULT_MAX", "1e6")]:  # fmt: skip
         with pytest.raises(ConfigurationError, match=name):

@@ -20,7 +20,7 @@ import pytest
 
 from statecodec import format_keys, generate_key
 from statecodec.cli.main import main
-from statecodec.config import live_codec_from_env
+from statecodec.mcp import from_env
 from statecodec.reload import ReloadingCodec
 from tests.plugins import eventually
 from tests.plugins.redis import RedisServer
@@ -50,7 +50,10 @@ def instances(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Reloadin
     def start(name: str, ring: Path, ttl: int = 1) -> ReloadingCodec:
         settings = {"STATECODEC_KEYS_FILE": str(ring), "STATECODEC_RELOAD_INTERVAL": "0.05", "STATECODEC_TTL": str(ttl),
                     "STATECODEC_FUTURE_SKEW": "0", "STATECODEC_STORE_URL": redis_url, "STATECODEC_INSTANCE": name}
-        started.append(live_codec_from_env(settings))
+        protection = from_env(settings)
+        assert isinstance(protection.codec, ReloadingCodec)
+        protection.codec.start(protection.report)
+        started.append(protection.codec)
         return started[-1]
 
     yield start

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken, KeyRing, StoreError, format_keys
 from statecodec.cli.main import main
 from statecodec.errors import StoreUnreachable
-from statecodec.single_use import SingleUse, SingleUseCodec, store_from_settings
+from statecodec.mcp import guard_from_env, store_from_env
+from statecodec.single_use import SingleUse, SingleUseCodec
 from statecodec.store import Claim, Hello, MemoryStore, Verdict
 from tests.secrecy import refused
 from tests.test_vectors import hkdf
@@ -209,7 +210,7 @@ def test_availability_first_accepts_only_when_the_store_cannot_be_reached(
 )
 def test_configuration_mistakes_fail_at_construction_naming_the_setting(setting: str, value: str, message: str) -> None:
     env = {**ENV, "STATECODEC_STORE_URL": "redis://127.0.0.1:1/0", setting: value}
-    assert f"{setting} {message}" in refused(lambda: SingleUse.from_env(env), KEY)
+    assert f"{setting} {message}" in refused(lambda: guard_from_env(env), KEY)
 
 
 def test_a_store_url_is_never_echoed_and_a_password_holding_url_delimiters_never_becomes_the_host(
@@ -221,7 +222,7 @@ def test_a_store_url_is_never_echoed_and_a_password_holding_url_delimiters_never
         (tmp_path / "url").write_text(url)  # an unknown scheme: the text comes from a file too
         for settings in ({"STATECODEC_STORE_URL": url}, {"STATECODEC_STORE_URL_FILE": str(tmp_path / "url")}):
             with pytest.raises(ConfigurationError) as info:
-                store_from_settings(settings)
+                store_from_env(settings)
             assert all(part not in str(info.value) for part in ("user", "pa", "secret", "host", "word", "x:y"))
     for url in ("redis://u:p/a?s#s@db.example:6390/2", "redis://u:p%2Fa%3Fs@db.example:6390/2"):
         store = RedisStore.from_url(url)  # no connection is made here

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,10 +19,38 @@ from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH
 from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError
 
-KEYS_VAR = "STATECODEC_KEYS"
-KEYS_FILE_VAR = "STATECODEC_KEYS_FILE"
-MAX_TOKEN_LENGTH_VAR = "STATECODEC_MAX_TOKEN_LENGTH"  # noqa: S105 - a variable name, not a secret
 PREFIX = "STATECODEC_"
+
+
+def names(*names: str) -> frozenset[str]:
+    return frozenset(f"{PREFIX}{name}" for name in names)
+
+
+KEYS_VAR, KEYS_FILE_VAR, CODEC_VAR = "STATECODEC_KEYS", "STATECODEC_KEYS_FILE", "STATECODEC_CODEC"
+MAX_TOKEN_LENGTH_VAR = "STATECODEC_MAX_TOKEN_LENGTH"  # noqa: S105 - a variable name, not a secret
+TTL_VAR, SKEW_VAR, RELOAD_VAR = "STATECODEC_TTL", "STATECODEC_FUTURE_SKEW", "STATECODEC_RELOAD_INTERVAL"
+INSTANCE_VAR, STORE_URL_VAR, STORE_KEY_VAR = "STATECODEC_INSTANCE", "STATECODEC_STORE_URL", "STATECODEC_STORE_KEY"
+TIMEOUT_VAR, NAMESPACE_VAR = "STATECODEC_STORE_TIMEOUT", "STATECODEC_STORE_NAMESPACE"
+ON_ERROR_VAR = "STATECODEC_STORE_ON_ERROR"
+RETRY_SAFE_VAR, RESULT_MAX_VAR = "STATECODEC_RETRY_SAFE", "STATECODEC_RETRY_RESULT_MAX"
+
+# Each default and ceiling, written once.
+DEFAULT_TTL, MAX_TTL = 600, 30 * 24 * 3600  # a state token lives for a conversation, not for months
+DEFAULT_FUTURE_SKEW = 60  # how far ahead another instance's clock may be when it mints
+DEFAULT_STORE_TIMEOUT = 0.25  # a network store's bound on connecting and on each answer
+DEFAULT_RESULT_MAX, MAX_RESULT_MAX = 65_536, 1 << 24  # the retry-safe mode's kept answer, in bytes
+INSTANCE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")  # an instance's name in the fleet registry
+
+# What each feature reads from the environment, whatever the codec kind (never from a codec's config file); the
+# codec kinds' own table is `statecodec.config.KINDS`.
+STORE = names("STORE_URL", "STORE_URL_FILE", "STORE_TIMEOUT", "STORE_NAMESPACE")
+FEATURES: dict[str, frozenset[str]] = {
+    "the MCP ttl": names("TTL"),
+    "single use": STORE | names("STORE_KEY", "STORE_KEY_FILE", "STORE_ON_ERROR", "RETRY_SAFE", "RETRY_RESULT_MAX"),
+    "live rotation": STORE | names("RELOAD_INTERVAL", "FUTURE_SKEW", "INSTANCE"),
+}
+ENVIRONMENT_ONLY = frozenset().union(*FEATURES.values())
+SINGLE_USE_ONLY = FEATURES["single use"] - FEATURES["live rotation"]  # a reloading codec reports to a store, no guard
 
 
 @contextlib.contextmanager
@@ -162,3 +192,79 @@ def settings_from_file(path: Path) -> Settings:
             value = str(path.parent / value.strip())
         settings[name] = value
     return Settings(settings)
+
+
+# Typed values, each checked where it is read: a rule module takes these, never a mapping of settings.
+def ttl(settings: Mapping[str, str]) -> int:
+    """``STATECODEC_TTL``: the seconds a token stays valid, 1 to `MAX_TTL`; the one reader for the MCP security
+    policy, the single-use guard and a reloading codec, so their lifetimes cannot disagree."""
+    return int(seconds_setting(settings, TTL_VAR, default=DEFAULT_TTL, low=1, high=MAX_TTL, integer=True))
+
+
+def future_skew(settings: Mapping[str, str]) -> float:
+    return seconds_setting(settings, SKEW_VAR, default=DEFAULT_FUTURE_SKEW, low=0, high=3600)
+
+
+def store_timeout(settings: Mapping[str, str]) -> float:
+    return seconds_setting(settings, TIMEOUT_VAR, default=DEFAULT_STORE_TIMEOUT, low=0, high=60, low_open=True)
+
+
+def reload_interval(settings: Mapping[str, str]) -> float | None:
+    """``STATECODEC_RELOAD_INTERVAL``, or None when the codec does not reload."""
+    if setting(settings, RELOAD_VAR, required=False) is None:
+        return None
+    return seconds_setting(settings, RELOAD_VAR, default=5, low=0.05, high=3600)
+
+
+def instance_name(settings: Mapping[str, str]) -> str:
+    """``STATECODEC_INSTANCE``, else ``host-pid``: this instance's name in the fleet registry."""
+    import socket
+
+    name = setting(settings, INSTANCE_VAR, required=False) or f"{socket.gethostname()}-{os.getpid()}"
+    if not INSTANCE_NAME.fullmatch(name):
+        raise ConfigurationError(f"{INSTANCE_VAR} must be 1-128 letters, digits or _ . : @ -")
+    return name
+
+
+def key_files(settings: Mapping[str, str]) -> list[str]:
+    """The files a codec's settings name (``STATECODEC_*_FILE``): what a reloading codec follows."""
+    return [value.strip() for name, value in settings.items() if name.startswith(PREFIX) and name.endswith("_FILE")
+            and name not in ENVIRONMENT_ONLY and value.strip()]  # fmt: skip
+
+
+def store_url(settings: Mapping[str, str]) -> tuple[str | None, str]:
+    """(``STATECODEC_STORE_URL`` or the text of its file, where it came from): secret, never shown."""
+    url, source = text_or_file(settings, STORE_URL_VAR, 4096, "it holds one store URL")
+    return (None if url is None else url.strip()), source
+
+
+def namespace(settings: Mapping[str, str]) -> str:
+    return setting(settings, NAMESPACE_VAR, required=False) or "statecodec"
+
+
+def on_store_error(settings: Mapping[str, str]) -> str:
+    return setting(settings, ON_ERROR_VAR, required=False) or "refuse"  # `SingleUse` checks it, from code too
+
+
+def single_use_wanted(settings: Mapping[str, str]) -> bool:
+    """Whether the settings ask for single use: one of its own settings is given, or a store that no reloading
+    codec reports to (a store setting alone is then read by single use alone, which refuses to start without a key)."""
+    given = {name for name in ENVIRONMENT_ONLY if setting(settings, name, required=False)}
+    return bool(given & SINGLE_USE_ONLY) or (bool(given & STORE) and RELOAD_VAR not in given)
+
+
+def result_cap(value: object) -> int:
+    """The one check of the retry-safe mode's kept-answer cap, from its setting or from code (`max_result`)."""
+    if type(value) is not int or not 0 < value <= MAX_RESULT_MAX:
+        raise ConfigurationError(f"{RESULT_MAX_VAR} must be a whole number of bytes from 1 to {MAX_RESULT_MAX}, e.g. "
+                                 f"{DEFAULT_RESULT_MAX} (the default; max_result in code)")
+    return value
+
+
+def retry_safe(settings: Mapping[str, str]) -> tuple[bool, int]:
+    """(``STATECODEC_RETRY_SAFE`` is on, ``STATECODEC_RETRY_RESULT_MAX``)."""
+    mode = setting(settings, RETRY_SAFE_VAR, required=False) or "off"
+    if mode not in ("on", "off"):
+        raise ConfigurationError(f"{RETRY_SAFE_VAR} must be on or off (the default)")
+    cap = setting(settings, RESULT_MAX_VAR, required=False) or str(DEFAULT_RESULT_MAX)
+    return mode == "on", result_cap(int(cap) if cap.isascii() and cap.isdecimal() else None)

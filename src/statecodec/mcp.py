@@ -1,186 +1,144 @@
-"""Protect an MCP server's ``requestState`` with statecodec: any codec as it is, and single use.
+"""Protect an MCP server's ``requestState``: the one place a server's settings become its parts.
 
-Any codec goes to the SDK as it is (docs/deployment.md); the SDK is imported when called, never on import.
+Threat: parts built from settings read in several places disagree (two lifetimes, two deadlines), and background work
+started by a constructor outlives its owner or breaks in a forked worker. `from_env` reads the settings once, typed
+(`statecodec._settings`), and builds the codec (a `ReloadingCodec` when it reloads), the SDK's `RequestStateSecurity`
+around it, the single-use guard and its store, the fleet registry's reporter and the metrics. `Protection.lifespan`
+owns every background task: the store starts and closes, and the key-file watcher with the registry heartbeat runs as
+a task on the server's loop, so a forked worker, which runs its own lifespan, runs its own. Any codec also goes to
+the SDK as it is (docs/deployment.md); the SDK is imported when called, never on import.
 """
 
 from __future__ import annotations
 
-import logging
+import asyncio
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
-from statecodec._settings import seconds, setting
-from statecodec.config import RELOAD_VAR, TTL_VAR, codec_from_env, ttl_setting
-from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable, missing_extra
-from statecodec.retry_safe import DEFAULT_RESULT_MAX, RetrySafe, retry_safe_settings
+from statecodec import _settings as cfg
+from statecodec._settings import RELOAD_VAR, STORE_KEY_VAR, STORE_URL_VAR, TTL_VAR, Settings
+from statecodec._types import Codec
+from statecodec.config import check_names, codec_from_env
+from statecodec.errors import ConfigurationError, missing_extra
+from statecodec.keys import KeyRing
+from statecodec.middleware import Scopes, SingleUseMiddleware
+from statecodec.reload import ReloadingCodec, Report
 from statecodec.single_use import SingleUse
-from statecodec.store import Verdict
+from statecodec.store import REDIS_SCHEMES, MemoryStore, Store
 
 if TYPE_CHECKING:
-    from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
     from mcp.server.request_state import RequestStateSecurity
-    from mcp.shared.exceptions import MCPError
 
-__all__ = ["SingleUseMiddleware", "security_from_env", "single_use_from_env"]
+__all__ = ["Protection", "SingleUseMiddleware", "from_env", "guard_from_env", "security_from_env",
+           "single_use_from_env", "store_from_env"]
 
-logger = logging.getLogger("statecodec.mcp")
-T = TypeVar("T")
-Scopes = Callable[["ServerRequestContext[Any, Any]"], Mapping[str, str]]
 
-REJECTED = "requestState rejected on %s: %s"  # the SDK boundary's log line too: `statecodec.otel` counts both
-REFUSED = {"reason": "invalid_request_state"}  # the data of the SDK's frozen -32602 refusal
+def store_from_env(environ: Mapping[str, str] | None = None) -> Store:
+    """The store ``STATECODEC_STORE_URL`` names: ``memory`` for one process, or a Redis URL (docs/single-use.md)."""
+    settings = os.environ if environ is None else environ
+    url, source = cfg.store_url(settings)
+    if url is None:
+        raise ConfigurationError(f"{STORE_URL_VAR} is not set; set it to redis://host:6379/0 (a fleet) or memory")
+    if url == "memory":
+        return MemoryStore(namespace=cfg.namespace(settings))
+    if url.partition("://")[0] not in REDIS_SCHEMES:  # no part of it is echoed: it may hold a password
+        schemes = ", ".join(f"{scheme}://" for scheme in REDIS_SCHEMES)
+        raise ConfigurationError(f"{source} must be memory or a URL starting {schemes} (its text is not shown)")
+    timeout = cfg.store_timeout(settings)
+    from statecodec.redis_store import RedisStore  # needs the redis extra; imported only when configured
+
+    return RedisStore.from_url(url, namespace=cfg.namespace(settings), timeout=timeout)
+
+
+def guard_from_env(environ: Mapping[str, str] | None = None, *, store: Store | None = None) -> SingleUse:
+    """The single-use guard the environment describes (settings: docs/single-use.md), over `store` if given."""
+    settings = os.environ if environ is None else environ
+    check_names(settings)
+    ring = KeyRing.from_env(STORE_KEY_VAR, settings)
+    if len(ring) != 1:
+        raise ConfigurationError(f"{STORE_KEY_VAR} holds {len(ring)} keys; the store key is one key")
+    mode: Any = cfg.on_store_error(settings)
+    return SingleUse(store or store_from_env(settings), key=ring, ttl=cfg.ttl(settings), on_store_error=mode)
+
+
+def single_use_from_env(environ: Mapping[str, str] | None = None, *, scopes: Scopes | None = None
+                        ) -> SingleUseMiddleware:
+    """`SingleUseMiddleware` around `guard_from_env(environ)`, in the retry-safe mode its settings ask for."""
+    settings = os.environ if environ is None else environ
+    retry_safe, max_result = cfg.retry_safe(settings)
+    return SingleUseMiddleware(guard_from_env(settings), scopes=scopes, retry_safe=retry_safe, max_result=max_result)
 
 
 def security_from_env(*, ttl: float | None = None, audience: str | None = None,
                       environ: Mapping[str, str] | None = None, **options: Any) -> RequestStateSecurity:
     """The SDK's `RequestStateSecurity` around `codec_from_env(environ)`, `ttl` defaulting to ``STATECODEC_TTL`` (as
-    single use does); `ConfigurationError` naming what to set, or `ImportError` naming the extra, before any start."""
+    single use does); `ConfigurationError` naming what to set, or `ImportError` naming the extra, before any start.
+    A reloading codec needs the lifespan `from_env` gives: it is refused here."""
+    settings = os.environ if environ is None else environ
+    if cfg.reload_interval(settings) is not None:
+        raise ConfigurationError(f"{RELOAD_VAR}: a reloading codec's watcher runs in the server's lifespan; build the "
+                                 "server with statecodec.mcp.from_env() and pass its lifespan (docs/rotation.md)")
+    return _security(codec_from_env(settings), settings, ttl, audience, options)
+
+
+def _security(codec: Codec, settings: Mapping[str, str], ttl: float | None, audience: str | None,
+              options: dict[str, Any]) -> RequestStateSecurity:
     try:
         from mcp.server.request_state import RequestStateSecurity
     except ImportError as exc:
         raise missing_extra("mcp", "mcp", "statecodec.mcp") from exc
-    settings = os.environ if environ is None else environ
-    configured = ttl_setting(settings)
-    if ttl is not None and ttl > configured and setting(settings, RELOAD_VAR, required=False) is not None:
+    configured = cfg.ttl(settings)
+    if ttl is not None and ttl > configured and isinstance(codec, ReloadingCodec):
         raise ConfigurationError(f"ttl={ttl:g} outlives {TTL_VAR} ({configured}), which a reloading codec waits out "
                                  f"before it drops a key: set {TTL_VAR}={ttl:g} and pass no ttl")
-    return RequestStateSecurity(codec=codec_from_env(settings), ttl=configured if ttl is None else ttl,
-                                audience=audience, **options)
+    return RequestStateSecurity(codec=codec, ttl=configured if ttl is None else ttl, audience=audience, **options)
 
 
-class SingleUseMiddleware:
-    """SDK server middleware: each ``requestState`` is accepted at most once across the fleet, and revocable.
+class Protection:
+    """What `from_env` builds: pass `security` as ``request_state_security=``, `middleware` as ``middleware=`` (of an
+    `MCPServer`; a lowlevel `Server` appends it after its boundary) and `lifespan` as ``lifespan=``."""
 
-    It runs after the SDK's `RequestStateBoundary` only (`lifespan` refuses any other order), waits for the store on the
-    event loop under one `deadline`, and records the minting principal and `scopes(ctx)` in the stamp. A refusal is the
-    SDK's own -32602 answer, its reason code logged only. Threats and set-up: docs/single-use.md.
-    """
-
-    def __init__(self, guard: SingleUse, *, deadline: float | None = None, scopes: Scopes | None = None,
-                 retry_safe: bool = False, max_result: int = DEFAULT_RESULT_MAX) -> None:
-        from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
-
-        self.guard, self.scopes = guard, scopes
-        self.retry_safe = RetrySafe(guard, max_result=max_result) if retry_safe else None  # docs/single-use.md
-        if deadline is None:  # twice a network store's bound (0.25 s: its default); a 0 or NaN is refused, not replaced
-            deadline = 2 * getattr(guard.store, "timeout", 0.25)
-        self.deadline = seconds("deadline", deadline, low=0, high=60, low_open=True)
-        self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
-        self._running = False
+    def __init__(self, codec: Codec, security: RequestStateSecurity, single_use: SingleUseMiddleware | None = None,
+                 report: Report | None = None, metrics: Any = None) -> None:
+        self.codec, self.security, self.single_use, self.report = codec, security, single_use, report
+        self.middleware: list[Any] = [m for m in (metrics, single_use) if m is not None]
 
     @asynccontextmanager
     async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
-        """``lifespan=`` of `MCPServer` or `Server`: checks the middleware order, starts the store, closes it."""
-        from mcp.server.request_state import RequestStateBoundary
-
-        mine = [i for i, middleware in enumerate(server.middleware) if middleware is self]
-        boundaries = [i for i, item in enumerate(server.middleware) if isinstance(item, RequestStateBoundary)]
-        if not mine or not boundaries or min(mine) < max(boundaries):
-            raise ConfigurationError("SingleUseMiddleware must come after the SDK's RequestStateBoundary in "
-                                     "server.middleware (it must see verified state only): pass it to "
-                                     "MCPServer(middleware=[...]); on a lowlevel Server, append it last")
-        self._running = True
-        try:
-            await self._start()
+        """Start the store (checking the middleware order) and the watcher with its heartbeat; stop both at exit."""
+        async with AsyncExitStack() as stack:
+            if self.single_use is not None:
+                await stack.enter_async_context(self.single_use.lifespan(server))
+            if isinstance(self.codec, ReloadingCodec):
+                watcher = asyncio.create_task(self.codec.watch(self.report), name="statecodec-watch")
+                stack.push_async_callback(asyncio.wait, [watcher])
+                stack.callback(self.codec.close)
             yield {}
-        finally:
-            self._running = False
-            await self.guard.aclose()
-
-    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        if ctx.method not in self._methods:
-            return await call_next(ctx)
-        if not self._running:  # no lifespan: nothing checked the order or started the store
-            logger.error("SingleUseMiddleware on %s was never started: pass lifespan=single_use.lifespan", ctx.method)
-            raise _mcp_error()
-        state = (ctx.params or {}).get("requestState")
-        if isinstance(state, str) and self.retry_safe:
-            try:
-                return await self.retry_safe.step(self, ctx, state, call_next)
-            except InvalidToken as exc:  # the mode's own refusals; a handler's exceptions reach the client as MCPErrors
-                raise refusal(ctx.method, exc.reason) from None
-        if isinstance(state, str):  # the boundary refused any other type, and turned null into absent
-            ctx = replace(ctx, params={**(ctx.params or {}), "requestState": (await self.claim(ctx.method, state))[0]})
-        return await self.answer(ctx, call_next)
-
-    async def answer(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        """The handler's result, its outgoing state stamped."""
-        result = await call_next(ctx)
-        out = result.get("requestState") if isinstance(result, Mapping) else getattr(result, "request_state", None)
-        if not self._is_input_required(result) or not isinstance(out, str):
-            return result
-        stamped = await self._stamp(ctx, out)
-        if isinstance(result, Mapping):
-            return {**result, "requestState": stamped}
-        return result.model_copy(update={"request_state": stamped})
-
-    async def claim(self, method: str, state: str, retry: bytes = b"") -> tuple[str, bytes, Verdict | None]:
-        """`SingleUse.claim` of `state` under the deadline, or the frozen refusal."""
-        try:
-            plain, key, verdict = await self.bounded(self.guard.claim(_bytes(state), retry))
-            return plain.decode("utf-8", "surrogatepass"), key, verdict
-        except InvalidToken as exc:
-            reason = exc.reason
-        except StoreUnreachable as exc:  # past the deadline
-            reason = Reason.STORE_UNAVAILABLE
-            self.guard.warn(str(exc))
-        raise refusal(method, reason)
-
-    async def _stamp(self, ctx: ServerRequestContext[Any, Any], state: str) -> str:
-        from mcp.server.auth.middleware.auth_context import get_access_token
-        from mcp.server.auth.provider import principal_components
-
-        if not self.guard.started:
-            await self._start()
-        token = get_access_token()  # the minting request's principal, whatever bind_principal is
-        try:
-            principal = None if token is None else principal_components(token)
-            scopes = self.scopes(ctx) if self.scopes else None  # recorded at mint, never taken from a presenter
-            return self.guard.stamp(_bytes(state), principal=principal, scopes=scopes).decode("utf-8", "surrogatepass")
-        except StoreError as exc:  # the store never answered, or its clock is too far: no token it cannot date
-            logger.error("refusing to stamp requestState on %s: %s", ctx.method, exc)
-            raise _mcp_error() from None
-
-    async def _start(self) -> None:
-        try:
-            await self.bounded(self.guard.start())
-        except StoreUnreachable as exc:  # its message names the store and the cause, never a credential
-            self.guard.warn(f"{exc}; tokens are refused, and none minted, until it answers")
-
-    async def bounded(self, call: Awaitable[T]) -> T:
-        """`call` under the one deadline covering the whole wait, on this loop; past it, `StoreUnreachable`."""
-        import anyio
-
-        with anyio.move_on_after(self.deadline):
-            return await call
-        raise StoreUnreachable(f"the single-use store at {self.guard.where} did not answer within {self.deadline:g} s")
 
 
-def refusal(method: str, reason: Reason) -> MCPError:
-    """The SDK boundary's own log line and frozen answer: a client cannot tell this refusal from any other. But
-    `in_progress`, retryable, says so: only a presenter who passed every check reaches it."""
-    logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
-    if reason is Reason.IN_PROGRESS:
-        return _mcp_error("requestState in progress: retry shortly", {"reason": reason.value})
-    return _mcp_error("Invalid or expired requestState", dict(REFUSED))
+def from_env(environ: Mapping[str, str] | None = None, *, ttl: float | None = None, audience: str | None = None,
+             scopes: Scopes | None = None, metrics: bool = False, **options: Any) -> Protection:
+    """Everything a server's environment describes, checked before anything starts: the codec (live with
+    ``STATECODEC_RELOAD_INTERVAL``, reporting to the fleet registry of ``STATECODEC_STORE_URL``), single use when
+    ``STATECODEC_STORE_KEY`` is set, and with `metrics` the OpenTelemetry counter (``statecodec[otel]``). `ttl`,
+    `audience` and `options` go to `RequestStateSecurity`; `scopes` to `SingleUseMiddleware`."""
+    settings = Settings(os.environ if environ is None else environ)
+    codec = codec_from_env(settings)
+    security = _security(codec, settings, ttl, audience, options)
+    single_use = single_use_from_env(settings, scopes=scopes) if cfg.single_use_wanted(settings) else None
+    report = None
+    if isinstance(codec, ReloadingCodec) and codec.interval and cfg.store_url(settings)[0] is not None:
+        from statecodec.fleet import Registry, Reporter
 
+        store = store_from_env(settings)  # a connection of its own: the heartbeat never waits behind claims
+        if not isinstance(store, Registry):
+            raise ConfigurationError(f"the store at {store.where} keeps no fleet registry; unset {RELOAD_VAR}")
+        report = Reporter(store, cfg.instance_name(settings), lifetime=3 * codec.interval + 1)  # gone after 3 polls
+    counter = None
+    if metrics:
+        from statecodec.otel import RequestStateMetrics
 
-def _mcp_error(message: str = "Internal error", data: object = None) -> MCPError:
-    from mcp.shared.exceptions import MCPError
-    from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
-
-    return MCPError(INTERNAL_ERROR if data is None else INVALID_PARAMS, message, data)
-
-
-def _bytes(state: str) -> bytes:
-    return state.encode("utf-8", "surrogatepass")  # total: a lone surrogate in a handler's state round-trips
-
-
-def single_use_from_env(environ: Mapping[str, str] | None = None) -> SingleUseMiddleware:
-    """`SingleUseMiddleware` around `SingleUse.from_env(environ)`: the store and its key from the environment, and
-    the retry-safe mode's settings."""
-    settings = os.environ if environ is None else environ
-    return SingleUseMiddleware(SingleUse.from_env(settings), **retry_safe_settings(settings))
+        counter = RequestStateMetrics()
+    return Protection(codec, security, single_use, report, counter)

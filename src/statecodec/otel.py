@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from statecodec import __version__
 from statecodec.errors import Reason, missing_extra
-from statecodec.mcp import REFUSED, REJECTED
-from statecodec.retry_safe import answered_again
+from statecodec.middleware import REFUSED, REJECTED, answered_again
 
 try:
     from opentelemetry import metrics

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+from statecodec._settings import DEFAULT_STORE_TIMEOUT
 from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError, StoreError, StoreUnreachable, missing_extra
 from statecodec.store import REDIS_SCHEMES, Claim, Hello, Verdict, check_owner
@@ -166,11 +167,12 @@ class RedisStore(HoldsSecrets):
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
             raise ConfigurationError("STATECODEC_STORE_NAMESPACE must be 1-64 letters, digits, '_', '.' or '-'")
         self._client, self.where, self.namespace, self.timeout = client, where, namespace, timeout
+        self.deadline = 2 * timeout  # a round trip, and one reconnect or script reload within it
         self._keys = [f"{{{namespace}}}:{name}" for name in ("meta", "r", "rx")]
         self._slots = asyncio.Semaphore(_CONNECTIONS)  # else the pool refuses a burst: a refusal storm from one client
 
     @classmethod
-    def from_url(cls, url: str, *, namespace: str = "statecodec", timeout: float = 0.25) -> RedisStore:
+    def from_url(cls, url: str, *, namespace: str = "statecodec", timeout: float = DEFAULT_STORE_TIMEOUT) -> RedisStore:
         """The store at a `REDIS_SCHEMES` URL; `timeout` bounds connecting and each answer. Connects lazily."""
         where, kwargs = _parse(url)
         # No CLIENT SETINFO (the minimal ACL denies CLIENT); one immediate retry on a dropped pooled connection,
@@ -182,7 +184,7 @@ class RedisStore(HoldsSecrets):
         return cls(client, where=where, namespace=namespace, timeout=timeout)
 
     async def _run(self, name: str, keys: list[str], *args: str | int | bytes) -> Any:
-        deadline = asyncio.get_running_loop().time() + 2 * self.timeout  # one bound over the wait, retry and reload
+        """One script, within the caller's deadline (`SingleUse` holds every call to `deadline`)."""
         try:
             # A burst waits for a connection, for half the timeout: a round trip started then still ends inside
             # the deadline, with time left for the loop to answer a thousand refusals. No outage: refused in any mode.
@@ -191,17 +193,14 @@ class RedisStore(HoldsSecrets):
             except TimeoutError:
                 raise rx.MaxConnectionsError("no free connection") from None
             try:
-                async with asyncio.timeout_at(deadline):
-                    try:
-                        return await self._client.evalsha(_SHA[name], len(keys), *keys, *args)
-                    except rx.NoScriptError:
-                        return await self._client.eval(_SOURCES[name], len(keys), *keys, *args)
+                try:
+                    return await self._client.evalsha(_SHA[name], len(keys), *keys, *args)
+                except rx.NoScriptError:
+                    return await self._client.eval(_SOURCES[name], len(keys), *keys, *args)
             finally:
                 self._slots.release()
         except (rx.RedisError, rx.RedisClusterException, OSError) as exc:  # OSError: TimeoutError too
             failure = self._failure(exc)
-        if isinstance(failure, StoreUnreachable) and asyncio.get_running_loop().time() > deadline + self.timeout / 4:
-            failure = StoreError(f"the Redis store at {self.where}: this instance was too busy to read its answer")
         raise failure  # outside the handler: the client's own text (which may quote the URL) is not chained
 
     def _failure(self, exc: BaseException) -> StoreError:

@@ -4,26 +4,31 @@ Threat: a reload that half-applies (a token checked against a mix of two rings);
 file; a new ring that drops the key sealing today's tokens while they live. The inner codec is immutable and replaced
 in one assignment, and `seal` and `unseal` read it once. A codec that does not build, or a ring `early_drop` refuses,
 leaves the current codec in force; why (never a key) is logged and kept in `error` for the fleet registry. Files are
-watched off the request path, by a daemon thread comparing (device, inode, mtime, size) with symlinks followed, so the
-swap of a Kubernetes Secret's ``..data`` link is a change.
+watched off the request path by `ReloadingCodec.watch`, a task of the server's lifespan (or of `start`, in a
+synchronous program), comparing (device, inode, mtime, size) with symlinks followed, so the swap of a Kubernetes
+Secret's ``..data`` link is a change. A rebuild runs in a worker thread of the watcher's own, one at a time: a key
+provider that hangs does not stop the heartbeat, which goes on reporting the ring in force.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import threading
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
+from statecodec._settings import DEFAULT_FUTURE_SKEW
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec, check_codec
 from statecodec.errors import ConfigurationError, StatecodecError
 from statecodec.rotation import early_drop
+from statecodec.sync import LoopThread
 
 __all__ = ["ReloadingCodec", "Snapshot"]
 
@@ -40,21 +45,22 @@ class Snapshot(NamedTuple):
 
 
 Report = Callable[[Snapshot | None], Awaitable[None]]  # None: this instance stops
-_WATCHING: weakref.WeakSet[ReloadingCodec] = weakref.WeakSet()  # codecs whose watcher runs in this process
 
 
 class ReloadingCodec(WrapsCodec, HoldsSecrets):
     """A codec whose ring follows its settings' files (module docstring): `build` makes the whole codec (the one
-    builder, `statecodec.config`), `files` are polled every `interval` seconds (None: only `reload()` and, once asked,
-    SIGHUP), and `report`, when given, receives a `Snapshot` on every poll from the watcher thread's own event loop."""
+    builder, `statecodec.config`), `files` are polled every `interval` seconds by `watch` (None: only `reload()`).
+    The constructor only builds the first codec: no thread, no task."""
 
-    def __init__(self, build: Callable[[], Codec], *, ttl: float, future_skew: float = 60,
+    def __init__(self, build: Callable[[], Codec], *, ttl: float, future_skew: float = DEFAULT_FUTURE_SKEW,
                  files: Iterable[str | os.PathLike[str]] = (), interval: float | None = None,
-                 report: Report | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self._build, self._clock, self._report, self.wait = build, clock, report, ttl + future_skew
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._build, self._clock, self.interval, self.wait = build, clock, interval, ttl + future_skew
         self._files = tuple(Path(f) for f in files)
         self._lock, self._building = threading.Lock(), threading.Lock()
-        self._stop, self._asked = threading.Event(), threading.Event()
+        self._asked = self._closed = False
+        self._wake: Callable[[], object] | None = None  # ends the watcher's wait at once, from any thread
+        self._sync: tuple[LoopThread, Future[None]] | None = None  # `start`'s loop and its watcher
         self._seen = self._stats()  # before the build: a change while it reads is seen at the next poll
         self.codec: Codec = check_codec(build(), "the configured codec")  # start-up fails as without reloading
         if not self.key_ids:  # `early_drop` guards a ring by its key ids: with none, any reload would pass
@@ -63,12 +69,6 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
         self._retry_at = float("inf")  # a ring refused only for its timing is tried again then
         # From start-up on, as far as this instance knows, every other key was primary until now.
         self._demoted = dict.fromkeys(self.key_ids[1:], clock())
-        self._thread: threading.Thread | None = None
-        if interval is not None:
-            self._thread = threading.Thread(target=_watch, args=(weakref.ref(self), interval),
-                                            name="statecodec-reload", daemon=True)
-            self._thread.start()
-            _WATCHING.add(self)
 
     def seal(self, payload: bytes) -> str:
         return self.codec.seal(payload)  # one read of the current codec: one ring per token
@@ -119,9 +119,9 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
 
     def reload_on_sighup(self) -> None:
         """Reload at the next poll on SIGHUP (call from the main thread; the handler does no I/O itself)."""
-        if self._thread is None:
+        if self.interval is None:
             raise ConfigurationError("SIGHUP is answered at the watcher's next poll: give the codec an interval")
-        signal.signal(signal.SIGHUP, lambda signum, frame: self._asked.set())
+        signal.signal(signal.SIGHUP, lambda signum, frame: setattr(self, "_asked", True))
 
     def _stats(self) -> tuple[tuple[int, ...] | None, ...]:
         out: list[tuple[int, ...] | None] = []
@@ -136,41 +136,49 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
 
     def _due(self) -> bool:
         """Whether a file changed since the last build, or a reload was asked for."""
-        asked = self._asked.is_set()
-        self._asked.clear()
+        asked, self._asked = self._asked, False
         return asked or self._clock() >= self._retry_at or self._stats() != self._seen
 
-    def close(self) -> None:
-        """Stop watching, and say so to the registry; the codec keeps serving its current ring."""
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
-
-
-def _watch(ref: weakref.ref[ReloadingCodec], interval: float) -> None:
-    """The watcher: poll, reload (in a thread), report on its own event loop (the store's client lives there); it ends
-    at once with `close()`, or with the codec (it holds no reference between polls, a rebuild only while it runs). A
-    failed report is retried at the next poll."""
-    report: Report | None = None
-    rebuilding = threading.Thread()
-    loop = asyncio.new_event_loop()
-    try:
-        while (codec := ref()) is not None:
-            if not rebuilding.is_alive() and codec._due():
-                # In a thread of its own: a key provider that hangs does not stop the heartbeat, which goes on
-                # reporting the ring in force, so the instance stays in the registry and a step waits for it.
-                rebuilding = threading.Thread(target=codec.reload, name="statecodec-rebuild", daemon=True)
-                rebuilding.start()
-            report, snapshot, stop = codec._report, codec.snapshot(), codec._stop
-            del codec
+    async def watch(self, report: Report | None = None) -> None:
+        """Poll every `interval` until `close()`: rebuild when due, in a worker thread of this watcher's own (one
+        rebuild at a time, never the loop's shared pool), and hand `report` a `Snapshot` each poll, then None."""
+        if self.interval is None:
+            raise ConfigurationError("a watcher polls every interval: give the codec one (STATECODEC_RELOAD_INTERVAL)")
+        loop, woken = asyncio.get_running_loop(), asyncio.Event()
+        self._wake = lambda: loop.call_soon_threadsafe(woken.set)
+        pool, rebuild = ThreadPoolExecutor(1, thread_name_prefix="statecodec-rebuild"), None
+        try:
+            while not self._closed:
+                if (rebuild is None or rebuild.done()) and self._due():
+                    rebuild = loop.run_in_executor(pool, self.reload)
+                if report is not None:
+                    await _reported(report, self.snapshot())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), self.interval)
+        finally:
+            self._wake = None
+            pool.shutdown(wait=False, cancel_futures=True)  # a rebuild hanging on its provider is left to end
             if report is not None:
-                loop.run_until_complete(_reported(report, snapshot))
-            if stop.wait(interval):
-                break
-        if report is not None:
-            loop.run_until_complete(_reported(report, None))
-    finally:
-        loop.close()
+                await _reported(report, None)
+
+    def start(self, report: Report | None = None) -> None:
+        """`watch` in a synchronous program, on a loop thread of this codec's own (`statecodec.sync`)."""
+        if self._sync is None:
+            loop = LoopThread("statecodec-reload")
+            self._sync = (loop, loop.submit(self.watch(report)))
+
+    def close(self) -> None:
+        """Stop watching, and say so to the registry; the codec keeps serving its current ring. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._wake is not None:
+            self._wake()
+        if self._sync is not None:
+            loop, watching = self._sync
+            with contextlib.suppress(Exception):  # a failed watcher logged why; the loop still stops
+                watching.result()
+            loop.close()
 
 
 async def _reported(report: Report, snapshot: Snapshot | None) -> None:
@@ -181,14 +189,3 @@ async def _reported(report: Report, snapshot: Snapshot | None) -> None:
     except Exception as exc:  # the watcher outlives any store failure
         why = str(exc) if isinstance(exc, StatecodecError) else type(exc).__name__
         logger.warning("statecodec: could not report to the fleet registry: %s", why)
-
-
-def _forked() -> None:
-    """A thread does not survive a fork: a child of a process with a watcher neither reloads nor reports, so it says
-    so at once rather than serve a stale ring in silence."""
-    if any(not codec._stop.is_set() for codec in _WATCHING):
-        logger.error("statecodec: a reloading codec was forked, and the child neither reloads nor reports; build the "
-                     "codec in each worker process (after the fork), as uvicorn --workers does")
-
-
-os.register_at_fork(after_in_child=_forked)

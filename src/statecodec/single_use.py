@@ -2,40 +2,45 @@
 
 Threat: integrity, expiry and binding do not stop an exact replay, and a stateless token cannot be taken back.
 `SingleUse` stamps each state at mint with all its claim needs, under a tag that also covers the state; at unseal,
-after every other check, one atomic claim answers on the store's clock alone (stamp: docs/formats.md).
-Only an unreachable store can be accepted through (``on_store_error="accept"``, loudly); anything else refuses.
+after every other check, one atomic claim answers on the store's clock alone (stamp: docs/formats.md). Every store
+call runs under one deadline, the store's; only an unreachable store can be accepted through
+(``on_store_error="accept"``, loudly), decided in `SingleUse.claim` alone; anything else refuses. The retry-safe
+mode's keyed operations (the retry digest, the kept answer's seal) live here beside the stamp's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
 import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec._settings import named_errors, seconds, setting
+from statecodec._settings import MAX_TTL, named_errors, seconds
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec
-from statecodec.config import check_names, store_from_settings, ttl_setting
-from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable
+from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable, missing_extra
 from statecodec.keys import KeyRing, derive_key
 from statecodec.store import Claim, Store, Verdict, check_owner
 
-__all__ = ["Principal", "Selector", "SingleUse", "SingleUseCodec", "store_from_settings"]
+__all__ = ["Principal", "Selector", "SingleUse", "SingleUseCodec", "canonical_json"]
 
 logger = logging.getLogger("statecodec.single_use")
 T = TypeVar("T")
 Principal = tuple[str | None, str | None, str | None]  # (client_id, issuer, subject), as the MCP SDK binds it
-PREFIX, STORE_KEY_VAR = b"su2.", "STATECODEC_STORE_KEY"
+PREFIX = b"su2."
 _HEADER, _DIGEST, _MAX_SCOPES = 36, 16, 16  # id 16, issued 6, expires 6, epoch 8; then a count and the digests
 _VERDICTS = {Claim.USED: Reason.REPLAYED, Claim.REVOKED: Reason.REVOKED, Claim.EXPIRED: Reason.EXPIRED}
+_UNASKED = ("_meta", "requestState")  # a new progress token or trace each retry; the state, digested apart
+_ANSWER_AAD, _NONCE = b"statecodec/su2/result\x00", 12
 
 
 def _field(value: str | None) -> bytes:
@@ -46,6 +51,16 @@ def _field(value: str | None) -> bytes:
 
 def _mac(key: bytes, data: bytes) -> bytes:
     return hmac.new(key, data, "sha256").digest()[:_DIGEST]
+
+
+def canonical_json() -> Callable[[Any], bytes]:
+    """RFC 8785 canonical JSON, from ``rfc8785`` (``statecodec[mcp]``), for the retry digest: the composition root
+    asks for it at start-up, so a missing package stops the start, not every retry."""
+    try:
+        import rfc8785
+    except ImportError as exc:
+        raise missing_extra("rfc8785", "mcp", "the retry-safe mode") from exc
+    return rfc8785.dumps
 
 
 def checked(what: str, value: object) -> str:
@@ -70,10 +85,10 @@ class SingleUse(HoldsSecrets):
     """The single-use and revocation rules (module docstring) over any `Store`, from one event loop. `key` (one key,
     the same on every instance) keys the stamp and every digest; `ttl` is the lifetime of the tokens this instance
     mints; beyond `clock_skew` from the store's clock this instance neither mints nor accepts, and a revocation also
-    covers tokens minted that long after."""
+    covers tokens minted that long after. Each store call waits at most the store's `deadline`."""
 
-    __slots__ = ("_anchor", "_clock", "_epoch", "_fingerprint", "_keys", "_quiet_until", "_skewed", "clock_skew",
-                 "on_store_error", "store", "ttl", "where")
+    __slots__ = ("_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_keys", "_quiet_until", "_skewed",
+                 "clock_skew", "deadline", "on_store_error", "store", "ttl", "where")
 
     def __init__(self, store: Store, *, key: bytes | KeyRing, ttl: float, clock: Callable[[], float] = time.time,
                  clock_skew: float = 1.0, on_store_error: Literal["refuse", "accept"] = "refuse") -> None:
@@ -82,7 +97,8 @@ class SingleUse(HoldsSecrets):
         if on_store_error not in ("refuse", "accept"):
             raise ConfigurationError("on_store_error (STATECODEC_STORE_ON_ERROR) must be refuse (the default) or "
                                      "accept")
-        self.ttl = seconds("ttl", ttl, low=0.001, high=1e7)
+        self.ttl = seconds("ttl", ttl, low=0.001, high=MAX_TTL)
+        self.deadline = store.deadline
         self.clock_skew = seconds("clock_skew", clock_skew, low=0, high=3600)
         with named_errors("the store key"):
             secret = (key if isinstance(key, KeyRing) else KeyRing([key]))[0]
@@ -91,30 +107,61 @@ class SingleUse(HoldsSecrets):
         self._fingerprint = _mac(derive_key(secret, b"statecodec/su2/fingerprint"), _field(store.namespace))
         self.store, self.on_store_error, self._clock = store, on_store_error, clock
         self.where = store.where  # the store's host:port (or ``memory``), for messages: never a credential
+        self._answers = AESGCM(self._keys["result"])  # the retry-safe mode's kept answers
         self._epoch: bytes | None = None  # the store's epoch, once it answered: stamps carry it
         self._skewed: str | None = "the store has not answered yet"  # why this instance may not mint
         self._quiet_until, self._anchor = 0.0, (0.0, 0.0)  # (store clock - monotonic, round trip) at its last answer
         if on_store_error == "accept":
             logger.warning("single use is availability first: a token is accepted unchecked while the store is down")
 
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, *, store: Store | None = None) -> SingleUse:
-        """The guard the environment describes (settings: docs/single-use.md)."""
-        settings = os.environ if environ is None else environ
-        check_names(settings)
-        ring = KeyRing.from_env(STORE_KEY_VAR, settings)
-        if len(ring) != 1:
-            raise ConfigurationError(f"{STORE_KEY_VAR} holds {len(ring)} keys; the store key is one key")
-        mode: Any = setting(settings, "STATECODEC_STORE_ON_ERROR", required=False) or "refuse"  # __init__ checks it
-        return cls(store or store_from_settings(settings), key=ring, ttl=ttl_setting(settings), on_store_error=mode)
-
-    def retry_digest(self, canonical: bytes) -> bytes:
-        """statecodec.retry_safe's 16-byte MAC of a retry's canonical bytes, under a key derived for it alone."""
+    def retry_digest(self, method: str, params: Mapping[str, Any], state: str, principal: Principal | None) -> bytes:
+        """The retry-safe mode's 16-byte digest of a retry: HMAC-SHA256 under a key derived for it alone, over the RFC
+        8785 canonical JSON of the method, every param a handler may read, the presenter's principal and the state
+        (docs/formats.md); `malformed` when it has no canonical form (an integer beyond 2**53, a lone surrogate)."""
+        asked = {name: value for name, value in params.items() if name not in _UNASKED}
+        who = list(principal or (None, None, None))
+        retry: dict[str, Any] = {"method": method, "params": asked, "principal": who, "state": state}
+        try:
+            canonical = canonical_json()(retry)
+        except (ValueError, TypeError):
+            raise InvalidToken(Reason.MALFORMED) from None
         return _mac(self._keys["retry"], canonical)
 
-    def result_cipher(self) -> AESGCM:
-        """statecodec.retry_safe's AES-256-GCM for kept answers, under a key derived for it alone (never shown)."""
-        return AESGCM(self._keys["result"])
+    def seal_answer(self, key: bytes, retry: bytes, data: bytes) -> bytes:
+        """An answer's JSON encrypted and authenticated for this claim and retry alone: nonce, ciphertext and tag."""
+        nonce = os.urandom(_NONCE)
+        return nonce + self._answers.encrypt(nonce, data, _ANSWER_AAD + key + retry)
+
+    def open_answer(self, key: bytes, retry: bytes, sealed: bytes) -> dict[str, Any]:
+        """What `seal_answer` kept for this claim and retry; `InvalidToken(SEAL)` for anything else (moved, altered)."""
+        try:
+            answer: dict[str, Any] = json.loads(self._answers.decrypt(sealed[:_NONCE], sealed[_NONCE:],
+                                                                      _ANSWER_AAD + key + retry))
+        except (InvalidTag, ValueError):
+            raise InvalidToken(Reason.SEAL) from None
+        return answer
+
+    async def keep(self, key: bytes, retry: bytes, data: bytes) -> bool:
+        """Keep the answer `data` beside the claim `retry` made, sealed, until the token expires: one round trip;
+        False when the claim is gone (the store was flushed or restarted, or the token expired)."""
+        return await self._bounded(self.store.keep(key=key, retry=retry, result=self.seal_answer(key, retry, data)))
+
+    async def _bounded(self, call: Awaitable[T]) -> T:
+        """`call` under the one deadline; past it `StoreUnreachable`, but `StoreError` when this instance's own loop
+        read the outcome late (a flood of requests here is no outage of the store: never accepted through)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self.deadline
+        failure: StoreError
+        try:
+            async with asyncio.timeout_at(end):
+                return await call
+        except TimeoutError:
+            failure = StoreUnreachable(f"the store at {self.where} did not answer within {self.deadline:g} s")
+        except StoreUnreachable as exc:
+            failure = exc
+        if loop.time() > end + self.deadline / 8:
+            failure = StoreError(f"the store at {self.where}: this instance was too busy to read its answer")
+        raise failure  # outside the handlers: nothing is chained to it
 
     @property
     def started(self) -> bool:
@@ -135,7 +182,8 @@ class SingleUse(HoldsSecrets):
     async def start(self) -> None:
         """One round trip: begin the store's memory, record this lifetime, check its owner, memory policy and clock."""
         before, skew_ms, ttl_ms = self._clock(), round(self.clock_skew * 1000), round(self.ttl * 1000)
-        hello = await self.store.hello(fingerprint=self._fingerprint, lifetime_ms=ttl_ms, skew_ms=skew_ms)
+        hello = await self._bounded(self.store.hello(fingerprint=self._fingerprint, lifetime_ms=ttl_ms,
+                                                     skew_ms=skew_ms))
         skewed = self._skew(before, hello.now_ms, self._clock())
         check_owner(hello.owner, self.where)
         if skewed:
@@ -188,12 +236,12 @@ class SingleUse(HoldsSecrets):
             if self._epoch is None:
                 await self.start()
             before, key = self._clock(), _mac(self._keys["claim"], body[:16])
-            verdict = await self.store.claim(
+            verdict = await self._bounded(self.store.claim(
                 fingerprint=self._fingerprint, key=key, epoch=body[28:36],
                 issued_ms=int.from_bytes(body[16:22]), expires_ms=int.from_bytes(body[22:28]),
                 lifetime_ms=round(self.ttl * 1000), skew_ms=round(self.clock_skew * 1000),
                 scopes=[*scopes, self._scope("all", None, None)], retry=retry,
-            )
+            ))
             self._skewed = self._skew(before, verdict.now_ms, self._clock())
         except StoreUnreachable as exc:
             if self.on_store_error == "accept":
@@ -240,14 +288,14 @@ class SingleUse(HoldsSecrets):
         """Refuse, on every instance, each token minted until now (plus `clock_skew`) carrying the selected scope;
         the instant it took effect, on the store's clock (seconds)."""
         digest, skew_ms = self._selector(selector), round(self.clock_skew * 1000)
-        return await self.store.revoke(digest, fingerprint=self._fingerprint, skew_ms=skew_ms) / 1000
+        return await self._bounded(self.store.revoke(digest, fingerprint=self._fingerprint, skew_ms=skew_ms)) / 1000
 
     async def lift(self, **selector: Unpack[Selector]) -> bool:
         """Undo the revocation `revoke` made with the same selector; whether there was one."""
-        return await self.store.lift(self._selector(selector), fingerprint=self._fingerprint)
+        return await self._bounded(self.store.lift(self._selector(selector), fingerprint=self._fingerprint))
 
     async def health(self) -> dict[str, object]:
-        return await self.store.health(fingerprint=self._fingerprint)
+        return await self._bounded(self.store.health(fingerprint=self._fingerprint))
 
     async def aclose(self) -> None:
         await self.store.aclose()

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from statecodec._settings import DEFAULT_STORE_TIMEOUT
 from statecodec.errors import ConfigurationError, StoreError
 
 __all__ = ["REDIS_SCHEMES", "Claim", "Hello", "MemoryStore", "Store", "Verdict", "check_owner"]
@@ -66,6 +67,7 @@ class Store(Protocol):
 
     where: str  # host:port, for messages; never a credential
     namespace: str
+    deadline: float  # the most one call may take, in seconds: `SingleUse` holds every call to it
 
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello: ...
     async def claim(self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int,
@@ -82,7 +84,7 @@ class MemoryStore:
     dropped when it expires, and at most `max_kept_bytes` of kept answers (retry-safe mode), which a client can make
     large. Full is an answered error (`StoreError`): it refuses in every mode."""
 
-    where = "memory"
+    where, deadline = "memory", 2 * DEFAULT_STORE_TIMEOUT  # no call waits: the bound of a network store's default
 
     def __init__(self, *, max_entries: int = 1_000_000, max_kept_bytes: int = 64 << 20, namespace: str = "statecodec",
                  clock: Callable[[], float] = time.time) -> None:

@@ -13,23 +13,13 @@ import os
 import sys
 from typing import Any
 
+from statecodec import _settings as cfg
 from statecodec._settings import setting
-from statecodec.config import (
-    ENVIRONMENT_ONLY,
-    RELOAD_VAR,
-    configured_codec,
-    live_settings,
-    missing_package,
-    store_from_settings,
-    ttl_setting,
-)
+from statecodec.config import codec_from_env, configured_codec, missing_package
 from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
 
 SCHEMA = "statecodec-check/1"
 _PROBE = b"statecodec check probe"
-# Read by single use alone: a reloading codec given only the store's address reports to its registry, no guard.
-_SINGLE_USE = frozenset(f"STATECODEC_{name}" for name in ("STORE_KEY", "STORE_KEY_FILE", "STORE_ON_ERROR", "RETRY_SAFE",
-                                                           "RETRY_RESULT_MAX"))
 # The setting, without its STATECODEC_ prefix, that names the key a provider holds (a name, never key material).
 _KEY_NAME = {"aws-kms": "AWS_KMS_KEY_ID", "gcp-kms": "GCP_KMS_KEY", "vault-envelope": "VAULT_KEY"}
 
@@ -53,23 +43,20 @@ def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, 
         # stops the server at start-up stops this check too: the MCP ttl and, when any store setting is given, the
         # single-use guard, its retry-safe mode and its store (built, not contacted: a Redis store connects at its
         # first call), or, for a reloading codec given only the store's address, the store of its fleet registry.
-        ttl_setting(os.environ)
-        given = {name for name in ENVIRONMENT_ONLY if setting(os.environ, name, required=False)}
-        reloading, stored = config is None and RELOAD_VAR in given, any("_STORE_" in name for name in given)
-        if given & _SINGLE_USE or (stored and not reloading):
-            from statecodec.retry_safe import retry_safe_settings
-            from statecodec.single_use import SingleUse
+        from statecodec.mcp import single_use_from_env, store_from_env
 
-            retry_safe_settings(os.environ)
-            store: Any = SingleUse.from_env(os.environ)
+        cfg.ttl(os.environ)
+        stored = cfg.store_url(os.environ)[0] is not None
+        if cfg.single_use_wanted(os.environ):
+            store: Any = single_use_from_env(os.environ).guard
         elif stored:
-            store = store_from_settings(os.environ)
-        if given & _SINGLE_USE or stored:
+            store = store_from_env(os.environ)
+        if cfg.single_use_wanted(os.environ) or stored:
             import asyncio  # here: only a store setting needs it, and every command's start-up imports this module
 
             asyncio.run(store.aclose())
-        if reloading:
-            live_settings(os.environ)
+        if config is None and cfg.reload_interval(os.environ) is not None:
+            codec_from_env(os.environ)
         kind, codec, settings = configured_codec(path=config)
     except (ConfigurationError, ImportError) as exc:  # ImportError: the extra a configured store or provider needs
         why = missing_package(exc) if isinstance(exc, ImportError) else str(exc)

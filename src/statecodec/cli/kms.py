@@ -10,8 +10,9 @@ import argparse
 import importlib
 import json
 
+from statecodec._settings import CODEC_VAR
 from statecodec.cli.main import flag_values, flags_named, settings_from_flags
-from statecodec.config import BUILDERS, CODEC_VAR, READS, check_names, check_settings
+from statecodec.config import KINDS, check_names, check_settings
 from statecodec.envelope import format_wrapped_keys, new_wrapped_key
 
 _AWS = {"--key-id": "AWS_KMS_KEY_ID", "--region": "AWS_REGION", "--endpoint-url": "AWS_KMS_ENDPOINT"}
@@ -44,10 +45,11 @@ def _new_data_key(args: argparse.Namespace) -> int:
     settings = settings_from_flags({CODEC_VAR: kind, **values})
     check_names(settings)  # a typo is named before the provider is contacted
     # Only the provider's settings: a server's others (its STATECODEC_KEYS) are not this command's to judge.
-    settings = {k: v for k, v in settings.items() if not k.startswith("STATECODEC_") or k in READS[kind] | {CODEC_VAR}}
+    reads = KINDS[kind].reads | {CODEC_VAR}
+    settings = {k: v for k, v in settings.items() if not k.startswith("STATECODEC_") or k in reads}
     check_settings(settings, kind)
     context = context_from_settings(settings)  # named by its setting before the provider is built
-    module, _, factory = str(BUILDERS[kind]).partition(":")  # the provider's wrapper_from_settings
+    module, _, factory = str(KINDS[kind].builder).partition(":")  # the provider's wrapper_from_settings
     with getattr(importlib.import_module(module), factory)(settings) as wrapper:
         blob = new_wrapped_key(wrapper, context)
     text = format_wrapped_keys([blob])

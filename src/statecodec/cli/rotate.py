@@ -20,11 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from statecodec import _settings as cfg
 from statecodec._settings import named_errors, setting
 from statecodec.cli import check as instance_check
 from statecodec.cli._output import emit, replace, store_time
 from statecodec.cli.main import settings_from_flags
-from statecodec.config import ttl_setting
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing, format_keys, generate_key, read_key_file
 
@@ -95,7 +95,7 @@ def _plan(args: argparse.Namespace) -> int:
                                  "generate it first with `statecodec keygen > new.key` and pass --new-file new.key")
     if (args.old_id is None) != (args.new_id is None):
         raise ConfigurationError("--old-id and --new-id go together: a plan is over two keys or two key ids")
-    ttl = ttl_setting(os.environ) if args.ttl is None else args.ttl  # the servers' token lifetime
+    ttl = cfg.ttl(os.environ) if args.ttl is None else args.ttl  # the servers' token lifetime
     if args.old_id is not None:
         plan = RotationPlan.from_key_ids(args.old_id, args.new_id, ttl, future_skew=args.future_skew)
     else:
@@ -250,13 +250,13 @@ def _begin(args: argparse.Namespace) -> int:
 
 def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[str], float, dict[str, Any]]:
     """The key file, its phase, what blocks the next phase, the wait, and the status document."""
-    from statecodec.config import store_from_settings
     from statecodec.fleet import Registry, read_fleet
+    from statecodec.mcp import store_from_env
     from statecodec.rotation import next_step
     from statecodec.store import MemoryStore
 
     path, ring, phase, old_id, new_id = _key_file(args)
-    store = store_from_settings({"STATECODEC_STORE_TIMEOUT": "5", **os.environ})
+    store = store_from_env({"STATECODEC_STORE_TIMEOUT": "5", **os.environ})
     if isinstance(store, MemoryStore) or not isinstance(store, Registry):
         raise ConfigurationError("STATECODEC_STORE_URL must name the redis:// store the servers report to")
 

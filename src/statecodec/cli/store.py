@@ -12,13 +12,12 @@ import argparse
 import json
 import os
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from statecodec.cli._output import store_time
 from statecodec.errors import ConfigurationError
 
-if TYPE_CHECKING:  # imported where used: every command's start-up imports this module
-    from statecodec.single_use import SingleUse
+T = TypeVar("T")
 
 # The SDK binds a principal under its access token's issuer: without --issuer, those tokens are not covered.
 _NO_ISSUER = " with no issuer (tokens minted under an issuer need --issuer)"
@@ -42,25 +41,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check.set_defaults(func=_check)
 
 
-def _with_guard(work: Callable[[SingleUse], Awaitable[Any]]) -> Any:
+def on_store(work: Callable[[Any], Awaitable[T]], *, guard: bool = True) -> T:
+    """`work` on the single-use guard (or, not `guard`, the bare store) of the store the servers use, then closed:
+    the one way an operator command reaches a store. A store inside one process is refused: it would see only its own;
+    unless set, the store may take 5 s to answer, longer than a request would wait."""
     import asyncio
 
-    from statecodec.single_use import SingleUse
+    from statecodec.mcp import guard_from_env, store_from_env
     from statecodec.store import MemoryStore
 
-    # `store check` reads every revocation in one script: unless set, an operator waits longer than a request would.
-    guard = SingleUse.from_env({"STATECODEC_STORE_TIMEOUT": "5", **os.environ})
-    if isinstance(guard.store, MemoryStore):
+    settings = {"STATECODEC_STORE_TIMEOUT": "5", **os.environ}
+    target: Any = guard_from_env(settings) if guard else store_from_env(settings)
+    store = target.store if guard else target
+    if isinstance(store, MemoryStore):
         raise ConfigurationError(
             "STATECODEC_STORE_URL=memory is a store inside one process: this command would only see its own; set "
             "STATECODEC_STORE_URL to the redis:// URL the servers use"
         )
 
-    async def run() -> Any:
+    async def run() -> T:
         try:
-            return await work(guard)
+            return await work(target)
         finally:
-            await guard.aclose()
+            await store.aclose()
 
     return asyncio.run(run())
 
@@ -83,17 +86,17 @@ def _revoke(args: argparse.Namespace) -> int:
             what += f" at issuer {args.issuer}" if args.issuer else _NO_ISSUER
     doc: dict[str, object] = {"revoked": kind, "value": selector.get(kind, selector.get("scope"))}
     if args.lift:
-        doc = {"lifted": _with_guard(lambda guard: guard.lift(**selector))}
+        doc = {"lifted": on_store(lambda guard: guard.lift(**selector))}
         message = f"lifted the revocation of {what}" if doc["lifted"] else f"nothing to lift: {what} were not revoked"
     else:
-        doc["revoked_until"] = store_time(round(_with_guard(lambda guard: guard.revoke(**selector)) * 1000))
+        doc["revoked_until"] = store_time(round(on_store(lambda guard: guard.revoke(**selector)) * 1000))
         message = f"revoked {what} minted until {doc['revoked_until']} (store clock)"
     print(json.dumps({**doc, "message": message}) if args.json else message)
     return 0 if doc.get("lifted", True) else 1
 
 
 def _check(args: argparse.Namespace) -> int:
-    health: dict[str, Any] = _with_guard(lambda guard: guard.health())
+    health: dict[str, Any] = on_store(lambda guard: guard.health())
     if health["owner"] == "foreign":
         from statecodec.store import check_owner
 

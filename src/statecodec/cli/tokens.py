@@ -10,10 +10,10 @@ import json
 import sys
 
 from statecodec._encoding import b64u_encode
-from statecodec._settings import KEYS_FILE_VAR, MAX_TOKEN_LENGTH_VAR, max_token_length_setting
+from statecodec._settings import CODEC_VAR, KEYS_FILE_VAR, MAX_TOKEN_LENGTH_VAR, max_token_length_setting
 from statecodec._types import Codec
 from statecodec.cli.main import flag_values, flags_named, settings_from_flags
-from statecodec.config import CODEC_VAR, codec_from_env, codec_from_file
+from statecodec.config import codec_from_env, codec_from_file
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 
 _EPILOG = """\

@@ -1,0 +1,228 @@
+"""SDK server middleware: each ``requestState`` is accepted at most once across the fleet, and revocable; in the
+retry-safe mode, a lost answer costs the client nothing and the step still runs once.
+
+Threat: integrity, expiry and binding do not stop an exact replay (`statecodec.single_use`); and at-most-once refuses
+the retry of a client whose answer was lost, so operators turn single use off. In the retry-safe mode the first
+accepted presentation records a keyed digest of the whole retry in its one atomic claim, and the handler's answer is
+kept beside that claim, sealed, until the token expires. The same retry presented again, past every other check, gets
+that answer without the handler running; another retry under the token is `replayed`; one while the first still
+runs is `in_progress`. A refusal is the SDK's own -32602 answer, its reason code logged only. Set-up and threats:
+docs/single-use.md; exact bytes: docs/formats.md. The SDK is imported when called, never on import.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from statecodec._settings import DEFAULT_RESULT_MAX, RESULT_MAX_VAR, result_cap
+from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable
+from statecodec.single_use import SingleUse, canonical_json
+from statecodec.store import Claim
+
+if TYPE_CHECKING:
+    from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+    from mcp.shared.exceptions import MCPError
+
+__all__ = ["REFUSED", "REJECTED", "SingleUseMiddleware", "answered_again", "refusal"]
+
+logger = logging.getLogger("statecodec.mcp")
+Scopes = Callable[["ServerRequestContext[Any, Any]"], Mapping[str, str]]
+
+REJECTED = "requestState rejected on %s: %s"  # the SDK boundary's log line too: `statecodec.otel` counts both
+REFUSED = {"reason": "invalid_request_state"}  # the data of the SDK's frozen -32602 refusal
+# Where a kept answer notes that it answered (statecodec.otel sets a list): the step did not run for that presentation.
+answered_again: ContextVar[list[str] | None] = ContextVar("statecodec_answered_again", default=None)
+
+
+class SingleUseMiddleware:
+    """SDK server middleware (module docstring) after the SDK's `RequestStateBoundary` only (`lifespan` refuses any
+    other order): it records the minting principal and `scopes(ctx)` in the stamp, and claims each presented state
+    through `guard`, which holds every store call to the store's deadline. `retry_safe` turns the retry-safe mode on,
+    keeping answers of at most `max_result` bytes."""
+
+    def __init__(self, guard: SingleUse, *, scopes: Scopes | None = None, retry_safe: bool = False,
+                 max_result: int = DEFAULT_RESULT_MAX) -> None:
+        from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
+
+        self.guard, self.scopes, self.retry_safe, self.max_result = guard, scopes, retry_safe, result_cap(max_result)
+        if retry_safe:
+            canonical_json()  # the package every retry's digest needs: missing, the start fails
+        self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
+        self._running = False
+
+    @asynccontextmanager
+    async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
+        """``lifespan=`` of `MCPServer` or `Server`: checks the middleware order, starts the store, closes it."""
+        from mcp.server.request_state import RequestStateBoundary
+
+        mine = [i for i, middleware in enumerate(server.middleware) if middleware is self]
+        boundaries = [i for i, item in enumerate(server.middleware) if isinstance(item, RequestStateBoundary)]
+        if not mine or not boundaries or min(mine) < max(boundaries):
+            raise ConfigurationError("SingleUseMiddleware must come after the SDK's RequestStateBoundary in "
+                                     "server.middleware (it must see verified state only): pass it to "
+                                     "MCPServer(middleware=[...]); on a lowlevel Server, append it last")
+        self._running = True
+        try:
+            await self._start()
+            yield {}
+        finally:
+            self._running = False
+            await self.guard.aclose()
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method not in self._methods:
+            return await call_next(ctx)
+        if not self._running:  # no lifespan: nothing checked the order or started the store
+            logger.error("SingleUseMiddleware on %s was never started: pass lifespan=single_use.lifespan", ctx.method)
+            raise _mcp_error()
+        state = (ctx.params or {}).get("requestState")
+        if not isinstance(state, str):  # the boundary refused any other type, and turned null into absent
+            return await self._answer(ctx, call_next)
+        try:
+            if self.retry_safe:
+                return await self._retry_safe(ctx, state, call_next)
+            plain = (await self._claim(state))[0]
+        except InvalidToken as exc:  # a refusal; a handler's exceptions reach the client as MCPErrors
+            raise refusal(ctx.method, exc.reason) from None
+        return await self._answer(replace(ctx, params={**(ctx.params or {}), "requestState": plain}), call_next)
+
+    async def _answer(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """The handler's result, its outgoing state stamped."""
+        result = await call_next(ctx)
+        out = result.get("requestState") if isinstance(result, Mapping) else getattr(result, "request_state", None)
+        if not self._is_input_required(result) or not isinstance(out, str):
+            return result
+        stamped = await self._stamp(ctx, out)
+        if isinstance(result, Mapping):
+            return {**result, "requestState": stamped}
+        return result.model_copy(update={"request_state": stamped})
+
+    async def _claim(self, state: str, retry: bytes = b"") -> tuple[str, bytes, Any]:
+        """`SingleUse.claim` of `state`: (the state, the claim key, the store's verdict), or `InvalidToken`."""
+        plain, key, verdict = await self.guard.claim(_bytes(state), retry)
+        return plain.decode("utf-8", "surrogatepass"), key, verdict
+
+    async def _retry_safe(self, ctx: ServerRequestContext[Any, Any], state: str, call_next: CallNext) -> HandlerResult:
+        """The handler's answer to this retry, run at most once per token: kept for the same retry, and replayed."""
+        from mcp.server.auth.middleware.auth_context import get_access_token
+        from mcp.server.auth.provider import principal_components
+
+        token, params = get_access_token(), ctx.params or {}
+        # the presenter's principal: with bind_principal=None, another presenter is another retry
+        retry = self.guard.retry_digest(ctx.method, params, state, principal_components(token) if token else None)
+        plain, key, verdict = await self._claim(state, retry)
+        if verdict is not None and verdict.claim is Claim.SAME:
+            return self._replay(ctx.method, key, retry, verdict.result)
+        try:
+            result = _dumped(await self._answer(replace(ctx, params={**params, "requestState": plain}), call_next))
+        except Exception as exc:  # kept as the SDK answers it: an MCPError's own, else its internal error
+            from mcp.shared.exceptions import MCPError
+            from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
+            from mcp.types import INTERNAL_ERROR, ErrorData
+
+            error = handler_exception_to_error_data(exc)
+            if error is None:
+                logger.exception("the handler of %s raised", ctx.method)
+            error = error or ErrorData(code=INTERNAL_ERROR, message="Internal server error")
+            if verdict is not None:
+                await self._keep(key, retry, {"error": error.model_dump(mode="json", exclude_none=True)})
+            raise MCPError.from_error_data(error) from None
+        if verdict is not None:
+            await self._keep(key, retry, {"result": result})
+        return result
+
+    def _replay(self, method: str, key: bytes, retry: bytes, sealed: bytes) -> HandlerResult:
+        from mcp.shared.exceptions import MCPError
+        from mcp.types import ErrorData
+
+        if not sealed:  # the first run has not kept its answer: still running, or its instance lost it
+            raise InvalidToken(Reason.IN_PROGRESS)
+        try:
+            answer = self.guard.open_answer(key, retry, sealed)
+        except InvalidToken:
+            logger.error("a kept answer on %s did not open: altered or moved in the store", method)
+            raise
+        if "result" not in answer and "error" not in answer:  # over the cap when it ran: at most once, as without it
+            raise InvalidToken(Reason.REPLAYED)
+        if (noted := answered_again.get()) is not None:
+            noted.append(method)
+        if "error" in answer:
+            raise MCPError.from_error_data(ErrorData.model_validate(answer["error"]))
+        result: dict[str, Any] = answer["result"]
+        return result
+
+    async def _keep(self, key: bytes, retry: bytes, answer: dict[str, Any]) -> None:
+        """One round trip; a failure is logged, never a second run: the claim stays, and its retry is `in_progress`."""
+        data = json.dumps(answer, separators=(",", ":")).encode()  # ASCII: its length in bytes is the cap's measure
+        if len(data) > self.max_result:
+            logger.warning("an answer over %s (%d bytes) is not kept: its retry is refused", RESULT_MAX_VAR,
+                           self.max_result)
+            data = b"{}"
+        import anyio
+
+        try:
+            with anyio.CancelScope(shield=True):  # a client gone meanwhile: its retry needs it (under the deadline)
+                kept = await self.guard.keep(key, retry, data)
+            why = None if kept else "the claim is gone: the store was flushed or restarted, or the token expired"
+        except Exception as exc:  # the answer still goes to the client; only its retry cannot get it
+            why = str(exc) if isinstance(exc, StoreError) else type(exc).__name__  # a StoreError names no secret
+        if why:
+            logger.error("an answer was not kept at %s (%s): its retry is refused as in progress until the token "
+                         "expires", self.guard.where, why)
+
+    async def _stamp(self, ctx: ServerRequestContext[Any, Any], state: str) -> str:
+        from mcp.server.auth.middleware.auth_context import get_access_token
+        from mcp.server.auth.provider import principal_components
+
+        if not self.guard.started:
+            await self._start()
+        token = get_access_token()  # the minting request's principal, whatever bind_principal is
+        try:
+            principal = None if token is None else principal_components(token)
+            scopes = self.scopes(ctx) if self.scopes else None  # recorded at mint, never taken from a presenter
+            return self.guard.stamp(_bytes(state), principal=principal, scopes=scopes).decode("utf-8", "surrogatepass")
+        except StoreError as exc:  # the store never answered, or its clock is too far: no token it cannot date
+            logger.error("refusing to stamp requestState on %s: %s", ctx.method, exc)
+            raise _mcp_error() from None
+
+    async def _start(self) -> None:
+        try:
+            await self.guard.start()
+        except StoreUnreachable as exc:  # its message names the store and the cause, never a credential
+            self.guard.warn(f"{exc}; tokens are refused, and none minted, until it answers")
+
+
+def refusal(method: str, reason: Reason) -> MCPError:
+    """The SDK boundary's own log line and frozen answer: a client cannot tell this refusal from any other. But
+    `in_progress`, retryable, says so: only a presenter who passed every check reaches it."""
+    logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
+    if reason is Reason.IN_PROGRESS:
+        return _mcp_error("requestState in progress: retry shortly", {"reason": reason.value})
+    return _mcp_error("Invalid or expired requestState", dict(REFUSED))
+
+
+def _mcp_error(message: str = "Internal error", data: object = None) -> MCPError:
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
+
+    return MCPError(INTERNAL_ERROR if data is None else INVALID_PARAMS, message, data)
+
+
+def _bytes(state: str) -> bytes:
+    return state.encode("utf-8", "surrogatepass")  # total: a lone surrogate in a handler's state round-trips
+
+
+def _dumped(result: HandlerResult) -> dict[str, Any]:
+    """`result` as the SDK's runner puts it on the wire (before its envelope), so the first answer and a replay are
+    the same bytes."""
+    from pydantic import BaseModel
+
+    if isinstance(result, BaseModel):
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return dict(result or {})

@@ -1,0 +1,57 @@
+"""The way in for synchronous programs: one event loop, in a thread of its own, for what a server's loop would run.
+
+A server runs its store calls and its background work (a key-file watcher, a registry heartbeat) on its own loop, in
+its lifespan (`statecodec.mcp`). A synchronous program has no loop: `LoopThread` starts one on first use, never in a
+constructor, and `close` stops it; a forked child starts its own on first use. This is the one place statecodec
+starts a thread and a loop of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from statecodec.errors import StoreError
+
+__all__ = ["LoopThread"]
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop in a daemon thread named `name`, started by the first `submit`."""
+
+    __slots__ = ("_closed", "_lock", "_loop", "_thread", "name")
+
+    def __init__(self, name: str = "statecodec-sync") -> None:
+        self.name, self._lock, self._closed = name, threading.Lock(), False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
+        """Run `coroutine` on the loop; its future."""
+        with self._lock:
+            if self._closed:  # a stopped loop would never answer: the caller would wait forever
+                coroutine.close()
+                raise StoreError(f"{self.name} is closed")
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=self._loop.run_forever, name=self.name, daemon=True)
+                self._thread.start()
+            return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """`coroutine`'s result, run on the loop (e.g. ``codec.run(codec.guard.revoke(...))``)."""
+        return self.submit(coroutine).result()
+
+    def close(self) -> None:
+        """Stop the loop once its pending work is done; later calls are refused."""
+        with self._lock:
+            loop, thread, self._closed = self._loop, self._thread, True
+        if loop is not None and thread is not None and thread is not threading.current_thread():
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()
