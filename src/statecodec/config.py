@@ -243,7 +243,7 @@ def codec_from_file(path: str | os.PathLike[str]) -> Codec:
 def live_settings(environ: Mapping[str, str]) -> tuple[Settings, float, float, list[str], str]:
     """(settings, interval, future skew, key files, instance name), checked: what stops a reloading server at
     start-up stops `statecodec check` too."""
-    from statecodec.fleet import NAME
+    from statecodec.registry import NAME
 
     settings = Settings(environ)  # a copy: the codec is rebuilt from the settings it started with
     interval = seconds_setting(settings, RELOAD_VAR, default=5, low=0.05, high=3600)
@@ -262,16 +262,14 @@ def live_settings(environ: Mapping[str, str]) -> tuple[Settings, float, float, l
 def live_codec_from_env(environ: Mapping[str, str]) -> ReloadingCodec:
     """What `codec_from_env` returns when ``STATECODEC_RELOAD_INTERVAL`` is set: the configured codec, rebuilt when a
     file a ``STATECODEC_*_FILE`` setting names changes, reporting to the fleet registry when a store is set."""
-    from statecodec.fleet import Registry, Reporter
+    from statecodec.registry import Reporter, registry_for
     from statecodec.reload import ReloadingCodec
 
     settings, interval, future_skew, files, name = live_settings(environ)
     report = None
     if any(setting(settings, var, required=False) for var in (STORE_URL_VAR, f"{STORE_URL_VAR}_FILE")):
-        store = store_from_settings(settings)
-        if not isinstance(store, Registry):
-            raise ConfigurationError(f"the store at {store.where} keeps no fleet registry; unset {RELOAD_VAR}")
-        report = Reporter(store, name, lifetime=3 * interval + 1)  # three polls missed before it counts as gone
+        registry = registry_for(store_from_settings(settings))
+        report = Reporter(registry, name, lifetime=3 * interval + 1)  # three polls missed before it counts as gone
     return ReloadingCodec(lambda: configured_codec(settings)[1], ttl=ttl_setting(settings), future_skew=future_skew,
                           files=files, interval=interval, report=report)
 

@@ -251,20 +251,19 @@ def _begin(args: argparse.Namespace) -> int:
 def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[str], float, dict[str, Any]]:
     """The key file, its phase, what blocks the next phase, the wait, and the status document."""
     from statecodec.config import store_from_settings
-    from statecodec.fleet import Registry, read_fleet
+    from statecodec.registry import MemoryRegistry, read_fleet, registry_for
     from statecodec.rotation import next_step
-    from statecodec.store import MemoryStore
 
     path, ring, phase, old_id, new_id = _key_file(args)
-    store = store_from_settings({"STATECODEC_STORE_TIMEOUT": "5", **os.environ})
-    if isinstance(store, MemoryStore) or not isinstance(store, Registry):
+    registry = registry_for(store_from_settings({"STATECODEC_STORE_TIMEOUT": "5", **os.environ}))
+    if isinstance(registry, MemoryRegistry):  # this process's own: no server reports to it
         raise ConfigurationError("STATECODEC_STORE_URL must name the redis:// store the servers report to")
 
     async def read() -> Any:
         try:
-            return await read_fleet(store)
+            return await read_fleet(registry)
         finally:
-            await store.aclose()
+            await registry.aclose()
 
     fleet = asyncio.run(read())
     blockers, wait = next_step(phase, ring.key_ids, fleet)
