@@ -258,8 +258,7 @@ class RedisStore(HoldsSecrets):
 
 
     async def run_script(self, body: str, keys: list[str], *args: str | int) -> Any:
-        """Run another module's script (the fleet registry's, statecodec.registry) after the shared Lua prelude, as
-        the store runs its own: one client, one deadline, one error mapping."""
+        """Run the fleet registry's script `body` after the shared prelude, as the store's own (statecodec.registry)."""
         source = _PRELUDE + body
         sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
         _SOURCES[sha], _SHA[sha] = source, sha  # `_run` finds a script by name: this one's is its digest

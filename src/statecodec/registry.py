@@ -6,7 +6,6 @@ stale, dated by another clock, or gone. A live-reloading instance announces on e
 last report, and keeps per key id until when tokens under it may live, from durations the instance gives (its own
 ttl + future skew after its entry's expiry while the key is primary, or after it stopped sealing under it), all by
 the store's clock: an instance that left, whatever its ttl, still counts for the wait before its key is retired.
-In Redis it lives beside the single-use store (its connection, errors and clock; keys: docs/formats.md).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from statecodec.errors import StoreError
 from statecodec.reload import Snapshot
@@ -43,8 +42,7 @@ class Registry(Protocol):
 
 
 def registry_for(store: Store) -> Registry:
-    """The registry beside a configured store: the Redis store's, or, beside the in-process store, one that only
-    this process reads (`rotate`, another process, refuses it)."""
+    """The registry beside a configured store: in Redis, or one this process alone reads (`rotate` refuses it)."""
     return MemoryRegistry() if isinstance(store, MemoryStore) else RedisRegistry(cast("RedisStore", store))
 
 
@@ -79,7 +77,6 @@ class MemoryRegistry:
 
     async def leave(self, name: str) -> None:
         with self._lock:
-            self._now()
             self._entries.pop(name, None)
 
     async def aclose(self) -> None:
@@ -117,15 +114,13 @@ class RedisRegistry:
         self.store = store
         self._keys = [f"{{{store.namespace}}}:{name}" for name in ("fleet", "fleet-expiry", "fleet-tokens")]
 
-    async def _run(self, name: str, *args: str | int) -> Any:
-        return await self.store.run_script(_SCRIPTS[name], self._keys, *args)
-
     async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
                        live: Sequence[tuple[str, int]] = ()) -> int:
-        return int(await self._run("announce", name, ring, doc, lifetime_ms, *[v for pair in live for v in pair]))
+        args = (name, ring, doc, lifetime_ms, *[value for pair in live for value in pair])
+        return int(await self.store.run_script(_SCRIPTS["announce"], self._keys, *args))
 
     async def fleet(self) -> Rows:
-        now, entries, expiry, tokens = await self._run("fleet")
+        now, entries, expiry, tokens = await self.store.run_script(_SCRIPTS["fleet"], self._keys)
         try:
             until = {name.decode(): int(float(at)) for name, at in zip(expiry[::2], expiry[1::2], strict=True)}
             rows = [(name.decode(), until.get(name.decode(), 0), value.decode())
@@ -137,7 +132,7 @@ class RedisRegistry:
         return int(now), sorted(rows), tokens_until
 
     async def leave(self, name: str) -> None:
-        await self._run("leave", name)
+        await self.store.run_script(_SCRIPTS["leave"], self._keys, name)
 
     async def aclose(self) -> None:
         await self.store.aclose()
