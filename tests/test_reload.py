@@ -16,9 +16,10 @@ import pytest
 from statecodec import ConfigurationError, InvalidToken, format_keys, generate_key
 from statecodec._types import Codec
 from statecodec.config import codec_from_env
-from statecodec.registry import MemoryRegistry, Reporter, read_fleet
+from statecodec.registry import Reporter, read_fleet
 from statecodec.reload import ReloadingCodec
 from statecodec.rotation import early_drop
+from tests.memory_registry import MemoryRegistry
 from tests.plugins import Clock, assert_not_copyable, eventually
 
 OLD, NEW = generate_key(), generate_key()

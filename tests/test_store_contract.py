@@ -10,16 +10,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 from unittest.mock import ANY
 
 import pytest
 
 from statecodec import ConfigurationError, InvalidToken, StoreError
-from statecodec.registry import MemoryRegistry, Registry, Reporter, read_fleet, registry_for
+from statecodec.registry import Registry, Reporter, read_fleet, registry_for
 from statecodec.reload import Snapshot
 from statecodec.single_use import SingleUse
 from statecodec.store import Claim, MemoryStore, Store
+from tests.memory_registry import MemoryRegistry
 from tests.plugins.redis import RedisServer
 
 pytestmark = pytest.mark.anyio
@@ -56,7 +57,7 @@ class Backend:
 
     def registry(self) -> Registry:
         """The fleet registry beside the store: for Redis, the store's (a new connection each time)."""
-        return self.memory_registry if self.kind == "memory" else registry_for(self.store())
+        return self.memory_registry if self.kind == "memory" else cast(Registry, registry_for(self.store()))
 
     def guard(self, *, offset: float = 0.0, ttl: float = 60, key: bytes = KEY, **kw: Any) -> SingleUse:
         store = kw.pop("store", None) or self.store(kw.pop("namespace", "statecodec"))

@@ -268,8 +268,8 @@ def live_codec_from_env(environ: Mapping[str, str]) -> ReloadingCodec:
     settings, interval, future_skew, files, name = live_settings(environ)
     report = None
     if any(setting(settings, var, required=False) for var in (STORE_URL_VAR, f"{STORE_URL_VAR}_FILE")):
-        registry = registry_for(store_from_settings(settings))
-        report = Reporter(registry, name, lifetime=3 * interval + 1)  # three polls missed before it counts as gone
+        registry = registry_for(store_from_settings(settings))  # none beside the in-process store: no one reads it
+        report = None if registry is None else Reporter(registry, name, lifetime=3 * interval + 1)  # 3 missed polls
     return ReloadingCodec(lambda: configured_codec(settings)[1], ttl=ttl_setting(settings), future_skew=future_skew,
                           files=files, interval=interval, report=report)
 

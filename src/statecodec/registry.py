@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, cast
 
 from statecodec.errors import StoreError
@@ -25,7 +23,7 @@ from statecodec.store import MemoryStore, Store
 if TYPE_CHECKING:
     from statecodec.redis_store import RedisStore
 
-__all__ = ["NAME", "MemoryRegistry", "RedisRegistry", "Registry", "Reporter", "read_fleet", "registry_for"]
+__all__ = ["NAME", "RedisRegistry", "Registry", "Reporter", "read_fleet", "registry_for"]
 
 NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")  # an instance's name in the registry
 Rows = tuple[int, list[tuple[str, int, str]], dict[str, int]]  # (now, (name, expires, entry) by name, tokens until)
@@ -41,51 +39,14 @@ class Registry(Protocol):
     async def aclose(self) -> None: ...
 
 
-def registry_for(store: Store) -> Registry:
-    """The registry beside a configured store: in Redis, or one this process alone reads (`rotate` refuses it)."""
-    return MemoryRegistry() if isinstance(store, MemoryStore) else RedisRegistry(cast("RedisStore", store))
+def registry_for(store: Store) -> Registry | None:
+    """The registry beside a configured store: the Redis store's; none beside the in-process store (no one reads it)."""
+    return None if isinstance(store, MemoryStore) else RedisRegistry(cast("RedisStore", store))
 
 
-class MemoryRegistry:
-    """`Registry` of one process, on its own clock."""
-
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self._clock, self._entries, self._tokens_until = clock, dict[str, tuple[int, str]](), dict[str, int]()
-        self._lock = threading.Lock()  # a codec's loop thread and a server's loop may share one registry
-
-    def _now(self) -> int:
-        now = int(self._clock() * 1000)
-        for name in [name for name, (until, _) in self._entries.items() if until <= now]:
-            del self._entries[name]
-        return now
-
-    async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
-                       live: Sequence[tuple[str, int]] = ()) -> int:
-        with self._lock:
-            now = self._now()
-            old = self._entries.get(name, (0, "0 - -"))[1].split(" ", 2)  # written below: "loaded_ms ring doc"
-            self._entries[name] = (now + lifetime_ms, f"{old[0] if old[1] == ring else now} {ring} {doc}")
-            for kid, ms in live:
-                self._tokens_until[kid] = max(self._tokens_until.get(kid, 0), now + ms)
-            return now
-
-    async def fleet(self) -> Rows:
-        with self._lock:
-            now = self._now()
-            rows = [(name, until, value) for name, (until, value) in sorted(self._entries.items())]
-            return now, rows, dict(self._tokens_until)
-
-    async def leave(self, name: str) -> None:
-        with self._lock:
-            self._entries.pop(name, None)
-
-    async def aclose(self) -> None:
-        pass  # nothing to release
-
-
-# KEYS entries (instance -> "loaded_ms ring doc"), their expiry, and until when tokens under each key id may live.
-# announce ARGV: instance name, ring (key ids, primary first), doc, lifetime, then (key id, ms from now its tokens
-# live)... Each runs after the store's Lua prelude (`now`, `n`, `sweep`).
+# After the store's Lua prelude (`now`, `n`, `sweep`). KEYS entries (instance -> "loaded_ms ring doc"), their expiry,
+# and until when tokens under each key id may live. announce ARGV: instance name, ring (key ids, primary first), doc,
+# lifetime, then (key id, ms from now its tokens live)...
 _SCRIPTS = {
     "announce": """sweep(KEYS[1], KEYS[2])
 local loaded, ring = string.match(redis.call('HGET', KEYS[1], ARGV[1]) or '', '^(%d+) (%S+) ')

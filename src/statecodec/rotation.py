@@ -143,13 +143,10 @@ def judge(members: Sequence[Member], in_flight: Iterable[str] = ()) -> FleetRepo
     verifies every such member's primary and every `in_flight` key id (keys whose tokens may be live)."""
     ready = [member for member in members if member.error is None]
     keys = [(m.name, m.accepts[0]) for m in ready] + [(None, kid) for kid in dict.fromkeys(in_flight)]
-    findings = []
-    for minter, kid in keys:
-        refused_by = tuple(m.name for m in ready if kid not in m.accepts)
-        if refused_by:
-            findings.append(FleetFinding(minter, kid, refused_by, in_flight=minter is None))
+    findings = tuple(FleetFinding(minter, kid, refused_by, in_flight=minter is None) for minter, kid in keys
+                     if (refused_by := tuple(m.name for m in ready if kid not in m.accepts)))
     failing = tuple(m.name for m in members if m.error is not None)
-    return FleetReport(tuple(m.name for m in members), tuple(findings), failing)
+    return FleetReport(tuple(m.name for m in members), findings, failing)
 
 
 def check_fleet(reports: Mapping[str, Sequence[str]], *, in_flight: Iterable[str] = ()) -> FleetReport:
