@@ -9,6 +9,7 @@ import json
 import pickle
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -66,7 +67,7 @@ def test_registry_entries_resolve_lazily_and_must_build_a_codec(
         "raise ImportError(\"this codec needs boto3: pip install 'statecodec[aws]'\")\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    kinds = {
+    kinds: dict[str, Any] = {
         "callable-kind": build,
         "path-kind": "statecodec.aead:AESGCMCodec.ephemeral",
         "missing-dep": "statecodec_no_such_module.sub:build",

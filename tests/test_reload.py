@@ -16,10 +16,10 @@ import pytest
 from statecodec import ConfigurationError, InvalidToken, format_keys, generate_key
 from statecodec._types import Codec
 from statecodec.config import codec_from_env
-from statecodec.fleet import Reporter, read_fleet
+from statecodec.registry import Reporter, read_fleet
 from statecodec.reload import ReloadingCodec
 from statecodec.rotation import early_drop
-from statecodec.store import MemoryStore
+from tests.memory_registry import MemoryRegistry
 from tests.plugins import Clock, assert_not_copyable, eventually
 
 OLD, NEW = generate_key(), generate_key()
@@ -174,7 +174,7 @@ def test_a_codec_without_key_ids_is_refused_at_start_since_no_reload_of_it_could
 def test_a_reload_hanging_on_its_key_provider_keeps_the_instance_in_the_registry(tmp_path: Path) -> None:
     ring, store_clock, release, builds = tmp_path / "ring", Clock(1000.0), threading.Event(), []
     write(ring, OLD)
-    store = MemoryStore(clock=store_clock)
+    registry = MemoryRegistry(clock=store_clock)
 
     def build() -> Codec:
         builds.append(ring.read_text())
@@ -183,12 +183,12 @@ def test_a_reload_hanging_on_its_key_provider_keeps_the_instance_in_the_registry
         return codec_from_env({"STATECODEC_KEYS_FILE": str(ring)})
 
     codec = ReloadingCodec(build, ttl=TTL, files=[ring], interval=0.01)
-    codec.start(Reporter(store, "web-1", lifetime=1))
+    codec.start(Reporter(registry, "web-1", lifetime=1))
     try:
         write(ring, OLD, NEW)
         eventually(lambda: len(builds) == 2)
         store_clock.now += 10  # the entry's lifetime is over, by the store's clock: only a new heartbeat keeps it
-        members = eventually(lambda: asyncio.run(read_fleet(store)).members)
+        members = eventually(lambda: asyncio.run(read_fleet(registry)).members)
         assert members[0].accepts == (codec.key_ids[0],)  # the ring it still serves: a step waits for it
         release.set()
         eventually(lambda: len(codec.key_ids) == 2)  # the reload completes once the provider answers

@@ -16,10 +16,11 @@ from unittest.mock import ANY
 import pytest
 
 from statecodec import ConfigurationError, InvalidToken, StoreError
-from statecodec.fleet import Registry, Reporter, read_fleet
+from statecodec.registry import Registry, Reporter, read_fleet, registry_for
 from statecodec.reload import Snapshot
 from statecodec.single_use import SingleUse
 from statecodec.store import Claim, MemoryStore, Store
+from tests.memory_registry import MemoryRegistry
 from tests.plugins.redis import RedisServer
 
 pytestmark = pytest.mark.anyio
@@ -40,6 +41,7 @@ class Backend:
         self.kind, self.urls, self.servers, self.stores = kind, urls, servers, list[Store]()
         self.clock = [(1_767_225_600.0 if kind == "memory" else time.time()) - time.monotonic()]
         self.memory = MemoryStore(clock=self.now, max_entries=50)
+        self.memory_registry = MemoryRegistry(clock=self.now)
 
     def now(self) -> float:
         return self.clock[0] + time.monotonic()  # moves as time does: a frozen clock would step
@@ -52,6 +54,10 @@ class Backend:
         store = RedisStore.from_url(self.urls[len(self.stores) % len(self.urls)], namespace=namespace, timeout=2)
         self.stores.append(store)
         return store
+
+    def registry(self) -> Registry:
+        """The fleet registry beside the store: for Redis, the store's (a new connection each time)."""
+        return self.memory_registry if self.kind == "memory" else cast(Registry, registry_for(self.store()))
 
     def guard(self, *, offset: float = 0.0, ttl: float = 60, key: bytes = KEY, **kw: Any) -> SingleUse:
         store = kw.pop("store", None) or self.store(kw.pop("namespace", "statecodec"))
@@ -251,16 +257,15 @@ async def test_a_retry_safe_claim_keeps_one_result_for_the_same_retry_and_a_mixe
 async def test_the_fleet_registry_dates_and_drops_entries_by_the_stores_clock_and_remembers_each_keys_last_use(
     backend: Backend,
 ) -> None:
-    store = backend.store()
-    assert isinstance(store, Registry)
-    gone, stays = Reporter(store, "web-1", lifetime=0.3), Reporter(store, "web-2", lifetime=30)
+    registry = backend.registry()
+    gone, stays = Reporter(registry, "web-1", lifetime=0.3), Reporter(registry, "web-2", lifetime=30)
     await gone(Snapshot(("aa", "bb"), None, 2.0))
-    loaded = (await read_fleet(store)).members[0].loaded_ms
+    loaded = (await read_fleet(registry)).members[0].loaded_ms
     await backend.advance(0.1)
     await gone(Snapshot(("aa", "bb"), None, 2.0))  # a heartbeat: the ring and the time it was loaded are unchanged
     await stays(Snapshot(("bb", "aa"), "the new ring drops key aa too early", 2.0, (("cc", 0.25),)))
-    await store.announce("liar", "ee", "not what an instance writes", 500)
-    fleet = await read_fleet(store)
+    await registry.announce("liar", "ee", "not what an instance writes", 500)
+    fleet = await read_fleet(registry)
     assert [(m.name, m.accepts, m.error) for m in fleet.members] == [
         ("liar", (), "its registry entry is malformed"),  # fails closed: it blocks every step
         ("web-1", ("aa", "bb"), None),
@@ -270,8 +275,8 @@ async def test_the_fleet_registry_dates_and_drops_entries_by_the_stores_clock_an
     assert fleet.tokens_until_ms["aa"] == fleet.members[1].expires_ms + 2000  # its tokens live its wait after
     assert 0 <= fleet.now_ms - (fleet.tokens_until_ms["cc"] - 1750) < 1000  # "stopped sealing 0.25 s ago", dated
     await backend.advance(0.6)  # web-1 stopped reporting; so did the liar
-    after = await read_fleet(store)
+    after = await read_fleet(registry)
     assert [m.name for m in after.members] == ["web-2"]
     assert after.tokens_until_ms["aa"] == fleet.tokens_until_ms["aa"]  # what web-1 may have sealed still counts
     await stays(None)  # a clean stop leaves at once
-    assert (await read_fleet(cast(Registry, backend.store()))).members == ()
+    assert (await read_fleet(backend.registry())).members == ()

@@ -130,12 +130,13 @@ def from_env(environ: Mapping[str, str] | None = None, *, ttl: float | None = No
     single_use = single_use_from_env(settings, scopes=scopes) if cfg.single_use_wanted(settings) else None
     report = None
     if isinstance(codec, ReloadingCodec) and codec.interval and cfg.store_url(settings)[0] is not None:
-        from statecodec.fleet import Registry, Reporter
+        from statecodec.registry import Reporter, registry_for
 
-        store = store_from_env(settings)  # a connection of its own: the heartbeat never waits behind claims
-        if not isinstance(store, Registry):
-            raise ConfigurationError(f"the store at {store.where} keeps no fleet registry; unset {RELOAD_VAR}")
-        report = Reporter(store, cfg.instance_name(settings), lifetime=3 * codec.interval + 1)  # gone after 3 polls
+        # A connection of its own, so the heartbeat never waits behind claims; none beside the in-process store, which
+        # no other process reads.
+        registry = registry_for(store_from_env(settings))
+        if registry is not None:
+            report = Reporter(registry, cfg.instance_name(settings), lifetime=3 * codec.interval + 1)  # gone: 3 polls
     counter = None
     if metrics:
         from statecodec.otel import RequestStateMetrics

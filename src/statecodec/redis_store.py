@@ -110,26 +110,6 @@ local all, bad = redis.call('HGETALL', KEYS[2]), {}
 for i = 1, #all, 2 do if not string.match(all[i + 1], '^%d+:%d+$') then table.insert(bad, all[i]) end end
 local owner = m[1] == ARGV[1] and 'ok' or (m[1] and 'foreign' or 'unused')
 return {owner, #all / 2, bad, now, m[2] or '0', m[3] or '0', policy()}""",
-    # The fleet registry (statecodec.fleet). KEYS entries (instance -> "loaded_ms ring doc"), their expiry, and until
-    # when tokens under each key id may live.
-    # ARGV instance name, ring (key ids, primary first), doc, lifetime, then (key id, ms from now its tokens live)...
-    "announce": """sweep(KEYS[1], KEYS[2])
-local loaded, ring = string.match(redis.call('HGET', KEYS[1], ARGV[1]) or '', '^(%d+) (%S+) ')
-if ring ~= ARGV[2] then loaded = n(now) end
-redis.call('HSET', KEYS[1], ARGV[1], loaded .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
-redis.call('ZADD', KEYS[2], n(now + tonumber(ARGV[4])), ARGV[1])
-for i = 5, #ARGV, 2 do
-  local live = now + tonumber(ARGV[i + 1])
-  if live > (tonumber(redis.call('HGET', KEYS[3], ARGV[i])) or 0) then redis.call('HSET', KEYS[3], ARGV[i], n(live)) end
-end
-return now""",
-    "fleet": """sweep(KEYS[1], KEYS[2])
-local expiry = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', 'WITHSCORES')
-return {now, redis.call('HGETALL', KEYS[1]), expiry, redis.call('HGETALL', KEYS[3])}""",
-    "leave": """sweep(KEYS[1], KEYS[2])
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-return now""",
 }
 _SOURCES = {name: _PRELUDE + body for name, body in _SCRIPTS.items()}
 _SHA = {name: hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest() for name, source in _SOURCES.items()}
@@ -275,28 +255,10 @@ class RedisStore(HoldsSecrets):
     def __repr__(self) -> str:
         return f"RedisStore({self.where!r}, namespace={self.namespace!r})"
 
-    # The fleet registry (statecodec.fleet).
-    @property
-    def _fleet_keys(self) -> list[str]:
-        return [f"{{{self.namespace}}}:{name}" for name in ("fleet", "fleet-expiry", "fleet-tokens")]
 
-    async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
-                       live: Sequence[tuple[str, int]] = ()) -> int:
-        pairs = [value for kid, ms in live for value in (kid, ms)]
-        return int(await self._run("announce", self._fleet_keys, name, ring, doc, lifetime_ms, *pairs))
-
-    async def fleet(self) -> tuple[int, list[tuple[str, int, str]], dict[str, int]]:
-        now, entries, expiry, tokens = await self._run("fleet", self._fleet_keys)
-        try:
-            until = {name.decode(): int(float(at)) for name, at in zip(expiry[::2], expiry[1::2], strict=True)}
-            rows = [(name.decode(), until.get(name.decode(), 0), value.decode())
-                    for name, value in zip(entries[::2], entries[1::2], strict=True)]
-            tokens_until = {kid.decode(): int(at) for kid, at in zip(tokens[::2], tokens[1::2], strict=True)}
-        except (ValueError, OverflowError):  # not written by `announce`: no step is judged on it
-            raise StoreError(f"the fleet registry in {self._fleet_keys} at {self.where} holds a value not written "
-                             "by statecodec; delete those keys (the instances announce again)") from None
-        return int(now), sorted(rows), tokens_until
-
-    async def leave(self, name: str) -> None:
-        await self._run("leave", self._fleet_keys, name)
-
+    async def run_script(self, body: str, keys: list[str], *args: str | int) -> Any:
+        """Run the fleet registry's script `body` after the shared prelude, as the store's own (statecodec.registry)."""
+        source = _PRELUDE + body
+        sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
+        _SOURCES[sha], _SHA[sha] = source, sha  # `_run` finds a script by name: this one's is its digest
+        return await self._run(sha, keys, *args)

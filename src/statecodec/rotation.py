@@ -2,8 +2,8 @@
 
 Threat: during a rolling deploy, a token minted under a key some instance cannot verify is refused when the client's
 next round lands there: the new key promoted before every instance verifies it, or the old key retired while its
-tokens live. The plan orders the phases so neither happens; `check_fleet` proves from the key ids instances report
-(never keys) that none can mint what another would refuse; `reseal` moves stored state to the new primary key.
+tokens live. The plan orders the phases so neither happens; `judge`, for every step, proves from the key ids instances
+report (never keys) that none can mint what another would refuse; `reseal` moves stored state to the new primary key.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing
 
 __all__ = [
-    "Fleet", "Member", "RotationPlan", "check_fleet", "early_drop", "key_file_phase", "next_step", "parse_fleet",
-    "phase_ring", "reseal",
+    "Fleet", "Member", "RotationPlan", "check_fleet", "early_drop", "judge", "key_file_phase", "next_step",
+    "parse_fleet", "phase_ring", "reseal",
 ]
 
 T = TypeVar("T")
@@ -110,14 +110,15 @@ class FleetFinding:
 
 @dataclass(frozen=True)
 class FleetReport:
-    """`safe` when no instance can mint (or has minted) a token another instance would refuse."""
+    """`safe` when no instance can mint (or has minted) a token another would refuse, and none is `failing` a reload."""
 
     instances: tuple[str, ...]
     findings: tuple[FleetFinding, ...]
+    failing: tuple[str, ...] = ()
 
     @property
     def safe(self) -> bool:
-        return not self.findings
+        return not self.findings and not self.failing
 
     @property
     def unsafe_instances(self) -> tuple[str, ...]:
@@ -126,7 +127,8 @@ class FleetReport:
     def __str__(self) -> str:
         if self.safe:
             return f"safe: every one of {len(self.instances)} instances verifies every primary key"
-        lines = [f"UNSAFE: {len(self.findings)} problem(s) across {len(self.instances)} instances"]
+        lines = [f"UNSAFE: {len(self.findings) + len(self.failing)} problem(s) across {len(self.instances)} instances"]
+        lines += [f"  - {name}: its last reload was refused" for name in self.failing]
         return "\n".join(lines + [f"  - {f}" for f in self.findings])
 
 
@@ -136,9 +138,19 @@ def _check_key_id(where: str, value: object) -> str:
     return value.lower()
 
 
+def judge(members: Sequence[Member], in_flight: Iterable[str] = ()) -> FleetReport:
+    """The one rule of every rotation step: safe when no member's last reload was refused, and every other member
+    verifies every such member's primary and every `in_flight` key id (keys whose tokens may be live)."""
+    ready = [member for member in members if member.error is None]
+    keys = [(m.name, m.accepts[0]) for m in ready] + [(None, kid) for kid in dict.fromkeys(in_flight)]
+    findings = tuple(FleetFinding(minter, kid, refused_by, in_flight=minter is None) for minter, kid in keys
+                     if (refused_by := tuple(m.name for m in ready if kid not in m.accepts)))
+    failing = tuple(m.name for m in members if m.error is not None)
+    return FleetReport(tuple(m.name for m in members), findings, failing)
+
+
 def check_fleet(reports: Mapping[str, Sequence[str]], *, in_flight: Iterable[str] = ()) -> FleetReport:
-    """Find every token the fleet could drop, from each instance's ``codec.key_ids`` (never keys): safe when every
-    instance verifies every instance's primary and every `in_flight` key id (keys whose tokens are within TTL)."""
+    """`judge` over each instance's ``codec.key_ids`` (never keys), primary first, and `in_flight` key ids, checked."""
     if not isinstance(reports, Mapping) or not 0 < len(reports) <= _MAX_INSTANCES:
         raise ConfigurationError(f"reports must map 1..{_MAX_INSTANCES} instance names to their key ids, primary first")
     rings: dict[str, tuple[str, ...]] = {}
@@ -148,15 +160,8 @@ def check_fleet(reports: Mapping[str, Sequence[str]], *, in_flight: Iterable[str
         rings[name] = tuple(_check_key_id(f"instance {name!r}", i) for i in ids)
     if isinstance(in_flight, (str, bytes)):  # a lone id would be read as one key id per character
         raise ConfigurationError("in_flight must be a list of key ids")
-    # Every key a token may be under: each instance's primary, then each in-flight key, once.
-    flying = dict.fromkeys(_check_key_id("in_flight", k) for k in in_flight)
-    keys = [(name, ring[0]) for name, ring in rings.items()] + [(None, kid) for kid in flying]
-    findings = []
-    for minter, kid in keys:
-        refused_by = tuple(other for other, ring in rings.items() if kid not in ring)
-        if refused_by:
-            findings.append(FleetFinding(minter, kid, refused_by, in_flight=minter is None))
-    return FleetReport(tuple(rings), tuple(findings))
+    flying = [_check_key_id("in_flight", kid) for kid in in_flight]
+    return judge([Member(name, ring, None) for name, ring in rings.items()], flying)
 
 
 def parse_fleet(document: object) -> tuple[dict[str, list[str]], list[str]]:
@@ -205,13 +210,13 @@ def key_file_phase(text: str, ring: KeyRing) -> tuple[int, str, str]:
 
 @dataclass(frozen=True)
 class Member:
-    """One live instance: key ids primary first, its last refused reload, store times."""
+    """One instance: key ids primary first, its last refused reload, store times (of a registry entry)."""
 
     name: str
     accepts: tuple[str, ...]
     error: str | None
-    loaded_ms: int
-    expires_ms: int
+    loaded_ms: int = 0
+    expires_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -227,17 +232,21 @@ def marked(phase: int, old: str, new: str) -> str:
 
 
 def next_step(phase: int, ids: Sequence[str], fleet: Fleet) -> tuple[list[str], float]:
-    """(why the fleet may not leave `phase`, whose ring is `ids`, for the next; seconds to wait after that): every
-    live instance must run exactly `ids` with no refused reload, and phase 3 waits, by the store's clock, until the
-    tokens any instance (live or gone) sealed under the old key have expired."""
+    """(why the fleet may not leave `phase`, whose ring is `ids`, for the next; seconds to wait after that): `judge`
+    over the live instances, one on the next ring (phases 0, 3: `ids`) and every key id whose tokens may live; phase 3
+    waits, by the store's clock, until the tokens any instance (live or gone) sealed under the old key have expired."""
+    after = Member("the next phase", {1: tuple(ids[::-1]), 2: tuple(ids[:1])}.get(phase, tuple(ids)), None)
+    live = [kid for kid, until in fleet.tokens_until_ms.items() if until > fleet.now_ms]
+    report = judge([*fleet.members, after], live)  # a token of `live` only `after` refuses: the wait below
     nobody = "no live instance reports to the fleet registry: set STATECODEC_RELOAD_INTERVAL, this store and namespace"
     blockers = [] if fleet.members else [f"{nobody} on the servers"]
     for member in fleet.members:
-        if member.error is not None:
+        problems = "; ".join(str(f) for f in report.findings if member.name in (f.instance, *f.refused_by))
+        if member.name in report.failing:
             blockers.append(f"{member.name}: its last reload was refused: {member.error}")
-        elif member.accepts != tuple(ids):
-            blockers.append(f"{member.name} runs key ids [{', '.join(member.accepts)}], not [{', '.join(ids)}]: its "
-                            "key source is not updated yet, or it has not reloaded it")
+        elif problems:
+            blockers.append(f"{member.name} runs key ids [{', '.join(member.accepts)}] ({problems}): its key source "
+                            "is not updated yet, or it has not reloaded it")
     if phase != 2:
         return blockers, 0.0
     tokens_until = fleet.tokens_until_ms.get(ids[1], math.inf) / 1000  # absent: the registry was wiped; wait

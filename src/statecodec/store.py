@@ -98,7 +98,6 @@ class MemoryStore:
         self._live: dict[bytes, tuple[int, int]] = {}  # b"c" + claim key or b"r" + scope -> (revoked at, until)
         self._expiry: list[tuple[int, bytes]] = []  # heap of (until, key)
         self._retries: dict[bytes, bytes] = {}  # a claim key -> its retry digest, then the sealed result beside it
-        self._fleet: tuple[dict[str, tuple[int, str]], dict[str, int]] = ({}, {})  # statecodec.fleet's registry
         self._lock = threading.Lock()  # a codec's loop thread and a server's loop may share one store
 
     def _now(self, fingerprint: bytes, lifetime_ms: int = 0, skew_ms: int = 0) -> Hello:
@@ -193,29 +192,3 @@ class MemoryStore:
     def __repr__(self) -> str:
         return f"MemoryStore(max_entries={self._max})"
 
-    # The fleet registry (statecodec.fleet), by this store's clock: instance -> "loaded_ms ring doc" until it expires.
-    def _members(self) -> tuple[int, dict[str, tuple[int, str]], dict[str, int]]:
-        now = int(self._clock() * 1000)
-        entries, tokens_until = self._fleet
-        for name in [name for name, (until, _) in entries.items() if until <= now]:
-            del entries[name]
-        return now, entries, tokens_until
-
-    async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
-                       live: Sequence[tuple[str, int]] = ()) -> int:
-        with self._lock:
-            now, entries, tokens_until = self._members()
-            old = entries.get(name, (0, "0 - -"))[1].split(" ", 2)  # written below: "loaded_ms ring doc"
-            entries[name] = (now + lifetime_ms, f"{old[0] if old[1] == ring else now} {ring} {doc}")
-            for kid, ms in live:
-                tokens_until[kid] = max(tokens_until.get(kid, 0), now + ms)
-            return now
-
-    async def fleet(self) -> tuple[int, list[tuple[str, int, str]], dict[str, int]]:
-        with self._lock:
-            now, entries, tokens_until = self._members()
-            return now, [(name, until, value) for name, (until, value) in sorted(entries.items())], dict(tokens_until)
-
-    async def leave(self, name: str) -> None:
-        with self._lock:
-            self._members()[1].pop(name, None)

@@ -28,6 +28,7 @@ from tests.plugins.redis import RedisServer
 from statecodec import ConfigurationError, InvalidToken, StoreError, StoreUnreachable, format_keys
 from statecodec.cli.main import main
 from statecodec.redis_store import RedisStore
+from statecodec.registry import RedisRegistry
 from statecodec.single_use import SingleUse
 from statecodec.store import Claim
 
@@ -88,10 +89,11 @@ def test_the_minimal_acl_user_can_do_everything_the_store_does(acl_user: str, re
             key = (await guard.claim(retried, retry))[1]
             assert await store.keep(key=key, retry=retry, result=b"kept")  # GET, then SET ... KEEPTTL (Redis 6.0+)
             assert (await guard.claim(retried, retry))[2] == (Claim.SAME, guard._epoch, ANY, (), b"kept")
-            assert isinstance(store, RedisStore)  # the fleet registry's scripts
-            await store.announce("web-1", "k1,k0", "{}", 5000, [("k0", 1000)])
-            assert [row[0] for row in (await store.fleet())[1]] == ["web-1"]
-            await store.leave("web-1")
+            assert isinstance(store, RedisStore)
+            registry = RedisRegistry(store)  # the fleet registry's scripts, through the store's connection
+            await registry.announce("web-1", "k1,k0", "{}", 5000, [("k0", 1000)])
+            assert [row[0] for row in (await registry.fleet())[1]] == ["web-1"]
+            await registry.leave("web-1")
         finally:
             await guard.aclose()
 

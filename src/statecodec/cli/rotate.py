@@ -152,9 +152,7 @@ def _documents(source: str) -> Iterator[object]:
 def _instance(where: str, report: object) -> tuple[str, list[str]]:
     """(instance name, key ids) of one `statecodec check --json` report; a not-ready instance cannot be judged."""
     if not (isinstance(report, dict) and report.get("schema") == instance_check.SCHEMA):
-        raise ConfigurationError(
-            f"{where}: expected a report of `statecodec check --json` or a fleet file (see --help)"
-        )
+        raise ConfigurationError(f"{where}: expected a report of `statecodec check --json` or a fleet file (--help)")
     name = report.get("instance")
     if not isinstance(name, str) or not name:
         raise ConfigurationError(f"{where}: a report without an instance name; run statecodec check --instance NAME")
@@ -176,8 +174,7 @@ def _fleet(sources: list[str]) -> tuple[dict[str, Any], list[str]]:
             where = f"{'stdin' if source == '-' else source} (document {i + 1})"
             if isinstance(document, dict) and "schema" not in document:
                 found, flying = parse_fleet(document)
-                pairs = list(found.items())
-                in_flight.extend(flying)
+                pairs, in_flight = list(found.items()), in_flight + flying
             else:
                 pairs = [_instance(where, r) for r in (document if isinstance(document, list) else [document])]
             for name, ids in pairs:
@@ -192,13 +189,9 @@ def _check(args: argparse.Namespace) -> int:
 
     reports, in_flight = _fleet(args.files)
     report = check_fleet(reports, in_flight=[*in_flight, *args.in_flight])
-    if args.json:
-        findings = [dataclasses.asdict(finding) for finding in report.findings]
-        doc = {"safe": report.safe, "instances": report.instances, "unsafe_instances": report.unsafe_instances}
-        print(json.dumps({**doc, "findings": findings}, indent=2))
-    else:
-        print(report)
-    return 0 if report.safe else 1
+    doc = {"safe": report.safe, "instances": report.instances, "unsafe_instances": report.unsafe_instances,
+           "findings": [dataclasses.asdict(finding) for finding in report.findings]}
+    return _report(args, doc, [str(report)], 0 if report.safe else 1)
 
 
 def _key_file(args: argparse.Namespace) -> tuple[Path, KeyRing, int, str, str]:
@@ -250,21 +243,20 @@ def _begin(args: argparse.Namespace) -> int:
 
 def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[str], float, dict[str, Any]]:
     """The key file, its phase, what blocks the next phase, the wait, and the status document."""
-    from statecodec.fleet import Registry, read_fleet
     from statecodec.mcp import store_from_env
+    from statecodec.registry import read_fleet, registry_for
     from statecodec.rotation import next_step
-    from statecodec.store import MemoryStore
 
     path, ring, phase, old_id, new_id = _key_file(args)
-    store = store_from_env({"STATECODEC_STORE_TIMEOUT": "5", **os.environ})
-    if isinstance(store, MemoryStore) or not isinstance(store, Registry):
+    registry = registry_for(store_from_env({"STATECODEC_STORE_TIMEOUT": "5", **os.environ}))
+    if registry is None:  # the in-process store: no server reports to this process
         raise ConfigurationError("STATECODEC_STORE_URL must name the redis:// store the servers report to")
 
     async def read() -> Any:
         try:
-            return await read_fleet(store)
+            return await read_fleet(registry)
         finally:
-            await store.aclose()
+            await registry.aclose()
 
     fleet = asyncio.run(read())
     blockers, wait = next_step(phase, ring.key_ids, fleet)

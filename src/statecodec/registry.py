@@ -1,0 +1,139 @@
+"""The fleet registry: every instance reports through the store the key ids it accepts; `rotate` reads them.
+
+Threat: a rotation step taken while some instance cannot verify what another mints, judged from reports that are
+stale, dated by another clock, or gone. A live-reloading instance announces on every poll its name, its key ids
+(never keys, primary first) and its last refused reload; the registry dates the entry, drops it `lifetime` after the
+last report, and keeps per key id until when tokens under it may live, from durations the instance gives (its own
+ttl + future skew after its entry's expiry while the key is primary, or after it stopped sealing under it), all by
+the store's clock: an instance that left, whatever its ttl, still counts for the wait before its key is retired.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol, cast
+
+from statecodec._settings import INSTANCE_NAME
+from statecodec.errors import StoreError
+from statecodec.reload import Snapshot
+from statecodec.rotation import Fleet, Member
+from statecodec.store import MemoryStore, Store
+
+if TYPE_CHECKING:
+    from statecodec.redis_store import RedisStore
+
+__all__ = ["RedisRegistry", "Registry", "Reporter", "read_fleet", "registry_for"]
+
+Rows = tuple[int, list[tuple[str, int, str]], dict[str, int]]  # (now, (name, expires, entry) by name, tokens until)
+
+
+class Registry(Protocol):
+    """Per instance ``"loaded_ms ring doc"`` until it expires, and per key id until when its tokens may live."""
+
+    async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
+                       live: Sequence[tuple[str, int]] = ()) -> int: ...
+    async def fleet(self) -> Rows: ...
+    async def leave(self, name: str) -> None: ...
+    async def aclose(self) -> None: ...
+
+
+def registry_for(store: Store) -> Registry | None:
+    """The registry beside a configured store: the Redis store's; none beside the in-process store (no one reads it)."""
+    return None if isinstance(store, MemoryStore) else RedisRegistry(cast("RedisStore", store))
+
+
+# After the store's Lua prelude (`now`, `n`, `sweep`). KEYS entries (instance -> "loaded_ms ring doc"), their expiry,
+# and until when tokens under each key id may live. announce ARGV: instance name, ring (key ids, primary first), doc,
+# lifetime, then (key id, ms from now its tokens live)...
+_SCRIPTS = {
+    "announce": """sweep(KEYS[1], KEYS[2])
+local loaded, ring = string.match(redis.call('HGET', KEYS[1], ARGV[1]) or '', '^(%d+) (%S+) ')
+if ring ~= ARGV[2] then loaded = n(now) end
+redis.call('HSET', KEYS[1], ARGV[1], loaded .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
+redis.call('ZADD', KEYS[2], n(now + tonumber(ARGV[4])), ARGV[1])
+for i = 5, #ARGV, 2 do
+  local live = now + tonumber(ARGV[i + 1])
+  if live > (tonumber(redis.call('HGET', KEYS[3], ARGV[i])) or 0) then redis.call('HSET', KEYS[3], ARGV[i], n(live)) end
+end
+return now""",
+    "fleet": """sweep(KEYS[1], KEYS[2])
+local expiry = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', 'WITHSCORES')
+return {now, redis.call('HGETALL', KEYS[1]), expiry, redis.call('HGETALL', KEYS[3])}""",
+    "leave": """sweep(KEYS[1], KEYS[2])
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return now""",
+}
+
+
+class RedisRegistry:
+    """`Registry` in the Redis store's namespace, run by that store: one connection, one error mapping, its clock."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self.store = store
+        self._keys = [f"{{{store.namespace}}}:{name}" for name in ("fleet", "fleet-expiry", "fleet-tokens")]
+
+    async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
+                       live: Sequence[tuple[str, int]] = ()) -> int:
+        args = (name, ring, doc, lifetime_ms, *[value for pair in live for value in pair])
+        return int(await self.store.run_script(_SCRIPTS["announce"], self._keys, *args))
+
+    async def fleet(self) -> Rows:
+        now, entries, expiry, tokens = await self.store.run_script(_SCRIPTS["fleet"], self._keys)
+        try:
+            until = {name.decode(): int(float(at)) for name, at in zip(expiry[::2], expiry[1::2], strict=True)}
+            rows = [(name.decode(), until.get(name.decode(), 0), value.decode())
+                    for name, value in zip(entries[::2], entries[1::2], strict=True)]
+            tokens_until = {kid.decode(): int(at) for kid, at in zip(tokens[::2], tokens[1::2], strict=True)}
+        except (ValueError, OverflowError):  # not written by `announce`: no step is judged on it
+            raise StoreError(f"the fleet registry in {self._keys} at {self.store.where} holds a value not written "
+                             "by statecodec; delete those keys (the instances announce again)") from None
+        return int(now), sorted(rows), tokens_until
+
+    async def leave(self, name: str) -> None:
+        await self.store.run_script(_SCRIPTS["leave"], self._keys, name)
+
+    async def aclose(self) -> None:
+        await self.store.aclose()
+
+
+class Reporter:
+    """The `report` of a `ReloadingCodec`: each snapshot announced under `name`, to expire `lifetime` s after."""
+
+    def __init__(self, registry: Registry, name: str, lifetime: float) -> None:
+        self.registry, self.name, self.lifetime_ms = registry, name, int(lifetime * 1000)
+
+    async def __call__(self, snapshot: Snapshot | None) -> None:
+        if snapshot is None:  # stopping: leave, and release the connection
+            try:
+                await self.registry.leave(self.name)
+            finally:
+                await self.registry.aclose()
+            return
+        doc = json.dumps({"error": snapshot.error})
+        # Durations from now (no clock crosses over): tokens live this instance's wait after it last sealed.
+        wait_ms = int(snapshot.wait * 1000)
+        live = [(snapshot.accepts[0], self.lifetime_ms + wait_ms)]
+        live += [(kid, wait_ms - int(ago * 1000)) for kid, ago in snapshot.demoted]
+        await self.registry.announce(self.name, ",".join(snapshot.accepts), doc, self.lifetime_ms, live)
+
+
+async def read_fleet(registry: Registry) -> Fleet:
+    now, rows, tokens_until = await registry.fleet()
+    return Fleet(now, tuple(_member(*row) for row in rows), tokens_until)
+
+
+def _member(name: str, expires_ms: int, value: str) -> Member:
+    """An entry as written by `Reporter`; anything else is a member that blocks every step (fail closed), its name
+    printed escaped (no control character reaches the operator's terminal)."""
+    loaded, ring, doc = ([*value.split(" ", 2), "", ""])[:3]
+    try:
+        error = json.loads(doc)["error"]
+        ok = (error is None or (isinstance(error, str) and error.isprintable())) and loaded.isdecimal()
+    except (ValueError, KeyError, TypeError):
+        ok = False
+    named = INSTANCE_NAME.fullmatch(name) is not None
+    if not (ok and named and ring.isprintable()):
+        return Member(name if named else ascii(name), (), "its registry entry is malformed", 0, expires_ms)
+    return Member(name, tuple(ring.split(",")), error, int(loaded), expires_ms)
