@@ -149,6 +149,8 @@ class SingleUse(HoldsSecrets):
     async def _bounded(self, call: Awaitable[T]) -> T:
         """`call` under the one deadline; past it `StoreUnreachable`, but `StoreError` when this instance's own loop
         read the outcome late (a flood of requests here is no outage of the store: never accepted through)."""
+        if self.deadline is None:  # a store whose calls never wait
+            return await call
         loop = asyncio.get_running_loop()
         end = loop.time() + self.deadline
         failure: StoreError

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from statecodec._settings import DEFAULT_STORE_TIMEOUT
 from statecodec.errors import ConfigurationError, StoreError
 
 __all__ = ["REDIS_SCHEMES", "Claim", "Hello", "MemoryStore", "Store", "Verdict", "check_owner"]
@@ -67,7 +66,10 @@ class Store(Protocol):
 
     where: str  # host:port, for messages; never a credential
     namespace: str
-    deadline: float  # the most one call may take, in seconds: `SingleUse` holds every call to it
+
+    @property
+    def deadline(self) -> float | None:
+        """The most one call may take, in seconds (`SingleUse` holds every call to it); None: no call ever waits."""
 
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello: ...
     async def claim(self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int,
@@ -84,7 +86,7 @@ class MemoryStore:
     dropped when it expires, and at most `max_kept_bytes` of kept answers (retry-safe mode), which a client can make
     large. Full is an answered error (`StoreError`): it refuses in every mode."""
 
-    where, deadline = "memory", 2 * DEFAULT_STORE_TIMEOUT  # no call waits: the bound of a network store's default
+    where, deadline = "memory", None  # no call waits
 
     def __init__(self, *, max_entries: int = 1_000_000, max_kept_bytes: int = 64 << 20, namespace: str = "statecodec",
                  clock: Callable[[], float] = time.time) -> None:
