@@ -7,7 +7,7 @@ imported here.
 """
 
 from importlib import import_module as _import_module
-from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from statecodec._types import Codec
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
@@ -34,7 +34,7 @@ __all__ = [
     "format_keys", "generate_key", "parse_keys"
 ]
 
-if _TYPE_CHECKING:
+if TYPE_CHECKING:
     from statecodec.config import codec_from_env, codec_from_file
     from statecodec.jose import JWECodec, JWSCodec
 
