@@ -36,7 +36,7 @@ RETRY_SAFE_VAR, RESULT_MAX_VAR = "STATECODEC_RETRY_SAFE", "STATECODEC_RETRY_RESU
 
 # Each default and ceiling, written once.
 DEFAULT_TTL, MAX_TTL = 600, 30 * 24 * 3600  # a state token lives for a conversation, not for months
-DEFAULT_FUTURE_SKEW = 60  # how far ahead another instance's clock may be when it mints
+DEFAULT_FUTURE_SKEW, MAX_FUTURE_SKEW = 60, 3600  # how far ahead another instance's clock may be when it mints
 DEFAULT_STORE_TIMEOUT = 0.25  # a network store's bound on connecting and on each answer
 DEFAULT_RESULT_MAX, MAX_RESULT_MAX = 65_536, 1 << 24  # the retry-safe mode's kept answer, in bytes
 INSTANCE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")  # an instance's name in the fleet registry
@@ -202,7 +202,7 @@ def ttl(settings: Mapping[str, str]) -> int:
 
 
 def future_skew(settings: Mapping[str, str]) -> float:
-    return seconds_setting(settings, SKEW_VAR, default=DEFAULT_FUTURE_SKEW, low=0, high=3600)
+    return seconds_setting(settings, SKEW_VAR, default=DEFAULT_FUTURE_SKEW, low=0, high=MAX_FUTURE_SKEW)
 
 
 def store_timeout(settings: Mapping[str, str]) -> float:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from statecodec._settings import seconds
+from statecodec._settings import DEFAULT_FUTURE_SKEW, MAX_FUTURE_SKEW, MAX_TTL, seconds
 from statecodec._types import Codec
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing
@@ -26,7 +26,6 @@ __all__ = [
 
 T = TypeVar("T")
 _MAX_INSTANCES = 100_000
-_YEAR = 365 * 24 * 3600  # longer than any token lives
 
 
 def phase_ring(phase: int, old: T, new: T) -> tuple[T, ...]:
@@ -60,7 +59,7 @@ class RotationPlan:
 
     __slots__ = ("future_skew", "phases", "ttl")
 
-    def __init__(self, old: bytes, new: bytes, ttl: float, *, future_skew: float = 60) -> None:
+    def __init__(self, old: bytes, new: bytes, ttl: float, *, future_skew: float = DEFAULT_FUTURE_SKEW) -> None:
         try:
             ring = KeyRing([old, new])  # checks both keys; refuses the same key twice and colliding key ids
         except ConfigurationError as exc:  # KeyRing names the keys by position; here they have names
@@ -70,7 +69,7 @@ class RotationPlan:
         self._build(*ring.key_ids, ttl=ttl, future_skew=future_skew, rings=rings)
 
     @classmethod
-    def from_key_ids(cls, old: str, new: str, ttl: float, *, future_skew: float = 60) -> RotationPlan:
+    def from_key_ids(cls, old: str, new: str, ttl: float, *, future_skew: float = DEFAULT_FUTURE_SKEW) -> RotationPlan:
         """A plan over key ids only, for codecs whose key material is not in the process."""
         old, new = _check_key_id("old", old), _check_key_id("new", new)
         if old == new:
@@ -80,8 +79,8 @@ class RotationPlan:
         return self
 
     def _build(self, old: str, new: str, *, ttl: float, future_skew: float, rings: tuple[KeyRing | None, ...]) -> None:
-        ttl = seconds("ttl", ttl, low=0, high=_YEAR, low_open=True)
-        self.ttl, self.future_skew = ttl, seconds("future_skew", future_skew, low=0, high=_YEAR)
+        ttl = seconds("ttl", ttl, low=0, high=MAX_TTL, low_open=True)
+        self.ttl, self.future_skew = ttl, seconds("future_skew", future_skew, low=0, high=MAX_FUTURE_SKEW)
         self.phases = (
             Phase(1, phase_ring(1, old, new), 0,
                   "every instance learns to verify the new key; old still mints", rings[0]),
