@@ -79,12 +79,13 @@ class ProviderError(StatecodecError):
 
 
 class StoreError(StatecodecError):
-    """The single-use store did not answer in time, or refused; names the store, never its URL or credentials."""
+    """The single-use store could not vouch for a token (it answered an error, or did not answer): the token is
+    refused. Names the store (host:port), never its URL or credentials."""
 
 
 class StoreUnreachable(StoreError):
-    """The single-use store could not be reached, or did not answer in time: the one failure availability-first
-    mode may accept through (an answered error never is)."""
+    """The store could not be reached, or did not answer within its deadline: the one store failure that
+    availability-first mode (``STATECODEC_STORE_ON_ERROR=accept``) accepts a token through, in `SingleUse.claim`."""
 
 
 def missing_extra(package: str, extra: str, needed_by: str = "this key provider") -> ImportError:

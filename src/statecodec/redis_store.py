@@ -15,7 +15,7 @@ import secrets
 import socket
 import ssl
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote
 
 from statecodec._settings import DEFAULT_STORE_TIMEOUT
@@ -111,8 +111,21 @@ for i = 1, #all, 2 do if not string.match(all[i + 1], '^%d+:%d+$') then table.in
 local owner = m[1] == ARGV[1] and 'ok' or (m[1] and 'foreign' or 'unused')
 return {owner, #all / 2, bad, now, m[2] or '0', m[3] or '0', policy()}""",
 }
-_SOURCES = {name: _PRELUDE + body for name, body in _SCRIPTS.items()}
-_SHA = {name: hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest() for name, source in _SOURCES.items()}
+
+
+class Script(NamedTuple):
+    """A Lua script after the shared prelude (`now`, `n`, `sweep`, `policy`, `record`), with its SHA-1 for EVALSHA."""
+
+    source: str
+    sha: str
+
+
+def script(body: str) -> Script:
+    source = _PRELUDE + body
+    return Script(source, hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest())
+
+
+_RUN = {name: script(body) for name, body in _SCRIPTS.items()}
 
 
 def _parse(url: str) -> tuple[str, dict[str, Any]]:
@@ -163,8 +176,9 @@ class RedisStore(HoldsSecrets):
         client = RedisCluster(**kwargs) if url.partition("://")[0].endswith("+cluster") else Redis(**kwargs)
         return cls(client, where=where, namespace=namespace, timeout=timeout)
 
-    async def _run(self, name: str, keys: list[str], *args: str | int | bytes) -> Any:
-        """One script, within the caller's deadline (`SingleUse` holds every call to `deadline`)."""
+    async def run(self, script: Script, keys: list[str], *args: str | int | bytes) -> Any:
+        """One script (the store's own or `statecodec.registry`'s), within the caller's deadline (`SingleUse` holds
+        every call to `deadline`); a failure names host:port and the cause only."""
         try:
             # A burst waits for a connection, for half the timeout: a round trip started then still ends inside
             # the deadline, with time left for the loop to answer a thousand refusals. No outage: refused in any mode.
@@ -174,9 +188,9 @@ class RedisStore(HoldsSecrets):
                 raise rx.MaxConnectionsError("no free connection") from None
             try:
                 try:
-                    return await self._client.evalsha(_SHA[name], len(keys), *keys, *args)
+                    return await self._client.evalsha(script.sha, len(keys), *keys, *args)
                 except rx.NoScriptError:
-                    return await self._client.eval(_SOURCES[name], len(keys), *keys, *args)
+                    return await self._client.eval(script.source, len(keys), *keys, *args)
             finally:
                 self._slots.release()
         except (rx.RedisError, rx.RedisClusterException, OSError) as exc:  # OSError: TimeoutError too
@@ -211,7 +225,7 @@ class RedisStore(HoldsSecrets):
 
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello:
         args = (fingerprint.hex(), secrets.token_hex(8), lifetime_ms, skew_ms)
-        owner, epoch, now, policy = await self._run("hello", self._keys[:1], *args)  # the namespace's node's policy
+        owner, epoch, now, policy = await self.run(_RUN["hello"], self._keys[:1], *args)  # its node's policy
         if (policy := policy.decode()) != "noeviction":
             raise ConfigurationError(f"the Redis store at {self.where} has maxmemory-policy {policy}: an evicted claim "
                                      "reopens a replay; set maxmemory-policy noeviction (a full store then refuses "
@@ -222,29 +236,29 @@ class RedisStore(HoldsSecrets):
                     lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes], retry: bytes = b"") -> Verdict:
         keys = [*self._keys[:2], self._claim(key)]
         args = (fingerprint.hex(), secrets.token_hex(8), epoch.hex(), issued_ms, expires_ms, lifetime_ms, skew_ms)
-        reply = await self._run("claim", keys, *args, retry.hex() or "1", *(scope.hex() for scope in scopes))
+        reply = await self.run(_RUN["claim"], keys, *args, retry.hex() or "1", *(scope.hex() for scope in scopes))
         malformed = tuple(name.decode() for name in reply[3]) if len(reply) > 3 else ()
         result = reply[4] if len(reply) > 4 else b""
         return Verdict(Claim(reply[0].decode()), bytes.fromhex(reply[1].decode()), int(reply[2]), malformed, result)
 
     async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
-        return int(await self._run("keep", [self._claim(key)], retry.hex(), result)) == 1
+        return int(await self.run(_RUN["keep"], [self._claim(key)], retry.hex(), result)) == 1
 
     def _claim(self, key: bytes) -> str:
         return f"{{{self.namespace}}}:c:{key.hex()}"
 
     async def revoke(self, scope: bytes, *, fingerprint: bytes, skew_ms: int) -> int:
-        reply = await self._run("revoke", self._keys, fingerprint.hex(), scope.hex(), skew_ms)
+        reply = await self.run(_RUN["revoke"], self._keys, fingerprint.hex(), scope.hex(), skew_ms)
         check_owner(reply[0].decode(), self.where)
         return int(reply[1])
 
     async def lift(self, scope: bytes, *, fingerprint: bytes) -> bool:
-        reply = await self._run("lift", self._keys, fingerprint.hex(), scope.hex())
+        reply = await self.run(_RUN["lift"], self._keys, fingerprint.hex(), scope.hex())
         check_owner(reply[0].decode(), self.where)
         return int(reply[1]) > 0
 
     async def health(self, *, fingerprint: bytes) -> dict[str, object]:
-        owner, count, bad, now, life, skew, policy = await self._run("inspect", self._keys[:2], fingerprint.hex())
+        owner, count, bad, now, life, skew, policy = await self.run(_RUN["inspect"], self._keys[:2], fingerprint.hex())
         return {"store": "redis", "server": self.where, "namespace": self.namespace, "owner": owner.decode(),
                 "revocations": int(count), "malformed": [name.decode() for name in bad], "store_time_ms": int(now),
                 "longest_lifetime_ms": int(life), "clock_skew_ms": int(skew), "maxmemory_policy": policy.decode()}
@@ -254,11 +268,3 @@ class RedisStore(HoldsSecrets):
 
     def __repr__(self) -> str:
         return f"RedisStore({self.where!r}, namespace={self.namespace!r})"
-
-
-    async def run_script(self, body: str, keys: list[str], *args: str | int) -> Any:
-        """Run the fleet registry's script `body` after the shared prelude, as the store's own (statecodec.registry)."""
-        source = _PRELUDE + body
-        sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
-        _SOURCES[sha], _SHA[sha] = source, sha  # `_run` finds a script by name: this one's is its digest
-        return await self._run(sha, keys, *args)

@@ -71,16 +71,18 @@ class RedisRegistry:
     """`Registry` in the Redis store's namespace, run by that store: one connection, one error mapping, its clock."""
 
     def __init__(self, store: RedisStore) -> None:
-        self.store = store
+        from statecodec.redis_store import script
+
+        self.store, self._run = store, {name: script(body) for name, body in _SCRIPTS.items()}
         self._keys = [f"{{{store.namespace}}}:{name}" for name in ("fleet", "fleet-expiry", "fleet-tokens")]
 
     async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
                        live: Sequence[tuple[str, int]] = ()) -> int:
         args = (name, ring, doc, lifetime_ms, *[value for pair in live for value in pair])
-        return int(await self.store.run_script(_SCRIPTS["announce"], self._keys, *args))
+        return int(await self.store.run(self._run["announce"], self._keys, *args))
 
     async def fleet(self) -> Rows:
-        now, entries, expiry, tokens = await self.store.run_script(_SCRIPTS["fleet"], self._keys)
+        now, entries, expiry, tokens = await self.store.run(self._run["fleet"], self._keys)
         try:
             until = {name.decode(): int(float(at)) for name, at in zip(expiry[::2], expiry[1::2], strict=True)}
             rows = [(name.decode(), until.get(name.decode(), 0), value.decode())
@@ -92,7 +94,7 @@ class RedisRegistry:
         return int(now), sorted(rows), tokens_until
 
     async def leave(self, name: str) -> None:
-        await self.store.run_script(_SCRIPTS["leave"], self._keys, name)
+        await self.store.run(self._run["leave"], self._keys, name)
 
     async def aclose(self) -> None:
         await self.store.aclose()
