@@ -195,3 +195,24 @@ def test_a_reload_hanging_on_its_key_provider_keeps_the_instance_in_the_registry
     finally:
         release.set()
         codec.close()
+
+
+def test_the_servers_lifespan_runs_the_watcher_on_its_loop_and_no_constructor_starts_a_thread(tmp_path: Path) -> None:
+    pytest.importorskip("mcp")
+    from statecodec.mcp import from_env
+
+    ring = tmp_path / "ring"
+    write(ring, OLD)
+    threads = threading.active_count()
+    protection = from_env({"STATECODEC_KEYS_FILE": str(ring), "STATECODEC_RELOAD_INTERVAL": "0.05"})
+    assert isinstance(codec := protection.codec, ReloadingCodec)
+    assert threading.active_count() == threads  # built, not started: a forked worker starts its own in its lifespan
+
+    async def serve() -> tuple[str, ...]:
+        async with protection.lifespan(object()):
+            write(ring, OLD, NEW)
+            while len(codec.key_ids) < 2:
+                await asyncio.sleep(0.02)  # the watcher runs as a task of this loop
+        return codec.key_ids
+
+    assert len(asyncio.run(serve())) == 2  # and the lifespan's exit ended the watcher: asyncio.run left no task
