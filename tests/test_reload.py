@@ -215,4 +215,4 @@ def test_the_servers_lifespan_runs_the_watcher_on_its_loop_and_no_constructor_st
                 await asyncio.sleep(0.02)  # the watcher runs as a task of this loop
         return codec.key_ids
 
-    assert len(asyncio.run(serve())) == 2  # and the lifespan's exit ended the watcher: asyncio.run left no task
+    assert len(asyncio.run(serve())) == 2
