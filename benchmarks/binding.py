@@ -105,8 +105,8 @@ def binding_ops() -> dict[str, Op]:
     state = SMALL_STATE.decode()
     ctx: Any = ServerRequestContext(session=cast(Any, None), lifespan_context={}, protocol_version="2026-07-28",
                                     method=METHOD, params=PARAMS)  # fmt: skip
-    retry = ServerRequestContext(session=cast(Any, None), lifespan_context={}, protocol_version="2026-07-28",
-                                 method=METHOD, params={**PARAMS, "requestState": boundary._seal(ctx, state)})
+    retry: Any = ServerRequestContext(session=cast(Any, None), lifespan_context={}, protocol_version="2026-07-28",
+                                      method=METHOD, params={**PARAMS, "requestState": boundary._seal(ctx, state)})
     bare_token, sdk_bare_token = codec.seal(SMALL_STATE), sdk_codec.seal(SMALL_STATE)
 
     def ours() -> str:

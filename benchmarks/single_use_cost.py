@@ -60,7 +60,7 @@ def ops() -> tuple[dict[str, Callable[[], object]], SingleUseCodec]:
         token = adapter.seal(STATE, principal=WHO, context=CONTEXT)
         return adapter.unseal(token, principal=WHO, context=CONTEXT)
 
-    checks = {"pair": pair, "guard": stamp_consume, "codec": codec_pair}
+    checks: dict[str, Callable[[], object]] = {"pair": pair, "guard": stamp_consume, "codec": codec_pair}
     for name, op in checks.items():
         if op() != STATE:
             raise RuntimeError(f"{name} did not return its state")
