@@ -58,8 +58,7 @@ def _bound_input(principal: str | None, context: Mapping[str, str] | None) -> by
     for key, value in items:
         if type(key) is not str or type(value) is not str:
             raise TypeError("context must map str to str; digest other values first")
-        parts.append(lp(key))
-        parts.append(lp(value))
+        parts += (lp(key), lp(value))
     return b"".join(parts)
 
 

@@ -63,9 +63,8 @@ def derive_key(secret: bytes, info: bytes, length: int = 32) -> bytes:
 
 
 def lp(text: str) -> bytes:
-    """4-byte big-endian length, then the UTF-8 bytes: concatenations of fields stay unambiguous. MAC inputs are
-    never decoded, so every str is encodable (a lone surrogate included)."""
-    data = text.encode("utf-8", "surrogatepass")
+    """4-byte big-endian length, then the UTF-8 bytes: concatenations of fields stay unambiguous."""
+    data = text.encode("utf-8", "surrogatepass")  # MAC inputs are never decoded: every str is encodable
     return len(data).to_bytes(4, "big") + data
 
 
@@ -75,12 +74,9 @@ def field(value: str | None) -> bytes:
 
 
 def mac(keyed: hmac.HMAC, data: bytes) -> bytes:
-    """HMAC-SHA256 of what `keyed` was fed, then `data`, truncated to 16 bytes; `keyed` is left as it was.
-
-    Copying an HMAC keyed once (the `hmac` docs' idiom for a shared prefix) skips the key set-up `hmac.new` repeats:
-    1.0 against 1.3 us a tag (benchmarks/binding.py, "parts"). Nothing updates a keyed HMAC after it is built, so
-    threads share it safely; it holds a key, never a tag or a verdict.
-    """
+    """HMAC-SHA256 of what `keyed` was fed then `data`, truncated. Copying an HMAC keyed once (the `hmac` docs' idiom)
+    skips the key set-up `hmac.new` repeats (benchmarks/binding.py, "parts"); `keyed` is never updated, so threads
+    share it: it holds a key, never a tag or a verdict."""
     copy = keyed.copy()
     copy.update(data)
     return copy.digest()[:TAG_LENGTH]

@@ -76,12 +76,11 @@ class SingleUse(HoldsSecrets):
         self.clock_skew = seconds("clock_skew", clock_skew, low=0, high=3600)
         with named_errors("the store key"):
             secret = (key if isinstance(key, KeyRing) else KeyRing([key]))[0]
-        kinds = ("claim", "stamp", "scope", "retry", "result")  # the last two: statecodec.retry_safe's
+        kinds = ("claim", "stamp", "scope", "fingerprint", "retry", "result")  # the last two: statecodec.retry_safe's
         self._keys = {k: derive_key(secret, b"statecodec/su2/" + k.encode()) for k in kinds}
         # Each MAC keyed once and copied per message (keys.mac); the stamp's already holds the prefix its tags cover.
-        self._macs = {k: hmac.new(self._keys[k], PREFIX if k == "stamp" else b"", "sha256") for k in kinds[:4]}
-        fingerprint_key = hmac.new(derive_key(secret, b"statecodec/su2/fingerprint"), digestmod="sha256")
-        self._fingerprint = mac(fingerprint_key, field(store.namespace))
+        self._macs = {k: hmac.new(self._keys[k], PREFIX if k == "stamp" else b"", "sha256") for k in kinds[:-1]}
+        self._fingerprint = mac(self._macs["fingerprint"], field(store.namespace))
         self._all = self._scope("all", None, None)  # the scope every token carries, for revoke(everything=True)
         self.store, self.on_store_error, self._clock = store, on_store_error, clock
         self.where = store.where  # the store's host:port (or ``memory``), for messages: never a credential
@@ -148,8 +147,7 @@ class SingleUse(HoldsSecrets):
             raise TypeError("state must be bytes")
         client, issuer, subject = principal or (None, None, None)
         digests = [self._scope("principal", issuer, subject)] if subject else []
-        if client:
-            digests.append(self._scope("client", issuer, client))
+        digests += [self._scope("client", issuer, client)] if client else []
         for name, value in (scopes or {}).items():
             digests.append(self._scope("scope", checked("a scope name", name), checked("a scope value", value)))
         if len(digests) > _MAX_SCOPES:
@@ -272,10 +270,9 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
         return self._run(coroutine)
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        # MemoryStore does no I/O, so its coroutines never suspend: driven to their end here, a token costs what the
-        # guard costs, not a hand-off to a loop thread and back (about 9x a BoundCodec pair; benchmarks/
-        # single_use_cost.py). Its lock makes it safe from every thread, as stamps always ran in the caller's. Only
-        # that exact class: a subclass may do I/O, and a coroutine that has started cannot move to a loop.
+        # MemoryStore does no I/O, so its coroutines never suspend: run to their end here, a token skips a hand-off to
+        # a loop thread and back (9x a BoundCodec pair; benchmarks/single_use_cost.py). Its lock keeps it safe from any
+        # thread. Only that exact class: a subclass may do I/O, and a started coroutine cannot move to a loop.
         if type(self.guard.store) is MemoryStore:
             try:
                 coroutine.send(None)
@@ -285,9 +282,8 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
             raise RuntimeError("the in-process store suspended")
         with self._starting:  # a store that does I/O binds its connections to one loop: this object's, from now on
             if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-                self._thread = threading.Thread(target=self._loop.run_forever, name="statecodec-single-use",
-                                                daemon=True)  # fmt: skip
+                loop = self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=loop.run_forever, name="statecodec-single-use", daemon=True)
                 self._thread.start()
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
@@ -308,12 +304,10 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
             try:
                 self._run(self.guard.aclose())
             finally:
-                with self._starting:
-                    loop, thread = self._loop, self._thread
-                if loop is not None and thread is not None:
-                    loop.call_soon_threadsafe(loop.stop)
-                    thread.join()
-                    loop.close()
+                if self._loop is not None and self._thread is not None:  # started: stop it
+                    self._loop.call_soon_threadsafe(self._loop.stop)
+                    self._thread.join()
+                    self._loop.close()
 
     def __repr__(self) -> str:
         return f"SingleUseCodec({self.codec!r}, {self.guard!r})"
