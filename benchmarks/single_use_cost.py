@@ -4,7 +4,10 @@
    of the stamp, driven to its end without an event loop (the in-process store never suspends, as on the MCP path,
    where the server's loop awaits it). Figure: its time over one `BoundCodec` seal+unseal pair of the same state with
    a principal and an MCP request context.
-2. ``codec``: the sync adapter `SingleUseCodec` around that `BoundCodec`: its seal+unseal pair minus the bare pair,
+2. ``guarded pair``: what `statecodec bench` times: the same stamp inside that pair's state and its consume after the
+   pair's unseal, minus the pair, over the pair. It exceeds ``guard`` on a shared machine: the two timed together
+   cost more than apart.
+3. ``codec``: the sync adapter `SingleUseCodec` around that `BoundCodec`: its seal+unseal pair minus the bare pair,
    over the bare pair.
 
 Each round times every operation (in this process's CPU time, or wall time with ``--wall``) in a fresh random
