@@ -10,7 +10,12 @@ costs `unseal` (not a test).
    codec holding that key alone: for tokens of the current format (version 0x02, a key id), and of version 0x01
    (read through their lifetime: one HMAC per key tried); ``accept`` as sealed, ``refuse`` presented with another
    context, which any client holding one token can do.
-3. ``parts``: what two of `BoundCodec`'s choices buy, per call: `json.dumps` with keywords (a new `JSONEncoder` each
+3. ``binding``: the binding work alone, no principal: `mcp_request_context`, `unseal` and `seal` of a ~200-byte
+   state with that context, minus the same unseal and seal on the bare `AESGCMCodec`; against the SDK's
+   `RequestStateBoundary._unseal` then `._seal` reusing its binding (as its `__call__` drives them, with
+   ``bind_principal=None``) minus the same on a bare `AESGCMRequestStateCodec`. Unlike ``round``, no dispatch,
+   handler or principal is counted on either side. Figure: BoundCodec's binding work over the SDK's.
+4. ``parts``: what two of `BoundCodec`'s choices buy, per call: `json.dumps` with keywords (a new `JSONEncoder` each
    call) against one module-level encoder, and `hmac.new` against copying an HMAC keyed once.
 
 Each round times every operation (in this process's CPU time) in a fresh random order, keeping each operation's
@@ -32,7 +37,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
 from mcp.server.context import ServerRequestContext
-from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+from mcp.server.request_state import AESGCMRequestStateCodec, RequestStateBoundary, RequestStateSecurity
 
 from statecodec import AESGCMCodec, BoundCodec, InvalidToken, KeyRing, generate_key
 from statecodec.binding import mcp_request_context
@@ -43,6 +48,7 @@ METHOD = "tools/call"
 PRINCIPAL = '{"client_id":"app-1","issuer":"https://id.example.com","subject":"user-42"}'
 PARAMS: dict[str, Any] = {"name": "provision", "arguments": {"name": "orders", "tier": "standard", "replicas": 3}}
 STATE = b'{"step":2,"asked":"region","draft":"' + b"x" * 260 + b'"}'
+SMALL_STATE = b'{"step":2,"asked":"region","draft":"' + b"x" * 160 + b'"}'  # ~200 bytes
 
 
 def _finish(coroutine: Coroutine[Any, Any, Any]) -> Any:
@@ -86,6 +92,37 @@ def round_ops() -> dict[str, Op]:
         "bound": bound_round,
         "handler": lambda: _finish(handler(retry)),
         "boundary": lambda: _finish(boundary(retry, handler)),
+    }
+
+
+def binding_ops() -> dict[str, Op]:
+    """The binding work of one round without a principal, each side with its bare codec beside it."""
+    codec, sdk_codec = AESGCMCodec([os.urandom(32)]), AESGCMRequestStateCodec([os.urandom(32)])
+    bound = BoundCodec(codec, audience="bench", binding_key=generate_key())
+    token = bound.seal(SMALL_STATE, context=mcp_request_context(METHOD, PARAMS))
+    boundary = RequestStateBoundary(RequestStateSecurity(codec=sdk_codec, bind_principal=None),
+                                    default_audience="bench")  # fmt: skip
+    state = SMALL_STATE.decode()
+    ctx: Any = ServerRequestContext(session=cast(Any, None), lifespan_context={}, protocol_version="2026-07-28",
+                                    method=METHOD, params=PARAMS)  # fmt: skip
+    retry: Any = ServerRequestContext(session=cast(Any, None), lifespan_context={}, protocol_version="2026-07-28",
+                                      method=METHOD, params={**PARAMS, "requestState": boundary._seal(ctx, state)})
+    bare_token, sdk_bare_token = codec.seal(SMALL_STATE), sdk_codec.seal(SMALL_STATE)
+
+    def ours() -> str:
+        context = mcp_request_context(METHOD, retry.params)
+        bound.unseal(token, context=context)
+        return bound.seal(SMALL_STATE, context=context)
+
+    def theirs() -> str:  # as RequestStateBoundary.__call__ drives them: unseal, then seal under the same binding
+        plaintext, binding = boundary._unseal(retry)
+        return boundary._seal(retry, plaintext, binding)
+
+    return {
+        "bare": lambda: (codec.unseal(bare_token), codec.seal(SMALL_STATE)),
+        "bound": ours,
+        "sdk bare": lambda: (sdk_codec.unseal(sdk_bare_token), sdk_codec.seal(SMALL_STATE)),
+        "sdk": theirs,
     }
 
 
@@ -150,6 +187,7 @@ def main() -> None:
     parser.add_argument("--batch-ms", type=float, default=5.0)
     args = parser.parse_args()
     ops = {f"round/{k}": op for k, op in round_ops().items()}
+    ops.update({f"binding/{k}": op for k, op in binding_ops().items()})
     ops.update({f"ring/{k}": op for k, op in ring_ops().items()})
     ops.update({f"part/{k}": op for k, op in part_ops().items()})
     # CPU time of this process: on a machine shared with other work, wall time also counts their time slices.
@@ -159,6 +197,10 @@ def main() -> None:
     theirs = [x - h - c for x, h, c in zip(sdk, handler, bare, strict=True)]
     print(f"{args.rounds} interleaved rounds, medians")
     print(f"round: BoundCodec adds {statistics.median(ours) * 1e6:.1f} us, the SDK's boundary "
+          f"{statistics.median(theirs) * 1e6:.1f} us: ratio {median_ratio(ours, theirs):.2f}")  # fmt: skip
+    ours = [b - c for b, c in zip(s["binding/bound"], s["binding/bare"], strict=True)]
+    theirs = [x - c for x, c in zip(s["binding/sdk"], s["binding/sdk bare"], strict=True)]
+    print(f"binding: BoundCodec's binding work {statistics.median(ours) * 1e6:.1f} us, the SDK's "
           f"{statistics.median(theirs) * 1e6:.1f} us: ratio {median_ratio(ours, theirs):.2f}")  # fmt: skip
     for version in (2, 1):
         for outcome in ("accept", "refuse"):

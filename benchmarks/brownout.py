@@ -82,7 +82,8 @@ def serve(port: int) -> None:
 
     anyio.to_thread.run_sync = _timed_run_sync  # type: ignore[assignment]  # timed, same behaviour
     single_use = single_use_from_env()
-    server = fleet_server.build_server(security_from_env(), single_use=[single_use], demo_auth=True)
+    server = fleet_server.build_server(security_from_env(), middleware=[single_use], lifespan=single_use.lifespan,
+                                       demo_auth=True)
     server.middleware.insert(server.middleware.index(single_use), timer)
 
     @server.tool(name="thread_wait")
@@ -139,10 +140,10 @@ def measure(
 
 def on_the_loop(redis: RedisServer, retries: int, timeout: float) -> tuple[Counter[str], list[float], list[float]]:
     """Layer 1: the reasons, each retry's wait, and the sync function's waits for a thread."""
-    from statecodec.mcp import SingleUseMiddleware
-    from statecodec.single_use import SingleUse, store_from_settings
+    from statecodec.mcp import SingleUseMiddleware, store_from_env
+    from statecodec.single_use import SingleUse
 
-    store = store_from_settings({"STATECODEC_STORE_URL": redis.url, "STATECODEC_STORE_TIMEOUT": str(timeout)})
+    store = store_from_env({"STATECODEC_STORE_URL": redis.url, "STATECODEC_STORE_TIMEOUT": str(timeout)})
     middleware = SingleUseMiddleware(SingleUse(store, key=generate_key(), ttl=600))
     reasons: Counter[str] = Counter()
     waits: list[float] = []
@@ -161,8 +162,8 @@ def on_the_loop(redis: RedisServer, retries: int, timeout: float) -> tuple[Count
             async def present(state: str) -> None:
                 start = time.perf_counter()
                 try:
-                    await middleware.claim("tools/call", state)
-                except Exception as exc:  # the SDK's frozen refusal; the reason is in the log
+                    await middleware.guard.consume(state.encode())
+                except Exception as exc:  # a refusal (its reason is in the log)
                     reasons[type(exc).__name__] += 1
                 waits.append(time.perf_counter() - start)
 

@@ -205,7 +205,8 @@ def test_the_servers_lifespan_runs_the_watcher_on_its_loop_and_no_constructor_st
     write(ring, OLD)
     threads = threading.active_count()
     protection = from_env({"STATECODEC_KEYS_FILE": str(ring), "STATECODEC_RELOAD_INTERVAL": "0.05"})
-    assert isinstance(codec := protection.codec, ReloadingCodec)
+    codec = protection.codec
+    assert isinstance(codec, ReloadingCodec)
     assert threading.active_count() == threads  # built, not started: a forked worker starts its own in its lifespan
 
     async def serve() -> tuple[str, ...]:

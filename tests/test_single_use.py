@@ -12,6 +12,8 @@ import logging
 import pickle
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -169,6 +171,59 @@ def test_a_revocation_is_recorded_at_mint_and_no_path_takes_scopes_at_unseal() -
     with pytest.raises(TypeError, match="not picklable"):
         pickle.dumps(codec)
     assert KEY.hex() not in repr(codec) + repr(guard)
+
+
+def _loop_threads() -> int:
+    return [thread.name for thread in threading.enumerate()].count("statecodec-single-use")
+
+
+def test_over_the_in_process_store_a_token_is_accepted_once_across_threads_with_no_loop_thread() -> None:
+    """MemoryStore never suspends: each thread consumes in place, under the store's lock, and one alone accepts."""
+    before = _loop_threads()
+    codec = SingleUseCodec(AESGCMCodec(KeyRing.generate()), SingleUse(MemoryStore(), key=KEY, ttl=600))
+    try:
+        token = codec.seal(b"s", principal=("app", "https://idp", "alice"))
+
+        def attempt(_: int) -> bytes | str:
+            try:
+                return codec.unseal(token)
+            except InvalidToken as refused:
+                return refused.reason.value
+
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(attempt, range(64)))
+        assert results.count(b"s") == 1
+        assert set(results) == {b"s", "replayed"}
+        assert _loop_threads() == before
+    finally:
+        codec.close()
+
+
+class Suspending(MemoryStore):
+    """A store that yields to its event loop in each call, as one doing I/O does."""
+
+    async def hello(self, **kw: Any) -> Hello:
+        await asyncio.sleep(0)
+        return await super().hello(**kw)
+
+    async def claim(self, **kw: Any) -> Verdict:
+        await asyncio.sleep(0)
+        return await super().claim(**kw)
+
+
+def test_a_store_that_suspends_runs_on_one_loop_thread_started_on_first_use_and_ended_by_close() -> None:
+    before = _loop_threads()
+    codec = SingleUseCodec(AESGCMCodec(KeyRing.generate()), SingleUse(Suspending(), key=KEY, ttl=600))
+    try:
+        assert _loop_threads() == before
+        token = codec.seal(b"s")
+        assert _loop_threads() == before + 1
+        assert codec.unseal(token) == b"s"
+        with pytest.raises(InvalidToken, match="replayed"):
+            codec.unseal(token)
+    finally:
+        codec.close()
+    assert _loop_threads() == before
 
 
 @pytest.mark.parametrize(

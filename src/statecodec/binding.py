@@ -20,7 +20,7 @@ from typing import Any
 from statecodec._settings import seconds
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec, check_codec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
-from statecodec.keys import KeyRing
+from statecodec.keys import TAG_LENGTH, KeyRing, field, lp, mac
 
 __all__ = ["BoundCodec", "mcp_request_context"]
 
@@ -29,7 +29,6 @@ _TAG_AT = {_V1: 16, _V2: 20}  # where the binding tag starts: version 0x02 carri
 _PRINCIPAL_FLAG = 0x01
 _MAX_TTL = (1 << 24) - 1  # the 3-byte lifetime field: 16,777,215 s, about 194 days
 _LATEST_SEAL = (1 << 40) - _MAX_TTL  # a token sealed before this expires inside the 5-byte iat range
-_TAG_LENGTH = 16
 # (Kb, Kp) labels per version: a tag of one version never verifies as the other's (no downgrade, no upgrade).
 _INFO = {
     _V1: (b"statecodec/v1/binding/binding", b"statecodec/v1/binding/principal"),
@@ -43,43 +42,23 @@ _PURPOSE_LABEL = b"statecodec/v1/binding/purpose\x00"
 _ARGS_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
 
 
-def _lp(text: str) -> bytes:
-    """4-byte big-endian length, then the UTF-8 bytes: concatenations stay unambiguous."""
-    data = text.encode("utf-8", "surrogatepass")  # MAC inputs are never decoded: every str is encodable
-    return len(data).to_bytes(4, "big") + data
-
-
 def _macs(ring: KeyRing, version: int, prefix: bytes) -> list[tuple[bytes, hmac.HMAC, hmac.HMAC]]:
-    """(key id, Kb, Kp) per ring key, in ring order, each an HMAC keyed once and fed `prefix`. `_mac` copies them and
-    nothing updates them after this, so threads share them safely; they hold keys, never a tag or a verdict."""
+    """(key id, Kb, Kp) per ring key, in ring order, each an HMAC keyed once and fed `prefix`, for `mac` to copy."""
     binding, principal = (ring.subkeys(info) for info in _INFO[version])
     return [(kid, hmac.new(kb, prefix, "sha256"), hmac.new(kp, prefix, "sha256")) for (kid, kb), (_, kp) in
             zip(binding, principal, strict=True)]  # fmt: skip
-
-
-def _mac(keyed: hmac.HMAC, *parts: bytes) -> bytes:
-    """HMAC-SHA256 of what `keyed` was fed then `parts`, truncated to 16 bytes.
-
-    Copying an HMAC keyed once (the `hmac` docs' idiom for a shared prefix) skips the key set-up `hmac.new` repeats:
-    1.1 against 1.6 us a tag, three tags a round (one run of benchmarks/binding.py, "parts"). With the encoder above,
-    what a round adds went from 0.69 to 0.65 of what the SDK's boundary adds.
-    """
-    mac = keyed.copy()
-    for part in parts:
-        mac.update(part)
-    return mac.digest()[:_TAG_LENGTH]
 
 
 def _bound_input(principal: str | None, context: Mapping[str, str] | None) -> bytes:
     """``P C`` of the format; anything but str (a str subclass included) is the caller's bug."""
     if principal is not None and type(principal) is not str:
         raise TypeError(f"principal must be str or None, got {type(principal).__name__}")
-    items = sorted((context or {}).items())
-    parts = [b"\x00" if principal is None else b"\x01" + _lp(principal), len(items).to_bytes(4, "big")]
+    items = sorted(context.items()) if context else ()
+    parts = [field(principal), len(items).to_bytes(4, "big")]
     for key, value in items:
         if type(key) is not str or type(value) is not str:
             raise TypeError("context must map str to str; digest other values first")
-        parts += (_lp(key), _lp(value))
+        parts += (lp(key), lp(value))
     return b"".join(parts)
 
 
@@ -138,7 +117,7 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
         if seal_version not in (_V1, _V2):
             raise ConfigurationError(f"seal_version must be 2 (the default) or 1 (only while instances that read only "
                                      f"version 1 remain), got {seal_version!r}")
-        prefix = _lp(audience) + _lp(purpose)  # lp(audience) lp(purpose) opens every tag's input
+        prefix = lp(audience) + lp(purpose)  # lp(audience) lp(purpose) opens every tag's input
         self._v1 = [(kb, kp) for _, kb, kp in _macs(ring, _V1, prefix)]  # version 0x01: tried in ring order
         by_id = _macs(ring, _V2, prefix)
         self._by_id = {kid: (kb, kp) for kid, kb, kp in by_id}
@@ -158,9 +137,9 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
         flags = 0 if principal is None else _PRINCIPAL_FLAG
         header = bytes([version, flags]) + int(now).to_bytes(5, "big") + self.ttl.to_bytes(3, "big") + self._scope + kid
         signed = header if version == _V2 else b""  # version 0x01 tags cover no header
-        claims = header + _mac(binding_key, signed, bound_input)
+        claims = header + mac(binding_key, signed + bound_input)
         if principal is not None:
-            claims += _mac(principal_key, signed, _lp(principal))
+            claims += mac(principal_key, signed + lp(principal))
         return self.codec.seal(claims + state)
 
     def _open(self, token: str) -> bytes:
@@ -177,13 +156,11 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
             raise InvalidToken(Reason.SEAL)
         tag_at = _TAG_AT.get(payload[0], 0) if isinstance(payload, bytes) and payload else 0
         if not (tag_at and len(payload) > 1 and payload[1] in (0, _PRINCIPAL_FLAG)
-                and len(payload) >= tag_at + _TAG_LENGTH * (1 + payload[1])):
+                and len(payload) >= tag_at + TAG_LENGTH * (1 + payload[1])):
             raise InvalidToken(Reason.MALFORMED)
         # Audience and purpose are public names, so a plain comparison leaks nothing.
-        if payload[10:13] != self._scope[:3]:
-            raise InvalidToken(Reason.AUDIENCE)
-        if payload[13:16] != self._scope[3:]:
-            raise InvalidToken(Reason.PURPOSE)
+        if payload[10:16] != self._scope:
+            raise InvalidToken(Reason.AUDIENCE if payload[10:13] != self._scope[:3] else Reason.PURPOSE)
         iat = int.from_bytes(payload[2:7], "big")
         lifetime = min(int.from_bytes(payload[7:10], "big"), self.ttl)  # the configured ttl is a ceiling
         now = self._clock()
@@ -200,7 +177,7 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
         bound_input = _bound_input(principal, context)
         payload = self._open(token)
         tag_at = _TAG_AT[payload[0]]
-        state_at = tag_at + _TAG_LENGTH * (1 + payload[1])
+        state_at = tag_at + TAG_LENGTH * (1 + payload[1])
         if (principal is None) != (payload[1] == 0):
             raise InvalidToken(Reason.PRINCIPAL)
         if payload[0] == _V2:
@@ -210,13 +187,14 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
             candidates, signed = [keys], payload[:20]
         else:  # version 0x01 names no key: every ring key is tried, primary first, for its tokens' lifetime
             candidates, signed = self._v1, b""
-        tag = payload[tag_at : tag_at + _TAG_LENGTH]
-        if any(compare_digest(tag, _mac(key, signed, bound_input)) for key, _ in candidates):
-            return payload[state_at:]
+        tag, message = payload[tag_at : tag_at + TAG_LENGTH], signed + bound_input
+        for key, _ in candidates:
+            if compare_digest(tag, mac(key, message)):
+                return payload[state_at:]
         # Refused either way; the principal tag only tells the log which claim differs.
         if principal is not None:
-            claim, principal_input = payload[tag_at + _TAG_LENGTH : state_at], _lp(principal)
-            if not any(compare_digest(claim, _mac(key, signed, principal_input)) for _, key in candidates):
+            claim, message = payload[tag_at + TAG_LENGTH : state_at], signed + lp(principal)
+            if not any(compare_digest(claim, mac(key, message)) for _, key in candidates):
                 raise InvalidToken(Reason.PRINCIPAL)
         raise InvalidToken(Reason.BINDING)
 

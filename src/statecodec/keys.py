@@ -8,6 +8,7 @@ The text format of ``STATECODEC_KEYS``, key files and ``statecodec keygen``: doc
 
 from __future__ import annotations
 
+import hmac
 import os
 import secrets
 import string
@@ -25,6 +26,7 @@ from statecodec.errors import ConfigurationError, InvalidToken
 
 MIN_KEY_LENGTH = 32
 KEY_ID_LENGTH = 4
+TAG_LENGTH = 16  # every truncated HMAC-SHA256 tag and digest: binding tags, single-use stamps and scopes
 _KEY_ID_INFO = b"statecodec/v1/key-id"
 _MIN_DISTINCT_BYTES = 8
 _MAX_KEY_FILE_BYTES = 64 * 1024  # over a thousand keys with comments; a key file is never read without bound
@@ -58,6 +60,26 @@ def generate_key() -> bytes:
 def derive_key(secret: bytes, info: bytes, length: int = 32) -> bytes:
     """HKDF-SHA256 of `secret` under a statecodec label: one key per use of a secret."""
     return HKDF(algorithm=SHA256(), length=length, salt=None, info=info).derive(secret)
+
+
+def lp(text: str) -> bytes:
+    """4-byte big-endian length, then the UTF-8 bytes: concatenations of fields stay unambiguous."""
+    data = text.encode("utf-8", "surrogatepass")  # MAC inputs are never decoded: every str is encodable
+    return len(data).to_bytes(4, "big") + data
+
+
+def field(value: str | None) -> bytes:
+    """An optional field: ``0x00`` when absent, else ``0x01`` then `lp` of it."""
+    return b"\x00" if value is None else b"\x01" + lp(value)
+
+
+def mac(keyed: hmac.HMAC, data: bytes) -> bytes:
+    """HMAC-SHA256 of what `keyed` was fed then `data`, truncated. Copying an HMAC keyed once (the `hmac` docs' idiom)
+    skips the key set-up `hmac.new` repeats (benchmarks/binding.py, "parts"); `keyed` is never updated, so threads
+    share it: it holds a key, never a tag or a verdict."""
+    copy = keyed.copy()
+    copy.update(data)
+    return copy.digest()[:TAG_LENGTH]
 
 
 def check_unique_ids(name: str, items: Sequence[bytes], ids: Sequence[bytes], how_to: str) -> None:

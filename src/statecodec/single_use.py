@@ -28,8 +28,9 @@ from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec._settings import MAX_TTL, named_errors, seconds
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable, missing_extra
-from statecodec.keys import KeyRing, derive_key
-from statecodec.store import Claim, Store, Verdict, check_owner
+from statecodec.keys import KeyRing, derive_key, field, mac
+from statecodec.store import Claim, MemoryStore, Store, Verdict, check_owner
+from statecodec.sync import LoopThread
 
 __all__ = ["Principal", "Selector", "SingleUse", "SingleUseCodec", "canonical_json"]
 
@@ -41,16 +42,6 @@ _HEADER, _DIGEST, _MAX_SCOPES = 36, 16, 16  # id 16, issued 6, expires 6, epoch 
 _VERDICTS = {Claim.USED: Reason.REPLAYED, Claim.REVOKED: Reason.REVOKED, Claim.EXPIRED: Reason.EXPIRED}
 _UNASKED = ("_meta", "requestState")  # a new progress token or trace each retry; the state, digested apart
 _ANSWER_AAD, _NONCE = b"statecodec/su2/result\x00", 12
-
-
-def _field(value: str | None) -> bytes:
-    """A digest input field: ``0x00`` when absent, else ``0x01``, its UTF-8 length (4 bytes), its UTF-8."""
-    data = None if value is None else value.encode("utf-8", "surrogatepass")
-    return b"\x00" if data is None else b"\x01" + len(data).to_bytes(4, "big") + data
-
-
-def _mac(key: bytes, data: bytes) -> bytes:
-    return hmac.new(key, data, "sha256").digest()[:_DIGEST]
 
 
 def canonical_json() -> Callable[[Any], bytes]:
@@ -87,8 +78,8 @@ class SingleUse(HoldsSecrets):
     mints; beyond `clock_skew` from the store's clock this instance neither mints nor accepts, and a revocation also
     covers tokens minted that long after. Each store call waits at most the store's `deadline`."""
 
-    __slots__ = ("_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_keys", "_quiet_until", "_skewed",
-                 "clock_skew", "deadline", "on_store_error", "store", "ttl", "where")
+    __slots__ = ("_all", "_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_keys", "_macs", "_quiet_until",
+                 "_skewed", "clock_skew", "deadline", "on_store_error", "store", "ttl", "where")
 
     def __init__(self, store: Store, *, key: bytes | KeyRing, ttl: float, clock: Callable[[], float] = time.time,
                  clock_skew: float = 1.0, on_store_error: Literal["refuse", "accept"] = "refuse") -> None:
@@ -102,9 +93,12 @@ class SingleUse(HoldsSecrets):
         self.clock_skew = seconds("clock_skew", clock_skew, low=0, high=3600)
         with named_errors("the store key"):
             secret = (key if isinstance(key, KeyRing) else KeyRing([key]))[0]
-        kinds = ("claim", "stamp", "scope", "retry", "result")  # the last two: statecodec.retry_safe's
+        kinds = ("claim", "stamp", "scope", "fingerprint", "retry", "result")  # the last two: statecodec.retry_safe's
         self._keys = {k: derive_key(secret, b"statecodec/su2/" + k.encode()) for k in kinds}
-        self._fingerprint = _mac(derive_key(secret, b"statecodec/su2/fingerprint"), _field(store.namespace))
+        # Each MAC keyed once and copied per message (keys.mac); the stamp's already holds the prefix its tags cover.
+        self._macs = {k: hmac.new(self._keys[k], PREFIX if k == "stamp" else b"", "sha256") for k in kinds[:-1]}
+        self._fingerprint = mac(self._macs["fingerprint"], field(store.namespace))
+        self._all = self._scope("all", None, None)  # the scope every token carries, for revoke(everything=True)
         self.store, self.on_store_error, self._clock = store, on_store_error, clock
         self.where = store.where  # the store's host:port (or ``memory``), for messages: never a credential
         self._answers = AESGCM(self._keys["result"])  # the retry-safe mode's kept answers
@@ -125,7 +119,7 @@ class SingleUse(HoldsSecrets):
             canonical = canonical_json()(retry)
         except (ValueError, TypeError):
             raise InvalidToken(Reason.MALFORMED) from None
-        return _mac(self._keys["retry"], canonical)
+        return mac(self._macs["retry"], canonical)
 
     def seal_answer(self, key: bytes, retry: bytes, data: bytes) -> bytes:
         """An answer's JSON encrypted and authenticated for this claim and retry alone: nonce, ciphertext and tag."""
@@ -171,7 +165,7 @@ class SingleUse(HoldsSecrets):
         return self._epoch is not None and not self._skewed
 
     def _scope(self, kind: str, first: str | None, second: str | None) -> bytes:
-        return _mac(self._keys["scope"], _field(kind) + _field(first) + _field(second))
+        return mac(self._macs["scope"], field(kind) + field(first) + field(second))
 
     def _skew(self, before: float, store_ms: int, after: float) -> str | None:
         """Why this clock is beyond `clock_skew` of the store's, which answered between `before` and `after`; anchors
@@ -203,15 +197,15 @@ class SingleUse(HoldsSecrets):
         if not isinstance(state, bytes):
             raise TypeError("state must be bytes")
         client, issuer, subject = principal or (None, None, None)
-        digests = [self._scope("principal", issuer, subject)] * bool(subject)
-        digests += [self._scope("client", issuer, client)] * bool(client)
+        digests = [self._scope("principal", issuer, subject)] if subject else []
+        digests += [self._scope("client", issuer, client)] if client else []
         for name, value in (scopes or {}).items():
             digests.append(self._scope("scope", checked("a scope name", name), checked("a scope value", value)))
         if len(digests) > _MAX_SCOPES:
             raise ConfigurationError(f"a token carries at most {_MAX_SCOPES} revocable scopes")
         body = secrets.token_bytes(16) + issued.to_bytes(6) + (issued + round(self.ttl * 1000)).to_bytes(6)
         body += self._epoch + bytes([len(digests)]) + b"".join(digests)
-        return PREFIX + b64u_encode(body + _mac(self._keys["stamp"], PREFIX + body + state)).encode() + b"." + state
+        return PREFIX + b64u_encode(body + mac(self._macs["stamp"], body + state)).encode() + b"." + state
 
     def _parse(self, stamped: bytes) -> tuple[bytes, bytes]:
         """(the stamp's body, the state) of a stamp this key made over this state; InvalidToken otherwise."""
@@ -221,7 +215,7 @@ class SingleUse(HoldsSecrets):
         count = body[_HEADER] if len(body) > _HEADER else _MAX_SCOPES + 1
         if count > _MAX_SCOPES or len(body) != _HEADER + 1 + _DIGEST * (count + 1):
             raise InvalidToken(Reason.MALFORMED)
-        if not hmac.compare_digest(body[-_DIGEST:], _mac(self._keys["stamp"], PREFIX + body[:-_DIGEST] + state)):
+        if not hmac.compare_digest(body[-_DIGEST:], mac(self._macs["stamp"], body[:-_DIGEST] + state)):
             raise InvalidToken(Reason.SEAL)
         return body[:-_DIGEST], state
 
@@ -237,12 +231,12 @@ class SingleUse(HoldsSecrets):
         try:
             if self._epoch is None:
                 await self.start()
-            before, key = self._clock(), _mac(self._keys["claim"], body[:16])
+            before, key = self._clock(), mac(self._macs["claim"], body[:16])
             verdict = await self._bounded(self.store.claim(
                 fingerprint=self._fingerprint, key=key, epoch=body[28:36],
                 issued_ms=int.from_bytes(body[16:22]), expires_ms=int.from_bytes(body[22:28]),
                 lifetime_ms=round(self.ttl * 1000), skew_ms=round(self.clock_skew * 1000),
-                scopes=[*scopes, self._scope("all", None, None)], retry=retry,
+                scopes=[*scopes, self._all], retry=retry,
             ))
             self._skewed = self._skew(before, verdict.now_ms, self._clock())
         except StoreUnreachable as exc:
@@ -308,22 +302,35 @@ class SingleUse(HoldsSecrets):
 
 class SingleUseCodec(WrapsCodec, HoldsSecrets):
     """`codec` whose tokens are accepted at most once, for synchronous code: seal stamps the state, unseal consumes
-    the stamp after the inner unseal (with its principal and context checks) passed. The guard's coroutines run on
-    one event-loop thread this object owns (`close` ends it and closes the store), never on a shared pool."""
+    the stamp after the inner unseal (with its principal and context checks) passed. Over a `MemoryStore` the guard's
+    coroutines finish in the calling thread; over any other store they run on one event-loop thread this object
+    starts on first use, never on a shared pool. `close` ends that thread and closes the store."""
 
-    __slots__ = ("_closed", "_loop", "_thread", "codec", "guard")
+    __slots__ = ("_closed", "_loop", "codec", "guard")
 
     def __init__(self, codec: Codec, guard: SingleUse) -> None:
-        self.codec, self.guard, self._loop, self._closed = codec, guard, asyncio.new_event_loop(), threading.Lock()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="statecodec-single-use", daemon=True)
-        self._thread.start()
+        self.codec, self.guard, self._closed = codec, guard, threading.Lock()
+        self._loop = LoopThread("statecodec-single-use")  # started by its first coroutine, never here
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """`coroutine`'s result, run on this codec's loop thread (e.g. ``codec.run(codec.guard.revoke(...))``)."""
+        """`coroutine`'s result, run as the guard's are (e.g. ``codec.run(codec.guard.revoke(...))``)."""
         if self._closed.locked():  # a stopped loop would never answer: the caller would wait forever
             coroutine.close()
             raise StoreError("this SingleUseCodec is closed")
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+        return self._run(coroutine)
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        # MemoryStore does no I/O, so its coroutines never suspend: run to their end here, a token skips a hand-off to
+        # a loop thread and back (9x a BoundCodec pair; benchmarks/single_use_cost.py). Its lock keeps it safe from any
+        # thread. Only that exact class: a subclass may do I/O, and a started coroutine cannot move to a loop.
+        if type(self.guard.store) is not MemoryStore:
+            return self._loop.run(coroutine)  # a store that does I/O binds its connections to this one loop
+        try:
+            coroutine.send(None)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        coroutine.close()
+        raise RuntimeError("the in-process store suspended")
 
     def seal(self, state: bytes, *, principal: str | Principal | None = None, scopes: Mapping[str, str] | None = None,
              **kwargs: Any) -> str:
@@ -340,10 +347,8 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
     def close(self) -> None:
         if self._closed.acquire(blocking=False):  # once, whichever thread calls first
             try:
-                asyncio.run_coroutine_threadsafe(self.guard.aclose(), self._loop).result()
+                self._run(self.guard.aclose())
             finally:
-                self._loop.call_soon_threadsafe(self._loop.stop)
-                self._thread.join()
                 self._loop.close()
 
     def __repr__(self) -> str:
