@@ -30,13 +30,13 @@ serves as a factory::
 Single use and revocation (docs/single-use.md): when ``STATECODEC_STORE_URL``
 names the fleet's shared store, each ``requestState`` is accepted at most once
 on any instance, and ``statecodec revoke --principal P`` ends P's flows in
-flight. Every instance needs the same two settings, and the server adds one
-middleware, started and stopped with the server::
+flight. Every instance needs the same two settings; `statecodec.mcp.from_env`
+builds every part, and its lifespan starts and stops what runs beside the server::
 
     export STATECODEC_STORE_URL=redis://127.0.0.1:6379/0 STATECODEC_STORE_KEY="$(statecodec keygen)"
-    single_use = single_use_from_env()
-    MCPServer("fleet", request_state_security=security_from_env(), middleware=[single_use],
-              lifespan=single_use.lifespan)
+    protection = from_env()
+    MCPServer("fleet", request_state_security=protection.security, middleware=protection.middleware,
+              lifespan=protection.lifespan)
 
 A revocation names a principal: an authenticated subject at its issuer.
 ``--demo-auth`` (``FLEET_DEMO_AUTH=1``) turns on a demonstration bearer scheme

@@ -21,8 +21,8 @@ from mcp.types import ErrorData
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
-from statecodec import AESGCMCodec, generate_key
-from statecodec.mcp import SingleUseMiddleware
+from statecodec import AESGCMCodec, format_keys, generate_key
+from statecodec.mcp import SingleUseMiddleware, from_env
 from statecodec.otel import REQUEST_STATE, instrument
 from statecodec.single_use import SingleUse
 from statecodec.store import MemoryStore
@@ -98,6 +98,23 @@ def test_the_alerts_fire_and_refusals_are_never_counted_as_accepted(
     for name, (promql, fires) in ALERTS.items():
         assert re.search(rf"`{name}`.*{re.escape(promql)}", documented), f"{name} is not documented as tested"
         assert fires(seen), name
+
+
+def test_the_metrics_the_composition_root_builds_count_the_sdk_boundarys_refusals_too() -> None:
+    reader = InMemoryMetricReader()
+    env = {"STATECODEC_KEYS": format_keys([generate_key()]), "STATECODEC_STORE_URL": "memory",
+           "STATECODEC_STORE_KEY": format_keys([KEY])}
+    protection = from_env(env, metrics=True, meter=MeterProvider(metric_readers=[reader]).get_meter("test"))
+    server = build_server(protection.security, middleware=protection.middleware, lifespan=protection.lifespan)
+
+    async def body() -> None:
+        async with Client(server) as client:
+            token, tampered = await mint(client), await mint(client)
+            for presented in (token, token, tampered[:-2] + "AA"):
+                await present(client, presented)
+
+    anyio.run(body)
+    assert counts(reader) == Counter([("accepted", ""), ("refused", "replayed"), ("refused", "seal")])
 
 
 def test_a_retry_answered_with_its_kept_answer_is_counted_as_such_and_in_progress_as_a_refusal() -> None:

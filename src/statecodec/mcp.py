@@ -98,16 +98,20 @@ def _security(codec: Codec, settings: Mapping[str, str], ttl: float | None, audi
 
 class Protection:
     """What `from_env` builds: pass `security` as ``request_state_security=``, `middleware` as ``middleware=`` (of an
-    `MCPServer`; a lowlevel `Server` appends it after its boundary) and `lifespan` as ``lifespan=``."""
+    `MCPServer`; a lowlevel `Server` appends it after its boundary) and `lifespan` as ``lifespan=``. The metrics, which
+    must see the boundary's refusals too, are put first in ``server.middleware`` by the lifespan."""
 
     def __init__(self, codec: Codec, security: RequestStateSecurity, single_use: SingleUseMiddleware | None = None,
                  report: Report | None = None, metrics: Any = None) -> None:
         self.codec, self.security, self.single_use, self.report = codec, security, single_use, report
-        self.middleware: list[Any] = [m for m in (metrics, single_use) if m is not None]
+        self.middleware: list[Any] = [] if single_use is None else [single_use]
+        self.metrics = metrics
 
     @asynccontextmanager
     async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
         """Start the store (checking the middleware order) and the watcher with its heartbeat; stop both at exit."""
+        if self.metrics is not None and self.metrics not in server.middleware:
+            server.middleware.insert(0, self.metrics)  # before the SDK's boundary: it counts that one's refusals
         async with AsyncExitStack() as stack:
             if self.single_use is not None:
                 await stack.enter_async_context(self.single_use.lifespan(server))
@@ -119,11 +123,11 @@ class Protection:
 
 
 def from_env(environ: Mapping[str, str] | None = None, *, ttl: float | None = None, audience: str | None = None,
-             scopes: Scopes | None = None, metrics: bool = False, **options: Any) -> Protection:
+             scopes: Scopes | None = None, metrics: bool = False, meter: Any = None, **options: Any) -> Protection:
     """Everything a server's environment describes, checked before anything starts: the codec (live with
     ``STATECODEC_RELOAD_INTERVAL``, reporting to the fleet registry of ``STATECODEC_STORE_URL``), single use when
-    ``STATECODEC_STORE_KEY`` is set, and with `metrics` the OpenTelemetry counter (``statecodec[otel]``). `ttl`,
-    `audience` and `options` go to `RequestStateSecurity`; `scopes` to `SingleUseMiddleware`."""
+    its settings ask for it, and with `metrics` the OpenTelemetry counter (``statecodec[otel]``; `meter`: the global
+    one by default). `ttl`, `audience` and `options` go to `RequestStateSecurity`; `scopes` to `SingleUseMiddleware`."""
     settings = Settings(os.environ if environ is None else environ)
     codec = codec_from_env(settings)
     security = _security(codec, settings, ttl, audience, options)
@@ -141,5 +145,5 @@ def from_env(environ: Mapping[str, str] | None = None, *, ttl: float | None = No
     if metrics:
         from statecodec.otel import RequestStateMetrics
 
-        counter = RequestStateMetrics()
+        counter = RequestStateMetrics(meter)
     return Protection(codec, security, single_use, report, counter)

@@ -93,7 +93,7 @@ class SingleUse(HoldsSecrets):
         self.clock_skew = seconds("clock_skew", clock_skew, low=0, high=3600)
         with named_errors("the store key"):
             secret = (key if isinstance(key, KeyRing) else KeyRing([key]))[0]
-        kinds = ("claim", "stamp", "scope", "fingerprint", "retry", "result")  # the last two: statecodec.retry_safe's
+        kinds = ("claim", "stamp", "scope", "fingerprint", "retry", "result")  # the last two: the retry-safe mode's
         self._keys = {k: derive_key(secret, b"statecodec/su2/" + k.encode()) for k in kinds}
         # Each MAC keyed once and copied per message (keys.mac); the stamp's already holds the prefix its tags cover.
         self._macs = {k: hmac.new(self._keys[k], PREFIX if k == "stamp" else b"", "sha256") for k in kinds[:-1]}
@@ -224,7 +224,7 @@ class SingleUse(HoldsSecrets):
         return (await self.claim(stamped))[0]
 
     async def claim(self, stamped: bytes, retry: bytes = b"") -> tuple[bytes, bytes, Verdict | None]:
-        """`consume`, recording the `retry` digest in the claim (statecodec.retry_safe): (the state, the claim key, the
+        """`consume`, recording the `retry` digest in the claim (the retry-safe mode): (the state, the claim key, the
         store's verdict, FIRST or else SAME for the same retry, or None when accepted unchecked)."""
         body, state = self._parse(stamped)
         scopes = [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)]
