@@ -26,13 +26,13 @@ _KEY_NAME = {"aws-kms": "AWS_KMS_KEY_ID", "gcp-kms": "GCP_KMS_KEY", "vault-envel
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
-        "check", help="build the configured codec, seal and unseal a probe, report kind and key ids (exit 0 ready)",
+        "check", func=_check,
+        help="build the configured codec, seal and unseal a probe, report kind and key ids (exit 0 ready)",
         epilog="Exit status: 0 ready, 1 not ready (the probe failed, the provider is unreachable), 2 misconfigured.",
     )
     p.add_argument("--config", metavar="FILE", help="a JSON file of STATECODEC_* settings instead of the environment")
     p.add_argument("--instance", metavar="NAME", help="this instance's name in the report (for rotate check)")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
-    p.set_defaults(func=_check)
 
 
 def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, Any]]:

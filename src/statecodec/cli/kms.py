@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 
 from statecodec._settings import CODEC_VAR
+from statecodec.cli._output import show
 from statecodec.cli.main import flag_values, flags_named, settings_from_flags
 from statecodec.config import KINDS, check_names, check_settings
 from statecodec.envelope import format_wrapped_keys, new_wrapped_key
@@ -27,14 +27,14 @@ _EVERY_FLAG = {flag: f"STATECODEC_{name}" for table in (_COMMON, _AWS, _GCP, _VA
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     kms = sub.add_parser("kms", help="provision KMS-wrapped data keys (envelope codecs)")
     actions = kms.add_subparsers(dest="kms_command", metavar="SUBCOMMAND", required=True)
-    new = actions.add_parser("new-data-key", help="print a new wrapped data key for STATECODEC_WRAPPED_KEYS")
+    new = actions.add_parser("new-data-key", func=flags_named(_EVERY_FLAG, _new_data_key),
+                             help="print a new wrapped data key for STATECODEC_WRAPPED_KEYS")
     new.add_argument("--json", action="store_true", help="print the wrapped key as JSON on stdout")
     new.add_argument("--provider", choices=sorted(_PROVIDERS), required=True, help="the KMS")
     for provider, options in [(None, _COMMON)] + [(name, flags) for name, (_, flags) in _PROVIDERS.items()]:
         group = new.add_argument_group(f"--provider {provider}" if provider else "settings")
         for flag, name in options.items():
             group.add_argument(flag, metavar="VALUE", help=f"sets STATECODEC_{name}")
-    new.set_defaults(func=flags_named(_EVERY_FLAG, _new_data_key))
 
 
 def _new_data_key(args: argparse.Namespace) -> int:
@@ -53,5 +53,4 @@ def _new_data_key(args: argparse.Namespace) -> int:
     with getattr(importlib.import_module(module), factory)(settings) as wrapper:
         blob = new_wrapped_key(wrapper, context)
     text = format_wrapped_keys([blob])
-    print(json.dumps({"STATECODEC_WRAPPED_KEYS": text}) if args.json else text)
-    return 0
+    return show(args, {"STATECODEC_WRAPPED_KEYS": text}, text)

@@ -67,14 +67,17 @@ def _keygen(args: argparse.Namespace) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """A parser whose every (sub)command's --help opens with the line its parent's list shows for it."""
+    """A parser whose every (sub)command's --help opens with the line its parent's list shows for it, and whose
+    ``add_parser(..., func=...)`` names the `Command` that runs it."""
 
     def add_subparsers(self, **kwargs: Any) -> Any:
         commands = super().add_subparsers(**kwargs)
         add = commands.add_parser
 
-        def add_parser(name: str, **options: Any) -> Any:  # an explicit description still wins over the help line
-            return add(name, **{"description": options.get("help"), **options})
+        def add_parser(name: str, func: Command | None = None, **options: Any) -> Any:
+            parser = add(name, **{"description": options.get("help"), **options})  # an explicit description wins
+            parser.set_defaults(func=func)
+            return parser
 
         setattr(commands, "add_parser", add_parser)  # noqa: B010 - an instance's method, replaced
         return commands
@@ -85,12 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "manage keys, rotation and benchmarks.")
     parser.add_argument("--version", action="version", version=f"statecodec {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    keygen = sub.add_parser("keygen", help="print a new random key in the STATECODEC_KEYS format")
+    keygen = sub.add_parser("keygen", func=_keygen, help="print a new random key in the STATECODEC_KEYS format")
     keygen.add_argument("-n", "--count", type=int, default=1, help="how many keys (comma-separated)")
     keygen.add_argument("-o", "--output", metavar="FILE", help="write a new file, mode 0600 (never overwrites)")
     keygen.add_argument("--json", action="store_true", help="print the keys as a JSON object")
-    keygen.set_defaults(func=_keygen)
-    # Each module's register(sub) sets func(args) -> exit code.
     for name in ("tokens", "rotate", "kms", "bench", "store", "check"):
         importlib.import_module(f"statecodec.cli.{name}").register(sub)
     return parser

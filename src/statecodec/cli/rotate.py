@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("rotate", help="plan a key rotation and check a fleet's key ids",
                        description="Rotate keys without dropping in-flight rounds: [old,new] -> [new,old] -> [new].")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    plan = actions.add_parser("plan", help="print each phase's keys (secret) and earliest safe start")
+    plan = actions.add_parser("plan", func=_plan, help="print each phase's keys (secret) and earliest safe start")
     for side, default in (("old", " (default STATECODEC_KEYS or STATECODEC_KEYS_FILE)"), ("new", "")):
         group = plan.add_mutually_exclusive_group(required=side == "new")
         group.add_argument(f"--{side}-env", metavar="VAR", help=f"read the {side} key from VAR{default}")
@@ -51,21 +51,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan.add_argument("--ids-only", action="store_true", help="print key ids only, no secrets")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON on stdout")
     plan.add_argument("-o", "--output", metavar="FILE", help="write the plan to a new file, mode 0600 (not stdout)")
-    plan.set_defaults(func=_plan)
-    check = actions.add_parser("check", help="exit 0 if no instance mints a token others refuse", epilog=_CHECK_EPILOG,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    check = actions.add_parser("check", func=_check, help="exit 0 if no instance mints a token others refuse",
+                               epilog=_CHECK_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     check.add_argument("files", nargs="+", metavar="FILE", help="check reports or a fleet file (JSON), or - for stdin")
     check.add_argument("--in-flight", action="append", default=[], metavar="KEY_ID", help="an in-flight key id")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
-    check.set_defaults(func=_check)
     for name, run, what in (("status", _status, "show the fleet registry, the phase and the next safe moment"),
                             ("begin", _begin, "write phase 1 (old primary, new accepted) into the key file"),
                             ("advance", _advance, "write the next phase, only once the fleet registry shows it safe")):
-        live = actions.add_parser(name, help=what)
+        live = actions.add_parser(name, func=run, help=what)
         live.add_argument("--keys-file", metavar="PATH", help="the key file the servers read (default "
                           "STATECODEC_KEYS_FILE); the fleet registry is in STATECODEC_STORE_URL")
         live.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-        live.set_defaults(func=run)
         if name == "begin":
             live.add_argument("--new-file", metavar="PATH", help="a key file holding the new key (default: generate)")
             live.set_defaults(new_key=None, new_env=None)  # `_key` reads the new key as `plan` does
