@@ -11,7 +11,7 @@ import importlib
 
 from statecodec._settings import CODEC_VAR
 from statecodec.cli._output import show
-from statecodec.cli.main import flag_values, flags_named, settings_from_flags
+from statecodec.cli.main import flag_values, settings_from_flags
 from statecodec.config import KINDS, check_names, check_settings
 from statecodec.envelope import format_wrapped_keys, new_wrapped_key
 
@@ -27,7 +27,7 @@ _EVERY_FLAG = {flag: f"STATECODEC_{name}" for table in (_COMMON, _AWS, _GCP, _VA
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     kms = sub.add_parser("kms", help="provision KMS-wrapped data keys (envelope codecs)")
     actions = kms.add_subparsers(dest="kms_command", metavar="SUBCOMMAND", required=True)
-    new = actions.add_parser("new-data-key", func=flags_named(_EVERY_FLAG, _new_data_key),
+    new = actions.add_parser("new-data-key", func=_new_data_key, flags=_EVERY_FLAG,
                              help="print a new wrapped data key for STATECODEC_WRAPPED_KEYS")
     new.add_argument("--json", action="store_true", help="print the wrapped key as JSON on stdout")
     new.add_argument("--provider", choices=sorted(_PROVIDERS), required=True, help="the KMS")
@@ -40,11 +40,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _new_data_key(args: argparse.Namespace) -> int:
     from statecodec.providers import context_from_settings
 
-    kind, flags = _PROVIDERS[args.provider]
-    values = flag_values(args, {flag: _EVERY_FLAG[flag] for flag in {**_COMMON, **flags}})
-    settings = settings_from_flags({CODEC_VAR: kind, **values})
+    kind = _PROVIDERS[args.provider][0]
+    settings = settings_from_flags({CODEC_VAR: kind, **flag_values(args)})
     check_names(settings)  # a typo is named before the provider is contacted
-    # Only the provider's settings: a server's others (its STATECODEC_KEYS) are not this command's to judge.
+    # Only the provider's settings (another's flags, a server's STATECODEC_KEYS) are this command's to judge.
     reads = KINDS[kind].reads | {CODEC_VAR}
     settings = {k: v for k, v in settings.items() if not k.startswith("STATECODEC_") or k in reads}
     check_settings(settings, kind)

@@ -13,7 +13,7 @@ from statecodec._encoding import b64u_encode
 from statecodec._settings import CODEC_VAR, KEYS_FILE_VAR, MAX_TOKEN_LENGTH_VAR, max_token_length_setting
 from statecodec._types import Codec
 from statecodec.cli._output import show
-from statecodec.cli.main import flag_values, flags_named, settings_from_flags
+from statecodec.cli.main import flag_values, settings_from_flags
 from statecodec.config import codec_from_env, codec_from_file
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("unseal", _unseal, "unseal a token to the exact payload bytes on stdout (debugging)"),
     )
     for name, func, text in commands:
-        p = sub.add_parser(name, func=flags_named(_FLAGS, func), help=text, epilog=_EPILOG,
+        p = sub.add_parser(name, func=func, flags=_FLAGS, help=text, epilog=_EPILOG,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         source = p.add_mutually_exclusive_group()
         source.add_argument("--keys-file", metavar="PATH", help="the key ring file (STATECODEC_KEYS_FILE)")
@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _codec(args: argparse.Namespace) -> tuple[Codec, int]:  # and its token cap
     if args.config and (args.codec is not None or args.max_token_length is not None):
         raise ConfigurationError("--codec and --max-token-length go in the --config file, not beside it")
-    settings = {} if args.config else settings_from_flags(flag_values(args, _FLAGS))
+    settings = {} if args.config else settings_from_flags(flag_values(args))
     codec = codec_from_file(args.config) if args.config else codec_from_env(settings)
     cap = getattr(codec, "max_token_length", None)
     return codec, cap if isinstance(cap, int) else max_token_length_setting(settings)
