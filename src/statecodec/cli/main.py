@@ -104,10 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-_ERROR_KINDS = {
-    InvalidToken: "invalid_token", ConfigurationError: "configuration", ProviderError: "provider", StoreError: "store",
-    SealError: "seal",
-}  # fmt: skip
+_ERROR_KINDS = {InvalidToken: "invalid_token", ConfigurationError: "configuration", ProviderError: "provider",
+                StoreError: "store", SealError: "seal"}  # fmt: skip
 
 
 def _error(args: argparse.Namespace, exc: StatecodecError) -> int:

@@ -65,14 +65,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         live.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
         if name == "begin":
             live.add_argument("--new-file", metavar="PATH", help="a key file holding the new key (default: generate)")
-            live.set_defaults(new_key=None, new_env=None)  # `_key` reads the new key as `plan` does
         if name == "advance":
             live.add_argument("--to", type=int, choices=(2, 3), help="do nothing if the key file is at this phase")
 
 
 def _key(args: argparse.Namespace, side: str) -> bytes:
-    """The one key of `side` from its variable, file or flag (old: the server's key settings by default)."""
-    file, key, var = (getattr(args, f"{side}_{source}") for source in ("file", "key", "env"))
+    """The one key of `side` from its variable, file or flag (old: the server's key settings by default), for `plan`
+    and `begin` (whose one source is --new-file)."""
+    file, key, var = (getattr(args, f"{side}_{source}", None) for source in ("file", "key", "env"))
     settings = settings_from_flags({"STATECODEC_KEYS_FILE": file, "STATECODEC_KEYS": key})  # none given with var
     with named_errors(f"the {side} key"):
         ring = KeyRing.from_env(var or "STATECODEC_KEYS", settings)
