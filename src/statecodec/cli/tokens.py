@@ -26,11 +26,8 @@ _FLAGS = {"--keys-file": KEYS_FILE_VAR, "--codec": CODEC_VAR, "--max-token-lengt
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    commands = (
-        ("seal", _seal, "seal stdin into a token on stdout (debugging)"),
-        ("unseal", _unseal, "unseal a token to the exact payload bytes on stdout (debugging)"),
-    )
-    for name, func, text in commands:
+    for name, func, text in (("seal", _seal, "seal stdin into a token on stdout (debugging)"),
+                             ("unseal", _unseal, "unseal a token to the exact payload bytes on stdout (debugging)")):
         p = sub.add_parser(name, func=func, flags=_FLAGS, help=text, epilog=_EPILOG,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         source = p.add_mutually_exclusive_group()
