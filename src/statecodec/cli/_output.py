@@ -8,10 +8,14 @@ over an existing path, a symlink included); `replace` swaps a key file the serve
 
 from __future__ import annotations
 
+import argparse
 import datetime
+import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from statecodec.errors import ConfigurationError
 
@@ -37,6 +41,12 @@ def emit(text: str, output: str | None, wrote: str) -> None:
         Path(output).unlink(missing_ok=True)  # no half-written key file left behind
         raise ConfigurationError(f"cannot write --output {output}: {exc.strerror}") from None
     print(f"{wrote} to {output} (mode 0600)", file=sys.stderr)
+
+
+def show(args: argparse.Namespace, doc: Mapping[str, Any], text: str, code: int = 0, indent: int | None = None) -> int:
+    """`doc` as JSON on stdout with ``--json``, else `text`; returns the exit status `code`."""
+    print(json.dumps(doc, indent=indent) if args.json else text)
+    return code
 
 
 def replace(path: Path, text: str) -> None:

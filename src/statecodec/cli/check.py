@@ -1,20 +1,19 @@
-"""`statecodec check`: is this instance ready to seal and unseal, and under which keys?
+"""`statecodec check`: is this instance ready to seal and unseal, and under which keys? Its report holds no secret.
 
-Builds the codec a server would, reads the other settings a server reads (without contacting a store), seals and
-unseals a probe, and reports kind, key ids, provider, key name and context, never a secret; ``--json`` is what
-`statecodec rotate check` reads. Exit status: 0 ready, 1 not ready, 2 misconfigured.
+Builds what a server would from its settings (contacting no store) and seals and unseals a probe; ``--json`` is what
+`statecodec rotate check` reads (docs/cli.md).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any
 
 from statecodec import _settings as cfg
 from statecodec._settings import setting
+from statecodec.cli._output import show
 from statecodec.config import codec_from_env, configured_codec, missing_package
 from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
 
@@ -25,14 +24,12 @@ _KEY_NAME = {"aws-kms": "AWS_KMS_KEY_ID", "gcp-kms": "GCP_KMS_KEY", "vault-envel
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "check", help="build the configured codec, seal and unseal a probe, report kind and key ids (exit 0 ready)",
-        epilog="Exit status: 0 ready, 1 not ready (the probe failed, the provider is unreachable), 2 misconfigured.",
-    )
+    p = sub.add_parser("check", func=_check, help="build the configured codec, seal and unseal a probe, report kind "
+                       "and key ids (exit 0 ready)", epilog="Exit status: 0 ready, 1 not ready (the probe failed, the "
+                       "provider is unreachable), 2 misconfigured.")
     p.add_argument("--config", metavar="FILE", help="a JSON file of STATECODEC_* settings instead of the environment")
     p.add_argument("--instance", metavar="NAME", help="this instance's name in the report (for rotate check)")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
-    p.set_defaults(func=_check)
 
 
 def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, Any]]:
@@ -46,15 +43,11 @@ def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, 
         from statecodec.mcp import single_use_from_env, store_from_env
 
         cfg.ttl(os.environ)
-        stored = cfg.store_url(os.environ)[0] is not None
-        if cfg.single_use_wanted(os.environ):
-            store: Any = single_use_from_env(os.environ).guard
-        elif stored:
-            store = store_from_env(os.environ)
-        if cfg.single_use_wanted(os.environ) or stored:
+        if cfg.single_use_wanted(os.environ) or cfg.store_url(os.environ)[0] is not None:
             import asyncio  # here: only a store setting needs it, and every command's start-up imports this module
 
-            asyncio.run(store.aclose())
+            guarded = cfg.single_use_wanted(os.environ)
+            asyncio.run((single_use_from_env(os.environ).guard if guarded else store_from_env(os.environ)).aclose())
         if config is None and cfg.reload_interval(os.environ) is not None:
             codec_from_env(os.environ)
         kind, codec, settings = configured_codec(path=config)
@@ -88,16 +81,13 @@ def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, 
 
 def _check(args: argparse.Namespace) -> int:
     code, report = run_check(args.config, args.instance)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        for name in ("instance", "status", "kind", "codec", "key_ids", "primary_key_id", "provider", "key_name",
-                     "context"):
-            value = report.get(name)
-            if isinstance(value, dict):
-                value = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
-            if value is not None:
-                print(f"{name:<15} {', '.join(value) if isinstance(value, list) else value}")
     if report["error"] is not None:
         print(f"statecodec check: {report['error']}", file=sys.stderr)
-    return code
+    lines = []
+    for name in ("instance", "status", "kind", "codec", "key_ids", "primary_key_id", "provider", "key_name", "context"):
+        value = report.get(name)
+        if isinstance(value, dict):
+            value = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
+        if value is not None:
+            lines.append(f"{name:<15} {', '.join(value) if isinstance(value, list) else value}")
+    return show(args, report, "\n".join(lines), code, indent=2)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 
 from statecodec._settings import CODEC_VAR
-from statecodec.cli.main import flag_values, flags_named, settings_from_flags
+from statecodec.cli._output import show
+from statecodec.cli.main import flag_values, settings_from_flags
 from statecodec.config import KINDS, check_names, check_settings
 from statecodec.envelope import format_wrapped_keys, new_wrapped_key
 
@@ -27,24 +27,23 @@ _EVERY_FLAG = {flag: f"STATECODEC_{name}" for table in (_COMMON, _AWS, _GCP, _VA
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     kms = sub.add_parser("kms", help="provision KMS-wrapped data keys (envelope codecs)")
     actions = kms.add_subparsers(dest="kms_command", metavar="SUBCOMMAND", required=True)
-    new = actions.add_parser("new-data-key", help="print a new wrapped data key for STATECODEC_WRAPPED_KEYS")
+    new = actions.add_parser("new-data-key", func=_new_data_key, flags=_EVERY_FLAG,
+                             help="print a new wrapped data key for STATECODEC_WRAPPED_KEYS")
     new.add_argument("--json", action="store_true", help="print the wrapped key as JSON on stdout")
     new.add_argument("--provider", choices=sorted(_PROVIDERS), required=True, help="the KMS")
     for provider, options in [(None, _COMMON)] + [(name, flags) for name, (_, flags) in _PROVIDERS.items()]:
         group = new.add_argument_group(f"--provider {provider}" if provider else "settings")
         for flag, name in options.items():
             group.add_argument(flag, metavar="VALUE", help=f"sets STATECODEC_{name}")
-    new.set_defaults(func=flags_named(_EVERY_FLAG, _new_data_key))
 
 
 def _new_data_key(args: argparse.Namespace) -> int:
     from statecodec.providers import context_from_settings
 
-    kind, flags = _PROVIDERS[args.provider]
-    values = flag_values(args, {flag: _EVERY_FLAG[flag] for flag in {**_COMMON, **flags}})
-    settings = settings_from_flags({CODEC_VAR: kind, **values})
+    kind = _PROVIDERS[args.provider][0]
+    settings = settings_from_flags({CODEC_VAR: kind, **flag_values(args)})
     check_names(settings)  # a typo is named before the provider is contacted
-    # Only the provider's settings: a server's others (its STATECODEC_KEYS) are not this command's to judge.
+    # Only the provider's settings (another's flags, a server's STATECODEC_KEYS) are this command's to judge.
     reads = KINDS[kind].reads | {CODEC_VAR}
     settings = {k: v for k, v in settings.items() if not k.startswith("STATECODEC_") or k in reads}
     check_settings(settings, kind)
@@ -53,5 +52,4 @@ def _new_data_key(args: argparse.Namespace) -> int:
     with getattr(importlib.import_module(module), factory)(settings) as wrapper:
         blob = new_wrapped_key(wrapper, context)
     text = format_wrapped_keys([blob])
-    print(json.dumps({"STATECODEC_WRAPPED_KEYS": text}) if args.json else text)
-    return 0
+    return show(args, {"STATECODEC_WRAPPED_KEYS": text}, text)

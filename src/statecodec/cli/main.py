@@ -34,27 +34,10 @@ def settings_from_flags(flags: Mapping[str, str | None]) -> dict[str, str]:
     return settings
 
 
-def flag_values(args: argparse.Namespace, table: Mapping[str, str]) -> dict[str, str | None]:
-    """{setting: the value of its flag, None when not given}, for `table` (flag -> the setting it stands for)."""
-    return {name: getattr(args, flag[2:].replace("-", "_"), None) for flag, name in table.items()}
-
-
-def flags_named(table: Mapping[str, str], command: Command) -> Command:
-    """`command`, whose `ConfigurationError` names each flag of `table` the user gave (``--codec``) beside the
-    setting it stands for (``STATECODEC_CODEC``)."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return command(args)
-        except ConfigurationError as exc:
-            message = str(exc)
-            for flag, name in table.items():
-                if flag_values(args, {flag: name})[name] is not None and flag not in message:
-                    # Whole names only: STATECODEC_KEYS is not the start of STATECODEC_KEYS_FILE.
-                    message = re.sub(rf"(?<![A-Z_]){name}(?![A-Z_])", f"{flag} ({name})", message)
-            raise ConfigurationError(message) from None
-
-    return run
+def flag_values(args: argparse.Namespace) -> dict[str, str | None]:
+    """{setting: the value of its flag, None when not given} for the command's ``flags`` (flag -> the setting it
+    stands for, set by its parser)."""
+    return {name: getattr(args, flag[2:].replace("-", "_"), None) for flag, name in args.flags.items()}
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -67,14 +50,18 @@ def _keygen(args: argparse.Namespace) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """A parser whose every (sub)command's --help opens with the line its parent's list shows for it."""
+    """A parser whose every (sub)command's --help opens with the line its parent's list shows for it, and whose
+    ``add_parser(..., func=, flags=)`` names the `Command` that runs it and its flags that stand for a setting."""
 
     def add_subparsers(self, **kwargs: Any) -> Any:
         commands = super().add_subparsers(**kwargs)
         add = commands.add_parser
 
-        def add_parser(name: str, **options: Any) -> Any:  # an explicit description still wins over the help line
-            return add(name, **{"description": options.get("help"), **options})
+        def add_parser(name: str, func: Command | None = None, flags: Mapping[str, str] | None = None,
+                       **options: Any) -> Any:
+            parser = add(name, **{"description": options.get("help"), **options})  # an explicit description wins
+            parser.set_defaults(func=func, flags=flags or {})
+            return parser
 
         setattr(commands, "add_parser", add_parser)  # noqa: B010 - an instance's method, replaced
         return commands
@@ -85,12 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "manage keys, rotation and benchmarks.")
     parser.add_argument("--version", action="version", version=f"statecodec {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    keygen = sub.add_parser("keygen", help="print a new random key in the STATECODEC_KEYS format")
+    keygen = sub.add_parser("keygen", func=_keygen, help="print a new random key in the STATECODEC_KEYS format")
     keygen.add_argument("-n", "--count", type=int, default=1, help="how many keys (comma-separated)")
     keygen.add_argument("-o", "--output", metavar="FILE", help="write a new file, mode 0600 (never overwrites)")
     keygen.add_argument("--json", action="store_true", help="print the keys as a JSON object")
-    keygen.set_defaults(func=_keygen)
-    # Each module's register(sub) sets func(args) -> exit code.
     for name in ("tokens", "rotate", "kms", "bench", "store", "check"):
         importlib.import_module(f"statecodec.cli.{name}").register(sub)
     return parser
@@ -119,10 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-_ERROR_KINDS = {
-    InvalidToken: "invalid_token", ConfigurationError: "configuration", ProviderError: "provider", StoreError: "store",
-    SealError: "seal",
-}  # fmt: skip
+_ERROR_KINDS = {InvalidToken: "invalid_token", ConfigurationError: "configuration", ProviderError: "provider",
+                StoreError: "store", SealError: "seal"}  # fmt: skip
 
 
 def _error(args: argparse.Namespace, exc: StatecodecError) -> int:
@@ -130,6 +113,10 @@ def _error(args: argparse.Namespace, exc: StatecodecError) -> int:
     1 for a refused token or a store that cannot answer (a failed check, as a provider is in `check`), else 2."""
     code = 1 if isinstance(exc, (InvalidToken, StoreError)) else 2
     message = f"invalid token: {exc}" if isinstance(exc, InvalidToken) else str(exc)
+    for flag, name in args.flags.items():  # a flag the user gave, named beside its setting
+        if isinstance(exc, ConfigurationError) and flag_values(args)[name] is not None and flag not in message:
+            # Whole names only: STATECODEC_KEYS is not the start of STATECODEC_KEYS_FILE.
+            message = re.sub(rf"(?<![A-Z_]){name}(?![A-Z_])", f"{flag} ({name})", message)
     print(f"statecodec {args.command}: {message}", file=sys.stderr)
     if getattr(args, "json", False):
         kind = next((name for cls, name in _ERROR_KINDS.items() if isinstance(exc, cls)), "error")

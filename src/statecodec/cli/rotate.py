@@ -1,16 +1,13 @@
 """`statecodec rotate`: rotate keys without dropping a round (docs/rotation.md).
 
-Live: `begin` writes phase 1 into a key file; `advance` writes the next phase only when the fleet registry shows
-every live instance on the current one and, to retire the old key, once the wait is over by the store's clock;
-`status` shows why not. Each writes the whole file or nothing, and re-running one after a crash is safe. Manual:
-`plan` prints secret STATECODEC_KEYS values unless --ids-only or --old-id/--new-id (--output: a new 0600 file);
-`check` exits 0 only when no instance can mint a token another would refuse.
+`advance` writes the next phase only when the fleet registry shows it safe by the store's clock; `begin` and
+`advance` write the whole key file or nothing, so a re-run after a crash is safe. `plan` prints secret keys unless
+--ids-only or --old-id/--new-id; `check` exits 0 only when no instance can mint a token another would refuse.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
 import math
@@ -18,12 +15,12 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from statecodec import _settings as cfg
 from statecodec._settings import named_errors, setting
 from statecodec.cli import check as instance_check
-from statecodec.cli._output import emit, replace, store_time
+from statecodec.cli._output import emit, replace, show, store_time
 from statecodec.cli.main import settings_from_flags
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing, format_keys, generate_key, read_key_file
@@ -39,7 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("rotate", help="plan a key rotation and check a fleet's key ids",
                        description="Rotate keys without dropping in-flight rounds: [old,new] -> [new,old] -> [new].")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    plan = actions.add_parser("plan", help="print each phase's keys (secret) and earliest safe start")
+    plan = actions.add_parser("plan", func=_plan, help="print each phase's keys (secret) and earliest safe start")
     for side, default in (("old", " (default STATECODEC_KEYS or STATECODEC_KEYS_FILE)"), ("new", "")):
         group = plan.add_mutually_exclusive_group(required=side == "new")
         group.add_argument(f"--{side}-env", metavar="VAR", help=f"read the {side} key from VAR{default}")
@@ -47,36 +44,35 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         group.add_argument(f"--{side}-key", metavar="KEY", help=f"the {side} key itself (lands in shell history)")
         group.add_argument(f"--{side}-id", metavar="KEY_ID", help=f"the {side} key's id, for keys a KMS holds")
     group.add_argument("--generate-new", action="store_true", help="generate a fresh new key")
-    plan.add_argument("--ttl", type=float, help="token lifetime in seconds (default STATECODEC_TTL, else 600)")
-    plan.add_argument("--future-skew", type=float, default=60.0, help="allowance for clocks ahead (default 60 s)")
+    plan.add_argument("--ttl", type=float, help=f"token lifetime in seconds (default STATECODEC_TTL, else "
+                      f"{cfg.DEFAULT_TTL})")
+    plan.add_argument("--future-skew", type=float, default=float(cfg.DEFAULT_FUTURE_SKEW),
+                      help=f"allowance for clocks ahead (default {cfg.DEFAULT_FUTURE_SKEW} s)")
     plan.add_argument("--ids-only", action="store_true", help="print key ids only, no secrets")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON on stdout")
     plan.add_argument("-o", "--output", metavar="FILE", help="write the plan to a new file, mode 0600 (not stdout)")
-    plan.set_defaults(func=_plan)
-    check = actions.add_parser("check", help="exit 0 if no instance mints a token others refuse", epilog=_CHECK_EPILOG,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    check = actions.add_parser("check", func=_check, help="exit 0 if no instance mints a token others refuse",
+                               epilog=_CHECK_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     check.add_argument("files", nargs="+", metavar="FILE", help="check reports or a fleet file (JSON), or - for stdin")
     check.add_argument("--in-flight", action="append", default=[], metavar="KEY_ID", help="an in-flight key id")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
-    check.set_defaults(func=_check)
     for name, run, what in (("status", _status, "show the fleet registry, the phase and the next safe moment"),
                             ("begin", _begin, "write phase 1 (old primary, new accepted) into the key file"),
                             ("advance", _advance, "write the next phase, only once the fleet registry shows it safe")):
-        live = actions.add_parser(name, help=what)
+        live = actions.add_parser(name, func=run, help=what)
         live.add_argument("--keys-file", metavar="PATH", help="the key file the servers read (default "
                           "STATECODEC_KEYS_FILE); the fleet registry is in STATECODEC_STORE_URL")
         live.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-        live.set_defaults(func=run)
         if name == "begin":
             live.add_argument("--new-file", metavar="PATH", help="a key file holding the new key (default: generate)")
-            live.set_defaults(new_key=None, new_env=None)  # `_key` reads the new key as `plan` does
         if name == "advance":
             live.add_argument("--to", type=int, choices=(2, 3), help="do nothing if the key file is at this phase")
 
 
 def _key(args: argparse.Namespace, side: str) -> bytes:
-    """The one key of `side` from its variable, file or flag (old: the server's key settings by default)."""
-    file, key, var = (getattr(args, f"{side}_{source}") for source in ("file", "key", "env"))
+    """The one key of `side` from its variable, file or flag (old: the server's key settings by default), for `plan`
+    and `begin` (whose one source is --new-file)."""
+    file, key, var = (getattr(args, f"{side}_{source}", None) for source in ("file", "key", "env"))
     settings = settings_from_flags({"STATECODEC_KEYS_FILE": file, "STATECODEC_KEYS": key})  # none given with var
     with named_errors(f"the {side} key"):
         ring = KeyRing.from_env(var or "STATECODEC_KEYS", settings)
@@ -116,17 +112,14 @@ def _plan(args: argparse.Namespace) -> int:
          "start": start, "summary": p.summary, **({"STATECODEC_KEYS": p.env_value()} if secrets else {})}
         for p, start in zip(plan.phases, starts, strict=True)
     ]  # fmt: skip
-    if args.json:
-        text = json.dumps({"ttl": plan.ttl, "future_skew": plan.future_skew, "phases": phases}, indent=2)
-    else:
-        old_id, new_id = p1.key_ids
-        lines = [f"Rotation from key {old_id} to key {new_id} (ttl {plan.ttl:g} s, future skew {plan.future_skew:g} s)"]
-        for entry in phases:
-            keys = f"\n  STATECODEC_KEYS={entry['STATECODEC_KEYS']}" if secrets else ""
-            lines.append(f"\nPhase {entry['phase']}: {entry['summary']}\n  start:   {entry['start']}")
-            lines.append(f"  key ids: {', '.join(entry['key_ids'])}{keys}")
-        text = "\n".join(lines)
-    emit(text, args.output, "statecodec rotate: wrote the plan")
+    old_id, new_id = p1.key_ids
+    lines = [f"Rotation from key {old_id} to key {new_id} (ttl {plan.ttl:g} s, future skew {plan.future_skew:g} s)"]
+    for entry in phases:
+        keys = f"\n  STATECODEC_KEYS={entry['STATECODEC_KEYS']}" if secrets else ""
+        lines.append(f"\nPhase {entry['phase']}: {entry['summary']}\n  start:   {entry['start']}")
+        lines.append(f"  key ids: {', '.join(entry['key_ids'])}{keys}")
+    doc = {"ttl": plan.ttl, "future_skew": plan.future_skew, "phases": phases}
+    emit(json.dumps(doc, indent=2) if args.json else "\n".join(lines), args.output, "statecodec rotate: wrote the plan")
     return 0
 
 
@@ -137,16 +130,15 @@ def _documents(source: str) -> Iterator[object]:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
     except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
         raise ConfigurationError(f"cannot read {where}: {getattr(exc, 'strerror', None) or 'not UTF-8'}") from None
-    decoder, at = json.JSONDecoder(), len(text) - len(text.lstrip())
-    if at == len(text):
-        raise ConfigurationError(f"{where} holds no JSON document")
-    while at < len(text):
-        try:
-            value, at = decoder.raw_decode(text, at)
-        except ValueError as exc:  # its message names a line and column, never the text
+    decoder, at = json.JSONDecoder(), 0
+    while text[at:].strip():
+        try:  # the message names a line and column, never the text
+            value, at = decoder.raw_decode(text, len(text) - len(text[at:].lstrip()))
+        except ValueError as exc:
             raise ConfigurationError(f"cannot read {where} as JSON: {exc}") from None
-        at = len(text) - len(text[at:].lstrip())
         yield value
+    if at == 0:
+        raise ConfigurationError(f"{where} holds no JSON document")
 
 
 def _instance(where: str, report: object) -> tuple[str, list[str]]:
@@ -191,21 +183,7 @@ def _check(args: argparse.Namespace) -> int:
     report = check_fleet(reports, in_flight=[*in_flight, *args.in_flight])
     doc = {"safe": report.safe, "instances": report.instances, "unsafe_instances": report.unsafe_instances,
            "findings": [dataclasses.asdict(finding) for finding in report.findings]}
-    return _report(args, doc, [str(report)], 0 if report.safe else 1)
-
-
-def _key_file(args: argparse.Namespace) -> tuple[Path, KeyRing, int, str, str]:
-    """(path, ring, phase, old key id, new key id) of the key file, read once: ring and marker from the same bytes."""
-    name = args.keys_file or setting(os.environ, "STATECODEC_KEYS_FILE", required=False)
-    if name is None:
-        raise ConfigurationError("name the key file the servers read: --keys-file PATH or STATECODEC_KEYS_FILE")
-    from statecodec.rotation import key_file_phase
-
-    path = Path(name)
-    text = read_key_file(path)
-    with named_errors(f"key file {path}"):
-        ring = KeyRing.parse(text)
-        return (path, ring, *key_file_phase(text, ring))
+    return show(args, doc, str(report), 0 if report.safe else 1, indent=2)
 
 
 def _write(path: Path, phase: int, old: bytes, new: bytes) -> KeyRing:
@@ -217,48 +195,42 @@ def _write(path: Path, phase: int, old: bytes, new: bytes) -> KeyRing:
     return ring
 
 
-def _report(args: argparse.Namespace, doc: dict[str, Any], lines: list[str], code: int) -> int:
-    print(json.dumps(doc, indent=2) if args.json else "\n".join(lines))
-    return code
-
-
 def _begin(args: argparse.Namespace) -> int:
     path, ring, phase, blockers, _, doc = _fleet_status(args)
     rotation = doc["rotation"] or {}  # key ids "old" and "new" in phases 1 and 2
     new = _key(args, "new") if args.new_file else None
     if phase == 1 and (new is None or KeyRing([new]).key_ids[0] == rotation["new"]):
         message = f"phase 1 already: {rotation['old']} seals, {rotation['new']} verifies (nothing written)"
-        return _report(args, {"phase": 1, "key_ids": list(ring.key_ids), "written": False}, [message], 0)
+        return show(args, {"phase": 1, "key_ids": list(ring.key_ids), "written": False}, message, indent=2)
     if phase in (1, 2):
         raise ConfigurationError(f"a rotation from {rotation['old']} to {rotation['new']} is at phase {phase}: finish "
                                  "it with `statecodec rotate advance` first")
     if blockers:  # a file the servers do not run: writing it would start nothing
-        lines = ["refused: the servers do not run this key file's keys; is it the file they read?", *_lines(doc, 0)]
-        return _report(args, {**doc, "written": False}, lines, 1)
+        text = f"refused: the servers do not run this key file's keys; is it the file they read?\n{_text(doc, 0)}"
+        return show(args, {**doc, "written": False}, text, 1, indent=2)
     with named_errors("the new key"):
         written = _write(path, 1, ring[0], generate_key() if new is None else new)
     message = f"phase 1 written to {path}: {written.key_ids[0]} seals, {written.key_ids[1]} verifies"
-    return _report(args, {"phase": 1, "key_ids": list(written.key_ids), "written": True}, [message], 0)
+    return show(args, {"phase": 1, "key_ids": list(written.key_ids), "written": True}, message, indent=2)
 
 
 def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[str], float, dict[str, Any]]:
-    """The key file, its phase, what blocks the next phase, the wait, and the status document."""
-    from statecodec.mcp import store_from_env
-    from statecodec.registry import read_fleet, registry_for
-    from statecodec.rotation import next_step
+    """The key file (ring and marker read from the same bytes), its phase, what blocks the next phase, the wait, and
+    the status document."""
+    from statecodec.cli.store import on_store
+    from statecodec.registry import Registry, read_fleet, registry_for
+    from statecodec.rotation import key_file_phase, next_step
 
-    path, ring, phase, old_id, new_id = _key_file(args)
-    registry = registry_for(store_from_env({"STATECODEC_STORE_TIMEOUT": "5", **os.environ}))
-    if registry is None:  # the in-process store: no server reports to this process
-        raise ConfigurationError("STATECODEC_STORE_URL must name the redis:// store the servers report to")
-
-    async def read() -> Any:
-        try:
-            return await read_fleet(registry)
-        finally:
-            await registry.aclose()
-
-    fleet = asyncio.run(read())
+    name = args.keys_file or setting(os.environ, "STATECODEC_KEYS_FILE", required=False)
+    if name is None:
+        raise ConfigurationError("name the key file the servers read: --keys-file PATH or STATECODEC_KEYS_FILE")
+    path = Path(name)
+    text = read_key_file(path)
+    with named_errors(f"key file {path}"):
+        ring = KeyRing.parse(text)
+        phase, old_id, new_id = key_file_phase(text, ring)
+    # on_store refuses the in-process store, the one store without a registry (no server reports to this process).
+    fleet = on_store(lambda store: read_fleet(cast(Registry, registry_for(store))), guard=False)
     blockers, wait = next_step(phase, ring.key_ids, fleet)
     doc = {
         "key_file": str(path), "phase": phase, "key_ids": list(ring.key_ids), "store_time": store_time(fleet.now_ms),
@@ -272,7 +244,7 @@ def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[st
     return path, ring, phase, blockers, wait, doc
 
 
-def _lines(doc: dict[str, Any], wait: float) -> list[str]:
+def _text(doc: dict[str, Any], wait: float) -> str:
     step = f"phase {doc['phase'] + 1}: safe now"
     if doc["phase"] in (0, 3):
         step = "none: no rotation under way (`statecodec rotate begin` starts one)"
@@ -287,23 +259,23 @@ def _lines(doc: dict[str, Any], wait: float) -> list[str]:
     for m in doc["instances"]:
         lines.append(f"{m['name']:<24} {m['primary'] or '-':<9} {','.join(m['key_ids']) or '-':<27} {m['loaded']:<29} "
                      f"{'ok' if m['error'] is None else 'reload refused: ' + m['error']}")
-    return lines
+    return "\n".join(lines)
 
 
 def _status(args: argparse.Namespace) -> int:
     *_, wait, doc = _fleet_status(args)
-    return _report(args, doc, _lines(doc, wait), 0)
+    return show(args, doc, _text(doc, wait), indent=2)
 
 
 def _advance(args: argparse.Namespace) -> int:
     path, ring, phase, _, wait, doc = _fleet_status(args)
     if phase in (0, 3) or (args.to is not None and phase >= args.to):
         message = f"the key file is at phase {phase}: nothing to advance"
-        return _report(args, {**doc, "written": False}, [message], 0)
+        return show(args, {**doc, "written": False}, message, indent=2)
     if not doc["safe"]:
-        lines = [f"refused: phase {phase + 1} is not safe yet", *_lines(doc, wait)]
-        return _report(args, {**doc, "written": False}, lines, 1)
+        text = f"refused: phase {phase + 1} is not safe yet\n{_text(doc, wait)}"
+        return show(args, {**doc, "written": False}, text, 1, indent=2)
     new, old = (ring[1], ring[0]) if phase == 1 else (ring[0], ring[1])
     written = _write(path, phase + 1, old, new)
     message = f"phase {phase + 1} written to {path}: key ids {', '.join(written.key_ids)}"
-    return _report(args, {**doc, "phase": phase + 1, "key_ids": list(written.key_ids), "written": True}, [message], 0)
+    return show(args, {**doc, "phase": phase + 1, "key_ids": list(written.key_ids), "written": True}, message, indent=2)

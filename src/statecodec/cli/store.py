@@ -1,20 +1,17 @@
-"""`statecodec revoke` and `statecodec store check`: the single-use store, as an operator drives it.
+"""`statecodec revoke` and `statecodec store check`: the single-use store, as an operator drives it (docs/cli.md).
 
-Both read the store from ``STATECODEC_STORE_URL`` and its key from ``STATECODEC_STORE_KEY`` (or their ``_FILE``
-forms) as every server does, and check the store's fingerprint first: under another store key or namespace, or on
-a store no server has used, nothing is revoked and the command says why. Neither prints a credential or the key.
-A store that cannot be reached exits 1 in both, like any check that failed (docs/cli.md).
+Both read the store and its key as every server does and check the store's fingerprint first: under another store
+key or namespace, or on a store no server has used, nothing is revoked. Neither prints a credential or the key.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from statecodec.cli._output import store_time
+from statecodec.cli._output import show, store_time
 from statecodec.errors import ConfigurationError
 
 T = TypeVar("T")
@@ -24,7 +21,8 @@ _NO_ISSUER = " with no issuer (tokens minted under an issuer need --issuer)"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    revoke = sub.add_parser("revoke", help="refuse, on every instance, the tokens minted until now for a principal")
+    revoke = sub.add_parser("revoke", func=_revoke,
+                            help="refuse, on every instance, the tokens minted until now for a principal")
     which = revoke.add_mutually_exclusive_group(required=True)
     which.add_argument("--principal", metavar="SUBJECT", help="the authenticated subject (with --issuer if any)")
     which.add_argument("--client", metavar="ID", help="an OAuth client id (with --issuer if any)")
@@ -33,12 +31,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     revoke.add_argument("--issuer", metavar="ISS", help="the issuer of --principal or --client (the token's iss)")
     revoke.add_argument("--lift", action="store_true", help="undo the revocation of the same selector")
     revoke.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-    revoke.set_defaults(func=_revoke)
     store = sub.add_parser("store", help="the single-use store")
     actions = store.add_subparsers(dest="store_command", metavar="SUBCOMMAND", required=True)
-    check = actions.add_parser("check", help="check the configured store: owner, memory policy, revocations")
+    check = actions.add_parser("check", func=_check,
+                               help="check the configured store: owner, memory policy, revocations")
     check.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
-    check.set_defaults(func=_check)
 
 
 def on_store(work: Callable[[Any], Awaitable[T]], *, guard: bool = True) -> T:
@@ -91,8 +88,7 @@ def _revoke(args: argparse.Namespace) -> int:
     else:
         doc["revoked_until"] = store_time(round(on_store(lambda guard: guard.revoke(**selector)) * 1000))
         message = f"revoked {what} minted until {doc['revoked_until']} (store clock)"
-    print(json.dumps({**doc, "message": message}) if args.json else message)
-    return 0 if doc.get("lifted", True) else 1
+    return show(args, {**doc, "message": message}, message, 0 if doc.get("lifted", True) else 1)
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -121,10 +117,6 @@ def _check(args: argparse.Namespace) -> int:
         "store_time": store_time(health["store_time_ms"]),
         "problems": problems,
     }
-    if args.json:
-        print(json.dumps({"ready": not problems, **report}))
-    else:
-        for name, value in report.items():
-            text = ", ".join(value) or "none" if isinstance(value, list) else value
-            print(f"{name.replace('_', ' '):18}{text}")
-    return 1 if problems else 0
+    lines = [f"{name.replace('_', ' '):18}{', '.join(value) or 'none' if isinstance(value, list) else value}"
+             for name, value in report.items()]
+    return show(args, {"ready": not problems, **report}, "\n".join(lines), 1 if problems else 0)

@@ -12,7 +12,8 @@ import sys
 from statecodec._encoding import b64u_encode
 from statecodec._settings import CODEC_VAR, KEYS_FILE_VAR, MAX_TOKEN_LENGTH_VAR, max_token_length_setting
 from statecodec._types import Codec
-from statecodec.cli.main import flag_values, flags_named, settings_from_flags
+from statecodec.cli._output import show
+from statecodec.cli.main import flag_values, settings_from_flags
 from statecodec.config import codec_from_env, codec_from_file
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 
@@ -25,12 +26,10 @@ _FLAGS = {"--keys-file": KEYS_FILE_VAR, "--codec": CODEC_VAR, "--max-token-lengt
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    commands = (
-        ("seal", _seal, "seal stdin into a token on stdout (debugging)"),
-        ("unseal", _unseal, "unseal a token to the exact payload bytes on stdout (debugging)"),
-    )
-    for name, func, text in commands:
-        p = sub.add_parser(name, help=text, epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, func, text in (("seal", _seal, "seal stdin into a token on stdout (debugging)"),
+                             ("unseal", _unseal, "unseal a token to the exact payload bytes on stdout (debugging)")):
+        p = sub.add_parser(name, func=func, flags=_FLAGS, help=text, epilog=_EPILOG,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         source = p.add_mutually_exclusive_group()
         source.add_argument("--keys-file", metavar="PATH", help="the key ring file (STATECODEC_KEYS_FILE)")
         source.add_argument("--config", metavar="FILE", help="a JSON file of STATECODEC_* settings")
@@ -39,13 +38,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p.add_argument("--json", action="store_true", help="print the result as one JSON object")
         if name == "unseal":
             p.add_argument("token", metavar="TOKEN", nargs="?", help="the token, or - (the default) for stdin")
-        p.set_defaults(func=flags_named(_FLAGS, func))
 
 
 def _codec(args: argparse.Namespace) -> tuple[Codec, int]:  # and its token cap
     if args.config and (args.codec is not None or args.max_token_length is not None):
         raise ConfigurationError("--codec and --max-token-length go in the --config file, not beside it")
-    settings = {} if args.config else settings_from_flags(flag_values(args, _FLAGS))
+    settings = {} if args.config else settings_from_flags(flag_values(args))
     codec = codec_from_file(args.config) if args.config else codec_from_env(settings)
     cap = getattr(codec, "max_token_length", None)
     return codec, cap if isinstance(cap, int) else max_token_length_setting(settings)
@@ -60,8 +58,7 @@ def _seal(args: argparse.Namespace) -> int:
     except SealError as exc:  # the real size, not the part read: count (and drop) the rest of stdin
         size = len(payload) + sum(map(len, iter(lambda: sys.stdin.buffer.read(1 << 16), b"")))
         raise SealError(str(exc).replace(f"payload of {len(payload)} bytes", f"payload of {size} bytes")) from None
-    print(json.dumps({"token": token}) if args.json else token)
-    return 0
+    return show(args, {"token": token}, token)
 
 
 def _unseal(args: argparse.Namespace) -> int:
