@@ -1,36 +1,63 @@
 """Key providers for `EnvelopeCodec` (`aws_kms`, `gcp_kms`, `vault`), each behind its own extra.
 
 A provider module imports its SDK, or raises `ImportError` naming the extra; `import statecodec` imports none
-of them. Here: the settings every envelope codec reads (``STATECODEC_WRAPPED_KEYS(_FILE)``, ``..._KMS_CONTEXT``
-or ``..._KMS_AUDIENCE``).
+of them. Here: the base every provider shares, and the settings every envelope codec reads
+(``STATECODEC_WRAPPED_KEYS(_FILE)``, ``..._KMS_CONTEXT`` or ``..._KMS_AUDIENCE``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import Self
+from typing import Any, Self, TypeVar
 
 from statecodec._settings import max_token_length_setting, named_errors, setting, text_or_file
 from statecodec._types import HoldsSecrets
 from statecodec.envelope import EnvelopeCodec, KeyWrapper, _check_context, default_context, parse_wrapped_keys
-from statecodec.errors import ConfigurationError
+from statecodec.errors import ConfigurationError, ProviderError
 from statecodec.providers._retry import RetryPolicy as RetryPolicy
+from statecodec.providers._retry import call_with_retries
+from statecodec.providers._sdk_logs import sdk_logs_withheld
 
 _WRAPPED_KEYS_VAR = "STATECODEC_WRAPPED_KEYS"
 _CONTEXT_VAR = "STATECODEC_KMS_CONTEXT"
+_T = TypeVar("_T")
 
 
 class _ClientHolder(HoldsSecrets):
     """The base of every provider object: repr names the key only; `close()` closes a client the object built (an
-    injected one belongs to the caller); no pickle or copy, since the client holds credentials."""
+    injected one belongs to the caller); no pickle or copy, since the client holds credentials. `_call_provider`
+    is the one way to the provider: retried, the SDK's logs withheld, a failure a `ProviderError` naming the key."""
 
-    __slots__ = ("_close_owned",)
+    __slots__ = ("_client", "_close_owned", "_retry")
+    _client: Any
     _close_owned: Callable[[], None] | None  # how to close the client, when this object built it
+    _SDK_LOGGERS: tuple[str, ...] = ()  # the SDK's loggers, which log request and response bodies (data keys)
+    _FAILURES: tuple[type[Exception], ...] = ()  # what the SDK raises when the provider fails
+
+    def __init__(self, retry: RetryPolicy | None, default: RetryPolicy) -> None:
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigurationError("retry must be a statecodec.providers.RetryPolicy, or None for the default")
+        self._retry, self._close_owned = retry or default, None
 
     def describe(self) -> str:
         raise NotImplementedError
+
+    def _cause(self, exc: Exception, operation: str) -> str:
+        """What `exc`, one of `_FAILURES` raised by `operation`, means, in fixed words and the provider's own."""
+        raise NotImplementedError
+
+    def _call_provider(self, fn: Callable[[], _T], operation: str, transient: Callable[[BaseException], bool]) -> _T:
+        try:
+            with sdk_logs_withheld(self._SDK_LOGGERS):
+                return call_with_retries(fn, transient=transient, policy=self._retry)
+        except self._FAILURES as exc:
+            why = self._cause(exc, operation)
+        # Raised out here: `from None` would still keep the SDK's error as the context, and such an error may hold
+        # the request with its credentials (a `requests` error keeps the X-Vault-Token header).
+        raise ProviderError(f"{self.describe()}: {why}")
 
     def close(self) -> None:
         if self._close_owned is not None:
@@ -46,8 +73,9 @@ class _ClientHolder(HoldsSecrets):
         return f"{type(self).__name__}({self.describe()!r})"
 
 
-def wrapped_keys_from_settings(settings: Mapping[str, str]) -> list[bytes]:
+def wrapped_keys_from_env(environ: Mapping[str, str] | None = None) -> list[bytes]:
     """Wrapped blobs from exactly one of ``STATECODEC_WRAPPED_KEYS`` or ``..._FILE``."""
+    settings = os.environ if environ is None else environ
     text, source = text_or_file(settings, _WRAPPED_KEYS_VAR, 256 * 1024, "is it a wrapped-key file?")
     if text is None:
         raise ConfigurationError(f"no wrapped data keys configured: set {_WRAPPED_KEYS_VAR} to the output of "
@@ -77,9 +105,10 @@ def parse_context(text: str) -> dict[str, str]:
     return dict(_check_context(doc))
 
 
-def context_from_settings(settings: Mapping[str, str]) -> dict[str, str]:
+def context_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """``STATECODEC_KMS_CONTEXT`` (see `parse_context`), checked as a codec will check it so that a bad context is
     named by its setting, or the default context with ``STATECODEC_KMS_AUDIENCE``."""
+    settings = os.environ if environ is None else environ
     text = setting(settings, _CONTEXT_VAR, required=False)
     if text is None:
         return default_context(setting(settings, "STATECODEC_KMS_AUDIENCE", required=False))
@@ -89,12 +118,12 @@ def context_from_settings(settings: Mapping[str, str]) -> dict[str, str]:
 
 def build_envelope_codec(
     settings: Mapping[str, str],
-    wrapper_from_settings: Callable[[Mapping[str, str]], AbstractContextManager[KeyWrapper]],
+    wrapper_from_env: Callable[[Mapping[str, str]], AbstractContextManager[KeyWrapper]],
 ) -> EnvelopeCodec:
     """The envelope codec the settings describe: every setting checked before the provider is contacted,
     the ring unwrapped once, the wrapper's client closed on return (after start-up no provider is needed)."""
-    blobs = wrapped_keys_from_settings(settings)
-    context = context_from_settings(settings)
+    blobs = wrapped_keys_from_env(settings)
+    context = context_from_env(settings)
     max_length = max_token_length_setting(settings)
-    with wrapper_from_settings(settings) as wrapper:
+    with wrapper_from_env(settings) as wrapper:
         return EnvelopeCodec(wrapper, blobs, context=context, max_token_length=max_length)

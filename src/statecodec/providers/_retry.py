@@ -34,14 +34,6 @@ class RetryPolicy:
         seconds("base_delay", self.base_delay, low=0, high=self.max_delay)
 
 
-def check_retry(retry: object, default: RetryPolicy) -> RetryPolicy:
-    if retry is None:
-        return default
-    if not isinstance(retry, RetryPolicy):
-        raise ConfigurationError("retry must be a statecodec.providers.RetryPolicy, or None for the default")
-    return retry
-
-
 def call_with_retries(fn: Callable[[], _T], *, transient: Callable[[BaseException], bool], policy: RetryPolicy) -> _T:
     """`fn()`, called again while it raises a transient exception; the last exception when attempts run out."""
     for attempt in range(1, policy.attempts):

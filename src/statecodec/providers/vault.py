@@ -9,14 +9,14 @@ material or payload. Vault is never called per token. Policies and settings: doc
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from statecodec._settings import named_errors, seconds_setting, setting, text_or_file
 from statecodec.envelope import canonical_context
 from statecodec.errors import ConfigurationError, ProviderError
-from statecodec.providers import _ClientHolder
-from statecodec.providers._retry import RetryPolicy, call_with_retries, check_retry
+from statecodec.providers import RetryPolicy, _ClientHolder
 from statecodec.providers._vault_api import (
     CIPHERTEXT,
     MOUNT,
@@ -40,7 +40,8 @@ class VaultKeyWrapper(_ClientHolder):
     `vault_client`; `owns_client` (built from settings): `close()` closes its connection pool.
     """
 
-    __slots__ = ("_client", "_key", "_mount", "_retry")
+    __slots__ = ("_key", "_mount")
+    _FAILURES = (Exception,)  # every hvac and `requests` error, and a malformed reply (see `failure`)
 
     def __init__(
         self, client: Any, key: str, *, mount_point: str = "transit", retry: RetryPolicy | None = None,
@@ -51,9 +52,10 @@ class VaultKeyWrapper(_ClientHolder):
             raise ConfigurationError("the transit mount must be a path such as 'transit'")
         if not callable(getattr(getattr(client, "adapter", None), "post", None)):
             raise ConfigurationError("client must be an hvac.Client (build one with vault_client(...))")
-        self._retry = check_retry(retry, RetryPolicy(attempts=3, base_delay=0.1, max_delay=1.0))
+        super().__init__(retry, RetryPolicy(attempts=3, base_delay=0.1, max_delay=1.0))
         self._client, self._key, self._mount = client, key, mount_point.strip("/")
-        self._close_owned = client.adapter.close if owns_client else None
+        if owns_client:
+            self._close_owned = client.adapter.close
 
     def describe(self) -> str:
         ns = f" (namespace {self._client.adapter.namespace})" if self._client.adapter.namespace else ""
@@ -62,23 +64,20 @@ class VaultKeyWrapper(_ClientHolder):
     def _call(self, op: str, context: Mapping[str, str], **fields: object) -> Mapping[str, Any]:
         """Vault's ``data`` for ``<mount>/<op>/<key>`` under `context`, retried while Vault cannot answer."""
         bound = base64.b64encode(canonical_context(context)).decode("ascii")
-        path = f"{self._mount}/{op}/{self._key}"
         body = {**fields, "context": bound, "associated_data": bound}
 
         def post() -> Mapping[str, Any]:
-            reply = self._client.adapter.post(f"/v1/{path}", json=body)
+            reply = self._client.adapter.post(f"/v1/{self._mount}/{op}/{self._key}", json=body)
             data = reply.get("data") if isinstance(reply, dict) else None
             if not isinstance(data, dict):
                 raise ValueError("reply without a data object")
             return data
 
-        try:
-            return call_with_retries(post, transient=lambda exc: failure(exc)[1], policy=self._retry)
-        except Exception as exc:
-            why = failure(exc)[0].format(path=path, key=f"{self._mount}/keys/{self._key}")
-        # Raised out here: the `requests` error keeps the request and its X-Vault-Token header, so it must not be
-        # this error's context either.
-        raise ProviderError(f"transit {op} on {self._mount}/{self._key} failed: {why}")
+        return self._call_provider(post, op, lambda exc: failure(exc)[1])
+
+    def _cause(self, exc: Exception, operation: str) -> str:
+        path, key = f"{self._mount}/{operation}/{self._key}", f"{self._mount}/keys/{self._key}"
+        return f"transit {operation} failed: {failure(exc)[0].format(path=path, key=key)}"
 
     def new_wrapped_key(self, context: Mapping[str, str]) -> bytes:
         """A fresh 256-bit data key from ``transit/datakey/wrapped``; Vault never returns it in clear."""
@@ -108,7 +107,9 @@ def _get(settings: Mapping[str, str], name: str) -> str | None:
     return setting(settings, f"VAULT_{name}", required=False) if value is None and name in _VAULT_NAMES else value
 
 
-def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
+def vault_client_from_env(environ: Mapping[str, str] | None = None) -> Any:
+    """An `hvac.Client` from the STATECODEC_VAULT_* settings (else the standard VAULT_* ones); close it after use."""
+    settings = os.environ if environ is None else environ
     url = _get(settings, "ADDR")
     if url is None:
         raise ConfigurationError("STATECODEC_VAULT_ADDR (or VAULT_ADDR) is not set; e.g. https://vault.example:8200")
@@ -136,12 +137,13 @@ def vault_client_from_settings(settings: Mapping[str, str]) -> Any:
     )
 
 
-def wrapper_from_settings(settings: Mapping[str, str]) -> VaultKeyWrapper:  # STATECODEC_CODEC=vault-envelope
+def wrapper_from_env(environ: Mapping[str, str] | None = None) -> VaultKeyWrapper:  # STATECODEC_CODEC=vault-envelope
     """A `VaultKeyWrapper` that owns its client; close it after use."""
+    settings = os.environ if environ is None else environ
     key = setting(settings, "STATECODEC_VAULT_KEY") or ""
     with named_errors("STATECODEC_VAULT_KEY"):
         check_key_name(key)
-    client = vault_client_from_settings(settings)
+    client = vault_client_from_env(settings)
     try:
         return VaultKeyWrapper(client, key, mount_point=_get(settings, "MOUNT") or "transit", owns_client=True)
     except BaseException:
