@@ -13,8 +13,7 @@ import pytest
 
 from statecodec.envelope import default_context
 from statecodec.errors import ConfigurationError
-from statecodec.providers import context_from_env, parse_context, wrapped_keys_from_env
-from statecodec.providers._retry import RetryPolicy
+from statecodec.providers import RetryPolicy, context_from_env, parse_context, wrapped_keys_from_env
 from statecodec.providers._sdk_logs import sdk_logs_withheld
 from tests.integration.kms_support import capture_every_record
 

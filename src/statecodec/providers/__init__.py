@@ -1,29 +1,61 @@
 """Key providers for `EnvelopeCodec` (`aws_kms`, `gcp_kms`, `vault`), each behind its own extra.
 
 A provider module imports its SDK, or raises `ImportError` naming the extra; `import statecodec` imports none
-of them. Here: the base every provider shares, and the settings every envelope codec reads
-(``STATECODEC_WRAPPED_KEYS(_FILE)``, ``..._KMS_CONTEXT`` or ``..._KMS_AUDIENCE``).
+of them. Here: what every provider shares (bounded retries, its base class) and the settings every envelope codec
+reads (``STATECODEC_WRAPPED_KEYS(_FILE)``, ``..._KMS_CONTEXT`` or ``..._KMS_AUDIENCE``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
+import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
-from statecodec._settings import max_token_length_setting, named_errors, setting, text_or_file
+from statecodec._settings import max_token_length_setting, named_errors, seconds, setting, text_or_file
 from statecodec._types import HoldsSecrets
 from statecodec.envelope import EnvelopeCodec, KeyWrapper, _check_context, default_context, parse_wrapped_keys
 from statecodec.errors import ConfigurationError, ProviderError
-from statecodec.providers._retry import RetryPolicy as RetryPolicy
-from statecodec.providers._retry import call_with_retries
 from statecodec.providers._sdk_logs import sdk_logs_withheld
 
 _WRAPPED_KEYS_VAR = "STATECODEC_WRAPPED_KEYS"
 _CONTEXT_VAR = "STATECODEC_KMS_CONTEXT"
 _T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded retries of provider calls: unbounded ones turn a KMS outage into a server that never starts and never
+    says why; none turn one throttled call into a failed deploy. At most `attempts` calls; sleep
+    ``uniform(0, min(max_delay, base_delay * 2**n))`` between them."""
+
+    attempts: int = 4
+    base_delay: float = 0.2
+    max_delay: float = 2.0
+    sleep: Callable[[float], None] = time.sleep
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.attempts, int) and 1 <= self.attempts <= 10):
+            raise ConfigurationError("retry attempts must be an int from 1 to 10")
+        seconds("max_delay", self.max_delay, low=0, high=30)
+        seconds("base_delay", self.base_delay, low=0, high=self.max_delay)
+
+
+def call_with_retries(fn: Callable[[], _T], *, transient: Callable[[BaseException], bool], policy: RetryPolicy) -> _T:
+    """`fn()`, called again while it raises a transient exception; the last exception when attempts run out."""
+    for attempt in range(1, policy.attempts):
+        try:
+            return fn()
+        except Exception as exc:
+            if not transient(exc):
+                raise
+        # Full jitter: fleets restarting together do not retry in lockstep.
+        policy.sleep(random.uniform(0, min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))))
+    return fn()
 
 
 class _ClientHolder(HoldsSecrets):
