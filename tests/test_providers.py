@@ -13,8 +13,7 @@ import pytest
 
 from statecodec.envelope import default_context
 from statecodec.errors import ConfigurationError
-from statecodec.providers import RetryPolicy, context_from_env, parse_context, wrapped_keys_from_env
-from statecodec.providers._sdk_logs import sdk_logs_withheld
+from statecodec.providers import RetryPolicy, context_from_env, parse_context, sdk_logs_withheld, wrapped_keys_from_env
 from tests.integration.kms_support import capture_every_record
 
 

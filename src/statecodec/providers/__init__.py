@@ -1,18 +1,21 @@
 """Key providers for `EnvelopeCodec` (`aws_kms`, `gcp_kms`, `vault`), each behind its own extra.
 
 A provider module imports its SDK, or raises `ImportError` naming the extra; `import statecodec` imports none
-of them. Here: what every provider shares (bounded retries, its base class) and the settings every envelope codec
-reads (``STATECODEC_WRAPPED_KEYS(_FILE)``, ``..._KMS_CONTEXT`` or ``..._KMS_AUDIENCE``).
+of them. Here: what every provider shares (bounded retries, SDK logs withheld, its base class) and the settings every
+envelope codec reads (``STATECODEC_WRAPPED_KEYS(_FILE)``, ``..._KMS_CONTEXT`` or ``..._KMS_AUDIENCE``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
+import threading
 import time
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
@@ -20,7 +23,6 @@ from statecodec._settings import max_token_length_setting, named_errors, seconds
 from statecodec._types import HoldsSecrets
 from statecodec.envelope import EnvelopeCodec, KeyWrapper, _check_context, default_context, parse_wrapped_keys
 from statecodec.errors import ConfigurationError, ProviderError
-from statecodec.providers._sdk_logs import sdk_logs_withheld
 
 _WRAPPED_KEYS_VAR = "STATECODEC_WRAPPED_KEYS"
 _CONTEXT_VAR = "STATECODEC_KMS_CONTEXT"
@@ -45,17 +47,48 @@ class RetryPolicy:
         seconds("base_delay", self.base_delay, low=0, high=self.max_delay)
 
 
-def call_with_retries(fn: Callable[[], _T], *, transient: Callable[[BaseException], bool], policy: RetryPolicy) -> _T:
-    """`fn()`, called again while it raises a transient exception; the last exception when attempts run out."""
-    for attempt in range(1, policy.attempts):
-        try:
-            return fn()
-        except Exception as exc:
-            if not transient(exc):
-                raise
-        # Full jitter: fleets restarting together do not retry in lockstep.
-        policy.sleep(random.uniform(0, min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))))
-    return fn()
+# No record from a provider SDK's loggers reaches a handler while statecodec is inside a provider call. Threat:
+# botocore and the Cloud KMS client log request and response bodies, data keys included (docs/threat-model.md).
+# A logger's filters see only records created on that very logger, and adding and removing them races other
+# threads; so the record factory puts one lasting filter on each SDK logger it sees emitting in a call, and the
+# filter decides from a context variable.
+_withheld: ContextVar[tuple[str, ...]] = ContextVar("statecodec_withheld_sdk_loggers", default=())
+_install_lock = threading.Lock()
+
+
+def _is_withheld(name: object) -> bool:
+    # `logging.makeLogRecord` calls the factory with no logger name.
+    return isinstance(name, str) and any(name == top or name.startswith(top + ".") for top in _withheld.get())
+
+
+def _drop_withheld(record: logging.LogRecord) -> bool:
+    return not _is_withheld(record.name)
+
+
+class _WithholdingFactory:
+    """The record factory found at install time, which also puts `_drop_withheld` on each withheld logger it meets."""
+
+    def __init__(self, inner: Callable[..., logging.LogRecord]) -> None:
+        self._inner = inner
+
+    def __call__(self, name: Any, *args: Any, **kwargs: Any) -> logging.LogRecord:
+        if _is_withheld(name):
+            logging.getLogger(name).addFilter(_drop_withheld)  # a no-op once the logger has it
+        return self._inner(name, *args, **kwargs)
+
+
+@contextmanager
+def sdk_logs_withheld(tops: tuple[str, ...]) -> Iterator[None]:
+    """Drop every record created in this context on a logger in `tops` (or below one) until exit."""
+    with _install_lock:
+        # Checked on every call, so a factory the application sets later is wrapped in turn.
+        if not isinstance(logging.getLogRecordFactory(), _WithholdingFactory):
+            logging.setLogRecordFactory(_WithholdingFactory(logging.getLogRecordFactory()))
+    token = _withheld.set((*_withheld.get(), *tops))
+    try:
+        yield
+    finally:
+        _withheld.reset(token)
 
 
 class _ClientHolder(HoldsSecrets):
@@ -82,9 +115,19 @@ class _ClientHolder(HoldsSecrets):
         raise NotImplementedError
 
     def _call_provider(self, fn: Callable[[], _T], operation: str, transient: Callable[[BaseException], bool]) -> _T:
+        """`fn()`, called again while it raises a transient exception, until the policy's attempts run out."""
+        policy = self._retry
         try:
             with sdk_logs_withheld(self._SDK_LOGGERS):
-                return call_with_retries(fn, transient=transient, policy=self._retry)
+                for attempt in range(1, policy.attempts):
+                    try:
+                        return fn()
+                    except Exception as exc:
+                        if not transient(exc):
+                            raise
+                    # Full jitter: fleets restarting together do not retry in lockstep.
+                    policy.sleep(random.uniform(0, min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))))
+                return fn()
         except self._FAILURES as exc:
             why = self._cause(exc, operation)
         # Raised out here: `from None` would still keep the SDK's error as the context, and such an error may hold
