@@ -53,11 +53,9 @@ def _transient(exc: BaseException) -> bool:
 
 
 class AwsKmsWrapper(_ClientHolder):
-    """Wraps data keys under one AWS KMS symmetric key, with an encryption context.
-
-    `key_id` is a key id, key ARN (it pins the key even if an alias is repointed), alias name or alias ARN. Pass a
-    boto3 KMS `client`, or `region` / `endpoint_url` / `profile` to build one (timeouts; botocore's retries off).
-    """
+    """Wraps data keys under one AWS KMS symmetric key, with an encryption context. `key_id`: a key id, key ARN (it
+    pins the key even if an alias is repointed), alias name or alias ARN. Pass a boto3 KMS `client`, or `region` /
+    `endpoint_url` / `profile` to build one (timeouts; botocore's retries off)."""
 
     _SDK_LOGGERS = ("botocore", "boto3", "urllib3", "s3transfer")  # they log bodies, data keys included, at DEBUG
     _FAILURES = (bexc.ClientError, bexc.BotoCoreError)
@@ -83,9 +81,8 @@ class AwsKmsWrapper(_ClientHolder):
                 session = boto3.session.Session(region_name=region, profile_name=profile)
                 client = session.client("kms", endpoint_url=endpoint_url, config=config)
             except bexc.NoRegionError:
-                raise ConfigurationError(
-                    f"no AWS region for KMS key {self._key_id}: set AWS_REGION (or {_REGION_VAR}, --region)"
-                ) from None
+                raise ConfigurationError(f"no AWS region for KMS key {self._key_id}: set AWS_REGION (or "
+                                         f"{_REGION_VAR}, --region)") from None
             except bexc.BotoCoreError as exc:
                 raise ConfigurationError(f"cannot build an AWS KMS client: {type(exc).__name__}") from None
             self._close_owned = client.close

@@ -63,12 +63,10 @@ def _transient(exc: BaseException) -> bool:
 
 
 class GcpKmsWrapper(_ClientHolder):
-    """Wraps data keys under one Cloud KMS symmetric crypto key, with the context bound as AAD.
-
-    `key_name` is ``projects/P/locations/L/keyRings/R/cryptoKeys/K`` (not a version, so old blobs keep decrypting
-    after a rotation). Pass a `client`, or let one be built with Application Default Credentials (`emulator_host`:
-    plaintext gRPC to a loopback test server).
-    """
+    """Wraps data keys under one Cloud KMS symmetric crypto key, with the context bound as AAD. `key_name`:
+    ``projects/P/locations/L/keyRings/R/cryptoKeys/K`` (not a version, so old blobs keep decrypting after a rotation).
+    Pass a `client`, or let one be built with Application Default Credentials (`emulator_host`: plaintext gRPC to a
+    loopback test server)."""
 
     _SDK_LOGGERS = ("google", "grpc")  # its gRPC transport logs request and response payloads (data keys) at DEBUG
     _FAILURES = (_Corrupted, gexc.GoogleAPICallError, auth_exc.GoogleAuthError)

@@ -131,12 +131,10 @@ _MAX_TOKEN_FILE_BYTES = 64 * 1024  # a Vault token, with room to spare
 
 
 class VaultKeyWrapper(_ClientHolder):
-    """A Vault transit key as a `KeyWrapper`: a wrapped key opens only under the context it was made for.
-
-    The context is bound as AES-GCM associated data and, on a derived key (recommended), as the key-derivation
-    context too. A wrapped blob is Vault's ciphertext text, ``vault:vN:<base64>``, as ASCII bytes. `client`: from
-    `vault_client`; `owns_client` (built from settings): `close()` closes its connection pool.
-    """
+    """A Vault transit key as a `KeyWrapper`: a wrapped key opens only under the context it was made for, bound as
+    AES-GCM associated data and, on a derived key (recommended), as the key-derivation context too. A wrapped blob is
+    Vault's ciphertext text, ``vault:vN:<base64>``, as ASCII bytes. `client`: from `vault_client`; `owns_client`
+    (built from settings): `close()` closes its connection pool."""
 
     __slots__ = ("_key", "_mount")
     _FAILURES = (Exception,)  # every hvac and `requests` error, and a malformed reply (see `_failure`)
