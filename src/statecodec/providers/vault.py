@@ -53,11 +53,9 @@ def vault_client(
     url: str, *, token: str, namespace: str | None = None, verify: bool | str = True,
     cert: tuple[str, str] | None = None, timeout: float | tuple[float, float] = 1.0,
 ) -> hvac.Client:
-    """A client authenticated by `token`, with bounded timeouts, no retries of its own and no redirects.
-
-    `timeout`: seconds to read (connect: at most 0.5), or (connect, read); a stalled Vault costs at most that per
-    call. Close with ``client.adapter.close()``.
-    """
+    """A client authenticated by `token`, with bounded timeouts, no retries of its own and no redirects. `timeout`:
+    seconds to read (connect: at most 0.5), or (connect, read); a stalled Vault costs at most that per call. Close
+    with ``client.adapter.close()``."""
     _check_address(url)
     if not isinstance(token, str) or not token.strip():
         raise ConfigurationError("the Vault token is empty")
