@@ -13,9 +13,7 @@ import pytest
 
 from statecodec.envelope import default_context
 from statecodec.errors import ConfigurationError
-from statecodec.providers import context_from_settings, parse_context, wrapped_keys_from_settings
-from statecodec.providers._retry import RetryPolicy
-from statecodec.providers._sdk_logs import sdk_logs_withheld
+from statecodec.providers import RetryPolicy, context_from_env, parse_context, sdk_logs_withheld, wrapped_keys_from_env
 from tests.integration.kms_support import capture_every_record
 
 
@@ -27,27 +25,27 @@ def test_parse_context_forms() -> None:
             parse_context(bad)
 
 
-def test_context_from_settings_default_and_audience() -> None:
-    assert context_from_settings({}) == {"purpose": "statecodec-envelope"}
-    assert context_from_settings({"STATECODEC_KMS_AUDIENCE": "billing"}) == default_context("billing")
-    assert context_from_settings({"STATECODEC_KMS_CONTEXT": "app=x"}) == {"app": "x"}
+def test_context_from_env_default_and_audience() -> None:
+    assert context_from_env({}) == {"purpose": "statecodec-envelope"}
+    assert context_from_env({"STATECODEC_KMS_AUDIENCE": "billing"}) == default_context("billing")
+    assert context_from_env({"STATECODEC_KMS_CONTEXT": "app=x"}) == {"app": "x"}
     with pytest.raises(ConfigurationError, match="STATECODEC_KMS_CONTEXT"):
-        context_from_settings({"STATECODEC_KMS_CONTEXT": "oops"})
+        context_from_env({"STATECODEC_KMS_CONTEXT": "oops"})
 
 
-def test_wrapped_keys_from_settings(tmp_path: Path) -> None:
-    assert wrapped_keys_from_settings({"STATECODEC_WRAPPED_KEYS": "AQID,BAUG"}) == [b"\x01\x02\x03", b"\x04\x05\x06"]
+def test_wrapped_keys_from_env(tmp_path: Path) -> None:
+    assert wrapped_keys_from_env({"STATECODEC_WRAPPED_KEYS": "AQID,BAUG"}) == [b"\x01\x02\x03", b"\x04\x05\x06"]
     f = tmp_path / "wrapped.txt"
     f.write_text("# ring\nAQID\nBAUG\n")
-    assert wrapped_keys_from_settings({"STATECODEC_WRAPPED_KEYS_FILE": str(f)}) == [b"\x01\x02\x03", b"\x04\x05\x06"]
+    assert wrapped_keys_from_env({"STATECODEC_WRAPPED_KEYS_FILE": str(f)}) == [b"\x01\x02\x03", b"\x04\x05\x06"]
     with pytest.raises(ConfigurationError, match="exactly one"):
-        wrapped_keys_from_settings({"STATECODEC_WRAPPED_KEYS": "AQID", "STATECODEC_WRAPPED_KEYS_FILE": str(f)})
+        wrapped_keys_from_env({"STATECODEC_WRAPPED_KEYS": "AQID", "STATECODEC_WRAPPED_KEYS_FILE": str(f)})
     with pytest.raises(ConfigurationError, match="new-data-key"):
-        wrapped_keys_from_settings({})
+        wrapped_keys_from_env({})
     with pytest.raises(ConfigurationError, match="STATECODEC_WRAPPED_KEYS: wrapped_keys\\[1\\]"):
-        wrapped_keys_from_settings({"STATECODEC_WRAPPED_KEYS": "AQID,A==="})
+        wrapped_keys_from_env({"STATECODEC_WRAPPED_KEYS": "AQID,A==="})
     with pytest.raises(ConfigurationError, match="cannot read"):
-        wrapped_keys_from_settings({"STATECODEC_WRAPPED_KEYS_FILE": str(tmp_path / "missing")})
+        wrapped_keys_from_env({"STATECODEC_WRAPPED_KEYS_FILE": str(tmp_path / "missing")})
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ pytest.importorskip("hvac")
 
 from statecodec import ConfigurationError
 from statecodec.config import codec_from_env
-from statecodec.providers.vault import VaultKeyWrapper, vault_client, vault_client_from_settings
+from statecodec.providers.vault import VaultKeyWrapper, vault_client, vault_client_from_env
 from tests.secrecy import refused
 
 SECRET = "s.do-not-print-this-token"
@@ -76,7 +76,7 @@ def test_wrapper_arguments(client: Any, kwargs: dict[str, Any], message: str) ->
     ],
 )
 def test_client_settings_refused(settings: dict[str, str], message: str) -> None:
-    assert re.search(message, refused(lambda: vault_client_from_settings(settings), SECRET.encode()))
+    assert re.search(message, refused(lambda: vault_client_from_env(settings), SECRET.encode()))
 
 
 def test_settings_reach_the_client(tmp_path: Path) -> None:
@@ -86,8 +86,8 @@ def test_settings_reach_the_client(tmp_path: Path) -> None:
     settings |= {"VAULT_TOKEN": "inherited", "STATECODEC_VAULT_TOKEN_FILE": str(tmp_path / "token")}
     settings |= {"VAULT_NAMESPACE": "team-b", "VAULT_CACERT": "/ca.pem", "STATECODEC_VAULT_TIMEOUT": "5"}
     settings |= {"VAULT_CLIENT_CERT": "/c.pem", "STATECODEC_VAULT_CLIENT_KEY": "/c.key"}
-    c = vault_client_from_settings(settings)
-    skip = vault_client_from_settings({**TOKEN, "VAULT_CACERT": "/ca.pem", "VAULT_SKIP_VERIFY": "1"})
+    c = vault_client_from_env(settings)
+    skip = vault_client_from_env({**TOKEN, "VAULT_CACERT": "/ca.pem", "VAULT_SKIP_VERIFY": "1"})
     c.adapter.close()
     skip.adapter.close()
     assert (c.url, c.token, c.adapter.namespace) == ("https://vault.example:8200", SECRET, "team-b")
@@ -103,7 +103,7 @@ def test_a_token_file_that_is_not_utf8_or_too_big_leaves_the_token_out_of_the_ex
     for secret, match in ((SECRET.encode() + b"-\xff-rest-of-the-secret", "not UTF-8 text"), (b"s" * 2**17, "is over")):
         (tmp_path / "secret").write_bytes(secret)
         settings = {**ADDR, "STATECODEC_VAULT_TOKEN_FILE": str(tmp_path / "secret")}
-        assert match in refused(lambda: vault_client_from_settings(settings), secret, SECRET.encode())  # noqa: B023
+        assert match in refused(lambda: vault_client_from_env(settings), secret, SECRET.encode())  # noqa: B023
 
 
 @pytest.mark.parametrize(

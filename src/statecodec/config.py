@@ -4,7 +4,7 @@ Threat: a misspelt or ineffective setting leaves a default in force without a wo
 half-read configuration spends a call on a set-up that was wrong from the start. So the whole configuration is
 checked against `KINDS`, the one table of what each kind reads and how it is built, before any builder runs
 (docs/configuration.md). A builder is given as its import path where it needs an optional package, imported only when
-that kind is chosen; an envelope kind's path names its provider's `wrapper_from_settings`. With
+that kind is chosen; an envelope kind's path names its provider's `wrapper_from_env`. With
 ``STATECODEC_RELOAD_INTERVAL`` the codec is a `ReloadingCodec`: its watcher is background work, run by the server's
 lifespan (`statecodec.mcp`) or, in a synchronous program, by `ReloadingCodec.start`.
 """
@@ -63,10 +63,10 @@ KINDS: dict[str, Kind] = {
     "aesgcm": Kind(_RING, AESGCMCodec.from_env),
     "xaesgcm": Kind(_RING, XAESGCMCodec.from_env),
     "aws-kms": Kind(_ENVELOPE | names("AWS_KMS_KEY_ID", "AWS_REGION", "AWS_KMS_ENDPOINT"),
-                    "statecodec.providers.aws_kms:wrapper_from_settings"),
+                    "statecodec.providers.aws_kms:wrapper_from_env"),
     "gcp-kms": Kind(_ENVELOPE | names("GCP_KMS_KEY", "GCP_KMS_EMULATOR_HOST"),
-                    "statecodec.providers.gcp_kms:wrapper_from_settings"),
-    "vault-envelope": Kind(_ENVELOPE | _VAULT, "statecodec.providers.vault:wrapper_from_settings"),
+                    "statecodec.providers.gcp_kms:wrapper_from_env"),
+    "vault-envelope": Kind(_ENVELOPE | _VAULT, "statecodec.providers.vault:wrapper_from_env"),
     "jwe": Kind(_RING | names("JWE_ALG", "JWKS_FILE"), "statecodec.jose.jwe:from_settings"),
     "jws": Kind(_RING | names("JWS_ALG", "JWKS_FILE"), "statecodec.jose.jws:from_settings"),
 }
@@ -161,10 +161,10 @@ def build_codec(kind: str, settings: Mapping[str, str]) -> Codec:
         builder = getattr(module, attr, None)
         if not callable(builder):
             raise ConfigurationError(f"the builder for {CODEC_VAR}={kind} ({KINDS[kind].builder}) does not exist")
-        if attr == "wrapper_from_settings":  # an envelope kind: the one envelope builder, over its provider
+        if attr == "wrapper_from_env":  # an envelope kind: the one envelope builder, over its provider
             from statecodec.providers import build_envelope_codec
 
-            builder = functools.partial(build_envelope_codec, wrapper_from_settings=builder)
+            builder = functools.partial(build_envelope_codec, wrapper_from_env=builder)
     view = Settings(settings, KINDS[kind].reads | _EVERY_KIND, what)
     return check_codec(cast(Builder, builder)(view), f"{what}'s result")
 

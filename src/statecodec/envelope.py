@@ -71,9 +71,8 @@ def _check_context(context: Mapping[str, str] | None) -> Mapping[str, str]:
         if not isinstance(k, str) or not isinstance(v, str):
             raise ConfigurationError("context keys and values must be str")
         if not k or len(k) > _MAX_CONTEXT_TEXT or len(v) > _MAX_CONTEXT_TEXT:
-            raise ConfigurationError(
-                f"context keys must be non-empty and keys and values at most {_MAX_CONTEXT_TEXT} characters"
-            )
+            raise ConfigurationError(f"context keys must be non-empty and keys and values at most "
+                                     f"{_MAX_CONTEXT_TEXT} characters")
     return MappingProxyType(dict(context))
 
 
@@ -115,12 +114,10 @@ format_wrapped_keys = format_keys  # the text form of wrapped blobs too (not sec
 
 
 class EnvelopeCodec(_Ring):
-    """AES-256-GCM tokens under KMS-wrapped data keys; the KMS is called only at start-up.
-
-    Construction unwraps each blob once through `wrapper` under `context`; a failure raises `ProviderError` naming
-    the ring position, key id, provider key and cause. Version 0x03: the AES-GCM layout under another version byte,
-    so a token never crosses between a local ring and an envelope ring (docs/formats.md).
-    """
+    """AES-256-GCM tokens under KMS-wrapped data keys; the KMS is called only at start-up, to unwrap each blob once
+    through `wrapper` under `context` (a failure: `ProviderError` naming the ring position, key id, provider key and
+    cause). Version 0x03: the AES-GCM layout under another version byte, so a token never crosses between a local
+    ring and an envelope ring (docs/formats.md)."""
 
     VERSION = 0x03
     NONCE_LENGTH = 12

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tests.integration.kms_support import ATTEMPTS
 
-from statecodec.providers._retry import RetryPolicy
+from statecodec.providers import RetryPolicy
 
 
 @pytest.fixture

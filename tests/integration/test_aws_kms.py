@@ -15,7 +15,7 @@ from tests.plugins.aws import KmsProxy, MotoServer
 from statecodec import EnvelopeCodec
 from statecodec.envelope import default_context, new_wrapped_key
 from statecodec.errors import ConfigurationError
-from statecodec.providers._retry import RetryPolicy
+from statecodec.providers import RetryPolicy
 from statecodec.providers.aws_kms import AwsKmsWrapper
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from tests.plugins.gcp import CORRUPTIONS, FakeCloudKms, key_name
 
 from statecodec import EnvelopeCodec, ProviderError
 from statecodec.envelope import canonical_context, default_context, new_wrapped_key
-from statecodec.providers._retry import RetryPolicy
+from statecodec.providers import RetryPolicy
 from statecodec.providers.gcp_kms import GcpKmsWrapper
 
 pytestmark = pytest.mark.integration

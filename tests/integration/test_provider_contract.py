@@ -29,7 +29,7 @@ from statecodec._encoding import b64u_decode
 from statecodec.config import codec_from_env, codec_from_file
 from statecodec.envelope import default_context, format_wrapped_keys, new_wrapped_key
 from statecodec.errors import ConfigurationError
-from statecodec.providers._retry import RetryPolicy
+from statecodec.providers import RetryPolicy
 from statecodec.reload import ReloadingCodec
 
 pytestmark = pytest.mark.integration

@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _new_data_key(args: argparse.Namespace) -> int:
-    from statecodec.providers import context_from_settings
+    from statecodec.providers import context_from_env
 
     kind = _PROVIDERS[args.provider][0]
     settings = settings_from_flags({CODEC_VAR: kind, **flag_values(args)})
@@ -47,8 +47,8 @@ def _new_data_key(args: argparse.Namespace) -> int:
     reads = KINDS[kind].reads | {CODEC_VAR}
     settings = {k: v for k, v in settings.items() if not k.startswith("STATECODEC_") or k in reads}
     check_settings(settings, kind)
-    context = context_from_settings(settings)  # named by its setting before the provider is built
-    module, _, factory = str(KINDS[kind].builder).partition(":")  # the provider's wrapper_from_settings
+    context = context_from_env(settings)  # named by its setting before the provider is built
+    module, _, factory = str(KINDS[kind].builder).partition(":")  # the provider's wrapper_from_env
     with getattr(importlib.import_module(module), factory)(settings) as wrapper:
         blob = new_wrapped_key(wrapper, context)
     text = format_wrapped_keys([blob])

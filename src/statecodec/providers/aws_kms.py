@@ -7,14 +7,13 @@ a blob made under any other key, even one the caller may use. Permissions and se
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from statecodec._settings import seconds, setting
 from statecodec.errors import ConfigurationError, ProviderError, missing_extra
-from statecodec.providers import _ClientHolder
-from statecodec.providers._retry import RetryPolicy, call_with_retries, check_retry
-from statecodec.providers._sdk_logs import sdk_logs_withheld
+from statecodec.providers import RetryPolicy, _ClientHolder
 
 try:
     import boto3
@@ -40,8 +39,6 @@ _CAUSES = {
     "DisabledException": "the key is disabled",
     "KMSInvalidStateException": "the key is not usable in its current state (pending deletion or import)",
 }  # any other code is named as it is, with AWS's message (credentials rejected or expired, key usage...)
-# boto3 and botocore log request and response bodies (data keys included) at DEBUG through these.
-_SDK_LOGGERS = ("botocore", "boto3", "urllib3", "s3transfer")
 
 
 def _error(exc: BaseException) -> Mapping[str, Any]:
@@ -56,11 +53,12 @@ def _transient(exc: BaseException) -> bool:
 
 
 class AwsKmsWrapper(_ClientHolder):
-    """Wraps data keys under one AWS KMS symmetric key, with an encryption context.
+    """Wraps data keys under one AWS KMS symmetric key, with an encryption context. `key_id`: a key id, key ARN (it
+    pins the key even if an alias is repointed), alias name or alias ARN. Pass a boto3 KMS `client`, or `region` /
+    `endpoint_url` / `profile` to build one (timeouts; botocore's retries off)."""
 
-    `key_id` is a key id, key ARN (it pins the key even if an alias is repointed), alias name or alias ARN. Pass a
-    boto3 KMS `client`, or `region` / `endpoint_url` / `profile` to build one (timeouts; botocore's retries off).
-    """
+    _SDK_LOGGERS = ("botocore", "boto3", "urllib3", "s3transfer")  # they log bodies, data keys included, at DEBUG
+    _FAILURES = (bexc.ClientError, bexc.BotoCoreError)
 
     def __init__(
         self, key_id: str, *, client: Any = None, region: str | None = None, endpoint_url: str | None = None,
@@ -71,8 +69,7 @@ class AwsKmsWrapper(_ClientHolder):
             raise ConfigurationError(f"the AWS KMS key ({_KEY_VAR}, --key-id) must be a key id, key ARN or alias, "
                                      "e.g. arn:aws:kms:eu-west-1:111122223333:key/1234abcd-...")
         self._key_id = key_id.strip()
-        self._retry = check_retry(retry, RetryPolicy())
-        self._close_owned = None
+        super().__init__(retry, RetryPolicy())
         if client is None:
             if endpoint_url is not None and not str(endpoint_url).startswith(("https://", "http://")):
                 raise ConfigurationError(f"the KMS endpoint ({_ENDPOINT_VAR}, --endpoint-url) must be http(s)://...")
@@ -84,9 +81,8 @@ class AwsKmsWrapper(_ClientHolder):
                 session = boto3.session.Session(region_name=region, profile_name=profile)
                 client = session.client("kms", endpoint_url=endpoint_url, config=config)
             except bexc.NoRegionError:
-                raise ConfigurationError(
-                    f"no AWS region for KMS key {self._key_id}: set AWS_REGION (or {_REGION_VAR}, --region)"
-                ) from None
+                raise ConfigurationError(f"no AWS region for KMS key {self._key_id}: set AWS_REGION (or "
+                                         f"{_REGION_VAR}, --region)") from None
             except bexc.BotoCoreError as exc:
                 raise ConfigurationError(f"cannot build an AWS KMS client: {type(exc).__name__}") from None
             self._close_owned = client.close
@@ -99,13 +95,7 @@ class AwsKmsWrapper(_ClientHolder):
 
     def _call(self, operation: str, **params: Any) -> Mapping[str, Any]:
         method = getattr(self._client, operation)
-        try:
-            with sdk_logs_withheld(_SDK_LOGGERS):
-                response: Mapping[str, Any] = call_with_retries(
-                    lambda: method(**params), transient=_transient, policy=self._retry
-                )
-        except (bexc.ClientError, bexc.BotoCoreError) as exc:
-            raise ProviderError(f"{self.describe()}: {self._cause(exc)}") from None
+        response: Mapping[str, Any] = self._call_provider(lambda: method(**params), operation, _transient)
         # KMS answers with the key ARN: confirm it is the configured key when that is an ARN or a bare id.
         answered, k = str(response.get("KeyId", "")), self._key_id
         if k.startswith("arn:") and ":key/" in k:
@@ -118,7 +108,7 @@ class AwsKmsWrapper(_ClientHolder):
             raise ProviderError(f"{self.describe()}: KMS answered for another key")
         return response
 
-    def _cause(self, exc: BaseException) -> str:
+    def _cause(self, exc: Exception, operation: str) -> str:
         attempts = self._retry.attempts
         code = str(_error(exc).get("Code", "")) or type(exc).__name__
         if isinstance(exc, (bexc.NoCredentialsError, bexc.PartialCredentialsError)):
@@ -146,6 +136,7 @@ class AwsKmsWrapper(_ClientHolder):
         return blob  # `envelope.new_wrapped_key` checks it
 
 
-def wrapper_from_settings(settings: Mapping[str, str]) -> AwsKmsWrapper:  # STATECODEC_CODEC=aws-kms
+def wrapper_from_env(environ: Mapping[str, str] | None = None) -> AwsKmsWrapper:  # STATECODEC_CODEC=aws-kms
+    settings = os.environ if environ is None else environ
     key, region = setting(settings, _KEY_VAR) or "", setting(settings, _REGION_VAR, required=False)
     return AwsKmsWrapper(key, region=region, endpoint_url=setting(settings, _ENDPOINT_VAR, required=False))

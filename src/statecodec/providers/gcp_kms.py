@@ -7,18 +7,17 @@ then a `ProviderError`). Roles and settings: ``docs/gcp-kms.md``.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from statecodec._settings import seconds, setting
 from statecodec.envelope import canonical_context
 from statecodec.errors import ConfigurationError, ProviderError, missing_extra
 from statecodec.keys import MIN_KEY_LENGTH
-from statecodec.providers import _ClientHolder
-from statecodec.providers._retry import RetryPolicy, call_with_retries, check_retry
-from statecodec.providers._sdk_logs import sdk_logs_withheld
+from statecodec.providers import RetryPolicy, _ClientHolder
 
 try:
     import google_crc32c
@@ -44,8 +43,6 @@ _CAUSES = (
     (gexc.InvalidArgument, "the wrapped key does not decrypt under this key and context (made under another "
      "key, with another context, or corrupted)"),
 )
-# The Cloud KMS client's gRPC transport logs request and response payloads (data keys included) at DEBUG.
-_SDK_LOGGERS = ("google", "grpc")
 
 
 class _Corrupted(Exception):
@@ -66,12 +63,13 @@ def _transient(exc: BaseException) -> bool:
 
 
 class GcpKmsWrapper(_ClientHolder):
-    """Wraps data keys under one Cloud KMS symmetric crypto key, with the context bound as AAD.
+    """Wraps data keys under one Cloud KMS symmetric crypto key, with the context bound as AAD. `key_name`:
+    ``projects/P/locations/L/keyRings/R/cryptoKeys/K`` (not a version, so old blobs keep decrypting after a rotation).
+    Pass a `client`, or let one be built with Application Default Credentials (`emulator_host`: plaintext gRPC to a
+    loopback test server)."""
 
-    `key_name` is ``projects/P/locations/L/keyRings/R/cryptoKeys/K`` (not a version, so old blobs keep decrypting
-    after a rotation). Pass a `client`, or let one be built with Application Default Credentials (`emulator_host`:
-    plaintext gRPC to a loopback test server).
-    """
+    _SDK_LOGGERS = ("google", "grpc")  # its gRPC transport logs request and response payloads (data keys) at DEBUG
+    _FAILURES = (_Corrupted, gexc.GoogleAPICallError, auth_exc.GoogleAuthError)
 
     def __init__(
         self, key_name: str, *, client: Any = None, emulator_host: str | None = None, retry: RetryPolicy | None = None,
@@ -82,8 +80,7 @@ class GcpKmsWrapper(_ClientHolder):
                                      "projects/PROJECT/locations/LOCATION/keyRings/RING/cryptoKeys/KEY")
         self._timeout = float(seconds("timeout", timeout, low=0, high=120, low_open=True))
         self._key = key_name.strip()
-        self._retry = check_retry(retry, RetryPolicy())
-        self._close_owned = None
+        super().__init__(retry, RetryPolicy())
         if client is None:
             client = _emulator_client(emulator_host) if emulator_host is not None else _default_client()
             self._close_owned = client.transport.close
@@ -92,22 +89,12 @@ class GcpKmsWrapper(_ClientHolder):
     def describe(self) -> str:
         return f"gcp-kms key {self._key}"
 
-    def _call(self, attempt: Callable[[], bytes], operation: str) -> bytes:
-        try:
-            with sdk_logs_withheld(_SDK_LOGGERS):
-                result = call_with_retries(attempt, transient=_transient, policy=self._retry)
-        except _Corrupted as exc:
-            raise ProviderError(
-                f"{self.describe()}: {exc} after {self._retry.attempts} attempts (data corrupted in transit)"
-            ) from None
-        except gexc.GoogleAPICallError as exc:
-            raise ProviderError(f"{self.describe()}: {self._cause(exc, operation)}") from None
-        except auth_exc.GoogleAuthError as exc:
-            raise ProviderError(f"{self.describe()}: no usable Google credentials ({type(exc).__name__})") from None
-        return result
-
-    def _cause(self, exc: gexc.GoogleAPICallError, operation: str) -> str:
+    def _cause(self, exc: Exception, operation: str) -> str:
         attempts = self._retry.attempts
+        if isinstance(exc, _Corrupted):
+            return f"{exc} after {attempts} attempts (data corrupted in transit)"
+        if not isinstance(exc, gexc.GoogleAPICallError):  # a GoogleAuthError
+            return f"no usable Google credentials ({type(exc).__name__})"
         if isinstance(exc, gexc.ResourceExhausted):
             return f"throttled by Cloud KMS after {attempts} attempts (quota exhausted)"
         if _checksum_refused(exc):
@@ -136,7 +123,7 @@ class GcpKmsWrapper(_ClientHolder):
                 raise _Corrupted("decrypt response failed its plaintext_crc32c check")
             return plaintext
 
-        return self._call(attempt, "decrypt")
+        return self._call_provider(attempt, "decrypt", _transient)
 
     def new_wrapped_key(self, context: Mapping[str, str]) -> bytes:
         """`Encrypt` a fresh 32-byte key from the OS CSPRNG under the primary version; all checksums verified."""
@@ -157,7 +144,7 @@ class GcpKmsWrapper(_ClientHolder):
                 raise ProviderError(f"{self.describe()}: Cloud KMS answered with another key")
             return ciphertext
 
-        return self._call(attempt, "encrypt")
+        return self._call_provider(attempt, "encrypt", _transient)
 
 
 def _default_client() -> Any:
@@ -184,6 +171,7 @@ def _emulator_client(host: str) -> Any:
     return kms_v1.KeyManagementServiceClient(transport=transport)
 
 
-def wrapper_from_settings(settings: Mapping[str, str]) -> GcpKmsWrapper:  # STATECODEC_CODEC=gcp-kms
+def wrapper_from_env(environ: Mapping[str, str] | None = None) -> GcpKmsWrapper:  # STATECODEC_CODEC=gcp-kms
+    settings = os.environ if environ is None else environ
     key = setting(settings, _KEY_VAR) or ""
     return GcpKmsWrapper(key, emulator_host=setting(settings, _EMULATOR_VAR, required=False))
