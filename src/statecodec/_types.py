@@ -39,7 +39,7 @@ class Codec(Protocol):
         """The payload of a token this codec minted unmodified; `InvalidToken` for anything else."""
 
 
-def check_codec(codec: object, what: str = "codec") -> Codec:
+def require_codec(codec: object, what: str = "codec") -> Codec:
     """The one check that `codec` is a codec (callable `seal` and `unseal`), done where it is given, not at the
     first token; else `ConfigurationError` naming `what`."""
     if not (callable(getattr(codec, "seal", None)) and callable(getattr(codec, "unseal", None))):

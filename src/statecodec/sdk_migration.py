@@ -16,7 +16,7 @@ from typing import Any
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_len, check_cap, check_payload, check_token_text
 from statecodec._settings import seconds
-from statecodec._types import Codec, HoldsSecrets, check_codec
+from statecodec._types import Codec, HoldsSecrets, require_codec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, missing_extra
 
 __all__ = ["SDK_FORMAT_PREFIX", "SDKKeysMigration"]
@@ -43,7 +43,7 @@ class SDKKeysMigration(HoldsSecrets):
         seal_with_sdk: bool = False, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        check_codec(codec)
+        require_codec(codec)
         if seal_with_sdk and sdk_tokens_until is not None:
             raise ConfigurationError("seal_with_sdk=True still mints SDK tokens, so it takes no sdk_tokens_until; set "
                                      "the deadline in the second phase, which seals with the new codec")
