@@ -43,7 +43,7 @@ from typing import Any
 
 from statecodec._encoding import b64u_encode
 from statecodec._types import Codec
-from statecodec.errors import ConfigurationError, InvalidToken, missing_extra
+from statecodec.errors import ConfigurationError, InvalidToken, exception_chain, missing_extra
 
 try:
     from hypothesis import HealthCheck, given, settings
@@ -268,12 +268,7 @@ def _for_all(strategy: st.SearchStrategy[Any], n: int, test: Callable[[Any], obj
 
 
 def _chain_texts(exc: BaseException | None) -> Iterator[str]:
-    """What each exception chained to `exc` shows: str, repr, attributes; `__cause__` and `__context__` both."""
-    pending, seen = ([] if exc is None else [exc]), set()
-    while pending:
-        cur = pending.pop()
-        if id(cur) not in seen:
-            seen.add(id(cur))
-            # Parsers keep their input beyond args: JSONDecodeError.doc (an attribute), UnicodeError.object.
-            yield from (str(cur), repr(cur), repr(getattr(cur, "object", None)), *map(repr, vars(cur).values()))
-            pending.extend(e for e in (cur.__cause__, cur.__context__) if e is not None)
+    """What each exception chained to `exc` shows: str, repr, attributes."""
+    for cur in exception_chain(exc):
+        # Parsers keep their input beyond args: JSONDecodeError.doc (an attribute), UnicodeError.object.
+        yield from (str(cur), repr(cur), repr(getattr(cur, "object", None)), *map(repr, vars(cur).values()))
