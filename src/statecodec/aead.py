@@ -20,7 +20,6 @@ from statecodec._encoding import (
     DEFAULT_MAX_TOKEN_LENGTH,
     b64u_decode,
     b64u_encode,
-    b64u_len,
     check_cap,
     check_payload,
     check_token_text,
@@ -34,9 +33,9 @@ _HEADER_LENGTH = 1 + KEY_ID_LENGTH
 _TAG_LENGTH = 16
 
 
-def check_ring_cap(max_token_length: object, nonce_length: int) -> int:
-    """`check_cap` for the ring layout: at least the token of an empty payload."""
-    return check_cap(max_token_length, b64u_len(_HEADER_LENGTH + nonce_length + _TAG_LENGTH))
+def check_ring_cap(max_token_length: object, nonce_length: int) -> tuple[int, int]:
+    """`check_cap` for the ring layout: (the cap, the largest payload)."""
+    return check_cap(max_token_length, 0, _HEADER_LENGTH + nonce_length + _TAG_LENGTH)
 
 
 class _Ring(HoldsSecrets):
@@ -53,15 +52,13 @@ class _Ring(HoldsSecrets):
     def __init__(
         self, version: int, nonce_length: int, entries: Iterable[tuple[bytes, AESGCM | _XAES]], max_token_length: int
     ) -> None:
-        self._max_length = check_ring_cap(max_token_length, nonce_length)
+        self._max_length, self._max_payload = check_ring_cap(max_token_length, nonce_length)
         self._aeads = dict(entries)
         self._ids = tuple(self._aeads)
         self._header = bytes([version]) + self._ids[0]
         self._primary = self._aeads[self._ids[0]]
         self._nonce_length = nonce_length
         self._min_raw = _HEADER_LENGTH + nonce_length + _TAG_LENGTH
-        # The largest payload whose token fits the cap: seal refuses what unseal would refuse.
-        self._max_payload = (max_token_length * 3) // 4 - self._min_raw
 
     def seal(self, payload: bytes) -> str:
         check_payload(payload, self._max_payload)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_len, check_cap, check_payload, check_token_text
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, check_cap, check_payload, check_token_text
 from statecodec._settings import seconds
 from statecodec._types import Codec, HoldsSecrets, require_codec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, missing_extra
@@ -60,8 +60,7 @@ class SDKKeysMigration(HoldsSecrets):
         self.codec, self.sdk_tokens_until = codec, sdk_tokens_until
         self._until = math.inf if sdk_tokens_until is None else float(sdk_tokens_until)
         self._seal_with_sdk, self._clock = seal_with_sdk, clock
-        self._max_length = check_cap(max_token_length, len(SDK_FORMAT_PREFIX) + b64u_len(_SDK_OVERHEAD))
-        self._max_payload = (self._max_length - len(SDK_FORMAT_PREFIX)) * 3 // 4 - _SDK_OVERHEAD
+        self._max_length, self._max_payload = check_cap(max_token_length, len(SDK_FORMAT_PREFIX), _SDK_OVERHEAD)
 
     @property
     def seal_with_sdk(self) -> bool:

@@ -77,9 +77,7 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
         header = _jwk.parse_header(headers[0])
         self._members = frozenset(header)
         self._expect = {name: value for name, value in header.items() if name in ("alg", "enc")}
-        self._max_length = check_cap(max_token_length, len(own))
-        # The largest payload whose token fits the cap: seal refuses what unseal would refuse.
-        self._max_payload = (self._max_length - len(own)) * 3 // 4
+        self._max_length, self._max_payload = check_cap(max_token_length, len(own))
 
     @classmethod
     def _from_keys(cls, alg: str, keys: object, max_token_length: object) -> Self:
