@@ -37,6 +37,7 @@ import random
 import string
 import sys
 import tracemalloc
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,7 +71,7 @@ class ConformanceReport:
 
     codec: str
     failures: list[tuple[str, str]] = field(default_factory=list)
-    checks: dict[str, int] = field(default_factory=dict)
+    checks: Counter[str] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -114,10 +115,10 @@ def check_codec(
         if deterministic:
             kit.report.notes.append("fresh_token: skipped, the codec is declared deterministic (sign-only)")
         else:
-            kit.count("fresh_token")
+            kit.report.checks["fresh_token"] += 1
             if kit.seal(_MARKER.encode()) == kit.seal(_MARKER.encode()):
                 kit.fail("fresh_token", "two seals of the same payload gave the same token")
-        kit.count("url_safe")
+        kit.report.checks["url_safe"] += 1
         if bad := "".join(sorted({c for c in sample if c not in _UNRESERVED})):
             kit.fail("url_safe", f"token has characters outside the unreserved set: {bad[:20]!r}")
         for check, candidate, what in _altered(sample, max_mutations):
@@ -151,9 +152,6 @@ class _Kit:
         self.report = ConformanceReport(codec=type(codec).__qualname__)
         self.refusals = 0
 
-    def count(self, check: str) -> None:
-        self.report.checks[check] = self.report.checks.get(check, 0) + 1
-
     def fail(self, check: str, detail: str) -> None:
         shown = sum(1 for name, _ in self.report.failures if name == check)
         if shown <= _MAX_DETAILS:
@@ -170,7 +168,7 @@ class _Kit:
         return None
 
     def round_trip(self, payload: bytes) -> None:
-        self.count("round_trip")
+        self.report.checks["round_trip"] += 1
         if (token := self.seal(payload)) is None:
             return
         try:
@@ -181,7 +179,7 @@ class _Kit:
 
     def refuses(self, check: str, candidate: object, what: str) -> bool:
         """`candidate` is no token the codec minted: unseal raises `error_type`, chaining none of its text."""
-        self.count(check)
+        self.report.checks[check] += 1
         self.refusals += 1
         try:
             self.codec.unseal(candidate)  # type: ignore[arg-type]
