@@ -39,11 +39,8 @@ def check_ring_cap(max_token_length: object, nonce_length: int) -> tuple[int, in
 
 
 class _Ring(HoldsSecrets):
-    """The one seal and open of ``b64u(version || key_id || nonce || ciphertext || tag)``, AAD ``version || key_id``:
-    every codec of the AES-GCM family is one.
-
-    `entries`: (4-byte key id, AEAD) in ring order, ids unique (the callers' key rules); the first seals.
-    """
+    """The one seal and open of ``b64u(version || key_id || nonce || ciphertext || tag)``, AAD ``version || key_id``,
+    of every AES-GCM codec. `entries`: (4-byte key id, AEAD) in ring order, ids unique (the callers'), first seals."""
 
     VERSION: ClassVar[int]
     NONCE_LENGTH: ClassVar[int]
@@ -125,9 +122,8 @@ class _KeyRingCodec(_Ring):
 
 
 class AESGCMCodec(_KeyRingCodec):
-    """AES-256-GCM over a key ring: `keys[0]` seals, every key unseals. Version 0x01; 2^32 tokens per key (NIST
-    SP 800-38D, random 96-bit nonces), beyond which `XAESGCMCodec`. Layout, key derivation and checks: docs/formats.md.
-    """
+    """AES-256-GCM over a key ring: `keys[0]` seals, every key unseals. Version 0x01; 2^32 tokens per key (NIST SP
+    800-38D, random 96-bit nonces), beyond which `XAESGCMCodec`. Layout, key derivation, checks: docs/formats.md."""
 
     VERSION = 0x01
     NONCE_LENGTH = 12
@@ -137,11 +133,8 @@ class AESGCMCodec(_KeyRingCodec):
 
 
 class _XAES(HoldsSecrets):
-    """XAES-256-GCM as specified at c2sp.org/XAES-256-GCM (24-byte nonces), in the specification's terms.
-
-    Per nonce, Kx = AES-256_K(M1 xor K1) || AES-256_K(M2 xor K1) with
-    M1 = 0x0001 'X' 0x00 || N[:12], M2 = 0x0002 'X' 0x00 || N[:12] and K1 the
-    CMAC subkey of K; then AES-256-GCM under Kx with nonce N[12:].
+    """XAES-256-GCM as specified at c2sp.org/XAES-256-GCM (24-byte nonces), in its terms (steps: docs/formats.md):
+    Kx = AES-256_K(M1 xor K1) || AES-256_K(M2 xor K1), K1 the CMAC subkey of K, then AES-256-GCM under Kx with N[12:].
     """
 
     __slots__ = ("_cipher", "_k1")

@@ -43,8 +43,8 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
     def __init__(
         self, keys: KeyRing | Iterable[bytes], *, alg: str = "", max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
     ) -> None:
-        """A codec over a key ring (``dir`` or ``A256KW`` for a JWE, ``HS256`` for a JWS), its keys derived per
-        algorithm (`statecodec.jose.derived_jwk`); ``alg`` defaults to ``dir`` or ``HS256``."""
+        """A codec over a key ring, its keys derived per ``alg`` (`statecodec.jose.derived_jwk`): ``dir`` (the
+        default) or ``A256KW`` for a JWE, ``HS256`` for a JWS."""
         alg = alg or self._ALGS[0]
         if alg not in self._ALGS or alg not in _jwk.LABELS:
             raise ConfigurationError(f"a key ring does not serve alg {alg!r}; from_jwks takes {', '.join(self._ALGS)}")
@@ -108,19 +108,17 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
         """A codec from ``STATECODEC_JWE_ALG``/``_JWS_ALG``, the keys of ``STATECODEC_JWKS_FILE`` (a JWK Set)
         or else the key ring (``STATECODEC_KEYS``/``_KEYS_FILE``), and ``STATECODEC_MAX_TOKEN_LENGTH``."""
         settings = os.environ if environ is None else environ
-        var = cls._ALG_VAR
-        alg = setting(settings, var, required=False) or cls._ALGS[0]
+        alg = setting(settings, cls._ALG_VAR, required=False) or cls._ALGS[0]
         if alg not in cls._ALGS:
-            raise ConfigurationError(f"{var} must be one of {', '.join(cls._ALGS)} (case-sensitive)")
+            raise ConfigurationError(f"{cls._ALG_VAR} must be one of {', '.join(cls._ALGS)} (case-sensitive)")
         limit = max_token_length_setting(settings)
         path = setting(settings, JWKS_FILE_VAR, required=False)
         if path is not None:
-            what = f"{JWKS_FILE_VAR} {path}"
-            jwks = load_settings_file(Path(path), 1024 * 1024, what, "is it a JWK Set?", as_json=True)
+            jwks = load_settings_file(Path(path), 2**20, f"{JWKS_FILE_VAR} {path}", "is it a JWK Set?", as_json=True)
             with named_errors(JWKS_FILE_VAR):
                 return cls.from_jwks(jwks, alg=alg, max_token_length=limit)
         if alg not in _jwk.LABELS:
-            raise ConfigurationError(f"{var}={alg} needs {JWKS_FILE_VAR}: a key ring does not serve it")
+            raise ConfigurationError(f"{cls._ALG_VAR}={alg} needs {JWKS_FILE_VAR}: a key ring does not serve it")
         return cls(KeyRing.from_env(environ=settings), alg=alg, max_token_length=limit)
 
     @property

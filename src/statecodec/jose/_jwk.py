@@ -2,9 +2,8 @@
 
 Threat: the header is attacker-chosen JSON that general JOSE libraries let steer verification (``alg``, ``p2c``,
 ``zip``, ``jwk``, ``jku``); here it is read with a cap, as canonical base64url of strict UTF-8 JSON (one object,
-no duplicate member, no ``NaN``), and only compared with the configuration. A received ``epk`` must have exactly
-its type's members and canonical coordinates of a point on the recipient's curve, or it is ``header``. Ring-derived
-keys (one HKDF label per algorithm, `LABELS`): docs/formats.md.
+no duplicate member, no ``NaN``), and only compared with the configuration; a received ``epk`` is checked whole
+(`read_epk`). Ring-derived keys (one HKDF label per algorithm, `LABELS`): docs/formats.md.
 """
 
 from __future__ import annotations
