@@ -25,7 +25,7 @@ from statecodec._encoding import (
     check_token_text,
 )
 from statecodec._settings import max_token_length_setting
-from statecodec._types import HoldsSecrets
+from statecodec._types import HoldsSecrets, OwnKeys
 from statecodec.errors import InvalidToken, Reason
 from statecodec.keys import KEY_ID_LENGTH, KeyRing
 
@@ -38,22 +38,22 @@ def check_ring_cap(max_token_length: object, nonce_length: int) -> tuple[int, in
     return check_cap(max_token_length, 0, _HEADER_LENGTH + nonce_length + _TAG_LENGTH)
 
 
-class _Ring(HoldsSecrets):
+class _Ring(OwnKeys):
     """The one seal and open of ``b64u(version || key_id || nonce || ciphertext || tag)``, AAD ``version || key_id``,
     of every AES-GCM codec. `entries`: (4-byte key id, AEAD) in ring order, ids unique (the callers'), first seals."""
 
     VERSION: ClassVar[int]
     NONCE_LENGTH: ClassVar[int]
-    __slots__ = ("_aeads", "_header", "_ids", "_max_length", "_max_payload", "_min_raw", "_nonce_length", "_primary")
+    __slots__ = ("_aeads", "_header", "_max_payload", "_min_raw", "_nonce_length", "_primary")
 
     def __init__(
         self, version: int, nonce_length: int, entries: Iterable[tuple[bytes, AESGCM | _XAES]], max_token_length: int
     ) -> None:
         self._max_length, self._max_payload = check_ring_cap(max_token_length, nonce_length)
         self._aeads = dict(entries)
-        self._ids = tuple(self._aeads)
-        self._header = bytes([version]) + self._ids[0]
-        self._primary = self._aeads[self._ids[0]]
+        first = next(iter(self._aeads))
+        self._key_ids = tuple(kid.hex() for kid in self._aeads)
+        self._header, self._primary = bytes([version]) + first, self._aeads[first]
         self._nonce_length = nonce_length
         self._min_raw = _HEADER_LENGTH + nonce_length + _TAG_LENGTH
 
@@ -76,22 +76,6 @@ class _Ring(HoldsSecrets):
             return aead.decrypt(raw[_HEADER_LENGTH:n], raw[n:], raw[:_HEADER_LENGTH])
         except InvalidTag:
             raise InvalidToken(Reason.SEAL) from None
-
-    @property
-    def key_ids(self) -> tuple[str, ...]:
-        """Hex key ids in ring order; `key_ids[0]` is carried by every new token."""
-        return tuple(kid.hex() for kid in self._ids)
-
-    @property
-    def primary_key_id(self) -> str:
-        return self._ids[0].hex()
-
-    @property
-    def max_token_length(self) -> int:
-        return self._max_length
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(key_ids={list(self.key_ids)!r})"
 
 
 class _KeyRingCodec(_Ring):

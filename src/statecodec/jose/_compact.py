@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Generic, Self, TypeVar
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, check_cap, check_payload, check_token_text, split_segments
 from statecodec._settings import load_settings_file, max_token_length_setting, named_errors, setting
-from statecodec._types import HoldsSecrets
+from statecodec._types import HoldsSecrets, OwnKeys
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.jose import _jwk
 from statecodec.keys import KeyRing
@@ -33,10 +33,10 @@ class KeySlot(HoldsSecrets):
 _K = TypeVar("_K", bound=KeySlot)
 
 
-class CompactCodec(HoldsSecrets, Generic[_K]):
+class CompactCodec(OwnKeys, Generic[_K]):
     """The configuration and checks common to the compact codecs; `_K` is the per-``kid`` key object."""
 
-    __slots__ = ("_alg", "_by_kid", "_expect", "_fast", "_max_length", "_max_payload", "_members", "_primary")
+    __slots__ = ("_alg", "_by_kid", "_expect", "_fast", "_max_payload", "_members", "_primary")
     _ALG_VAR: ClassVar[str]  # the setting that names the algorithm
     _ALGS: ClassVar[tuple[str, ...]]  # every algorithm the codec implements, the default first
 
@@ -65,7 +65,7 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
             if slot.kid in by_kid:
                 raise ConfigurationError(f"two keys share the kid {slot.kid!r}; list each key once")
             by_kid[slot.kid] = slot
-        self._alg, self._by_kid, self._primary = alg, by_kid, next(iter(by_kid.values()))
+        self._alg, self._by_kid, self._key_ids, self._primary = alg, by_kid, tuple(by_kid), next(iter(by_kid.values()))
         # Our own header segments map straight to their key: no JSON, and nothing the strict parse refuses.
         self._fast = {slot.header: slot for slot in by_kid.values() if slot.header}
         # A received header must match the one this codec's own token carries: the same members,
@@ -125,19 +125,6 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
     def alg(self) -> str:
         """The configured algorithm, the only one this codec emits or accepts."""
         return self._alg
-
-    @property
-    def key_ids(self) -> tuple[str, ...]:
-        """The ``kid`` of every key, the sealing key first."""
-        return tuple(self._by_kid)
-
-    @property
-    def primary_key_id(self) -> str:
-        return self._primary.kid
-
-    @property
-    def max_token_length(self) -> int:
-        return self._max_length
 
     def public_jwks(self) -> dict[str, list[dict[str, str]]]:
         """The public JWK Set of an ECDH-ES+A256KW or Ed25519 codec, for the stacks that seal to it or verify it."""
