@@ -1,9 +1,8 @@
 """AES-256-GCM and XAES-256-GCM codecs over a key ring, and the one token layout they share.
 
 Threat: the client may read, alter, truncate, extend, re-encode or forge the token, or present one sealed under
-another key. These codecs give confidentiality and integrity (AEAD), bind the format version and the key id under
-the tag, find the key by id in O(1), accept only the exact canonical encoding `seal` produced, and cap the length
-before decoding.
+another key. These codecs give confidentiality and integrity (AEAD) with the format version and key id under the
+tag, find the key by id in O(1), and accept only the exact canonical encoding `seal` produced, capped in length.
 """
 
 from __future__ import annotations

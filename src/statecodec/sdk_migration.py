@@ -28,12 +28,9 @@ _SDK_REASONS = {"malformed": Reason.MALFORMED, "unknown key": Reason.UNKNOWN_KEY
 
 
 class SDKKeysMigration(HoldsSecrets):
-    """A codec that opens the MCP SDK's built-in tokens beside `codec`'s, for one migration.
-
-    Phase 1, ``seal_with_sdk=True``: seals SDK tokens, opens both. Phase 2, ``sdk_tokens_until=T`` (epoch seconds:
-    the end of this phase's rollout plus the SDK ``ttl``): seals with `codec`, opens SDK tokens only before ``T``,
-    then refuses them with ``unknown_key``. An SDK refusal becomes `InvalidToken`, with no chain.
-    """
+    """A codec that opens the MCP SDK's built-in tokens beside `codec`'s, for one migration: ``seal_with_sdk=True``
+    seals SDK tokens; then ``sdk_tokens_until=T`` (epoch seconds) seals with `codec` and opens SDK tokens only before
+    ``T``, refusing them with ``unknown_key`` after. Phases: docs/migrate-from-sdk-keys.md."""
 
     __slots__ = ("_clock", "_max_length", "_max_payload", "_refusal", "_sdk", "_seal_with_sdk", "_until", "codec",
                  "sdk_tokens_until")
