@@ -39,7 +39,7 @@ def check_ring_cap(max_token_length: object, nonce_length: int) -> tuple[int, in
 
 class _Ring(OwnKeys):
     """The one seal and open of ``b64u(version || key_id || nonce || ciphertext || tag)``, AAD ``version || key_id``,
-    of every AES-GCM codec. `entries`: (4-byte key id, AEAD) in ring order, ids unique (the callers'), first seals."""
+    of every AES-GCM codec. `entries`: (4-byte key id, AEAD) in ring order, ids unique (the callers' rule)."""
 
     VERSION: ClassVar[int]
     NONCE_LENGTH: ClassVar[int]
