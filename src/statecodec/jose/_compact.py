@@ -7,7 +7,7 @@ received header to the profile of the one they emit, and seal exactly the payloa
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
@@ -39,6 +39,8 @@ class CompactCodec(OwnKeys, Generic[_K]):
     __slots__ = ("_alg", "_by_kid", "_expect", "_fast", "_max_payload", "_members", "_primary")
     _ALG_VAR: ClassVar[str]  # the setting that names the algorithm
     _ALGS: ClassVar[tuple[str, ...]]  # every algorithm the codec implements, the default first
+    _slot: Callable[[str, str, _jwk.Key, int], _K]  # (alg, kid, key, position) -> the key object; `kid` may be ""
+    _seal: Callable[[bytes], str]  # the token of a payload already checked, under the sealing key
 
     def __init__(
         self, keys: KeyRing | Iterable[bytes], *, alg: str = "", max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
@@ -50,12 +52,6 @@ class CompactCodec(OwnKeys, Generic[_K]):
             raise ConfigurationError(f"a key ring does not serve alg {alg!r}; from_jwks takes {', '.join(self._ALGS)}")
         ring = keys if isinstance(keys, KeyRing) else KeyRing(keys)
         self._setup(alg, [(kid.hex(), key) for kid, key in ring.subkeys(_jwk.LABELS[alg])], max_token_length)
-
-    def _slot(self, alg: str, kid: str, key: _jwk.Key, index: int) -> _K:
-        raise NotImplementedError
-
-    def _seal(self, payload: bytes) -> str:
-        raise NotImplementedError
 
     def _setup(self, alg: str, entries: Sequence[tuple[str, _jwk.Key]], max_token_length: object) -> None:
         """Keys by ``kid`` (the first seals), the header profile, and the caps; `ConfigurationError` otherwise."""
