@@ -10,7 +10,7 @@ import pytest
 import statecodec
 from statecodec import Codec
 from statecodec._types import Codec as DefinedCodec
-from statecodec._types import check_codec
+from statecodec._types import require_codec
 from statecodec.errors import ConfigurationError
 from tests.codecs import CODECS
 
@@ -41,6 +41,6 @@ def test_no_module_declares_a_second_codec_protocol() -> None:
 
 
 def test_every_registered_codec_passes_the_one_codec_check() -> None:
-    assert all(isinstance(codec, Codec) and check_codec(codec) is codec for codec in CODECS.values())
+    assert all(isinstance(codec, Codec) and require_codec(codec) is codec for codec in CODECS.values())
     with pytest.raises(ConfigurationError, match=r"^the codec must have seal\(bytes\) -> str and unseal"):
-        check_codec(type("SealOnly", (), {"seal": lambda self, p: ""})(), "the codec")
+        require_codec(type("SealOnly", (), {"seal": lambda self, p: ""})(), "the codec")

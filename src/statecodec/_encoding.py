@@ -1,9 +1,8 @@
 """Strict base64url and size caps shared by every token format.
 
-Lenient decoding is an attack surface: `base64.urlsafe_b64decode` silently drops characters outside the
-alphabet, accepts padding, and ignores non-zero trailing bits, so many strings decode to the same bytes. Here
-only the exact canonical, unpadded encoding of some byte string decodes; everything else is
-`InvalidToken(MALFORMED)`. Length caps are checked before any decoding.
+Threat: lenient decoding (`base64.urlsafe_b64decode` drops characters outside the alphabet, accepts padding and
+ignores trailing bits) lets many strings decode to the same bytes. Here only the canonical unpadded encoding
+decodes, else `InvalidToken(MALFORMED)` (docs/formats.md, "Strict base64url"); length caps come before decoding.
 """
 
 from __future__ import annotations
@@ -69,25 +68,25 @@ def split_segments(text: str, *counts: int) -> list[str]:
     return text.split(".")
 
 
-def check_cap(max_token_length: object, smallest: int) -> int:
-    """The one cap rule: an int (not a bool), at least the `smallest` token, at most `MAX_TOKEN_LENGTH_LIMIT`;
-    `ConfigurationError` saying what is valid otherwise (checked before any provider call)."""
+def check_cap(max_token_length: object, fixed_chars: int, fixed_bytes: int = 0) -> tuple[int, int]:
+    """The one cap rule, for tokens of `fixed_chars` characters then the base64url of `fixed_bytes` bytes and the
+    payload: (the cap, the largest payload whose token fits it, so `seal` refuses what `unseal` would refuse). The
+    cap is an int (not a bool), at least an empty payload's token, at most `MAX_TOKEN_LENGTH_LIMIT`; else
+    `ConfigurationError` saying what is valid (checked before any provider call)."""
     if isinstance(max_token_length, bool) or not isinstance(max_token_length, int):
-        raise ConfigurationError(f"max_token_length must be an int (characters), for example "
-                                 f"{DEFAULT_MAX_TOKEN_LENGTH}")
+        raise ConfigurationError(f"max_token_length must be an int (characters), e.g. {DEFAULT_MAX_TOKEN_LENGTH}")
+    smallest = fixed_chars + b64u_len(fixed_bytes)
     if max_token_length < smallest:
-        raise ConfigurationError(
-            f"max_token_length={max_token_length} is below the smallest token ({smallest} characters)"
-        )
+        raise ConfigurationError(f"max_token_length={max_token_length} is below the smallest token ({smallest} "
+                                 "characters)")
     if max_token_length > MAX_TOKEN_LENGTH_LIMIT:
         raise ConfigurationError(f"max_token_length={max_token_length} is above {MAX_TOKEN_LENGTH_LIMIT} characters, "
                                  f"more than AES-GCM here can process; the default is {DEFAULT_MAX_TOKEN_LENGTH}")
-    return max_token_length
+    return max_token_length, (max_token_length - fixed_chars) * 3 // 4 - fixed_bytes
 
 
 def check_payload(payload: object, max_payload: int) -> None:
-    """The one payload rule: `TypeError` unless bytes-like; `SealError` over `max_payload` bytes (what the cap
-    leaves after the overhead, so `seal` refuses what `unseal` would refuse)."""
+    """The one payload rule: `TypeError` unless bytes-like; `SealError` over `max_payload` bytes (`check_cap`)."""
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise TypeError(f"seal takes bytes, got {type(payload).__name__}")
     if len(payload) > max_payload:

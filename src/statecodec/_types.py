@@ -1,5 +1,5 @@
 """The codec contract, defined once: every codec, wrapper, kit and tool here speaks it; the one no-pickling rule;
-and what a codec around another reports as its keys."""
+and what a codec over its own keys, or around another, reports as its keys."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class Codec(Protocol):
         """The payload of a token this codec minted unmodified; `InvalidToken` for anything else."""
 
 
-def check_codec(codec: object, what: str = "codec") -> Codec:
+def require_codec(codec: object, what: str = "codec") -> Codec:
     """The one check that `codec` is a codec (callable `seal` and `unseal`), done where it is given, not at the
     first token; else `ConfigurationError` naming `what`."""
     if not (callable(getattr(codec, "seal", None)) and callable(getattr(codec, "unseal", None))):
@@ -55,6 +55,30 @@ class HoldsSecrets:
 
     def __reduce__(self) -> tuple[object, ...]:
         raise TypeError(f"{type(self).__name__} holds secrets and is not picklable")
+
+
+class OwnKeys(HoldsSecrets):
+    """A codec over keys of its own: their ids, the sealing key's first (every new token carries it), and its cap on
+    a token's length in characters."""
+
+    __slots__ = ("_key_ids", "_max_length")
+    _key_ids: tuple[str, ...]
+    _max_length: int
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        return self._key_ids
+
+    @property
+    def primary_key_id(self) -> str:
+        return self._key_ids[0]
+
+    @property
+    def max_token_length(self) -> int:
+        return self._max_length
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(key_ids={list(self._key_ids)!r})"
 
 
 class WrapsCodec:

@@ -1,9 +1,8 @@
 """AES-256-GCM and XAES-256-GCM codecs over a key ring, and the one token layout they share.
 
 Threat: the client may read, alter, truncate, extend, re-encode or forge the token, or present one sealed under
-another key. These codecs give confidentiality and integrity (AEAD), bind the format version and the key id under
-the tag, find the key by id in O(1), accept only the exact canonical encoding `seal` produced, and cap the length
-before decoding.
+another key. These codecs give confidentiality and integrity (AEAD) with the format version and key id under the
+tag, find the key by id in O(1), and accept only the exact canonical encoding `seal` produced, capped in length.
 """
 
 from __future__ import annotations
@@ -20,13 +19,12 @@ from statecodec._encoding import (
     DEFAULT_MAX_TOKEN_LENGTH,
     b64u_decode,
     b64u_encode,
-    b64u_len,
     check_cap,
     check_payload,
     check_token_text,
 )
 from statecodec._settings import max_token_length_setting
-from statecodec._types import HoldsSecrets
+from statecodec._types import HoldsSecrets, OwnKeys
 from statecodec.errors import InvalidToken, Reason
 from statecodec.keys import KEY_ID_LENGTH, KeyRing
 
@@ -34,34 +32,29 @@ _HEADER_LENGTH = 1 + KEY_ID_LENGTH
 _TAG_LENGTH = 16
 
 
-def check_ring_cap(max_token_length: object, nonce_length: int) -> int:
-    """`check_cap` for the ring layout: at least the token of an empty payload."""
-    return check_cap(max_token_length, b64u_len(_HEADER_LENGTH + nonce_length + _TAG_LENGTH))
+def check_ring_cap(max_token_length: object, nonce_length: int) -> tuple[int, int]:
+    """`check_cap` for the ring layout: (the cap, the largest payload)."""
+    return check_cap(max_token_length, 0, _HEADER_LENGTH + nonce_length + _TAG_LENGTH)
 
 
-class _Ring(HoldsSecrets):
-    """The one seal and open of ``b64u(version || key_id || nonce || ciphertext || tag)``, AAD ``version || key_id``:
-    every codec of the AES-GCM family is one.
-
-    `entries`: (4-byte key id, AEAD) in ring order, ids unique (the callers' key rules); the first seals.
-    """
+class _Ring(OwnKeys):
+    """The one seal and open of ``b64u(version || key_id || nonce || ciphertext || tag)``, AAD ``version || key_id``,
+    of every AES-GCM codec. `entries`: (4-byte key id, AEAD) in ring order, ids unique (the callers' rule)."""
 
     VERSION: ClassVar[int]
     NONCE_LENGTH: ClassVar[int]
-    __slots__ = ("_aeads", "_header", "_ids", "_max_length", "_max_payload", "_min_raw", "_nonce_length", "_primary")
+    __slots__ = ("_aeads", "_header", "_max_payload", "_min_raw", "_nonce_length", "_primary")
 
     def __init__(
         self, version: int, nonce_length: int, entries: Iterable[tuple[bytes, AESGCM | _XAES]], max_token_length: int
     ) -> None:
-        self._max_length = check_ring_cap(max_token_length, nonce_length)
+        self._max_length, self._max_payload = check_ring_cap(max_token_length, nonce_length)
         self._aeads = dict(entries)
-        self._ids = tuple(self._aeads)
-        self._header = bytes([version]) + self._ids[0]
-        self._primary = self._aeads[self._ids[0]]
+        first = next(iter(self._aeads))
+        self._key_ids = tuple(kid.hex() for kid in self._aeads)
+        self._header, self._primary = bytes([version]) + first, self._aeads[first]
         self._nonce_length = nonce_length
         self._min_raw = _HEADER_LENGTH + nonce_length + _TAG_LENGTH
-        # The largest payload whose token fits the cap: seal refuses what unseal would refuse.
-        self._max_payload = (max_token_length * 3) // 4 - self._min_raw
 
     def seal(self, payload: bytes) -> str:
         check_payload(payload, self._max_payload)
@@ -82,22 +75,6 @@ class _Ring(HoldsSecrets):
             return aead.decrypt(raw[_HEADER_LENGTH:n], raw[n:], raw[:_HEADER_LENGTH])
         except InvalidTag:
             raise InvalidToken(Reason.SEAL) from None
-
-    @property
-    def key_ids(self) -> tuple[str, ...]:
-        """Hex key ids in ring order; `key_ids[0]` is carried by every new token."""
-        return tuple(kid.hex() for kid in self._ids)
-
-    @property
-    def primary_key_id(self) -> str:
-        return self._ids[0].hex()
-
-    @property
-    def max_token_length(self) -> int:
-        return self._max_length
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(key_ids={list(self.key_ids)!r})"
 
 
 class _KeyRingCodec(_Ring):
@@ -128,9 +105,8 @@ class _KeyRingCodec(_Ring):
 
 
 class AESGCMCodec(_KeyRingCodec):
-    """AES-256-GCM over a key ring: `keys[0]` seals, every key unseals. Version 0x01; 2^32 tokens per key (NIST
-    SP 800-38D, random 96-bit nonces), beyond which `XAESGCMCodec`. Layout, key derivation and checks: docs/formats.md.
-    """
+    """AES-256-GCM over a key ring: `keys[0]` seals, every key unseals. Version 0x01; 2^32 tokens per key (NIST SP
+    800-38D, random 96-bit nonces), beyond which `XAESGCMCodec`. Layout, key derivation, checks: docs/formats.md."""
 
     VERSION = 0x01
     NONCE_LENGTH = 12
@@ -140,11 +116,8 @@ class AESGCMCodec(_KeyRingCodec):
 
 
 class _XAES(HoldsSecrets):
-    """XAES-256-GCM as specified at c2sp.org/XAES-256-GCM (24-byte nonces), in the specification's terms.
-
-    Per nonce, Kx = AES-256_K(M1 xor K1) || AES-256_K(M2 xor K1) with
-    M1 = 0x0001 'X' 0x00 || N[:12], M2 = 0x0002 'X' 0x00 || N[:12] and K1 the
-    CMAC subkey of K; then AES-256-GCM under Kx with nonce N[12:].
+    """XAES-256-GCM as specified at c2sp.org/XAES-256-GCM (24-byte nonces), in its terms (steps: docs/formats.md):
+    Kx = AES-256_K(M1 xor K1) || AES-256_K(M2 xor K1), K1 the CMAC subkey of K, then AES-256-GCM under Kx with N[12:].
     """
 
     __slots__ = ("_cipher", "_k1")

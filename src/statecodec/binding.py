@@ -18,7 +18,7 @@ from hmac import compare_digest
 from typing import Any
 
 from statecodec._settings import seconds
-from statecodec._types import Codec, HoldsSecrets, WrapsCodec, check_codec
+from statecodec._types import Codec, HoldsSecrets, WrapsCodec, require_codec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 from statecodec.keys import TAG_LENGTH, KeyRing, field, lp, mac
 
@@ -101,7 +101,7 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
         self, codec: Codec, *, audience: str, binding_key: bytes | KeyRing, purpose: str = "request-state",
         ttl: int = 600, future_skew: int = 60, clock: Callable[[], float] = time.time, seal_version: int = _V2,
     ) -> None:
-        check_codec(codec)
+        require_codec(codec)
         sample = clock() if callable(clock) else None
         if isinstance(sample, bool) or not isinstance(sample, (int, float)):  # datetime.now fails here, not later
             got = f"a clock returning {type(sample).__name__}" if callable(clock) else type(clock).__name__

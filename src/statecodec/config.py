@@ -35,7 +35,7 @@ from statecodec._settings import (
     setting,
     settings_from_file,
 )
-from statecodec._types import Codec, check_codec
+from statecodec._types import Codec, require_codec
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
 from statecodec.errors import ConfigurationError
 
@@ -166,7 +166,7 @@ def build_codec(kind: str, settings: Mapping[str, str]) -> Codec:
 
             builder = functools.partial(build_envelope_codec, wrapper_from_env=builder)
     view = Settings(settings, KINDS[kind].reads | _EVERY_KIND, what)
-    return check_codec(cast(Builder, builder)(view), f"{what}'s result")
+    return require_codec(cast(Builder, builder)(view), f"{what}'s result")
 
 
 def _kind(settings: Mapping[str, str]) -> str:

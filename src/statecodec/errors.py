@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import functools
 import sys
+from collections.abc import Iterator
 
 
 class Reason(enum.StrEnum):
@@ -94,6 +95,18 @@ def missing_extra(package: str, extra: str, needed_by: str = "this key provider"
     return ImportError(
         f"{needed_by} needs the {package!r} package; install it with: pip install 'statecodec[{extra}]'", name=package
     )
+
+
+def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """`exc` and every exception chained to it, through `__cause__` and `__context__` both, each once: what a
+    check for a leaked secret, or for the cause of a failure, must look through."""
+    pending, seen = ([] if exc is None else [exc]), set()
+    while pending:
+        cur = pending.pop()
+        if id(cur) not in seen:
+            seen.add(id(cur))
+            yield cur
+            pending.extend(e for e in (cur.__cause__, cur.__context__) if e is not None)
 
 
 class SealError(StatecodecError):

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from statecodec._settings import DEFAULT_FUTURE_SKEW
-from statecodec._types import Codec, HoldsSecrets, WrapsCodec, check_codec
+from statecodec._types import Codec, HoldsSecrets, WrapsCodec, require_codec
 from statecodec.errors import ConfigurationError, StatecodecError
 from statecodec.rotation import early_drop
 from statecodec.sync import LoopThread
@@ -62,7 +62,7 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
         self._wake: Callable[[], object] | None = None  # ends the watcher's wait at once, from any thread
         self._sync: tuple[LoopThread, Future[None]] | None = None  # `start`'s loop and its watcher
         self._seen = self._stats()  # before the build: a change while it reads is seen at the next poll
-        self.codec: Codec = check_codec(build(), "the configured codec")  # start-up fails as without reloading
+        self.codec: Codec = require_codec(build(), "the configured codec")  # start-up fails as without reloading
         if not self.key_ids:  # `early_drop` guards a ring by its key ids: with none, any reload would pass
             raise ConfigurationError("a reloading codec needs a codec that reports its key ids (key_ids)")
         self.error: str | None = None
@@ -92,7 +92,7 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
         with self._building:
             self._seen, self._retry_at = self._stats(), float("inf")
             try:
-                codec = check_codec(self._build(), "the reloaded codec")
+                codec = require_codec(self._build(), "the reloaded codec")
             except StatecodecError as exc:  # its message names a setting or a key's position, never a key
                 return self._refuse(str(exc))
             except Exception as exc:  # a reload never stops the watcher; its text may quote the input

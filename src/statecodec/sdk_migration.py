@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, b64u_len, check_cap, check_payload, check_token_text
+from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, check_cap, check_payload, check_token_text
 from statecodec._settings import seconds
-from statecodec._types import Codec, HoldsSecrets, check_codec
+from statecodec._types import Codec, HoldsSecrets, require_codec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, missing_extra
 
 __all__ = ["SDK_FORMAT_PREFIX", "SDKKeysMigration"]
@@ -28,12 +28,9 @@ _SDK_REASONS = {"malformed": Reason.MALFORMED, "unknown key": Reason.UNKNOWN_KEY
 
 
 class SDKKeysMigration(HoldsSecrets):
-    """A codec that opens the MCP SDK's built-in tokens beside `codec`'s, for one migration.
-
-    Phase 1, ``seal_with_sdk=True``: seals SDK tokens, opens both. Phase 2, ``sdk_tokens_until=T`` (epoch seconds:
-    the end of this phase's rollout plus the SDK ``ttl``): seals with `codec`, opens SDK tokens only before ``T``,
-    then refuses them with ``unknown_key``. An SDK refusal becomes `InvalidToken`, with no chain.
-    """
+    """A codec that opens the MCP SDK's built-in tokens beside `codec`'s, for one migration: ``seal_with_sdk=True``
+    seals SDK tokens; then ``sdk_tokens_until=T`` (epoch seconds) seals with `codec` and opens SDK tokens only before
+    ``T``, refusing them with ``unknown_key`` after. Phases: docs/migrate-from-sdk-keys.md."""
 
     __slots__ = ("_clock", "_max_length", "_max_payload", "_refusal", "_sdk", "_seal_with_sdk", "_until", "codec",
                  "sdk_tokens_until")
@@ -43,7 +40,7 @@ class SDKKeysMigration(HoldsSecrets):
         seal_with_sdk: bool = False, max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        check_codec(codec)
+        require_codec(codec)
         if seal_with_sdk and sdk_tokens_until is not None:
             raise ConfigurationError("seal_with_sdk=True still mints SDK tokens, so it takes no sdk_tokens_until; set "
                                      "the deadline in the second phase, which seals with the new codec")
@@ -60,8 +57,7 @@ class SDKKeysMigration(HoldsSecrets):
         self.codec, self.sdk_tokens_until = codec, sdk_tokens_until
         self._until = math.inf if sdk_tokens_until is None else float(sdk_tokens_until)
         self._seal_with_sdk, self._clock = seal_with_sdk, clock
-        self._max_length = check_cap(max_token_length, len(SDK_FORMAT_PREFIX) + b64u_len(_SDK_OVERHEAD))
-        self._max_payload = (self._max_length - len(SDK_FORMAT_PREFIX)) * 3 // 4 - _SDK_OVERHEAD
+        self._max_length, self._max_payload = check_cap(max_token_length, len(SDK_FORMAT_PREFIX), _SDK_OVERHEAD)
 
     @property
     def seal_with_sdk(self) -> bool:

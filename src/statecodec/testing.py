@@ -37,13 +37,14 @@ import random
 import string
 import sys
 import tracemalloc
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from statecodec._encoding import b64u_encode
 from statecodec._types import Codec
-from statecodec.errors import ConfigurationError, InvalidToken, missing_extra
+from statecodec.errors import ConfigurationError, InvalidToken, exception_chain, missing_extra
 
 try:
     from hypothesis import HealthCheck, given, settings
@@ -70,7 +71,7 @@ class ConformanceReport:
 
     codec: str
     failures: list[tuple[str, str]] = field(default_factory=list)
-    checks: dict[str, int] = field(default_factory=dict)
+    checks: Counter[str] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -114,10 +115,10 @@ def check_codec(
         if deterministic:
             kit.report.notes.append("fresh_token: skipped, the codec is declared deterministic (sign-only)")
         else:
-            kit.count("fresh_token")
+            kit.report.checks["fresh_token"] += 1
             if kit.seal(_MARKER.encode()) == kit.seal(_MARKER.encode()):
                 kit.fail("fresh_token", "two seals of the same payload gave the same token")
-        kit.count("url_safe")
+        kit.report.checks["url_safe"] += 1
         if bad := "".join(sorted({c for c in sample if c not in _UNRESERVED})):
             kit.fail("url_safe", f"token has characters outside the unreserved set: {bad[:20]!r}")
         for check, candidate, what in _altered(sample, max_mutations):
@@ -151,9 +152,6 @@ class _Kit:
         self.report = ConformanceReport(codec=type(codec).__qualname__)
         self.refusals = 0
 
-    def count(self, check: str) -> None:
-        self.report.checks[check] = self.report.checks.get(check, 0) + 1
-
     def fail(self, check: str, detail: str) -> None:
         shown = sum(1 for name, _ in self.report.failures if name == check)
         if shown <= _MAX_DETAILS:
@@ -170,7 +168,7 @@ class _Kit:
         return None
 
     def round_trip(self, payload: bytes) -> None:
-        self.count("round_trip")
+        self.report.checks["round_trip"] += 1
         if (token := self.seal(payload)) is None:
             return
         try:
@@ -181,7 +179,7 @@ class _Kit:
 
     def refuses(self, check: str, candidate: object, what: str) -> bool:
         """`candidate` is no token the codec minted: unseal raises `error_type`, chaining none of its text."""
-        self.count(check)
+        self.report.checks[check] += 1
         self.refusals += 1
         try:
             self.codec.unseal(candidate)  # type: ignore[arg-type]
@@ -268,12 +266,7 @@ def _for_all(strategy: st.SearchStrategy[Any], n: int, test: Callable[[Any], obj
 
 
 def _chain_texts(exc: BaseException | None) -> Iterator[str]:
-    """What each exception chained to `exc` shows: str, repr, attributes; `__cause__` and `__context__` both."""
-    pending, seen = ([] if exc is None else [exc]), set()
-    while pending:
-        cur = pending.pop()
-        if id(cur) not in seen:
-            seen.add(id(cur))
-            # Parsers keep their input beyond args: JSONDecodeError.doc (an attribute), UnicodeError.object.
-            yield from (str(cur), repr(cur), repr(getattr(cur, "object", None)), *map(repr, vars(cur).values()))
-            pending.extend(e for e in (cur.__cause__, cur.__context__) if e is not None)
+    """What each exception chained to `exc` shows: str, repr, attributes."""
+    for cur in exception_chain(exc):
+        # Parsers keep their input beyond args: JSONDecodeError.doc (an attribute), UnicodeError.object.
+        yield from (str(cur), repr(cur), repr(getattr(cur, "object", None)), *map(repr, vars(cur).values()))

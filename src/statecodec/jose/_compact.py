@@ -7,13 +7,13 @@ received header to the profile of the one they emit, and seal exactly the payloa
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, check_cap, check_payload, check_token_text, split_segments
 from statecodec._settings import load_settings_file, max_token_length_setting, named_errors, setting
-from statecodec._types import HoldsSecrets
+from statecodec._types import HoldsSecrets, OwnKeys
 from statecodec.errors import ConfigurationError, InvalidToken, Reason
 from statecodec.jose import _jwk
 from statecodec.keys import KeyRing
@@ -33,29 +33,25 @@ class KeySlot(HoldsSecrets):
 _K = TypeVar("_K", bound=KeySlot)
 
 
-class CompactCodec(HoldsSecrets, Generic[_K]):
+class CompactCodec(OwnKeys, Generic[_K]):
     """The configuration and checks common to the compact codecs; `_K` is the per-``kid`` key object."""
 
-    __slots__ = ("_alg", "_by_kid", "_expect", "_fast", "_max_length", "_max_payload", "_members", "_primary")
+    __slots__ = ("_alg", "_by_kid", "_expect", "_fast", "_max_payload", "_members", "_primary")
     _ALG_VAR: ClassVar[str]  # the setting that names the algorithm
     _ALGS: ClassVar[tuple[str, ...]]  # every algorithm the codec implements, the default first
+    _slot: Callable[[str, str, _jwk.Key, int], _K]  # (alg, kid, key, position) -> the key object; `kid` may be ""
+    _seal: Callable[[bytes], str]  # the token of a payload already checked, under the sealing key
 
     def __init__(
         self, keys: KeyRing | Iterable[bytes], *, alg: str = "", max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH
     ) -> None:
-        """A codec over a key ring (``dir`` or ``A256KW`` for a JWE, ``HS256`` for a JWS), its keys derived per
-        algorithm (`statecodec.jose.derived_jwk`); ``alg`` defaults to ``dir`` or ``HS256``."""
+        """A codec over a key ring, its keys derived per ``alg`` (`statecodec.jose.derived_jwk`): ``dir`` (the
+        default) or ``A256KW`` for a JWE, ``HS256`` for a JWS."""
         alg = alg or self._ALGS[0]
         if alg not in self._ALGS or alg not in _jwk.LABELS:
             raise ConfigurationError(f"a key ring does not serve alg {alg!r}; from_jwks takes {', '.join(self._ALGS)}")
         ring = keys if isinstance(keys, KeyRing) else KeyRing(keys)
         self._setup(alg, [(kid.hex(), key) for kid, key in ring.subkeys(_jwk.LABELS[alg])], max_token_length)
-
-    def _slot(self, alg: str, kid: str, key: _jwk.Key, index: int) -> _K:
-        raise NotImplementedError
-
-    def _seal(self, payload: bytes) -> str:
-        raise NotImplementedError
 
     def _setup(self, alg: str, entries: Sequence[tuple[str, _jwk.Key]], max_token_length: object) -> None:
         """Keys by ``kid`` (the first seals), the header profile, and the caps; `ConfigurationError` otherwise."""
@@ -65,7 +61,7 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
             if slot.kid in by_kid:
                 raise ConfigurationError(f"two keys share the kid {slot.kid!r}; list each key once")
             by_kid[slot.kid] = slot
-        self._alg, self._by_kid, self._primary = alg, by_kid, next(iter(by_kid.values()))
+        self._alg, self._by_kid, self._key_ids, self._primary = alg, by_kid, tuple(by_kid), next(iter(by_kid.values()))
         # Our own header segments map straight to their key: no JSON, and nothing the strict parse refuses.
         self._fast = {slot.header: slot for slot in by_kid.values() if slot.header}
         # A received header must match the one this codec's own token carries: the same members,
@@ -77,9 +73,7 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
         header = _jwk.parse_header(headers[0])
         self._members = frozenset(header)
         self._expect = {name: value for name, value in header.items() if name in ("alg", "enc")}
-        self._max_length = check_cap(max_token_length, len(own))
-        # The largest payload whose token fits the cap: seal refuses what unseal would refuse.
-        self._max_payload = (self._max_length - len(own)) * 3 // 4
+        self._max_length, self._max_payload = check_cap(max_token_length, len(own))
 
     @classmethod
     def _from_keys(cls, alg: str, keys: object, max_token_length: object) -> Self:
@@ -110,38 +104,23 @@ class CompactCodec(HoldsSecrets, Generic[_K]):
         """A codec from ``STATECODEC_JWE_ALG``/``_JWS_ALG``, the keys of ``STATECODEC_JWKS_FILE`` (a JWK Set)
         or else the key ring (``STATECODEC_KEYS``/``_KEYS_FILE``), and ``STATECODEC_MAX_TOKEN_LENGTH``."""
         settings = os.environ if environ is None else environ
-        var = cls._ALG_VAR
-        alg = setting(settings, var, required=False) or cls._ALGS[0]
+        alg = setting(settings, cls._ALG_VAR, required=False) or cls._ALGS[0]
         if alg not in cls._ALGS:
-            raise ConfigurationError(f"{var} must be one of {', '.join(cls._ALGS)} (case-sensitive)")
+            raise ConfigurationError(f"{cls._ALG_VAR} must be one of {', '.join(cls._ALGS)} (case-sensitive)")
         limit = max_token_length_setting(settings)
         path = setting(settings, JWKS_FILE_VAR, required=False)
         if path is not None:
-            what = f"{JWKS_FILE_VAR} {path}"
-            jwks = load_settings_file(Path(path), 1024 * 1024, what, "is it a JWK Set?", as_json=True)
+            jwks = load_settings_file(Path(path), 2**20, f"{JWKS_FILE_VAR} {path}", "is it a JWK Set?", as_json=True)
             with named_errors(JWKS_FILE_VAR):
                 return cls.from_jwks(jwks, alg=alg, max_token_length=limit)
         if alg not in _jwk.LABELS:
-            raise ConfigurationError(f"{var}={alg} needs {JWKS_FILE_VAR}: a key ring does not serve it")
+            raise ConfigurationError(f"{cls._ALG_VAR}={alg} needs {JWKS_FILE_VAR}: a key ring does not serve it")
         return cls(KeyRing.from_env(environ=settings), alg=alg, max_token_length=limit)
 
     @property
     def alg(self) -> str:
         """The configured algorithm, the only one this codec emits or accepts."""
         return self._alg
-
-    @property
-    def key_ids(self) -> tuple[str, ...]:
-        """The ``kid`` of every key, the sealing key first."""
-        return tuple(self._by_kid)
-
-    @property
-    def primary_key_id(self) -> str:
-        return self._primary.kid
-
-    @property
-    def max_token_length(self) -> int:
-        return self._max_length
 
     def public_jwks(self) -> dict[str, list[dict[str, str]]]:
         """The public JWK Set of an ECDH-ES+A256KW or Ed25519 codec, for the stacks that seal to it or verify it."""

@@ -2,13 +2,13 @@
 
 Threat: the header is attacker-chosen JSON that general JOSE libraries let steer verification (``alg``, ``p2c``,
 ``zip``, ``jwk``, ``jku``); here it is read with a cap, as canonical base64url of strict UTF-8 JSON (one object,
-no duplicate member, no ``NaN``), and only compared with the configuration. A received ``epk`` must have exactly
-its type's members and canonical coordinates of a point on the recipient's curve, or it is ``header``. Ring-derived
-keys (one HKDF label per algorithm, `LABELS`): docs/formats.md.
+no duplicate member, no ``NaN``), and only compared with the configuration; a received ``epk`` is checked whole
+(`read_epk`). Ring-derived keys (one HKDF label per algorithm, `LABELS`): docs/formats.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -29,15 +29,11 @@ MAX_HEADER_LENGTH = 1024  # base64url characters; our largest header (with a P-2
 MAX_KID_LENGTH = 128  # configured keys are held to it too, so every token they seal opens
 
 
-class _DuplicateMember(ValueError):
-    pass
-
-
 def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     # JSON parsers disagree on which duplicate wins; two readers must never see two headers, so: refused.
     obj = dict(pairs)
     if len(obj) != len(pairs):
-        raise _DuplicateMember
+        raise InvalidToken(Reason.HEADER)
     return obj
 
 
@@ -53,17 +49,11 @@ def parse_header(segment: str) -> dict[str, Any]:
     if len(segment) > MAX_HEADER_LENGTH:
         raise InvalidToken(Reason.OVERSIZED)
     raw = b64u_decode(segment)
-    # Refusals are raised after the handlers: a UnicodeDecodeError holds the decoded header and a JSONDecodeError
-    # its text (`.doc`), and `raise ... from None` inside a handler would keep either reachable as __context__.
-    reason: Reason | None = None
-    try:
-        header = _DECODER.decode(raw.decode("utf-8"))
-    except _DuplicateMember:
-        reason = Reason.HEADER
-    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        reason = Reason.MALFORMED
-    if reason is not None:
-        raise InvalidToken(reason)
+    # Refused after the handler: a UnicodeDecodeError holds the decoded header and a JSONDecodeError its text
+    # (`.doc`), and `raise ... from None` inside a handler would keep either reachable as __context__.
+    header: object = None
+    with contextlib.suppress(ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        header = _DECODER.decode(raw.decode("utf-8"))  # a duplicate member raises InvalidToken(HEADER), no ValueError
     if type(header) is not dict:
         raise InvalidToken(Reason.MALFORMED)
     return header

@@ -26,9 +26,7 @@ from statecodec.keys import KeyRing
 
 ENC = "A256GCM"
 _ECDH = "ECDH-ES+A256KW"
-_IV_CHARS = b64u_len(12)
-_TAG_CHARS = b64u_len(16)
-_WRAPPED_CHARS = b64u_len(40)
+_IV_CHARS, _TAG_CHARS, _WRAPPED_CHARS = b64u_len(12), b64u_len(16), b64u_len(40)  # of the IV, tag and wrapped key
 
 
 def _new_key(crv: str) -> PrivateKey:
