@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, unquote
 
 from statecodec._settings import DEFAULT_STORE_TIMEOUT
 from statecodec._types import HoldsSecrets
-from statecodec.errors import ConfigurationError, StoreError, StoreUnreachable, missing_extra
+from statecodec.errors import ConfigurationError, StoreError, StoreUnreachable, exception_chain, missing_extra
 from statecodec.store import REDIS_SCHEMES, Claim, Hello, Verdict, check_owner
 
 try:
@@ -199,7 +199,7 @@ class RedisStore(HoldsSecrets):
 
     def _failure(self, exc: BaseException) -> StoreError:
         """What went wrong, naming host:port and the cause only."""
-        at, text, chain = f"the Redis store at {self.where}", str(exc), (exc, exc.__cause__, exc.__context__)
+        at, text, chain = f"the Redis store at {self.where}", str(exc), list(exception_chain(exc))
         if isinstance(exc, rx.AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
             return StoreError(f"{at} refused the user name or password in STATECODEC_STORE_URL")
         if "DB index is out of range" in text:
