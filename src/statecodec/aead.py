@@ -28,6 +28,8 @@ from statecodec._types import HoldsSecrets, OwnKeys
 from statecodec.errors import InvalidToken, Reason
 from statecodec.keys import KEY_ID_LENGTH, KeyRing
 
+__all__ = ["AESGCMCodec", "XAESGCMCodec", "check_ring_cap"]
+
 _HEADER_LENGTH = 1 + KEY_ID_LENGTH
 _TAG_LENGTH = 16
 

@@ -21,6 +21,9 @@ from statecodec.aead import _Ring, check_ring_cap
 from statecodec.errors import ConfigurationError, InvalidToken, ProviderError
 from statecodec.keys import KEY_ID_LENGTH, MIN_KEY_LENGTH, check_unique_ids, derive_key, format_keys
 
+__all__ = ["MAX_WRAPPED_KEY_LENGTH", "EnvelopeCodec", "KeyWrapper", "canonical_context", "default_context",
+           "format_wrapped_keys", "new_wrapped_key", "parse_wrapped_keys"]
+
 # Largest wrapped data key handed to a provider, in bytes: AWS KMS blobs of a 32-byte key are under 200
 # bytes, Cloud KMS under 150, Vault under 120; a hostile configuration cannot ship megabytes to the KMS.
 MAX_WRAPPED_KEY_LENGTH = 4096

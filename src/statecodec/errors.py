@@ -12,6 +12,9 @@ import functools
 import sys
 from collections.abc import Iterator
 
+__all__ = ["ConfigurationError", "InvalidToken", "ProviderError", "Reason", "SealError", "StatecodecError",
+           "StoreError", "StoreUnreachable", "exception_chain", "missing_extra"]
+
 
 class Reason(enum.StrEnum):
     """Closed set of log-only reason codes carried by `InvalidToken`."""

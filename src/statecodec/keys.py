@@ -24,6 +24,9 @@ from statecodec._settings import KEYS_VAR, load_settings_file, named_errors, tex
 from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError, InvalidToken
 
+__all__ = ["KEY_ID_LENGTH", "MIN_KEY_LENGTH", "TAG_LENGTH", "KeyRing", "derive_key", "field", "format_keys",
+           "generate_key", "lp", "mac", "parse_keys", "read_key_file"]
+
 MIN_KEY_LENGTH = 32
 KEY_ID_LENGTH = 4
 TAG_LENGTH = 16  # every truncated HMAC-SHA256 tag and digest: binding tags, single-use stamps and scopes

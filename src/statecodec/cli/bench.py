@@ -24,6 +24,8 @@ from typing import Any
 from statecodec import AESGCMCodec, XAESGCMCodec
 from statecodec.errors import ConfigurationError, missing_extra
 
+__all__ = ["CASES", "PAYLOADS", "interleave", "measure", "register"]
+
 Pair = tuple[Callable[[bytes], Any], Callable[[Any], bytes]]
 _INSTALL = "pip install 'statecodec[bench]'"
 _HEAD = f"  {'codec':30} {'seal/floor':>10} {'unseal/floor':>12} {'+chars':>7}"

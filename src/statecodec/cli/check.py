@@ -17,6 +17,8 @@ from statecodec.cli._output import show
 from statecodec.config import codec_from_env, configured_codec, missing_package
 from statecodec.errors import ConfigurationError, InvalidToken, StatecodecError
 
+__all__ = ["register", "run_check"]
+
 SCHEMA = "statecodec-check/1"
 _PROBE = b"statecodec check probe"
 # The setting, without its STATECODEC_ prefix, that names the key a provider holds (a name, never key material).

@@ -15,6 +15,8 @@ from statecodec.cli.main import flag_values, settings_from_flags
 from statecodec.config import KINDS, check_names, check_settings
 from statecodec.envelope import format_wrapped_keys, new_wrapped_key
 
+__all__ = ["register"]
+
 _AWS = {"--key-id": "AWS_KMS_KEY_ID", "--region": "AWS_REGION", "--endpoint-url": "AWS_KMS_ENDPOINT"}
 _GCP = {"--key": "GCP_KMS_KEY", "--emulator-host": "GCP_KMS_EMULATOR_HOST"}
 _VAULT = {f"--vault-{name.lower()}": f"VAULT_{name}" for name in ("ADDR", "KEY", "MOUNT", "NAMESPACE")}

@@ -20,6 +20,8 @@ from statecodec.config import missing_package
 from statecodec.errors import ConfigurationError, InvalidToken, ProviderError, SealError, StatecodecError, StoreError
 from statecodec.keys import format_keys, generate_key
 
+__all__ = ["main"]
+
 Command = Callable[[argparse.Namespace], int]
 
 

@@ -25,6 +25,8 @@ from statecodec.cli.main import settings_from_flags
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing, format_keys, generate_key, read_key_file
 
+__all__ = ["register"]
+
 _CHECK_EPILOG = """\
 FILE: the reports of `statecodec check --json --instance NAME`, one per instance (several files, or all of them
 concatenated on stdin: for h in web-1 web-2; do ssh $h statecodec check --json --instance $h; done | ... check -),

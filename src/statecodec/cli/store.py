@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 from statecodec.cli._output import show, store_time
 from statecodec.errors import ConfigurationError
 
+__all__ = ["on_store", "register"]
+
 T = TypeVar("T")
 
 # The SDK binds a principal under its access token's issuer: without --issuer, those tokens are not covered.

@@ -17,6 +17,8 @@ from statecodec.cli.main import flag_values, settings_from_flags
 from statecodec.config import codec_from_env, codec_from_file
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 
+__all__ = ["register"]
+
 _EPILOG = """\
 The codec is the one a server builds from the STATECODEC_* environment (docs/configuration.md);
 each flag overrides the setting named in its help, and --config FILE replaces the environment.

@@ -24,6 +24,8 @@ from statecodec.jose._compact import CompactCodec, KeySlot
 from statecodec.jose._jwk import Key, PrivateKey, PublicKey, compact_json, key_halves, public_jwk, read_epk
 from statecodec.keys import KeyRing
 
+__all__ = ["ENC", "JWECodec", "concat_kdf"]
+
 ENC = "A256GCM"
 _ECDH = "ECDH-ES+A256KW"
 _IV_CHARS, _TAG_CHARS, _WRAPPED_CHARS = b64u_len(12), b64u_len(16), b64u_len(40)  # of the IV, tag and wrapped key

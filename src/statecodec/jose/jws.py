@@ -20,6 +20,8 @@ from statecodec.jose._compact import CompactCodec, KeySlot
 from statecodec.jose._jwk import Key, compact_json, key_halves
 from statecodec.keys import KeyRing
 
+__all__ = ["JWSCodec"]
+
 JWSAlgorithm = Literal["HS256", "EdDSA", "Ed25519"]
 _ED_ALGS = ("EdDSA", "Ed25519")
 _compare = hmac.compare_digest  # one name for the comparison, which a test replaces to prove it is used

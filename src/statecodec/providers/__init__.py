@@ -24,6 +24,9 @@ from statecodec._types import HoldsSecrets
 from statecodec.envelope import EnvelopeCodec, KeyWrapper, _check_context, default_context, parse_wrapped_keys
 from statecodec.errors import ConfigurationError, ProviderError
 
+__all__ = ["RetryPolicy", "build_envelope_codec", "context_from_env", "parse_context", "sdk_logs_withheld",
+           "wrapped_keys_from_env"]
+
 _WRAPPED_KEYS_VAR = "STATECODEC_WRAPPED_KEYS"
 _CONTEXT_VAR = "STATECODEC_KMS_CONTEXT"
 _T = TypeVar("_T")
