@@ -228,15 +228,6 @@ class Rejection:
     data: object
     log_records: list[logging.LogRecord]
 
-    @property
-    def reasons(self) -> list[str]:
-        return rejections(self.log_records)
-
-    @property
-    def reason(self) -> str:
-        assert len(self.reasons) == 1, f"expected one logged rejection, got {self.reasons}"
-        return self.reasons[0]
-
 
 async def mint(client: Client, arguments: dict[str, Any] | None = None) -> str:
     """A genuine round-one token of `TOOL` from a connected `client`."""
@@ -246,9 +237,11 @@ async def mint(client: Client, arguments: dict[str, Any] | None = None) -> str:
     return first.request_state
 
 
-async def present(client: Client, token: str, arguments: dict[str, Any] | None = None) -> Any:
-    """`token` as round two of `TOOL` (answering the region) on a connected `client`: the result, or the error."""
-    responses: dict[str, Any] = {"region": ElicitResult(action="accept", content={"region": "region-answer"})}
+async def present(
+    client: Client, token: str, arguments: dict[str, Any] | None = None, region: str = "region-answer"
+) -> Any:
+    """`token` as round two of `TOOL` (answering `region`) on a connected `client`: the result, or the error."""
+    responses: dict[str, Any] = {"region": ElicitResult(action="accept", content={"region": region})}
     try:
         return await client.session.call_tool(
             TOOL, arguments or TOOL_ARGS, input_responses=responses, request_state=token, allow_input_required=True
@@ -286,13 +279,15 @@ def refused(server: Any, token: str, arguments: dict[str, Any] | None = None) ->
     for record in rejection.log_records:
         assert record.exc_info is None, f"traceback logged: {record.getMessage()}"
         assert len(token) < 8 or token not in record.getMessage()
-    return rejection.reason
+    reasons = rejections(rejection.log_records)
+    assert len(reasons) == 1, f"expected one logged rejection, got {reasons}"
+    return reasons[0]
 
 
 def accept_token(policy: Policy, token: str, *, server_name: str = SERVER_NAME) -> None:
     """Send `token` as round two of `TOOL(TOOL_ARGS)` and check the server asked for the size next."""
     outcome = round_two(build_server(_security(policy), name=server_name), token)
-    assert not isinstance(outcome, Rejection), f"the server rejected the token: {outcome.reasons}"
+    assert not isinstance(outcome, Rejection), f"the server rejected the token: {rejections(outcome.log_records)}"
     assert isinstance(outcome, InputRequiredResult)
     assert set(outcome.input_requests or {}) == {"size"}
     assert outcome.request_state not in (None, token)

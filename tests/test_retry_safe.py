@@ -30,7 +30,7 @@ from statecodec.single_use import SingleUse
 from statecodec.store import MemoryStore
 from tests.integration.fleet_harness import call_tool
 from tests.integration.fleet_harness import round_one as http_round_one
-from tests.mcp_flows import mint, rejections, run_mcp_flows
+from tests.mcp_flows import mint, present, rejections, run_mcp_flows
 from tests.test_mcp import HTTP, KEY, STORE_KEY, serving
 from tests.test_vectors import hkdf
 
@@ -65,12 +65,7 @@ def retry_safe(store: MemoryStore | None = None, **options: Any) -> SingleUseMid
 
 async def go(client: Client, token: str, region: str = "eu") -> Any:
     """`token` answered with `region`: the tool's text, or the error."""
-    responses: dict[str, Any] = {"region": ElicitResult(action="accept", content={"region": region})}
-    try:
-        result = await client.session.call_tool("provision", {"name": "orders"}, input_responses=responses,
-                                                request_state=token, allow_input_required=True)  # fmt: skip
-    except MCPError as exc:
-        return exc.error
+    result = await present(client, token, region=region)
     return getattr(result.content[0], "text", None) if isinstance(result, CallToolResult) else result
 
 
