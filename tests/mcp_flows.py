@@ -21,14 +21,7 @@ import anyio
 from mcp import Client, MCPError
 from mcp.server.mcpserver import Context, Elicit, MCPServer, RequestStateSecurity, Resolve
 from mcp.server.mcpserver.prompts.base import UserMessage
-from mcp.types import (
-    ElicitRequest,
-    ElicitRequestFormParams,
-    ElicitResult,
-    ErrorData,
-    InputRequests,
-    InputRequiredResult,
-)
+from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, ErrorData, InputRequiredResult
 from pydantic import BaseModel
 
 from statecodec import Codec
@@ -44,7 +37,7 @@ STATE_MARKER = "handler-state-7f3a"  # handler state in plain text; an encryptin
 Policy = Codec | RequestStateSecurity
 
 
-def _ask(key: str, message: str) -> InputRequests:
+def _ask(key: str, message: str) -> dict[str, Any]:
     schema = {"type": "object", "properties": {key: {"type": "string"}}, "required": [key]}
     return {key: ElicitRequest(params=ElicitRequestFormParams(message=message, requested_schema=schema))}
 

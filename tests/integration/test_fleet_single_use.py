@@ -24,16 +24,7 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 import pytest
-from tests.integration.fleet_harness import (
-    KEEPALIVE_EXPIRY_S,
-    TOOL,
-    FleetServer,
-    Served,
-    call_tool,
-    fleet,
-    retry,
-    round_one,
-)
+from tests.integration.fleet_harness import KEEPALIVE_EXPIRY_S, TOOL, FleetServer, call_tool, fleet, retry, round_one
 from tests.plugins.redis import RedisServer
 
 from statecodec import format_keys, generate_key
@@ -203,7 +194,7 @@ def test_an_answer_lost_in_transit_is_answered_again_on_another_instance_and_the
     flows, user, thief = int(os.environ.get("RETRY_SAFE_FLOWS", "50")), subject("alice"), subject("mallory")
     region, store = {"region": {"action": "accept", "content": {"region": "eu-west-clear"}}}, safe.store_env
 
-    async def present(client: httpx.AsyncClient, served: Served, name: str, state: str) -> dict[str, Any]:
+    async def present(client: httpx.AsyncClient, served: FleetServer | Cut, name: str, state: str) -> dict[str, Any]:
         return await call_tool(client, served, TOOL, {"name": name}, subject=user, request_state=state,
                                input_responses=region)  # fmt: skip
 
