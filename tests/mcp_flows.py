@@ -1,9 +1,7 @@
-"""Any codec as the MCP SDK's request-state codec, in a real MCPServer with an in-memory Client.
+"""Any codec (or a whole `RequestStateSecurity`) as the MCP SDK's request-state codec, in a real MCPServer.
 
-`run_mcp_flows(codec)` drives a tool, a resolver tool, a prompt and a resource template to completion and checks
-every wire token; `assert_mcp_rejects(codec, bad)` sends a bad token (or a function of a genuine round-one token)
-and checks the SDK's frozen -32602 answer and the reason the server logged. Each takes a codec, handed to the SDK
-as it is (`RequestStateSecurity(codec=codec)`), or a whole `RequestStateSecurity`.
+`run_mcp_flows` drives a tool, a resolver tool, a prompt and a resource template to completion and checks every wire
+token; `assert_mcp_rejects` sends a bad token and checks the SDK's frozen -32602 answer and the reason logged.
 """
 
 from __future__ import annotations

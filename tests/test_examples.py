@@ -1,10 +1,8 @@
 """Every example and every runnable documentation block runs here, so none can silently rot.
 
-Each ``examples/*.py`` runs as a script and must exit 0, unless it needs a running server:
-then `DRIVEN_ELSEWHERE` names the test modules that start and drive it. A fenced ``python``
-(``py``) or ``sh`` (``bash``, ``shell``) block of ``README.md`` or ``docs/**/*.md`` runs when
-the line ``<!-- runnable -->`` comes right before its fence; a marker before anything else
-fails the suite, so a typo cannot turn a block off. How blocks run: docs/contributing-docs.md.
+Each ``examples/*.py`` runs as a script and must exit 0, unless `DRIVEN_ELSEWHERE` names the test modules that drive
+it. A block of ``README.md`` or ``docs/**/*.md`` runs when ``<!-- runnable -->`` comes right before its fence; a
+marker before anything else fails the suite, so a typo cannot turn a block off (docs/contributing-docs.md).
 """
 
 from __future__ import annotations

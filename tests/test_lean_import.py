@@ -1,8 +1,7 @@
 """`import statecodec` and the command line load no optional package, each checked in a fresh interpreter.
 
-An import-time dependency on the MCP SDK (or a KMS client) costs every
-process that only seals tokens, and every CLI command, seconds of start-up;
-it also means the library's behaviour depends on what else is installed.
+An import-time dependency on the MCP SDK (or a KMS client) costs every process that only seals tokens, and every CLI
+command, seconds of start-up; the library's behaviour would depend on what else is installed.
 """
 
 from __future__ import annotations

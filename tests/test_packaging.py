@@ -1,8 +1,6 @@
-"""What a release ships: the Apache-2.0 licence it declares, an sdist without the tests, metadata without the
-development tooling, only public names at the top level, and a command that also runs as ``python -m``.
+"""What a release ships: the licence it declares, an sdist without the tests, no dev tooling, public names only.
 
-The sdist itself is built and checked (`python -m build`, `twine check`) by .ci/run; building it here would
-cost an isolated build environment per run, so these tests read the declarations that decide its contents.
+The sdist is built and checked by .ci/run; these tests read the declarations that decide its contents.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """Retry-safe single use on both SDK tiers: the same retry gets the first answer and the step runs once.
 
-Each test is an attack or a failure: other input responses under the same token, another presenter of a stolen
-token, a kept answer moved to another claim, an instance with the mode off, an answer over the cap, a retry while the
-first still runs or after it was cancelled, a handler that raises, a store that fails or forgets while keeping the
-answer, answers over the in-process store's byte budget. Fleet: tests/integration."""
+Each test is an attack or a failure (its name says which). Fleet: tests/integration/test_fleet_single_use.py."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""Single use and revocation across a fleet: four server processes over HTTP sharing one real redis-server, in the
-default mode (at most once), and four more with the retry-safe mode on (the same retry answered again, run once).
+"""Single use and revocation across a fleet: four `examples/fleet_server.py` processes over raw HTTP sharing one real
+redis-server in the default mode (at most once), four more retry-safe (the same retry answered again, run once).
 
-Threats, against real processes of `examples/fleet_server.py` (the demonstration bearer naming subject and issuer)
-over raw HTTP: one continuation presented to all instances at once; a stolen token presented by another user; an
-offboarded user's flows retried on another instance the moment the revocation returns; a revocation that reaches
-too far (other users, the same subject at another issuer); an answer lost in transit; one retry presented to all
-retry-safe instances at once. Refusals are the SDK's -32602; reasons in the logs only.
+Each test is a threat (its name says which); refusals are the SDK's -32602, reasons in the logs only.
 """
 
 from __future__ import annotations
