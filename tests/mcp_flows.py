@@ -199,9 +199,9 @@ async def round_one(server: Any, arguments: dict[str, Any] | None = None) -> str
         return await mint(client, arguments)
 
 
-def mint_token(policy: Policy, *, server_name: str = SERVER_NAME) -> str:
-    """A genuine round-one token for `TOOL(TOOL_ARGS)`, sealed by a server named `server_name`."""
-    return str(anyio.run(round_one, build_server(_security(policy), name=server_name)))
+def mint_token(policy: Policy) -> str:
+    """A genuine round-one token for `TOOL(TOOL_ARGS)`, sealed by a server under `policy`."""
+    return str(anyio.run(round_one, build_server(_security(policy))))
 
 
 def rejections(records: list[logging.LogRecord]) -> list[str]:
@@ -275,9 +275,9 @@ def refused(server: Any, token: str, arguments: dict[str, Any] | None = None) ->
     return reasons[0]
 
 
-def accept_token(policy: Policy, token: str, *, server_name: str = SERVER_NAME) -> None:
+def accept_token(policy: Policy, token: str) -> None:
     """Send `token` as round two of `TOOL(TOOL_ARGS)` and check the server asked for the size next."""
-    outcome = round_two(build_server(_security(policy), name=server_name), token)
+    outcome = round_two(build_server(_security(policy)), token)
     assert not isinstance(outcome, Rejection), f"the server rejected the token: {rejections(outcome.log_records)}"
     assert isinstance(outcome, InputRequiredResult)
     assert set(outcome.input_requests or {}) == {"size"}
@@ -286,16 +286,12 @@ def accept_token(policy: Policy, token: str, *, server_name: str = SERVER_NAME) 
 
 def assert_mcp_rejects(
     policy: Policy, bad_token: str | Callable[[str], str], *, reason: str | Collection[str] | None = None,
-    minted_by: Policy | None = None, minted_on: str = SERVER_NAME, server_name: str = SERVER_NAME,
-    arguments: dict[str, Any] | None = None,
+    server_name: str = SERVER_NAME, arguments: dict[str, Any] | None = None,
 ) -> str:
     """Check a server under `policy` named `server_name` refuses `bad_token` (see `refused`); return the reason.
-
-    `bad_token` is a token, or a function applied to a genuine round-one token sealed by `minted_by` (default:
-    `policy`) on a server named `minted_on`.
-    """
+    `bad_token` is a token, or a function applied to a genuine round-one token sealed under `policy`."""
     if callable(bad_token):
-        bad_token = bad_token(mint_token(minted_by if minted_by is not None else policy, server_name=minted_on))
+        bad_token = bad_token(mint_token(policy))
     got = refused(build_server(_security(policy), name=server_name), bad_token, arguments)
     if reason is not None:
         allowed = {reason} if isinstance(reason, str) else set(reason)
