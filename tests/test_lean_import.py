@@ -25,9 +25,7 @@ MODULE_BUDGET = 200
 def _loaded_after(code: str) -> list[str]:
     """Run `code` in a fresh interpreter; the module names loaded when it is done."""
     script = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)), file=sys.stderr)"
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
-    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     loaded: list[str] = json.loads(result.stderr.strip().splitlines()[-1])
     return loaded
