@@ -11,18 +11,24 @@ import contextlib
 import json
 import logging
 import logging.handlers
-from collections.abc import Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Annotated, Any
 
 import anyio
+import httpx
+from examples import fleet_server
 from mcp import Client, MCPError
 from mcp.server.mcpserver import Context, Elicit, MCPServer, RequestStateSecurity, Resolve
 from mcp.server.mcpserver.prompts.base import UserMessage
 from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, ErrorData, InputRequiredResult
 from pydantic import BaseModel
 
-from statecodec import Codec
+from statecodec import AESGCMCodec, Codec, generate_key
+from statecodec.mcp import SingleUseMiddleware
+from statecodec.single_use import SingleUse
+from statecodec.store import MemoryStore, Store
 
 SERVER_NAME = "statecodec-flows"
 TOOL = "provision"
@@ -31,6 +37,8 @@ INVALID_PARAMS = -32602
 REJECTION_MESSAGE = "Invalid or expired requestState"
 SDK_LOGGER = "mcp.server.request_state"
 STATE_MARKER = "handler-state-7f3a"  # handler state in plain text; an encrypting codec must not show it
+KEY, STORE_KEY = generate_key(), generate_key()  # the codec's key where a test needs no other, single use's store key
+HTTP = SimpleNamespace(url="http://127.0.0.1:8000/mcp")  # examples/fleet_server.py's app, as `serving` serves it
 
 Policy = Codec | RequestStateSecurity
 
@@ -124,6 +132,24 @@ class FlowReport:
     def unseal(self, token: str) -> bytes:
         self.unsealed.append(token)
         return self.inner.unseal(token)
+
+
+def single_use(store: Store | None = None, **options: Any) -> SingleUseMiddleware:
+    """Single use over `store` (a new in-process one by default), as the SDK's middleware; `options` go to it."""
+    return SingleUseMiddleware(SingleUse(store or MemoryStore(), key=STORE_KEY, ttl=600), **options)
+
+
+@contextlib.asynccontextmanager
+async def serving(middleware: SingleUseMiddleware, **policy: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """examples/fleet_server.py's app with `middleware`, served in this process at `HTTP`: a client of it."""
+    security = RequestStateSecurity(codec=AESGCMCodec([KEY]), **policy)
+    server = fleet_server.build_server(security, middleware=[middleware], lifespan=middleware.lifespan,
+                                       demo_auth=True)  # fmt: skip
+    app = fleet_server.app_for(server, "127.0.0.1")
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as client:
+            yield client
 
 
 def _security(policy: Policy, codec: Codec | None = None) -> RequestStateSecurity:

@@ -189,15 +189,23 @@ async def round_one(client: httpx.AsyncClient, server: Served, *, subject: str, 
     return state
 
 
+async def present(
+    client: httpx.AsyncClient, server: Served, state: str, *, subject: str, name: str = "orders",
+    region: str = "eu-west-1",
+) -> dict[str, Any]:
+    """The retry that answers round 1 (the user accepted the form with `region`), on `server`: the JSON-RPC answer."""
+    answers = {"region": {"action": "accept", "content": {"region": region}}}
+    return await call_tool(client, server, TOOL, {"name": name}, subject=subject, request_state=state,
+                           input_responses=answers)  # fmt: skip
+
+
 async def retry(
     client: httpx.AsyncClient, server: Served, state: str, *, subject: str, name: str = "orders",
     region: str = "eu-west-1",
 ) -> bool:
-    """The retry that answers round 1, on `server`: True when it completed, False when it was refused with the
-    SDK's -32602; anything else fails the caller."""
-    answers = {"region": {"action": "accept", "content": {"region": region}}}  # the user accepted the form
-    answer = await call_tool(client, server, TOOL, {"name": name}, subject=subject, request_state=state,
-                             input_responses=answers)  # fmt: skip
+    """`present`: True when the retry completed, False when it was refused with the SDK's -32602; anything else
+    fails the caller."""
+    answer = await present(client, server, state, subject=subject, name=name, region=region)
     if "error" in answer:
         assert answer["error"]["code"] == INVALID_PARAMS, answer
         return False
