@@ -13,19 +13,17 @@ from statecodec.errors import ProviderError
 
 
 class LocalWrapper:
-    """AES-256-GCM under a local wrapping key, the context bound as AAD; counts every call."""
+    """AES-256-GCM under a local wrapping key, the context bound as AAD; counts unwraps."""
 
     def __init__(self, wrapping_key: bytes | None = None) -> None:
         self._aead = AESGCM(wrapping_key or os.urandom(32))
         self.unwraps = 0
-        self.wraps = 0
         self.fail_with: Exception | None = None
 
     def describe(self) -> str:
         return "local test key"
 
     def wrap(self, data_key: bytes, context: Mapping[str, str]) -> bytes:
-        self.wraps += 1
         nonce = os.urandom(12)
         return nonce + self._aead.encrypt(nonce, data_key, canonical_context(context))
 

@@ -1,9 +1,7 @@
-"""Any codec as the MCP SDK's request-state codec, in a real MCPServer with an in-memory Client.
+"""Any codec (or a whole `RequestStateSecurity`) as the MCP SDK's request-state codec, in a real MCPServer.
 
-`run_mcp_flows(codec)` drives a tool, a resolver tool, a prompt and a resource template to completion and checks
-every wire token; `assert_mcp_rejects(codec, bad)` sends a bad token (or a function of a genuine round-one token)
-and checks the SDK's frozen -32602 answer and the reason the server logged. Each takes a codec, handed to the SDK
-as it is (`RequestStateSecurity(codec=codec)`), or a whole `RequestStateSecurity`.
+`run_mcp_flows` drives a tool, a resolver tool, a prompt and a resource template to completion and checks every wire
+token; `assert_mcp_rejects` sends a bad token and checks the SDK's frozen -32602 answer and the reason logged.
 """
 
 from __future__ import annotations
@@ -13,25 +11,24 @@ import contextlib
 import json
 import logging
 import logging.handlers
-from collections.abc import Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Annotated, Any
 
 import anyio
+import httpx
+from examples import fleet_server
 from mcp import Client, MCPError
 from mcp.server.mcpserver import Context, Elicit, MCPServer, RequestStateSecurity, Resolve
 from mcp.server.mcpserver.prompts.base import UserMessage
-from mcp.types import (
-    ElicitRequest,
-    ElicitRequestFormParams,
-    ElicitResult,
-    ErrorData,
-    InputRequests,
-    InputRequiredResult,
-)
+from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, ErrorData, InputRequiredResult
 from pydantic import BaseModel
 
-from statecodec import Codec
+from statecodec import AESGCMCodec, Codec, generate_key
+from statecodec.mcp import SingleUseMiddleware
+from statecodec.single_use import SingleUse
+from statecodec.store import MemoryStore, Store
 
 SERVER_NAME = "statecodec-flows"
 TOOL = "provision"
@@ -40,11 +37,13 @@ INVALID_PARAMS = -32602
 REJECTION_MESSAGE = "Invalid or expired requestState"
 SDK_LOGGER = "mcp.server.request_state"
 STATE_MARKER = "handler-state-7f3a"  # handler state in plain text; an encrypting codec must not show it
+KEY, STORE_KEY = generate_key(), generate_key()  # the codec's key where a test needs no other, single use's store key
+HTTP = SimpleNamespace(url="http://127.0.0.1:8000/mcp")  # examples/fleet_server.py's app, as `serving` serves it
 
 Policy = Codec | RequestStateSecurity
 
 
-def _ask(key: str, message: str) -> InputRequests:
+def _ask(key: str, message: str) -> dict[str, Any]:
     schema = {"type": "object", "properties": {key: {"type": "string"}}, "required": [key]}
     return {key: ElicitRequest(params=ElicitRequestFormParams(message=message, requested_schema=schema))}
 
@@ -135,6 +134,24 @@ class FlowReport:
         return self.inner.unseal(token)
 
 
+def single_use(store: Store | None = None, **options: Any) -> SingleUseMiddleware:
+    """Single use over `store` (a new in-process one by default), as the SDK's middleware; `options` go to it."""
+    return SingleUseMiddleware(SingleUse(store or MemoryStore(), key=STORE_KEY, ttl=600), **options)
+
+
+@contextlib.asynccontextmanager
+async def serving(middleware: SingleUseMiddleware, **policy: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """examples/fleet_server.py's app with `middleware`, served in this process at `HTTP`: a client of it."""
+    security = RequestStateSecurity(codec=AESGCMCodec([KEY]), **policy)
+    server = fleet_server.build_server(security, middleware=[middleware], lifespan=middleware.lifespan,
+                                       demo_auth=True)  # fmt: skip
+    app = fleet_server.app_for(server, "127.0.0.1")
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as client:
+            yield client
+
+
 def _security(policy: Policy, codec: Codec | None = None) -> RequestStateSecurity:
     """`policy` as a RequestStateSecurity, its codec optionally replaced (same ttl, principal, audience)."""
     if not isinstance(policy, RequestStateSecurity):
@@ -208,9 +225,9 @@ async def round_one(server: Any, arguments: dict[str, Any] | None = None) -> str
         return await mint(client, arguments)
 
 
-def mint_token(policy: Policy, *, server_name: str = SERVER_NAME) -> str:
-    """A genuine round-one token for `TOOL(TOOL_ARGS)`, sealed by a server named `server_name`."""
-    return str(anyio.run(round_one, build_server(_security(policy), name=server_name)))
+def mint_token(policy: Policy) -> str:
+    """A genuine round-one token for `TOOL(TOOL_ARGS)`, sealed by a server under `policy`."""
+    return str(anyio.run(round_one, build_server(_security(policy))))
 
 
 def rejections(records: list[logging.LogRecord]) -> list[str]:
@@ -228,15 +245,6 @@ class Rejection:
     data: object
     log_records: list[logging.LogRecord]
 
-    @property
-    def reasons(self) -> list[str]:
-        return rejections(self.log_records)
-
-    @property
-    def reason(self) -> str:
-        assert len(self.reasons) == 1, f"expected one logged rejection, got {self.reasons}"
-        return self.reasons[0]
-
 
 async def mint(client: Client, arguments: dict[str, Any] | None = None) -> str:
     """A genuine round-one token of `TOOL` from a connected `client`."""
@@ -246,9 +254,11 @@ async def mint(client: Client, arguments: dict[str, Any] | None = None) -> str:
     return first.request_state
 
 
-async def present(client: Client, token: str, arguments: dict[str, Any] | None = None) -> Any:
-    """`token` as round two of `TOOL` (answering the region) on a connected `client`: the result, or the error."""
-    responses: dict[str, Any] = {"region": ElicitResult(action="accept", content={"region": "region-answer"})}
+async def present(
+    client: Client, token: str, arguments: dict[str, Any] | None = None, region: str = "region-answer"
+) -> Any:
+    """`token` as round two of `TOOL` (answering `region`) on a connected `client`: the result, or the error."""
+    responses: dict[str, Any] = {"region": ElicitResult(action="accept", content={"region": region})}
     try:
         return await client.session.call_tool(
             TOOL, arguments or TOOL_ARGS, input_responses=responses, request_state=token, allow_input_required=True
@@ -286,13 +296,15 @@ def refused(server: Any, token: str, arguments: dict[str, Any] | None = None) ->
     for record in rejection.log_records:
         assert record.exc_info is None, f"traceback logged: {record.getMessage()}"
         assert len(token) < 8 or token not in record.getMessage()
-    return rejection.reason
+    reasons = rejections(rejection.log_records)
+    assert len(reasons) == 1, f"expected one logged rejection, got {reasons}"
+    return reasons[0]
 
 
-def accept_token(policy: Policy, token: str, *, server_name: str = SERVER_NAME) -> None:
+def accept_token(policy: Policy, token: str) -> None:
     """Send `token` as round two of `TOOL(TOOL_ARGS)` and check the server asked for the size next."""
-    outcome = round_two(build_server(_security(policy), name=server_name), token)
-    assert not isinstance(outcome, Rejection), f"the server rejected the token: {outcome.reasons}"
+    outcome = round_two(build_server(_security(policy)), token)
+    assert not isinstance(outcome, Rejection), f"the server rejected the token: {rejections(outcome.log_records)}"
     assert isinstance(outcome, InputRequiredResult)
     assert set(outcome.input_requests or {}) == {"size"}
     assert outcome.request_state not in (None, token)
@@ -300,16 +312,12 @@ def accept_token(policy: Policy, token: str, *, server_name: str = SERVER_NAME) 
 
 def assert_mcp_rejects(
     policy: Policy, bad_token: str | Callable[[str], str], *, reason: str | Collection[str] | None = None,
-    minted_by: Policy | None = None, minted_on: str = SERVER_NAME, server_name: str = SERVER_NAME,
-    arguments: dict[str, Any] | None = None,
+    server_name: str = SERVER_NAME, arguments: dict[str, Any] | None = None,
 ) -> str:
     """Check a server under `policy` named `server_name` refuses `bad_token` (see `refused`); return the reason.
-
-    `bad_token` is a token, or a function applied to a genuine round-one token sealed by `minted_by` (default:
-    `policy`) on a server named `minted_on`.
-    """
+    `bad_token` is a token, or a function applied to a genuine round-one token sealed under `policy`."""
     if callable(bad_token):
-        bad_token = bad_token(mint_token(minted_by if minted_by is not None else policy, server_name=minted_on))
+        bad_token = bad_token(mint_token(policy))
     got = refused(build_server(_security(policy), name=server_name), bad_token, arguments)
     if reason is not None:
         allowed = {reason} if isinstance(reason, str) else set(reason)

@@ -1,15 +1,12 @@
 """Every example and every runnable documentation block runs here, so none can silently rot.
 
-Each ``examples/*.py`` runs as a script and must exit 0, unless it needs a running server:
-then `DRIVEN_ELSEWHERE` names the test modules that start and drive it. A fenced ``python``
-(``py``) or ``sh`` (``bash``, ``shell``) block of ``README.md`` or ``docs/**/*.md`` runs when
-the line ``<!-- runnable -->`` comes right before its fence; a marker before anything else
-fails the suite, so a typo cannot turn a block off. How blocks run: docs/contributing-docs.md.
+Each ``examples/*.py`` runs as a script and must exit 0, unless `DRIVEN_ELSEWHERE` names the test modules that drive
+it. A block of ``README.md`` or ``docs/**/*.md`` runs when ``<!-- runnable -->`` comes right before its fence; a
+marker before anything else fails the suite, so a typo cannot turn a block off (docs/contributing-docs.md).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -20,9 +17,9 @@ import tempfile
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from examples import fleet_server
 
 from statecodec import format_keys, generate_key
 from tests.plugins import free_port, free_ports
@@ -94,10 +91,8 @@ def run(cmd: list[str], cwd: Path) -> tuple[int, str]:
     env |= {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "PYTHONWARNINGS": "error"}
     env["STATECODEC_KEYS"] = format_keys([generate_key(), generate_key()])
     with tempfile.TemporaryFile() as out:
-        process = subprocess.Popen(
-            cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        process = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         try:
             returncode = process.wait(timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -135,20 +130,6 @@ def test_served_example_is_driven_by_its_tests(name: str) -> None:
         assert Path(name).stem in (ROOT / module).read_text(encoding="utf-8"), f"{module} does not drive {name}"
 
 
-def _fleet_server(monkeypatch: pytest.MonkeyPatch, **env: str) -> ModuleType:
-    """examples/fleet_server.py, imported with `env` as its only STATECODEC_* and FLEET_* settings."""
-    for name in [k for k in os.environ if k.startswith(("STATECODEC_", "FLEET_"))]:
-        monkeypatch.delenv(name)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    spec = importlib.util.spec_from_file_location("fleet_server", EXAMPLES / "fleet_server.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize(
     ("argv", "env", "message"),
     [
@@ -164,8 +145,12 @@ def _fleet_server(monkeypatch: pytest.MonkeyPatch, **env: str) -> ModuleType:
 def test_fleet_server_stops_before_serving_with_one_line_on_a_bad_setup(
     monkeypatch: pytest.MonkeyPatch, argv: list[str], env: dict[str, str], message: str
 ) -> None:
+    for name in [k for k in os.environ if k.startswith(("STATECODEC_", "FLEET_"))]:
+        monkeypatch.delenv(name)  # `env` is its only STATECODEC_* and FLEET_* settings: main reads them when called
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     with pytest.raises(SystemExit, match=message) as info:
-        _fleet_server(monkeypatch, **env).main([*argv, "--port", "1"])
+        fleet_server.main([*argv, "--port", "1"])
     assert info.value.__suppress_context__ or info.value.__context__ is None  # one line, no traceback
 
 
@@ -176,11 +161,9 @@ def test_fleet_server_factory_on_a_bad_configuration_stops_uvicorn_instead_of_re
     env = {k: v for k, v in os.environ.items() if not k.startswith("STATECODEC_")}
     uvicorn = [sys.executable, "-m", "uvicorn", "--factory", "--app-dir", str(EXAMPLES), "fleet_server:create_app"]
     for workers in ("1", "2"):
-        result = subprocess.run(
-            [*uvicorn, "--host", "127.0.0.1", "--port", str(free_port()), "--workers", workers],
-            cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT_S,
-            check=False,
-        )
+        result = subprocess.run([*uvicorn, "--host", "127.0.0.1", "--port", str(free_port()), "--workers", workers],
+                                cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                timeout=TIMEOUT_S, check=False)  # fmt: skip
         message = "fleet_server: cannot start: no codec configured: set STATECODEC_KEYS"
         assert 1 <= result.stderr.count(message) <= int(workers), result.stderr  # each worker once at most
         assert "Traceback" not in result.stderr

@@ -1,8 +1,7 @@
 """`import statecodec` and the command line load no optional package, each checked in a fresh interpreter.
 
-An import-time dependency on the MCP SDK (or a KMS client) costs every
-process that only seals tokens, and every CLI command, seconds of start-up;
-it also means the library's behaviour depends on what else is installed.
+An import-time dependency on the MCP SDK (or a KMS client) costs every process that only seals tokens, and every CLI
+command, seconds of start-up; the library's behaviour would depend on what else is installed.
 """
 
 from __future__ import annotations
@@ -26,9 +25,7 @@ MODULE_BUDGET = 200
 def _loaded_after(code: str) -> list[str]:
     """Run `code` in a fresh interpreter; the module names loaded when it is done."""
     script = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)), file=sys.stderr)"
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
-    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     loaded: list[str] = json.loads(result.stderr.strip().splitlines()[-1])
     return loaded

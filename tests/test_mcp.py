@@ -9,8 +9,6 @@ from __future__ import annotations
 import logging
 import sys
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -26,11 +24,12 @@ from mcp.server.request_state import authenticated_principal
 from statecodec import AESGCMCodec, ConfigurationError, XAESGCMCodec, format_keys, generate_key
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.mcp import SingleUseMiddleware, from_env, security_from_env, store_from_env
-from statecodec.single_use import SingleUse
-from statecodec.store import MemoryStore, Store
+from statecodec.store import Store
 from tests.integration.fleet_harness import call_tool, free_port, retry
 from tests.integration.fleet_harness import round_one as http_round_one
 from tests.mcp_flows import (
+    HTTP,
+    KEY,
     REJECTION_MESSAGE,
     Rejection,
     accept_token,
@@ -41,10 +40,11 @@ from tests.mcp_flows import (
     round_one,
     round_two,
     run_mcp_flows,
+    serving,
+    single_use,
 )
 from tests.plugins.redis import RedisServer
 
-KEY = generate_key()
 OTHER_KEY = generate_key()
 
 
@@ -125,13 +125,7 @@ def test_principal_binding_and_expiry_are_enforced_by_the_sdk_around_our_codec(m
 
 # --- single use on the SDK's paths ------------------------------------------------------------------------------
 
-STORE_KEY = generate_key()
 DEMO_ISSUER = str(fleet_server.DEMO_ISSUER)
-HTTP = SimpleNamespace(url="http://127.0.0.1:8000/mcp")  # examples/fleet_server.py's app, served in this process
-
-
-def single_use(store: Store | None = None, **options: Any) -> SingleUseMiddleware:
-    return SingleUseMiddleware(SingleUse(store or MemoryStore(), key=STORE_KEY, ttl=600), **options)
 
 
 def single_use_server(middleware: SingleUseMiddleware, **policy: Any) -> MCPServer[Any]:
@@ -181,18 +175,6 @@ def test_single_use_before_the_boundary_is_refused_at_start_up_on_both_tiers() -
 
 
 # --- over HTTP, as the fleet example serves it: principals, a stalled store, an unreachable store -----------------
-
-
-@asynccontextmanager
-async def serving(middleware: SingleUseMiddleware, **policy: Any) -> AsyncIterator[httpx.AsyncClient]:
-    security = RequestStateSecurity(codec=AESGCMCodec([KEY]), **policy)
-    server = fleet_server.build_server(security, middleware=[middleware], lifespan=middleware.lifespan,
-                                       demo_auth=True)
-    app = fleet_server.app_for(server, "127.0.0.1")
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as client:
-            yield client
 
 
 def test_the_stamp_records_the_minting_principal_whatever_bind_principal_is(caplog: pytest.LogCaptureFixture) -> None:

@@ -22,15 +22,14 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
 from statecodec import AESGCMCodec, format_keys, generate_key
-from statecodec.mcp import SingleUseMiddleware, from_env
+from statecodec.mcp import from_env
 from statecodec.otel import REQUEST_STATE, instrument
-from statecodec.single_use import SingleUse
 from statecodec.store import MemoryStore
-from tests.mcp_flows import build_server, mint, present, round_one
+from tests.mcp_flows import build_server, mint, present, round_one, single_use
 from tests.test_retry_safe import Gone
 
 OBSERVABILITY = Path(__file__).resolve().parents[1] / "docs" / "observability.md"
-TTL, KEY = 600.0, generate_key()
+TTL = 600.0  # single use's too
 Counts = Counter[tuple[str, str]]
 
 
@@ -65,7 +64,7 @@ def test_the_alerts_fire_and_refusals_are_never_counted_as_accepted(
     clock = SimpleNamespace(now=time.time())  # the SDK's expiry clock, for one expired token
     monkeypatch.setattr("mcp.server.request_state.time", SimpleNamespace(time=lambda: clock.now))
     reader, security = InMemoryMetricReader(), RequestStateSecurity(codec=AESGCMCodec([generate_key()]), ttl=TTL)
-    middleware, never_started = (SingleUseMiddleware(SingleUse(MemoryStore(), key=KEY, ttl=TTL)) for _ in "ab")
+    middleware, never_started = single_use(), single_use()
     server = build_server(security, middleware=[middleware], lifespan=middleware.lifespan)
     failing = build_server(security, middleware=[never_started])  # no lifespan: it fails loudly, an error
     meter = MeterProvider(metric_readers=[reader]).get_meter("test")
@@ -122,7 +121,7 @@ def test_a_retry_answered_with_its_kept_answer_is_counted_as_such_and_in_progres
     meter = MeterProvider(metric_readers=[reader]).get_meter("test")
     servers = []
     for store in (MemoryStore(), Gone()):  # Gone keeps no answer: the same retry is in progress until it expires
-        middleware = SingleUseMiddleware(SingleUse(store, key=KEY, ttl=TTL), retry_safe=True)
+        middleware = single_use(store, retry_safe=True)
         servers.append(server := build_server(security, middleware=[middleware], lifespan=middleware.lifespan))
         instrument(server, meter)
 

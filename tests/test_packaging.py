@@ -1,8 +1,6 @@
-"""What a release ships: the Apache-2.0 licence it declares, an sdist without the tests, metadata without the
-development tooling, only public names at the top level, and a command that also runs as ``python -m``.
+"""What a release ships: the licence it declares, an sdist without the tests, no dev tooling, public names only.
 
-The sdist itself is built and checked (`python -m build`, `twine check`) by .ci/run; building it here would
-cost an isolated build environment per run, so these tests read the declarations that decide its contents.
+The sdist is built and checked by .ci/run; these tests read the declarations that decide its contents.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ import statecodec
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_declared_licence_ships_in_full() -> None:
+def test_the_published_metadata_declares_the_licence_it_ships_in_full_versions_and_no_dev_tooling() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert project["license"] == "Apache-2.0"
     assert project["license-files"] == ["LICENSE"]
@@ -27,6 +25,10 @@ def test_the_declared_licence_ships_in_full() -> None:
     assert "Apache License\n                           Version 2.0, January 2004" in text
     assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
     assert "END OF TERMS AND CONDITIONS" in text  # the whole text, not a header pointing elsewhere
+    assert "dev" not in project["optional-dependencies"]  # tooling lives in requirements-dev.txt
+    versions = {c.rpartition(" :: ")[2] for c in project["classifiers"] if c.startswith("Programming Language :: Py")}
+    assert {"3.11", "3.12", "3.13"} <= versions
+    assert project["requires-python"] == ">=3.11"
 
 
 def test_the_sdist_leaves_out_what_needs_the_repository() -> None:
@@ -34,14 +36,6 @@ def test_the_sdist_leaves_out_what_needs_the_repository() -> None:
     lines = {line.strip() for line in (ROOT / "MANIFEST.in").read_text(encoding="utf-8").splitlines()}
     assert {"prune tests", "prune benchmarks", "prune examples", "prune docs"} <= lines
     assert "include LICENSE README.md CHANGELOG.md SECURITY.md" in lines
-
-
-def test_the_published_metadata_names_versions_and_no_dev_tooling() -> None:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert "dev" not in project["optional-dependencies"]  # tooling lives in requirements-dev.txt
-    versions = {c.rpartition(" :: ")[2] for c in project["classifiers"] if c.startswith("Programming Language :: Py")}
-    assert {"3.11", "3.12", "3.13"} <= versions
-    assert project["requires-python"] == ">=3.11"
 
 
 def test_ci_runs_the_readme_test_command_verbatim() -> None:

@@ -207,17 +207,14 @@ def test_tag_comparisons_are_constant_time(monkeypatch: pytest.MonkeyPatch) -> N
 
 def _json_values() -> st.SearchStrategy[Any]:
     scalars = st.one_of(
-        st.none(),
-        st.booleans(),
-        st.integers(min_value=-(2**200), max_value=2**200),
+        st.none(), st.booleans(), st.integers(min_value=-(2**200), max_value=2**200),
         st.floats(allow_nan=False, allow_infinity=False),
         st.text(st.one_of(st.characters(), st.characters(categories=["Cs"])), max_size=20),
         st.sampled_from(["dir", "A256KW", "ECDH-ES+A256KW", "A256GCM", "HS256", "EdDSA", "Ed25519", "none"]),
-    )
+    )  # fmt: skip
     keys = st.sampled_from(["alg", "enc", "kid", "epk", "kty", "crv", "x", "y", "zip"])
-    return st.recursive(
-        scalars, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(keys, inner)), max_leaves=12
-    )
+    children = lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(keys, inner))  # noqa: E731
+    return st.recursive(scalars, children, max_leaves=12)
 
 
 RAW_HEADERS = [

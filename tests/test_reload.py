@@ -134,22 +134,19 @@ def test_sighup_asks_the_watcher_for_a_reload(tmp_path: Path) -> None:
         codec.close()
 
 
-@pytest.mark.parametrize(("name", "value"), [("RELOAD_INTERVAL", "0"), ("FUTURE_SKEW", "-1"), ("INSTANCE", "web 1")])
-def test_a_bad_live_rotation_setting_stops_the_start_naming_it(name: str, value: str) -> None:
-    settings = {"STATECODEC_KEYS": format_keys([OLD]), "STATECODEC_STORE_URL": "memory",
-                "STATECODEC_RELOAD_INTERVAL": "5", f"STATECODEC_{name}": value}
-    with pytest.raises(ConfigurationError, match=f"^STATECODEC_{name} must be"):
-        codec_from_env(settings)
+BAD_SETTINGS = [({"STATECODEC_STORE_URL": "memory", f"STATECODEC_{n}": v}, f"^STATECODEC_{n} must be")
+                for n, v in (("RELOAD_INTERVAL", "0"), ("FUTURE_SKEW", "-1"), ("INSTANCE", "web 1"))]
+BAD_SETTINGS.append(({}, r"^STATECODEC_RELOAD_INTERVAL .*STATECODEC_KEYS_FILE"))  # no file to follow: it never changes
+
+
+@pytest.mark.parametrize(("settings", "match"), BAD_SETTINGS, ids=["interval", "skew", "instance", "no-file"])
+def test_a_bad_live_rotation_setting_stops_the_start_naming_it(settings: dict[str, str], match: str) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        codec_from_env({"STATECODEC_KEYS": format_keys([OLD]), "STATECODEC_RELOAD_INTERVAL": "5", **settings})
 
 
 def test_a_wait_that_is_not_a_number_never_lets_a_key_go() -> None:
     assert early_drop(("b", "a"), ("b",), {"a": 0.0}, 1e9, math.nan) is not None  # a wait or a time that is no number
-
-
-def test_reloading_with_no_file_to_follow_stops_the_start_naming_the_setting() -> None:
-    settings = {"STATECODEC_KEYS": format_keys([OLD]), "STATECODEC_RELOAD_INTERVAL": "5"}  # a ring that never changes
-    with pytest.raises(ConfigurationError, match=r"^STATECODEC_RELOAD_INTERVAL .*STATECODEC_KEYS_FILE"):
-        codec_from_env(settings)
 
 
 def test_sighup_without_a_watcher_is_refused_rather_than_ignored(tmp_path: Path) -> None:

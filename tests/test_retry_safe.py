@@ -1,9 +1,6 @@
 """Retry-safe single use on both SDK tiers: the same retry gets the first answer and the step runs once.
 
-Each test is an attack or a failure: other input responses under the same token, another presenter of a stolen
-token, a kept answer moved to another claim, an instance with the mode off, an answer over the cap, a retry while the
-first still runs or after it was cancelled, a handler that raises, a store that fails or forgets while keeping the
-answer, answers over the in-process store's byte budget. Fleet: tests/integration."""
+Each test is an attack or a failure (its name says which). Fleet: tests/integration/test_fleet_single_use.py."""
 
 from __future__ import annotations
 
@@ -28,10 +25,9 @@ from statecodec.mcp import SingleUseMiddleware, single_use_from_env
 from statecodec.reload import ReloadingCodec
 from statecodec.single_use import SingleUse
 from statecodec.store import MemoryStore
-from tests.integration.fleet_harness import call_tool
+from tests.integration.fleet_harness import present as http_present
 from tests.integration.fleet_harness import round_one as http_round_one
-from tests.mcp_flows import mint, rejections, run_mcp_flows
-from tests.test_mcp import HTTP, KEY, STORE_KEY, serving
+from tests.mcp_flows import HTTP, KEY, STORE_KEY, mint, present, rejections, run_mcp_flows, serving, single_use
 from tests.test_vectors import hkdf
 
 RUNS: list[str] = []
@@ -60,17 +56,12 @@ def lowlevel(middleware: SingleUseMiddleware, codec: Codec | None = None) -> Ser
 
 
 def retry_safe(store: MemoryStore | None = None, **options: Any) -> SingleUseMiddleware:
-    return SingleUseMiddleware(SingleUse(store or MemoryStore(), key=STORE_KEY, ttl=600), retry_safe=True, **options)
+    return single_use(store, retry_safe=True, **options)
 
 
 async def go(client: Client, token: str, region: str = "eu") -> Any:
     """`token` answered with `region`: the tool's text, or the error."""
-    responses: dict[str, Any] = {"region": ElicitResult(action="accept", content={"region": region})}
-    try:
-        result = await client.session.call_tool("provision", {"name": "orders"}, input_responses=responses,
-                                                request_state=token, allow_input_required=True)  # fmt: skip
-    except MCPError as exc:
-        return exc.error
+    result = await present(client, token, region=region)
     return getattr(result.content[0], "text", None) if isinstance(result, CallToolResult) else result
 
 
@@ -82,8 +73,8 @@ def test_on_a_lowlevel_server_the_same_retry_is_answered_once_run_and_every_othe
 ) -> None:
     RUNS.clear()
     store = MemoryStore()
-    server, capped, plain = (lowlevel(m) for m in (retry_safe(store), retry_safe(store, max_result=60),
-                                                   SingleUseMiddleware(SingleUse(store, key=STORE_KEY, ttl=600))))
+    server, capped, plain = (lowlevel(retry_safe(store)), lowlevel(retry_safe(store, max_result=60)),
+                             lowlevel(single_use(store)))
 
     async def body() -> list[Any]:
         async with Client(server) as client, Client(capped) as small, Client(plain) as off:
@@ -162,11 +153,8 @@ def test_on_mcpserver_over_http_another_presenter_is_another_retry_and_reads_not
     async def body() -> list[Any]:  # bind_principal=None: the SDK lets anyone present a token; the digest does not
         async with serving(retry_safe(), bind_principal=None) as client:
             state = await http_round_one(client, HTTP, subject="alice")
-            asked = {"name": "orders"}
-            answers = [{"region": {"action": "accept", "content": {"region": r}}} for r in ("eu", "us")]
-            calls = [("alice", answers[0]), ("mallory", answers[0]), ("alice", answers[1]), ("alice", answers[0])]
-            return [await call_tool(client, HTTP, "provision", asked, subject=who, request_state=state,
-                                    input_responses=responses) for who, responses in calls]  # fmt: skip
+            calls = [("alice", "eu"), ("mallory", "eu"), ("alice", "us"), ("alice", "eu")]
+            return [await http_present(client, HTTP, state, subject=who, region=region) for who, region in calls]
 
     first, stolen, other, again = anyio.run(body)
     assert again == first

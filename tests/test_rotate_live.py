@@ -1,9 +1,7 @@
 """`statecodec rotate begin | advance | status` against live-reloading instances on a real Redis.
 
-Attacks: advancing while an instance lags (its file not updated) or refuses its reload (a garbled file, a ring that
-drops its primary), retiring the old key before its tokens expired (a longer-lived instance's too, after it left), a
-hand-edited key file, a re-run after a crash, registry entries forged by a writer of the store, and `begin` on a file
-the servers do not read.
+Attacks: advancing while an instance lags or refuses its reload, retiring the old key before its tokens expired, a
+hand-edited key file, a re-run after a crash, forged registry entries, `begin` on a file the servers do not read.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Every frozen vectors file still holds: tokens open, re-derive byte for byte, and are refused as pinned.
 
-Each entry is one test case (`json_parametrize`), its codec built by the public constructors
-(`codec_for`) from the keys it holds, so a token that opens proves its layout. Where a format is
-deterministic given the recorded nonce, IV or content key, `seal` reproduces the token, and the
-token is rebuilt from ``docs/formats.md`` with cryptography's primitives alone, as a port would.
+Each entry is one test case, its codec built by the public constructors (`codec_for`) from the keys it holds, so a
+token that opens proves its layout. Given the recorded randoms, `seal` reproduces the token, and the token is rebuilt
+from ``docs/formats.md`` with cryptography's primitives alone, as a port would.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""Start `examples/fleet_server.py` instances as real processes on free loopback ports.
+"""Start `examples/fleet_server.py` instances as real processes on free loopback ports, and speak to them.
 
-Each process runs in its own process group, logs at ``info`` to a file (never a pipe that could fill
-up and stall it; a worker uvicorn replaces shows there, and every start-up failure quotes the tail),
-and is always stopped: SIGTERM, then SIGKILL to the whole group so no worker outlives the test. A
-server is ready once each of its workers has answered the health route.
-
-`call_tool`, `round_one` and `retry` speak to them as a 2026-07-28 client does, one self-contained HTTP
-exchange per request (no initialize, no session), with the demonstration bearer token of a chosen subject.
+Each process runs in its own process group, logs to a file (never a pipe that could fill up and stall it), and is
+always stopped: SIGTERM, then SIGKILL to the whole group so no worker outlives the test. `call_tool`, `round_one` and
+`retry` speak as a 2026-07-28 client does: one HTTP exchange a request, the demonstration bearer of a chosen subject.
 """
 
 from __future__ import annotations
@@ -54,9 +50,7 @@ class FleetServer:
 
     def health(self) -> str:
         """The instance id of whichever process answers the health route."""
-        response = httpx.get(f"http://{LOOPBACK}:{self.port}/healthz", timeout=5.0)
-        response.raise_for_status()
-        instance = response.json()["instance"]
+        instance = httpx.get(f"http://{LOOPBACK}:{self.port}/healthz", timeout=5).raise_for_status().json()["instance"]
         assert isinstance(instance, str)
         return instance
 
@@ -113,7 +107,7 @@ def ready(server: FleetServer, deadline: float | None = None) -> FleetServer:
         except httpx.HTTPError:
             time.sleep(0.05)
     # Each worker says on stdout that it serves before it answers: a reader starting one knows when to connect.
-    announced = server.log.read_text(errors="replace").count(f"serving http://127.0.0.1:{server.port}/mcp\n")
+    announced = server.log_text().count(f"serving http://127.0.0.1:{server.port}/mcp\n")
     assert announced >= server.workers, server.log_tail()
     return replace(server, instances=frozenset(seen))
 
@@ -167,14 +161,8 @@ def _message(response: httpx.Response) -> dict[str, Any]:
 
 
 async def call_tool(
-    client: httpx.AsyncClient,
-    server: Served,
-    tool: str,
-    arguments: Mapping[str, Any],
-    *,
-    subject: str | None = None,
-    request_state: str | None = None,
-    input_responses: Mapping[str, Any] | None = None,
+    client: httpx.AsyncClient, server: Served, tool: str, arguments: Mapping[str, Any], *, subject: str | None = None,
+    request_state: str | None = None, input_responses: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One ``tools/call`` of `tool` as a single 2026-07-28 HTTP exchange (no initialize, no session), as `subject`
     (the demonstration bearer token ``demo-<subject>``); the JSON-RPC answer, result or error."""
@@ -201,20 +189,23 @@ async def round_one(client: httpx.AsyncClient, server: Served, *, subject: str, 
     return state
 
 
+async def present(
+    client: httpx.AsyncClient, server: Served, state: str, *, subject: str, name: str = "orders",
+    region: str = "eu-west-1",
+) -> dict[str, Any]:
+    """The retry that answers round 1 (the user accepted the form with `region`), on `server`: the JSON-RPC answer."""
+    answers = {"region": {"action": "accept", "content": {"region": region}}}
+    return await call_tool(client, server, TOOL, {"name": name}, subject=subject, request_state=state,
+                           input_responses=answers)  # fmt: skip
+
+
 async def retry(
-    client: httpx.AsyncClient,
-    server: Served,
-    state: str,
-    *,
-    subject: str,
-    name: str = "orders",
+    client: httpx.AsyncClient, server: Served, state: str, *, subject: str, name: str = "orders",
     region: str = "eu-west-1",
 ) -> bool:
-    """The retry that answers round 1, on `server`: True when it completed, False when it was refused with the
-    SDK's -32602; anything else fails the caller."""
-    answers = {"region": {"action": "accept", "content": {"region": region}}}  # the user accepted the form
-    answer = await call_tool(client, server, TOOL, {"name": name}, subject=subject, request_state=state,
-                             input_responses=answers)  # fmt: skip
+    """`present`: True when the retry completed, False when it was refused with the SDK's -32602; anything else
+    fails the caller."""
+    answer = await present(client, server, state, subject=subject, name=name, region=region)
     if "error" in answer:
         assert answer["error"]["code"] == INVALID_PARAMS, answer
         return False

@@ -1,9 +1,6 @@
 """A retry that lands on another uvicorn worker completes with a shared ring, however slowly the workers start.
 
-`examples/fleet_server.py --workers 2` as a real process on a loopback port, driven by
-`examples/fleet_client.py` over streamable HTTP. Across processes (a worker is one), on a shared ring
-and under the SDK default: tests/test_examples.py runs docs/deployment.md's blocks as written; a foreign
-ring's refusal and its log line: tests/test_mcp.py.
+`examples/fleet_server.py --workers 2` as a real process, driven by `examples/fleet_client.py` over streamable HTTP.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Single use and revocation across a fleet: four server processes over HTTP sharing one real redis-server, in the
-default mode (at most once), and four more with the retry-safe mode on (the same retry answered again, run once).
+"""Single use and revocation across a fleet: four `examples/fleet_server.py` processes over raw HTTP sharing one real
+redis-server in the default mode (at most once), four more retry-safe (the same retry answered again, run once).
 
-Threats, against real processes of `examples/fleet_server.py` (the demonstration bearer naming subject and issuer)
-over raw HTTP: one continuation presented to all instances at once; a stolen token presented by another user; an
-offboarded user's flows retried on another instance the moment the revocation returns; a revocation that reaches
-too far (other users, the same subject at another issuer); an answer lost in transit; one retry presented to all
-retry-safe instances at once. Refusals are the SDK's -32602; reasons in the logs only.
+Each test is a threat (its name says which); refusals are the SDK's -32602, reasons in the logs only.
 """
 
 from __future__ import annotations
@@ -24,16 +20,7 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 import pytest
-from tests.integration.fleet_harness import (
-    KEEPALIVE_EXPIRY_S,
-    TOOL,
-    FleetServer,
-    Served,
-    call_tool,
-    fleet,
-    retry,
-    round_one,
-)
+from tests.integration.fleet_harness import KEEPALIVE_EXPIRY_S, FleetServer, fleet, present, retry, round_one
 from tests.plugins.redis import RedisServer
 
 from statecodec import format_keys, generate_key
@@ -201,18 +188,15 @@ class Cut:
 
 def test_an_answer_lost_in_transit_is_answered_again_on_another_instance_and_the_step_ran_once(safe: Fleet) -> None:
     flows, user, thief = int(os.environ.get("RETRY_SAFE_FLOWS", "50")), subject("alice"), subject("mallory")
-    region, store = {"region": {"action": "accept", "content": {"region": "eu-west-clear"}}}, safe.store_env
-
-    async def present(client: httpx.AsyncClient, served: Served, name: str, state: str) -> dict[str, Any]:
-        return await call_tool(client, served, TOOL, {"name": name}, subject=user, request_state=state,
-                               input_responses=region)  # fmt: skip
+    region, store = "eu-west-clear", safe.store_env
 
     async def flow(client: httpx.AsyncClient, index: int, cuts: list[Cut]) -> tuple[str, str, dict[str, Any]]:
         name, cut = f"flow-{user}-{index}", cuts[index % FLEET_SIZE]
         state = await round_one(client, safe.servers[index % FLEET_SIZE], subject=user, name=name)
         with pytest.raises(httpx.TransportError):  # the connection is cut before the client reads the answer
-            await present(client, cut, name, state)
-        again = await present(client, safe.servers[(index + 1) % FLEET_SIZE], name, state)  # another instance
+            await present(client, cut, state, subject=user, name=name, region=region)
+        again = await present(client, safe.servers[(index + 1) % FLEET_SIZE], state, subject=user, name=name,
+                              region=region)  # another instance
         lost = next(answer for body, answer in cut.lost.items() if name.encode() in body)
         assert json.loads(lost[lost.index(b"{") : lost.rindex(b"}") + 1])["result"] == again["result"], lost
         return name, state, again
@@ -243,7 +227,8 @@ def test_an_answer_lost_in_transit_is_answered_again_on_another_instance_and_the
         stolen = await retry(client, safe.servers[2], state, subject=thief, name=name)  # refused by the binding:
         untouched = _store_view(store["STATECODEC_STORE_URL"])[0] - scripts  # it never reached the store
         other = await retry(client, safe.servers[3], state, subject=user, name=name, region="us")
-        return stolen, untouched, other, await present(client, safe.servers[3], name, state)
+        return stolen, untouched, other, await present(client, safe.servers[3], state, subject=user, name=name,
+                                                       region=region)
 
     principal_before, replayed_before = safe.rejections("principal"), safe.rejections("replayed")
     assert run(attacks) == (False, 0, False, again)

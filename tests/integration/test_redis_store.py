@@ -11,7 +11,8 @@ import ipaddress
 import json
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 from unittest.mock import ANY
@@ -48,14 +49,21 @@ def run(scenario: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kw: Any) 
     return asyncio.run(scenario(*args, **kw))
 
 
-async def started(url: str, **kw: Any) -> SingleUse:
+@asynccontextmanager
+async def guarded(url: str, **kw: Any) -> AsyncIterator[SingleUse]:
+    """A guard started on `url`, closed at exit (and when its start fails)."""
     guard = SingleUse(RedisStore.from_url(url, timeout=kw.pop("timeout", 2)), key=KEY, ttl=600, **kw)
     try:
         await guard.start()
-    except BaseException:
+        yield guard
+    finally:
         await guard.aclose()
-        raise
-    return guard
+
+
+async def opened(url: str, **kw: Any) -> SingleUse:
+    """A guard started on `url` and closed again: the start's error, if any."""
+    async with guarded(url, **kw) as guard:
+        return guard
 
 
 def assert_silent(exc: BaseException) -> None:
@@ -76,8 +84,7 @@ def acl_user(redis_url: str, redis_server: RedisServer) -> Iterator[str]:
 
 def test_the_minimal_acl_user_can_do_everything_the_store_does(acl_user: str, redis_server: RedisServer) -> None:
     async def scenario() -> None:
-        guard = await started(acl_user)
-        try:
+        async with guarded(acl_user) as guard:
             stamped, again = guard.stamp(b"x", principal=("c", "i", "alice")), guard.stamp(b"y")
             assert await guard.consume(stamped) == b"x"
             await guard.revoke(principal="alice", issuer="i")
@@ -94,15 +101,10 @@ def test_the_minimal_acl_user_can_do_everything_the_store_does(acl_user: str, re
             await registry.announce("web-1", "k1,k0", "{}", 5000, [("k0", 1000)])
             assert [row[0] for row in (await registry.fleet())[1]] == ["web-1"]
             await registry.leave("web-1")
-        finally:
-            await guard.aclose()
 
     async def revoke(url: str) -> None:
-        guard = await started(url)
-        try:
+        async with guarded(url) as guard:
             await guard.revoke(everything=True)
-        finally:
-            await guard.aclose()
 
     run(scenario)
     assert redis_server.cli("ACL", "LOG") == ""  # nothing was refused
@@ -130,7 +132,7 @@ def test_each_failure_names_host_port_and_its_cause_only(
     try:
         ports = {"p": QUOTED, "closed": free_port(), "port": redis_server.port}
         with pytest.raises(failure, match=message.format(**ports)) as info:
-            run(started, url.format(**ports))
+            run(opened, url.format(**ports))
     finally:
         redis_server.cli("-a", PASSWORD, "CONFIG", "SET", "requirepass", "")
     assert_silent(info.value)
@@ -140,24 +142,23 @@ def test_a_store_that_stops_answering_is_unreachable_and_the_same_guard_recovers
     redis_url: str, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def scenario() -> list[bytes | BaseException]:
-        refuse, accept = [await started(redis_url, timeout=0.25, on_store_error=mode) for mode in ("refuse", "accept")]
-        try:
+        modes = [guarded(redis_url, timeout=0.25, on_store_error=mode) for mode in ("refuse", "accept")]
+        async with modes[0] as refuse, modes[1] as accept:
             stamped = [refuse.stamp(b"x") for _ in range(3)]
             redis_server.pause()
-            with pytest.raises(StoreUnreachable, match=r"127.0.0.1:\d+ did not answer within 0.25 s"):
-                await started(redis_url, timeout=0.25)  # start names host:port and the cause
-            with pytest.raises(InvalidToken, match="store_unavailable"):
-                await refuse.consume(stamped[0])
-            # Availability first accepts the claims in flight (100: its connections) and refuses the 200 waiting
-            # for a connection, never sent: a queue of this instance is no outage.
-            outcomes = await asyncio.gather(*(accept.consume(stamped[1]) for _ in range(300)), return_exceptions=True)
-            redis_server.resume()
+            try:
+                with pytest.raises(StoreUnreachable, match=r"127.0.0.1:\d+ did not answer within 0.25 s"):
+                    await opened(redis_url, timeout=0.25)  # start names host:port and the cause
+                with pytest.raises(InvalidToken, match="store_unavailable"):
+                    await refuse.consume(stamped[0])
+                # Availability first accepts the claims in flight (100: its connections) and refuses the 200 waiting
+                # for a connection, never sent: a queue of this instance is no outage.
+                burst = (accept.consume(stamped[1]) for _ in range(300))
+                outcomes = await asyncio.gather(*burst, return_exceptions=True)
+            finally:
+                redis_server.resume()
             assert await refuse.consume(stamped[2]) == b"x"
             return outcomes
-        finally:
-            redis_server.resume()
-            await refuse.aclose()
-            await accept.aclose()
 
     with caplog.at_level(logging.WARNING, "statecodec.single_use"):
         outcomes = run(scenario)
@@ -167,17 +168,13 @@ def test_a_store_that_stops_answering_is_unreachable_and_the_same_guard_recovers
 
 def test_an_instance_too_busy_to_read_the_answer_refuses_even_in_accept_mode(redis_url: str) -> None:
     async def scenario() -> list[object]:
-        guard = await started(redis_url, on_store_error="accept", timeout=0.25)
-        stamped = guard.stamp(b"x")
-        assert await guard.consume(stamped) == b"x"
-
         async def flood() -> None:
             time.sleep(1.0)  # what a flood of requests does to this instance's event loop
 
-        try:
+        async with guarded(redis_url, on_store_error="accept", timeout=0.25) as guard:
+            stamped = guard.stamp(b"x")
+            assert await guard.consume(stamped) == b"x"
             return await asyncio.gather(*(guard.consume(stamped) for _ in range(10)), flood(), return_exceptions=True)
-        finally:
-            await guard.aclose()
 
     outcomes = run(scenario)  # the store answered in time: only this loop was late to read it
     assert b"x" not in outcomes
@@ -187,15 +184,9 @@ def test_a_store_at_maxclients_or_loading_has_answered_and_is_refused_even_in_ac
     with RedisServer(extra=["--maxclients", "1"]) as full:  # the answer: "ERR max number of clients reached"
         (holder := redis.Redis(port=full.port)).ping()
         with pytest.raises(StoreError, match="is busy") as info:
-            run(started, full.url)
+            run(opened, full.url)
         holder.close()
     assert not isinstance(info.value, StoreUnreachable)  # a flood cannot switch availability first on
-
-
-async def _started_and_closed(url: str, **kw: Any) -> SingleUse:
-    guard = await started(url, **kw)
-    await guard.aclose()
-    return guard
 
 
 # --- the operator's commands on a live store; many revocations, malformed entries --------------------------------
@@ -203,8 +194,7 @@ async def _started_and_closed(url: str, **kw: Any) -> SingleUse:
 
 async def many_revocations_and_a_malformed_one(url: str, server: RedisServer) -> str:
     """Ten claims under 100,000 revocations and a malformed one (whose scope it returns): all accepted."""
-    guard = await started(url)
-    try:
+    async with guarded(url) as guard:
         tokens = [guard.stamp(b"x", principal=("c", "i", "alice")) for _ in range(10)]
         client = redis.Redis(port=server.port)
         client.hset("{statecodec}:r", mapping={f"{n:032x}": "1:9999999999999" for n in range(100_000)})
@@ -214,8 +204,6 @@ async def many_revocations_and_a_malformed_one(url: str, server: RedisServer) ->
         client.close()
         assert [await guard.consume(t) for t in tokens] == [b"x"] * 10  # neither refused nor every token refused
         return alice
-    finally:
-        await guard.aclose()
 
 
 def test_revoke_and_store_check_on_a_live_store_and_under_the_wrong_settings(
@@ -228,7 +216,7 @@ def test_revoke_and_store_check_on_a_live_store_and_under_the_wrong_settings(
     assert "no server has used the store" in capsys.readouterr().err
     assert main(["store", "check"]) == 1  # nor is it "ready": a wrong namespace looks just like this
     assert "no server has used this store" in capsys.readouterr().out
-    guard = run(_started_and_closed, redis_url)
+    guard = run(opened, redis_url)
     assert main(["revoke", "--principal", "alice"]) == 0  # covers no token whose access token names an issuer
     assert "tokens minted under an issuer need --issuer" in capsys.readouterr().out
     assert main(["revoke", "--principal", "alice", "--issuer", "https://idp", "--json"]) == 0
@@ -236,11 +224,8 @@ def test_revoke_and_store_check_on_a_live_store_and_under_the_wrong_settings(
     stamped = guard.stamp(b"x", principal=("c", "https://idp", "alice"))  # minted now: within the revocation
 
     async def consume(stamped: bytes) -> bytes:
-        fresh = await started(redis_url)
-        try:
+        async with guarded(redis_url) as fresh:
             return await fresh.consume(stamped)
-        finally:
-            await fresh.aclose()
 
     with pytest.raises(InvalidToken, match="revoked"):
         run(consume, stamped)  # at once, on another instance: no view to wait for
@@ -262,7 +247,7 @@ def test_revoke_and_store_check_on_a_live_store_and_under_the_wrong_settings(
     redis_server.cli("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")  # an evicting policy reopens replays:
     try:
         with pytest.raises(ConfigurationError, match="maxmemory-policy allkeys-lru: an evicted claim reopens"):
-            run(started, redis_url)  # no server starts on it
+            run(opened, redis_url)  # no server starts on it
         assert main(["store", "check"]) == 1
         assert "maxmemory-policy is allkeys-lru" in capsys.readouterr().out
     finally:
@@ -330,9 +315,9 @@ def tls_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def test_tls_with_a_private_ca_and_a_server_it_cannot_verify(tls_url: str) -> None:
-    assert run(_started_and_closed, tls_url).started
+    assert run(opened, tls_url).started
     with pytest.raises(StoreUnreachable, match="TLS failed") as info:
-        run(started, tls_url.rpartition("?")[0])  # the system's CAs: this server is unknown
+        run(opened, tls_url.rpartition("?")[0])  # the system's CAs: this server is unknown
     assert_silent(info.value)
 
 
@@ -345,16 +330,12 @@ def test_a_cluster_keeps_a_namespace_in_one_slot_under_the_minimal_acl(
 
     async def scenario() -> None:
         urls = [f"redis+cluster://statecodec:{QUOTED}@127.0.0.1:{node.port}" for node in redis_cluster]
-        one, two = await started(urls[1]), await started(urls[2])
-        try:
+        async with guarded(urls[1]) as one, guarded(urls[2]) as two:
             stamped = [one.stamp(b"x", principal=("c", "i", "alice")) for _ in range(20)]
             assert [await two.consume(t) for t in stamped[:19]] == [b"x"] * 19
             await two.revoke(principal="alice", issuer="i")
             with pytest.raises(InvalidToken, match="revoked"):
                 await one.consume(stamped[19])
-        finally:
-            await one.aclose()
-            await two.aclose()
 
     try:
         run(scenario)

@@ -1,8 +1,7 @@
-"""AWS KMS for integration tests: a real `moto_server` over HTTP on 127.0.0.1.
+"""AWS KMS for integration tests: a real `moto_server` over HTTP on 127.0.0.1, for the session.
 
-`moto_server` runs for the session (a test that stops its server starts its own `MotoServer`).
-`kms_proxy` sits in front of the session server, counts requests per KMS operation and can
-answer the next ones with an error of KMS's own JSON shape, for faults moto never produces.
+`kms_proxy` sits in front of it, counts requests per KMS operation and can answer the next ones with an error of
+KMS's own JSON shape, for faults moto never produces.
 """
 
 from __future__ import annotations

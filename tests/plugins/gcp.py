@@ -1,11 +1,8 @@
-"""Google Cloud KMS for integration tests: a loopback gRPC server speaking the Cloud KMS API.
+"""Google Cloud KMS for integration tests: a loopback gRPC server speaking the Cloud KMS API (it has no emulator).
 
-Cloud KMS has no emulator, so this server implements ``Encrypt`` and ``Decrypt`` of
-``google.cloud.kms.v1.KeyManagementService`` with gRPC generic handlers and the
-``google.cloud.kms_v1`` message types, so the real client talks to it over an insecure channel.
-It does AES-256-GCM with the AAD bound, keeps key versions, verifies the request CRC32C fields
-and fills the response ones as Cloud KMS does, and on demand corrupts a checksum or fails the
-next calls with a gRPC status (throttled, denied, disabled...).
+``Encrypt`` and ``Decrypt`` of ``google.cloud.kms.v1.KeyManagementService`` for the real client over an insecure
+channel: AES-256-GCM with the AAD bound, key versions, the CRC32C fields checked and filled as Cloud KMS does; on
+demand a corrupted checksum or the next calls failed with a gRPC status.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Redis for tests: a real `redis-server` on a free loopback port, one per pytest worker, no persistence.
 
-`redis_server` runs for the session; fault tests drive it through `pause()` / `resume()` (SIGSTOP / SIGCONT: a
-server that accepts connections and never answers) and `flush()`; a test needing its own settings (ACL, TLS, a
-client limit) builds its own `RedisServer(...)`.
+`redis_server` runs for the session; a test needing its own settings (ACL, TLS, a client limit) builds its own.
 """
 
 from __future__ import annotations
