@@ -102,7 +102,7 @@ def test_the_alerts_fire_and_refusals_are_never_counted_as_accepted(
 def test_the_metrics_the_composition_root_builds_count_the_sdk_boundarys_refusals_too() -> None:
     reader = InMemoryMetricReader()
     env = {"STATECODEC_KEYS": format_keys([generate_key()]), "STATECODEC_STORE_URL": "memory",
-           "STATECODEC_STORE_KEY": format_keys([KEY])}
+           "STATECODEC_STORE_KEY": format_keys([generate_key()])}
     protection = from_env(env, metrics=True, meter=MeterProvider(metric_readers=[reader]).get_meter("test"))
     server = build_server(protection.security, middleware=protection.middleware, lifespan=protection.lifespan)
 
