@@ -27,7 +27,7 @@ from statecodec.cli.main import main
 from statecodec.errors import StoreUnreachable
 from statecodec.mcp import guard_from_env, store_from_env
 from statecodec.single_use import SingleUse, SingleUseCodec
-from statecodec.store import Claim, Hello, MemoryStore, Verdict
+from statecodec.store import Hello, MemoryStore, Outcome, Verdict
 from tests.secrecy import refused
 from tests.test_vectors import hkdf
 
@@ -55,7 +55,7 @@ class Fixed(MemoryStore):
         self.claims.append(kw)
         if isinstance(self.error, BaseException):
             raise self.error
-        return Verdict(Claim.FIRST, EPOCH, None if self.error else self.now)  # type: ignore[arg-type]
+        return Verdict(Outcome.FIRST, EPOCH, None if self.error else self.now)  # type: ignore[arg-type]
 
 
 def fixed_guard(now_ms: int, ttl: float = 600, **kw: Any) -> tuple[SingleUse, Fixed]:

@@ -19,7 +19,7 @@ from statecodec import ConfigurationError, InvalidToken, StoreError
 from statecodec.registry import Registry, Reporter, read_fleet, registry_for
 from statecodec.reload import Snapshot
 from statecodec.single_use import SingleUse
-from statecodec.store import Claim, MemoryStore, Store
+from statecodec.store import MemoryStore, Outcome, Store
 from tests.memory_registry import MemoryRegistry
 from tests.plugins.redis import RedisServer
 
@@ -235,15 +235,15 @@ async def test_a_retry_safe_claim_keeps_one_result_for_the_same_retry_and_a_mixe
     same, other = b"\x01" * 16, b"\x02" * 16
     state, key, first = await guard.claim(stamped, same)
     assert first is not None
-    assert (state, first.claim) == (b"x", Claim.FIRST)
-    assert [(v.claim, v.result) for _, _, v in [await guard.claim(stamped, same)] if v] == [(Claim.SAME, b"")]
+    assert (state, first.outcome) == (b"x", Outcome.FIRST)
+    assert [(v.outcome, v.result) for _, _, v in [await guard.claim(stamped, same)] if v] == [(Outcome.SAME, b"")]
     for refused in (guard.claim(stamped, other), plain.claim(stamped)):  # another retry; an instance with it off
         with pytest.raises(InvalidToken, match="replayed"):
             await refused
     assert not await guard.store.keep(key=key, retry=other, result=b"moved")  # not this claim's retry
     assert await guard.store.keep(key=key, retry=same, result=b"\x00sealed\xff")
     assert not await guard.store.keep(key=key, retry=same, result=b"again")  # kept once
-    assert (await guard.claim(stamped, same))[2] == (Claim.SAME, first.epoch, ANY, (), b"\x00sealed\xff")
+    assert (await guard.claim(stamped, same))[2] == (Outcome.SAME, first.epoch, ANY, (), b"\x00sealed\xff")
     assert await plain.consume(spent) == b"y"  # claimed with the mode off: no retry of it is the same
     with pytest.raises(InvalidToken, match="replayed"):
         await guard.claim(spent, same)

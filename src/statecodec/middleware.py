@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from statecodec._settings import DEFAULT_RESULT_MAX, RESULT_MAX_VAR, result_cap
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable
 from statecodec.single_use import SingleUse, canonical_json
-from statecodec.store import Claim
+from statecodec.store import Outcome
 
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -117,7 +117,7 @@ class SingleUseMiddleware:
         # the presenter's principal: with bind_principal=None, another presenter is another retry
         retry = self.guard.retry_digest(ctx.method, params, state, principal_components(token) if token else None)
         plain, key, verdict = await self._claim(state, retry)
-        if verdict is not None and verdict.claim is Claim.SAME:
+        if verdict is not None and verdict.outcome is Outcome.SAME:
             return self._replay(ctx.method, key, retry, verdict.result)
         try:
             result = _dumped(await self._answer(replace(ctx, params={**params, "requestState": plain}), call_next))

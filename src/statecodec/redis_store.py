@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, unquote
 from statecodec._settings import DEFAULT_STORE_TIMEOUT
 from statecodec._types import HoldsSecrets
 from statecodec.errors import ConfigurationError, StoreError, StoreUnreachable, exception_chain, missing_extra
-from statecodec.store import REDIS_SCHEMES, Claim, Hello, Verdict, check_owner
+from statecodec.store import REDIS_SCHEMES, Hello, Outcome, Verdict, check_owner
 
 try:
     from redis import exceptions as rx
@@ -239,7 +239,7 @@ class RedisStore(HoldsSecrets):
         reply = await self.run(_RUN["claim"], keys, *args, retry.hex() or "1", *(scope.hex() for scope in scopes))
         malformed = tuple(name.decode() for name in reply[3]) if len(reply) > 3 else ()
         result = reply[4] if len(reply) > 4 else b""
-        return Verdict(Claim(reply[0].decode()), bytes.fromhex(reply[1].decode()), int(reply[2]), malformed, result)
+        return Verdict(Outcome(reply[0].decode()), bytes.fromhex(reply[1].decode()), int(reply[2]), malformed, result)
 
     async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
         return int(await self.run(_RUN["keep"], [self._claim(key)], retry.hex(), result)) == 1

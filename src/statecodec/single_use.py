@@ -29,7 +29,7 @@ from statecodec._settings import MAX_TTL, named_errors, seconds
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable, missing_extra
 from statecodec.keys import KeyRing, derive_key, field, mac
-from statecodec.store import Claim, MemoryStore, Store, Verdict, check_owner
+from statecodec.store import MemoryStore, Outcome, Store, Verdict, check_owner
 from statecodec.sync import LoopThread
 
 __all__ = ["Principal", "Selector", "SingleUse", "SingleUseCodec", "canonical_json"]
@@ -39,7 +39,7 @@ T = TypeVar("T")
 Principal = tuple[str | None, str | None, str | None]  # (client_id, issuer, subject), as the MCP SDK binds it
 PREFIX = b"su2."
 _HEADER, _DIGEST, _MAX_SCOPES = 36, 16, 16  # id 16, issued 6, expires 6, epoch 8; then a count and the digests
-_VERDICTS = {Claim.USED: Reason.REPLAYED, Claim.REVOKED: Reason.REVOKED, Claim.EXPIRED: Reason.EXPIRED}
+_VERDICTS = {Outcome.USED: Reason.REPLAYED, Outcome.REVOKED: Reason.REVOKED, Outcome.EXPIRED: Reason.EXPIRED}
 _UNASKED = ("_meta", "requestState")  # a new progress token or trace each retry; the state, digested apart
 _ANSWER_AAD, _NONCE = b"statecodec/su2/result\x00", 12
 
@@ -255,11 +255,11 @@ class SingleUse(HoldsSecrets):
             if verdict.epoch != self._epoch:
                 logger.warning("the store at %s lost its memory (flush or restart): older tokens refused", self.where)
                 self._epoch = verdict.epoch
-            if self._skewed or verdict.claim is Claim.FOREIGN:
+            if self._skewed or verdict.outcome is Outcome.FOREIGN:
                 self.warn(f"the store at {self.where}: {self._skewed or 'another store key'}: tokens refused")
-            elif verdict.claim is Claim.FIRST or verdict.claim is Claim.SAME:
+            elif verdict.outcome is Outcome.FIRST or verdict.outcome is Outcome.SAME:
                 return state, key, verdict
-            raise InvalidToken(_VERDICTS.get(verdict.claim, Reason.STORE_UNAVAILABLE))
+            raise InvalidToken(_VERDICTS.get(verdict.outcome, Reason.STORE_UNAVAILABLE))
         raise InvalidToken(Reason.STORE_UNAVAILABLE)
 
     def warn(self, message: str) -> None:

@@ -18,13 +18,13 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 from statecodec.errors import ConfigurationError, StoreError
 
-__all__ = ["REDIS_SCHEMES", "Claim", "Hello", "MemoryStore", "Store", "Verdict", "check_owner"]
+__all__ = ["REDIS_SCHEMES", "Hello", "MemoryStore", "Outcome", "Store", "Verdict", "check_owner"]
 
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")  # a server, TLS, a socket, a Cluster
 
 
-class Claim(enum.Enum):
-    """The store's answer to a claim, in the order it is decided."""
+class Outcome(enum.Enum):
+    """What the store decided of a claim (`Verdict.outcome`), in the order it decides."""
 
     FOREIGN = "foreign"  # the store belongs to another store key or namespace
     FORGOTTEN = "forgotten"  # minted under another epoch: the store lost its memory since, or has none yet
@@ -36,7 +36,7 @@ class Claim(enum.Enum):
 
 
 class Verdict(NamedTuple):
-    claim: Claim
+    outcome: Outcome
     epoch: bytes  # the store's epoch: the instance mints under it from then on
     now_ms: int  # the store's clock
     malformed: tuple[str, ...] = ()  # revocation entries (scope digests, hex) that could not be read: skipped
@@ -140,21 +140,21 @@ class MemoryStore:
         with self._lock:
             owner, current, now = self._now(fingerprint, max(lifetime_ms, expires_ms - issued_ms, 1), skew_ms)
             if owner == "foreign" or owner == "new" or epoch != current:
-                return Verdict(Claim.FOREIGN if owner == "foreign" else Claim.FORGOTTEN, current, now)
+                return Verdict(Outcome.FOREIGN if owner == "foreign" else Outcome.FORGOTTEN, current, now)
             if expires_ms <= now:
-                return Verdict(Claim.EXPIRED, current, now)
+                return Verdict(Outcome.EXPIRED, current, now)
             if any(self._live.get(b"r" + scope, (-1, 0))[0] >= issued_ms for scope in scopes):
-                return Verdict(Claim.REVOKED, current, now)
+                return Verdict(Outcome.REVOKED, current, now)
             if b"c" + key in self._live:
                 held = self._retries.get(b"c" + key, b"")
                 if retry and hmac.compare_digest(held[: len(retry)], retry):
-                    return Verdict(Claim.SAME, current, now, result=held[len(retry) :])
-                return Verdict(Claim.USED, current, now)
+                    return Verdict(Outcome.SAME, current, now, result=held[len(retry) :])
+                return Verdict(Outcome.USED, current, now)
             self._keep(b"c" + key, 0, expires_ms)
             if retry:
                 self._retries[b"c" + key] = retry
                 self._kept += len(retry)
-            return Verdict(Claim.FIRST, current, now)
+            return Verdict(Outcome.FIRST, current, now)
 
     async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
         """Keep `result` beside the claim `retry` made, until the token expires; False when it is not that claim's."""

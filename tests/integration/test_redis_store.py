@@ -31,7 +31,7 @@ from statecodec.cli.main import main
 from statecodec.redis_store import RedisStore
 from statecodec.registry import RedisRegistry
 from statecodec.single_use import SingleUse
-from statecodec.store import Claim
+from statecodec.store import Outcome
 
 pytestmark = pytest.mark.integration
 T = TypeVar("T")
@@ -95,7 +95,7 @@ def test_the_minimal_acl_user_can_do_everything_the_store_does(acl_user: str, re
             retried, retry, store = guard.stamp(b"z"), b"r" * 16, guard.store  # the retry-safe mode's claim and keep
             key = (await guard.claim(retried, retry))[1]
             assert await store.keep(key=key, retry=retry, result=b"kept")  # GET, then SET ... KEEPTTL (Redis 6.0+)
-            assert (await guard.claim(retried, retry))[2] == (Claim.SAME, guard._epoch, ANY, (), b"kept")
+            assert (await guard.claim(retried, retry))[2] == (Outcome.SAME, guard._epoch, ANY, (), b"kept")
             assert isinstance(store, RedisStore)
             registry = RedisRegistry(store)  # the fleet registry's scripts, through the store's connection
             await registry.announce("web-1", "k1,k0", "{}", 5000, [("k0", 1000)])
