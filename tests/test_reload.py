@@ -8,6 +8,8 @@ import logging
 import math
 import os
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -214,3 +216,73 @@ def test_the_servers_lifespan_runs_the_watcher_on_its_loop_and_no_constructor_st
         return codec.key_ids
 
     assert len(asyncio.run(serve())) == 2
+
+
+def test_a_lifespan_entered_per_connection_keeps_one_watcher_until_its_last_exit(tmp_path: Path) -> None:
+    pytest.importorskip("mcp")
+    from statecodec.mcp import from_env
+
+    ring = tmp_path / "ring"
+    write(ring, OLD)
+    protection = from_env({"STATECODEC_KEYS_FILE": str(ring), "STATECODEC_RELOAD_INTERVAL": "0.02"})
+    codec = protection.codec
+    assert isinstance(codec, ReloadingCodec)
+
+    async def reloads_to(*keys: bytes) -> None:
+        write(ring, *keys)
+        while len(codec.key_ids) != len(keys):
+            await asyncio.sleep(0.02)
+
+    async def connections() -> None:  # the SDK enters a lowlevel Server's lifespan once per stdio or SSE connection
+        async with protection.lifespan(object()):
+            async with protection.lifespan(object()):
+                await reloads_to(OLD, NEW)
+            await reloads_to(NEW, OLD)  # the first connection ended: the watcher still runs for the other
+        async with protection.lifespan(object()):
+            await reloads_to(NEW)  # a later connection watches again
+
+    asyncio.run(asyncio.wait_for(connections(), 30))
+
+
+def test_a_reloading_codec_whose_watcher_never_ran_says_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ring = tmp_path / "ring"
+    write(ring, OLD)
+    codec = ring_codec(ring, interval=5)  # handed to the SDK as it is: no lifespan, no start()
+    with caplog.at_level(logging.ERROR, "statecodec.reload"):
+        codec.unseal(codec.seal(b"x"))
+        codec.seal(b"y")
+    assert [r.getMessage().count("never watched") for r in caplog.records] == [1]
+
+
+def test_a_loop_thread_used_before_a_fork_serves_the_child_too() -> None:
+    code = """if True:
+        import os
+        from statecodec.sync import LoopThread
+
+        async def one() -> int:
+            return 1
+
+        loop = LoopThread()
+        assert loop.run(one()) == 1
+        if (pid := os.fork()) == 0:
+            os._exit(0 if loop.run(one()) == 1 else 1)  # the parent's loop thread did not survive the fork
+        loop.close()
+        raise SystemExit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    """
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_reloading_fleet_without_a_store_key_says_single_use_is_off(caplog: pytest.LogCaptureFixture,
+                                                                       tmp_path: Path) -> None:
+    pytest.importorskip("mcp")
+    pytest.importorskip("redis")
+    from statecodec.mcp import from_env
+
+    write(ring := tmp_path / "ring", OLD)
+    env = {"STATECODEC_KEYS_FILE": str(ring), "STATECODEC_RELOAD_INTERVAL": "5",
+           "STATECODEC_STORE_URL": "redis://127.0.0.1:1/0"}  # the store key's secret did not mount
+    with caplog.at_level(logging.WARNING, "statecodec.mcp"):
+        assert from_env(env).single_use is None
+    assert "single use is off: STATECODEC_STORE_KEY is not set" in caplog.text

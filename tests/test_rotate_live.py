@@ -6,13 +6,14 @@ hand-edited key file, a re-run after a crash, forged registry entries, `begin` o
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -164,3 +165,17 @@ def test_begin_on_a_key_file_the_servers_do_not_run_is_refused_naming_them(
     assert (code, refused["written"], refused["blockers"][0].split(" ")[0]) == (1, False, "web-1")
     assert "phase" not in elsewhere.read_text()
     assert rotate("begin", "--keys-file", str(served))[1]["written"]
+
+
+def test_a_registry_call_on_a_store_that_never_answers_ends_at_the_stores_deadline() -> None:
+    from statecodec.errors import StoreUnreachable
+    from statecodec.redis_store import RedisStore
+    from statecodec.registry import RedisRegistry
+
+    class Silent:  # a client whose every call waits forever
+        async def evalsha(self, *args: Any) -> Any:
+            await asyncio.Event().wait()
+
+    registry = RedisRegistry(RedisStore(cast(Any, Silent()), where="silent:1", namespace="n", timeout=0.05))
+    with pytest.raises(StoreUnreachable, match=r"silent:1 did not answer within 0.1 s"):
+        asyncio.run(asyncio.wait_for(registry.fleet(), 30))

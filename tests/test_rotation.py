@@ -254,3 +254,14 @@ def test_promoting_first_drops_a_round_that_check_fleet_flagged() -> None:
     fleet.mint(0)
     fleet.present(fleet.tokens[0], 1)
     assert fleet.drops == fleet.tokens
+
+
+def test_a_step_waits_for_every_live_key_the_next_phase_drops_whoever_accepts_it() -> None:
+    from statecodec.rotation import Fleet, Member, next_step
+
+    # Both instances accept z, whose tokens (minted by an instance that left) live 600 s more: retiring it now would
+    # refuse them, though no live instance lacks it.
+    members = tuple(Member(name, ("bb", "aa", "cc"), None) for name in ("web-1", "web-2"))
+    fleet = Fleet(1_000_000, members, {"aa": 1_000_000, "cc": 1_600_000})
+    blockers, wait = next_step(2, ("bb", "aa", "cc"), fleet)
+    assert wait == 600.0, (blockers, wait)
