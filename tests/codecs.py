@@ -14,6 +14,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, x25519
 
 from statecodec import AESGCMCodec, BoundCodec, Codec, EnvelopeCodec, JWECodec, JWSCodec, XAESGCMCodec
+from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.envelope import new_wrapped_key
 from statecodec.errors import InvalidToken, Reason
 from tests.envelope_wrappers import LocalWrapper
@@ -36,6 +37,13 @@ def reason(codec: Any, token: object, **kw: Any) -> Reason:
     with pytest.raises(InvalidToken) as info:
         codec.unseal(token, **kw)
     return info.value.reason
+
+
+def flip(token: str, at: int = -1) -> str:
+    """`token` with one bit flipped: in its tag (the last byte of a ring token), or at byte `at`."""
+    raw = bytearray(b64u_decode(token))
+    raw[at] ^= 0x01
+    return b64u_encode(bytes(raw))
 
 
 def _bound(inner: Codec) -> BoundCodec:

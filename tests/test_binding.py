@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import logging
 import math
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -29,14 +30,8 @@ CONTEXT = {"method": "tools/call", "target": "provision", "args": "9f86d081"}
 KIDS = {k: bytes.fromhex(KeyRing([k]).key_ids[0]) for k in (BINDING_KEY, OTHER_BINDING_KEY, CODEC_KEY)}
 
 
-class Plain:
-    """No integrity, no secrecy: shows what the claims reveal, and lets a test rewrite them as the inner keys could."""
-
-    def seal(self, payload: bytes) -> str:
-        return b64u_encode(payload)
-
-    def unseal(self, token: str) -> bytes:
-        return b64u_decode(token)
+# No integrity, no secrecy: shows what the claims reveal, and lets a test rewrite them as the inner keys could.
+PLAIN = SimpleNamespace(seal=b64u_encode, unseal=b64u_decode)
 
 
 def bound(clock: Clock | None = None, *, codec: Any = None, binding_key: Any = BINDING_KEY, **kw: Any) -> BoundCodec:
@@ -89,13 +84,13 @@ def test_nan_clock_rejects_on_unseal_and_refuses_to_seal() -> None:
 
 
 def test_principal_tag_is_keyed_and_reveals_nothing_under_a_readable_codec() -> None:
-    payload = b64u_decode(bound(codec=Plain()).seal(b"", principal=PRINCIPAL))
+    payload = b64u_decode(bound(codec=PLAIN).seal(b"", principal=PRINCIPAL))
     assert PRINCIPAL.encode() not in payload
     for digest in (hashlib.sha256, hashlib.sha1, hashlib.md5):
         assert digest(PRINCIPAL.encode()).digest()[:16] not in payload
-    other = bound(codec=Plain(), binding_key=OTHER_BINDING_KEY)  # without the binding key, no tag to test a guess
+    other = bound(codec=PLAIN, binding_key=OTHER_BINDING_KEY)  # without the binding key, no tag to test a guess
     assert payload[36:52] != b64u_decode(other.seal(b"", principal=PRINCIPAL))[36:52]
-    later = b64u_decode(bound(Clock(T0 + 1), codec=Plain()).seal(b"", principal=PRINCIPAL))  # nor a stable pseudonym
+    later = b64u_decode(bound(Clock(T0 + 1), codec=PLAIN).seal(b"", principal=PRINCIPAL))  # nor a stable pseudonym
     assert payload[36:52] != later[36:52]
     assert reason(bound(), bound().seal(b"s", principal=""), principal=PRINCIPAL) == "principal"
 
@@ -107,7 +102,7 @@ def test_principal_tag_is_keyed_and_reveals_nothing_under_a_readable_codec() -> 
 @example(CONTEXT, {})
 @example({"target": "provision", "args": "x"}, {"target": "provisionargs", "args": "x"})  # a shifted boundary
 def test_a_token_binds_exactly_its_context(a: dict[str, str], b: dict[str, str]) -> None:
-    codec = bound(codec=Plain())
+    codec = bound(codec=PLAIN)
     token = codec.seal(b"s", principal=PRINCIPAL, context=a)
     if a == b:
         assert codec.unseal(token, principal=PRINCIPAL, context=b or None) == b"s"
@@ -119,7 +114,7 @@ def test_a_token_binds_exactly_its_context(a: dict[str, str], b: dict[str, str])
 
 
 def rewritten(token: str, version: int | None = None, key_id: bytes = b"") -> str:
-    """A Plain token with another key id (`key_id` alone), or rewritten to `version` 1 (id dropped) or 2 (inserted)."""
+    """A PLAIN token with another key id (`key_id` alone), or rewritten to `version` 1 (id dropped) or 2 (inserted)."""
     raw = b64u_decode(token)
     head = bytes([version or raw[0]]) + raw[1:16]
     return b64u_encode(head + (raw[20:] if version == 1 else key_id + raw[16 if version == 2 else 20 :]))
@@ -140,9 +135,9 @@ def test_a_rewritten_key_id_or_version_verifies_under_no_key(principal: str | No
     """Claims rewritten by a holder of the inner codec's keys: another ring key's id is verified under that key; a
     version 0x02 token rewritten as 0x01 (to be tried under every key) or the reverse, under the other version's
     labels. Each is refused as any wrong tag is."""
-    ring = bound(codec=Plain(), binding_key=KeyRing([BINDING_KEY, OTHER_BINDING_KEY]))
+    ring = bound(codec=PLAIN, binding_key=KeyRing([BINDING_KEY, OTHER_BINDING_KEY]))
     mine, other, old = (
-        bound(codec=Plain(), binding_key=k, seal_version=v).seal(b"s", principal=principal, context=CONTEXT)
+        bound(codec=PLAIN, binding_key=k, seal_version=v).seal(b"s", principal=principal, context=CONTEXT)
         for k, v in ((BINDING_KEY, 2), (OTHER_BINDING_KEY, 2), (BINDING_KEY, 1))
     )
     assert [ring.unseal(t, principal=principal, context=CONTEXT) for t in (mine, other, old)] == [b"s"] * 3
@@ -182,7 +177,7 @@ def test_unseal_computes_one_mac_whatever_the_ring_refusals_included(monkeypatch
 
 
 def _claims(version: int = 2, flags: int = 0, lifetime: int = 600) -> bytes:
-    genuine = b64u_decode(bound(codec=Plain()).seal(b""))
+    genuine = b64u_decode(bound(codec=PLAIN).seal(b""))
     return bytes([version, flags]) + genuine[2:7] + lifetime.to_bytes(3, "big") + genuine[10:36]
 
 
@@ -195,14 +190,14 @@ def _claims(version: int = 2, flags: int = 0, lifetime: int = 600) -> bytes:
 )  # fmt: skip
 def test_malformed_claims_are_malformed(payload: bytes, expected: str) -> None:
     # flags=1 without the 16-byte principal tag is malformed too; a zero lifetime is already expired.
-    assert reason(bound(codec=Plain()), b64u_encode(payload)) == expected
+    assert reason(bound(codec=PLAIN), b64u_encode(payload)) == expected
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.sampled_from([b"", b"\x01", b"\x02\x00", b"\x02\x01"]), st.binary(max_size=80), st.sampled_from([None, "p"]))
 def test_arbitrary_inner_payloads_raise_only_invalid_token(head: bytes, tail: bytes, principal: str | None) -> None:
     with pytest.raises(InvalidToken):
-        bound(codec=Plain()).unseal(b64u_encode(head + tail), principal=principal, context=CONTEXT)
+        bound(codec=PLAIN).unseal(b64u_encode(head + tail), principal=principal, context=CONTEXT)
 
 
 def test_no_principal_or_context_in_messages_reprs_or_logs(caplog: pytest.LogCaptureFixture) -> None:

@@ -13,13 +13,10 @@ from mcp.types import CallToolResult, TextContent
 
 from statecodec import AESGCMCodec
 from statecodec._encoding import b64u_decode
+from tests.codecs import flip
 from tests.mcp_flows import assert_mcp_rejects, mint_token, refused, round_one, round_two
 
 KEY, OTHER_KEY = bytes(range(32)), bytes(range(64, 96))
-
-
-def _flip(token: str) -> str:  # a character inside the token: still canonical base64url, no longer authentic
-    return token[:20] + ("B" if token[20] == "A" else "A") + token[21:]
 
 
 def test_same_refusals_as_mcpserver(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -32,10 +29,10 @@ def test_same_refusals_as_mcpserver(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(done, CallToolResult)
     assert done.content == [TextContent(type="text", text="provisioned orders in region-answer for alice")]
     sdk_codec, sdk_token = AESGCMCodec([KEY]), mint_token(AESGCMCodec([KEY]))
-    assert [refused(server, _flip(token)), refused(server, token, {"name": "billing"}),
+    assert [refused(server, flip(token)), refused(server, token, {"name": "billing"}),
             refused(build_server(AESGCMCodec([KEY]), "another-service"), token),
             refused(build_server(AESGCMCodec([OTHER_KEY])), token), refused(server, "asked-region")] == [
-        assert_mcp_rejects(sdk_codec, _flip(sdk_token)),
+        assert_mcp_rejects(sdk_codec, flip(sdk_token)),
         assert_mcp_rejects(sdk_codec, sdk_token, arguments={"name": "billing"}),
         assert_mcp_rejects(sdk_codec, sdk_token, server_name="another-service"),
         assert_mcp_rejects(AESGCMCodec([OTHER_KEY]), sdk_token), "malformed",

@@ -23,6 +23,7 @@ from statecodec import AESGCMCodec, KeyRing, XAESGCMCodec, format_keys, generate
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.cli.main import build_parser, main
 from statecodec.config import codec_from_env
+from tests.codecs import flip
 
 KEY, OTHER = generate_key(), generate_key()
 KEYS = format_keys([KEY])
@@ -35,11 +36,6 @@ STATECODEC = str(Path(sys.executable).with_name("statecodec"))
 Run = Callable[..., tuple[int, bytes, str]]
 
 
-class Terminal(io.TextIOWrapper):
-    def isatty(self) -> bool:
-        return True
-
-
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]) -> Run:
     """Runs the command line with `stdin` and `env`; returns (exit code, stdout bytes, stderr text)."""
@@ -50,7 +46,8 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[byt
         """`stdin` None: a terminal."""
         for name, value in (env or {}).items():
             monkeypatch.setenv(name, value)
-        monkeypatch.setattr(sys, "stdin", (Terminal if stdin is None else io.TextIOWrapper)(io.BytesIO(stdin or b"")))
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin or b"")))
+        monkeypatch.setattr(sys.stdin, "isatty", lambda: stdin is None)
         try:
             code = main(list(argv))
         except SystemExit as exc:  # argparse's usage errors
@@ -60,12 +57,6 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[byt
         return code, out, err.decode()
 
     return run
-
-
-def _flip(token: str) -> str:
-    raw = bytearray(b64u_decode(token))
-    raw[-1] ^= 1
-    return b64u_encode(bytes(raw))
 
 
 @pytest.mark.parametrize("payload", [b"", PAYLOAD, b"\x00\xff\r\n trailing newline\n", bytes(range(256)) * 40])
@@ -102,7 +93,7 @@ def test_flags_and_config_files_override_the_settings_a_server_reads(cli: Run, t
 @pytest.mark.parametrize(
     ("token", "flags", "env", "reason"),
     [
-        (_flip(TOKEN), [], {}, "seal"),
+        (flip(TOKEN), [], {}, "seal"),
         (AESGCMCodec([OTHER]).seal(PAYLOAD), [], {}, "unknown_key"),
         ("x" * 300, ["--max-token-length", "100"], {}, "oversized"),
         (TOKEN, [], {"STATECODEC_MAX_TOKEN_LENGTH": str(len(TOKEN) - 1)}, "oversized"),
@@ -348,7 +339,7 @@ def test_rotate_check_reads_the_check_reports_of_a_fleet(cli: Run, tmp_path: Pat
         (["unseal", "--json", "not a token!"], {"STATECODEC_KEYS": KEYS}, "invalid_token", "malformed", 1),
         (["unseal", "--json", TOKEN, "--codec", "aesgcm"], {}, "configuration", None, 2),
         (["rotate", "check", "-", "--json"], {}, "configuration", None, 2),
-        (["unseal", "--json", _flip(TOKEN)], {"STATECODEC_KEYS": KEYS}, "invalid_token", "seal", 1),
+        (["unseal", "--json", flip(TOKEN)], {"STATECODEC_KEYS": KEYS}, "invalid_token", "seal", 1),
         (["seal", "--json", "--max-token-length", "60"], {"STATECODEC_KEYS": KEYS}, "seal", None, 2),
     ],
 )

@@ -76,8 +76,6 @@ def joserfc_open(jwk: dict[str, str], alg: str, token: str) -> bytes:
 def test_jwe_round_trips_both_ways_with_jwcrypto_and_joserfc(name: str) -> None:
     codec, jwk = JWE[name]
     assert codec.primary_key_id == jwk["kid"]
-    if "crv" in jwk:  # an ECDH key's kid is its RFC 7638 thumbprint, as jwcrypto computes it
-        assert jwk["kid"] == cr_jwk.JWK(**jwk).thumbprint()
     for payload in PAYLOADS:
         ours = codec.seal(payload)
         assert jwcrypto_open(jwk, ours) == payload
@@ -109,8 +107,6 @@ for _alg in ("EdDSA", "Ed25519"):
 def test_jws_verifies_both_ways_with_jwcrypto_joserfc_and_pyjwt(alg: str) -> None:
     codec, jwk = JWS[alg]
     assert codec.primary_key_id == jwk["kid"]
-    if "crv" in jwk:  # an Ed25519 key's kid is its RFC 7638 thumbprint, as jwcrypto computes it
-        assert jwk["kid"] == cr_jwk.JWK(**jwk).thumbprint()
     ours = codec.seal(PAYLOADS[0])
     parsed = cr_jws.JWS()
     parsed.deserialize(ours)
@@ -153,6 +149,7 @@ def test_a_codec_exports_no_private_key_it_does_not_hold() -> None:
 def test_the_private_jwks_of_an_asymmetric_codec_is_its_key_and_rebuilds_it(name: str) -> None:
     codec, jwk = JWE[name] if name in JWE else JWS[name]  # the JWK the interop tests above hand the other stacks
     assert (jwk["use"], jwk["alg"]) == (("enc", "ECDH-ES+A256KW") if name in JWE else ("sig", name))
+    assert jwk["kid"] == cr_jwk.JWK(**jwk).thumbprint()  # its RFC 7638 thumbprint, as jwcrypto computes it
     assert {k: v for k, v in jwk.items() if k != "d"} == codec.public_jwks()["keys"][0]
     rebuilt: Any = type(codec).from_jwks(codec.private_jwks())  # without naming the alg: each exported JWK names it
     assert (rebuilt.alg, rebuilt.unseal(codec.seal(PAYLOADS[0]))) == (codec.alg, PAYLOADS[0])

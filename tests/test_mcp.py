@@ -25,6 +25,7 @@ from statecodec import AESGCMCodec, ConfigurationError, XAESGCMCodec, format_key
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec.mcp import SingleUseMiddleware, from_env, security_from_env, store_from_env
 from statecodec.store import Store
+from tests.codecs import flip
 from tests.integration.fleet_harness import call_tool, free_port, retry
 from tests.integration.fleet_harness import round_one as http_round_one
 from tests.mcp_flows import (
@@ -48,13 +49,6 @@ from tests.plugins.redis import RedisServer
 OTHER_KEY = generate_key()
 
 
-def _flip(token: str, at: int | None = None) -> str:
-    """`token` with one bit flipped: in its tag (the last byte), or at byte `at`."""
-    raw = bytearray(b64u_decode(token))
-    raw[-1 if at is None else at] ^= 0x01
-    return b64u_encode(bytes(raw))
-
-
 def test_flows_complete_through_the_codec() -> None:  # AES-256-GCM: with single use, below
     report = run_mcp_flows(XAESGCMCodec([KEY]))
     assert len(report.questions) == 6
@@ -64,9 +58,9 @@ def test_flows_complete_through_the_codec() -> None:  # AES-256-GCM: with single
 @pytest.mark.parametrize(
     ("codec_cls", "tamper", "reason"),
     [
-        (XAESGCMCodec, _flip, "seal"),
-        (AESGCMCodec, _flip, "seal"),
-        (AESGCMCodec, lambda t: _flip(t, at=20), "seal"),
+        (XAESGCMCodec, flip, "seal"),
+        (AESGCMCodec, flip, "seal"),
+        (AESGCMCodec, lambda t: flip(t, at=20), "seal"),
         (AESGCMCodec, lambda t: t[:10], "malformed"),
         (AESGCMCodec, lambda t: t[:-1], ("malformed", "seal")),  # one char short may still be canonical
         (AESGCMCodec, lambda t: t + "=", "malformed"),

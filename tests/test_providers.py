@@ -17,15 +17,12 @@ from statecodec.providers import RetryPolicy, context_from_env, parse_context, s
 from tests.integration.kms_support import capture_every_record
 
 
-def test_parse_context_forms() -> None:
+def test_context_forms_and_settings() -> None:
     assert parse_context("purpose=statecodec-envelope, audience=billing") == default_context("billing")
     assert parse_context('{"a": "1", "b": "x=y,z"}') == {"a": "1", "b": "x=y,z"}
     for bad in ("novalue", "=x", "a=1,a=2", '{"a": 1}', "[1]", "{not json"):
         with pytest.raises(ConfigurationError):
             parse_context(bad)
-
-
-def test_context_from_env_default_and_audience() -> None:
     assert context_from_env({}) == {"purpose": "statecodec-envelope"}
     assert context_from_env({"STATECODEC_KMS_AUDIENCE": "billing"}) == default_context("billing")
     assert context_from_env({"STATECODEC_KMS_CONTEXT": "app=x"}) == {"app": "x"}
@@ -34,18 +31,17 @@ def test_context_from_env_default_and_audience() -> None:
 
 
 def test_wrapped_keys_from_env(tmp_path: Path) -> None:
-    assert wrapped_keys_from_env({"STATECODEC_WRAPPED_KEYS": "AQID,BAUG"}) == [b"\x01\x02\x03", b"\x04\x05\x06"]
-    f = tmp_path / "wrapped.txt"
-    f.write_text("# ring\nAQID\nBAUG\n")
-    assert wrapped_keys_from_env({"STATECODEC_WRAPPED_KEYS_FILE": str(f)}) == [b"\x01\x02\x03", b"\x04\x05\x06"]
-    with pytest.raises(ConfigurationError, match="exactly one"):
-        wrapped_keys_from_env({"STATECODEC_WRAPPED_KEYS": "AQID", "STATECODEC_WRAPPED_KEYS_FILE": str(f)})
-    with pytest.raises(ConfigurationError, match="new-data-key"):
-        wrapped_keys_from_env({})
-    with pytest.raises(ConfigurationError, match="STATECODEC_WRAPPED_KEYS: wrapped_keys\\[1\\]"):
-        wrapped_keys_from_env({"STATECODEC_WRAPPED_KEYS": "AQID,A==="})
-    with pytest.raises(ConfigurationError, match="cannot read"):
-        wrapped_keys_from_env({"STATECODEC_WRAPPED_KEYS_FILE": str(tmp_path / "missing")})
+    (f := tmp_path / "wrapped.txt").write_text("# ring\nAQID\nBAUG\n")
+    for env in ({"STATECODEC_WRAPPED_KEYS": "AQID,BAUG"}, {"STATECODEC_WRAPPED_KEYS_FILE": str(f)}):
+        assert wrapped_keys_from_env(env) == [b"\x01\x02\x03", b"\x04\x05\x06"]
+    for env, match in [
+        ({"STATECODEC_WRAPPED_KEYS": "AQID", "STATECODEC_WRAPPED_KEYS_FILE": str(f)}, "exactly one"),
+        ({}, "new-data-key"),
+        ({"STATECODEC_WRAPPED_KEYS": "AQID,A==="}, "STATECODEC_WRAPPED_KEYS: wrapped_keys\\[1\\]"),
+        ({"STATECODEC_WRAPPED_KEYS_FILE": str(tmp_path / "missing")}, "cannot read"),
+    ]:
+        with pytest.raises(ConfigurationError, match=match):
+            wrapped_keys_from_env(env)
 
 
 @pytest.mark.parametrize(

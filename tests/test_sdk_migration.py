@@ -25,10 +25,7 @@ ANSWERS: dict[str, Any] = {
     "region": {"region": ElicitResult(action="accept", content={"region": "eu"})},
     "size": {"size": ElicitResult(action="accept", content={"size": "xl"})},
 }
-
-
-def old_policy() -> RequestStateSecurity:
-    return RequestStateSecurity(keys=[SDK_KEY])
+OLD = RequestStateSecurity(keys=[SDK_KEY])  # the SDK's own keys, before the migration
 
 
 def phase_two(clock: Clock | None = None) -> RequestStateSecurity:
@@ -76,10 +73,9 @@ def finish(policy: RequestStateSecurity, flow: str, state: str) -> str:
 
 
 def test_flows_in_flight_on_the_sdk_keys_complete_on_the_migration_codec() -> None:
-    old = old_policy()
-    in_flight = {f"flow-{i}": advance(old, f"flow-{i}") for i in range(3)}  # asked for the region
+    in_flight = {f"flow-{i}": advance(OLD, f"flow-{i}") for i in range(3)}  # asked for the region
     for i in range(3, 6):  # answered the region on the old server too: asked for the size
-        in_flight[f"flow-{i}"] = advance(old, f"flow-{i}", advance(old, f"flow-{i}"))
+        in_flight[f"flow-{i}"] = advance(OLD, f"flow-{i}", advance(OLD, f"flow-{i}"))
     assert all(token.startswith(SDK_FORMAT_PREFIX) for token in in_flight.values())
 
     new = phase_two()
@@ -98,12 +94,12 @@ def test_flows_in_flight_on_the_sdk_keys_complete_on_the_migration_codec() -> No
 
 
 def test_each_phase_opens_the_tokens_of_the_phases_beside_it_during_a_rollout() -> None:
-    old, two = old_policy(), phase_two()
+    two = phase_two()
     one = RequestStateSecurity(codec=SDKKeysMigration(NEW, [SDK_KEY], seal_with_sdk=True))  # phase one
     # Rolling out phase one: old and phase-one instances share flows both ways.
-    token = advance(one, "a", advance(old, "a"))
+    token = advance(one, "a", advance(OLD, "a"))
     assert token.startswith(SDK_FORMAT_PREFIX)  # phase one still mints SDK tokens, which old instances open
-    assert finish(old, "a", token) == "provisioned a in eu at size xl"
+    assert finish(OLD, "a", token) == "provisioned a in eu at size xl"
     # Rolling out phase two: phase-one and phase-two instances share flows both ways.
     token = advance(two, "b", advance(one, "b"))
     assert not token.startswith(SDK_FORMAT_PREFIX)
@@ -113,7 +109,7 @@ def test_each_phase_opens_the_tokens_of_the_phases_beside_it_during_a_rollout() 
 def test_after_the_window_the_sdk_keys_open_nothing() -> None:
     clock = Clock(time.time())
     policy = phase_two(clock)
-    sdk_token, new_token = mint_token(old_policy()), mint_token(policy)
+    sdk_token, new_token = mint_token(OLD), mint_token(policy)
     clock.now += 599
     accept_token(policy, sdk_token)
     clock.now += 1
@@ -132,7 +128,7 @@ def test_both_phases_are_conformant(seal_with_sdk: bool) -> None:
 
 def test_sdk_refusals_keep_their_reason_and_no_chain() -> None:
     codec = SDKKeysMigration(NEW, [SDK_KEY], sdk_tokens_until=time.time() + 600)
-    sdk_token = RequestStateSecurity(keys=[SDK_KEY]).codec.seal(b"payload")
+    sdk_token = OLD.codec.seal(b"payload")
     assert codec.unseal(sdk_token) == b"payload"
     tampered = sdk_token[:-3] + ("A" if sdk_token[-3] != "A" else "B") + sdk_token[-2:]
     foreign = RequestStateSecurity(keys=[OTHER_SDK_KEY]).codec.seal(b"payload")

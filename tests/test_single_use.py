@@ -59,7 +59,7 @@ class Fixed(MemoryStore):
 
 
 def fixed_guard(now_ms: int, ttl: float = 600, **kw: Any) -> tuple[SingleUse, Fixed]:
-    guard = SingleUse(store := Fixed(now_ms), key=KEY, ttl=ttl, clock=lambda: now_ms / 1000, **kw)
+    guard = SingleUse(store := Fixed(now_ms), key=KEY, ttl=ttl, **{"clock": lambda: now_ms / 1000, **kw})
     asyncio.run(guard.start())
     return guard, store
 
@@ -126,8 +126,7 @@ def _mac(key: bytes, data: bytes) -> bytes:
 
 def test_a_clock_that_steps_after_the_stores_last_answer_stops_minting() -> None:
     now = [1_767_225_600.0]  # point 5: a token dated past a revocation, minted before the next claim compares
-    guard = SingleUse(Fixed(round(now[0] * 1000)), key=KEY, ttl=600, clock=lambda: now[0])
-    asyncio.run(guard.start())
+    guard, _ = fixed_guard(1_767_225_600_000, clock=lambda: now[0])
     now[0] += 30
     with pytest.raises(StoreError, match="cannot mint"):
         guard.stamp(b"x")

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,6 @@ import pytest
 
 pytest.importorskip("hvac")
 
-from statecodec import ConfigurationError
 from statecodec.config import codec_from_env
 from statecodec.providers.vault import VaultKeyWrapper, vault_client, vault_client_from_env
 from tests.secrecy import refused
@@ -21,62 +21,59 @@ ADDR = {"VAULT_ADDR": "http://127.0.0.1:9"}  # nothing listens there
 TOKEN = {**ADDR, "VAULT_TOKEN": SECRET}
 
 
-@pytest.fixture
-def client() -> Iterator[Any]:
-    c = vault_client("http://127.0.0.1:9", token=SECRET)  # building a client contacts no Vault
-    yield c
-    c.adapter.close()
-
-
 URL = "http://127.0.0.1:8200"
 BAD_URLS = ["127.0.0.1:8200", "ftp://vault", "https://vault:8200/v1/transit", "", "https:// x", "https://u:p@v:8200"]
+client_with = partial(vault_client, URL, token=SECRET)
+CLIENT = client_with()  # building a client contacts no Vault
 
 
-@pytest.mark.parametrize(
-    ("url", "kwargs", "message"),
-    [
-        (URL, {"token": "  "}, "token is empty"),
-        *[(URL, {"token": SECRET, "timeout": t}, "Vault (connect|read) timeout must be") for t in (0, (1, 99), True)],
-        (URL, {"token": SECRET, "timeout": "2"}, "timeout must be seconds or a"),
-        *[(url, {"token": SECRET}, r"http\(s\)://host\[:port\] \(no credentials") for url in BAD_URLS],
+def wrapper(**kwargs: Any) -> VaultKeyWrapper:
+    return VaultKeyWrapper(**{"client": CLIENT, "key": "k", **kwargs})
+
+
+def from_env(settings: dict[str, str]) -> Callable[[], object]:
+    return partial(vault_client_from_env, settings)
+
+
+def codec_with(name: str, value: str) -> Callable[[], object]:
+    env = {"STATECODEC_CODEC": "vault-envelope", "STATECODEC_WRAPPED_KEYS": "dmF1bHQ6djE6QUFBQQ", **TOKEN}
+    return partial(codec_from_env, {**env, "STATECODEC_VAULT_KEY": "k", name: value})
+
+
+TIMEOUT_SETTING = "STATECODEC_VAULT_TIMEOUT must be a number of seconds more"
+REFUSED: list[tuple[Callable[[], object], str]] = [
+    (partial(vault_client, URL, token="  "), "token is empty"),
+    *[(partial(client_with, timeout=t), "Vault (connect|read) timeout must be") for t in (0, (1, 99), True)],
+    (partial(client_with, timeout="2"), "timeout must be seconds or a"),
+    *[(partial(vault_client, url, token=SECRET), r"http\(s\)://host\[:port\] \(no credentials") for url in BAD_URLS],
+    *[(partial(wrapper, key=key), "key name") for key in ["", "a/b", "../x", "k y", "-k", "k\n"]],
+    *[(partial(wrapper, mount_point=m), "mount") for m in ["", "a//b", "tran sit", "../sys", "a/./b", "x/.."]],
+    (partial(wrapper, client=object()), r"hvac\.Client"),
+    (partial(wrapper, retry=5), "RetryPolicy"),
+    (from_env({}), "STATECODEC_VAULT_ADDR"),
+    (from_env({"STATECODEC_VAULT_ADDR": "vault:8200"}), r"STATECODEC_VAULT_ADDR \(or VAULT_ADDR\): the Vault address"),
+    (from_env(ADDR), r"no Vault token: set STATECODEC_VAULT_TOKEN_FILE \(e\.g\. the token file Vault Agent writes\)"),
+    (from_env({**TOKEN, "STATECODEC_VAULT_SKIP_VERIFY": "maybe"}), "SKIP_VERIFY"),
+    (from_env({**TOKEN, "STATECODEC_VAULT_CLIENT_CERT": "/c.pem"}), "CLIENT_KEY"),
+    *[(from_env({**TOKEN, "STATECODEC_VAULT_TIMEOUT": bad}), TIMEOUT_SETTING) for bad in ("soon", "600", "0", "nan")],
+    (from_env({**ADDR, "STATECODEC_VAULT_TOKEN": SECRET, "STATECODEC_VAULT_TOKEN_FILE": "x"}), "exactly one"),
+    (from_env({**ADDR, "STATECODEC_VAULT_TOKEN_FILE": "/nonexistent/t"}), "cannot read STATECODEC_VAULT_TOKEN_FILE"),
+    # A codec setting missing, invalid or removed: refused at start-up, before any call to Vault, with what to set; a
+    # left-over setting is not run without effect, nor called 'unknown'.
+    (codec_with("STATECODEC_VAULT_KEY", ""), "STATECODEC_VAULT_KEY is not set; it is required for this codec kind"),
+    (codec_with("STATECODEC_VAULT_KEY", "no spaces"), "STATECODEC_VAULT_KEY: the transit key name"),
+    (codec_with("STATECODEC_CODEC", "vault-transit"), "STATECODEC_CODEC=vault-transit is removed; set vault-envelope"),
+    (codec_with("STATECODEC_VAULT_CONTEXT", "audience=a"), "vault-envelope reads STATECODEC_KMS_CONTEXT"),
+    *[
+        (codec_with(f"STATECODEC_VAULT_{name}", "x"), f"STATECODEC_VAULT_{name} is no longer read: AppRole login is")
+        for name in ("ROLE_ID", "SECRET_ID", "SECRET_ID_FILE", "APPROLE_MOUNT")
     ],
-)
-def test_vault_client_refuses(url: str, kwargs: dict[str, Any], message: str) -> None:
-    assert re.search(message, refused(lambda: vault_client(url, **kwargs), SECRET.encode()))
+]
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        *[({"key": key}, "key name") for key in ["", "a/b", "../x", "k y", "-k", "k\n"]],
-        *[({"mount_point": m}, "mount") for m in ["", "a//b", "tran sit", "../sys", "a/./b", "x/.."]],
-        ({"client": object()}, r"hvac\.Client"),
-        ({"retry": 5}, "RetryPolicy"),
-    ],
-)
-def test_wrapper_arguments(client: Any, kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(ConfigurationError, match=message):
-        VaultKeyWrapper(**{"client": client, "key": "k", **kwargs})
-
-
-@pytest.mark.parametrize(
-    ("settings", "message"),
-    [
-        ({}, "STATECODEC_VAULT_ADDR"),
-        ({"STATECODEC_VAULT_ADDR": "vault:8200"}, r"STATECODEC_VAULT_ADDR \(or VAULT_ADDR\): the Vault address"),
-        (ADDR, r"no Vault token: set STATECODEC_VAULT_TOKEN_FILE \(e\.g\. the token file Vault Agent writes\)"),
-        ({**TOKEN, "STATECODEC_VAULT_SKIP_VERIFY": "maybe"}, "SKIP_VERIFY"),
-        ({**TOKEN, "STATECODEC_VAULT_CLIENT_CERT": "/c.pem"}, "CLIENT_KEY"),
-        *[
-            ({**TOKEN, "STATECODEC_VAULT_TIMEOUT": bad}, "STATECODEC_VAULT_TIMEOUT must be a number of seconds more")
-            for bad in ("soon", "600", "0", "nan")
-        ],
-        ({**ADDR, "STATECODEC_VAULT_TOKEN": SECRET, "STATECODEC_VAULT_TOKEN_FILE": "x"}, "exactly one"),
-        ({**ADDR, "STATECODEC_VAULT_TOKEN_FILE": "/nonexistent/token"}, "cannot read STATECODEC_VAULT_TOKEN_FILE"),
-    ],
-)
-def test_client_settings_refused(settings: dict[str, str], message: str) -> None:
-    assert re.search(message, refused(lambda: vault_client_from_env(settings), SECRET.encode()))
+@pytest.mark.parametrize(("build", "message"), REFUSED)
+def test_client_and_wrapper_arguments_and_settings_are_refused(build: Callable[[], object], message: str) -> None:
+    assert re.search(message, refused(build, SECRET.encode()))
 
 
 def test_settings_reach_the_client(tmp_path: Path) -> None:
@@ -104,26 +101,3 @@ def test_a_token_file_that_is_not_utf8_or_too_big_leaves_the_token_out_of_the_ex
         (tmp_path / "secret").write_bytes(secret)
         settings = {**ADDR, "STATECODEC_VAULT_TOKEN_FILE": str(tmp_path / "secret")}
         assert match in refused(lambda: vault_client_from_env(settings), secret, SECRET.encode())  # noqa: B023
-
-
-@pytest.mark.parametrize(
-    ("name", "value", "message"),
-    [
-        ("STATECODEC_VAULT_KEY", "", "STATECODEC_VAULT_KEY is not set; it is required for this codec kind"),
-        ("STATECODEC_VAULT_KEY", "no spaces", "STATECODEC_VAULT_KEY: the transit key name"),
-        ("STATECODEC_CODEC", "vault-transit", "STATECODEC_CODEC=vault-transit is removed; set vault-envelope"),
-        ("STATECODEC_VAULT_CONTEXT", "audience=a", "vault-envelope reads STATECODEC_KMS_CONTEXT"),
-        *[
-            (f"STATECODEC_VAULT_{name}", "x", f"STATECODEC_VAULT_{name} is no longer read: AppRole login is removed")
-            for name in ("ROLE_ID", "SECRET_ID", "SECRET_ID_FILE", "APPROLE_MOUNT")
-        ],
-    ],
-)
-def test_a_missing_invalid_or_removed_setting_is_refused_before_vault_with_its_fix(
-    name: str, value: str, message: str
-) -> None:
-    """Refused at start-up, before any call to Vault, with what to set: a left-over setting is not run without
-    effect, nor called 'unknown'."""
-    env = {"STATECODEC_CODEC": "vault-envelope", "STATECODEC_WRAPPED_KEYS": "dmF1bHQ6djE6QUFBQQ", **TOKEN}
-    env |= {"STATECODEC_VAULT_KEY": "k", name: value}
-    assert message in refused(lambda: codec_from_env(env), SECRET.encode())

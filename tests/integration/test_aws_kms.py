@@ -6,7 +6,7 @@ access denied, internal errors) come from the counting proxy in front of it, in 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
 from typing import Any
 
 import pytest
@@ -21,28 +21,14 @@ from statecodec.providers.aws_kms import AwsKmsWrapper
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def arn(moto_server: MotoServer) -> str:
-    return moto_server.create_key()[0]
-
-
-@pytest.fixture
-def client(kms_proxy: KmsProxy) -> Iterator[Any]:
-    client = kms_proxy.client()
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def wrapper(arn: str, client: Any, policy: RetryPolicy) -> AwsKmsWrapper:
-    return AwsKmsWrapper(arn, client=client, retry=policy)
-
-
-def test_context_is_always_sent_and_decrypt_pins_the_key(wrapper: AwsKmsWrapper, client: Any, arn: str) -> None:
-    sent: list[dict[str, Any]] = []
-    client.meta.events.register("before-parameter-build.kms", lambda params, model, **_: sent.append(params))
-    context = default_context("billing")
-    EnvelopeCodec(wrapper, [new_wrapped_key(wrapper, context)], context=context)
+def test_context_is_always_sent_and_decrypt_pins_the_key(
+    moto_server: MotoServer, kms_proxy: KmsProxy, policy: RetryPolicy
+) -> None:
+    arn, sent = moto_server.create_key()[0], list[dict[str, Any]]()
+    with contextlib.closing(kms_proxy.client()) as client:
+        client.meta.events.register("before-parameter-build.kms", lambda params, model, **_: sent.append(params))
+        wrapper, context = AwsKmsWrapper(arn, client=client, retry=policy), default_context("billing")
+        EnvelopeCodec(wrapper, [new_wrapped_key(wrapper, context)], context=context)
     generate, decrypt = sent
     assert generate == {"KeyId": arn, "KeySpec": "AES_256", "EncryptionContext": context}
     assert decrypt["EncryptionContext"] == context

@@ -11,7 +11,7 @@ import os
 import struct
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,12 +43,6 @@ def crc(data: bytes) -> int:
 
 def key_name(project: str, ring: str, key: str) -> str:
     return f"projects/{project}/locations/global/keyRings/{ring}/cryptoKeys/{key}"
-
-
-class _Abort(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(code, message)
-        self.code, self.message = code, message
 
 
 @dataclass
@@ -105,36 +99,34 @@ class FakeCloudKms:
         self._corrupt[mode] -= taken
         return taken
 
-    # --- the API ----------------------------------------------------------
-    def _enter(self, method: str, request: Any) -> _CryptoKey:
+    # --- the API (`context.abort` raises: the call ends with that status) ----------------------
+    def _enter(self, method: str, request: Any, context: grpc.ServicerContext) -> _CryptoKey:
         self.calls[method] += 1
         self.requests.append(request)
-        name = request.name
         if self._faults:
             code = self._faults.pop(0)
-            raise _Abort(code, f"injected {code.name}")
-        key = self.keys.get(name)
-        if key is None:
-            raise _Abort(grpc.StatusCode.NOT_FOUND, f"CryptoKey {name} not found.")
-        return key
+            context.abort(code, f"injected {code.name}")
+        if request.name not in self.keys:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"CryptoKey {request.name} not found.")
+        return self.keys[request.name]
 
     @staticmethod
-    def _check_crc(data: bytes, checksum: int | None, field_name: str, corrupt: bool) -> bool:
+    def _check_crc(context: grpc.ServicerContext, data: bytes, checksum: int | None, name: str, corrupt: bool) -> bool:
         if checksum is None:
             return False
         if corrupt or checksum != crc(data):
-            message = f"The checksum in field {field_name}_crc32c did not match the data in field {field_name}."
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+            message = f"The checksum in field {name}_crc32c did not match the data in field {name}."
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
         return True
 
-    def encrypt(self, request: Any) -> Any:
+    def encrypt(self, request: Any, context: grpc.ServicerContext) -> Any:
         with self._lock:
-            key = self._enter("Encrypt", request)
+            key = self._enter("Encrypt", request, context)
             corrupt_request = self._take_corruption("request")
             plaintext, aad = bytes(request.plaintext), bytes(request.additional_authenticated_data)
-            v_pt = self._check_crc(plaintext, request.plaintext_crc32c, "plaintext", corrupt_request)
+            v_pt = self._check_crc(context, plaintext, request.plaintext_crc32c, "plaintext", corrupt_request)
             aad_crc = request.additional_authenticated_data_crc32c
-            v_aad = self._check_crc(aad, aad_crc, "additional_authenticated_data", False)
+            v_aad = self._check_crc(context, aad, aad_crc, "additional_authenticated_data", False)
             version = key.primary
             nonce = os.urandom(12)
             header = struct.pack(">I", version)
@@ -152,46 +144,39 @@ class FakeCloudKms:
                 verified_additional_authenticated_data_crc32c=verified_aad,
             )
 
-    def decrypt(self, request: Any) -> Any:
+    def decrypt(self, request: Any, context: grpc.ServicerContext) -> Any:
         with self._lock:
-            key = self._enter("Decrypt", request)
+            key = self._enter("Decrypt", request, context)
             corrupt_request = self._take_corruption("request")
             ciphertext, aad = bytes(request.ciphertext), bytes(request.additional_authenticated_data)
-            self._check_crc(ciphertext, request.ciphertext_crc32c, "ciphertext", corrupt_request)
-            self._check_crc(aad, request.additional_authenticated_data_crc32c, "additional_authenticated_data", False)
+            self._check_crc(context, ciphertext, request.ciphertext_crc32c, "ciphertext", corrupt_request)
+            aad_crc = request.additional_authenticated_data_crc32c
+            self._check_crc(context, aad, aad_crc, "additional_authenticated_data", False)
             head = 4  # the version, then the nonce and AES-GCM under that version
-            if len(ciphertext) < head + 12 + 16:
-                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, _DECRYPT_FAILED)
-            (version,) = struct.unpack(">I", ciphertext[:head])
-            if not 1 <= version <= len(key.versions):
-                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, _DECRYPT_FAILED)
+            version = int.from_bytes(ciphertext[:head], "big")
+            if len(ciphertext) < head + 12 + 16 or not 1 <= version <= len(key.versions):
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, _DECRYPT_FAILED)
             nonce, sealed = ciphertext[head : head + 12], ciphertext[head + 12 :]
             try:
                 plaintext = AESGCM(key.versions[version - 1]).decrypt(nonce, sealed, ciphertext[:head] + aad)
             except InvalidTag:
-                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, _DECRYPT_FAILED) from None
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, _DECRYPT_FAILED)
             checksum = crc(plaintext)
             if self._take_corruption("decrypt.plaintext_crc32c"):
                 checksum ^= 1
             return kms_v1.DecryptResponse(plaintext=plaintext, plaintext_crc32c=checksum)
 
     # --- the gRPC server ----------------------------------------------------
-    def _handler(self, fn: Callable[[Any], Any], req_type: Any, resp_type: Any) -> Any:
-        def call(request: Any, context: grpc.ServicerContext) -> Any:
-            try:
-                return fn(request)
-            except _Abort as exc:
-                context.abort(exc.code, exc.message)
-
-        return grpc.unary_unary_rpc_method_handler(
-            call, request_deserializer=req_type.deserialize, response_serializer=resp_type.serialize
-        )
-
     def start(self) -> None:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         handlers = {
-            "Encrypt": self._handler(self.encrypt, kms_v1.EncryptRequest, kms_v1.EncryptResponse),
-            "Decrypt": self._handler(self.decrypt, kms_v1.DecryptRequest, kms_v1.DecryptResponse),
+            name: grpc.unary_unary_rpc_method_handler(
+                call, request_deserializer=request.deserialize, response_serializer=response.serialize
+            )
+            for name, call, request, response in (
+                ("Encrypt", self.encrypt, kms_v1.EncryptRequest, kms_v1.EncryptResponse),
+                ("Decrypt", self.decrypt, kms_v1.DecryptRequest, kms_v1.DecryptResponse),
+            )
         }
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, handlers),))
         self.port = server.add_insecure_port(f"127.0.0.1:{self.port}")
