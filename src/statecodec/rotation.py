@@ -35,9 +35,8 @@ def phase_ring(phase: int, old: T, new: T) -> tuple[T, ...]:
 
 @dataclass(frozen=True)
 class Phase:
-    """One configuration to roll out to every instance before the next phase starts; `wait_after_previous`: the least
-    seconds since the previous phase's full roll-out. `keys` (None for a plan of key ids) refuses pickling and
-    copying, so `dataclasses.asdict` too."""
+    """One configuration to roll out to every instance before the next phase starts, no sooner than
+    `wait_after_previous` seconds after the previous one's; `keys` (secret) refuses pickling and copying."""
 
     number: int
     key_ids: tuple[str, ...]
@@ -109,15 +108,14 @@ class FleetFinding:
 
 @dataclass(frozen=True)
 class FleetReport:
-    """`safe` when no instance can mint (or has minted) a token another would refuse, and none is `failing` a reload."""
+    """`safe` when no instance can mint (or has minted) a token another would refuse."""
 
     instances: tuple[str, ...]
     findings: tuple[FleetFinding, ...]
-    failing: tuple[str, ...] = ()
 
     @property
     def safe(self) -> bool:
-        return not self.findings and not self.failing
+        return not self.findings
 
     @property
     def unsafe_instances(self) -> tuple[str, ...]:
@@ -126,8 +124,7 @@ class FleetReport:
     def __str__(self) -> str:
         if self.safe:
             return f"safe: every one of {len(self.instances)} instances verifies every primary key"
-        lines = [f"UNSAFE: {len(self.findings) + len(self.failing)} problem(s) across {len(self.instances)} instances"]
-        lines += [f"  - {name}: its last reload was refused" for name in self.failing]
+        lines = [f"UNSAFE: {len(self.findings)} problem(s) across {len(self.instances)} instances"]
         return "\n".join(lines + [f"  - {f}" for f in self.findings])
 
 
@@ -138,14 +135,12 @@ def _check_key_id(where: str, value: object) -> str:
 
 
 def judge(members: Sequence[Member], in_flight: Iterable[str] = ()) -> FleetReport:
-    """The one rule of every rotation step: safe when no member's last reload was refused, and every other member
-    verifies every such member's primary and every `in_flight` key id (keys whose tokens may be live)."""
-    ready = [member for member in members if member.error is None]
-    keys = [(m.name, m.accepts[0]) for m in ready] + [(None, kid) for kid in dict.fromkeys(in_flight)]
+    """The one rule of every rotation step: safe when every member verifies every member's primary and every
+    `in_flight` key id (keys whose tokens may be live)."""
+    keys = [(m.name, m.accepts[0]) for m in members] + [(None, kid) for kid in dict.fromkeys(in_flight)]
     findings = tuple(FleetFinding(minter, kid, refused_by, in_flight=minter is None) for minter, kid in keys
-                     if (refused_by := tuple(m.name for m in ready if kid not in m.accepts)))
-    failing = tuple(m.name for m in members if m.error is not None)
-    return FleetReport(tuple(m.name for m in members), findings, failing)
+                     if (refused_by := tuple(m.name for m in members if kid not in m.accepts)))
+    return FleetReport(tuple(m.name for m in members), findings)
 
 
 def check_fleet(reports: Mapping[str, Sequence[str]], *, in_flight: Iterable[str] = ()) -> FleetReport:
@@ -231,17 +226,19 @@ def marked(phase: int, old: str, new: str) -> str:
 
 
 def next_step(phase: int, ids: Sequence[str], fleet: Fleet) -> tuple[list[str], float]:
-    """(why the fleet may not leave `phase`, whose ring is `ids`, for the next; seconds to wait after that): `judge`
-    over the live instances, one on the next ring (phases 0, 3: `ids`) and every key id whose tokens may live; phase 3
-    waits, by the store's clock, until the tokens any instance (live or gone) sealed under the old key have expired."""
+    """(why the fleet may not leave `phase`, whose ring is `ids`, for the next; seconds to wait after that): a member
+    whose last reload was refused, and `judge` over the others, one on the next ring (phases 0, 3: `ids`) and every
+    key id whose tokens may live; phase 3 waits, by the store's clock, until the tokens any instance (live or gone)
+    sealed under the old key have expired."""
     after = Member("the next phase", {1: tuple(ids[::-1]), 2: tuple(ids[:1])}.get(phase, tuple(ids)), None)
     live = [kid for kid, until in fleet.tokens_until_ms.items() if until > fleet.now_ms]
-    report = judge([*fleet.members, after], live)  # a token of `live` only `after` refuses: the wait below
+    ready = [member for member in fleet.members if member.error is None]
+    report = judge([*ready, after], live)  # a token of `live` only `after` refuses: the wait below
     nobody = "no live instance reports to the fleet registry: set STATECODEC_RELOAD_INTERVAL, this store and namespace"
     blockers = [] if fleet.members else [f"{nobody} on the servers"]
     for member in fleet.members:
         problems = "; ".join(str(f) for f in report.findings if member.name in (f.instance, *f.refused_by))
-        if member.name in report.failing:
+        if member.error is not None:
             blockers.append(f"{member.name}: its last reload was refused: {member.error}")
         elif problems:
             blockers.append(f"{member.name} runs key ids [{', '.join(member.accepts)}] ({problems}): its key source "
