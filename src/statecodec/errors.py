@@ -45,11 +45,8 @@ class StatecodecError(Exception):
 class InvalidToken(StatecodecError):
     """A token was refused; `reason` is a log-only code from `Reason`, and `str(exc)` is that code alone.
 
-    Threat: the MCP SDK logs any codec exception other than its own `InvalidRequestState` as "codec error" with
-    a traceback, so `RequestStateSecurity(codec=AESGCMCodec.from_env())` would flood the log under attack and
-    hide the reason. Once the SDK's request-state module is loaded (never imported from here), every
-    `InvalidToken` is also an `InvalidRequestState`: the SDK logs the reason code alone, and `except
-    InvalidToken` still catches it.
+    Threat: the MCP SDK logs any other codec exception with a traceback, flooding the log under attack. Once the SDK's
+    request-state module is loaded (never imported from here), every `InvalidToken` is also its `InvalidRequestState`.
     """
 
     __slots__ = ("reason",)
@@ -88,21 +85,19 @@ class StoreError(StatecodecError):
 
 
 class StoreUnreachable(StoreError):
-    """The store could not be reached, or did not answer within its deadline: the one store failure that
-    availability-first mode (``STATECODEC_STORE_ON_ERROR=accept``) accepts a token through, in `SingleUse.claim`."""
+    """The store could not be reached, or did not answer within its deadline: the one failure that
+    ``STATECODEC_STORE_ON_ERROR=accept`` accepts a token through."""
 
 
 def missing_extra(package: str, extra: str, needed_by: str = "this key provider") -> ImportError:
-    """The ImportError a module behind an extra (a key provider, the Redis store) raises when its client package is
-    not installed."""
+    """The ImportError of a module behind an extra when its client package is not installed."""
     return ImportError(
         f"{needed_by} needs the {package!r} package; install it with: pip install 'statecodec[{extra}]'", name=package
     )
 
 
 def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
-    """`exc` and every exception chained to it, through `__cause__` and `__context__` both, each once: what a
-    check for a leaked secret, or for the cause of a failure, must look through."""
+    """`exc` and every exception chained to it, through `__cause__` and `__context__` both, each once."""
     pending, seen = ([] if exc is None else [exc]), set()
     while pending:
         cur = pending.pop()

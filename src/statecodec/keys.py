@@ -77,9 +77,9 @@ def field(value: str | None) -> bytes:
 
 
 def mac(keyed: hmac.HMAC, data: bytes) -> bytes:
-    """HMAC-SHA256 of what `keyed` was fed then `data`, truncated. Copying an HMAC keyed once (the `hmac` docs' idiom)
-    skips the key set-up `hmac.new` repeats (benchmarks/binding.py, "parts"); `keyed` is never updated, so threads
-    share it: it holds a key, never a tag or a verdict."""
+    """HMAC-SHA256 of what `keyed` was fed then `data`, truncated."""
+    # Copying an HMAC keyed once skips the key set-up `hmac.new` repeats (benchmarks/binding.py, "parts"); `keyed` is
+    # never updated, so threads share it: it holds a key, never a tag or a verdict.
     copy = keyed.copy()
     copy.update(data)
     return copy.digest()[:TAG_LENGTH]

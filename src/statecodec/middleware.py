@@ -2,12 +2,9 @@
 retry-safe mode, a lost answer costs the client nothing and the step still runs once.
 
 Threat: integrity, expiry and binding do not stop an exact replay (`statecodec.single_use`); and at-most-once refuses
-the retry of a client whose answer was lost, so operators turn single use off. In the retry-safe mode the first
-accepted presentation records a keyed digest of the whole retry in its one atomic claim, and the handler's answer is
-kept beside that claim, sealed, until the token expires. The same retry presented again, past every other check, gets
-that answer without the handler running; another retry under the token is `replayed`; one while the first still
-runs is `in_progress`. A refusal is the SDK's own -32602 answer, its reason code logged only. Set-up and threats:
-docs/single-use.md; exact bytes: docs/formats.md. The SDK is imported when called, never on import.
+the retry of a client whose answer was lost, so operators turn single use off. The retry-safe mode keeps the first
+answer beside the claim, sealed, for the same retry alone (docs/single-use.md; exact bytes: docs/formats.md). A
+refusal is the SDK's own -32602 answer, its reason code logged only. The SDK is imported when called, never on import.
 """
 
 from __future__ import annotations
@@ -41,10 +38,9 @@ answered_again: ContextVar[list[str] | None] = ContextVar("statecodec_answered_a
 
 
 class SingleUseMiddleware:
-    """SDK server middleware (module docstring) after the SDK's `RequestStateBoundary` only (`lifespan` refuses any
-    other order): it records the minting principal and `scopes(ctx)` in the stamp, and claims each presented state
-    through `guard`, which holds every store call to the store's deadline. `retry_safe` turns the retry-safe mode on,
-    keeping answers of at most `max_result` bytes."""
+    """SDK server middleware after the SDK's `RequestStateBoundary` only (`lifespan` refuses any other order): it
+    records the minting principal and `scopes(ctx)` in the stamp and claims each presented state through `guard`;
+    `retry_safe` keeps answers of at most `max_result` bytes."""
 
     def __init__(self, guard: SingleUse, *, scopes: Scopes | None = None, retry_safe: bool = False,
                  max_result: int = DEFAULT_RESULT_MAX) -> None:

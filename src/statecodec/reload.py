@@ -3,11 +3,8 @@
 Threat: a reload that half-applies (a token checked against a mix of two rings); a garbled, truncated or half-written
 file; a new ring that drops the key sealing today's tokens while they live. The inner codec is immutable and replaced
 in one assignment, and `seal` and `unseal` read it once. A codec that does not build, or a ring `early_drop` refuses,
-leaves the current codec in force; why (never a key) is logged and kept in `error` for the fleet registry. Files are
-watched off the request path by `ReloadingCodec.watch`, a task of the server's lifespan (or of `start`, in a
-synchronous program), comparing (device, inode, mtime, size) with symlinks followed, so the swap of a Kubernetes
-Secret's ``..data`` link is a change. A rebuild runs in a worker thread of the watcher's own, one at a time: a key
-provider that hangs does not stop the heartbeat, which goes on reporting the ring in force.
+leaves the current codec in force; why (never a key) is logged and kept in `error` for the fleet registry. How files
+are watched and rebuilt: docs/rotation.md, "Live rotation".
 """
 
 from __future__ import annotations
@@ -48,9 +45,8 @@ Report = Callable[[Snapshot | None], Awaitable[None]]  # None: this instance sto
 
 
 class ReloadingCodec(WrapsCodec, HoldsSecrets):
-    """A codec whose ring follows its settings' files (module docstring): `build` makes the whole codec (the one
-    builder, `statecodec.config`), `files` are polled every `interval` seconds by `watch` (None: only `reload()`).
-    The constructor only builds the first codec: no thread, no task."""
+    """A codec whose ring follows its settings' files: `build` makes the whole codec, `files` are polled every
+    `interval` seconds by `watch` (None: only `reload()`). The constructor only builds the first codec: no thread."""
 
     def __init__(self, build: Callable[[], Codec], *, ttl: float, future_skew: float = DEFAULT_FUTURE_SKEW,
                  files: Iterable[str | os.PathLike[str]] = (), interval: float | None = None,

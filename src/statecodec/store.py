@@ -61,8 +61,8 @@ def check_owner(owner: str, where: str) -> None:
 
 @runtime_checkable
 class Store(Protocol):
-    """Shared state behind `SingleUse`, in milliseconds of the store's clock (docs/formats.md, "The scripts");
-    `revoke`, `lift` and `health` check the fingerprint with `check_owner`."""
+    """Shared state behind `SingleUse`, in milliseconds of the store's clock; `revoke`, `lift` and `health` check the
+    fingerprint with `check_owner`."""
 
     where: str  # host:port, for messages; never a credential
     namespace: str
@@ -82,9 +82,8 @@ class Store(Protocol):
 
 
 class MemoryStore:
-    """`Store` for one process, on its own clock: at most `max_entries` live claims and revocations together, each
-    dropped when it expires, and at most `max_kept_bytes` of kept answers (retry-safe mode), which a client can make
-    large. Full is an answered error (`StoreError`): it refuses in every mode."""
+    """`Store` for one process, on its own clock: at most `max_entries` live claims and revocations, and
+    `max_kept_bytes` of kept answers (a client can make them large); full is a `StoreError`, refused in every mode."""
 
     where, deadline = "memory", None  # no call waits
 

@@ -1,9 +1,7 @@
 """The way in for synchronous programs: one event loop, in a thread of its own, for what a server's loop would run.
 
-A server runs its store calls and its background work (a key-file watcher, a registry heartbeat) on its own loop, in
-its lifespan (`statecodec.mcp`). A synchronous program has no loop: `LoopThread` starts one on first use, never in a
-constructor, and `close` stops it; a forked child starts its own on first use. This is the one place statecodec
-starts a thread and a loop of its own.
+Started on first use, never in a constructor (a forked child starts its own); the one place statecodec starts a
+thread and a loop of its own.
 """
 
 from __future__ import annotations
