@@ -80,9 +80,8 @@ def load_settings_file(path: Path, limit: int, what: str, hint: str, *, as_json:
 def seconds(
     name: str, value: object, *, low: float, high: float, integer: bool = False, low_open: bool = False
 ) -> float:
-    """The one check of a number of seconds, from code or a setting's parsed text: an int or float (a str is
-    refused) within `low`..`high` (`low` excluded when `low_open`), else `ConfigurationError` naming `name` and the
-    range. Written positively, so a NaN fails too."""
+    """The one check of a number of seconds from code or a setting (an int or float; a str is refused) within
+    `low`..`high` (`low` excluded when `low_open`). Written positively, so a NaN fails too."""
     ok = type(value) is int or (type(value) is float and not integer)
     if ok and isinstance(value, (int, float)) and (low < value if low_open else low <= value) and value <= high:
         return value
@@ -191,8 +190,7 @@ def settings_from_file(path: Path) -> Settings:
 
 # Typed values, each checked where it is read: a rule module takes these, never a mapping of settings.
 def ttl(settings: Mapping[str, str]) -> int:
-    """``STATECODEC_TTL``: the seconds a token stays valid, 1 to `MAX_TTL`; the one reader for the MCP security
-    policy, the single-use guard and a reloading codec, so their lifetimes cannot disagree."""
+    """``STATECODEC_TTL``: the one lifetime of the MCP policy, the single-use guard and a reloading codec."""
     return int(seconds_setting(settings, TTL_VAR, default=DEFAULT_TTL, low=1, high=MAX_TTL, integer=True))
 
 
@@ -243,7 +241,7 @@ def on_store_error(settings: Mapping[str, str]) -> str:
 
 def single_use_wanted(settings: Mapping[str, str]) -> bool:
     """Whether the settings ask for single use: one of its own settings is given, or a store that no reloading
-    codec reports to (a store setting alone is then read by single use alone, which refuses to start without a key)."""
+    codec reports to (single use then refuses to start without a key)."""
     given = {name for name in ENVIRONMENT_ONLY if setting(settings, name, required=False)}
     return bool(given & SINGLE_USE_ONLY) or (bool(given & STORE) and RELOAD_VAR not in given)
 

@@ -190,8 +190,7 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
         raise InvalidToken(Reason.BINDING)
 
     def reseal(self, token: str) -> str:
-        """Re-seal a live token of this audience and purpose under the inner codec's primary key, its claims byte
-        for byte (the expiry does not restart; principal and context are checked when it is finally unsealed)."""
+        """Re-seal a live token under the inner codec's primary key, its claims byte for byte (the expiry stays)."""
         return self.codec.seal(self._open(token))
 
     def __repr__(self) -> str:

@@ -127,8 +127,7 @@ def check_settings(settings: Mapping[str, str], kind: str, *, file: bool = False
 
 
 def missing_package(exc: ImportError) -> str:
-    """One line for an optional package that is not installed: the guard's own message naming the extra, else the
-    package's."""
+    """One line for an optional package that is not installed: the message naming the extra, else the package."""
     if "statecodec[" in str(exc):
         return str(exc)
     return f"the Python package {exc.name!r} is not installed; install the statecodec extra that provides it"

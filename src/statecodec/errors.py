@@ -80,8 +80,7 @@ class ProviderError(StatecodecError):
 
 
 class StoreError(StatecodecError):
-    """The single-use store could not vouch for a token (it answered an error, or did not answer): the token is
-    refused. Names the store (host:port), never its URL or credentials."""
+    """The single-use store could not vouch for a token: refused. Names host:port, never a URL or credential."""
 
 
 class StoreUnreachable(StoreError):

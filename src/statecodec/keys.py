@@ -117,9 +117,8 @@ def _check_secret(index: int, secret: object) -> bytes:
 
 
 class KeyRing(HoldsSecrets, Sequence[bytes]):
-    """An ordered, validated list of secrets: `ring[0]` seals, every key unseals. It holds copies of the secrets
-    and shows only key ids (4-byte, non-secret HKDF fingerprints, hex), which an instance may report to a fleet check.
-    """
+    """An ordered, validated list of secrets: `ring[0]` seals, every key unseals; it shows only key ids (4-byte,
+    non-secret HKDF fingerprints, hex)."""
 
     __slots__ = ("_ids", "_secrets")
 

@@ -70,9 +70,8 @@ def single_use_from_env(environ: Mapping[str, str] | None = None, *, scopes: Sco
 
 def security_from_env(*, ttl: float | None = None, audience: str | None = None,
                       environ: Mapping[str, str] | None = None, **options: Any) -> RequestStateSecurity:
-    """The SDK's `RequestStateSecurity` around `codec_from_env(environ)`, `ttl` defaulting to ``STATECODEC_TTL`` (as
-    single use does); `ConfigurationError` naming what to set, or `ImportError` naming the extra, before any start.
-    A reloading codec needs the lifespan `from_env` gives: it is refused here."""
+    """The SDK's `RequestStateSecurity` around `codec_from_env(environ)`, `ttl` defaulting to ``STATECODEC_TTL``;
+    a reloading codec, which needs the lifespan `from_env` gives, is refused."""
     settings = os.environ if environ is None else environ
     if cfg.reload_interval(settings) is not None:
         raise ConfigurationError(f"{RELOAD_VAR}: a reloading codec's watcher runs in the server's lifespan; build the "
@@ -120,10 +119,8 @@ class Protection:
 
 def from_env(environ: Mapping[str, str] | None = None, *, ttl: float | None = None, audience: str | None = None,
              scopes: Scopes | None = None, metrics: bool = False, meter: Any = None, **options: Any) -> Protection:
-    """Everything a server's environment describes, checked before anything starts: the codec (live, reporting to the
-    fleet registry, with ``STATECODEC_RELOAD_INTERVAL``), single use when its settings ask for it, and with `metrics`
-    the OpenTelemetry counter (`meter`: the global one by default). `ttl`, `audience` and `options` go to
-    `RequestStateSecurity`; `scopes` to `SingleUseMiddleware`."""
+    """Everything a server's environment describes, checked before anything starts: the codec, single use when its
+    settings ask for it, and with `metrics` the OpenTelemetry counter (docs/deployment.md)."""
     settings = Settings(os.environ if environ is None else environ)
     codec = codec_from_env(settings)
     security = _security(codec, settings, ttl, audience, options)

@@ -83,7 +83,7 @@ class SingleUseMiddleware:
         try:
             if self.retry_safe:
                 return await self._retry_safe(ctx, state, call_next)
-            plain = (await self._claim(state))[0]
+            plain = _text((await self.guard.claim(_bytes(state)))[0])
         except InvalidToken as exc:  # a refusal; a handler's exceptions reach the client as MCPErrors
             raise refusal(ctx.method, exc.reason) from None
         return await self._answer(replace(ctx, params={**(ctx.params or {}), "requestState": plain}), call_next)
@@ -99,11 +99,6 @@ class SingleUseMiddleware:
             return {**result, "requestState": stamped}
         return result.model_copy(update={"request_state": stamped})
 
-    async def _claim(self, state: str, retry: bytes = b"") -> tuple[str, bytes, Any]:
-        """`SingleUse.claim` of `state`: (the state, the claim key, the store's verdict), or `InvalidToken`."""
-        plain, key, verdict = await self.guard.claim(_bytes(state), retry)
-        return plain.decode("utf-8", "surrogatepass"), key, verdict
-
     async def _retry_safe(self, ctx: ServerRequestContext[Any, Any], state: str, call_next: CallNext) -> HandlerResult:
         """The handler's answer to this retry, run at most once per token: kept for the same retry, and replayed."""
         from mcp.server.auth.middleware.auth_context import get_access_token
@@ -112,7 +107,8 @@ class SingleUseMiddleware:
         token, params = get_access_token(), ctx.params or {}
         # the presenter's principal: with bind_principal=None, another presenter is another retry
         retry = self.guard.retry_digest(ctx.method, params, state, principal_components(token) if token else None)
-        plain, key, verdict = await self._claim(state, retry)
+        raw, key, verdict = await self.guard.claim(_bytes(state), retry)
+        plain = _text(raw)
         if verdict is not None and verdict.outcome is Outcome.SAME:
             return self._replay(ctx.method, key, retry, verdict.result)
         try:
@@ -182,7 +178,7 @@ class SingleUseMiddleware:
         try:
             principal = None if token is None else principal_components(token)
             scopes = self.scopes(ctx) if self.scopes else None  # recorded at mint, never taken from a presenter
-            return self.guard.stamp(_bytes(state), principal=principal, scopes=scopes).decode("utf-8", "surrogatepass")
+            return _text(self.guard.stamp(_bytes(state), principal=principal, scopes=scopes))
         except StoreError as exc:  # the store never answered, or its clock is too far: no token it cannot date
             logger.error("refusing to stamp requestState on %s: %s", ctx.method, exc)
             raise _mcp_error() from None
@@ -214,9 +210,12 @@ def _bytes(state: str) -> bytes:
     return state.encode("utf-8", "surrogatepass")  # total: a lone surrogate in a handler's state round-trips
 
 
+def _text(state: bytes) -> str:
+    return state.decode("utf-8", "surrogatepass")
+
+
 def _dumped(result: HandlerResult) -> dict[str, Any]:
-    """`result` as the SDK's runner puts it on the wire (before its envelope), so the first answer and a replay are
-    the same bytes."""
+    """`result` as the SDK puts it on the wire, so the first answer and a replay are the same bytes."""
     from pydantic import BaseModel
 
     if isinstance(result, BaseModel):

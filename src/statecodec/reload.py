@@ -83,8 +83,7 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
 
     def reload(self) -> bool:
         """Rebuild from the settings now: True when the new codec is in force, False when it was refused and the
-        current one kept (the reason in `error` and the log). One rebuild at a time; `snapshot` does not wait for
-        one (a heartbeat goes on while a key provider is slow)."""
+        current one kept (the reason in `error`). `snapshot` does not wait for a rebuild."""
         with self._building:
             self._seen, self._retry_at = self._stats(), float("inf")
             try:
@@ -178,8 +177,7 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
 
 
 async def _reported(report: Report, snapshot: Snapshot | None) -> None:
-    """`report(snapshot)`; a failure is logged (a store error names host:port only; any other, its type) and the
-    watcher goes on: the entry expires if the store stays out of reach, and a later poll reports again."""
+    """`report(snapshot)`; a failure is logged and the watcher goes on (a later poll reports again)."""
     try:
         await report(snapshot)
     except Exception as exc:  # the watcher outlives any store failure

@@ -26,6 +26,9 @@ __all__ = [
 
 T = TypeVar("T")
 _MAX_INSTANCES = 100_000
+_SUMMARIES = ("every instance learns to verify the new key; old still mints",
+              "the new key mints; tokens under the old key keep verifying",
+              "the old key is retired; its tokens have all expired")
 
 
 def phase_ring(phase: int, old: T, new: T) -> tuple[T, ...]:
@@ -52,9 +55,8 @@ class Phase:
 
 
 class RotationPlan:
-    """Rotate from `old` to `new` (secrets; `from_key_ids` for keys a KMS or Vault holds) in three phases, each
-    fully rolled out before the next: ``[old, new]``; ``[new, old]`` once `check_fleet` says every instance runs
-    phase 1; ``[new]`` no sooner than `ttl` + `future_skew` seconds after phase 2 (docs/rotation.md)."""
+    """Rotate from `old` to `new` (secrets; `from_key_ids` for keys a KMS or Vault holds) in three phases, each fully
+    rolled out before the next: ``[old, new]``, ``[new, old]``, then ``[new]`` (docs/rotation.md)."""
 
     __slots__ = ("future_skew", "phases", "ttl")
 
@@ -80,14 +82,8 @@ class RotationPlan:
     def _build(self, old: str, new: str, *, ttl: float, future_skew: float, rings: tuple[KeyRing | None, ...]) -> None:
         ttl = seconds("ttl", ttl, low=0, high=MAX_TTL, low_open=True)
         self.ttl, self.future_skew = ttl, seconds("future_skew", future_skew, low=0, high=MAX_FUTURE_SKEW)
-        self.phases = (
-            Phase(1, phase_ring(1, old, new), 0,
-                  "every instance learns to verify the new key; old still mints", rings[0]),
-            Phase(2, phase_ring(2, old, new), 0,
-                  "the new key mints; tokens under the old key keep verifying", rings[1]),
-            Phase(3, phase_ring(3, old, new), ttl + future_skew,
-                  "the old key is retired; its tokens have all expired", rings[2]),
-        )
+        self.phases = tuple(Phase(n, phase_ring(n, old, new), ttl + future_skew if n == 3 else 0, summary, ring)
+                            for n, summary, ring in zip((1, 2, 3), _SUMMARIES, rings, strict=True))
 
 
 @dataclass(frozen=True)
@@ -170,10 +166,9 @@ def parse_fleet(document: object) -> tuple[dict[str, list[str]], list[str]]:
 def early_drop(
     current: Sequence[str], new: Sequence[str], demoted: Mapping[str, float], now: float, wait: float
 ) -> tuple[str, float] | None:
-    """The one rule for dropping a key, on a reload and in `rotate advance`: (the first key id of ring `current` that
-    ring `new` drops while tokens under it may live, seconds still to wait), else None. The primary of `current`
-    seals today's tokens: it is never dropped (``inf``); another key only `wait` (ttl + future_skew) seconds after it
-    stopped being primary, at `demoted[key id]` (absent: never primary), on the one clock `now` is read from."""
+    """The one rule for dropping a key: (the first key id of `current` that `new` drops while its tokens may live,
+    seconds still to wait), else None. The primary is never dropped (``inf``); another key only `wait` seconds after
+    it stopped being primary, at `demoted[key id]` (absent: never primary), on the clock `now` is read from."""
     for kid in current:
         if kid in new:
             continue
@@ -187,8 +182,8 @@ _MARKER = re.compile(r"^# statecodec rotation phase ([123]): ([0-9a-f]+) -> ([0-
 
 
 def key_file_phase(text: str, ring: KeyRing) -> tuple[int, str, str]:
-    """(phase, old key id, new key id) of a key file `rotate begin` or `advance` wrote (its marker line), or (0, the
-    key id, "") for a key file of one key: no rotation under way. A marker its keys do not match is refused."""
+    """(phase, old key id, new key id) of a key file's marker line, or (0, the key id, "") for one key; a marker its
+    keys do not match is refused."""
     ids, found = ring.key_ids, _MARKER.search(text)
     if found is None:
         if len(ids) != 1:
@@ -226,10 +221,9 @@ def marked(phase: int, old: str, new: str) -> str:
 
 
 def next_step(phase: int, ids: Sequence[str], fleet: Fleet) -> tuple[list[str], float]:
-    """(why the fleet may not leave `phase`, whose ring is `ids`, for the next; seconds to wait after that): a member
-    whose last reload was refused, and `judge` over the others, one on the next ring (phases 0, 3: `ids`) and every
-    key id whose tokens may live; phase 3 waits, by the store's clock, until the tokens any instance (live or gone)
-    sealed under the old key have expired."""
+    """(why the fleet may not leave `phase`, whose ring is `ids`, for the next; seconds to wait after that): a refused
+    reload, and `judge` over the others and one on the next ring; retiring waits, by the store's clock, until the
+    tokens any instance (live or gone) sealed under the old key have expired."""
     after = Member("the next phase", {1: tuple(ids[::-1]), 2: tuple(ids[:1])}.get(phase, tuple(ids)), None)
     live = [kid for kid, until in fleet.tokens_until_ms.items() if until > fleet.now_ms]
     ready = [member for member in fleet.members if member.error is None]
@@ -251,7 +245,7 @@ def next_step(phase: int, ids: Sequence[str], fleet: Fleet) -> tuple[list[str], 
 
 
 def reseal(codec: Codec, token: str) -> str:
-    """Re-seal `token` under `codec`'s current primary key (through the codec's own `reseal` when it has one, so
-    `BoundCodec` keeps its claims); `InvalidToken` if it does not verify."""
+    """Re-seal `token` under `codec`'s current primary key (`BoundCodec` keeps its claims); `InvalidToken` if it does
+    not verify."""
     own = getattr(codec, "reseal", None)
     return str(own(token) if callable(own) else codec.seal(codec.unseal(token)))

@@ -43,8 +43,7 @@ _ANSWER_AAD, _NONCE = b"statecodec/su2/result\x00", 12
 
 
 def canonical_json() -> Callable[[Any], bytes]:
-    """RFC 8785 canonical JSON, from ``rfc8785`` (``statecodec[mcp]``), for the retry digest: the composition root
-    asks for it at start-up, so a missing package stops the start, not every retry."""
+    """RFC 8785 canonical JSON for the retry digest, asked for at start-up: a missing package stops the start."""
     try:
         import rfc8785
     except ImportError as exc:
@@ -71,10 +70,8 @@ class Selector(TypedDict, total=False):
 
 
 class SingleUse(HoldsSecrets):
-    """The single-use and revocation rules over any `Store`, from one event loop. `key` (the same on every instance)
-    keys the stamp and every digest; `ttl` is the lifetime of the tokens this instance mints; beyond `clock_skew` from
-    the store's clock this instance neither mints nor accepts, and a revocation also covers tokens minted that long
-    after."""
+    """The single-use and revocation rules over any `Store`, from one event loop; `key` is the same on every instance,
+    and beyond `clock_skew` from the store's clock this instance neither mints nor accepts."""
 
     __slots__ = ("_all", "_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_keys", "_macs", "_quiet_until",
                  "_skewed", "clock_skew", "deadline", "on_store_error", "store", "ttl", "where")
@@ -221,8 +218,8 @@ class SingleUse(HoldsSecrets):
         return (await self.claim(stamped))[0]
 
     async def claim(self, stamped: bytes, retry: bytes = b"") -> tuple[bytes, bytes, Verdict | None]:
-        """`consume`, recording the `retry` digest in the claim (the retry-safe mode): (the state, the claim key, the
-        store's verdict, FIRST or else SAME for the same retry, or None when accepted unchecked)."""
+        """`consume`, recording the `retry` digest: (the state, the claim key, the store's verdict, None when
+        accepted unchecked)."""
         body, state = self._parse(stamped)
         scopes = [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)]
         try:

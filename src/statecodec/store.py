@@ -61,8 +61,7 @@ def check_owner(owner: str, where: str) -> None:
 
 @runtime_checkable
 class Store(Protocol):
-    """Shared state behind `SingleUse`, in milliseconds of the store's clock; `revoke`, `lift` and `health` check the
-    fingerprint with `check_owner`."""
+    """Shared state behind `SingleUse`, in milliseconds of the store's clock."""
 
     where: str  # host:port, for messages; never a credential
     namespace: str
