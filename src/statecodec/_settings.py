@@ -41,9 +41,8 @@ DEFAULT_STORE_TIMEOUT = 0.25  # a network store's bound on connecting and on eac
 DEFAULT_RESULT_MAX, MAX_RESULT_MAX = 65_536, 1 << 24  # the retry-safe mode's kept answer, in bytes
 INSTANCE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")  # an instance's name in the fleet registry
 
-# What the MCP ttl, single use and live rotation read from the environment, whatever the codec kind (never from a
-# codec's config file); the codec kinds' own table is `statecodec.config.KINDS`. A reloading codec reports to the
-# store too, but only single use reads SINGLE_USE_ONLY.
+# What the MCP ttl, single use and live rotation read from the environment, never from a codec's config file (the
+# kinds' own table: `statecodec.config.KINDS`); a reloading codec reports to the STORE, no SINGLE_USE_ONLY setting.
 STORE = names("STORE_URL", "STORE_URL_FILE", "STORE_TIMEOUT", "STORE_NAMESPACE")
 SINGLE_USE_ONLY = names("STORE_KEY", "STORE_KEY_FILE", "STORE_ON_ERROR", "RETRY_SAFE", "RETRY_RESULT_MAX")
 ENVIRONMENT_ONLY = STORE | SINGLE_USE_ONLY | names("TTL", "RELOAD_INTERVAL", "FUTURE_SKEW", "INSTANCE")

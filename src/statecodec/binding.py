@@ -1,9 +1,8 @@
 """Claims around any codec: expiry, audience, purpose, principal and request binding.
 
-Threat: a token that verifies is not yet a token that belongs here: genuine state replayed after it lapsed, minted by
-another service sharing the keys, for another user, or for another request. `BoundCodec` stamps claims that stop each
-inside the sealed payload of any codec, binding principal and context with a keyed MAC (docs/binding.md). No principal
-or context value ever reaches a message, `repr` or log.
+Threat: genuine state replayed after it lapsed, or minted by another service sharing the keys, for another user or
+another request. `BoundCodec` stamps claims that stop each inside the sealed payload of any codec (docs/binding.md);
+no principal or context value ever reaches a message, `repr` or log.
 """
 
 from __future__ import annotations

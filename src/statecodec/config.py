@@ -1,9 +1,8 @@
 """Codec kinds: build the codec the environment or a JSON file describes, at start-up, never per token.
 
-Threat: a misspelt or ineffective setting leaves a default in force without a word, and a provider contacted with a
-half-read configuration spends a call on a set-up that was wrong from the start. So the whole configuration is
-checked against `KINDS`, the one table of what each kind reads and how it is built, before any builder runs
-(docs/configuration.md).
+Threat: a misspelt or ineffective setting leaves a default in force without a word, and a provider is contacted for a
+set-up wrong from the start. So the whole configuration is checked against `KINDS`, the one table of what each kind
+reads and how it is built, before any builder runs (docs/configuration.md).
 """
 
 from __future__ import annotations
@@ -44,8 +43,7 @@ Builder = Callable[[Mapping[str, str]], Codec]
 
 class Kind(NamedTuple):
     """What a codec kind reads besides ``STATECODEC_CODEC`` and ``STATECODEC_MAX_TOKEN_LENGTH`` (its builder can look
-    up nothing else), and its builder, or the import path of one that needs an optional package (an envelope kind's
-    names its provider's `wrapper_from_env`)."""
+    up nothing else), and its builder or, where it needs an optional package, its import path."""
 
     reads: frozenset[str]
     builder: Builder | str
@@ -191,8 +189,7 @@ def _configured(settings: Mapping[str, str], *, file: bool) -> tuple[str, Codec,
 
 
 def codec_from_env(environ: Mapping[str, str] | None = None) -> Codec:
-    """The codec the environment describes; with ``STATECODEC_RELOAD_INTERVAL``, a `ReloadingCodec` that follows its
-    key files once its watcher runs (in the server's lifespan, `statecodec.mcp`, or by `ReloadingCodec.start`)."""
+    """The codec the environment describes: a `ReloadingCodec` with ``STATECODEC_RELOAD_INTERVAL``."""
     settings = Settings(os.environ if environ is None else environ)  # a copy: a live codec rebuilds from it
     interval = cfg.reload_interval(settings)
     if interval is None:

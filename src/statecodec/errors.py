@@ -1,8 +1,7 @@
 """One exception family; a rejected token never says more than a reason code.
 
 Every way a token can be wrong is an attacker's probe. `InvalidToken` is the only exception `unseal` raises: its
-message is a log-only reason code from the closed set `Reason`, and neither the message nor the `repr` ever holds
-key material, payload or token text. The wire carries one fixed message for every cause; the reason is for the log.
+message is a log-only code from the closed set `Reason`, never key material, payload or token text.
 """
 
 from __future__ import annotations

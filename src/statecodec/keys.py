@@ -1,9 +1,8 @@
 """Key material, key ids and key rings; loading keys from the environment or a file.
 
-Threat: a weak, duplicated or leaked secret undoes every guarantee above it. A ring refuses secrets under 32 bytes
-or with almost no variety (a password, a repeated byte) and duplicates, and never shows a secret in its `repr`. Each
-secret is stretched with HKDF-SHA256 under a label per use, so the same bytes used elsewhere yield unrelated keys.
-The text format of ``STATECODEC_KEYS``, key files and ``statecodec keygen``: docs/formats.md.
+Threat: a weak, duplicated or leaked secret undoes every guarantee above it. A ring refuses short, low-variety and
+duplicated secrets and never shows one in its `repr`; each is stretched with HKDF-SHA256 under a label per use, so the
+same bytes used elsewhere yield unrelated keys. The text format: docs/formats.md.
 """
 
 from __future__ import annotations
@@ -148,8 +147,7 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
 
     @classmethod
     def from_env(cls, var: str = KEYS_VAR, environ: Mapping[str, str] | None = None) -> KeyRing:
-        """The one key reader of settings: a ring from exactly one of `var` (the text format) or ``<var>_FILE``
-        (the path of a key file), in `environ` (default: the environment); errors name the setting."""
+        """The one key reader of settings: a ring from exactly one of `var` or ``<var>_FILE``, errors naming it."""
         settings = os.environ if environ is None else environ
         text, source = text_or_file(settings, var, _MAX_KEY_FILE_BYTES, "it should hold a few lines of keys")
         if text is None:

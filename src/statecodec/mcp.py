@@ -1,9 +1,8 @@
 """Protect an MCP server's ``requestState``: the one place a server's settings become its parts.
 
-Threat: parts built from settings read in several places disagree (two lifetimes, two deadlines), and background work
-started by a constructor outlives its owner or breaks in a forked worker. `from_env` reads the settings once, typed,
-and builds every part; `Protection.lifespan` owns every background task, so a forked worker runs its own
-(docs/deployment.md). The SDK is imported when called, never on import.
+Threat: parts built from settings read in several places disagree, and background work started by a constructor
+outlives its owner or breaks in a forked worker. `from_env` reads the settings once; `Protection.lifespan` owns every
+background task (docs/deployment.md). The SDK is imported when called, never on import.
 """
 
 from __future__ import annotations

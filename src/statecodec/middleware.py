@@ -1,10 +1,9 @@
 """SDK server middleware: each ``requestState`` is accepted at most once across the fleet, and revocable; in the
 retry-safe mode, a lost answer costs the client nothing and the step still runs once.
 
-Threat: integrity, expiry and binding do not stop an exact replay (`statecodec.single_use`); and at-most-once refuses
-the retry of a client whose answer was lost, so operators turn single use off. The retry-safe mode keeps the first
-answer beside the claim, sealed, for the same retry alone (docs/single-use.md; exact bytes: docs/formats.md). A
-refusal is the SDK's own -32602 answer, its reason code logged only. The SDK is imported when called, never on import.
+Threat: an exact replay; and at-most-once refuses the retry of a client whose answer was lost. The retry-safe mode keeps
+the first answer beside the claim, sealed, for the same retry alone (docs/single-use.md). A refusal is the SDK's own
+-32602 answer, its reason code logged only. The SDK is imported when called, never on import.
 """
 
 from __future__ import annotations
@@ -38,9 +37,8 @@ answered_again: ContextVar[list[str] | None] = ContextVar("statecodec_answered_a
 
 
 class SingleUseMiddleware:
-    """SDK server middleware after the SDK's `RequestStateBoundary` only (`lifespan` refuses any other order): it
-    records the minting principal and `scopes(ctx)` in the stamp and claims each presented state through `guard`;
-    `retry_safe` keeps answers of at most `max_result` bytes."""
+    """SDK server middleware after the SDK's `RequestStateBoundary` only (`lifespan` refuses any other order); the
+    minting principal and `scopes(ctx)` go in the stamp; `retry_safe` keeps answers of at most `max_result` bytes."""
 
     def __init__(self, guard: SingleUse, *, scopes: Scopes | None = None, retry_safe: bool = False,
                  max_result: int = DEFAULT_RESULT_MAX) -> None:

@@ -47,8 +47,7 @@ logging.getLogger("statecodec.mcp").addFilter(_note_reason)
 
 
 class RequestStateMetrics:
-    """SDK server middleware, first in the chain: one count per presented ``requestState``, by outcome and reason
-    (docs/observability.md)."""
+    """SDK server middleware, first in the chain: one count per presented ``requestState``, by outcome and reason."""
 
     def __init__(self, meter: metrics.Meter | None = None) -> None:
         from mcp_types.methods import INPUT_REQUIRED_METHODS

@@ -1,9 +1,7 @@
 """The fleet registry: every instance reports through the store the key ids it accepts; `rotate` reads them.
 
-Threat: a rotation step taken while some instance cannot verify what another mints, judged from reports that are
-stale, dated by another clock, or gone. Each entry, and until when tokens under each key id may live, is dated by the
-store's clock from durations the instance gives: an instance that left still counts for the wait before its key is
-retired (docs/rotation.md, "Live rotation").
+Threat: a rotation step judged from reports that are stale, dated by another clock, or gone. Every entry is dated by
+the store's clock, and an instance that left still counts for the wait before its key is retired (docs/rotation.md).
 """
 
 from __future__ import annotations

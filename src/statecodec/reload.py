@@ -1,10 +1,8 @@
 """Live key rings: a codec rebuilt from its settings when a key file changes, or on demand, and swapped whole.
 
-Threat: a reload that half-applies (a token checked against a mix of two rings); a garbled, truncated or half-written
-file; a new ring that drops the key sealing today's tokens while they live. The inner codec is immutable and replaced
-in one assignment, and `seal` and `unseal` read it once. A codec that does not build, or a ring `early_drop` refuses,
-leaves the current codec in force; why (never a key) is logged and kept in `error` for the fleet registry. How files
-are watched and rebuilt: docs/rotation.md, "Live rotation".
+Threat: a reload that half-applies (a token checked against two rings); a garbled or half-written file; a new ring that
+drops a key while its tokens live. The inner codec is replaced whole in one assignment; one that does not build, or a
+ring `early_drop` refuses, leaves the current one in force, why (never a key) kept in `error` (docs/rotation.md).
 """
 
 from __future__ import annotations
@@ -135,8 +133,7 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
         return asked or self._clock() >= self._retry_at or self._stats() != self._seen
 
     async def watch(self, report: Report | None = None) -> None:
-        """Poll every `interval` until `close()`: rebuild when due, in a worker thread of this watcher's own (one
-        rebuild at a time, never the loop's shared pool), and hand `report` a `Snapshot` each poll, then None."""
+        """Poll every `interval` until `close()`, rebuilding off the loop; `report` each `Snapshot`, then None."""
         if self.interval is None:
             raise ConfigurationError("a watcher polls every interval: give the codec one (STATECODEC_RELOAD_INTERVAL)")
         loop, woken = asyncio.get_running_loop(), asyncio.Event()

@@ -1,9 +1,8 @@
 """Key rotation without dropped rounds: a three-phase plan, a fleet check, and re-sealing.
 
-Threat: during a rolling deploy, a token minted under a key some instance cannot verify is refused when the client's
-next round lands there: the new key promoted before every instance verifies it, or the old key retired while its
-tokens live. The plan orders the phases so neither happens; `judge`, for every step, proves from the key ids instances
-report (never keys) that none can mint what another would refuse; `reseal` moves stored state to the new primary key.
+Threat: during a rolling deploy, the new key promoted before every instance verifies it, or the old key retired while
+its tokens live, drops the client's next round. The plan orders the phases so neither happens; `judge` proves for
+every step, from the key ids instances report (never keys), that none can mint what another would refuse.
 """
 
 from __future__ import annotations
@@ -38,8 +37,7 @@ def phase_ring(phase: int, old: T, new: T) -> tuple[T, ...]:
 
 @dataclass(frozen=True)
 class Phase:
-    """One configuration to roll out to every instance before the next phase starts, no sooner than
-    `wait_after_previous` seconds after the previous one's; `keys` (secret) refuses pickling and copying."""
+    """One configuration to roll out everywhere, `wait_after_previous` seconds at least after the previous one."""
 
     number: int
     key_ids: tuple[str, ...]
@@ -131,8 +129,7 @@ def _check_key_id(where: str, value: object) -> str:
 
 
 def judge(members: Sequence[Member], in_flight: Iterable[str] = ()) -> FleetReport:
-    """The one rule of every rotation step: safe when every member verifies every member's primary and every
-    `in_flight` key id (keys whose tokens may be live)."""
+    """The one rule of every rotation step: each member verifies every member's primary and `in_flight` key id."""
     keys = [(m.name, m.accepts[0]) for m in members] + [(None, kid) for kid in dict.fromkeys(in_flight)]
     findings = tuple(FleetFinding(minter, kid, refused_by, in_flight=minter is None) for minter, kid in keys
                      if (refused_by := tuple(m.name for m in members if kid not in m.accepts)))

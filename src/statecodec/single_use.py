@@ -1,9 +1,8 @@
 """Single use and revocation: a token is accepted at most once, and an operator can end every flow of a principal.
 
-Threat: integrity, expiry and binding do not stop an exact replay, and a stateless token cannot be taken back.
-`SingleUse` stamps each state at mint under a tag that also covers the state; at unseal, after every other check, one
-atomic claim answers on the store's clock alone (docs/single-use.md). Every store call runs under the store's one
-deadline; only an unreachable store can be accepted through (``on_store_error="accept"``), decided in `SingleUse.claim`.
+Threat: integrity, expiry and binding do not stop an exact replay, and a stateless token cannot be taken back. At
+unseal, after every other check, one atomic claim answers on the store's clock alone (docs/single-use.md); only an
+unreachable store can be accepted through (``on_store_error="accept"``), decided in `SingleUse.claim`.
 """
 
 from __future__ import annotations
@@ -104,8 +103,7 @@ class SingleUse(HoldsSecrets):
             logger.warning("single use is availability first: a token is accepted unchecked while the store is down")
 
     def retry_digest(self, method: str, params: Mapping[str, Any], state: str, principal: Principal | None) -> bytes:
-        """The retry-safe mode's keyed digest of a retry (docs/formats.md); `malformed` when it has no canonical form
-        (an integer beyond 2**53, a lone surrogate)."""
+        """The retry-safe mode's keyed digest of a retry (docs/formats.md); `malformed` without a canonical form."""
         asked = {name: value for name, value in params.items() if name not in _UNASKED}
         who = list(principal or (None, None, None))
         retry: dict[str, Any] = {"method": method, "params": asked, "principal": who, "state": state}
@@ -130,8 +128,7 @@ class SingleUse(HoldsSecrets):
         return answer
 
     async def keep(self, key: bytes, retry: bytes, data: bytes) -> bool:
-        """Keep the answer `data` beside the claim `retry` made, sealed, until the token expires; False when the claim
-        is gone (the store was flushed or restarted, or the token expired)."""
+        """Keep the answer `data`, sealed, beside the claim `retry` made until the token expires; False: claim gone."""
         return await self._bounded(self.store.keep(key=key, retry=retry, result=self.seal_answer(key, retry, data)))
 
     async def _bounded(self, call: Awaitable[T]) -> T:
@@ -296,9 +293,8 @@ class SingleUse(HoldsSecrets):
 
 
 class SingleUseCodec(WrapsCodec, HoldsSecrets):
-    """`codec` whose tokens are accepted at most once, for synchronous code: seal stamps the state, unseal consumes
-    the stamp after the inner unseal passed. A network store's coroutines run on one loop thread this object starts
-    on first use; `close` ends it and closes the store."""
+    """`codec` whose tokens are accepted at most once, for synchronous code: a network store's coroutines run on one
+    loop thread this object starts on first use; `close` ends it and closes the store."""
 
     __slots__ = ("_closed", "_loop", "codec", "guard")
 
@@ -318,7 +314,7 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
         # a loop thread and back (9x a BoundCodec pair; benchmarks/single_use_cost.py). Its lock keeps it safe from any
         # thread. Only that exact class: a subclass may do I/O, and a started coroutine cannot move to a loop.
         if type(self.guard.store) is not MemoryStore:
-            return self._loop.run(coroutine)  # a store that does I/O binds its connections to this one loop
+            return self._loop.submit(coroutine).result()  # a store that does I/O binds its connections to this one loop
         try:
             coroutine.send(None)
         except StopIteration as done:

@@ -1,8 +1,8 @@
 """The single-use store seam: what `SingleUse` asks a store, and `MemoryStore`, the store of one process.
 
 Threat: a store that decides by an instance's clock, lifetime or key reopens replays and loses revocations. Each
-decision is one atomic step on the store's own clock (docs/formats.md, "The scripts"). A failure is a `StoreError`:
-`StoreUnreachable` when the store could not be reached, any other when it answered an error (full, no permission).
+decision is one atomic step on the store's own clock. A failure is `StoreUnreachable` when the store could not be
+reached, else a `StoreError`.
 """
 
 from __future__ import annotations

@@ -41,10 +41,6 @@ class LoopThread:
                 self._thread.start()
             return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
-    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """`coroutine`'s result, run on the loop (e.g. ``codec.run(codec.guard.revoke(...))``)."""
-        return self.submit(coroutine).result()
-
     def close(self) -> None:
         """Stop the loop once its pending work is done; later calls are refused."""
         with self._lock:
