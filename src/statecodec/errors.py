@@ -89,9 +89,8 @@ class StoreUnreachable(StoreError):
 
 def missing_extra(package: str, extra: str, needed_by: str = "this key provider") -> ImportError:
     """The ImportError of a module behind an extra when its client package is not installed."""
-    return ImportError(
-        f"{needed_by} needs the {package!r} package; install it with: pip install 'statecodec[{extra}]'", name=package
-    )
+    message = f"{needed_by} needs the {package!r} package; install it with: pip install 'statecodec[{extra}]'"
+    return ImportError(message, name=package)
 
 
 def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:

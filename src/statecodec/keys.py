@@ -125,9 +125,8 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
         if isinstance(keys, (bytes, bytearray, memoryview, str)):
             raise ConfigurationError("keys must be a list of secrets, not a single key: write keys=[key]")
         if not isinstance(keys, Iterable):
-            raise ConfigurationError(
-                f"keys must be a list of byte-string secrets, got {type(keys).__name__}. {_HOW_TO_GENERATE}"
-            )
+            raise ConfigurationError(f"keys must be a list of byte-string secrets, got {type(keys).__name__}. "
+                                     f"{_HOW_TO_GENERATE}")
         material = [_check_secret(i, k) for i, k in enumerate(keys)]
         if not material:
             raise ConfigurationError(f"a key ring needs at least one key. {_HOW_TO_GENERATE}")
@@ -197,8 +196,7 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
 
 def read_key_file(path: Path) -> str:
     """The text of a key file, at most 64 KiB: the one reader of key files (`KeyRing.from_file`, `rotate`)."""
-    text: str = load_settings_file(path, _MAX_KEY_FILE_BYTES, f"key file {path}", "it should hold a few lines of keys")
-    return text
+    return str(load_settings_file(path, _MAX_KEY_FILE_BYTES, f"key file {path}", "it should hold a few lines of keys"))
 
 
 def parse_keys(text: str) -> list[bytes]:
