@@ -70,9 +70,7 @@ def split_segments(text: str, *counts: int) -> list[str]:
 
 def check_cap(max_token_length: object, fixed_chars: int, fixed_bytes: int = 0) -> tuple[int, int]:
     """The one cap rule, for tokens of `fixed_chars` characters then the base64url of `fixed_bytes` bytes and the
-    payload: (the cap, the largest payload whose token fits it, so `seal` refuses what `unseal` would refuse). The
-    cap is an int (not a bool), at least an empty payload's token, at most `MAX_TOKEN_LENGTH_LIMIT`; else
-    `ConfigurationError` saying what is valid (checked before any provider call)."""
+    payload: (the cap, the largest payload whose token fits it, so `seal` refuses what `unseal` would refuse)."""
     if isinstance(max_token_length, bool) or not isinstance(max_token_length, int):
         raise ConfigurationError(f"max_token_length must be an int (characters), e.g. {DEFAULT_MAX_TOKEN_LENGTH}")
     smallest = fixed_chars + b64u_len(fixed_bytes)

@@ -41,16 +41,11 @@ DEFAULT_STORE_TIMEOUT = 0.25  # a network store's bound on connecting and on eac
 DEFAULT_RESULT_MAX, MAX_RESULT_MAX = 65_536, 1 << 24  # the retry-safe mode's kept answer, in bytes
 INSTANCE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")  # an instance's name in the fleet registry
 
-# What each feature reads from the environment, whatever the codec kind (never from a codec's config file); the
-# codec kinds' own table is `statecodec.config.KINDS`.
+# What the MCP ttl, single use and live rotation read from the environment, never from a codec's config file (the
+# kinds' own table: `statecodec.config.KINDS`); a reloading codec reports to the STORE, no SINGLE_USE_ONLY setting.
 STORE = names("STORE_URL", "STORE_URL_FILE", "STORE_TIMEOUT", "STORE_NAMESPACE")
-FEATURES: dict[str, frozenset[str]] = {
-    "the MCP ttl": names("TTL"),
-    "single use": STORE | names("STORE_KEY", "STORE_KEY_FILE", "STORE_ON_ERROR", "RETRY_SAFE", "RETRY_RESULT_MAX"),
-    "live rotation": STORE | names("RELOAD_INTERVAL", "FUTURE_SKEW", "INSTANCE"),
-}
-ENVIRONMENT_ONLY = frozenset().union(*FEATURES.values())
-SINGLE_USE_ONLY = FEATURES["single use"] - FEATURES["live rotation"]  # a reloading codec reports to a store, no guard
+SINGLE_USE_ONLY = names("STORE_KEY", "STORE_KEY_FILE", "STORE_ON_ERROR", "RETRY_SAFE", "RETRY_RESULT_MAX")
+ENVIRONMENT_ONLY = STORE | SINGLE_USE_ONLY | names("TTL", "RELOAD_INTERVAL", "FUTURE_SKEW", "INSTANCE")
 
 
 @contextlib.contextmanager
@@ -64,11 +59,7 @@ def named_errors(where: str) -> Iterator[None]:
 
 def load_settings_file(path: Path, limit: int, what: str, hint: str, *, as_json: bool = False) -> Any:
     """The UTF-8 text, or the JSON document, of at most `limit` bytes of a file (one byte past the cap is read:
-    the size is not trusted); else `ConfigurationError` naming `what`, with `hint` when the file is too large.
-
-    Raised after the handler: a parser's error keeps its input (`UnicodeDecodeError.object`,
-    `JSONDecodeError.doc`), reachable as `__context__` even after ``from None``, and its message may quote it.
-    """
+    the size is not trusted); else `ConfigurationError` naming `what`, with `hint` when the file is too large."""
     try:
         with path.open("rb") as fh:
             raw = fh.read(limit + 1)
@@ -80,16 +71,16 @@ def load_settings_file(path: Path, limit: int, what: str, hint: str, *, as_json:
     try:
         return json.loads(raw) if as_json else raw.decode("utf-8")
     except (ValueError, RecursionError):
-        pass
+        pass  # raised below, outside the handler: a parser's error keeps its input (`UnicodeDecodeError.object`,
+        # `JSONDecodeError.doc`), reachable as `__context__` even after ``from None``, and may quote it
     raise ConfigurationError(f"{what} is not {'valid JSON' if as_json else 'UTF-8 text'}")
 
 
 def seconds(
     name: str, value: object, *, low: float, high: float, integer: bool = False, low_open: bool = False
 ) -> float:
-    """The one check of a number of seconds, from code or a setting: `value` an int or float (a str from code is
-    refused; `seconds_setting` parses a setting's text) within `low`..`high` (`low` excluded when `low_open`), else
-    a `ConfigurationError` naming `name` and the range. Written positively, so a NaN fails too."""
+    """The one check of a number of seconds from code or a setting (an int or float; a str is refused) within
+    `low`..`high` (`low` excluded when `low_open`). Written positively, so a NaN fails too."""
     ok = type(value) is int or (type(value) is float and not integer)
     if ok and isinstance(value, (int, float)) and (low < value if low_open else low <= value) and value <= high:
         return value
@@ -103,15 +94,20 @@ def seconds_setting(
     settings: Mapping[str, str], name: str, *, default: float, low: float, high: float, integer: bool = False,
     low_open: bool = False,
 ) -> float:
-    """The setting `name` read by `seconds` (``isdecimal`` first when `integer`: `int` also takes ``+5``, ``1_000``
-    and non-ASCII digits), or `default` when unset or blank."""
+    """The setting `name` read by `seconds`, or `default` when unset or blank."""
     text = setting(settings, name, required=False)
     if text is None:
         return default
     number: object = None
     with contextlib.suppress(ValueError):
-        number = int(text) if integer and text.isascii() and text.isdecimal() else float(text)
+        number = decimal(text) if integer else float(text)
     return seconds(name, number, low=low, high=high, integer=integer, low_open=low_open)
+
+
+def decimal(text: str) -> int | None:
+    """`text` as a whole number in ASCII digits, else None (``isdecimal`` first: `int` also takes ``+5``, ``1_000``
+    and non-ASCII digits)."""
+    return int(text) if text.isascii() and text.isdecimal() else None
 
 
 def setting(settings: Mapping[str, str], name: str, *, required: bool = True) -> str | None:
@@ -143,19 +139,16 @@ def text_or_file(settings: Mapping[str, str], name: str, limit: int, hint: str) 
 def max_token_length_setting(settings: Mapping[str, str]) -> int:
     """``STATECODEC_MAX_TOKEN_LENGTH`` as a positive int, or the library default when unset."""
     text = setting(settings, MAX_TOKEN_LENGTH_VAR, required=False)
-    if text is None:
-        return DEFAULT_MAX_TOKEN_LENGTH
-    # isdecimal() first: int() also accepts '+5', '1_000' and non-ASCII digits.
-    if not (text.isascii() and text.isdecimal()) or int(text) < 1:
+    number = DEFAULT_MAX_TOKEN_LENGTH if text is None else decimal(text)
+    if not number:  # None or 0
         raise ConfigurationError(f"{MAX_TOKEN_LENGTH_VAR} must be a positive decimal integer (characters), e.g. "
                                  f"{DEFAULT_MAX_TOKEN_LENGTH}")
-    return int(text)
+    return number
 
 
 class Settings(HoldsSecrets, Mapping[str, str]):
     """Settings that may hold keys, so never pickled; given `reads`, a view where looking up any other
-    ``STATECODEC_*`` name raises `ConfigurationError` naming `reader`: a table of what a reader reads is then
-    enforced where it reads (a provider's own variables, such as ``VAULT_ADDR``, are not in the table)."""
+    ``STATECODEC_*`` name raises `ConfigurationError` naming `reader`: a reader's table is enforced where it reads."""
 
     def __init__(self, settings: Mapping[str, str], reads: frozenset[str] | None = None, reader: str = "") -> None:
         self._settings, self._reads, self._reader = dict(settings), reads, reader
@@ -196,8 +189,7 @@ def settings_from_file(path: Path) -> Settings:
 
 # Typed values, each checked where it is read: a rule module takes these, never a mapping of settings.
 def ttl(settings: Mapping[str, str]) -> int:
-    """``STATECODEC_TTL``: the seconds a token stays valid, 1 to `MAX_TTL`; the one reader for the MCP security
-    policy, the single-use guard and a reloading codec, so their lifetimes cannot disagree."""
+    """``STATECODEC_TTL``: the one lifetime of the MCP policy, the single-use guard and a reloading codec."""
     return int(seconds_setting(settings, TTL_VAR, default=DEFAULT_TTL, low=1, high=MAX_TTL, integer=True))
 
 
@@ -248,7 +240,7 @@ def on_store_error(settings: Mapping[str, str]) -> str:
 
 def single_use_wanted(settings: Mapping[str, str]) -> bool:
     """Whether the settings ask for single use: one of its own settings is given, or a store that no reloading
-    codec reports to (a store setting alone is then read by single use alone, which refuses to start without a key)."""
+    codec reports to (single use then refuses to start without a key)."""
     given = {name for name in ENVIRONMENT_ONLY if setting(settings, name, required=False)}
     return bool(given & SINGLE_USE_ONLY) or (bool(given & STORE) and RELOAD_VAR not in given)
 
@@ -266,5 +258,5 @@ def retry_safe(settings: Mapping[str, str]) -> tuple[bool, int]:
     mode = setting(settings, RETRY_SAFE_VAR, required=False) or "off"
     if mode not in ("on", "off"):
         raise ConfigurationError(f"{RETRY_SAFE_VAR} must be on or off (the default)")
-    cap = setting(settings, RESULT_MAX_VAR, required=False) or str(DEFAULT_RESULT_MAX)
-    return mode == "on", result_cap(int(cap) if cap.isascii() and cap.isdecimal() else None)
+    cap = setting(settings, RESULT_MAX_VAR, required=False)
+    return mode == "on", result_cap(DEFAULT_RESULT_MAX if cap is None else decimal(cap))

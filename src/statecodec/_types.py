@@ -40,8 +40,7 @@ class Codec(Protocol):
 
 
 def require_codec(codec: object, what: str = "codec") -> Codec:
-    """The one check that `codec` is a codec (callable `seal` and `unseal`), done where it is given, not at the
-    first token; else `ConfigurationError` naming `what`."""
+    """The one check that `codec` is a codec, done where it is given, not at the first token."""
     if not (callable(getattr(codec, "seal", None)) and callable(getattr(codec, "unseal", None))):
         raise ConfigurationError(f"{what} must have seal(bytes) -> str and unseal(str) -> bytes")
     return cast(Codec, codec)
@@ -58,8 +57,7 @@ class HoldsSecrets:
 
 
 class OwnKeys(HoldsSecrets):
-    """A codec over keys of its own: their ids, the sealing key's first (every new token carries it), and its cap on
-    a token's length in characters."""
+    """A codec over keys of its own: their ids, the sealing key's first, and its cap on a token's length."""
 
     __slots__ = ("_key_ids", "_max_length")
     _key_ids: tuple[str, ...]
@@ -82,8 +80,7 @@ class OwnKeys(HoldsSecrets):
 
 
 class WrapsCodec:
-    """A codec around another (`codec`): its key ids are the inner codec's, primary first (empty when it has
-    none), so rotation checks and `statecodec check` see through any stack of wrappers."""
+    """A codec around another (`codec`): its key ids are the inner codec's, so rotation sees through wrappers."""
 
     __slots__ = ()
     codec: Codec

@@ -1,10 +1,8 @@
 """Claims around any codec: expiry, audience, purpose, principal and request binding.
 
-Threat: a token that verifies is not yet a token that belongs here. A client can replay genuine state after it should
-have lapsed, present state minted by another service that shares the keys, move state minted for one user into another
-user's session, or carry state from one request (tool, arguments, form, cursor) into another. `BoundCodec` stamps
-claims that stop each inside the sealed payload of any codec, binding principal and context with a keyed MAC (so they
-stay unrecoverable under a sign-only codec). No principal or context value ever reaches a message, `repr` or log.
+Threat: genuine state replayed after it lapsed, or minted by another service sharing the keys, for another user or
+another request. `BoundCodec` stamps claims that stop each inside the sealed payload of any codec (docs/binding.md);
+no principal or context value ever reaches a message, `repr` or log.
 """
 
 from __future__ import annotations
@@ -63,12 +61,8 @@ def _bound_input(principal: str | None, context: Mapping[str, str] | None) -> by
 
 
 def mcp_request_context(method: str, params: Mapping[str, Any] | None) -> dict[str, str]:
-    """The request identity an MCP multi-round token should bind: method, target, arguments.
-
-    Mirrors the SDK boundary's allowlist: `resources/read` binds its `uri`; `tools/call` and `prompts/get` bind `name`
-    and the canonical JSON of `arguments`. The state, input responses and `_meta` never join the binding. Pass the
-    result to both `unseal` and `seal` of a round.
-    """
+    """The request identity an MCP multi-round token should bind, as the SDK boundary's allowlist does: method,
+    target (`uri` or `name`) and the canonical JSON of `arguments`; pass it to both `unseal` and `seal` of a round."""
     p: Mapping[str, Any] = params or {}
     if method == "resources/read":
         return {"method": method, "target": str(p.get("uri", "")), "args": ""}
@@ -86,13 +80,9 @@ def _scope_field(name: str, value: object, label: bytes) -> bytes:
 class BoundCodec(HoldsSecrets, WrapsCodec):
     """Binds an inner codec's tokens to a lifetime, an audience, a purpose, and maybe a principal and a context.
 
-    The inner codec seals ``claims || state``. The binding tag, an HMAC under the binding key the claims name, alone
-    decides acceptance, so `unseal` costs one HMAC whatever the ring's length, refusals included; lowering `ttl`
-    shortens tokens already issued. Claims version 0x01 (no key id) is still read, at one HMAC per ring key, until its
-    tokens expire; ``seal_version=1`` seals it during a rolling upgrade from a release that reads nothing else. Layout,
-    and the checks in order with their reason codes: docs/formats.md. Without keywords, `seal` and `unseal` bind no
-    principal and an empty context: a `BoundCodec` is itself a codec. The inner codec's refusals pass through; any
-    other exception from a foreign inner codec becomes `InvalidToken(seal)`.
+    The binding tag, an HMAC under the binding key the claims name, alone decides acceptance; lowering `ttl` shortens
+    tokens already issued. Claims version 0x01 is still read until its tokens expire, and ``seal_version=1`` seals it
+    during a rolling upgrade (layout and checks: docs/formats.md). Without keywords it is itself a codec.
     """
 
     __slots__ = ("_by_id", "_clock", "_scope", "_sealing", "_v1", "audience", "codec", "future_skew", "purpose", "ttl")
@@ -199,8 +189,7 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
         raise InvalidToken(Reason.BINDING)
 
     def reseal(self, token: str) -> str:
-        """Re-seal a live token of this audience and purpose under the inner codec's primary key, its claims byte
-        for byte (the expiry does not restart; principal and context are checked when it is finally unsealed)."""
+        """Re-seal a live token under the inner codec's primary key, its claims byte for byte (the expiry stays)."""
         return self.codec.seal(self._open(token))
 
     def __repr__(self) -> str:

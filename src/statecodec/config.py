@@ -1,12 +1,8 @@
 """Codec kinds: build the codec the environment or a JSON file describes, at start-up, never per token.
 
-Threat: a misspelt or ineffective setting leaves a default in force without a word, and a provider contacted with a
-half-read configuration spends a call on a set-up that was wrong from the start. So the whole configuration is
-checked against `KINDS`, the one table of what each kind reads and how it is built, before any builder runs
-(docs/configuration.md). A builder is given as its import path where it needs an optional package, imported only when
-that kind is chosen; an envelope kind's path names its provider's `wrapper_from_env`. With
-``STATECODEC_RELOAD_INTERVAL`` the codec is a `ReloadingCodec`: its watcher is background work, run by the server's
-lifespan (`statecodec.mcp`) or, in a synchronous program, by `ReloadingCodec.start`.
+Threat: a misspelt or ineffective setting leaves a default in force without a word, and a provider is contacted for a
+set-up wrong from the start. So the whole configuration is checked against `KINDS`, the one table of what each kind
+reads and how it is built, before any builder runs (docs/configuration.md).
 """
 
 from __future__ import annotations
@@ -46,9 +42,8 @@ Builder = Callable[[Mapping[str, str]], Codec]
 
 
 class Kind(NamedTuple):
-    """What a codec kind reads besides ``STATECODEC_CODEC`` and ``STATECODEC_MAX_TOKEN_LENGTH`` (the only names its
-    builder can look up: one it omits fails, so the table cannot fall behind the code), and its builder or the
-    builder's import path."""
+    """What a codec kind reads besides ``STATECODEC_CODEC`` and ``STATECODEC_MAX_TOKEN_LENGTH`` (its builder can look
+    up nothing else), and its builder or, where it needs an optional package, its import path."""
 
     reads: frozenset[str]
     builder: Builder | str
@@ -91,8 +86,7 @@ def known_settings() -> frozenset[str]:  # every STATECODEC_* name statecodec re
 
 
 def check_names(settings: Mapping[str, str]) -> None:
-    """Refuse an unknown ``STATECODEC_*`` name (naming the closest valid one), and a setting given both as ``X``
-    and as ``X_FILE``: one of the two would be ignored."""
+    """Refuse an unknown ``STATECODEC_*`` name (naming the closest valid one), and ``X`` given with ``X_FILE``."""
     known = known_settings()
     for name in sorted(settings):
         if not name.startswith(PREFIX) or name in known:
@@ -109,9 +103,8 @@ def check_names(settings: Mapping[str, str]) -> None:
 
 
 def check_settings(settings: Mapping[str, str], kind: str, *, file: bool = False) -> None:
-    """Refuse, after `check_names` and before any builder runs, what `kind` would not read: a setting of another
-    kind, one another setting makes ineffective (`SHADOWED`) and, in a config `file`, one read from the
-    environment only (`ENVIRONMENT_ONLY`)."""
+    """Refuse what `kind` would not read: another kind's setting, one made ineffective (`SHADOWED`) and, in a
+    config `file`, one read from the environment only."""
     _builder(kind)  # an unknown kind is named as such, before its settings are judged
     reads = KINDS[kind].reads | _EVERY_KIND
     given = {name for name in settings if name.startswith(PREFIX) and setting(settings, name, required=False)}
@@ -132,8 +125,7 @@ def check_settings(settings: Mapping[str, str], kind: str, *, file: bool = False
 
 
 def missing_package(exc: ImportError) -> str:
-    """One line for an optional package that is not installed: the guard's own message where it names the extra
-    (every provider module and the Redis store have one), else the package."""
+    """One line for an optional package that is not installed: the message naming the extra, else the package."""
     if "statecodec[" in str(exc):
         return str(exc)
     return f"the Python package {exc.name!r} is not installed; install the statecodec extra that provides it"
@@ -148,8 +140,7 @@ def _builder(kind: str) -> Builder | str:
 
 
 def build_codec(kind: str, settings: Mapping[str, str]) -> Codec:
-    """Build a codec of `kind` from `settings`, its builder seeing only what `KINDS` lists for it; `ConfigurationError`
-    names the valid kinds."""
+    """Build a codec of `kind` from `settings`, its builder seeing only what `KINDS` lists for it."""
     builder: object = _builder(kind)
     what = f"the builder of {CODEC_VAR}={kind}"
     if isinstance(builder, str):  # an optional package, imported only now that its kind is chosen
@@ -182,9 +173,8 @@ def _kind(settings: Mapping[str, str]) -> str:
 def configured_codec(
     environ: Mapping[str, str] | None = None, *, path: str | os.PathLike[str] | None = None
 ) -> tuple[str, Codec, Mapping[str, str]]:
-    """(kind, codec, settings) of the config file at `path`, else of the environment: checked whole
-    (`check_settings`) before the builder runs, so no provider is contacted for a configuration that is wrong.
-    The settings may hold keys: read a named, non-secret setting from them, never show them whole."""
+    """(kind, codec, settings) of the config file at `path`, else of the environment, checked whole before the
+    builder runs. The settings may hold keys: read a named, non-secret setting from them, never show them whole."""
     if path is None:
         return _configured(os.environ if environ is None else environ, file=False)
     with named_errors(f"config file {Path(path)}"):
@@ -199,8 +189,7 @@ def _configured(settings: Mapping[str, str], *, file: bool) -> tuple[str, Codec,
 
 
 def codec_from_env(environ: Mapping[str, str] | None = None) -> Codec:
-    """The codec the environment describes (see the module docstring for the variables); with
-    ``STATECODEC_RELOAD_INTERVAL``, a `ReloadingCodec` that follows its key files once its watcher runs."""
+    """The codec the environment describes: a `ReloadingCodec` with ``STATECODEC_RELOAD_INTERVAL``."""
     settings = Settings(os.environ if environ is None else environ)  # a copy: a live codec rebuilds from it
     interval = cfg.reload_interval(settings)
     if interval is None:
@@ -217,6 +206,5 @@ def codec_from_env(environ: Mapping[str, str] | None = None) -> Codec:
 
 
 def codec_from_file(path: str | os.PathLike[str]) -> Codec:
-    """The codec a JSON config file describes: an object with the environment variables as members. A member
-    the kind does not read is refused before the builder runs: a misspelt one would leave a default in force."""
+    """The codec a JSON config file describes: an object with the environment variables as members, each checked."""
     return configured_codec(path=path)[1]

@@ -1,8 +1,7 @@
 """One exception family; a rejected token never says more than a reason code.
 
 Every way a token can be wrong is an attacker's probe. `InvalidToken` is the only exception `unseal` raises: its
-message is a log-only reason code from the closed set `Reason`, and neither the message nor the `repr` ever holds
-key material, payload or token text. The wire carries one fixed message for every cause; the reason is for the log.
+message is a log-only code from the closed set `Reason`, never key material, payload or token text.
 """
 
 from __future__ import annotations
@@ -45,11 +44,8 @@ class StatecodecError(Exception):
 class InvalidToken(StatecodecError):
     """A token was refused; `reason` is a log-only code from `Reason`, and `str(exc)` is that code alone.
 
-    Threat: the MCP SDK logs any codec exception other than its own `InvalidRequestState` as "codec error" with
-    a traceback, so `RequestStateSecurity(codec=AESGCMCodec.from_env())` would flood the log under attack and
-    hide the reason. Once the SDK's request-state module is loaded (never imported from here), every
-    `InvalidToken` is also an `InvalidRequestState`: the SDK logs the reason code alone, and `except
-    InvalidToken` still catches it.
+    Threat: the MCP SDK logs any other codec exception with a traceback, flooding the log under attack. Once the SDK's
+    request-state module is loaded (never imported from here), every `InvalidToken` is also its `InvalidRequestState`.
     """
 
     __slots__ = ("reason",)
@@ -83,26 +79,22 @@ class ProviderError(StatecodecError):
 
 
 class StoreError(StatecodecError):
-    """The single-use store could not vouch for a token (it answered an error, or did not answer): the token is
-    refused. Names the store (host:port), never its URL or credentials."""
+    """The single-use store could not vouch for a token: refused. Names host:port, never a URL or credential."""
 
 
 class StoreUnreachable(StoreError):
-    """The store could not be reached, or did not answer within its deadline: the one store failure that
-    availability-first mode (``STATECODEC_STORE_ON_ERROR=accept``) accepts a token through, in `SingleUse.claim`."""
+    """The store could not be reached, or did not answer within its deadline: the one failure that
+    ``STATECODEC_STORE_ON_ERROR=accept`` accepts a token through."""
 
 
 def missing_extra(package: str, extra: str, needed_by: str = "this key provider") -> ImportError:
-    """The ImportError a module behind an extra (a key provider, the Redis store) raises when its client package is
-    not installed."""
-    return ImportError(
-        f"{needed_by} needs the {package!r} package; install it with: pip install 'statecodec[{extra}]'", name=package
-    )
+    """The ImportError of a module behind an extra when its client package is not installed."""
+    message = f"{needed_by} needs the {package!r} package; install it with: pip install 'statecodec[{extra}]'"
+    return ImportError(message, name=package)
 
 
 def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
-    """`exc` and every exception chained to it, through `__cause__` and `__context__` both, each once: what a
-    check for a leaked secret, or for the cause of a failure, must look through."""
+    """`exc` and every exception chained to it, through `__cause__` and `__context__` both, each once."""
     pending, seen = ([] if exc is None else [exc]), set()
     while pending:
         cur = pending.pop()

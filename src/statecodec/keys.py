@@ -1,9 +1,8 @@
 """Key material, key ids and key rings; loading keys from the environment or a file.
 
-Threat: a weak, duplicated or leaked secret undoes every guarantee above it. A ring refuses secrets under 32 bytes
-or with almost no variety (a password, a repeated byte) and duplicates, and never shows a secret in its `repr`. Each
-secret is stretched with HKDF-SHA256 under a label per use, so the same bytes used elsewhere yield unrelated keys.
-The text format of ``STATECODEC_KEYS``, key files and ``statecodec keygen``: docs/formats.md.
+Threat: a weak, duplicated or leaked secret undoes every guarantee above it. A ring refuses short, low-variety and
+duplicated secrets and never shows one in its `repr`; each is stretched with HKDF-SHA256 under a label per use, so the
+same bytes used elsewhere yield unrelated keys. The text format: docs/formats.md.
 """
 
 from __future__ import annotations
@@ -77,9 +76,9 @@ def field(value: str | None) -> bytes:
 
 
 def mac(keyed: hmac.HMAC, data: bytes) -> bytes:
-    """HMAC-SHA256 of what `keyed` was fed then `data`, truncated. Copying an HMAC keyed once (the `hmac` docs' idiom)
-    skips the key set-up `hmac.new` repeats (benchmarks/binding.py, "parts"); `keyed` is never updated, so threads
-    share it: it holds a key, never a tag or a verdict."""
+    """HMAC-SHA256 of what `keyed` was fed then `data`, truncated."""
+    # Copying an HMAC keyed once skips the key set-up `hmac.new` repeats (benchmarks/binding.py, "parts"); `keyed` is
+    # never updated, so threads share it: it holds a key, never a tag or a verdict.
     copy = keyed.copy()
     copy.update(data)
     return copy.digest()[:TAG_LENGTH]
@@ -117,9 +116,8 @@ def _check_secret(index: int, secret: object) -> bytes:
 
 
 class KeyRing(HoldsSecrets, Sequence[bytes]):
-    """An ordered, validated list of secrets: `ring[0]` seals, every key unseals. It holds copies of the secrets
-    and shows only key ids (4-byte, non-secret HKDF fingerprints, hex), which an instance may report to a fleet check.
-    """
+    """An ordered, validated list of secrets: `ring[0]` seals, every key unseals; it shows only key ids (4-byte,
+    non-secret HKDF fingerprints, hex)."""
 
     __slots__ = ("_ids", "_secrets")
 
@@ -127,9 +125,8 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
         if isinstance(keys, (bytes, bytearray, memoryview, str)):
             raise ConfigurationError("keys must be a list of secrets, not a single key: write keys=[key]")
         if not isinstance(keys, Iterable):
-            raise ConfigurationError(
-                f"keys must be a list of byte-string secrets, got {type(keys).__name__}. {_HOW_TO_GENERATE}"
-            )
+            raise ConfigurationError(f"keys must be a list of byte-string secrets, got {type(keys).__name__}. "
+                                     f"{_HOW_TO_GENERATE}")
         material = [_check_secret(i, k) for i, k in enumerate(keys)]
         if not material:
             raise ConfigurationError(f"a key ring needs at least one key. {_HOW_TO_GENERATE}")
@@ -149,8 +146,7 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
 
     @classmethod
     def from_env(cls, var: str = KEYS_VAR, environ: Mapping[str, str] | None = None) -> KeyRing:
-        """The one key reader of settings: a ring from exactly one of `var` (the text format) or ``<var>_FILE``
-        (the path of a key file), in `environ` (default: the environment); errors name the setting."""
+        """The one key reader of settings: a ring from exactly one of `var` or ``<var>_FILE``, errors naming it."""
         settings = os.environ if environ is None else environ
         text, source = text_or_file(settings, var, _MAX_KEY_FILE_BYTES, "it should hold a few lines of keys")
         if text is None:
@@ -200,8 +196,7 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
 
 def read_key_file(path: Path) -> str:
     """The text of a key file, at most 64 KiB: the one reader of key files (`KeyRing.from_file`, `rotate`)."""
-    text: str = load_settings_file(path, _MAX_KEY_FILE_BYTES, f"key file {path}", "it should hold a few lines of keys")
-    return text
+    return str(load_settings_file(path, _MAX_KEY_FILE_BYTES, f"key file {path}", "it should hold a few lines of keys"))
 
 
 def parse_keys(text: str) -> list[bytes]:

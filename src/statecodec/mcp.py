@@ -1,12 +1,8 @@
 """Protect an MCP server's ``requestState``: the one place a server's settings become its parts.
 
-Threat: parts built from settings read in several places disagree (two lifetimes, two deadlines), and background work
-started by a constructor outlives its owner or breaks in a forked worker. `from_env` reads the settings once, typed
-(`statecodec._settings`), and builds the codec (a `ReloadingCodec` when it reloads), the SDK's `RequestStateSecurity`
-around it, the single-use guard and its store, the fleet registry's reporter and the metrics. `Protection.lifespan`
-owns every background task: the store starts and closes, and the key-file watcher with the registry heartbeat runs as
-a task on the server's loop, so a forked worker, which runs its own lifespan, runs its own. Any codec also goes to
-the SDK as it is (docs/deployment.md); the SDK is imported when called, never on import.
+Threat: parts built from settings read in several places disagree, and background work started by a constructor
+outlives its owner or breaks in a forked worker. `from_env` reads the settings once; `Protection.lifespan` owns every
+background task (docs/deployment.md). The SDK is imported when called, never on import.
 """
 
 from __future__ import annotations
@@ -73,9 +69,8 @@ def single_use_from_env(environ: Mapping[str, str] | None = None, *, scopes: Sco
 
 def security_from_env(*, ttl: float | None = None, audience: str | None = None,
                       environ: Mapping[str, str] | None = None, **options: Any) -> RequestStateSecurity:
-    """The SDK's `RequestStateSecurity` around `codec_from_env(environ)`, `ttl` defaulting to ``STATECODEC_TTL`` (as
-    single use does); `ConfigurationError` naming what to set, or `ImportError` naming the extra, before any start.
-    A reloading codec needs the lifespan `from_env` gives: it is refused here."""
+    """The SDK's `RequestStateSecurity` around `codec_from_env(environ)`, `ttl` defaulting to ``STATECODEC_TTL``;
+    a reloading codec, which needs the lifespan `from_env` gives, is refused."""
     settings = os.environ if environ is None else environ
     if cfg.reload_interval(settings) is not None:
         raise ConfigurationError(f"{RELOAD_VAR}: a reloading codec's watcher runs in the server's lifespan; build the "
@@ -97,9 +92,8 @@ def _security(codec: Codec, settings: Mapping[str, str], ttl: float | None, audi
 
 
 class Protection:
-    """What `from_env` builds: pass `security` as ``request_state_security=``, `middleware` as ``middleware=`` (of an
-    `MCPServer`; a lowlevel `Server` appends it after its boundary) and `lifespan` as ``lifespan=``. The metrics, which
-    must see the boundary's refusals too, are put first in ``server.middleware`` by the lifespan."""
+    """What `from_env` builds: pass `security` as ``request_state_security=``, `middleware` as ``middleware=`` (a
+    lowlevel `Server` appends it after its boundary) and `lifespan` as ``lifespan=``, which puts the metrics first."""
 
     def __init__(self, codec: Codec, security: RequestStateSecurity, single_use: SingleUseMiddleware | None = None,
                  report: Report | None = None, metrics: Any = None) -> None:
@@ -124,10 +118,8 @@ class Protection:
 
 def from_env(environ: Mapping[str, str] | None = None, *, ttl: float | None = None, audience: str | None = None,
              scopes: Scopes | None = None, metrics: bool = False, meter: Any = None, **options: Any) -> Protection:
-    """Everything a server's environment describes, checked before anything starts: the codec (live with
-    ``STATECODEC_RELOAD_INTERVAL``, reporting to the fleet registry of ``STATECODEC_STORE_URL``), single use when
-    its settings ask for it, and with `metrics` the OpenTelemetry counter (``statecodec[otel]``; `meter`: the global
-    one by default). `ttl`, `audience` and `options` go to `RequestStateSecurity`; `scopes` to `SingleUseMiddleware`."""
+    """Everything a server's environment describes, checked before anything starts: the codec, single use when its
+    settings ask for it, and with `metrics` the OpenTelemetry counter (docs/deployment.md)."""
     settings = Settings(os.environ if environ is None else environ)
     codec = codec_from_env(settings)
     security = _security(codec, settings, ttl, audience, options)

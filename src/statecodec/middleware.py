@@ -1,13 +1,9 @@
 """SDK server middleware: each ``requestState`` is accepted at most once across the fleet, and revocable; in the
 retry-safe mode, a lost answer costs the client nothing and the step still runs once.
 
-Threat: integrity, expiry and binding do not stop an exact replay (`statecodec.single_use`); and at-most-once refuses
-the retry of a client whose answer was lost, so operators turn single use off. In the retry-safe mode the first
-accepted presentation records a keyed digest of the whole retry in its one atomic claim, and the handler's answer is
-kept beside that claim, sealed, until the token expires. The same retry presented again, past every other check, gets
-that answer without the handler running; another retry under the token is `replayed`; one while the first still
-runs is `in_progress`. A refusal is the SDK's own -32602 answer, its reason code logged only. Set-up and threats:
-docs/single-use.md; exact bytes: docs/formats.md. The SDK is imported when called, never on import.
+Threat: an exact replay; and at-most-once refuses the retry of a client whose answer was lost. The retry-safe mode keeps
+the first answer beside the claim, sealed, for the same retry alone (docs/single-use.md). A refusal is the SDK's own
+-32602 answer, its reason code logged only. The SDK is imported when called, never on import.
 """
 
 from __future__ import annotations
@@ -41,10 +37,8 @@ answered_again: ContextVar[list[str] | None] = ContextVar("statecodec_answered_a
 
 
 class SingleUseMiddleware:
-    """SDK server middleware (module docstring) after the SDK's `RequestStateBoundary` only (`lifespan` refuses any
-    other order): it records the minting principal and `scopes(ctx)` in the stamp, and claims each presented state
-    through `guard`, which holds every store call to the store's deadline. `retry_safe` turns the retry-safe mode on,
-    keeping answers of at most `max_result` bytes."""
+    """SDK server middleware after the SDK's `RequestStateBoundary` only (`lifespan` refuses any other order); the
+    minting principal and `scopes(ctx)` go in the stamp; `retry_safe` keeps answers of at most `max_result` bytes."""
 
     def __init__(self, guard: SingleUse, *, scopes: Scopes | None = None, retry_safe: bool = False,
                  max_result: int = DEFAULT_RESULT_MAX) -> None:
@@ -87,7 +81,7 @@ class SingleUseMiddleware:
         try:
             if self.retry_safe:
                 return await self._retry_safe(ctx, state, call_next)
-            plain = (await self._claim(state))[0]
+            plain = _text((await self.guard.claim(_bytes(state)))[0])
         except InvalidToken as exc:  # a refusal; a handler's exceptions reach the client as MCPErrors
             raise refusal(ctx.method, exc.reason) from None
         return await self._answer(replace(ctx, params={**(ctx.params or {}), "requestState": plain}), call_next)
@@ -103,11 +97,6 @@ class SingleUseMiddleware:
             return {**result, "requestState": stamped}
         return result.model_copy(update={"request_state": stamped})
 
-    async def _claim(self, state: str, retry: bytes = b"") -> tuple[str, bytes, Any]:
-        """`SingleUse.claim` of `state`: (the state, the claim key, the store's verdict), or `InvalidToken`."""
-        plain, key, verdict = await self.guard.claim(_bytes(state), retry)
-        return plain.decode("utf-8", "surrogatepass"), key, verdict
-
     async def _retry_safe(self, ctx: ServerRequestContext[Any, Any], state: str, call_next: CallNext) -> HandlerResult:
         """The handler's answer to this retry, run at most once per token: kept for the same retry, and replayed."""
         from mcp.server.auth.middleware.auth_context import get_access_token
@@ -116,7 +105,8 @@ class SingleUseMiddleware:
         token, params = get_access_token(), ctx.params or {}
         # the presenter's principal: with bind_principal=None, another presenter is another retry
         retry = self.guard.retry_digest(ctx.method, params, state, principal_components(token) if token else None)
-        plain, key, verdict = await self._claim(state, retry)
+        raw, key, verdict = await self.guard.claim(_bytes(state), retry)
+        plain = _text(raw)
         if verdict is not None and verdict.outcome is Outcome.SAME:
             return self._replay(ctx.method, key, retry, verdict.result)
         try:
@@ -186,7 +176,7 @@ class SingleUseMiddleware:
         try:
             principal = None if token is None else principal_components(token)
             scopes = self.scopes(ctx) if self.scopes else None  # recorded at mint, never taken from a presenter
-            return self.guard.stamp(_bytes(state), principal=principal, scopes=scopes).decode("utf-8", "surrogatepass")
+            return _text(self.guard.stamp(_bytes(state), principal=principal, scopes=scopes))
         except StoreError as exc:  # the store never answered, or its clock is too far: no token it cannot date
             logger.error("refusing to stamp requestState on %s: %s", ctx.method, exc)
             raise _mcp_error() from None
@@ -218,9 +208,12 @@ def _bytes(state: str) -> bytes:
     return state.encode("utf-8", "surrogatepass")  # total: a lone surrogate in a handler's state round-trips
 
 
+def _text(state: bytes) -> str:
+    return state.decode("utf-8", "surrogatepass")
+
+
 def _dumped(result: HandlerResult) -> dict[str, Any]:
-    """`result` as the SDK's runner puts it on the wire (before its envelope), so the first answer and a replay are
-    the same bytes."""
+    """`result` as the SDK puts it on the wire, so the first answer and a replay are the same bytes."""
     from pydantic import BaseModel
 
     if isinstance(result, BaseModel):

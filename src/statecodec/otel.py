@@ -47,9 +47,7 @@ logging.getLogger("statecodec.mcp").addFilter(_note_reason)
 
 
 class RequestStateMetrics:
-    """SDK server middleware, first in the chain: one count per presented ``requestState``, refused (with the reason
-    the SDK boundary or single use logged, ``unknown`` if that log is silenced), an error, answered again (the
-    retry-safe mode's kept answer: the step did not run), else accepted."""
+    """SDK server middleware, first in the chain: one count per presented ``requestState``, by outcome and reason."""
 
     def __init__(self, meter: metrics.Meter | None = None) -> None:
         from mcp_types.methods import INPUT_REQUIRED_METHODS

@@ -1,9 +1,8 @@
 """`RedisStore`: the single-use `Store` a fleet shares, on Redis 6.2+ or a Redis Cluster (``statecodec[redis]``).
 
 Threat: a replay accepted by a second instance, a store that evicts or forgets, a store that stalls every request,
-a credential in a log. Each claim is one Lua script on the server's clock (``TIME``), one round trip per token (keys
-and scripts: docs/formats.md; ACL: docs/single-use.md). Unreachable or late is `StoreUnreachable`, an answered error
-`StoreError`; messages name host:port only.
+a credential in a log. Each claim is one Lua script on the server's clock (``TIME``), one round trip per token.
+Unreachable or late is `StoreUnreachable`, an answered error `StoreError`; messages name host:port only.
 """
 
 from __future__ import annotations
@@ -121,8 +120,7 @@ class Script(NamedTuple):
 
 
 def script(body: str) -> Script:
-    source = _PRELUDE + body
-    return Script(source, hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest())
+    return Script(_PRELUDE + body, hashlib.sha1((_PRELUDE + body).encode(), usedforsecurity=False).hexdigest())
 
 
 _RUN = {name: script(body) for name, body in _SCRIPTS.items()}
@@ -177,8 +175,7 @@ class RedisStore(HoldsSecrets):
         return cls(client, where=where, namespace=namespace, timeout=timeout)
 
     async def run(self, script: Script, keys: list[str], *args: str | int | bytes) -> Any:
-        """One script (the store's own or `statecodec.registry`'s), within the caller's deadline (`SingleUse` holds
-        every call to `deadline`); a failure names host:port and the cause only."""
+        """One script (the store's own or `statecodec.registry`'s); a failure names host:port and the cause only."""
         try:
             # A burst waits for a connection, for half the timeout: a round trip started then still ends inside
             # the deadline, with time left for the loop to answer a thousand refusals. No outage: refused in any mode.

@@ -1,11 +1,7 @@
 """The fleet registry: every instance reports through the store the key ids it accepts; `rotate` reads them.
 
-Threat: a rotation step taken while some instance cannot verify what another mints, judged from reports that are
-stale, dated by another clock, or gone. A live-reloading instance announces on every poll its name, its key ids
-(never keys, primary first) and its last refused reload; the registry dates the entry, drops it `lifetime` after the
-last report, and keeps per key id until when tokens under it may live, from durations the instance gives (its own
-ttl + future skew after its entry's expiry while the key is primary, or after it stopped sealing under it), all by
-the store's clock: an instance that left, whatever its ttl, still counts for the wait before its key is retired.
+Threat: a rotation step judged from reports that are stale, dated by another clock, or gone. Every entry is dated by
+the store's clock, and an instance that left still counts for the wait before its key is retired (docs/rotation.md).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Live key rings: a codec rebuilt from its settings when a key file changes, or on demand, and swapped whole.
 
-Threat: a reload that half-applies (a token checked against a mix of two rings); a garbled, truncated or half-written
-file; a new ring that drops the key sealing today's tokens while they live. The inner codec is immutable and replaced
-in one assignment, and `seal` and `unseal` read it once. A codec that does not build, or a ring `early_drop` refuses,
-leaves the current codec in force; why (never a key) is logged and kept in `error` for the fleet registry. Files are
-watched off the request path by `ReloadingCodec.watch`, a task of the server's lifespan (or of `start`, in a
-synchronous program), comparing (device, inode, mtime, size) with symlinks followed, so the swap of a Kubernetes
-Secret's ``..data`` link is a change. A rebuild runs in a worker thread of the watcher's own, one at a time: a key
-provider that hangs does not stop the heartbeat, which goes on reporting the ring in force.
+Threat: a reload that half-applies (a token checked against two rings); a garbled or half-written file; a new ring that
+drops a key while its tokens live. The inner codec is replaced whole in one assignment; one that does not build, or a
+ring `early_drop` refuses, leaves the current one in force, why (never a key) kept in `error` (docs/rotation.md).
 """
 
 from __future__ import annotations
@@ -48,9 +43,8 @@ Report = Callable[[Snapshot | None], Awaitable[None]]  # None: this instance sto
 
 
 class ReloadingCodec(WrapsCodec, HoldsSecrets):
-    """A codec whose ring follows its settings' files (module docstring): `build` makes the whole codec (the one
-    builder, `statecodec.config`), `files` are polled every `interval` seconds by `watch` (None: only `reload()`).
-    The constructor only builds the first codec: no thread, no task."""
+    """A codec whose ring follows its settings' files: `build` makes the whole codec, `files` are polled every
+    `interval` seconds by `watch` (None: only `reload()`). The constructor only builds the first codec: no thread."""
 
     def __init__(self, build: Callable[[], Codec], *, ttl: float, future_skew: float = DEFAULT_FUTURE_SKEW,
                  files: Iterable[str | os.PathLike[str]] = (), interval: float | None = None,
@@ -87,8 +81,7 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
 
     def reload(self) -> bool:
         """Rebuild from the settings now: True when the new codec is in force, False when it was refused and the
-        current one kept (the reason in `error` and the log). One rebuild at a time; `snapshot` does not wait for
-        one (a heartbeat goes on while a key provider is slow)."""
+        current one kept (the reason in `error`). `snapshot` does not wait for a rebuild."""
         with self._building:
             self._seen, self._retry_at = self._stats(), float("inf")
             try:
@@ -140,8 +133,7 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
         return asked or self._clock() >= self._retry_at or self._stats() != self._seen
 
     async def watch(self, report: Report | None = None) -> None:
-        """Poll every `interval` until `close()`: rebuild when due, in a worker thread of this watcher's own (one
-        rebuild at a time, never the loop's shared pool), and hand `report` a `Snapshot` each poll, then None."""
+        """Poll every `interval` until `close()`, rebuilding off the loop; `report` each `Snapshot`, then None."""
         if self.interval is None:
             raise ConfigurationError("a watcher polls every interval: give the codec one (STATECODEC_RELOAD_INTERVAL)")
         loop, woken = asyncio.get_running_loop(), asyncio.Event()
@@ -182,8 +174,7 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
 
 
 async def _reported(report: Report, snapshot: Snapshot | None) -> None:
-    """`report(snapshot)`; a failure is logged (a store error names host:port only; any other, its type) and the
-    watcher goes on: the entry expires if the store stays out of reach, and a later poll reports again."""
+    """`report(snapshot)`; a failure is logged and the watcher goes on (a later poll reports again)."""
     try:
         await report(snapshot)
     except Exception as exc:  # the watcher outlives any store failure

@@ -1,9 +1,8 @@
 """Key rotation without dropped rounds: a three-phase plan, a fleet check, and re-sealing.
 
-Threat: during a rolling deploy, a token minted under a key some instance cannot verify is refused when the client's
-next round lands there: the new key promoted before every instance verifies it, or the old key retired while its
-tokens live. The plan orders the phases so neither happens; `judge`, for every step, proves from the key ids instances
-report (never keys) that none can mint what another would refuse; `reseal` moves stored state to the new primary key.
+Threat: during a rolling deploy, the new key promoted before every instance verifies it, or the old key retired while
+its tokens live, drops the client's next round. The plan orders the phases so neither happens; `judge` proves for
+every step, from the key ids instances report (never keys), that none can mint what another would refuse.
 """
 
 from __future__ import annotations
@@ -26,6 +25,9 @@ __all__ = [
 
 T = TypeVar("T")
 _MAX_INSTANCES = 100_000
+_SUMMARIES = ("every instance learns to verify the new key; old still mints",
+              "the new key mints; tokens under the old key keep verifying",
+              "the old key is retired; its tokens have all expired")
 
 
 def phase_ring(phase: int, old: T, new: T) -> tuple[T, ...]:
@@ -35,9 +37,7 @@ def phase_ring(phase: int, old: T, new: T) -> tuple[T, ...]:
 
 @dataclass(frozen=True)
 class Phase:
-    """One configuration to roll out to every instance before the next phase starts; `wait_after_previous`: the least
-    seconds since the previous phase's full roll-out. `keys` (None for a plan of key ids) refuses pickling and
-    copying, so `dataclasses.asdict` too."""
+    """One configuration to roll out everywhere, `wait_after_previous` seconds at least after the previous one."""
 
     number: int
     key_ids: tuple[str, ...]
@@ -53,9 +53,8 @@ class Phase:
 
 
 class RotationPlan:
-    """Rotate from `old` to `new` (secrets; `from_key_ids` for keys a KMS or Vault holds) in three phases, each
-    fully rolled out before the next: ``[old, new]``; ``[new, old]`` once `check_fleet` says every instance runs
-    phase 1; ``[new]`` no sooner than `ttl` + `future_skew` seconds after phase 2 (docs/rotation.md)."""
+    """Rotate from `old` to `new` (secrets; `from_key_ids` for keys a KMS or Vault holds) in three phases, each fully
+    rolled out before the next: ``[old, new]``, ``[new, old]``, then ``[new]`` (docs/rotation.md)."""
 
     __slots__ = ("future_skew", "phases", "ttl")
 
@@ -81,14 +80,8 @@ class RotationPlan:
     def _build(self, old: str, new: str, *, ttl: float, future_skew: float, rings: tuple[KeyRing | None, ...]) -> None:
         ttl = seconds("ttl", ttl, low=0, high=MAX_TTL, low_open=True)
         self.ttl, self.future_skew = ttl, seconds("future_skew", future_skew, low=0, high=MAX_FUTURE_SKEW)
-        self.phases = (
-            Phase(1, phase_ring(1, old, new), 0,
-                  "every instance learns to verify the new key; old still mints", rings[0]),
-            Phase(2, phase_ring(2, old, new), 0,
-                  "the new key mints; tokens under the old key keep verifying", rings[1]),
-            Phase(3, phase_ring(3, old, new), ttl + future_skew,
-                  "the old key is retired; its tokens have all expired", rings[2]),
-        )
+        self.phases = tuple(Phase(n, phase_ring(n, old, new), ttl + future_skew if n == 3 else 0, summary, ring)
+                            for n, summary, ring in zip((1, 2, 3), _SUMMARIES, rings, strict=True))
 
 
 @dataclass(frozen=True)
@@ -109,15 +102,14 @@ class FleetFinding:
 
 @dataclass(frozen=True)
 class FleetReport:
-    """`safe` when no instance can mint (or has minted) a token another would refuse, and none is `failing` a reload."""
+    """`safe` when no instance can mint (or has minted) a token another would refuse."""
 
     instances: tuple[str, ...]
     findings: tuple[FleetFinding, ...]
-    failing: tuple[str, ...] = ()
 
     @property
     def safe(self) -> bool:
-        return not self.findings and not self.failing
+        return not self.findings
 
     @property
     def unsafe_instances(self) -> tuple[str, ...]:
@@ -126,8 +118,7 @@ class FleetReport:
     def __str__(self) -> str:
         if self.safe:
             return f"safe: every one of {len(self.instances)} instances verifies every primary key"
-        lines = [f"UNSAFE: {len(self.findings) + len(self.failing)} problem(s) across {len(self.instances)} instances"]
-        lines += [f"  - {name}: its last reload was refused" for name in self.failing]
+        lines = [f"UNSAFE: {len(self.findings)} problem(s) across {len(self.instances)} instances"]
         return "\n".join(lines + [f"  - {f}" for f in self.findings])
 
 
@@ -138,14 +129,11 @@ def _check_key_id(where: str, value: object) -> str:
 
 
 def judge(members: Sequence[Member], in_flight: Iterable[str] = ()) -> FleetReport:
-    """The one rule of every rotation step: safe when no member's last reload was refused, and every other member
-    verifies every such member's primary and every `in_flight` key id (keys whose tokens may be live)."""
-    ready = [member for member in members if member.error is None]
-    keys = [(m.name, m.accepts[0]) for m in ready] + [(None, kid) for kid in dict.fromkeys(in_flight)]
+    """The one rule of every rotation step: each member verifies every member's primary and `in_flight` key id."""
+    keys = [(m.name, m.accepts[0]) for m in members] + [(None, kid) for kid in dict.fromkeys(in_flight)]
     findings = tuple(FleetFinding(minter, kid, refused_by, in_flight=minter is None) for minter, kid in keys
-                     if (refused_by := tuple(m.name for m in ready if kid not in m.accepts)))
-    failing = tuple(m.name for m in members if m.error is not None)
-    return FleetReport(tuple(m.name for m in members), findings, failing)
+                     if (refused_by := tuple(m.name for m in members if kid not in m.accepts)))
+    return FleetReport(tuple(m.name for m in members), findings)
 
 
 def check_fleet(reports: Mapping[str, Sequence[str]], *, in_flight: Iterable[str] = ()) -> FleetReport:
@@ -175,10 +163,9 @@ def parse_fleet(document: object) -> tuple[dict[str, list[str]], list[str]]:
 def early_drop(
     current: Sequence[str], new: Sequence[str], demoted: Mapping[str, float], now: float, wait: float
 ) -> tuple[str, float] | None:
-    """The one rule for dropping a key, on a reload and in `rotate advance`: (the first key id of ring `current` that
-    ring `new` drops while tokens under it may live, seconds still to wait), else None. The primary of `current`
-    seals today's tokens: it is never dropped (``inf``); another key only `wait` (ttl + future_skew) seconds after it
-    stopped being primary, at `demoted[key id]` (absent: never primary), on the one clock `now` is read from."""
+    """The one rule for dropping a key: (the first key id of `current` that `new` drops while its tokens may live,
+    seconds still to wait), else None. The primary is never dropped (``inf``); another key only `wait` seconds after
+    it stopped being primary, at `demoted[key id]` (absent: never primary), on the clock `now` is read from."""
     for kid in current:
         if kid in new:
             continue
@@ -192,8 +179,8 @@ _MARKER = re.compile(r"^# statecodec rotation phase ([123]): ([0-9a-f]+) -> ([0-
 
 
 def key_file_phase(text: str, ring: KeyRing) -> tuple[int, str, str]:
-    """(phase, old key id, new key id) of a key file `rotate begin` or `advance` wrote (its marker line), or (0, the
-    key id, "") for a key file of one key: no rotation under way. A marker its keys do not match is refused."""
+    """(phase, old key id, new key id) of a key file's marker line, or (0, the key id, "") for one key; a marker its
+    keys do not match is refused."""
     ids, found = ring.key_ids, _MARKER.search(text)
     if found is None:
         if len(ids) != 1:
@@ -231,17 +218,18 @@ def marked(phase: int, old: str, new: str) -> str:
 
 
 def next_step(phase: int, ids: Sequence[str], fleet: Fleet) -> tuple[list[str], float]:
-    """(why the fleet may not leave `phase`, whose ring is `ids`, for the next; seconds to wait after that): `judge`
-    over the live instances, one on the next ring (phases 0, 3: `ids`) and every key id whose tokens may live; phase 3
-    waits, by the store's clock, until the tokens any instance (live or gone) sealed under the old key have expired."""
+    """(why the fleet may not leave `phase`, whose ring is `ids`, for the next; seconds to wait after that): a refused
+    reload, and `judge` over the others and one on the next ring; retiring waits, by the store's clock, until the
+    tokens any instance (live or gone) sealed under the old key have expired."""
     after = Member("the next phase", {1: tuple(ids[::-1]), 2: tuple(ids[:1])}.get(phase, tuple(ids)), None)
     live = [kid for kid, until in fleet.tokens_until_ms.items() if until > fleet.now_ms]
-    report = judge([*fleet.members, after], live)  # a token of `live` only `after` refuses: the wait below
+    ready = [member for member in fleet.members if member.error is None]
+    report = judge([*ready, after], live)  # a token of `live` only `after` refuses: the wait below
     nobody = "no live instance reports to the fleet registry: set STATECODEC_RELOAD_INTERVAL, this store and namespace"
     blockers = [] if fleet.members else [f"{nobody} on the servers"]
     for member in fleet.members:
         problems = "; ".join(str(f) for f in report.findings if member.name in (f.instance, *f.refused_by))
-        if member.name in report.failing:
+        if member.error is not None:
             blockers.append(f"{member.name}: its last reload was refused: {member.error}")
         elif problems:
             blockers.append(f"{member.name} runs key ids [{', '.join(member.accepts)}] ({problems}): its key source "
@@ -254,7 +242,7 @@ def next_step(phase: int, ids: Sequence[str], fleet: Fleet) -> tuple[list[str], 
 
 
 def reseal(codec: Codec, token: str) -> str:
-    """Re-seal `token` under `codec`'s current primary key (through the codec's own `reseal` when it has one, so
-    `BoundCodec` keeps its claims); `InvalidToken` if it does not verify."""
+    """Re-seal `token` under `codec`'s current primary key (`BoundCodec` keeps its claims); `InvalidToken` if it does
+    not verify."""
     own = getattr(codec, "reseal", None)
     return str(own(token) if callable(own) else codec.seal(codec.unseal(token)))

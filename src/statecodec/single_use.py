@@ -1,11 +1,8 @@
 """Single use and revocation: a token is accepted at most once, and an operator can end every flow of a principal.
 
-Threat: integrity, expiry and binding do not stop an exact replay, and a stateless token cannot be taken back.
-`SingleUse` stamps each state at mint with all its claim needs, under a tag that also covers the state; at unseal,
-after every other check, one atomic claim answers on the store's clock alone (stamp: docs/formats.md). Every store
-call runs under one deadline, the store's; only an unreachable store can be accepted through
-(``on_store_error="accept"``, loudly), decided in `SingleUse.claim` alone; anything else refuses. The retry-safe
-mode's keyed operations (the retry digest, the kept answer's seal) live here beside the stamp's.
+Threat: integrity, expiry and binding do not stop an exact replay, and a stateless token cannot be taken back. At
+unseal, after every other check, one atomic claim answers on the store's clock alone (docs/single-use.md); only an
+unreachable store can be accepted through (``on_store_error="accept"``), decided in `SingleUse.claim`.
 """
 
 from __future__ import annotations
@@ -45,8 +42,7 @@ _ANSWER_AAD, _NONCE = b"statecodec/su2/result\x00", 12
 
 
 def canonical_json() -> Callable[[Any], bytes]:
-    """RFC 8785 canonical JSON, from ``rfc8785`` (``statecodec[mcp]``), for the retry digest: the composition root
-    asks for it at start-up, so a missing package stops the start, not every retry."""
+    """RFC 8785 canonical JSON for the retry digest, asked for at start-up: a missing package stops the start."""
     try:
         import rfc8785
     except ImportError as exc:
@@ -73,10 +69,8 @@ class Selector(TypedDict, total=False):
 
 
 class SingleUse(HoldsSecrets):
-    """The single-use and revocation rules (module docstring) over any `Store`, from one event loop. `key` (one key,
-    the same on every instance) keys the stamp and every digest; `ttl` is the lifetime of the tokens this instance
-    mints; beyond `clock_skew` from the store's clock this instance neither mints nor accepts, and a revocation also
-    covers tokens minted that long after. Each store call waits at most the store's `deadline`."""
+    """The single-use and revocation rules over any `Store`, from one event loop; `key` is the same on every instance,
+    and beyond `clock_skew` from the store's clock this instance neither mints nor accepts."""
 
     __slots__ = ("_all", "_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_keys", "_macs", "_quiet_until",
                  "_skewed", "clock_skew", "deadline", "on_store_error", "store", "ttl", "where")
@@ -109,9 +103,7 @@ class SingleUse(HoldsSecrets):
             logger.warning("single use is availability first: a token is accepted unchecked while the store is down")
 
     def retry_digest(self, method: str, params: Mapping[str, Any], state: str, principal: Principal | None) -> bytes:
-        """The retry-safe mode's 16-byte digest of a retry: HMAC-SHA256 under a key derived for it alone, over the RFC
-        8785 canonical JSON of the method, every param a handler may read, the presenter's principal and the state
-        (docs/formats.md); `malformed` when it has no canonical form (an integer beyond 2**53, a lone surrogate)."""
+        """The retry-safe mode's keyed digest of a retry (docs/formats.md); `malformed` without a canonical form."""
         asked = {name: value for name, value in params.items() if name not in _UNASKED}
         who = list(principal or (None, None, None))
         retry: dict[str, Any] = {"method": method, "params": asked, "principal": who, "state": state}
@@ -136,8 +128,7 @@ class SingleUse(HoldsSecrets):
         return answer
 
     async def keep(self, key: bytes, retry: bytes, data: bytes) -> bool:
-        """Keep the answer `data` beside the claim `retry` made, sealed, until the token expires: one round trip;
-        False when the claim is gone (the store was flushed or restarted, or the token expired)."""
+        """Keep the answer `data`, sealed, beside the claim `retry` made until the token expires; False: claim gone."""
         return await self._bounded(self.store.keep(key=key, retry=retry, result=self.seal_answer(key, retry, data)))
 
     async def _bounded(self, call: Awaitable[T]) -> T:
@@ -224,8 +215,8 @@ class SingleUse(HoldsSecrets):
         return (await self.claim(stamped))[0]
 
     async def claim(self, stamped: bytes, retry: bytes = b"") -> tuple[bytes, bytes, Verdict | None]:
-        """`consume`, recording the `retry` digest in the claim (the retry-safe mode): (the state, the claim key, the
-        store's verdict, FIRST or else SAME for the same retry, or None when accepted unchecked)."""
+        """`consume`, recording the `retry` digest: (the state, the claim key, the store's verdict, None when
+        accepted unchecked)."""
         body, state = self._parse(stamped)
         scopes = [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)]
         try:
@@ -274,7 +265,7 @@ class SingleUse(HoldsSecrets):
         if len(kinds) != 1 or (issuer is not None and kinds[0] not in ("principal", "client")):
             raise ConfigurationError("name exactly one of a principal, a client (each with an issuer), a scope or all")
         if kinds[0] == "everything":
-            return self._scope("all", None, None)
+            return self._all
         if kinds[0] == "scope":
             name, value = selector["scope"]
             return self._scope("scope", checked("the scope name", name), checked("the scope value", value))
@@ -302,10 +293,8 @@ class SingleUse(HoldsSecrets):
 
 
 class SingleUseCodec(WrapsCodec, HoldsSecrets):
-    """`codec` whose tokens are accepted at most once, for synchronous code: seal stamps the state, unseal consumes
-    the stamp after the inner unseal (with its principal and context checks) passed. Over a `MemoryStore` the guard's
-    coroutines finish in the calling thread; over any other store they run on one event-loop thread this object
-    starts on first use, never on a shared pool. `close` ends that thread and closes the store."""
+    """`codec` whose tokens are accepted at most once, for synchronous code: a network store's coroutines run on one
+    loop thread this object starts on first use; `close` ends it and closes the store."""
 
     __slots__ = ("_closed", "_loop", "codec", "guard")
 
@@ -325,7 +314,7 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
         # a loop thread and back (9x a BoundCodec pair; benchmarks/single_use_cost.py). Its lock keeps it safe from any
         # thread. Only that exact class: a subclass may do I/O, and a started coroutine cannot move to a loop.
         if type(self.guard.store) is not MemoryStore:
-            return self._loop.run(coroutine)  # a store that does I/O binds its connections to this one loop
+            return self._loop.submit(coroutine).result()  # a store that does I/O binds its connections to this one loop
         try:
             coroutine.send(None)
         except StopIteration as done:

@@ -1,8 +1,8 @@
 """The single-use store seam: what `SingleUse` asks a store, and `MemoryStore`, the store of one process.
 
 Threat: a store that decides by an instance's clock, lifetime or key reopens replays and loses revocations. Each
-decision is one atomic step on the store's own clock (docs/formats.md, "The scripts"). A failure is a `StoreError`:
-`StoreUnreachable` when the store could not be reached, any other when it answered an error (full, no permission).
+decision is one atomic step on the store's own clock. A failure is `StoreUnreachable` when the store could not be
+reached, else a `StoreError`.
 """
 
 from __future__ import annotations
@@ -61,8 +61,7 @@ def check_owner(owner: str, where: str) -> None:
 
 @runtime_checkable
 class Store(Protocol):
-    """Shared state behind `SingleUse`, in milliseconds of the store's clock (docs/formats.md, "The scripts");
-    `revoke`, `lift` and `health` check the fingerprint with `check_owner`."""
+    """Shared state behind `SingleUse`, in milliseconds of the store's clock."""
 
     where: str  # host:port, for messages; never a credential
     namespace: str
@@ -82,9 +81,8 @@ class Store(Protocol):
 
 
 class MemoryStore:
-    """`Store` for one process, on its own clock: at most `max_entries` live claims and revocations together, each
-    dropped when it expires, and at most `max_kept_bytes` of kept answers (retry-safe mode), which a client can make
-    large. Full is an answered error (`StoreError`): it refuses in every mode."""
+    """`Store` for one process, on its own clock: at most `max_entries` live claims and revocations, and
+    `max_kept_bytes` of kept answers (a client can make them large); full is a `StoreError`, refused in every mode."""
 
     where, deadline = "memory", None  # no call waits
 

@@ -1,9 +1,7 @@
 """The way in for synchronous programs: one event loop, in a thread of its own, for what a server's loop would run.
 
-A server runs its store calls and its background work (a key-file watcher, a registry heartbeat) on its own loop, in
-its lifespan (`statecodec.mcp`). A synchronous program has no loop: `LoopThread` starts one on first use, never in a
-constructor, and `close` stops it; a forked child starts its own on first use. This is the one place statecodec
-starts a thread and a loop of its own.
+Started on first use, never in a constructor (a forked child starts its own); the one place statecodec starts a
+thread and a loop of its own.
 """
 
 from __future__ import annotations
@@ -42,10 +40,6 @@ class LoopThread:
                 self._thread = threading.Thread(target=self._loop.run_forever, name=self.name, daemon=True)
                 self._thread.start()
             return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-
-    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """`coroutine`'s result, run on the loop (e.g. ``codec.run(codec.guard.revoke(...))``)."""
-        return self.submit(coroutine).result()
 
     def close(self) -> None:
         """Stop the loop once its pending work is done; later calls are refused."""
