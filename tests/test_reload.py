@@ -224,7 +224,7 @@ def test_a_lifespan_entered_per_connection_keeps_one_watcher_until_its_last_exit
 
     ring = tmp_path / "ring"
     write(ring, OLD)
-    protection = from_env({"STATECODEC_KEYS_FILE": str(ring), "STATECODEC_RELOAD_INTERVAL": "0.02"})
+    protection = from_env({"STATECODEC_KEYS_FILE": str(ring), "STATECODEC_RELOAD_INTERVAL": "0.05"})
     codec = protection.codec
     assert isinstance(codec, ReloadingCodec)
 
@@ -239,7 +239,7 @@ def test_a_lifespan_entered_per_connection_keeps_one_watcher_until_its_last_exit
                 await reloads_to(OLD, NEW)
             await reloads_to(NEW, OLD)  # the first connection ended: the watcher still runs for the other
         async with protection.lifespan(object()):
-            await reloads_to(NEW)  # a later connection watches again
+            await reloads_to(NEW, OLD, generate_key())  # a later connection watches again
 
     asyncio.run(asyncio.wait_for(connections(), 30))
 
@@ -265,9 +265,9 @@ def test_a_loop_thread_used_before_a_fork_serves_the_child_too() -> None:
             return 1
 
         loop = LoopThread()
-        assert loop.run(one()) == 1
+        assert loop.submit(one()).result() == 1
         if (pid := os.fork()) == 0:
-            os._exit(0 if loop.run(one()) == 1 else 1)  # the parent's loop thread did not survive the fork
+            os._exit(0 if loop.submit(one()).result(30) == 1 else 1)  # the parent's loop thread stayed behind
         loop.close()
         raise SystemExit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
     """

@@ -8,6 +8,7 @@ background task (docs/deployment.md). The SDK is imported when called, never on 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -26,6 +27,8 @@ from statecodec.store import REDIS_SCHEMES, MemoryStore, Store
 
 if TYPE_CHECKING:
     from mcp.server.request_state import RequestStateSecurity
+
+logger = logging.getLogger("statecodec.mcp")
 
 __all__ = ["Protection", "SingleUseMiddleware", "from_env", "guard_from_env", "security_from_env",
            "single_use_from_env", "store_from_env"]
@@ -99,21 +102,31 @@ class Protection:
                  report: Report | None = None, metrics: Any = None) -> None:
         self.codec, self.security, self.single_use, self.report = codec, security, single_use, report
         self.middleware: list[Any] = [] if single_use is None else [single_use]
-        self.metrics = metrics
+        self.metrics, self._entries, self._stop = metrics, 0, asyncio.Event()
+        self._watcher: asyncio.Task[None] | None = None
 
     @asynccontextmanager
     async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
-        """Start the store (checking the middleware order) and the watcher with its heartbeat; stop both at exit."""
+        """Start the store (checking the middleware order) and the watcher with its heartbeat; stop both at exit.
+        The SDK enters a lowlevel `Server`'s lifespan once per connection: the first entry starts, the last stops."""
         if self.metrics is not None and self.metrics not in server.middleware:
             server.middleware.insert(0, self.metrics)  # before the SDK's boundary: it counts that one's refusals
         async with AsyncExitStack() as stack:
             if self.single_use is not None:
                 await stack.enter_async_context(self.single_use.lifespan(server))
             if isinstance(self.codec, ReloadingCodec):
-                watcher = asyncio.create_task(self.codec.watch(self.report), name="statecodec-watch")
-                stack.push_async_callback(asyncio.wait, [watcher])
-                stack.callback(self.codec.close)
+                stack.push_async_callback(self._leave)
+                if self._entries == 0:
+                    self._stop = asyncio.Event()
+                    self._watcher = asyncio.create_task(self.codec.watch(self.report, self._stop))
+                self._entries += 1
             yield {}
+
+    async def _leave(self) -> None:
+        self._entries -= 1
+        if self._entries == 0 and self._watcher is not None:
+            self._stop.set()
+            await asyncio.wait([self._watcher])
 
 
 def from_env(environ: Mapping[str, str] | None = None, *, ttl: float | None = None, audience: str | None = None,
@@ -133,6 +146,9 @@ def from_env(environ: Mapping[str, str] | None = None, *, ttl: float | None = No
         registry = registry_for(store_from_env(settings))
         if registry is not None:
             report = Reporter(registry, cfg.instance_name(settings), lifetime=3 * codec.interval + 1)  # gone: 3 polls
+        if single_use is None:  # a store key whose secret did not mount must not pass unnoticed
+            logger.warning("single use is off: %s is not set; %s serves the fleet registry only", STORE_KEY_VAR,
+                           STORE_URL_VAR)
     counter = None
     if metrics:
         from statecodec.otel import RequestStateMetrics

@@ -48,11 +48,12 @@ class SingleUseMiddleware:
         if retry_safe:
             canonical_json()  # the package every retry's digest needs: missing, the start fails
         self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
-        self._running = False
+        self._running = 0  # the lifespans entered and not yet left
 
     @asynccontextmanager
     async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
-        """``lifespan=`` of `MCPServer` or `Server`: checks the middleware order, starts the store, closes it."""
+        """``lifespan=`` of `MCPServer` or `Server`: checks the middleware order, starts the store, closes it after
+        the last of the entries the SDK makes (one per connection on a lowlevel `Server`)."""
         from mcp.server.request_state import RequestStateBoundary
 
         mine = [i for i, middleware in enumerate(server.middleware) if middleware is self]
@@ -61,13 +62,15 @@ class SingleUseMiddleware:
             raise ConfigurationError("SingleUseMiddleware must come after the SDK's RequestStateBoundary in "
                                      "server.middleware (it must see verified state only): pass it to "
                                      "MCPServer(middleware=[...]); on a lowlevel Server, append it last")
-        self._running = True
+        self._running += 1
         try:
-            await self._start()
+            if self._running == 1:
+                await self._start()
             yield {}
         finally:
-            self._running = False
-            await self.guard.aclose()
+            self._running -= 1
+            if not self._running:
+                await self.guard.aclose()
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method not in self._methods:

@@ -6,12 +6,13 @@ the store's clock, and an instance that left still counts for the wait before it
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from statecodec._settings import INSTANCE_NAME
-from statecodec.errors import StoreError
+from statecodec.errors import StoreError, StoreUnreachable
 from statecodec.reload import Snapshot
 from statecodec.rotation import Fleet, Member
 from statecodec.store import MemoryStore, Store
@@ -75,10 +76,10 @@ class RedisRegistry:
     async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
                        live: Sequence[tuple[str, int]] = ()) -> int:
         args = (name, ring, doc, lifetime_ms, *[value for pair in live for value in pair])
-        return int(await self.store.run(self._run["announce"], self._keys, *args))
+        return int(await self._bounded("announce", *args))
 
     async def fleet(self) -> Rows:
-        now, entries, expiry, tokens = await self.store.run(self._run["fleet"], self._keys)
+        now, entries, expiry, tokens = await self._bounded("fleet")
         try:
             until = {name.decode(): int(float(at)) for name, at in zip(expiry[::2], expiry[1::2], strict=True)}
             rows = [(name.decode(), until.get(name.decode(), 0), value.decode())
@@ -90,7 +91,16 @@ class RedisRegistry:
         return int(now), sorted(rows), tokens_until
 
     async def leave(self, name: str) -> None:
-        await self.store.run(self._run["leave"], self._keys, name)
+        await self._bounded("leave", name)
+
+    async def _bounded(self, name: str, *args: str | int) -> Any:
+        """One script under the store's deadline (a heartbeat, a leave at shutdown, `rotate`: none waits for ever)."""
+        try:
+            async with asyncio.timeout(self.store.deadline):
+                return await self.store.run(self._run[name], self._keys, *args)
+        except TimeoutError:
+            pass
+        raise StoreUnreachable(f"the Redis store at {self.store.where} did not answer within {self.store.deadline:g} s")
 
     async def aclose(self) -> None:
         await self.store.aclose()

@@ -219,8 +219,8 @@ def marked(phase: int, old: str, new: str) -> str:
 
 def next_step(phase: int, ids: Sequence[str], fleet: Fleet) -> tuple[list[str], float]:
     """(why the fleet may not leave `phase`, whose ring is `ids`, for the next; seconds to wait after that): a refused
-    reload, and `judge` over the others and one on the next ring; retiring waits, by the store's clock, until the
-    tokens any instance (live or gone) sealed under the old key have expired."""
+    reload, and `judge` over the others and one on the next ring; a key the next ring drops waits, by the store's
+    clock, until the tokens any instance (live or gone) sealed under it have expired."""
     after = Member("the next phase", {1: tuple(ids[::-1]), 2: tuple(ids[:1])}.get(phase, tuple(ids)), None)
     live = [kid for kid, until in fleet.tokens_until_ms.items() if until > fleet.now_ms]
     ready = [member for member in fleet.members if member.error is None]
@@ -234,11 +234,11 @@ def next_step(phase: int, ids: Sequence[str], fleet: Fleet) -> tuple[list[str], 
         elif problems:
             blockers.append(f"{member.name} runs key ids [{', '.join(member.accepts)}] ({problems}): its key source "
                             "is not updated yet, or it has not reloaded it")
-    if phase != 2:
-        return blockers, 0.0
-    tokens_until = fleet.tokens_until_ms.get(ids[1], math.inf) / 1000  # absent: the registry was wiped; wait
-    early = early_drop(ids, ids[:1], {ids[1]: tokens_until}, fleet.now_ms / 1000, 0.0)
-    return blockers, 0.0 if early is None else early[1]
+    # Every key the next phase drops waits, by the store's clock, for the tokens under it (an old key absent from the
+    # registry: wiped, so it waits without end), whoever still accepts it: dropping it refuses them.
+    until = {**dict.fromkeys(ids, math.inf), **fleet.tokens_until_ms}
+    dropped = [kid for kid in dict.fromkeys([*ids, *live]) if kid not in after.accepts]
+    return blockers, max([0.0, *((until[kid] - fleet.now_ms) / 1000 for kid in dropped)])
 
 
 def reseal(codec: Codec, token: str) -> str:

@@ -1,12 +1,13 @@
 """The way in for synchronous programs: one event loop, in a thread of its own, for what a server's loop would run.
 
-Started on first use, never in a constructor (a forked child starts its own); the one place statecodec starts a
-thread and a loop of its own.
+Started on first use, never in a constructor; a forked child, which the parent's thread does not survive into, starts
+its own. The one place statecodec starts a thread and a loop of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Coroutine
 from concurrent.futures import Future
@@ -22,15 +23,21 @@ T = TypeVar("T")
 class LoopThread:
     """An event loop in a daemon thread named `name`, started by the first `submit`."""
 
-    __slots__ = ("_closed", "_lock", "_loop", "_thread", "name")
+    __slots__ = ("_closed", "_lock", "_loop", "_pid", "_thread", "name")
 
     def __init__(self, name: str = "statecodec-sync") -> None:
-        self.name, self._lock, self._closed = name, threading.Lock(), False
+        self.name, self._closed = name, False
+        self._forget()
+
+    def _forget(self) -> None:
+        self._lock, self._pid = threading.Lock(), os.getpid()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
     def submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
         """Run `coroutine` on the loop; its future."""
+        if self._pid != os.getpid():  # a forked child: the parent's thread (and any lock it held) stayed behind
+            self._forget()
         with self._lock:
             if self._closed:  # a stopped loop would never answer: the caller would wait forever
                 coroutine.close()
