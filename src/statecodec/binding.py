@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from hmac import compare_digest
 from typing import Any
 
-from statecodec._settings import seconds
+from statecodec._settings import DEFAULT_FUTURE_SKEW, DEFAULT_TTL, MAX_FUTURE_SKEW, seconds
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec, require_codec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError
 from statecodec.keys import TAG_LENGTH, KeyRing, field, lp, mac
@@ -25,7 +25,7 @@ __all__ = ["BoundCodec", "mcp_request_context"]
 _V1, _V2 = 0x01, 0x02
 _TAG_AT = {_V1: 16, _V2: 20}  # where the binding tag starts: version 0x02 carries the binding key's id at 16..19
 _PRINCIPAL_FLAG = 0x01
-_MAX_TTL = (1 << 24) - 1  # the 3-byte lifetime field: 16,777,215 s, about 194 days
+_MAX_TTL = (1 << 24) - 1  # the format's 3-byte lifetime field (about 194 days); settings stop at _settings.MAX_TTL
 _LATEST_SEAL = (1 << 40) - _MAX_TTL  # a token sealed before this expires inside the 5-byte iat range
 # (Kb, Kp) labels per version: a tag of one version never verifies as the other's (no downgrade, no upgrade).
 _INFO = {
@@ -89,7 +89,8 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
 
     def __init__(
         self, codec: Codec, *, audience: str, binding_key: bytes | KeyRing, purpose: str = "request-state",
-        ttl: int = 600, future_skew: int = 60, clock: Callable[[], float] = time.time, seal_version: int = _V2,
+        ttl: int = DEFAULT_TTL, future_skew: int = DEFAULT_FUTURE_SKEW, clock: Callable[[], float] = time.time,
+        seal_version: int = _V2,
     ) -> None:
         require_codec(codec)
         sample = clock() if callable(clock) else None
@@ -99,7 +100,7 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
         self._scope = _scope_field("audience", audience, _AUDIENCE_LABEL)
         self._scope += _scope_field("purpose", purpose, _PURPOSE_LABEL)
         self.ttl = int(seconds("ttl", ttl, low=1, high=_MAX_TTL, integer=True))
-        self.future_skew = int(seconds("future_skew", future_skew, low=0, high=3600, integer=True))
+        self.future_skew = int(seconds("future_skew", future_skew, low=0, high=MAX_FUTURE_SKEW, integer=True))
         try:
             ring = binding_key if isinstance(binding_key, KeyRing) else KeyRing([binding_key])
         except ConfigurationError as exc:  # KeyRing names the key by position; here it has a name

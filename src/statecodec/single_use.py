@@ -22,7 +22,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec._settings import MAX_TTL, named_errors, seconds
+from statecodec._settings import MAX_FUTURE_SKEW, MAX_TTL, named_errors, seconds
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable, missing_extra
 from statecodec.keys import KeyRing, derive_key, field, mac
@@ -84,7 +84,7 @@ class SingleUse(HoldsSecrets):
                                      "accept")
         self.ttl = seconds("ttl", ttl, low=0.001, high=MAX_TTL)
         self.deadline = store.deadline
-        self.clock_skew = seconds("clock_skew", clock_skew, low=0, high=3600)
+        self.clock_skew = seconds("clock_skew", clock_skew, low=0, high=MAX_FUTURE_SKEW)
         with named_errors("the store key"):
             secret = (key if isinstance(key, KeyRing) else KeyRing([key]))[0]
         kinds = ("claim", "stamp", "scope", "fingerprint", "retry", "result")  # the last two: the retry-safe mode's
