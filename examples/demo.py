@@ -23,7 +23,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.request_state import RequestStateSecurity
 from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult, InputResponses
 
-from statecodec import AESGCMCodec, Codec, codec_from_env
+from statecodec import AESGCMCodec, Codec, StatecodecError, codec_from_env
 
 TOOL, ARGUMENTS, ANSWER = "provision", {"name": "orders"}, {"region": "eu-west-1"}
 _ASK_REGION = ElicitRequest(
@@ -95,7 +95,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="An MCP server and client in memory: two rounds, then a tamper.")
     parser.add_argument("--from-env", action="store_true", help="use the STATECODEC_* codec, not a fresh key")
     from_env = parser.parse_args().from_env
-    codec = codec_from_env() if from_env else AESGCMCodec.ephemeral()
+    try:
+        codec = codec_from_env() if from_env else AESGCMCodec.ephemeral()
+    except StatecodecError as exc:  # what to set, in one line
+        raise SystemExit(f"demo: cannot start: {exc}") from None
     print("statecodec demo: an MCPServer and a Client in one process, connected in memory")
     print(f"codec: {codec!r}" + ("" if from_env else " (fresh key held only by this process)") + "\n", flush=True)
     return int(anyio.run(_run, codec))

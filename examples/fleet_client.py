@@ -15,8 +15,9 @@ Against servers started with ``--demo-auth``, ``--token demo-alice`` sends that 
 (``Authorization: Bearer demo-alice``), so each run can act as another user.
 
 It prints the tool's structured result as JSON and exits 0; when the retry is
-refused it prints the error code and message and exits 2; when a server does
-not listen (within ``--wait``) it says which and exits 1.
+refused it prints the error code and message and exits 2, as it does when a
+server wants a bearer token (HTTP 401 or 403, which the SDK reports as -32603);
+when a server does not listen (within ``--wait``) it says which and exits 1.
 """
 
 from __future__ import annotations
@@ -49,16 +50,22 @@ def fulfil(request: InputRequest, region: str) -> InputResponse:
     return ElicitResult(action="accept", content={"region": region})
 
 
+class Unauthorized(Exception):
+    """A server answered HTTP 401 or 403: it wants a bearer token (``--token``) or refused the one sent. The SDK
+    reports any such status as -32603 'Server returned an error response', which names neither."""
+
+
 @contextlib.asynccontextmanager
-async def _client(url: str, token: str | None) -> AsyncIterator[Client]:
-    """A client of `url`, sending `token` as a bearer token when one is given."""
-    if token is None:
-        async with Client(url) as client:
-            yield client
-        return
+async def _client(url: str, token: str | None, denied: list[httpx2.Response]) -> AsyncIterator[Client]:
+    """A client of `url`, sending `token` as a bearer token when one is given; `denied` collects 401 and 403."""
+
+    async def note(response: httpx2.Response) -> None:
+        if response.status_code in (401, 403):
+            denied.append(response)
+
     # The SDK's transport timeouts: a server may hold a response stream open.
-    headers, timeout = {"Authorization": f"Bearer {token}"}, httpx2.Timeout(30, read=300)
-    http = httpx2.AsyncClient(headers=headers, timeout=timeout)
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300), event_hooks={"response": [note]})
     async with http, Client(streamable_http_client(url, http_client=http)) as client:
         yield client
 
@@ -81,26 +88,36 @@ async def provision(
     """Call ``provision`` on `first_url` and send every retry to `retry_url`; the structured result.
 
     Raises `MCPError` when a server refuses a round (for example -32602 when
-    the retry's instance cannot verify the ``requestState``).
+    the retry's instance cannot verify the ``requestState``), `Unauthorized` when it refuses the caller.
     """
     arguments = {"name": name}
     refused: MCPError | None = None
-    async with _client(first_url, token) as first, _client(retry_url or first_url, token) as retry:
-        try:
-            result = await first.session.call_tool(TOOL, arguments, allow_input_required=True)
-            while isinstance(result, InputRequiredResult):
-                responses = {key: fulfil(request, region) for key, request in (result.input_requests or {}).items()}
-                result = await retry.session.call_tool(
-                    TOOL,
-                    arguments,
-                    input_responses=responses,
-                    request_state=result.request_state,
-                    allow_input_required=True,
-                )
-            outcome = structured(result)
-        except MCPError as exc:
-            # Raised outside the clients' task groups, so callers catch it as itself.
-            refused = exc
+    denied: list[httpx2.Response] = []
+    try:
+        async with _client(first_url, token, denied) as first, _client(retry_url or first_url, token, denied) as again:
+            try:
+                result = await first.session.call_tool(TOOL, arguments, allow_input_required=True)
+                while isinstance(result, InputRequiredResult):
+                    requests = (result.input_requests or {}).items()
+                    responses = {key: fulfil(request, region) for key, request in requests}
+                    result = await again.session.call_tool(
+                        TOOL,
+                        arguments,
+                        input_responses=responses,
+                        request_state=result.request_state,
+                        allow_input_required=True,
+                    )
+                outcome = structured(result)
+            except MCPError as exc:
+                # Raised outside the clients' task groups, so callers catch it as itself.
+                refused = exc
+    except (MCPError, BaseExceptionGroup):  # the connection itself (initialize) refused
+        if not denied:
+            raise
+    if denied:
+        status, url = denied[0].status_code, denied[0].request.url
+        fix = "pass --token demo-<user>" if token is None else "this token is refused; pass another with --token"
+        raise Unauthorized(f"{url} answered HTTP {status}: the server wants a bearer token ({fix})")
     if refused is not None:
         raise refused
     return outcome
@@ -152,6 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcome = anyio.run(
             lambda: provision(args.url, retry_url=args.retry_url, name=args.name, region=args.region, token=args.token)
         )
+    except Unauthorized as exc:
+        print(f"rejected: {exc}", file=sys.stderr)
+        return EXIT_REJECTED
     except (MCPError, BaseExceptionGroup) as exc:
         refused = _refusal(exc)
         if refused is None:

@@ -242,8 +242,8 @@ def create_app() -> Starlette:
     try:
         host = check_loopback(env.get("FLEET_HOST", DEFAULT_HOST))
         server = server_for(env.get("FLEET_MODE", "shared"), demo_auth_enabled(env.get("FLEET_DEMO_AUTH", "")))
-    except (StatecodecError, SystemExit) as exc:
-        message = exc if isinstance(exc, StatecodecError) else exc.code
+    except (StatecodecError, ImportError, SystemExit) as exc:  # ImportError: an extra the settings need, e.g. redis
+        message = exc.code if isinstance(exc, SystemExit) else exc
         print(f"fleet_server: cannot start: {message}", file=sys.stderr, flush=True)
         raise SystemExit(STARTUP_FAILURE) from None
     return app_for(server, host)
@@ -290,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Built here even when workers build their own, so a bad configuration stops before any worker starts.
         mcp_server = server_for(args.mode, args.demo_auth)
-    except StatecodecError as exc:
+    except (StatecodecError, ImportError) as exc:  # ImportError: an extra the settings need (its message names it)
         raise SystemExit(f"cannot start: {exc}") from None
     # Workers re-create the app from these, so the factory and this process agree.
     os.environ["FLEET_HOST"] = host

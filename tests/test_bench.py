@@ -38,6 +38,12 @@ def test_a_tiny_run_prints_every_case_and_writes_pyperf_json(
     compare = [sys.executable, "-m", "pyperf", "compare_to", str(path), str(path)]
     compared = subprocess.run(compare, capture_output=True, text=True, check=False)
     assert compared.returncode == 0, compared.stderr
+    # A value is the mean of a batch of `loops` calls: recorded, pyperf sees batches of 1 ms and more, not one call.
+    shown = subprocess.run([sys.executable, "-m", "pyperf", "show", str(path)], capture_output=True, text=True,
+                           check=True).stdout  # fmt: skip
+    assert len(suite.get_benchmarks()) == shown.count("Mean +- std dev") == 40
+    assert "shortest raw value" not in shown, shown
+    assert all(bench.get_loops() > 1 for bench in suite.get_benchmarks())
 
 
 @pytest.mark.parametrize(

@@ -135,6 +135,8 @@ def test_a_refused_token_exits_1_with_its_reason_alone(
         (["rotate", "plan", "--old-key", "not a key", "--new-key", KEYS], {}, "base64url"),
         (["rotate", "plan", "--old-id", "3d7ec38c", "--generate-new"], {}, "--old-id and --new-id go together"),
         (["rotate", "check", "missing.json"], {}, "cannot read"),
+        (["revoke", "--all"], {"STATECODEC_STORE_URL": "redis://127.0.0.1:1/0"},
+         "no keys configured: set STATECODEC_STORE_KEY to one base64url key (generate one with `statecodec keygen`)"),
         (["kms", "new-data-key", "--provider", "aws", "--key-id", "k", "--context", "x"], {},
          "--context (STATECODEC_KMS_CONTEXT): context must be comma-separated key=value pairs"),
         (["kms", "new-data-key", "--provider", "vault", "--vault-addr", "vault:8200", "--vault-key", "k"], {},
@@ -151,6 +153,30 @@ def test_configuration_errors_exit_2_with_one_line_naming_what_the_user_wrote(
     assert (code, out, err.count("\n")) == (2, b"", 1), err
     assert err.startswith(f"statecodec {argv[0]}: ")
     assert fragment in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [(["unseal", TOKEN, "extra"], "unseal"), (["rotate", "status", "--bogus"], "rotate status"),
+     (["keygen", "x"], "keygen")],
+)
+def test_a_stray_argument_is_reported_with_the_usage_of_the_command_it_follows(
+    cli: Run, argv: list[str], command: str
+) -> None:
+    code, out, err = cli(*argv, env=RING)
+    assert (code, out) == (2, b"")
+    assert err.startswith(f"usage: statecodec {command} [-h]"), err
+    assert err.endswith(f"statecodec {command}: error: unrecognized arguments: {argv[-1]}\n")
+
+
+def test_rotate_status_without_a_store_asks_for_the_fleets_redis_url_not_memory(cli: Run, tmp_path: Path) -> None:
+    (keys := tmp_path / "keys.txt").write_text(KEYS)
+    for env in ({}, {"STATECODEC_STORE_URL": "memory"}):
+        code, out, err = cli("rotate", "status", "--keys-file", str(keys), env=env)
+        assert (code, out) == (2, b"")
+        assert err.startswith("statecodec rotate: STATECODEC_STORE_URL"), err
+        assert err.endswith("; set it to the redis:// URL the servers use\n")
+        assert "or memory" not in err
 
 
 def test_seal_reports_the_payload_size_it_was_given_and_unseal_on_a_terminal_what_it_needs(cli: Run) -> None:

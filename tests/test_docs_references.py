@@ -66,3 +66,25 @@ def test_the_api_page_is_generated_from_the_whole_package() -> None:
     assert directives == ["statecodec"]
     config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     assert all(option in config for option in ("show_submodules: true", "filters: public", "paths: [src]"))
+
+
+def test_the_reason_code_table_has_every_code_once_with_what_happened_and_what_to_do() -> None:
+    from statecodec.errors import Reason
+
+    rows = [line.split(" | ") for line in (ROOT / "docs" / "reason-codes.md").read_text(encoding="utf-8").splitlines()
+            if line.startswith("| `")]  # fmt: skip
+    assert [row[0].removeprefix("| ").strip("`") for row in rows] == [reason.value for reason in Reason]
+    assert all(len(row) == 4 and all(cell.strip(" |") for cell in row) for row in rows)  # no empty column
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert "- Reason codes: reason-codes.md" in config
+
+
+def test_the_site_includes_the_changelog_itself() -> None:
+    # One file: the site's page includes the repository's CHANGELOG.md (pymdownx.snippets; check_paths fails the
+    # build when it is missing), so the two cannot drift.
+    page = (ROOT / "docs" / "changelog.md").read_text(encoding="utf-8")
+    assert '--8<-- "CHANGELOG.md"' in page.splitlines()
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert "- Changelog: changelog.md" in config
+    assert "check_paths: true" in config
+    assert (ROOT / "CHANGELOG.md").read_text(encoding="utf-8").startswith("# Changelog\n")

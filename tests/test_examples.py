@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from examples import fleet_server
+from examples import fleet_client, fleet_server
 
 from statecodec import format_keys, generate_key
+from tests.integration.fleet_harness import fleet
 from tests.plugins import free_port, free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,6 +124,33 @@ def test_demo_narrates_two_rounds_a_refused_tamper_and_what_next(tmp_path: Path)
     assert "next: " in text
 
 
+def test_demo_from_env_without_a_codec_says_what_to_set_in_one_line() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STATECODEC_")}
+    result = subprocess.run([sys.executable, str(EXAMPLES / "demo.py"), "--from-env"], env=env, capture_output=True,
+                            text=True, stdin=subprocess.DEVNULL, timeout=TIMEOUT_S, check=False)  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "demo: cannot start: no codec configured: set STATECODEC_KEYS (keys from `statecodec keygen`) for the default "
+        "aesgcm codec, or STATECODEC_CODEC to one of: aesgcm, aws-kms, gcp-kms, jwe, jws, vault-envelope, xaesgcm"
+    ]
+
+
+def test_fleet_client_names_the_missing_bearer_token_instead_of_the_sdks_32603(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = {"STATECODEC_KEYS": format_keys([generate_key()]), "FLEET_DEMO_AUTH": "1"}
+    with fleet(tmp_path, [settings]) as (server,):
+        assert fleet_client.main([server.url]) == fleet_client.EXIT_REJECTED
+        assert fleet_client.main([server.url, "--token", "not-a-demo-token"]) == fleet_client.EXIT_REJECTED
+        assert fleet_client.main([server.url, "--token", "demo-alice"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        f"rejected: {server.url} answered HTTP 401: the server wants a bearer token (pass --token demo-<user>)",
+        f"rejected: {server.url} answered HTTP 401: the server wants a bearer token (this token is refused; pass "
+        "another with --token)",
+    ]
+
+
 @pytest.mark.parametrize("name", sorted(DRIVEN_ELSEWHERE))
 def test_served_example_is_driven_by_its_tests(name: str) -> None:
     assert (EXAMPLES / name).is_file(), f"{name} is listed in DRIVEN_ELSEWHERE but was removed"
@@ -152,6 +180,28 @@ def test_fleet_server_stops_before_serving_with_one_line_on_a_bad_setup(
     with pytest.raises(SystemExit, match=message) as info:
         fleet_server.main([*argv, "--port", "1"])
     assert info.value.__suppress_context__ or info.value.__context__ is None  # one line, no traceback
+
+
+def test_fleet_server_without_the_redis_extra_says_which_extra_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in [k for k in os.environ if k.startswith(("STATECODEC_", "FLEET_"))]:
+        monkeypatch.delenv(name)
+    key, store_key = format_keys([generate_key()]), format_keys([generate_key()])
+    for name, value in {"STATECODEC_KEYS": key, "STATECODEC_STORE_URL": "redis://127.0.0.1:1/0",
+                        "STATECODEC_STORE_KEY": store_key}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    monkeypatch.setitem(sys.modules, "redis", None)  # what `import redis` does without the extra: ImportError
+    monkeypatch.delitem(sys.modules, "statecodec.redis_store", raising=False)
+    message = "cannot start: the Redis store needs the 'redis' package; install it with: "
+    message += "pip install 'statecodec[redis]'"
+    with pytest.raises(SystemExit, match=f"^{re.escape(message)}$") as info:
+        fleet_server.main(["--port", "1"])
+    assert info.value.__suppress_context__  # one line, no traceback
+    with pytest.raises(SystemExit) as factory:  # uvicorn's factory, in each worker: one line, then its status 3
+        fleet_server.create_app()
+    assert factory.value.code == 3
+    assert capsys.readouterr().err == f"fleet_server: {message}\n"
 
 
 def test_fleet_server_factory_on_a_bad_configuration_stops_uvicorn_instead_of_restarting_workers(

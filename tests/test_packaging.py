@@ -5,6 +5,7 @@ The sdist is built and checked by .ci/run; these tests read the declarations tha
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tomllib
@@ -56,3 +57,19 @@ def test_the_command_runs_as_a_module_and_prints_a_key(module: str) -> None:
     result = subprocess.run([sys.executable, "-m", module, "keygen"], capture_output=True, text=True, check=False)
     assert (result.returncode, result.stderr) == (0, "")
     assert len(statecodec.KeyRing.parse(result.stdout.strip())) == 1
+
+
+def test_the_long_description_reads_on_a_package_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A package index shows the readme alone: a relative link (docs/x.md) leads nowhere there, and its reader has
+    # no clone. It says how to install, and its Python runs as written.
+    readme = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["readme"]
+    text = (ROOT / readme).read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)]*)\)", text)
+    assert [target for target in targets if not target.startswith("https://")] == []
+    assert "clone" not in text
+    assert "pip install statecodec " in text
+    monkeypatch.setenv("STATECODEC_KEYS", statecodec.format_keys([statecodec.generate_key()]))
+    blocks = re.findall(r"^```python\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE)
+    assert len(blocks) == 2
+    for block in blocks:
+        exec(compile(block, readme, "exec"), {})  # noqa: S102 - the project's own text

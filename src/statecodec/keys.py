@@ -150,8 +150,9 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
         settings = os.environ if environ is None else environ
         text, source = text_or_file(settings, var, _MAX_KEY_FILE_BYTES, "it should hold a few lines of keys")
         if text is None:
-            raise ConfigurationError(f"no keys configured: set {var} to comma-separated base64url keys (generate one "
-                                     f"with `statecodec keygen`) or {var}_FILE to the path of a key file")
+            keys = "comma-separated base64url keys" if var == KEYS_VAR else "one base64url key"  # a ring, or one key
+            raise ConfigurationError(f"no keys configured: set {var} to {keys} (generate one with `statecodec keygen`) "
+                                     f"or {var}_FILE to the path of a key file")
         with named_errors(source):
             return cls.parse(text)
 

@@ -11,6 +11,7 @@ import argparse
 import base64
 import functools
 import importlib
+import math
 import os
 import random
 import statistics
@@ -98,13 +99,25 @@ CASES: dict[str, Callable[[], Pair]] = {
 }
 
 
+def _calls(op: timeit.Timer, batch_s: float) -> int:
+    """The calls of a batch of `batch_s`, from the best of three warm batches of at least half that (the first calls
+    are slower): a batch timed in a busy moment would make every later batch shorter than `batch_s`."""
+    calls = 1
+    while op.timeit(calls) < batch_s / 2:
+        calls *= 2
+    return math.ceil(calls * batch_s / min(op.repeat(3, calls)))
+
+
 def interleave(
     ops: dict[str, Callable[[], object]], rounds: int, batch_s: float = 0.001,
-    timer: Callable[[], float] = time.perf_counter,
+    timer: Callable[[], float] = time.perf_counter, loops: dict[str, int] | None = None,
 ) -> dict[str, list[float]]:
-    """Seconds per call of each operation by `timer`, one value a round (the best of three batches of about
-    `batch_s`), every operation timed in each round in a fresh order."""
-    loops = {key: max(1, round(batch_s / (timeit.Timer(op, timer=timer).timeit(20) / 20))) for key, op in ops.items()}
+    """Seconds per call of each operation by `timer`, one value a round (the best of three batches of at least
+    about `batch_s`), every operation timed in each round in a fresh order; `loops` receives the calls a batch."""
+    loops = {} if loops is None else loops
+    for _ in range(2):  # two passes, at two moments: a busy one lengthens every batch timed in it
+        for key, op in ops.items():
+            loops[key] = max(loops.get(key, 1), _calls(timeit.Timer(op, timer=timer), batch_s))
     values: dict[str, list[float]] = {key: [] for key in ops}
     order = list(ops)
     for _ in range(rounds):
@@ -147,7 +160,7 @@ def _single_use_ops() -> dict[str, Callable[[], object]]:
     return {"single use: BoundCodec pair": pair, "single use: pair + stamp + consume": single_use}
 
 
-def measure(rounds: int) -> tuple[dict[str, list[float]], dict[str, int], dict[str, str]]:
+def measure(rounds: int, loops: dict[str, int]) -> tuple[dict[str, list[float]], dict[str, int], dict[str, str]]:
     """`interleave` over each case's seal and unseal of each payload; each case's token overhead; skipped cases."""
     ops: dict[str, Callable[[], object]] = {}
     overhead, skipped = {}, {}
@@ -164,7 +177,8 @@ def measure(rounds: int) -> tuple[dict[str, list[float]], dict[str, int], dict[s
             ops[f"{name} seal {size}"] = functools.partial(seal, payload)
             ops[f"{name} unseal {size}"] = functools.partial(unseal, token)
             overhead[f"{name} {size}"] = len(token) + (-4 * len(payload) // 3)  # over the payload in base64
-    return interleave({**ops, **_single_use_ops()}, rounds), overhead, skipped
+    # pyperf warns of a batch under 1 ms (`pyperf show`); the margin absorbs the calibration's error.
+    return interleave({**ops, **_single_use_ops()}, rounds, 0.00125, loops=loops), overhead, skipped
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -177,7 +191,8 @@ def _bench(args: argparse.Namespace) -> int:
         raise ConfigurationError(f"--rounds {rounds}: give at least 2")
     if args.output and not Path(args.output).parent.is_dir():  # before the run, not after it
         raise ConfigurationError(f"--output {args.output}: its folder does not exist")
-    values, overhead, skipped = measure(rounds)
+    loops: dict[str, int] = {}
+    values, overhead, skipped = measure(rounds, loops)
     us = "µs" if (sys.stdout.encoding or "").lower().startswith("utf") else "us"
     suite, lines = [], []
     for size in PAYLOADS:
@@ -189,7 +204,8 @@ def _bench(args: argparse.Namespace) -> int:
                  for op in ("seal", "unseal")}  # the median over rounds of case / floor in the same round
             lines += [] if name == "floor" else [_ROW.format(name, r["seal"], r["unseal"], overhead[f"{name} {size}"])]
             suite += [pyperf.Benchmark([pyperf.Run(values[f"{name} {op} {size}"], metadata={
-                "name": f"{name} {op} {size}", "unit": "second", "ratio_to_floor": r[op]})]) for op in r]
+                "name": f"{name} {op} {size}", "unit": "second", "loops": loops[f"{name} {op} {size}"],
+                "ratio_to_floor": r[op]})]) for op in r]
     pair, guarded = values["single use: BoundCodec pair"], values["single use: pair + stamp + consume"]
     added = [g - p for g, p in zip(guarded, pair, strict=True)]
     ratio = statistics.median(a / p for a, p in zip(added, pair, strict=True))

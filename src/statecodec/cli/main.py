@@ -62,7 +62,7 @@ class _Parser(argparse.ArgumentParser):
         def add_parser(name: str, func: Command | None = None, flags: Mapping[str, str] | None = None,
                        **options: Any) -> Any:
             parser = add(name, **{"description": options.get("help"), **options})  # an explicit description wins
-            parser.set_defaults(func=func, flags=flags or {})
+            parser.set_defaults(func=func, flags=flags or {}, command_parser=parser)  # the innermost wins
             return parser
 
         setattr(commands, "add_parser", add_parser)  # noqa: B010 - an instance's method, replaced
@@ -85,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # reported by the command's own parser, with its usage, not the top level's
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2

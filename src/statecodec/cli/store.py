@@ -11,6 +11,7 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from statecodec._settings import store_url
 from statecodec.cli._output import show, store_time
 from statecodec.errors import ConfigurationError
 
@@ -47,16 +48,14 @@ def on_store(work: Callable[[Any], Awaitable[T]], *, guard: bool = True) -> T:
     import asyncio
 
     from statecodec.mcp import guard_from_env, store_from_env
-    from statecodec.store import MemoryStore
 
     settings = {"STATECODEC_STORE_TIMEOUT": "5", **os.environ}
+    url, _ = store_url(settings)  # not shown: it may hold a password
+    if url is None or url == "memory":
+        what = "=memory is a store inside one process: this command would only see its own" if url else " is not set"
+        raise ConfigurationError(f"STATECODEC_STORE_URL{what}; set it to the redis:// URL the servers use")
     target: Any = guard_from_env(settings) if guard else store_from_env(settings)
     store = target.store if guard else target
-    if isinstance(store, MemoryStore):
-        raise ConfigurationError(
-            "STATECODEC_STORE_URL=memory is a store inside one process: this command would only see its own; set "
-            "STATECODEC_STORE_URL to the redis:// URL the servers use"
-        )
 
     async def run() -> T:
         try:
