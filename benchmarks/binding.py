@@ -33,7 +33,7 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any, cast
 
 from mcp.server.context import ServerRequestContext
@@ -42,6 +42,7 @@ from mcp.server.request_state import AESGCMRequestStateCodec, RequestStateBounda
 from statecodec import AESGCMCodec, BoundCodec, InvalidToken, KeyRing, generate_key
 from statecodec.binding import mcp_request_context
 from statecodec.cli.bench import interleave
+from statecodec.sync import finish
 
 Op = Callable[[], object]
 METHOD = "tools/call"
@@ -50,15 +51,6 @@ PARAMS: dict[str, Any] = {"name": "provision", "arguments": {"name": "orders", "
 STATE = b'{"step":2,"asked":"region","draft":"' + b"x" * 260 + b'"}'
 SMALL_STATE = b'{"step":2,"asked":"region","draft":"' + b"x" * 160 + b'"}'  # ~200 bytes
 
-
-def _finish(coroutine: Coroutine[Any, Any, Any]) -> Any:
-    """The result of a coroutine that never suspends."""
-    try:
-        coroutine.send(None)
-    except StopIteration as done:
-        return done.value
-    coroutine.close()
-    raise RuntimeError("the boundary suspended; it cannot be timed without an event loop")
 
 
 def round_ops() -> dict[str, Op]:
@@ -77,7 +69,8 @@ def round_ops() -> dict[str, Op]:
     boundary = RequestStateBoundary(
         RequestStateSecurity(codec=codec, bind_principal=lambda ctx: PRINCIPAL), default_audience="bench"
     )
-    retry = request({**PARAMS, "requestState": _finish(boundary(request(PARAMS), handler))["requestState"]})
+    first: dict[str, Any] = cast(dict[str, Any], finish(boundary(request(PARAMS), handler)))
+    retry = request({**PARAMS, "requestState": first["requestState"]})
     bound = BoundCodec(codec, audience="bench", binding_key=generate_key())
     bound_token = bound.seal(STATE, principal=PRINCIPAL, context=mcp_request_context(METHOD, retry.params))
     bare_token = codec.seal(STATE)
@@ -90,8 +83,8 @@ def round_ops() -> dict[str, Op]:
     return {
         "bare": lambda: (codec.unseal(bare_token), codec.seal(STATE)),
         "bound": bound_round,
-        "handler": lambda: _finish(handler(retry)),
-        "boundary": lambda: _finish(boundary(retry, handler)),
+        "handler": lambda: finish(handler(retry)),
+        "boundary": lambda: finish(boundary(retry, handler)),
     }
 
 

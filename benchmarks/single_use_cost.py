@@ -23,45 +23,36 @@ import argparse
 import os
 import statistics
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
 from statecodec import AESGCMCodec, BoundCodec, generate_key
 from statecodec.binding import mcp_request_context
 from statecodec.cli.bench import interleave
 from statecodec.single_use import SingleUse, SingleUseCodec
 from statecodec.store import MemoryStore
+from statecodec.sync import finish
 
 STATE = b'{"step":2,"cursor":"' + b"c" * 278 + b'"}'
 WHO, TRIPLE = "user-42", ("app-1", "https://id.example.com", "user-42")
 CONTEXT = mcp_request_context("tools/call", {"name": "provision", "arguments": {"name": "orders", "replicas": 3}})
 
 
-def _drive(coroutine: Coroutine[Any, Any, Any]) -> Any:
-    """The result of a coroutine that never suspends."""
-    try:
-        coroutine.send(None)
-    except StopIteration as done:
-        return done.value
-    coroutine.close()
-    raise RuntimeError("the in-process store suspended")
-
 
 def ops() -> tuple[dict[str, Callable[[], object]], SingleUseCodec]:
     bound = BoundCodec(AESGCMCodec([os.urandom(32)]), audience="bench", binding_key=generate_key())
     guard = SingleUse(MemoryStore(), key=generate_key(), ttl=600)
-    _drive(guard.start())
+    finish(guard.start())
     adapter = SingleUseCodec(bound, SingleUse(MemoryStore(), key=generate_key(), ttl=600))
 
     def pair() -> bytes:
         return bound.unseal(bound.seal(STATE, principal=WHO, context=CONTEXT), principal=WHO, context=CONTEXT)
 
     def stamp_consume() -> bytes:
-        return bytes(_drive(guard.consume(guard.stamp(STATE, principal=TRIPLE))))
+        return bytes(finish(guard.consume(guard.stamp(STATE, principal=TRIPLE))))
 
     def guarded_pair() -> bytes:  # what `statecodec bench` times: the pair around a stamp, then its consume
         token = bound.seal(guard.stamp(STATE, principal=TRIPLE), principal=WHO, context=CONTEXT)
-        return bytes(_drive(guard.consume(bound.unseal(token, principal=WHO, context=CONTEXT))))
+        return bytes(finish(guard.consume(bound.unseal(token, principal=WHO, context=CONTEXT))))
 
     def codec_pair() -> bytes:
         token = adapter.seal(STATE, principal=WHO, context=CONTEXT)

@@ -27,7 +27,7 @@ from statecodec._types import Codec, HoldsSecrets, WrapsCodec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable, missing_extra
 from statecodec.keys import KeyRing, derive_key, field, mac
 from statecodec.store import MemoryStore, Outcome, Store, Verdict, check_owner
-from statecodec.sync import LoopThread
+from statecodec.sync import LoopThread, finish
 
 __all__ = ["Principal", "Selector", "SingleUse", "SingleUseCodec", "canonical_json"]
 
@@ -315,12 +315,7 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
         # thread. Only that exact class: a subclass may do I/O, and a started coroutine cannot move to a loop.
         if type(self.guard.store) is not MemoryStore:
             return self._loop.submit(coroutine).result()  # a store that does I/O binds its connections to this one loop
-        try:
-            coroutine.send(None)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        coroutine.close()
-        raise RuntimeError("the in-process store suspended")
+        return finish(coroutine)
 
     def seal(self, state: bytes, *, principal: str | Principal | None = None, scopes: Mapping[str, str] | None = None,
              **kwargs: Any) -> str:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from statecodec.errors import StoreError
 
-__all__ = ["LoopThread"]
+__all__ = ["LoopThread", "finish"]
 
 T = TypeVar("T")
 
@@ -56,3 +56,14 @@ class LoopThread:
             loop.call_soon_threadsafe(loop.stop)
             thread.join()
             loop.close()
+
+
+def finish(coroutine: Coroutine[Any, Any, T]) -> T:
+    """The result of a coroutine that never suspends (one over the in-process store), run to its end in this thread:
+    no loop, no hand-off; `RuntimeError` if it suspends after all."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coroutine.close()
+    raise RuntimeError("a coroutine that was to finish at once suspended: it needs an event loop")

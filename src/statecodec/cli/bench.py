@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 import timeit
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -127,14 +127,6 @@ def interleave(
     return values
 
 
-def _drive(coroutine: Coroutine[Any, Any, Any]) -> Any:
-    """The in-process store never suspends, so a consume runs to its end without an event loop's own cost."""
-    try:
-        coroutine.send(None)
-    except StopIteration as done:
-        return done.value
-    raise RuntimeError("the in-process store suspended")
-
 
 def _single_use_ops() -> dict[str, Callable[[], object]]:
     """One `BoundCodec` seal+unseal pair of a 300-byte state with a principal and an MCP request context, and the
@@ -143,10 +135,11 @@ def _single_use_ops() -> dict[str, Callable[[], object]]:
     from statecodec.binding import mcp_request_context
     from statecodec.single_use import SingleUse
     from statecodec.store import MemoryStore
+    from statecodec.sync import finish
 
     bound = BoundCodec(AESGCMCodec([os.urandom(32)]), audience="bench", binding_key=os.urandom(32))
     guard, state = SingleUse(MemoryStore(), key=os.urandom(32), ttl=600), PAYLOADS["300 B"]
-    _drive(guard.start())
+    finish(guard.start())
     who, context = "user-42", mcp_request_context("tools/call", {"name": "t", "arguments": {}})
 
     def pair() -> bytes:
@@ -155,7 +148,7 @@ def _single_use_ops() -> dict[str, Callable[[], object]]:
     def single_use() -> bytes:
         stamped = guard.stamp(state, principal=("client", "https://issuer", who))
         token = bound.seal(stamped, principal=who, context=context)
-        return bytes(_drive(guard.consume(bound.unseal(token, principal=who, context=context))))
+        return bytes(finish(guard.consume(bound.unseal(token, principal=who, context=context))))
 
     return {"single use: BoundCodec pair": pair, "single use: pair + stamp + consume": single_use}
 
