@@ -5,6 +5,7 @@ Each test is an attack or a failure (its name says which). Fleet: tests/integrat
 from __future__ import annotations
 
 import hmac
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.types import CallToolRequestParams, CallToolResult, ElicitResult, ErrorData, InputRequiredResult, TextContent
 
-from statecodec import AESGCMCodec, Codec, ConfigurationError, format_keys, generate_key
+from statecodec import AESGCMCodec, Codec, ConfigurationError, InvalidToken, format_keys, generate_key
 from statecodec._settings import retry_safe as retry_safe_settings
 from statecodec.errors import StoreUnreachable
 from statecodec.mcp import SingleUseMiddleware, single_use_from_env
@@ -189,6 +190,19 @@ def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start
     assert one != digest("m", {"arguments": {"n": 1.5}}, "s", None)
     assert one != digest("m", {"arguments": {"n": 1}, "task": {}}, "s", None)  # any param a handler may read
     assert digest("m", {"name": "\u00e9"}, "s", None) != digest("m", {"name": "e\u0301"}, "s", None)
+    # "Numbers are read from the request's JSON text": an integer beyond 2^53 - 1 is refused, others in ECMAScript form
+    def of(text: str) -> bytes:
+        return digest("m", json.loads(f'{{"n":{text}}}'), "s", None)
+
+    big = b'{"method":"m","params":{"n":1e+21},"principal":[null,null,null],"state":"s"}'
+    assert of("1e21") == hmac.new(hkdf(bytes(range(32)), b"statecodec/su2/retry"), big, "sha256").digest()[:16]
+    assert of("10.0") == of("1E1") == of("10")
+    assert of("-0.0") == of("0") == of("1e-400")
+    assert of("9007199254740993.0") == of("9007199254740992.0") == of("9.007199254740992e15")
+    assert of("9007199254740991") == of("9007199254740991.0")
+    for text in ("9007199254740992", "-9007199254740992", "1e400", '"\\ud800"'):
+        with pytest.raises(InvalidToken, match=r"^malformed$"):
+            of(text)
     env = {"STATECODEC_STORE_URL": "memory", "STATECODEC_STORE_KEY": format_keys([STORE_KEY])}
     assert single_use_from_env(env).retry_safe is False
     assert single_use_from_env(env | {"STATECODEC_RETRY_SAFE": "on"}).retry_safe is True
@@ -199,6 +213,22 @@ def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start
     monkeypatch.setitem(sys.modules, "rfc8785", None)  # `mcp` without statecodec[mcp]: refused at start, not per retry
     with pytest.raises(ImportError, match=r"pip install 'statecodec\[mcp\]'"):
         single_use_from_env(env | {"STATECODEC_RETRY_SAFE": "on"})
+
+
+def test_a_kept_answer_is_compact_ascii_json_and_the_cap_counts_its_bytes() -> None:
+    kept: list[bytes] = []
+
+    class Keeping(SingleUse):
+        async def keep(self, key: bytes, retry: bytes, data: bytes) -> bool:
+            kept.append(data)
+            return True
+
+    answer = {"result": {"z": "\u00e9", "t": "\U0001f600", "a": [1, 2.5, None]}}
+    compact = b'{"result":{"z":"\\u00e9","t":"\\ud83d\\ude00","a":[1,2.5,null]}}'  # docs/formats.md, "Kept answer"
+    for cap in (len(compact), len(compact) - 1):
+        middleware = SingleUseMiddleware(Keeping(MemoryStore(), key=STORE_KEY, ttl=60), retry_safe=True, max_result=cap)
+        anyio.run(middleware._keep, KEY[:16], bytes(16), answer)
+    assert kept == [compact, b"{}"]
 
 
 class Gone(MemoryStore):

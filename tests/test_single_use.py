@@ -45,7 +45,7 @@ class Fixed(MemoryStore):
 
     def __init__(self, now_ms: int) -> None:
         super().__init__()
-        self.now, self.claims = now_ms, list[dict[str, Any]]()
+        self.now, self.claims, self.outcome = now_ms, list[dict[str, Any]](), Outcome.FIRST
         self.error: BaseException | str | None = None
 
     async def hello(self, **kw: Any) -> Hello:
@@ -55,7 +55,7 @@ class Fixed(MemoryStore):
         self.claims.append(kw)
         if isinstance(self.error, BaseException):
             raise self.error
-        return Verdict(Outcome.FIRST, EPOCH, None if self.error else self.now)  # type: ignore[arg-type]
+        return Verdict(self.outcome, EPOCH, None if self.error else self.now)  # type: ignore[arg-type]
 
 
 def fixed_guard(now_ms: int, ttl: float = 600, **kw: Any) -> tuple[SingleUse, Fixed]:
@@ -223,6 +223,24 @@ def test_a_store_that_suspends_runs_on_one_loop_thread_started_on_first_use_and_
     finally:
         codec.close()
     assert _loop_threads() == before
+
+
+@pytest.mark.parametrize(
+    ("outcome", "skew_ms", "reason"),
+    [(Outcome.USED, 0, "replayed"), (Outcome.EXPIRED, 0, "expired"), (Outcome.REVOKED, 0, "revoked"),
+     (Outcome.FORGOTTEN, 0, "store_unavailable"), (Outcome.FOREIGN, 0, "store_unavailable"),
+     (Outcome.FIRST, 1001, "store_unavailable"), (Outcome.USED, 1001, "replayed")],
+)
+def test_each_verdict_is_refused_with_the_reason_docs_formats_md_names(
+    outcome: Outcome, skew_ms: int, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    guard, store = fixed_guard(1_767_225_600_000)  # docs/formats.md, "claim": what the presenting instance makes of it
+    stamped = guard.stamp(b"x")
+    store.outcome, store.now = outcome, store.now + skew_ms  # the store's clock beyond the 1 s skew: FIRST is refused
+    with caplog.at_level(logging.WARNING, "statecodec.single_use"), pytest.raises(InvalidToken) as refused:
+        asyncio.run(guard.consume(stamped))
+    assert refused.value.reason.value == reason
+    assert ("another store key" in caplog.text) is (outcome is Outcome.FOREIGN)
 
 
 @pytest.mark.parametrize(
