@@ -25,7 +25,7 @@ Several workers behind one port need an import string, which `create_app`
 serves as a factory::
 
     python examples/fleet_server.py --port 8001 --workers 2
-    uvicorn --factory --app-dir examples fleet_server:create_app --port 8001 --workers 2
+    FLEET_PORT=8001 uvicorn --factory --app-dir examples fleet_server:create_app --port 8001 --workers 2
 
 Single use and revocation (docs/single-use.md): when ``STATECODEC_STORE_URL``
 names the fleet's shared store, each ``requestState`` is accepted at most once
