@@ -325,3 +325,15 @@ def test_the_cli_refuses_an_in_process_store_and_padded_values(
         out, err = capsys.readouterr()
         assert "without leading or trailing whitespace" in err or "NAME=VALUE" in err
         assert "revoked" not in out
+
+
+def test_one_cause_of_refusal_does_not_hide_the_next_from_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    guard, store = fixed_guard(1_767_225_600_000)
+    stamped = [guard.stamp(b"x") for _ in range(4)]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "statecodec.single_use"):
+        for error, token in zip(["stalled"] * 2 + ["full"] * 2, stamped, strict=True):
+            store.error = StoreError(f"the store at fixed:0 is {error}")
+            with pytest.raises(InvalidToken, match="store_unavailable"):
+                asyncio.run(guard.consume(token))
+    assert [r.getMessage().split(":")[1].split()[-1] for r in caplog.records] == ["stalled", "full"]  # each once

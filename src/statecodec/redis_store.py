@@ -126,6 +126,12 @@ def script(body: str) -> Script:
 _RUN = {name: script(body) for name, body in _SCRIPTS.items()}
 
 
+def _shown(name: bytes) -> str:
+    """A field name someone with write access put in the store, printable: its bytes as a bytes literal shows them
+    (``\\xff``, ``\\x1b``), never decoded text that could fail or move the operator's terminal."""
+    return ascii(name)[2:-1]
+
+
 def _parse(url: str) -> tuple[str, dict[str, Any]]:
     """(host:port, the client's keyword arguments) of a store URL, parsed here: a password may hold / ? # @."""
     scheme, _, rest = url.partition("://")
@@ -234,7 +240,7 @@ class RedisStore(HoldsSecrets):
         keys = [*self._keys[:2], self._claim(key)]
         args = (fingerprint.hex(), secrets.token_hex(8), epoch.hex(), issued_ms, expires_ms, lifetime_ms, skew_ms)
         reply = await self.run(_RUN["claim"], keys, *args, retry.hex() or "1", *(scope.hex() for scope in scopes))
-        malformed = tuple(name.decode() for name in reply[3]) if len(reply) > 3 else ()
+        malformed = tuple(_shown(name) for name in reply[3]) if len(reply) > 3 else ()
         result = reply[4] if len(reply) > 4 else b""
         return Verdict(Outcome(reply[0].decode()), bytes.fromhex(reply[1].decode()), int(reply[2]), malformed, result)
 
@@ -257,7 +263,7 @@ class RedisStore(HoldsSecrets):
     async def health(self, *, fingerprint: bytes) -> dict[str, object]:
         owner, count, bad, now, life, skew, policy = await self.run(_RUN["inspect"], self._keys[:2], fingerprint.hex())
         return {"store": "redis", "server": self.where, "namespace": self.namespace, "owner": owner.decode(),
-                "revocations": int(count), "malformed": [name.decode() for name in bad], "store_time_ms": int(now),
+                "revocations": int(count), "malformed": [_shown(name) for name in bad], "store_time_ms": int(now),
                 "longest_lifetime_ms": int(life), "clock_skew_ms": int(skew), "maxmemory_policy": policy.decode()}
 
     async def aclose(self) -> None:

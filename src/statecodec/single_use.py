@@ -72,7 +72,7 @@ class SingleUse(HoldsSecrets):
     """The single-use and revocation rules over any `Store`, from one event loop; `key` is the same on every instance,
     and beyond `clock_skew` from the store's clock this instance neither mints nor accepts."""
 
-    __slots__ = ("_all", "_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_keys", "_macs", "_quiet_until",
+    __slots__ = ("_all", "_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_keys", "_macs", "_quiet",
                  "_skewed", "clock_skew", "deadline", "on_store_error", "store", "ttl", "where")
 
     def __init__(self, store: Store, *, key: bytes | KeyRing, ttl: float, clock: Callable[[], float] = time.time,
@@ -98,7 +98,8 @@ class SingleUse(HoldsSecrets):
         self._answers = AESGCM(self._keys["result"])  # the retry-safe mode's kept answers
         self._epoch: bytes | None = None  # the store's epoch, once it answered: stamps carry it
         self._skewed: str | None = "the store has not answered yet"  # why this instance may not mint
-        self._quiet_until, self._anchor = 0.0, (0.0, 0.0)  # (store clock - monotonic, round trip) at its last answer
+        self._quiet: dict[str, float] = {}  # each warning's text -> until when it is not repeated
+        self._anchor = (0.0, 0.0)  # (store clock - monotonic, round trip) at the store's last answer
         if on_store_error == "accept":
             logger.warning("single use is availability first: a token is accepted unchecked while the store is down")
 
@@ -254,10 +255,12 @@ class SingleUse(HoldsSecrets):
         raise InvalidToken(Reason.STORE_UNAVAILABLE)
 
     def warn(self, message: str) -> None:
-        """One WARNING per 10 s, not one per token: an outage, or a store one client filled, cannot flood the log."""
-        if time.monotonic() >= self._quiet_until:
+        """One WARNING per cause per 10 s, not one per token: an outage, or a store one client filled, cannot flood the
+        log, and one cause (a stall) cannot hide the next (the store is full)."""
+        now = time.monotonic()
+        if self._quiet.get(message, 0.0) <= now:
             logger.warning(message)
-            self._quiet_until = time.monotonic() + 10
+            self._quiet = {text: until for text, until in self._quiet.items() if until > now} | {message: now + 10}
 
     def _selector(self, selector: Selector) -> bytes:
         kinds = [k for k in ("principal", "client", "scope", "everything") if selector.get(k) not in {None, False}]

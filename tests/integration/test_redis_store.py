@@ -352,3 +352,23 @@ def test_a_cluster_keeps_a_namespace_in_one_slot_under_the_minimal_acl(
     finally:
         for node in redis_cluster:
             node.cli("ACL", "DELUSER", "statecodec")
+
+
+def test_store_check_names_a_malformed_entry_whose_name_is_not_utf8_escaped_and_goes_on(
+    redis_url: str, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    namespace = f"bytes-{time.monotonic_ns()}"
+    for name, value in (("URL", redis_url), ("KEY", format_keys([KEY])), ("NAMESPACE", namespace)):
+        monkeypatch.setenv(f"STATECODEC_STORE_{name}", value)
+
+    async def serve_once() -> None:  # a server has used it
+        guard = SingleUse(RedisStore.from_url(redis_url, namespace=namespace), key=KEY, ttl=600)
+        await guard.start()
+        await guard.aclose()
+
+    run(serve_once)
+    client = redis.Redis(port=redis_server.port)
+    client.hset(f"{{{namespace}}}:r", b"\xff\x1b[2J", b"?")  # malformed, by one with write access; not UTF-8
+    client.close()
+    assert main(["store", "check", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["malformed"] == ["\\xff\\x1b[2J"]  # escaped: no control character
