@@ -1,5 +1,6 @@
 """What live reloading costs a token: seal+unseal through `codec_from_env` with ``STATECODEC_RELOAD_INTERVAL`` set
-(a `ReloadingCodec`, its watcher thread polling the key file) against the same key file without it (not a test).
+(a `ReloadingCodec`, its watcher polling the key file on the loop thread `start` gives it) against the same key file
+without it (not a test).
 
 Each round times both sides, a ~300-byte state sealed and unsealed, in a fresh random order, keeping each side's
 fastest of three batches (`statecodec bench`'s interleaving), by this process's CPU time, which counts the watcher
@@ -37,6 +38,7 @@ def main() -> None:
         static = codec_from_env({"STATECODEC_KEYS_FILE": str(ring)})
         live = codec_from_env({"STATECODEC_KEYS_FILE": str(ring), "STATECODEC_RELOAD_INTERVAL": args.interval})
         assert isinstance(live, ReloadingCodec)
+        live.start()
         ops: dict[str, Callable[[], object]] = {"static": lambda: static.unseal(static.seal(STATE)),
                                                 "live": lambda: live.unseal(live.seal(STATE))}
         s = interleave(ops, args.rounds, args.batch_ms / 1000, timer=time.process_time)

@@ -55,8 +55,7 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
         self._asked = self._closed = False
         self._wake: Callable[[], object] | None = None  # ends the watcher's wait at once, from any thread
         self._sync: tuple[LoopThread, Future[None]] | None = None  # `start`'s loop and its watcher
-        # The process whose watcher follows the files: none yet, or none needed without an interval.
-        self._watched_in = os.getpid() if interval is None else 0
+        self._watched = interval is None  # a watcher ran, or none is needed: a flag, not a check per token
         self._seen = self._stats()  # before the build: a change while it reads is seen at the next poll
         self.codec: Codec = require_codec(build(), "the configured codec")  # start-up fails as without reloading
         if not self.key_ids:  # `early_drop` guards a ring by its key ids: with none, any reload would pass
@@ -67,23 +66,20 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
         self._demoted = dict.fromkeys(self.key_ids[1:], clock())
 
     def seal(self, payload: bytes) -> str:
-        if self._watched_in != os.getpid():
+        if not self._watched:
             self._unwatched()
         return self.codec.seal(payload)  # one read of the current codec: one ring per token
 
     def unseal(self, token: str) -> bytes:
-        if self._watched_in != os.getpid():
+        if not self._watched:
             self._unwatched()
         return self.codec.unseal(token)
 
     def _unwatched(self) -> None:
-        """Say once per process that its files are not followed: a codec never run by a lifespan or `start`, or one
-        forked after (a child does not inherit the parent's watcher)."""
-        self._watched_in = os.getpid()
-        if self.interval is not None:
-            logger.error("statecodec: a reloading codec is never watched in this process, so its key files are not "
-                         "followed: build the server with statecodec.mcp.from_env and pass its lifespan, or call "
-                         "codec.start() (after any fork)")
+        """Say once that its files are not followed: a codec handed to the SDK with no lifespan and no `start`."""
+        self._watched = True
+        logger.error("statecodec: a reloading codec is never watched, so its key files are not followed: build the "
+                     "server with statecodec.mcp.from_env and pass its lifespan, or call codec.start() after any fork")
 
     def __repr__(self) -> str:
         return f"ReloadingCodec({self.codec!r})"
@@ -153,7 +149,7 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
         if self.interval is None:
             raise ConfigurationError("a watcher polls every interval: give the codec one (STATECODEC_RELOAD_INTERVAL)")
         loop, woken = asyncio.get_running_loop(), stop or asyncio.Event()
-        self._wake, self._watched_in = (lambda: loop.call_soon_threadsafe(woken.set)), os.getpid()
+        self._wake, self._watched = (lambda: loop.call_soon_threadsafe(woken.set)), True
         pool, rebuild = ThreadPoolExecutor(1, thread_name_prefix="statecodec-rebuild"), None
         try:
             while not (self._closed or woken.is_set()):
@@ -172,7 +168,7 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
     def start(self, report: Report | None = None) -> None:
         """`watch` in a synchronous program, on a loop thread of this codec's own (`statecodec.sync`)."""
         if self._sync is None:
-            loop, self._watched_in = LoopThread("statecodec-reload"), os.getpid()
+            loop, self._watched = LoopThread("statecodec-reload"), True
             self._sync = (loop, loop.submit(self.watch(report)))
 
     def close(self) -> None:
