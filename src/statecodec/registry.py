@@ -6,16 +6,15 @@ the store's clock, and an instance that left still counts for the wait before it
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from statecodec._settings import INSTANCE_NAME
-from statecodec.errors import StoreError, StoreUnreachable
+from statecodec.errors import StoreError
 from statecodec.reload import Snapshot
 from statecodec.rotation import Fleet, Member
-from statecodec.store import MemoryStore, Store
+from statecodec.store import MemoryStore, Store, bounded
 
 if TYPE_CHECKING:
     from statecodec.redis_store import RedisStore
@@ -95,12 +94,7 @@ class RedisRegistry:
 
     async def _bounded(self, name: str, *args: str | int) -> Any:
         """One script under the store's deadline (a heartbeat, a leave at shutdown, `rotate`: none waits for ever)."""
-        try:
-            async with asyncio.timeout(self.store.deadline):
-                return await self.store.run(self._run[name], self._keys, *args)
-        except TimeoutError:
-            pass
-        raise StoreUnreachable(f"the Redis store at {self.store.where} did not answer within {self.store.deadline:g} s")
+        return await bounded(self.store, self.store.run(self._run[name], self._keys, *args))
 
     async def aclose(self) -> None:
         await self.store.aclose()

@@ -7,7 +7,6 @@ unreachable store can be accepted through (``on_store_error="accept"``), decided
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
 import logging
@@ -15,7 +14,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 from cryptography.exceptions import InvalidTag
@@ -26,7 +25,7 @@ from statecodec._settings import MAX_FUTURE_SKEW, MAX_TTL, named_errors, seconds
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable, missing_extra
 from statecodec.keys import KeyRing, derive_key, field, mac
-from statecodec.store import MemoryStore, Outcome, Store, Verdict, check_owner
+from statecodec.store import MemoryStore, Outcome, Store, Verdict, bounded, check_owner
 from statecodec.sync import LoopThread, finish
 
 __all__ = ["Principal", "Selector", "SingleUse", "SingleUseCodec", "canonical_json"]
@@ -130,26 +129,8 @@ class SingleUse(HoldsSecrets):
 
     async def keep(self, key: bytes, retry: bytes, data: bytes) -> bool:
         """Keep the answer `data`, sealed, beside the claim `retry` made until the token expires; False: claim gone."""
-        return await self._bounded(self.store.keep(key=key, retry=retry, result=self.seal_answer(key, retry, data)))
-
-    async def _bounded(self, call: Awaitable[T]) -> T:
-        """`call` under the one deadline; past it `StoreUnreachable`, but `StoreError` when this instance's own loop
-        read the outcome late (a flood of requests here is no outage of the store: never accepted through)."""
-        if self.deadline is None:  # a store whose calls never wait
-            return await call
-        loop = asyncio.get_running_loop()
-        end = loop.time() + self.deadline
-        failure: StoreError
-        try:
-            async with asyncio.timeout_at(end):
-                return await call
-        except TimeoutError:
-            failure = StoreUnreachable(f"the store at {self.where} did not answer within {self.deadline:g} s")
-        except StoreUnreachable as exc:
-            failure = exc
-        if loop.time() > end + self.deadline / 8:
-            failure = StoreError(f"the store at {self.where}: this instance was too busy to read its answer")
-        raise failure  # outside the handlers: nothing is chained to it
+        sealed = self.seal_answer(key, retry, data)
+        return await bounded(self.store, self.store.keep(key=key, retry=retry, result=sealed))
 
     @property
     def started(self) -> bool:
@@ -170,7 +151,7 @@ class SingleUse(HoldsSecrets):
     async def start(self) -> None:
         """One round trip: begin the store's memory, record this lifetime, check its owner, memory policy and clock."""
         before, skew_ms, ttl_ms = self._clock(), round(self.clock_skew * 1000), round(self.ttl * 1000)
-        hello = await self._bounded(self.store.hello(fingerprint=self._fingerprint, lifetime_ms=ttl_ms,
+        hello = await bounded(self.store, self.store.hello(fingerprint=self._fingerprint, lifetime_ms=ttl_ms,
                                                      skew_ms=skew_ms))
         skewed = self._skew(before, hello.now_ms, self._clock())
         check_owner(hello.owner, self.where)
@@ -224,13 +205,12 @@ class SingleUse(HoldsSecrets):
             if self._epoch is None:
                 await self.start()
             before, key = self._clock(), mac(self._macs["claim"], body[:16])
-            claim = self.store.claim(
+            verdict = await bounded(self.store, self.store.claim(
                 fingerprint=self._fingerprint, key=key, epoch=body[28:36],
                 issued_ms=int.from_bytes(body[16:22]), expires_ms=int.from_bytes(body[22:28]),
                 lifetime_ms=round(self.ttl * 1000), skew_ms=round(self.clock_skew * 1000),
                 scopes=[*scopes, self._all], retry=retry,
-            )
-            verdict = await (claim if self.deadline is None else self._bounded(claim))  # no timer for the in-process
+            ))
             self._skewed = self._skew(before, verdict.now_ms, self._clock())
         except StoreUnreachable as exc:
             if self.on_store_error == "accept":
@@ -279,14 +259,15 @@ class SingleUse(HoldsSecrets):
         """Refuse, on every instance, each token minted until now (plus `clock_skew`) carrying the selected scope;
         the instant it took effect, on the store's clock (seconds)."""
         digest, skew_ms = self._selector(selector), round(self.clock_skew * 1000)
-        return await self._bounded(self.store.revoke(digest, fingerprint=self._fingerprint, skew_ms=skew_ms)) / 1000
+        at_ms = await bounded(self.store, self.store.revoke(digest, fingerprint=self._fingerprint, skew_ms=skew_ms))
+        return at_ms / 1000
 
     async def lift(self, **selector: Unpack[Selector]) -> bool:
         """Undo the revocation `revoke` made with the same selector; whether there was one."""
-        return await self._bounded(self.store.lift(self._selector(selector), fingerprint=self._fingerprint))
+        return await bounded(self.store, self.store.lift(self._selector(selector), fingerprint=self._fingerprint))
 
     async def health(self) -> dict[str, object]:
-        return await self._bounded(self.store.health(fingerprint=self._fingerprint))
+        return await bounded(self.store, self.store.health(fingerprint=self._fingerprint))
 
     async def aclose(self) -> None:
         await self.store.aclose()

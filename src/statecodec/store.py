@@ -7,18 +7,21 @@ reached, else a `StoreError`.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import heapq
 import hmac
 import secrets
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import NamedTuple, Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
 
-from statecodec.errors import ConfigurationError, StoreError
+from statecodec.errors import ConfigurationError, StoreError, StoreUnreachable
 
-__all__ = ["REDIS_SCHEMES", "Hello", "MemoryStore", "Outcome", "Store", "Verdict", "check_owner"]
+__all__ = ["REDIS_SCHEMES", "Hello", "MemoryStore", "Outcome", "Store", "Verdict", "bounded", "check_owner"]
+
+T = TypeVar("T")
 
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")  # a server, TLS, a socket, a Cluster
 
@@ -47,6 +50,26 @@ class Hello(NamedTuple):
     owner: str  # "new" (this call began the store's memory), "ok" or "foreign"
     epoch: bytes
     now_ms: int
+
+
+async def bounded(store: Store, call: Awaitable[T]) -> T:
+    """`call` to `store` under its one deadline; past it `StoreUnreachable`, but `StoreError` when this instance's own
+    loop read the outcome late (a flood of requests here is no outage of the store: never accepted through)."""
+    if store.deadline is None:  # a store whose calls never wait
+        return await call
+    loop = asyncio.get_running_loop()
+    end = loop.time() + store.deadline
+    failure: StoreError
+    try:
+        async with asyncio.timeout_at(end):
+            return await call
+    except TimeoutError:
+        failure = StoreUnreachable(f"the store at {store.where} did not answer within {store.deadline:g} s")
+    except StoreUnreachable as exc:
+        failure = exc
+    if loop.time() > end + store.deadline / 8:
+        failure = StoreError(f"the store at {store.where}: this instance was too busy to read its answer")
+    raise failure  # outside the handlers: nothing is chained to it
 
 
 def check_owner(owner: str, where: str) -> None:
