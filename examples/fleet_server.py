@@ -45,10 +45,18 @@ demonstration issuer, and ``demo-<subject>@<issuer>`` at ``<issuer>``; anyone
 can forge it, so it exists only to let a client on this machine act as
 different users.
 
+``--server fastmcp`` (``FLEET_SERVER=fastmcp``, the ``fastmcp`` extra) serves the same tools from a `FastMCP`
+server, protected the FastMCP way: its lifespan appends single use after the SDK's boundary itself::
+
+    FastMCP("fleet", request_state_security=protection.security, lifespan=protection.lifespan)
+
+``FLEET_METRICS=1`` counts each ``requestState`` answered (statecodec.otel, in memory) and serves the counts as JSON
+at ``/metrics``; a real server exports them instead (docs/observability.md).
+
 ``--mode sdk-default`` (or ``FLEET_MODE=sdk-default``) leaves the SDK's
 per-process key in place, to show the failure the shared ring prevents.
 Settings come from the command line or the environment (``FLEET_HOST``,
-``FLEET_PORT``, ``FLEET_WORKERS``, ``FLEET_MODE``, ``FLEET_DEMO_AUTH``,
+``FLEET_PORT``, ``FLEET_WORKERS``, ``FLEET_MODE``, ``FLEET_SERVER``, ``FLEET_DEMO_AUTH``,
 ``FLEET_LOG_LEVEL``: at ``info``, uvicorn logs each worker's start, death and
 replacement; ``FLEET_RUNS_FILE``: a file each completed ``provision`` appends its
 name to, to count the steps that ran); the server binds a loopback address only.
@@ -84,10 +92,12 @@ from statecodec.mcp import Protection, from_env
 SERVER_NAME = "fleet"
 TOOL = "provision"
 MODES = ("shared", "sdk-default")
+SERVERS = ("mcpserver", "fastmcp")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8001
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
+METRICS_PATH = "/metrics"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 DEMO_TOKEN_PREFIX = "demo-"  # noqa: S105 (a prefix, not a secret)
 # The demonstration issuer: AuthSettings needs one; no token is ever fetched from it.
@@ -123,13 +133,34 @@ def instance_id() -> str:
     return f"pid-{os.getpid()}"
 
 
+class MetricsReader:
+    """``FLEET_METRICS=1``: statecodec's counter, read back in this process by the OpenTelemetry SDK."""
+
+    def __init__(self) -> None:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+        self.reader = InMemoryMetricReader()
+        self.meter = MeterProvider(metric_readers=[self.reader]).get_meter("fleet")
+
+    def counts(self) -> list[dict[str, Any]]:
+        """Each data point of ``statecodec.request_state``: its attributes and its value."""
+        data = self.reader.get_metrics_data()
+        metrics = [m for r in (data.resource_metrics if data else ()) for s in r.scope_metrics for m in s.metrics]
+        return [{**dict(point.attributes or {}), "value": getattr(point, "value", 0)}
+                for metric in metrics if metric.name == "statecodec.request_state" for point in metric.data.data_points]
+
+
+METRICS = MetricsReader() if os.environ.get("FLEET_METRICS") == "1" else None
+
+
 def protection_for(mode: str) -> Protection | None:
     """The request-state policy for `mode` (None leaves the SDK's per-process default), with single use and
     revocation when the environment names a store and its key, and live rotation when it sets a reload interval.
 
     Raises ConfigurationError (what to set, e.g. ``STATECODEC_STORE_KEY``) before the server starts."""
     if mode == "shared":
-        return from_env()
+        return from_env(metrics=METRICS is not None, meter=METRICS and METRICS.meter)
     if mode == "sdk-default":
         return None
     raise SystemExit(f"unknown mode {mode!r}; choose one of: {', '.join(MODES)}")
@@ -185,37 +216,88 @@ def build_server(
     @server.tool(name=TOOL)
     async def provision(name: str, ctx: Context[Any, Any]) -> Provisioned | InputRequiredResult:
         """Provision a database; asks which region to put it in."""
-        answer = (ctx.input_responses or {}).get("region")
-        if not isinstance(answer, ElicitResult) or answer.action != "accept" or not answer.content:
-            # Plain text here: the SDK seals it on the way out and verifies it on the way back.
-            state = json.dumps({"asked_by": instance_id()})
-            return InputRequiredResult(input_requests={"region": ASK_REGION}, request_state=state)
-        asked_by = json.loads(ctx.request_state)["asked_by"] if ctx.request_state else "nobody"
-        region = str(answer.content.get("region", ""))
-        if runs := os.environ.get("FLEET_RUNS_FILE"):  # one line per completed step, whichever process ran it
-            with Path(runs).open("a", encoding="utf-8") as record:
-                record.write(f"{name}\n")
-        return Provisioned(name=name, region=region, asked_by=asked_by, completed_by=instance_id())
+        return provisioned(name, ctx.input_responses, ctx.request_state)
 
     @server.tool(name="instance")
     def instance() -> str:
         """Which instance answers: a sync tool, run in a worker thread, that single use never waits for."""
         return instance_id()
 
-    async def health(request: Request) -> Response:
-        return JSONResponse({"instance": instance_id()})
-
-    server.custom_route(HEALTH_PATH, methods=["GET"])(health)
+    add_routes(server)
     return server
 
 
-def server_for(mode: str, demo_auth: bool) -> MCPServer[Any]:
-    """The server of `mode`, its protection built from the environment (a bad one raises before it starts)."""
+def provisioned(name: str, responses: Any, request_state: str | None) -> Provisioned | InputRequiredResult:
+    """The ``provision`` tool on either server: round 1 asks for the region, the retry that answers it completes."""
+    answer = (responses or {}).get("region")
+    if not isinstance(answer, ElicitResult) or answer.action != "accept" or not answer.content:
+        # Plain text here: the SDK seals it on the way out and verifies it on the way back.
+        state = json.dumps({"asked_by": instance_id()})
+        return InputRequiredResult(input_requests={"region": ASK_REGION}, request_state=state)
+    asked_by = json.loads(request_state)["asked_by"] if request_state else "nobody"
+    region = str(answer.content.get("region", ""))
+    if runs := os.environ.get("FLEET_RUNS_FILE"):  # one line per completed step, whichever process ran it
+        with Path(runs).open("a", encoding="utf-8") as record:
+            record.write(f"{name}\n")
+    return Provisioned(name=name, region=region, asked_by=asked_by, completed_by=instance_id())
+
+
+def add_routes(server: Any) -> None:
+    """The health route, and with ``FLEET_METRICS=1`` the counts, on either server."""
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"instance": instance_id()})
+
+    async def metrics(request: Request) -> Response:
+        return JSONResponse(METRICS.counts() if METRICS else [])
+
+    server.custom_route(HEALTH_PATH, methods=["GET"])(health)
+    server.custom_route(METRICS_PATH, methods=["GET"])(metrics)
+
+
+def build_fastmcp(security: RequestStateSecurity | None, *, lifespan: Any = None, demo_auth: bool = False) -> Any:
+    """`build_server`'s tools and routes on a `FastMCP` server (the ``fastmcp`` extra); `lifespan` is the whole of
+    statecodec's part, single use included: FastMCP's own ``middleware=`` runs before the SDK's boundary."""
+    from fastmcp import FastMCP
+    from fastmcp.server.auth import AccessToken as FastMCPAccessToken
+    from fastmcp.server.auth import TokenVerifier
+    from fastmcp.server.dependencies import get_context
+
+    class DemoVerifier(TokenVerifier):
+        async def verify_token(self, token: str) -> FastMCPAccessToken | None:
+            found = await DemoTokenVerifier().verify_token(token)
+            return None if found is None else FastMCPAccessToken(**found.model_dump())
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s:%(name)s:%(message)s")
+    server = FastMCP(SERVER_NAME, request_state_security=security, lifespan=lifespan,
+                     auth=DemoVerifier() if demo_auth else None)
+
+    @server.tool(name=TOOL)
+    async def provision(name: str) -> Provisioned | InputRequiredResult:
+        """Provision a database; asks which region to put it in."""
+        ctx = get_context()  # the annotation `ctx: Context` would need FastMCP imported with this module
+        return provisioned(name, ctx.input_responses, ctx.request_state)
+
+    @server.tool(name="instance")
+    def instance() -> str:
+        """Which instance answers: a sync tool, run in a worker thread, that single use never waits for."""
+        return instance_id()
+
+    add_routes(server)
+    return server
+
+
+def server_for(mode: str, demo_auth: bool, kind: str = "mcpserver") -> Any:
+    """The server of `mode` and `kind`, its protection built from the environment (a bad one raises before it
+    starts)."""
+    if kind not in SERVERS:
+        raise SystemExit(f"unknown server {kind!r}; choose one of: {', '.join(SERVERS)}")
     protection = protection_for(mode)
-    if protection is None:
-        return build_server(None, demo_auth=demo_auth)
-    return build_server(protection.security, middleware=protection.middleware, lifespan=protection.lifespan,
-                        demo_auth=demo_auth)
+    security, lifespan = (None, None) if protection is None else (protection.security, protection.lifespan)
+    if kind == "fastmcp":
+        return build_fastmcp(security, lifespan=lifespan, demo_auth=demo_auth)
+    middleware = [] if protection is None else protection.middleware
+    return build_server(security, middleware=middleware, lifespan=lifespan, demo_auth=demo_auth)
 
 
 def check_loopback(host: str) -> str:
@@ -241,7 +323,8 @@ def create_app() -> Starlette:
     env = os.environ
     try:
         host = check_loopback(env.get("FLEET_HOST", DEFAULT_HOST))
-        server = server_for(env.get("FLEET_MODE", "shared"), demo_auth_enabled(env.get("FLEET_DEMO_AUTH", "")))
+        demo_auth = demo_auth_enabled(env.get("FLEET_DEMO_AUTH", ""))
+        server = server_for(env.get("FLEET_MODE", "shared"), demo_auth, env.get("FLEET_SERVER", "mcpserver"))
     except (StatecodecError, ImportError, SystemExit) as exc:  # ImportError: an extra the settings need, e.g. redis
         message = exc.code if isinstance(exc, SystemExit) else exc
         print(f"fleet_server: cannot start: {message}", file=sys.stderr, flush=True)
@@ -249,10 +332,14 @@ def create_app() -> Starlette:
     return app_for(server, host)
 
 
-def app_for(server: MCPServer[Any], host: str) -> Starlette:
-    """The server's app, which prints one line on stdout once it serves: the socket is bound before the app starts
-    (by uvicorn's supervisor, or by `main` for one worker), so whoever started it knows when to connect."""
-    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+def app_for(server: Any, host: str) -> Starlette:
+    """The server's app (an `MCPServer` or a `FastMCP`), which prints one line on stdout once it serves: the socket
+    is bound before the app starts (by uvicorn's supervisor, or by `main` for one worker), so whoever started it
+    knows when to connect."""
+    if isinstance(server, MCPServer):
+        app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    else:
+        app = server.http_app(path=MCP_PATH)
     lifespan = app.router.lifespan_context
 
     @contextlib.asynccontextmanager
@@ -274,6 +361,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=env.get("FLEET_PORT", str(DEFAULT_PORT)))
     parser.add_argument("--workers", type=int, default=env.get("FLEET_WORKERS", "1"))
     parser.add_argument("--mode", choices=MODES, default=env.get("FLEET_MODE", "shared"))
+    parser.add_argument("--server", choices=SERVERS, default=env.get("FLEET_SERVER", "mcpserver"))
     parser.add_argument(
         "--demo-auth",
         action="store_true",
@@ -289,13 +377,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     host = check_loopback(args.host)
     try:
         # Built here even when workers build their own, so a bad configuration stops before any worker starts.
-        mcp_server = server_for(args.mode, args.demo_auth)
+        mcp_server = server_for(args.mode, args.demo_auth, args.server)
     except (StatecodecError, ImportError) as exc:  # ImportError: an extra the settings need (its message names it)
         raise SystemExit(f"cannot start: {exc}") from None
     # Workers re-create the app from these, so the factory and this process agree.
     os.environ["FLEET_HOST"] = host
     os.environ["FLEET_PORT"] = str(args.port)
     os.environ["FLEET_MODE"] = args.mode
+    os.environ["FLEET_SERVER"] = args.server
     os.environ["FLEET_DEMO_AUTH"] = "1" if args.demo_auth else "0"
     if args.workers > 1:  # each worker builds and starts its own
         uvicorn.run(

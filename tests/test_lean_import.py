@@ -16,7 +16,7 @@ import pytest
 OPTIONAL_PACKAGES = frozenset(
     {"mcp", "mcp_types", "pydantic", "anyio", "starlette", "httpx", "boto3", "botocore", "google", "grpc", "hvac"}
     | {"requests", "jwcrypto", "jwt", "joserfc", "itsdangerous", "tink", "matplotlib", "hypothesis", "redis", "tqdm"}
-    | {"opentelemetry", "pyperf", "rfc8785"}
+    | {"opentelemetry", "pyperf", "rfc8785", "fastmcp"}
 )
 MODULE_BUDGET = 200
 """Modules `import statecodec` may leave loaded, the interpreter's own and cryptography's included."""
@@ -35,7 +35,7 @@ def _optional(modules: list[str]) -> set[str]:
     return {name for name in modules if name.split(".")[0] in OPTIONAL_PACKAGES}
 
 
-INSTALLED = ["boto3", "botocore", "google.cloud.kms", "hvac", "jwcrypto", "mcp", "opentelemetry.trace"]
+INSTALLED = ["boto3", "botocore", "google.cloud.kms", "hvac", "jwcrypto", "mcp", "opentelemetry.trace", "fastmcp"]
 
 
 @pytest.mark.parametrize("name", INSTALLED)

@@ -20,7 +20,7 @@ from statecodec._types import Codec
 from statecodec.config import check_names, codec_from_env
 from statecodec.errors import ConfigurationError, missing_extra
 from statecodec.keys import KeyRing
-from statecodec.middleware import Scopes, SingleUseMiddleware
+from statecodec.middleware import Scopes, SingleUseMiddleware, sdk_server
 from statecodec.reload import ReloadingCodec, Report
 from statecodec.single_use import SingleUse
 from statecodec.store import REDIS_SCHEMES, MemoryStore, Store
@@ -96,7 +96,8 @@ def _security(codec: Codec, settings: Mapping[str, str], ttl: float | None, audi
 
 class Protection:
     """What `from_env` builds: pass `security` as ``request_state_security=``, `middleware` as ``middleware=`` (a
-    lowlevel `Server` appends it after its boundary) and `lifespan` as ``lifespan=``, which puts the metrics first."""
+    lowlevel `Server` appends it after its boundary; a `FastMCP` server takes none: its lifespan appends it) and
+    `lifespan` as ``lifespan=``, which puts the metrics first."""
 
     def __init__(self, codec: Codec, security: RequestStateSecurity, single_use: SingleUseMiddleware | None = None,
                  report: Report | None = None, metrics: Any = None) -> None:
@@ -109,8 +110,9 @@ class Protection:
     async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
         """Start the store (checking the middleware order) and the watcher with its heartbeat; stop both at exit.
         The SDK enters a lowlevel `Server`'s lifespan once per connection: the first entry starts, the last stops."""
-        if self.metrics is not None and self.metrics not in server.middleware:
-            server.middleware.insert(0, self.metrics)  # before the SDK's boundary: it counts that one's refusals
+        chain = sdk_server(server).middleware
+        if self.metrics is not None and self.metrics not in chain:
+            chain.insert(0, self.metrics)  # before the SDK's boundary: it counts that one's refusals
         async with AsyncExitStack() as stack:
             if self.single_use is not None:
                 await stack.enter_async_context(self.single_use.lifespan(server))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
     from mcp.shared.exceptions import MCPError
 
-__all__ = ["REFUSED", "REJECTED", "SingleUseMiddleware", "answered_again", "refusal"]
+__all__ = ["REFUSED", "REJECTED", "SingleUseMiddleware", "answered_again", "refusal", "sdk_server"]
 
 logger = logging.getLogger("statecodec.mcp")
 Scopes = Callable[["ServerRequestContext[Any, Any]"], Mapping[str, str]]
@@ -52,16 +53,21 @@ class SingleUseMiddleware:
 
     @asynccontextmanager
     async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
-        """``lifespan=`` of `MCPServer` or `Server`: checks the middleware order, starts the store, closes it after
-        the last of the entries the SDK makes (one per connection on a lowlevel `Server`)."""
+        """``lifespan=`` of `MCPServer`, `Server` or `FastMCP`: checks the middleware order (on FastMCP, appends
+        itself after the SDK's boundary), starts the store, closes it after the last of the entries the SDK makes
+        (one per connection on a lowlevel `Server`)."""
         from mcp.server.request_state import RequestStateBoundary
 
-        mine = [i for i, middleware in enumerate(server.middleware) if middleware is self]
-        boundaries = [i for i, item in enumerate(server.middleware) if isinstance(item, RequestStateBoundary)]
+        chain = sdk_server(server).middleware
+        if chain is not server.middleware and self not in server.middleware and self not in chain:
+            chain.append(self)  # FastMCP's middleware= runs before the boundary: it would see sealed state
+        mine = [i for i, middleware in enumerate(chain) if middleware is self]
+        boundaries = [i for i, item in enumerate(chain) if isinstance(item, RequestStateBoundary)]
         if not mine or not boundaries or min(mine) < max(boundaries):
             raise ConfigurationError("SingleUseMiddleware must come after the SDK's RequestStateBoundary in "
                                      "server.middleware (it must see verified state only): pass it to "
-                                     "MCPServer(middleware=[...]); on a lowlevel Server, append it last")
+                                     "MCPServer(middleware=[...]); on a lowlevel Server, append it last; on "
+                                     "FastMCP, pass lifespan= alone")
         self._running += 1
         try:
             if self._running == 1:
@@ -189,6 +195,15 @@ class SingleUseMiddleware:
             await self.guard.start()
         except StoreUnreachable as exc:  # its message names the store and the cause, never a credential
             self.guard.warn(f"{exc}; tokens are refused, and none minted, until it answers")
+
+
+def sdk_server(server: Any) -> Any:
+    """The SDK `Server` whose ``middleware`` wraps the handlers: a `FastMCP` server's own, else `server` (an
+    `MCPServer`'s ``middleware`` is its lowlevel server's list). Imports no FastMCP."""
+    fastmcp = sys.modules.get("fastmcp.server.server")
+    if fastmcp is not None and isinstance(server, fastmcp.FastMCP):
+        return server._mcp_server  # FastMCP 4 gives its lowlevel server no public name; its own transports use this
+    return server
 
 
 def refusal(method: str, reason: Reason) -> MCPError:
