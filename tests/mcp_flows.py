@@ -1,4 +1,5 @@
-"""Any codec (or a whole `RequestStateSecurity`) as the MCP SDK's request-state codec, in a real MCPServer.
+"""Any codec (or a whole `RequestStateSecurity`) as the MCP SDK's request-state codec, in a real MCPServer or FastMCP
+server (`KINDS`: the contract tests run on each; the lowlevel `Server`'s are in examples/lowlevel_server.py).
 
 `run_mcp_flows` drives a tool, a resolver tool, a prompt and a resource template to completion and checks every wire
 token; `assert_mcp_rejects` sends a bad token and checks the SDK's frozen -32602 answer and the reason logged.
@@ -27,6 +28,7 @@ from pydantic import BaseModel
 
 from statecodec import AESGCMCodec, Codec, generate_key
 from statecodec.mcp import SingleUseMiddleware
+from statecodec.middleware import sdk_server
 from statecodec.single_use import SingleUse
 from statecodec.store import MemoryStore, Store
 
@@ -41,6 +43,7 @@ KEY, STORE_KEY = generate_key(), generate_key()  # the codec's key where a test 
 HTTP = SimpleNamespace(url="http://127.0.0.1:8000/mcp")  # examples/fleet_server.py's app, as `serving` serves it
 
 Policy = Codec | RequestStateSecurity
+KINDS = ("MCPServer", "FastMCP")  # the high-level servers; pytest.mark.parametrize("kind", KINDS)
 
 
 def _ask(key: str, message: str) -> dict[str, Any]:
@@ -71,9 +74,19 @@ async def _ask_tier(name: str, region: Annotated[Region, Resolve(_ask_region)]) 
     return Elicit(f"Tier for {name} in {region.region}?", Tier)
 
 
-def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME, **options: Any) -> MCPServer[Any]:
-    """An MCPServer whose tool, resolver tool, prompt and resource template each ask before answering; `options`
-    go to `MCPServer` (``middleware``, ``lifespan``, ...)."""
+def guarded(middleware: SingleUseMiddleware, kind: str = "MCPServer") -> dict[str, Any]:
+    """The options that put `middleware` on a server of `kind`, as the docs show: FastMCP takes its lifespan alone."""
+    if kind == "FastMCP":
+        return {"lifespan": middleware.lifespan}
+    return {"middleware": [middleware], "lifespan": middleware.lifespan}
+
+
+def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME, kind: str = "MCPServer",
+                 **options: Any) -> Any:
+    """A server of `kind` whose tool, resolver tool, prompt and resource template each ask before answering;
+    `options` go to its constructor (``middleware``, ``lifespan``, ...)."""
+    if kind == "FastMCP":
+        return build_fastmcp(policy, name=name, **options)
     server: MCPServer[Any] = MCPServer(name, request_state_security=policy, **options)
 
     @server.tool(name=TOOL)
@@ -117,6 +130,67 @@ def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME, **opt
     return server
 
 
+def build_fastmcp(policy: RequestStateSecurity, *, name: str = SERVER_NAME, **options: Any) -> Any:
+    """`build_server`'s components on a FastMCP server, each written as a FastMCP user does (the resolver tool by
+    hand: FastMCP has no `Resolve`)."""
+    from fastmcp import FastMCP
+    from fastmcp.server.dependencies import get_context
+
+    server = FastMCP(name, request_state_security=policy, **options)
+
+    @server.tool(name=TOOL)
+    async def provision(name: str) -> str | InputRequiredResult:
+        ctx = get_context()
+        state: dict[str, str] = json.loads(ctx.request_state) if ctx.request_state else {}
+        region = state.get("region") or answer(ctx.input_responses, "region")
+        if region is None:
+            ask = _ask("region", f"Region for {name}?")
+            return InputRequiredResult(input_requests=ask, request_state=json.dumps({"marker": STATE_MARKER}))
+        size = answer(ctx.input_responses, "size")
+        if size is None:
+            ask = _ask("size", f"Size for {name} in {region}?")
+            state = {"region": region, "marker": STATE_MARKER}
+            return InputRequiredResult(input_requests=ask, request_state=json.dumps(state))
+        return f"provisioned {name} in {region} at size {size}"
+
+    @server.tool(name="deploy")
+    async def deploy(name: str) -> str | InputRequiredResult:
+        ctx = get_context()
+        region = json.loads(ctx.request_state or "{}").get("region") or answer(ctx.input_responses, "region")
+        if region is None:
+            return InputRequiredResult(input_requests=_ask("region", f"Region for {name}?"), request_state="{}")
+        tier = answer(ctx.input_responses, "tier")
+        if tier is None:
+            ask = _ask("tier", f"Tier for {name} in {region}?")
+            return InputRequiredResult(input_requests=ask, request_state=json.dumps({"region": region}))
+        return f"deployed {name} in {region} on {tier}"
+
+    @server.prompt(name="briefing")
+    async def briefing(topic: str) -> str | InputRequiredResult:
+        ctx = get_context()
+        audience = answer(ctx.input_responses, "audience")
+        if audience is None:
+            ask = _ask("audience", f"Who is the {topic} briefing for?")
+            return InputRequiredResult(input_requests=ask, request_state=STATE_MARKER)
+        return f"Brief {audience} on {topic} (state {ctx.request_state})."
+
+    @server.resource("report://{year}", name="report")
+    async def report(year: str) -> str | InputRequiredResult:
+        ctx = get_context()
+        fmt = answer(ctx.input_responses, "format")
+        if fmt is None:
+            ask = _ask("format", f"Format of the {year} report?")
+            return InputRequiredResult(input_requests=ask, request_state=STATE_MARKER)
+        return f"report {year} as {fmt} (state {ctx.request_state})"
+
+    return server
+
+
+def client(server: Any, **options: Any) -> Client:
+    """The SDK's in-memory client of `server` (on FastMCP, of its lowlevel server, whose lifespan runs FastMCP's)."""
+    return Client(sdk_server(server), **options)
+
+
 class FlowReport:
     """The codec of the flows, passing every call to `inner`: the tokens it saw in each direction; then the final
     texts and the questions asked."""
@@ -140,11 +214,14 @@ def single_use(store: Store | None = None, **options: Any) -> SingleUseMiddlewar
 
 
 @contextlib.asynccontextmanager
-async def serving(middleware: SingleUseMiddleware, **policy: Any) -> AsyncIterator[httpx.AsyncClient]:
-    """examples/fleet_server.py's app with `middleware`, served in this process at `HTTP`: a client of it."""
+async def serving(middleware: SingleUseMiddleware, kind: str = "MCPServer", **policy: Any
+                  ) -> AsyncIterator[httpx.AsyncClient]:
+    """examples/fleet_server.py's app of `kind` with `middleware`, served in this process at `HTTP`: a client of it."""
     security = RequestStateSecurity(codec=AESGCMCodec([KEY]), **policy)
-    server = fleet_server.build_server(security, middleware=[middleware], lifespan=middleware.lifespan,
-                                       demo_auth=True)  # fmt: skip
+    if kind == "FastMCP":
+        server = fleet_server.build_fastmcp(security, lifespan=middleware.lifespan, demo_auth=True)
+    else:
+        server = fleet_server.build_server(security, demo_auth=True, **guarded(middleware))
     app = fleet_server.app_for(server, "127.0.0.1")
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -164,7 +241,7 @@ def _security(policy: Policy, codec: Codec | None = None) -> RequestStateSecurit
 
 def run_mcp_flows(policy: Policy, *, confidential: bool = True, **server_options: Any) -> FlowReport:
     """Run every flow to completion and check the wire tokens (`confidential=False`: sign-only codecs);
-    `server_options` go to `build_server` (``middleware``, ``lifespan``)."""
+    `server_options` go to `build_server` (``kind``, ``middleware``, ``lifespan``)."""
     inner = policy.codec if isinstance(policy, RequestStateSecurity) else policy
     report = FlowReport(inner)
 
@@ -175,14 +252,15 @@ def run_mcp_flows(policy: Policy, *, confidential: bool = True, **server_options
 
     async def flows() -> None:
         server = build_server(_security(policy, report), **server_options)
-        async with Client(server, elicitation_callback=on_elicit) as client:
-            for result in (await client.call_tool(TOOL, TOOL_ARGS), await client.call_tool("deploy", {"name": "web"})):
+        async with client(server, elicitation_callback=on_elicit) as connected:
+            for result in [await connected.call_tool(TOOL, TOOL_ARGS),
+                           await connected.call_tool("deploy", {"name": "web"})]:
                 assert not result.is_error, result
                 report.texts.append(getattr(result.content[0], "text", ""))
-            prompt = await client.get_prompt("briefing", {"topic": "rotation"})
+            prompt = await connected.get_prompt("briefing", {"topic": "rotation"})
             report.texts.append(getattr(prompt.messages[0].content, "text", ""))
-            report.texts.append(getattr((await client.read_resource("report://2026")).contents[0], "text", ""))
-            first = await client.session.call_tool(TOOL, TOOL_ARGS, allow_input_required=True)
+            report.texts.append(getattr((await connected.read_resource("report://2026")).contents[0], "text", ""))
+            first = await connected.session.call_tool(TOOL, TOOL_ARGS, allow_input_required=True)
         # Round one by hand: the wire token unseals with the codec to the SDK's envelope of our state.
         assert isinstance(first, InputRequiredResult)
         envelope = json.loads(inner.unseal(first.request_state or ""))
@@ -220,9 +298,9 @@ def _readable(token: str) -> str:
 
 
 async def round_one(server: Any, arguments: dict[str, Any] | None = None) -> str:
-    """A genuine round-one token of `TOOL` from `server` (an MCPServer or a lowlevel Server)."""
-    async with Client(server) as client:
-        return await mint(client, arguments)
+    """A genuine round-one token of `TOOL` from `server` (an MCPServer, a FastMCP or a lowlevel Server)."""
+    async with client(server) as connected:
+        return await mint(connected, arguments)
 
 
 def mint_token(policy: Policy) -> str:
@@ -273,8 +351,8 @@ def round_two(server: Any, token: str, arguments: dict[str, Any] | None = None) 
     logger.addHandler(capture)  # the boundary logs each refusal as a WARNING, each failure as an ERROR
 
     async def go() -> Any:
-        async with Client(server) as client:
-            return await present(client, token, arguments)
+        async with client(server) as connected:
+            return await present(connected, token, arguments)
 
     try:
         outcome = anyio.run(go)

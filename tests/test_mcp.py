@@ -18,7 +18,7 @@ import anyio.to_thread
 import httpx
 import pytest
 from examples import fleet_server
-from mcp.server.mcpserver import MCPServer, RequestStateSecurity
+from mcp.server.mcpserver import RequestStateSecurity
 from mcp.server.request_state import authenticated_principal
 
 from statecodec import AESGCMCodec, ConfigurationError, XAESGCMCodec, format_keys, generate_key
@@ -31,11 +31,13 @@ from tests.integration.fleet_harness import round_one as http_round_one
 from tests.mcp_flows import (
     HTTP,
     KEY,
+    KINDS,
     REJECTION_MESSAGE,
     Rejection,
     accept_token,
     assert_mcp_rejects,
     build_server,
+    guarded,
     mint_token,
     rejections,
     round_one,
@@ -49,8 +51,9 @@ from tests.plugins.redis import RedisServer
 OTHER_KEY = generate_key()
 
 
-def test_flows_complete_through_the_codec() -> None:  # AES-256-GCM: with single use, below
-    report = run_mcp_flows(XAESGCMCodec([KEY]))
+@pytest.mark.parametrize("kind", KINDS)
+def test_flows_complete_through_the_codec(kind: str) -> None:  # AES-256-GCM: with single use, below
+    report = run_mcp_flows(XAESGCMCodec([KEY]), kind=kind)
     assert len(report.questions) == 6
     assert {b64u_decode(token)[0] for token in report.sealed} == {XAESGCMCodec.VERSION}
 
@@ -122,16 +125,17 @@ def test_principal_binding_and_expiry_are_enforced_by_the_sdk_around_our_codec(m
 DEMO_ISSUER = str(fleet_server.DEMO_ISSUER)
 
 
-def single_use_server(middleware: SingleUseMiddleware, **policy: Any) -> MCPServer[Any]:
+def single_use_server(middleware: SingleUseMiddleware, kind: str = "MCPServer", **policy: Any) -> Any:
     security = RequestStateSecurity(codec=AESGCMCodec([KEY]), **policy)
-    return build_server(security, middleware=[middleware], lifespan=middleware.lifespan)
+    return build_server(security, kind=kind, **guarded(middleware, kind))
 
 
-def test_every_flow_of_the_sdk_completes_once_and_a_replay_is_refused(caplog: pytest.LogCaptureFixture) -> None:
-    from examples import lowlevel_server
-
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_flow_of_the_sdk_completes_once_and_a_replay_is_refused(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
     middleware = single_use()
-    server = single_use_server(middleware)
+    server = single_use_server(middleware, kind)
     token = anyio.run(round_one, server)
     assert not isinstance(round_two(server, token), Rejection)
     replay = round_two(server, token)
@@ -140,7 +144,12 @@ def test_every_flow_of_the_sdk_completes_once_and_a_replay_is_refused(caplog: py
     assert replay.data == {"reason": "invalid_request_state"}  # the SDK's frozen answer
     assert rejections(caplog.records) == ["replayed"]  # from single use, after the boundary accepted the token
     # Tool, resolver tool (the SDK's own state), prompt and resource: every round completes, each token once.
-    run_mcp_flows(AESGCMCodec([KEY]), middleware=[middleware], lifespan=middleware.lifespan)
+    run_mcp_flows(AESGCMCodec([KEY]), kind=kind, **guarded(middleware, kind))
+
+
+def test_on_a_lowlevel_server_a_flow_completes_once_and_a_replay_is_refused() -> None:
+    from examples import lowlevel_server
+
     lowlevel = lowlevel_server.build_server(AESGCMCodec([KEY]))  # a lowlevel Server, single use appended last
     lowlevel.middleware.append(middleware := single_use())
     lowlevel.lifespan = middleware.lifespan
@@ -150,7 +159,7 @@ def test_every_flow_of_the_sdk_completes_once_and_a_replay_is_refused(caplog: py
     assert anyio.run(lowlevel_server.retry, lowlevel, token, orders) == lowlevel_server.REFUSED
 
 
-def test_single_use_before_the_boundary_is_refused_at_start_up_on_both_tiers() -> None:
+def test_single_use_before_the_boundary_is_refused_at_start_up_on_every_server() -> None:
     from examples import lowlevel_server
 
     # Before the boundary, the middleware would see sealed tokens: a stamp could be lifted onto another state.
@@ -163,7 +172,9 @@ def test_single_use_before_the_boundary_is_refused_at_start_up_on_both_tiers() -
     lowlevel.lifespan = middleware.lifespan
     absent = single_use_server(single_use())
     absent.middleware.pop()  # started by the lifespan, but not in the chain at all
-    for wrong in (server, lowlevel, absent):
+    fastmcp = build_server(RequestStateSecurity(codec=AESGCMCodec([KEY])), kind="FastMCP",
+                           middleware=[middleware], lifespan=middleware.lifespan)  # FastMCP's chain: before it
+    for wrong in (server, lowlevel, absent, fastmcp):
         with pytest.raises(ConfigurationError, match="must come after the SDK's RequestStateBoundary"):
             anyio.run(round_one, wrong)  # the lifespan refuses before the first request
 
@@ -171,13 +182,16 @@ def test_single_use_before_the_boundary_is_refused_at_start_up_on_both_tiers() -
 # --- over HTTP, as the fleet example serves it: principals, a stalled store, an unreachable store -----------------
 
 
-def test_the_stamp_records_the_minting_principal_whatever_bind_principal_is(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_stamp_records_the_minting_principal_whatever_bind_principal_is(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
     # With bind_principal=None the SDK lets anyone present a token: a revoked user's token stays revoked. Operator
     # scopes are recorded at mint too (here the tool's argument), never taken from the presenter.
     middleware = single_use(scopes=lambda ctx: {"tenant": str((ctx.params or {})["arguments"]["name"])})
 
     async def body() -> list[bool]:
-        async with serving(middleware, bind_principal=None) as client:
+        async with serving(middleware, kind, bind_principal=None) as client:
             alice, carol = [await http_round_one(client, HTTP, subject=who) for who in ("alice", "carol")]
             billing = await http_round_one(client, HTTP, subject="carol", name="billing")
             await middleware.guard.revoke(principal="alice", issuer=DEMO_ISSUER)

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import anyio
 import pytest
@@ -25,7 +26,8 @@ from statecodec import AESGCMCodec, format_keys, generate_key
 from statecodec.mcp import from_env
 from statecodec.otel import REQUEST_STATE, instrument
 from statecodec.store import MemoryStore
-from tests.mcp_flows import build_server, mint, present, round_one, single_use
+from tests.mcp_flows import KINDS, build_server, guarded, mint, present, round_one, single_use
+from tests.mcp_flows import client as client_of
 from tests.test_retry_safe import Gone
 
 OBSERVABILITY = Path(__file__).resolve().parents[1] / "docs" / "observability.md"
@@ -99,35 +101,38 @@ def test_the_alerts_fire_and_refusals_are_never_counted_as_accepted(
         assert fires(seen), name
 
 
-def test_the_metrics_the_composition_root_builds_count_the_sdk_boundarys_refusals_too() -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_metrics_the_composition_root_builds_count_the_sdk_boundarys_refusals_too(kind: str) -> None:
     reader = InMemoryMetricReader()
     env = {"STATECODEC_KEYS": format_keys([generate_key()]), "STATECODEC_STORE_URL": "memory",
            "STATECODEC_STORE_KEY": format_keys([generate_key()])}
     protection = from_env(env, metrics=True, meter=MeterProvider(metric_readers=[reader]).get_meter("test"))
-    server = build_server(protection.security, middleware=protection.middleware, lifespan=protection.lifespan)
+    middleware: dict[str, Any] = {} if kind == "FastMCP" else {"middleware": protection.middleware}  # FastMCP: none
+    server = build_server(protection.security, kind=kind, lifespan=protection.lifespan, **middleware)
 
     async def body() -> None:
-        async with Client(server) as client:
-            token, tampered = await mint(client), await mint(client)
+        async with client_of(server) as client_:
+            token, tampered = await mint(client_), await mint(client_)
             for presented in (token, token, tampered[:-2] + "AA"):
-                await present(client, presented)
+                await present(client_, presented)
 
     anyio.run(body)
     assert counts(reader) == Counter([("accepted", ""), ("refused", "replayed"), ("refused", "seal")])
 
 
-def test_a_retry_answered_with_its_kept_answer_is_counted_as_such_and_in_progress_as_a_refusal() -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_retry_answered_with_its_kept_answer_is_counted_as_such_and_in_progress_as_a_refusal(kind: str) -> None:
     reader, security = InMemoryMetricReader(), RequestStateSecurity(codec=AESGCMCodec([generate_key()]), ttl=TTL)
     meter = MeterProvider(metric_readers=[reader]).get_meter("test")
     servers = []
     for store in (MemoryStore(), Gone()):  # Gone keeps no answer: the same retry is in progress until it expires
         middleware = single_use(store, retry_safe=True)
-        servers.append(server := build_server(security, middleware=[middleware], lifespan=middleware.lifespan))
+        servers.append(server := build_server(security, kind=kind, **guarded(middleware, kind)))
         instrument(server, meter)
 
     async def body() -> None:
         for server in servers:
-            async with Client(server) as client:
+            async with client_of(server) as client:
                 token = await mint(client)
                 for _ in range(2):
                     await present(client, token)

@@ -28,7 +28,19 @@ from statecodec.single_use import SingleUse
 from statecodec.store import MemoryStore
 from tests.integration.fleet_harness import present as http_present
 from tests.integration.fleet_harness import round_one as http_round_one
-from tests.mcp_flows import HTTP, KEY, STORE_KEY, mint, present, rejections, run_mcp_flows, serving, single_use
+from tests.mcp_flows import (
+    HTTP,
+    KEY,
+    KINDS,
+    STORE_KEY,
+    guarded,
+    mint,
+    present,
+    rejections,
+    run_mcp_flows,
+    serving,
+    single_use,
+)
 from tests.test_vectors import hkdf
 
 RUNS: list[str] = []
@@ -146,13 +158,14 @@ def test_a_retry_while_the_first_runs_or_once_it_was_cancelled_or_lost_its_answe
     assert RUNS == ["slow", "slow", "eu"]
 
 
-def test_on_mcpserver_over_http_another_presenter_is_another_retry_and_reads_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("kind", KINDS)
+def test_over_http_another_presenter_is_another_retry_and_reads_nothing(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("FLEET_RUNS_FILE", str(runs := tmp_path / "runs"))
 
     async def body() -> list[Any]:  # bind_principal=None: the SDK lets anyone present a token; the digest does not
-        async with serving(retry_safe(), bind_principal=None) as client:
+        async with serving(retry_safe(), kind, bind_principal=None) as client:
             state = await http_round_one(client, HTTP, subject="alice")
             calls = [("alice", "eu"), ("mallory", "eu"), ("alice", "us"), ("alice", "eu")]
             return [await http_present(client, HTTP, state, subject=who, region=region) for who, region in calls]
@@ -164,7 +177,7 @@ def test_on_mcpserver_over_http_another_presenter_is_another_retry_and_reads_not
     assert runs.read_text() == "orders\n"
     assert rejections(caplog.records) == ["replayed", "replayed"]
     # Every flow of the SDK (a kept input_required answer too) completes, each wire state sealed by the SDK.
-    run_mcp_flows(AESGCMCodec([KEY]), middleware=[middleware := retry_safe()], lifespan=middleware.lifespan)
+    run_mcp_flows(AESGCMCodec([KEY]), kind=kind, **guarded(retry_safe(), kind))
 
 
 def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start_naming_themselves(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from statecodec import __version__
 from statecodec.errors import Reason, missing_extra
-from statecodec.middleware import REFUSED, REJECTED, answered_again
+from statecodec.middleware import REFUSED, REJECTED, answered_again, sdk_server
 
 try:
     from opentelemetry import metrics
@@ -79,7 +79,8 @@ class RequestStateMetrics:
 
 
 def instrument(server: Any, meter: metrics.Meter | None = None) -> RequestStateMetrics:
-    """Put `RequestStateMetrics` first in `server.middleware` (an `MCPServer` or a lowlevel `Server`); return it."""
+    """Put `RequestStateMetrics` first in the middleware of `server` (an `MCPServer`, a lowlevel `Server` or a
+    `FastMCP`); return it."""
     middleware = RequestStateMetrics(meter)
-    server.middleware.insert(0, middleware)
+    sdk_server(server).middleware.insert(0, middleware)
     return middleware
