@@ -22,7 +22,6 @@ import httpx
 import pytest
 from tests.integration.fleet_harness import KEEPALIVE_EXPIRY_S, FleetServer, fleet, flow, present, retry, round_one
 from tests.integration.test_fleet_single_use import DEMO_ISSUER, STATECODEC_CLI
-from tests.plugins.redis import RedisServer
 
 from statecodec import format_keys, generate_key
 from statecodec.cli.main import main
