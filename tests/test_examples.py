@@ -34,6 +34,7 @@ DRIVEN_ELSEWHERE: dict[str, tuple[str, ...]] = {
         "tests/integration/fleet_harness.py",
         "tests/integration/test_fleet.py",
         "tests/integration/test_fleet_single_use.py",
+        "tests/integration/test_fleet_fastmcp.py",
     ),
     "fleet_client.py": ("tests/integration/test_fleet.py",),
 }

@@ -110,8 +110,7 @@ class Protection:
     async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
         """Start the store (checking the middleware order) and the watcher with its heartbeat; stop both at exit.
         The SDK enters a lowlevel `Server`'s lifespan once per connection: the first entry starts, the last stops."""
-        chain = sdk_server(server).middleware
-        if self.metrics is not None and self.metrics not in chain:
+        if self.metrics is not None and self.metrics not in (chain := sdk_server(server).middleware):
             chain.insert(0, self.metrics)  # before the SDK's boundary: it counts that one's refusals
         async with AsyncExitStack() as stack:
             if self.single_use is not None:
