@@ -25,15 +25,18 @@ if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
     from mcp.shared.exceptions import MCPError
 
-__all__ = ["REFUSED", "REJECTED", "SingleUseMiddleware", "answered_again", "refusal"]
+__all__ = ["REFUSED", "REJECTED", "SingleUseMiddleware", "answered_again", "refusal", "refused", "replays"]
 
 logger = logging.getLogger("statecodec.mcp")
 Scopes = Callable[["ServerRequestContext[Any, Any]"], Mapping[str, str]]
 
 REJECTED = "requestState rejected on %s: %s"  # the SDK boundary's log line too: `statecodec.otel` counts both
 REFUSED = {"reason": "invalid_request_state"}  # the data of the SDK's frozen -32602 refusal
-# Where a kept answer notes that it answered (statecodec.otel sets a list): the step did not run for that presentation.
+# Where statecodec.otel reads, by value whatever the logging set-up, what this presentation came to (it sets a list in
+# each): a kept answer answered it (the step did not run), the reason code of a refusal, what a replay's policy did.
 answered_again: ContextVar[list[str] | None] = ContextVar("statecodec_answered_again", default=None)
+refused: ContextVar[list[str] | None] = ContextVar("statecodec_refused", default=None)
+replays: ContextVar[list[str] | None] = ContextVar("statecodec_replays", default=None)
 
 
 class SingleUseMiddleware:
@@ -195,6 +198,8 @@ def refusal(method: str, reason: Reason) -> MCPError:
     """The SDK boundary's own log line and frozen answer: a client cannot tell this refusal from any other. But
     `in_progress`, retryable, says so: only a presenter who passed every check reaches it."""
     logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
+    if (noted := refused.get()) is not None:
+        noted.append(reason.value)
     if reason is Reason.IN_PROGRESS:
         return _mcp_error("requestState in progress: retry shortly", {"reason": reason.value})
     return _mcp_error("Invalid or expired requestState", dict(REFUSED))
