@@ -31,7 +31,7 @@ from statecodec.store import MemoryStore
 from tests.integration.fleet_harness import present, round_one
 from tests.mcp_flows import HTTP, KEY, STORE_KEY, build_server, mint, rejections, single_use
 from tests.mcp_flows import present as present_in_process
-from tests.test_otel import counts
+from tests.test_otel import OBSERVABILITY, counts
 from tests.test_retry_safe import FROZEN
 
 SECURITY_EVENT = "security event: a consumed requestState presented again"
@@ -98,6 +98,8 @@ def test_a_replay_on_one_instance_revokes_its_minters_other_flows_on_another_and
     assert completed(bobs)  # another principal's flow is untouched
     assert rejections(caplog.records) == ["replayed", "revoked"]
     assert replays(reader) == Counter({"revoked": 1})
+    documented = OBSERVABILITY.read_text(encoding="utf-8")  # its alert, as documented, fires
+    assert "`RequestStateReused`: `sum(increase(statecodec_replay_total[5m])) > 0`" in documented
     assert counts(reader)[("answered_again", "")] == 1
     [event] = events(caplog)
     assert " on tools/call at instance b " in event
