@@ -29,7 +29,7 @@ def test_named_test_exists(doc: str, path: str, names: str) -> None:
     assert names.rpartition("::")[2].startswith("test_"), f"{doc} names {names}, which is not a test"
 
 
-# What the docs call `statecodec.something` that is not a Python name: the metrics (statecodec.otel.REQUEST_STATE, REPLAY).
+# What the docs call `statecodec.something` that is not a Python name: the metrics (`statecodec.otel`).
 NOT_PYTHON = {"statecodec.request_state", "statecodec.replay"}
 NAMED = sorted(
     {(doc.name, m[1]) for doc in DOCS for m in re.finditer(r"`(statecodec(?:\.\w+)+)`", doc.read_text())} - {
