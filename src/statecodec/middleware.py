@@ -92,7 +92,7 @@ class SingleUseMiddleware:
                 return await self._retry_safe(ctx, state, call_next)
             plain = _text((await self.guard.claim(_bytes(state)))[0])
         except InvalidToken as exc:  # a refusal; a handler's exceptions reach the client as MCPErrors
-            if exc.reason is Reason.REPLAYED:  # the store found the token consumed (the same retry is answered again)
+            if exc.reason is Reason.REPLAYED:  # consumed by another presentation (the same retry is answered again)
                 await self._replayed(ctx.method, state)
             raise refusal(ctx.method, exc.reason) from None
         return await self._answer(replace(ctx, params={**(ctx.params or {}), "requestState": plain}), call_next)
