@@ -31,7 +31,7 @@ MAX_TOKEN_LENGTH_VAR = "STATECODEC_MAX_TOKEN_LENGTH"  # noqa: S105 - a variable 
 TTL_VAR, SKEW_VAR, RELOAD_VAR = "STATECODEC_TTL", "STATECODEC_FUTURE_SKEW", "STATECODEC_RELOAD_INTERVAL"
 INSTANCE_VAR, STORE_URL_VAR, STORE_KEY_VAR = "STATECODEC_INSTANCE", "STATECODEC_STORE_URL", "STATECODEC_STORE_KEY"
 TIMEOUT_VAR, NAMESPACE_VAR = "STATECODEC_STORE_TIMEOUT", "STATECODEC_STORE_NAMESPACE"
-ON_ERROR_VAR = "STATECODEC_STORE_ON_ERROR"
+ON_ERROR_VAR, ON_REPLAY_VAR = "STATECODEC_STORE_ON_ERROR", "STATECODEC_ON_REPLAY"
 RETRY_SAFE_VAR, RESULT_MAX_VAR = "STATECODEC_RETRY_SAFE", "STATECODEC_RETRY_RESULT_MAX"
 
 # Each default and ceiling, written once.
@@ -44,7 +44,7 @@ INSTANCE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")  # an instance's name in 
 # What the MCP ttl, single use and live rotation read from the environment, never from a codec's config file (the
 # kinds' own table: `statecodec.config.KINDS`); a reloading codec reports to the STORE, no SINGLE_USE_ONLY setting.
 STORE = names("STORE_URL", "STORE_URL_FILE", "STORE_TIMEOUT", "STORE_NAMESPACE")
-SINGLE_USE_ONLY = names("STORE_KEY", "STORE_KEY_FILE", "STORE_ON_ERROR", "RETRY_SAFE", "RETRY_RESULT_MAX")
+SINGLE_USE_ONLY = names("STORE_KEY", "STORE_KEY_FILE", "STORE_ON_ERROR", "RETRY_SAFE", "RETRY_RESULT_MAX", "ON_REPLAY")
 ENVIRONMENT_ONLY = STORE | SINGLE_USE_ONLY | names("TTL", "RELOAD_INTERVAL", "FUTURE_SKEW", "INSTANCE")
 
 
@@ -234,8 +234,19 @@ def namespace(settings: Mapping[str, str]) -> str:
     return setting(settings, NAMESPACE_VAR, required=False) or "statecodec"
 
 
+def on_replay(settings: Mapping[str, str]) -> str:
+    return replay_policy(setting(settings, ON_REPLAY_VAR, required=False) or "log")
+
+
 def on_store_error(settings: Mapping[str, str]) -> str:
     return setting(settings, ON_ERROR_VAR, required=False) or "refuse"  # `SingleUse` checks it, from code too
+
+
+def replay_policy(value: object) -> str:
+    """The one check of what a replay does (its setting, or `on_replay` in code): log, or revoke the minter's flows."""
+    if value not in ("log", "revoke"):
+        raise ConfigurationError(f"{ON_REPLAY_VAR} must be log (the default) or revoke (on_replay in code)")
+    return str(value)
 
 
 def single_use_wanted(settings: Mapping[str, str]) -> bool:

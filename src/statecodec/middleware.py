@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -17,7 +18,7 @@ from contextvars import ContextVar
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from statecodec._settings import DEFAULT_RESULT_MAX, RESULT_MAX_VAR, result_cap
+from statecodec._settings import DEFAULT_RESULT_MAX, RESULT_MAX_VAR, instance_name, replay_policy, result_cap
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable
 from statecodec.single_use import SingleUse, canonical_json
 from statecodec.store import Outcome
@@ -26,26 +27,32 @@ if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
     from mcp.shared.exceptions import MCPError
 
-__all__ = ["REFUSED", "REJECTED", "SingleUseMiddleware", "answered_again", "refusal", "sdk_server"]
+__all__ = ["REFUSED", "REJECTED", "SingleUseMiddleware", "answered_again", "refusal", "refused", "replays",
+           "sdk_server"]
 
 logger = logging.getLogger("statecodec.mcp")
 Scopes = Callable[["ServerRequestContext[Any, Any]"], Mapping[str, str]]
 
 REJECTED = "requestState rejected on %s: %s"  # the SDK boundary's log line too: `statecodec.otel` counts both
 REFUSED = {"reason": "invalid_request_state"}  # the data of the SDK's frozen -32602 refusal
-# Where a kept answer notes that it answered (statecodec.otel sets a list): the step did not run for that presentation.
+# Where statecodec.otel reads, by value whatever the logging set-up, what this presentation came to (it sets a list in
+# each): a kept answer answered it (the step did not run), the reason code of a refusal, what a replay's policy did.
 answered_again: ContextVar[list[str] | None] = ContextVar("statecodec_answered_again", default=None)
+refused: ContextVar[list[str] | None] = ContextVar("statecodec_refused", default=None)
+replays: ContextVar[list[str] | None] = ContextVar("statecodec_replays", default=None)
 
 
 class SingleUseMiddleware:
     """SDK server middleware after the SDK's `RequestStateBoundary` only (`lifespan` refuses any other order); the
-    minting principal and `scopes(ctx)` go in the stamp; `retry_safe` keeps answers of at most `max_result` bytes."""
+    minting principal and `scopes(ctx)` go in the stamp; `retry_safe` keeps answers of at most `max_result` bytes;
+    a replay is logged naming `instance` (the fleet registry's name by default), and `on_replay="revoke"` revokes."""
 
     def __init__(self, guard: SingleUse, *, scopes: Scopes | None = None, retry_safe: bool = False,
-                 max_result: int = DEFAULT_RESULT_MAX) -> None:
+                 max_result: int = DEFAULT_RESULT_MAX, on_replay: str = "log", instance: str | None = None) -> None:
         from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 
         self.guard, self.scopes, self.retry_safe, self.max_result = guard, scopes, retry_safe, result_cap(max_result)
+        self.on_replay, self.instance = replay_policy(on_replay), instance or instance_name(os.environ)
         if retry_safe:
             canonical_json()  # the package every retry's digest needs: missing, the start fails
         self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
@@ -92,6 +99,8 @@ class SingleUseMiddleware:
                 return await self._retry_safe(ctx, state, call_next)
             plain = _text((await self.guard.claim(_bytes(state)))[0])
         except InvalidToken as exc:  # a refusal; a handler's exceptions reach the client as MCPErrors
+            if exc.reason is Reason.REPLAYED:  # consumed by another presentation (the same retry is answered again)
+                await self._replayed(ctx.method, state)
             raise refusal(ctx.method, exc.reason) from None
         return await self._answer(replace(ctx, params={**(ctx.params or {}), "requestState": plain}), call_next)
 
@@ -148,13 +157,33 @@ class SingleUseMiddleware:
             logger.error("a kept answer on %s did not open: altered or moved in the store", method)
             raise
         if "result" not in answer and "error" not in answer:  # over the cap when it ran: at most once, as without it
-            raise InvalidToken(Reason.REPLAYED)
+            raise refusal(method, Reason.REPLAYED)  # but the same retry: no security event
         if (noted := answered_again.get()) is not None:
             noted.append(method)
         if "error" in answer:
             raise MCPError.from_error_data(ErrorData.model_validate(answer["error"]))
         result: dict[str, Any] = answer["result"]
         return result
+
+    async def _replayed(self, method: str, state: str) -> None:
+        """A consumed token presented again, stolen or reused against the spec: logged with the minter's keyed digest;
+        with on_replay="revoke", the minter's other flows are revoked: thief and owner both lose them."""
+        from mcp.server.auth.middleware.auth_context import get_access_token
+        from mcp.server.auth.provider import principal_components
+
+        token = get_access_token()  # a candidate, named only if the stamp (keyed) records it as the minter
+        digest = self.guard.minter(_bytes(state), principal_components(token) if token else None)
+        action = "unidentified" if digest is None else "revoked" if self.on_replay == "revoke" else "off"
+        try:
+            if digest is not None and action == "revoked":
+                await self.guard.revoke_digest(digest)
+        except Exception as exc:  # the refusal stands; the owner's other flows live on, and the log says so
+            action = f"failed ({exc if isinstance(exc, StoreError) else type(exc).__name__})"
+        logger.warning("security event: a consumed requestState presented again on %s at instance %s (stolen, or a "
+                       "client reusing it); minting principal %s; revoke: %s", method, self.instance,
+                       digest.hex() if digest else "not identified", action, extra={"statecodec_event": "replay"})
+        if (noted := replays.get()) is not None:
+            noted.append(action.partition(" ")[0])
 
     async def _keep(self, key: bytes, retry: bytes, answer: dict[str, Any]) -> None:
         """One round trip; a failure is logged, never a second run: the claim stays, and its retry is `in_progress`."""
@@ -210,6 +239,8 @@ def refusal(method: str, reason: Reason) -> MCPError:
     """The SDK boundary's own log line and frozen answer: a client cannot tell this refusal from any other. But
     `in_progress`, retryable, says so: only a presenter who passed every check reaches it."""
     logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
+    if (noted := refused.get()) is not None:
+        noted.append(reason.value)
     if reason is Reason.IN_PROGRESS:
         return _mcp_error("requestState in progress: retry shortly", {"reason": reason.value})
     return _mcp_error("Invalid or expired requestState", dict(REFUSED))

@@ -7,12 +7,11 @@ look accepted. OpenTelemetry's API alone (``statecodec[otel]``); attributes and 
 from __future__ import annotations
 
 import logging
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from statecodec import __version__
 from statecodec.errors import Reason, missing_extra
-from statecodec.middleware import REFUSED, REJECTED, answered_again, sdk_server
+from statecodec.middleware import REFUSED, REJECTED, answered_again, refused, replays, sdk_server
 
 try:
     from opentelemetry import metrics
@@ -22,54 +21,60 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 
-__all__ = ["REQUEST_STATE", "RequestStateMetrics", "instrument"]
+__all__ = ["REPLAY", "REQUEST_STATE", "RequestStateMetrics", "instrument"]
 
-REQUEST_STATE = "statecodec.request_state"
+REQUEST_STATE, REPLAY = "statecodec.request_state", "statecodec.replay"
 # The closed set of reason codes: ours, and the SDK boundary's free-text reasons mapped onto them ("other" else).
 _CODES: dict[str, str] = {reason.value: reason.value for reason in Reason} | {
     "request binding": Reason.BINDING, "principal drift": Reason.PRINCIPAL, "principal binding error": Reason.PRINCIPAL,
     "minted in the future": Reason.NOT_YET_VALID, "unknown key": Reason.UNKNOWN_KEY,
     "non-string requestState": Reason.MALFORMED, "codec error": "codec_error",
 }
-_refusal: ContextVar[list[str] | None] = ContextVar("statecodec_refusal", default=None)
 
 
-def _note_reason(record: logging.LogRecord) -> bool:
-    """A logging filter keeping the reason of a refusal logged inside `RequestStateMetrics` (where the SDK gives it)."""
-    seen = _refusal.get()
-    if seen is not None and record.msg == REJECTED and isinstance(record.args, tuple) and len(record.args) == 2:
-        seen.append(str(_CODES.get(str(record.args[1]), "other")))
-    return True
+class _Noting(logging.LoggerAdapter[logging.Logger]):
+    """The SDK boundary's logger, noting each refusal's reason by value before it logs as configured: the SDK gives the
+    reason nowhere else, and a logging set-up (`dictConfig` disables every logger it does not name) must not turn the
+    metric's reasons into ``unknown``."""
 
-
-logging.getLogger("mcp.server.request_state").addFilter(_note_reason)
-logging.getLogger("statecodec.mcp").addFilter(_note_reason)
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        if msg == REJECTED and len(args) == 2 and (seen := refused.get()) is not None:
+            seen.append(_CODES.get(str(args[1]), "other"))
+        kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 1  # the line is the SDK's, not this method's
+        self.logger.log(level, msg, *args, **kwargs)
 
 
 class RequestStateMetrics:
     """SDK server middleware, first in the chain: one count per presented ``requestState``, by outcome and reason."""
 
     def __init__(self, meter: metrics.Meter | None = None) -> None:
+        from mcp.server import request_state
         from mcp_types.methods import INPUT_REQUIRED_METHODS
 
         meter = meter or metrics.get_meter("statecodec", __version__)
         self._counter = meter.create_counter(REQUEST_STATE, unit="{token}", description="requestState answered")
+        self._replays = meter.create_counter(REPLAY, unit="{token}", description="consumed requestState replayed")
         self._methods = INPUT_REQUIRED_METHODS
+        if not isinstance(request_state.logger, _Noting):  # once per process, whatever the number of servers
+            request_state.logger = _Noting(request_state.logger)  # type: ignore[assignment]  # it takes the same calls
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method not in self._methods or (ctx.params or {}).get("requestState") is None:
             return await call_next(ctx)
-        seen, again = list[str](), list[str]()
-        reset, reset_again = _refusal.set(seen), answered_again.set(again)
+        seen, again, replayed = list[str](), list[str](), list[str]()
+        reset, reset_again, reset_replays = refused.set(seen), answered_again.set(again), replays.set(replayed)
         try:
             result = await call_next(ctx)
         except Exception as exc:  # refused (the frozen answer), a kept error, else an error: never accepted
-            refused = seen or getattr(exc, "data", None) == REFUSED
-            self._count(ctx.method, "refused" if refused else "answered_again" if again else "error", seen)
+            refusal = seen or getattr(exc, "data", None) == REFUSED
+            self._count(ctx.method, "refused" if refusal else "answered_again" if again else "error", seen)
             raise
         finally:
-            _refusal.reset(reset)
+            refused.reset(reset)
             answered_again.reset(reset_again)
+            replays.reset(reset_replays)
+            for action in replayed:
+                self._replays.add(1, {"method": ctx.method, "action": action})
         self._count(ctx.method, "refused" if seen else "answered_again" if again else "accepted", seen)
         return result
 

@@ -258,9 +258,22 @@ class SingleUse(HoldsSecrets):
     async def revoke(self, **selector: Unpack[Selector]) -> float:
         """Refuse, on every instance, each token minted until now (plus `clock_skew`) carrying the selected scope;
         the instant it took effect, on the store's clock (seconds)."""
-        digest, skew_ms = self._selector(selector), round(self.clock_skew * 1000)
+        return await self.revoke_digest(self._selector(selector))
+
+    async def revoke_digest(self, digest: bytes) -> float:
+        """`revoke` of the scope a stamp records as `digest` (`minter`)."""
+        skew_ms = round(self.clock_skew * 1000)
         at_ms = await bounded(self.store, self.store.revoke(digest, fingerprint=self._fingerprint, skew_ms=skew_ms))
         return at_ms / 1000
+
+    def minter(self, stamped: bytes, principal: Principal | None) -> bytes | None:
+        """The digest `revoke` selects `principal` by (its subject, else its client) when the stamp records it as its
+        minter; else None. The frozen stamp does not label its digests: a candidate is checked, never trusted."""
+        client, issuer, subject = principal or (None, None, None)
+        digest = self._scope("principal", issuer, subject) if subject else self._scope("client", issuer, client)
+        body = self._parse(stamped)[0]
+        minted = any(hmac.compare_digest(digest, body[i : i + _DIGEST]) for i in range(_HEADER + 1, len(body), _DIGEST))
+        return digest if minted and (subject or client) else None
 
     async def lift(self, **selector: Unpack[Selector]) -> bool:
         """Undo the revocation `revoke` made with the same selector; whether there was one."""
