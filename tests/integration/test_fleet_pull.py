@@ -8,7 +8,6 @@ key completes.
 
 from __future__ import annotations
 
-import os
 import time
 
 import anyio
