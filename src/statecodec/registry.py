@@ -113,8 +113,7 @@ class RedisRegistry:
 
 class Reporter:
     """The `report` of a `ReloadingCodec`: each snapshot announced under `name` and a nonce of this process's (two
-    processes given one name, such as containers of one host name each PID 1, are two entries), to expire `lifetime`
-    s after; returns the pulled key ids."""
+    processes of one name, such as containers each PID 1, are two entries) for `lifetime` s; returns the pulled ids."""
 
     def __init__(self, registry: Registry, name: str, lifetime: float) -> None:
         self.registry, self.name, self.lifetime_ms = registry, f"{name}/{secrets.token_hex(4)}", int(lifetime * 1000)
@@ -135,9 +134,8 @@ class Reporter:
 
 
 async def read_fleet(registry: Registry) -> Fleet:
-    """The fleet; a name two entries share is shown with each one's nonce (``web-1/3f9a0c2e``), never merged."""
     now, rows, tokens_until, pulled = await registry.fleet()
-    names = [entry.partition("/")[0] for entry, _, _ in rows]
+    names = [entry.partition("/")[0] for entry, _, _ in rows]  # one shared by two: each shown with its nonce
     members = tuple(_member(entry if names.count(name) > 1 else name, until, value)
                     for (entry, until, value), name in zip(rows, names, strict=True))
     return Fleet(now, members, tokens_until, pulled)
@@ -148,8 +146,7 @@ def _member(name: str, expires_ms: int, value: str) -> Member:
     printed escaped (no control character reaches the operator's terminal)."""
     loaded, ring, doc = ([*value.split(" ", 2), "", ""])[:3]
     try:
-        entry = json.loads(doc)
-        error, pulled = entry["error"], tuple(entry.get("pulled", ()))
+        error, pulled = (entry := json.loads(doc))["error"], tuple(entry.get("pulled", ()))
         ok = (error is None or (isinstance(error, str) and error.isprintable())) and loaded.isdecimal()
         ok = ok and all(isinstance(kid, str) and kid.isalnum() for kid in pulled)
     except (ValueError, KeyError, TypeError, AttributeError):

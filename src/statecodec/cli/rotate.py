@@ -233,12 +233,11 @@ def _pull(args: argparse.Namespace) -> int:
     kid, kind = args.key_id.lower(), (setting(os.environ, cfg.CODEC_VAR, required=False) or "aesgcm").lower()
     var = next(v for v in ("STATECODEC_WRAPPED_KEYS", "STATECODEC_KEYS") if v in KINDS.get(kind, KINDS["aesgcm"]).reads)
     name = args.keys_file or setting(os.environ, f"{var}_FILE", required=False)
-    if name is None and setting(os.environ, var, required=False):
-        raise ConfigurationError(f"{var} gives the ring inline, which no instance reads again: deploy every "
-                                 f"instance with {var} without key {kid} (a new key first if it is the only one) and "
-                                 "restart them all at once (docs/key-management.md, incident response)")
     if name is None:
-        raise ConfigurationError(f"name the key file the servers read: --keys-file PATH or {var}_FILE")
+        raise ConfigurationError(f"{var} gives the ring inline, which no instance reads again: deploy every instance "
+                                 f"with {var} without key {kid} (a new key first if it is the only one) and restart "
+                                 "them all at once (docs/key-management.md)" if setting(os.environ, var, required=False)
+                                 else f"name the key file the servers read: --keys-file PATH or {var}_FILE")
     path = Path(name)
     text = read_key_file(path)
     with named_errors(f"key file {path}"):
@@ -260,13 +259,12 @@ def _pull(args: argparse.Namespace) -> int:
     recorded = cfg.store_url(os.environ)[0] not in (None, "memory")
     if recorded:  # after the file: an instance told first would fence itself until it reloaded
         on_store(lambda store: cast(Registry, registry_for(store)).pull(kid), guard=False)
-    doc = {"pulled": kid, "key_file": str(path), "key_ids": [i for _, i in keep], "generated": bool(generated),
-           "recorded": recorded}
-    message = (f"key {kid} pulled from {path}: key ids now {', '.join(doc['key_ids'])}"
-               f"{' (a new key generated as the primary)' if generated else ''}; every reloading instance drops it at "
-               "its next poll, logs it (CRITICAL) and refuses its tokens as unknown_key (`statecodec rotate status`)")
-    unrecorded = "; no fleet registry (STATECODEC_STORE_URL): an instance started from an older copy accepts it"
-    return show(args, doc, message + ("; recorded in the fleet registry" if recorded else unrecorded), indent=2)
+    ids = [i for _, i in keep]
+    message = (f"key {kid} pulled from {path}: key ids now {', '.join(ids)}{' (new)' if generated else ''}; every "
+               "reloading instance drops it at its next poll, logs it (CRITICAL) and refuses its tokens as unknown_key"
+               f"{'' if recorded else '; no fleet registry (STATECODEC_STORE_URL): an old copy of the file works'}")
+    doc = {"pulled": kid, "key_file": str(path), "key_ids": ids, "generated": bool(generated), "recorded": recorded}
+    return show(args, doc, message, indent=2)
 
 
 def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[str], float, dict[str, Any]]:
