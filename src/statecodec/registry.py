@@ -57,11 +57,11 @@ for i = 5, #ARGV, 2 do
   local live = now + tonumber(ARGV[i + 1])
   if live > (tonumber(redis.call('HGET', KEYS[3], ARGV[i])) or 0) then redis.call('HSET', KEYS[3], ARGV[i], n(live)) end
 end
-return redis.call('HKEYS', KEYS[4])""",
+return redis.call('HGETALL', KEYS[4])""",
     "fleet": """sweep(KEYS[1], KEYS[2])
 local expiry = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', 'WITHSCORES')
 return {now, redis.call('HGETALL', KEYS[1]), expiry, redis.call('HGETALL', KEYS[3]), redis.call('HGETALL', KEYS[4])}""",
-    "pull": "redis.call('HSETNX', KEYS[4], ARGV[1], n(now))\nreturn now",
+    "pull": "if not redis.call('HGET', KEYS[4], ARGV[1]) then redis.call('HSET', KEYS[4], ARGV[1], n(now)) end",
     "leave": """sweep(KEYS[1], KEYS[2])
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
@@ -82,7 +82,7 @@ class RedisRegistry:
     async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
                        live: Sequence[tuple[str, int]] = ()) -> list[str]:
         args = (name, ring, doc, lifetime_ms, *[value for pair in live for value in pair])
-        return [kid.decode() for kid in await self._bounded("announce", *args)]
+        return [kid.decode() for kid in (await self._bounded("announce", *args))[::2]]
 
     async def pull(self, key_id: str) -> None:
         await self._bounded("pull", key_id)
