@@ -15,6 +15,7 @@ class MemoryRegistry:
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock, self._entries, self._tokens_until = clock, dict[str, tuple[int, str]](), dict[str, int]()
+        self._pulled = dict[str, int]()
         self._lock = threading.Lock()  # a codec's loop thread and a server's loop may share one registry
 
     def _now(self) -> int:
@@ -24,20 +25,24 @@ class MemoryRegistry:
         return now
 
     async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
-                       live: Sequence[tuple[str, int]] = ()) -> int:
+                       live: Sequence[tuple[str, int]] = ()) -> list[str]:
         with self._lock:
             now = self._now()
             old = self._entries.get(name, (0, "0 - -"))[1].split(" ", 2)  # written below: "loaded_ms ring doc"
             self._entries[name] = (now + lifetime_ms, f"{old[0] if old[1] == ring else now} {ring} {doc}")
             for kid, ms in live:
                 self._tokens_until[kid] = max(self._tokens_until.get(kid, 0), now + ms)
-            return now
+            return list(self._pulled)
+
+    async def pull(self, key_id: str) -> None:
+        with self._lock:
+            self._pulled.setdefault(key_id, self._now())
 
     async def fleet(self) -> Rows:
         with self._lock:
             now = self._now()
             rows = [(name, until, value) for name, (until, value) in sorted(self._entries.items())]
-            return now, rows, dict(self._tokens_until)
+            return now, rows, dict(self._tokens_until), dict(self._pulled)
 
     async def leave(self, name: str) -> None:
         with self._lock:

@@ -22,7 +22,7 @@ from statecodec.errors import ConfigurationError, InvalidToken, ProviderError
 from statecodec.keys import KEY_ID_LENGTH, MIN_KEY_LENGTH, check_unique_ids, derive_key, format_keys
 
 __all__ = ["MAX_WRAPPED_KEY_LENGTH", "EnvelopeCodec", "KeyWrapper", "canonical_context", "default_context",
-           "format_wrapped_keys", "new_wrapped_key", "parse_wrapped_keys"]
+           "format_wrapped_keys", "new_wrapped_key", "parse_wrapped_keys", "wrapped_key_id"]
 
 # Largest wrapped data key handed to a provider, in bytes: AWS KMS blobs of a 32-byte key are under 200
 # bytes, Cloud KMS under 150, Vault under 120; a hostile configuration cannot ship megabytes to the KMS.
@@ -139,7 +139,7 @@ class EnvelopeCodec(_Ring):
         blobs = [_check_blob(i, b) for i, b in enumerate(wrapped_keys)]
         if not blobs:
             raise ConfigurationError(f"an envelope ring needs at least one wrapped data key; {_HOW_TO_PROVISION}")
-        ids = [hashlib.sha256(_KEY_ID_LABEL + blob).digest()[:KEY_ID_LENGTH] for blob in blobs]
+        ids = [wrapped_key_id(blob) for blob in blobs]
         check_unique_ids("wrapped_keys[{}]", blobs, ids, _HOW_TO_PROVISION)
         ctx = _check_context(context)
         check_ring_cap(max_token_length, self.NONCE_LENGTH)  # before any provider call
@@ -177,6 +177,11 @@ class EnvelopeCodec(_Ring):
 
     def __repr__(self) -> str:
         return f"EnvelopeCodec(provider={self._wrapper.describe()!r}, key_ids={list(self.key_ids)!r})"
+
+
+def wrapped_key_id(blob: bytes) -> bytes:
+    """An envelope ring's key id: a digest of the wrapped data key, so known without the KMS (`rotate pull`)."""
+    return hashlib.sha256(_KEY_ID_LABEL + blob).digest()[:KEY_ID_LENGTH]
 
 
 def new_wrapped_key(wrapper: KeyWrapper, context: Mapping[str, str] | None = None) -> bytes:

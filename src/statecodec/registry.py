@@ -1,12 +1,14 @@
 """The fleet registry: every instance reports through the store the key ids it accepts; `rotate` reads them.
 
-Threat: a rotation step judged from reports that are stale, dated by another clock, or gone. Every entry is dated by
-the store's clock, and an instance that left still counts for the wait before its key is retired (docs/rotation.md).
+Threat: a rotation step judged from reports that are stale, dated by another clock, gone, or two instances' merged
+under one name. Every entry is dated by the store's clock and keyed by name and a per-process nonce; an instance that
+left still counts for the wait before its key is retired; a pulled key id is kept for good (docs/rotation.md).
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -21,14 +23,17 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisRegistry", "Registry", "Reporter", "read_fleet", "registry_for"]
 
-Rows = tuple[int, list[tuple[str, int, str]], dict[str, int]]  # (now, (name, expires, entry) by name, tokens until)
+# (now, (name/nonce, expires, entry) by name, until when tokens under a key id live, when each key id was pulled)
+Rows = tuple[int, list[tuple[str, int, str]], dict[str, int], dict[str, int]]
 
 
 class Registry(Protocol):
-    """Per instance ``"loaded_ms ring doc"`` until it expires, and per key id until when its tokens may live."""
+    """Per instance ``"loaded_ms ring doc"`` until it expires, per key id until when its tokens may live, and the
+    pulled key ids (`announce` returns them)."""
 
     async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
-                       live: Sequence[tuple[str, int]] = ()) -> int: ...
+                       live: Sequence[tuple[str, int]] = ()) -> list[str]: ...
+    async def pull(self, key_id: str) -> None: ...
     async def fleet(self) -> Rows: ...
     async def leave(self, name: str) -> None: ...
     async def aclose(self) -> None: ...
@@ -40,8 +45,8 @@ def registry_for(store: Store) -> Registry | None:
 
 
 # After the store's Lua prelude (`now`, `n`, `sweep`). KEYS entries (instance -> "loaded_ms ring doc"), their expiry,
-# and until when tokens under each key id may live. announce ARGV: instance name, ring (key ids, primary first), doc,
-# lifetime, then (key id, ms from now its tokens live)...
+# until when tokens under each key id may live, and when each pulled key id was pulled. announce ARGV: instance name,
+# ring (key ids, primary first), doc, lifetime, then (key id, ms from now its tokens live)...
 _SCRIPTS = {
     "announce": """sweep(KEYS[1], KEYS[2])
 local loaded, ring = string.match(redis.call('HGET', KEYS[1], ARGV[1]) or '', '^(%d+) (%S+) ')
@@ -52,10 +57,11 @@ for i = 5, #ARGV, 2 do
   local live = now + tonumber(ARGV[i + 1])
   if live > (tonumber(redis.call('HGET', KEYS[3], ARGV[i])) or 0) then redis.call('HSET', KEYS[3], ARGV[i], n(live)) end
 end
-return now""",
+return redis.call('HGETALL', KEYS[4])""",
     "fleet": """sweep(KEYS[1], KEYS[2])
 local expiry = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', 'WITHSCORES')
-return {now, redis.call('HGETALL', KEYS[1]), expiry, redis.call('HGETALL', KEYS[3])}""",
+return {now, redis.call('HGETALL', KEYS[1]), expiry, redis.call('HGETALL', KEYS[3]), redis.call('HGETALL', KEYS[4])}""",
+    "pull": "if not redis.call('HGET', KEYS[4], ARGV[1]) then redis.call('HSET', KEYS[4], ARGV[1], n(now)) end",
     "leave": """sweep(KEYS[1], KEYS[2])
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
@@ -70,24 +76,29 @@ class RedisRegistry:
         from statecodec.redis_store import script
 
         self.store, self._run = store, {name: script(body) for name, body in _SCRIPTS.items()}
-        self._keys = [f"{{{store.namespace}}}:{name}" for name in ("fleet", "fleet-expiry", "fleet-tokens")]
+        names = ("fleet", "fleet-expiry", "fleet-tokens", "fleet-pulled")
+        self._keys = [f"{{{store.namespace}}}:{name}" for name in names]
 
     async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
-                       live: Sequence[tuple[str, int]] = ()) -> int:
+                       live: Sequence[tuple[str, int]] = ()) -> list[str]:
         args = (name, ring, doc, lifetime_ms, *[value for pair in live for value in pair])
-        return int(await self._bounded("announce", *args))
+        return [kid.decode() for kid in (await self._bounded("announce", *args))[::2]]
+
+    async def pull(self, key_id: str) -> None:
+        await self._bounded("pull", key_id)
 
     async def fleet(self) -> Rows:
-        now, entries, expiry, tokens = await self._bounded("fleet")
+        now, entries, expiry, tokens, pulled = await self._bounded("fleet")
         try:
             until = {name.decode(): int(float(at)) for name, at in zip(expiry[::2], expiry[1::2], strict=True)}
             rows = [(name.decode(), until.get(name.decode(), 0), value.decode())
                     for name, value in zip(entries[::2], entries[1::2], strict=True)]
-            tokens_until = {kid.decode(): int(at) for kid, at in zip(tokens[::2], tokens[1::2], strict=True)}
+            tokens_until, pulls = ({kid.decode(): int(at) for kid, at in zip(pairs[::2], pairs[1::2], strict=True)}
+                                   for pairs in (tokens, pulled))
         except (ValueError, OverflowError):  # not written by `announce`: no step is judged on it
             raise StoreError(f"the fleet registry in {self._keys} at {self.store.where} holds a value not written "
                              "by statecodec; delete those keys (the instances announce again)") from None
-        return int(now), sorted(rows), tokens_until
+        return int(now), sorted(rows), tokens_until, pulls
 
     async def leave(self, name: str) -> None:
         await self._bounded("leave", name)
@@ -101,29 +112,33 @@ class RedisRegistry:
 
 
 class Reporter:
-    """The `report` of a `ReloadingCodec`: each snapshot announced under `name`, to expire `lifetime` s after."""
+    """The `report` of a `ReloadingCodec`: each snapshot announced under `name` and a nonce of this process's (two
+    processes of one name, such as containers each PID 1, are two entries) for `lifetime` s; returns the pulled ids."""
 
     def __init__(self, registry: Registry, name: str, lifetime: float) -> None:
-        self.registry, self.name, self.lifetime_ms = registry, name, int(lifetime * 1000)
+        self.registry, self.name, self.lifetime_ms = registry, f"{name}/{secrets.token_hex(4)}", int(lifetime * 1000)
 
-    async def __call__(self, snapshot: Snapshot | None) -> None:
+    async def __call__(self, snapshot: Snapshot | None) -> list[str]:
         if snapshot is None:  # stopping: leave, and release the connection
             try:
                 await self.registry.leave(self.name)
             finally:
                 await self.registry.aclose()
-            return
-        doc = json.dumps({"error": snapshot.error})
+            return []
+        doc = json.dumps({"error": snapshot.error, "pulled": snapshot.pulled})
         # Durations from now (no clock crosses over): tokens live this instance's wait after it last sealed.
         wait_ms = int(snapshot.wait * 1000)
         live = [(snapshot.accepts[0], self.lifetime_ms + wait_ms)]
         live += [(kid, wait_ms - int(ago * 1000)) for kid, ago in snapshot.demoted]
-        await self.registry.announce(self.name, ",".join(snapshot.accepts), doc, self.lifetime_ms, live)
+        return await self.registry.announce(self.name, ",".join(snapshot.accepts), doc, self.lifetime_ms, live)
 
 
 async def read_fleet(registry: Registry) -> Fleet:
-    now, rows, tokens_until = await registry.fleet()
-    return Fleet(now, tuple(_member(*row) for row in rows), tokens_until)
+    now, rows, tokens_until, pulled = await registry.fleet()
+    names = [entry.partition("/")[0] for entry, _, _ in rows]  # one shared by two: each shown with its nonce
+    members = tuple(_member(entry if names.count(name) > 1 else name, until, value)
+                    for (entry, until, value), name in zip(rows, names, strict=True))
+    return Fleet(now, members, tokens_until, pulled)
 
 
 def _member(name: str, expires_ms: int, value: str) -> Member:
@@ -131,11 +146,12 @@ def _member(name: str, expires_ms: int, value: str) -> Member:
     printed escaped (no control character reaches the operator's terminal)."""
     loaded, ring, doc = ([*value.split(" ", 2), "", ""])[:3]
     try:
-        error = json.loads(doc)["error"]
+        error, pulled = (entry := json.loads(doc))["error"], tuple(entry.get("pulled", ()))
         ok = (error is None or (isinstance(error, str) and error.isprintable())) and loaded.isdecimal()
-    except (ValueError, KeyError, TypeError):
+        ok = ok and all(isinstance(kid, str) and kid.isalnum() for kid in pulled)
+    except (ValueError, KeyError, TypeError, AttributeError):
         ok = False
-    named = INSTANCE_NAME.fullmatch(name) is not None
+    named = all(INSTANCE_NAME.fullmatch(part) for part in name.split("/", 1))
     if not (ok and named and ring.isprintable()):
         return Member(name if named else ascii(name), (), "its registry entry is malformed", 0, expires_ms)
-    return Member(name, tuple(ring.split(",")), error, int(loaded), expires_ms)
+    return Member(name, tuple(ring.split(",")), error, int(loaded), expires_ms, pulled)

@@ -1,8 +1,9 @@
 """Live key rings: a codec rebuilt from its settings when a key file changes, or on demand, and swapped whole.
 
 Threat: a reload that half-applies (a token checked against two rings); a garbled or half-written file; a new ring that
-drops a key while its tokens live. The inner codec is replaced whole in one assignment; one that does not build, or a
-ring `early_drop` refuses, leaves the current one in force, why (never a key) kept in `error` (docs/rotation.md).
+drops a key while its tokens live; a leaked key honoured after its pull. The inner codec is replaced whole in one
+assignment; one that does not build, or a ring `early_drop` refuses, leaves the current one in force, why (never a key)
+kept in `error`, unless it holds a pulled key: then no token is sealed or opened until one loads (docs/rotation.md).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from typing import NamedTuple
 
 from statecodec._settings import DEFAULT_FUTURE_SKEW
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec, require_codec
-from statecodec.errors import ConfigurationError, StatecodecError
-from statecodec.rotation import early_drop
+from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError, StatecodecError
+from statecodec.rotation import early_drop, pulled_ids
 from statecodec.sync import LoopThread
 
 __all__ = ["ReloadingCodec", "Snapshot"]
@@ -37,9 +38,22 @@ class Snapshot(NamedTuple):
     error: str | None  # why the last reload was refused, until one succeeds
     wait: float  # ttl + future_skew: how long a key verifies after it stopped being primary
     demoted: tuple[tuple[str, float], ...] = ()  # (key id, seconds since it stopped sealing here), by this clock
+    pulled: tuple[str, ...] = ()  # key ids dropped for `statecodec rotate pull`
 
 
-Report = Callable[[Snapshot | None], Awaitable[None]]  # None: this instance stops
+Report = Callable[[Snapshot | None], Awaitable[Iterable[str] | None]]  # None: stops; returns the fleet's pulled ids
+
+
+class _Fenced(NamedTuple):
+    """A ring in force that holds a pulled key: it seals and opens nothing, so a forged token is never honoured."""
+
+    key_ids: tuple[str, ...]
+
+    def seal(self, payload: bytes) -> str:
+        raise SealError("this instance's key ring holds a pulled key: update its key file (docs/key-management.md)")
+
+    def unseal(self, token: str) -> bytes:
+        raise InvalidToken(Reason.UNKNOWN_KEY)
 
 
 class ReloadingCodec(WrapsCodec, HoldsSecrets):
@@ -53,6 +67,7 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
         self._files = tuple(Path(f) for f in files)
         self._lock, self._building = threading.Lock(), threading.Lock()
         self._asked = self._closed = False
+        self._pulled: frozenset[str] = frozenset()  # never dropped early, never loaded again (`pulled`)
         self._wake: Callable[[], object] | None = None  # ends the watcher's wait at once, from any thread
         self._sync: tuple[LoopThread, Future[None]] | None = None  # `start`'s loop and its watcher
         self._watched = interval is None  # a watcher ran, or none is needed: a flag, not a check per token
@@ -88,13 +103,23 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
         with self._lock:
             now = self._clock()
             demoted = tuple((kid, now - at) for kid, at in self._demoted.items())
-            return Snapshot(self.key_ids, self.error, self.wait, demoted)
+            return Snapshot(self.key_ids, self.error, self.wait, demoted, tuple(sorted(self._pulled - {*self.key_ids})))
+
+    def pulled(self, key_ids: Iterable[str]) -> None:
+        """Key ids the fleet pulled (`statecodec rotate pull`, told by the registry): reload at the next poll; a ring
+        still holding one is refused, and fenced if in force (an instance started from an old copy of its file)."""
+        if not self._pulled.issuperset(key_ids):
+            self._pulled, self._asked = self._pulled.union(key_ids), True  # a new set: the rebuild thread reads it
 
     def reload(self) -> bool:
         """Rebuild from the settings now: True when the new codec is in force, False when it was refused and the
         current one kept (the reason in `error`). `snapshot` does not wait for a rebuild."""
         with self._building:
             self._seen, self._retry_at = self._stats(), float("inf")
+            marked: set[str] = set()  # before the build: a pull line newer than its ring is read again next poll
+            for path in self._files:
+                with contextlib.suppress(OSError, ValueError):  # the build says why a file cannot be read
+                    marked |= pulled_ids(path.read_text(encoding="utf-8"))
             try:
                 codec = require_codec(self._build(), "the reloaded codec")
             except StatecodecError as exc:  # its message names a setting or a key's position, never a key
@@ -103,7 +128,10 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
                 return self._refuse(f"the codec did not build ({type(exc).__name__})")
             with self._lock:
                 old, new, now = self.key_ids, tuple(getattr(codec, "key_ids", ())), self._clock()
-                early = early_drop(old, new, self._demoted, now, self.wait)
+                pulled = self._pulled | marked
+                if held := [kid for kid in new if kid in pulled]:
+                    return self._refuse(f"the new ring holds key {held[0]}, which was pulled (statecodec rotate pull)")
+                early = early_drop(old, (*new, *pulled), self._demoted, now, self.wait)  # a pull drops at once
                 if early is not None:
                     kid, left = early
                     why = "it is the primary" if kid == old[0] else f"its tokens may live {left:.1f} s more"
@@ -112,13 +140,19 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
                 if new[:1] != old[:1]:
                     self._demoted.update(dict.fromkeys(old[:1], now))
                 self._demoted = {kid: at for kid, at in self._demoted.items() if kid in new[1:]}
-                self.codec, self.error = codec, None
+                self.codec, self.error, self._pulled = codec, None, frozenset(pulled)
+        for kid in (kid for kid in old if kid in pulled and kid not in new):  # an incident: every instance says it
+            logger.critical("statecodec: key %s pulled (statecodec rotate pull): tokens under it are refused", kid)
         logger.info("statecodec: key ring reloaded; key ids %s", ", ".join(new))
         return True
 
     def _refuse(self, why: str) -> bool:
         self.error = why
         logger.error("statecodec: key ring reload refused, keeping key ids %s: %s", ", ".join(self.key_ids), why)
+        if (held := [kid for kid in self.key_ids if kid in self._pulled]) and not isinstance(self.codec, _Fenced):
+            self.codec = _Fenced(self.key_ids)
+            logger.critical("statecodec: the key ring in force holds key %s, which was pulled (statecodec rotate "
+                            "pull): no token is sealed or opened here until the key file drops it", held[0])
         return False
 
     def reload_on_sighup(self) -> None:
@@ -156,7 +190,7 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
                 if (rebuild is None or rebuild.done()) and self._due():
                     rebuild = loop.run_in_executor(pool, self.reload)
                 if report is not None:
-                    await _reported(report, self.snapshot())
+                    self.pulled(await _reported(report, self.snapshot()) or ())
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(woken.wait(), self.interval)
         finally:
@@ -185,10 +219,11 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
             loop.close()
 
 
-async def _reported(report: Report, snapshot: Snapshot | None) -> None:
+async def _reported(report: Report, snapshot: Snapshot | None) -> Iterable[str] | None:
     """`report(snapshot)`; a failure is logged and the watcher goes on (a later poll reports again)."""
     try:
-        await report(snapshot)
+        return await report(snapshot)
     except Exception as exc:  # the watcher outlives any store failure
         why = str(exc) if isinstance(exc, StatecodecError) else type(exc).__name__
         logger.warning("statecodec: could not report to the fleet registry: %s", why)
+        return None

@@ -20,7 +20,7 @@ from statecodec.keys import KeyRing
 
 __all__ = [
     "Fleet", "Member", "RotationPlan", "check_fleet", "early_drop", "judge", "key_file_phase", "next_step",
-    "parse_fleet", "phase_ring", "reseal",
+    "parse_fleet", "phase_ring", "pulled_ids", "reseal",
 ]
 
 T = TypeVar("T")
@@ -175,6 +175,14 @@ def early_drop(
     return None
 
 
+_PULLED = re.compile(r"^# statecodec pulled: ([0-9a-f]{8}(?: [0-9a-f]{8})*)$", re.MULTILINE)
+
+
+def pulled_ids(text: str) -> frozenset[str]:
+    """The key ids a key file's pull line names (`statecodec rotate pull`): the one override of `early_drop`."""
+    return frozenset(kid for line in _PULLED.findall(text) for kid in line.split())
+
+
 _MARKER = re.compile(r"^# statecodec rotation phase ([123]): ([0-9a-f]+) -> ([0-9a-f]+)$", re.MULTILINE)
 
 
@@ -203,6 +211,7 @@ class Member:
     error: str | None
     loaded_ms: int = 0
     expires_ms: int = 0
+    pulled: tuple[str, ...] = ()  # key ids it dropped for `statecodec rotate pull`
 
 
 @dataclass(frozen=True)
@@ -210,6 +219,7 @@ class Fleet:
     now_ms: int  # the store's clock
     members: tuple[Member, ...]
     tokens_until_ms: Mapping[str, int]  # key id -> until when tokens under it may live
+    pulled: Mapping[str, int] = field(default_factory=dict)  # key id -> when `statecodec rotate pull` recorded it
 
 
 def marked(phase: int, old: str, new: str) -> str:

@@ -1,8 +1,9 @@
 """`statecodec rotate`: rotate keys without dropping a round (docs/rotation.md).
 
-`advance` writes the next phase only when the fleet registry shows it safe by the store's clock; `begin` and
-`advance` write the whole key file or nothing, so a re-run after a crash is safe. `plan` prints secret keys unless
---ids-only or --old-id/--new-id; `check` exits 0 only when no instance can mint a token another would refuse.
+`advance` writes the next phase only when the fleet registry shows it safe by the store's clock; `begin`, `advance`
+and `pull` (a leaked key, dropped at once) write the whole key file or nothing, so a re-run after a crash is safe.
+`plan` prints secret keys unless --ids-only or --old-id/--new-id; `check` exits 0 only when no instance can mint a
+token another would refuse.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from statecodec.cli._output import emit, replace, show, store_time
 from statecodec.cli.main import settings_from_flags
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing, format_keys, generate_key, read_key_file
+from statecodec.rotation import marked
 
 __all__ = ["register"]
 
@@ -60,8 +62,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     for name, run, what in (("status", _status, "show the fleet registry, the phase and the next safe moment"),
                             ("begin", _begin, "write phase 1 (old primary, new accepted) into the key file"),
-                            ("advance", _advance, "write the next phase, only once the fleet registry shows it safe")):
+                            ("advance", _advance, "write the next phase, only once the fleet registry shows it safe"),
+                            ("pull", _pull, "drop a leaked key from the key file now: every instance, next poll")):
         live = actions.add_parser(name, func=run, help=what)
+        if name == "pull":
+            live.add_argument("key_id", metavar="KEY_ID", help="the leaked key's id (statecodec check, the logs)")
         live.add_argument("--keys-file", metavar="PATH", help="the key file the servers read (default "
                           "STATECODEC_KEYS_FILE); the fleet registry is in STATECODEC_STORE_URL")
         live.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
@@ -190,7 +195,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _write(path: Path, phase: int, old: bytes, new: bytes) -> KeyRing:
     """Write `phase` of the rotation from `old` to `new` into `path`, whole or not at all."""
-    from statecodec.rotation import marked, phase_ring
+    from statecodec.rotation import phase_ring
 
     ring = KeyRing(phase_ring(phase, old, new))
     replace(path, f"{marked(phase, *KeyRing([old, new]).key_ids)}\n{format_keys(ring).replace(',', chr(10))}\n")
@@ -216,6 +221,52 @@ def _begin(args: argparse.Namespace) -> int:
     return show(args, {"phase": 1, "key_ids": list(written.key_ids), "written": True}, message, indent=2)
 
 
+def _pull(args: argparse.Namespace) -> int:
+    """Write the key file without `key_id` and a pull line naming it, the override of the drop rule every reloading
+    instance reads; then record the pull in the fleet registry, which fences an instance started from an old copy."""
+    from statecodec.cli.store import on_store
+    from statecodec.config import KINDS
+    from statecodec.envelope import parse_wrapped_keys, wrapped_key_id
+    from statecodec.registry import Registry, registry_for
+    from statecodec.rotation import pulled_ids
+
+    kid, kind = args.key_id.lower(), (setting(os.environ, cfg.CODEC_VAR, required=False) or "aesgcm").lower()
+    var = next(v for v in ("STATECODEC_WRAPPED_KEYS", "STATECODEC_KEYS") if v in KINDS.get(kind, KINDS["aesgcm"]).reads)
+    name = args.keys_file or setting(os.environ, f"{var}_FILE", required=False)
+    if name is None:
+        raise ConfigurationError(f"{var} gives the ring inline, which no instance reads again: deploy every instance "
+                                 f"with {var} without key {kid} (a new key first if it is the only one) and restart "
+                                 "them all at once (docs/key-management.md)" if setting(os.environ, var, required=False)
+                                 else f"name the key file the servers read: --keys-file PATH or {var}_FILE")
+    path = Path(name)
+    text = read_key_file(path)
+    with named_errors(f"key file {path}"):
+        ring = KeyRing.parse(text) if var == "STATECODEC_KEYS" else None
+        items = list(ring) if ring is not None else parse_wrapped_keys(text)
+    ids = list(ring.key_ids) if ring is not None else [wrapped_key_id(blob).hex() for blob in items]
+    if kid not in {*ids, *pulled_ids(text)}:
+        raise ConfigurationError(f"key {kid} is not in {path}, which holds key ids {', '.join(ids)}: nothing pulled "
+                                 "(`statecodec check` and the servers' logs name key ids)")
+    keep = [(item, i) for item, i in zip(items, ids, strict=True) if i != kid]
+    if not keep and ring is None:
+        raise ConfigurationError(f"key {kid} is the only key in {path}: put a new wrapped data key (`statecodec kms "
+                                 f"new-data-key`) first in the file, wait one poll, then pull {kid}")
+    generated = [] if keep else [generate_key()]
+    keep += [(key, KeyRing([key]).key_ids[0]) for key in generated]
+    lines = [f"# statecodec pulled: {' '.join(sorted({*pulled_ids(text), kid}))}"]
+    lines += [marked(2, keep[1][1], keep[0][1])] if len(keep) == 2 else []  # [primary, other]: phase 2 of a rotation
+    replace(path, "\n".join([*lines, *(format_keys([item]) for item, _ in keep)]) + "\n")
+    recorded = cfg.store_url(os.environ)[0] not in (None, "memory")
+    if recorded:  # after the file: an instance told first would fence itself until it reloaded
+        on_store(lambda store: cast(Registry, registry_for(store)).pull(kid), guard=False)
+    ids = [i for _, i in keep]
+    message = (f"key {kid} pulled from {path}: key ids now {', '.join(ids)}{' (new)' if generated else ''}; every "
+               "reloading instance drops it at its next poll, logs it (CRITICAL) and refuses its tokens as unknown_key"
+               f"{'' if recorded else '; no fleet registry (STATECODEC_STORE_URL): an old copy of the file works'}")
+    doc = {"pulled": kid, "key_file": str(path), "key_ids": ids, "generated": bool(generated), "recorded": recorded}
+    return show(args, doc, message, indent=2)
+
+
 def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[str], float, dict[str, Any]]:
     """The key file (ring and marker read from the same bytes), its phase, what blocks the next phase, the wait, and
     the status document."""
@@ -239,9 +290,10 @@ def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[st
         "rotation": {"old": old_id, "new": new_id} if new_id else None, "blockers": blockers,
         "safe": phase in (1, 2) and not blockers and wait == 0, "wait_seconds": wait if math.isfinite(wait) else None,
         "safe_at": store_time(round(fleet.now_ms + wait * 1000)) if math.isfinite(wait) else None,
+        "pulled": {kid: store_time(at) for kid, at in fleet.pulled.items()},
         "instances": [{"name": m.name, "primary": (m.accepts or (None,))[0], "key_ids": list(m.accepts),
-                       "loaded": store_time(m.loaded_ms), "expires": store_time(m.expires_ms), "error": m.error}
-                      for m in fleet.members],
+                       "loaded": store_time(m.loaded_ms), "expires": store_time(m.expires_ms), "error": m.error,
+                       "pulled": list(m.pulled)} for m in fleet.members],
     }  # fmt: skip
     return path, ring, phase, blockers, wait, doc
 
@@ -257,10 +309,12 @@ def _text(doc: dict[str, Any], wait: float) -> str:
     lines = [f"key file    {doc['key_file']}: phase {doc['phase']}, key ids {', '.join(doc['key_ids'])}",
              f"store time  {doc['store_time']}", f"next        {step}"]  # fmt: skip
     lines += [f"waiting for {blocker}" for blocker in doc["blockers"]]
+    lines += [f"pulled      key {kid} at {at} (store clock)" for kid, at in doc["pulled"].items()]
     lines.append(f"\n{'instance':<24} {'primary':<9} {'key ids':<27} {'loaded (store clock)':<29} state")
     for m in doc["instances"]:
         lines.append(f"{m['name']:<24} {m['primary'] or '-':<9} {','.join(m['key_ids']) or '-':<27} {m['loaded']:<29} "
-                     f"{'ok' if m['error'] is None else 'reload refused: ' + m['error']}")
+                     f"{'ok' if m['error'] is None else 'reload refused: ' + m['error']}"
+                     f"{'; pulled ' + ','.join(m['pulled']) if m['pulled'] else ''}")
     return "\n".join(lines)
 
 
