@@ -38,6 +38,8 @@ _HEADER, _DIGEST, _MAX_SCOPES = 36, 16, 16  # id 16, issued 6, expires 6, epoch 
 _VERDICTS = {Outcome.USED: Reason.REPLAYED, Outcome.REVOKED: Reason.REVOKED, Outcome.EXPIRED: Reason.EXPIRED}
 _UNASKED = ("_meta", "requestState")  # a new progress token or trace each retry; the state, digested apart
 _ANSWER_AAD, _NONCE = b"statecodec/su2/result\x00", 12
+# What a stamp records itself: a scope of one of these names would look like it and never be reached by their selector.
+RESERVED = frozenset(("principal", "client", "issuer", "subject", "all"))
 
 
 def canonical_json() -> Callable[[Any], bytes]:
@@ -56,6 +58,14 @@ def checked(what: str, value: object) -> str:
     return value
 
 
+def scope_name(what: str, name: object) -> str:
+    """A scope name given at mint: `checked`, and none of the `RESERVED` names, else ConfigurationError."""
+    if checked(what, name) in RESERVED:
+        raise ConfigurationError(f"{what} {name} is reserved: the stamp records the minting principal and client "
+                                 "itself (revoke --principal or --client reaches them); choose another name")
+    return str(name)
+
+
 class Selector(TypedDict, total=False):
     """What `revoke` and `lift` name: exactly one of a subject (`principal`) or an OAuth client (`client`), each
     qualified by `issuer` when the access token has one, an operator ``scope=(name, value)``, or `everything`."""
@@ -72,7 +82,7 @@ class SingleUse(HoldsSecrets):
     and beyond `clock_skew` from the store's clock this instance neither mints nor accepts."""
 
     __slots__ = ("_all", "_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_keys", "_macs", "_quiet",
-                 "_skewed", "clock_skew", "deadline", "on_store_error", "store", "ttl", "where")
+                 "_noted", "_skewed", "clock_skew", "deadline", "on_store_error", "store", "ttl", "unrecorded", "where")
 
     def __init__(self, store: Store, *, key: bytes | KeyRing, ttl: float, clock: Callable[[], float] = time.time,
                  clock_skew: float = 1.0, on_store_error: Literal["refuse", "accept"] = "refuse") -> None:
@@ -99,6 +109,10 @@ class SingleUse(HoldsSecrets):
         self._skewed: str | None = "the store has not answered yet"  # why this instance may not mint
         self._quiet: dict[str, float] = {}  # each warning's text -> until when it is not repeated
         self._anchor = (0.0, 0.0)  # (store clock - monotonic, round trip) at the store's last answer
+        # The forms (kind, issuer or scope name) this process minted under: `start` records each once per store epoch
+        # (not once per token), before the first token under it leaves, for `statecodec revoke` to check a selector.
+        self._noted: set[tuple[str, str | None]] = set()
+        self.unrecorded: set[tuple[str, str | None]] = set()
         if on_store_error == "accept":
             logger.warning("single use is availability first: a token is accepted unchecked while the store is down")
 
@@ -148,16 +162,27 @@ class SingleUse(HoldsSecrets):
         way = "behind" if offset > 0 else "ahead of"
         return f"this clock is {abs(offset) + self.clock_skew:.3f} s {way} the store's" if offset else None
 
+    def form(self, kind: str, value: str | None) -> str:
+        """How the store records that a token was minted with a principal or client at issuer `value`, or a scope
+        named `value`: the kind, then a keyed digest (docs/formats.md)."""
+        return f"{kind}:{self._scope('form', kind, value).hex()}"
+
     async def start(self) -> None:
-        """One round trip: begin the store's memory, record this lifetime, check its owner, memory policy and clock."""
+        """One round trip: begin the store's memory, record this lifetime and the `unrecorded` forms, check its owner,
+        memory policy and clock. Call it again, before a token leaves, while `unrecorded` is not empty."""
+        forms = set(self.unrecorded)  # a form added meanwhile waits for the next call
         before, skew_ms, ttl_ms = self._clock(), round(self.clock_skew * 1000), round(self.ttl * 1000)
         hello = await bounded(self.store, self.store.hello(fingerprint=self._fingerprint, lifetime_ms=ttl_ms,
-                                                     skew_ms=skew_ms))
+                                                     skew_ms=skew_ms, forms=[self.form(*f) for f in forms]))
         skewed = self._skew(before, hello.now_ms, self._clock())
         check_owner(hello.owner, self.where)
         if skewed:
             raise ConfigurationError(f"{skewed} at {self.where}, beyond the clock skew: synchronise this host's time")
+        if hello.epoch != self._epoch:  # a store that lost its memory lost the forms too
+            self._noted.clear()
         self._epoch, self._skewed = hello.epoch, None
+        self._noted |= forms
+        self.unrecorded -= forms
 
     def stamp(self, state: bytes, *, principal: Principal | None = None, scopes: Mapping[str, str] | None = None
               ) -> bytes:
@@ -170,12 +195,13 @@ class SingleUse(HoldsSecrets):
         if not isinstance(state, bytes):
             raise TypeError("state must be bytes")
         client, issuer, subject = principal or (None, None, None)
-        digests = [self._scope("principal", issuer, subject)] if subject else []
-        digests += [self._scope("client", issuer, client)] if client else []
-        for name, value in (scopes or {}).items():
-            digests.append(self._scope("scope", checked("a scope name", name), checked("a scope value", value)))
-        if len(digests) > _MAX_SCOPES:
+        named = [(kind, issuer, who) for kind, who in (("principal", subject), ("client", client)) if who]
+        named += [("scope", scope_name("a scope name", name), checked("a scope value", value))
+                  for name, value in (scopes or {}).items()]
+        if len(named) > _MAX_SCOPES:
             raise ConfigurationError(f"a token carries at most {_MAX_SCOPES} revocable scopes")
+        digests = [self._scope(*scope) for scope in named]
+        self.unrecorded.update(scope[:2] for scope in named if scope[:2] not in self._noted)
         body = secrets.token_bytes(16) + issued.to_bytes(6) + (issued + round(self.ttl * 1000)).to_bytes(6)
         body += self._epoch + bytes([len(digests)]) + b"".join(digests)
         return PREFIX + b64u_encode(body + mac(self._macs["stamp"], body + state)).encode() + b"." + state
@@ -227,6 +253,7 @@ class SingleUse(HoldsSecrets):
             if verdict.epoch != self._epoch:
                 logger.warning("the store at %s lost its memory (flush or restart): older tokens refused", self.where)
                 self._epoch = verdict.epoch
+                self._noted.clear()  # and the forms it recorded
             if self._skewed or verdict.outcome is Outcome.FOREIGN:
                 self.warn(f"the store at {self.where}: {self._skewed or 'another store key'}: tokens refused")
             elif verdict.outcome is Outcome.FIRST or verdict.outcome is Outcome.SAME:
@@ -308,7 +335,10 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
             kwargs["principal"], principal = principal, (None, None, principal)
         if not self.guard.started or self._closed.locked():
             self.run(self.guard.start())
-        return self.codec.seal(self.guard.stamp(state, principal=principal, scopes=scopes), **kwargs)
+        stamped = self.guard.stamp(state, principal=principal, scopes=scopes)
+        if self.guard.unrecorded:  # a form new to this process: recorded before its first token leaves
+            self.run(self.guard.start())
+        return self.codec.seal(stamped, **kwargs)
 
     def unseal(self, token: str, **kwargs: Any) -> bytes:
         return self.run(self.guard.consume(self.codec.unseal(token, **kwargs)))
