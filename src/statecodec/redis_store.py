@@ -64,8 +64,8 @@ end
 _SCRIPTS = {
     # KEYS meta, forms. ARGV fingerprint, candidate epoch, lifetime, skew, forms...
     "hello": """local owner, epoch = record(tonumber(ARGV[3]), tonumber(ARGV[4]))
-for i = 5, #ARGV do
-  if owner ~= 'foreign' and not redis.call('HGET', KEYS[2], ARGV[i]) then redis.call('HSET', KEYS[2], ARGV[i], n(now)) end
+for i = 5, owner ~= 'foreign' and #ARGV or 0 do  -- each form, dated when first recorded
+  if not redis.call('HGET', KEYS[2], ARGV[i]) then redis.call('HSET', KEYS[2], ARGV[i], n(now)) end
 end
 return {owner, epoch, now, policy()}""",
     # KEYS meta, revocations, claim. ARGV fingerprint, candidate epoch, token epoch, issued, expires, lifetime,
@@ -107,12 +107,12 @@ return {'ok', at}""",
 if fp ~= ARGV[1] then return {fp and 'foreign' or 'unused'} end
 redis.call('ZREM', KEYS[3], ARGV[2])
 return {'ok', redis.call('HDEL', KEYS[2], ARGV[2])}""",
-    # KEYS meta, revocations, forms. ARGV fingerprint. For `store check` and `revoke`: it reads every revocation.
+    # KEYS meta, revocations, (unused), forms. ARGV fingerprint. For `store check` and `revoke`: reads every revocation.
     "inspect": """local m = redis.call('HMGET', KEYS[1], 'fp', 'life', 'skew')
 local all, bad = redis.call('HGETALL', KEYS[2]), {}
 for i = 1, #all, 2 do if not string.match(all[i + 1], '^%d+:%d+$') then table.insert(bad, all[i]) end end
 local owner = m[1] == ARGV[1] and 'ok' or (m[1] and 'foreign' or 'unused')
-local forms = owner == 'ok' and redis.call('HGETALL', KEYS[3]) or {}
+local forms = owner == 'ok' and redis.call('HGETALL', KEYS[4]) or {}
 return {owner, #all / 2, bad, now, m[2] or '0', m[3] or '0', policy(), forms}""",
 }
 
@@ -232,7 +232,7 @@ class RedisStore(HoldsSecrets):
         return StoreError(f"{at} answered an error ({next((c for c in _CODES if c in text), type(exc).__name__)})")
 
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int, forms: Sequence[str] = ()) -> Hello:
-        args = (fingerprint.hex(), secrets.token_hex(8), lifetime_ms, skew_ms, *forms)
+        args: tuple[str | int, ...] = (fingerprint.hex(), secrets.token_hex(8), lifetime_ms, skew_ms, *forms)
         owner, epoch, now, policy = await self.run(_RUN["hello"], self._keys[::3], *args)  # its node's policy
         if (policy := policy.decode()) != "noeviction":
             raise ConfigurationError(f"the Redis store at {self.where} has maxmemory-policy {policy}: an evicted claim "
@@ -256,26 +256,26 @@ class RedisStore(HoldsSecrets):
         return f"{{{self.namespace}}}:c:{key.hex()}"
 
     async def revoke(self, scope: bytes, *, fingerprint: bytes, skew_ms: int) -> int:
-        reply = await self.run(_RUN["revoke"], self._keys[:3], fingerprint.hex(), scope.hex(), skew_ms)
+        reply = await self.run(_RUN["revoke"], self._keys, fingerprint.hex(), scope.hex(), skew_ms)
         check_owner(reply[0].decode(), self.where)
         return int(reply[1])
 
     async def lift(self, scope: bytes, *, fingerprint: bytes) -> bool:
-        reply = await self.run(_RUN["lift"], self._keys[:3], fingerprint.hex(), scope.hex())
+        reply = await self.run(_RUN["lift"], self._keys, fingerprint.hex(), scope.hex())
         check_owner(reply[0].decode(), self.where)
         return int(reply[1]) > 0
 
     async def health(self, *, fingerprint: bytes) -> dict[str, object]:
-        keys = [*self._keys[:2], self._keys[3]]
-        owner, count, bad, now, life, skew, policy, forms = await self.run(_RUN["inspect"], keys, fingerprint.hex())
+        reply = await self.run(_RUN["inspect"], self._keys, fingerprint.hex())
+        owner, count, bad, now, life, skew, policy, forms = reply
+        pairs = zip(forms[::2], forms[1::2], strict=True)  # a time `hello` did not write reads as 0
         return {"store": "redis", "server": self.where, "namespace": self.namespace, "owner": owner.decode(),
-                "forms": {_shown(form): int(at) if at.isdigit() else 0 for form, at in zip(forms[::2], forms[1::2])},
+                "forms": {_shown(form): int(at) if at.isdigit() else 0 for form, at in pairs},
                 "revocations": int(count), "malformed": [_shown(name) for name in bad], "store_time_ms": int(now),
                 "longest_lifetime_ms": int(life), "clock_skew_ms": int(skew), "maxmemory_policy": policy.decode()}
 
     async def namespaces(self) -> list[str]:
-        """The namespaces a server has used on this store (each a `{ns}:meta`), for `statecodec revoke` to name when
-        none was chosen; SCAN walks the whole keyspace, once per command: never on a request's path."""
+        """The namespaces used on this store (`{ns}:meta`), for `statecodec revoke`: a SCAN, never per request."""
         try:
             return sorted({_shown(key)[1:-6] async for key in self._client.scan_iter(match="{*}:meta", count=1000)})
         except (rx.RedisError, rx.RedisClusterException, OSError) as exc:

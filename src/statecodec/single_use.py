@@ -38,8 +38,7 @@ _HEADER, _DIGEST, _MAX_SCOPES = 36, 16, 16  # id 16, issued 6, expires 6, epoch 
 _VERDICTS = {Outcome.USED: Reason.REPLAYED, Outcome.REVOKED: Reason.REVOKED, Outcome.EXPIRED: Reason.EXPIRED}
 _UNASKED = ("_meta", "requestState")  # a new progress token or trace each retry; the state, digested apart
 _ANSWER_AAD, _NONCE = b"statecodec/su2/result\x00", 12
-# What a stamp records itself: a scope of one of these names would look like it and never be reached by their selector.
-RESERVED = frozenset(("principal", "client", "issuer", "subject", "all"))
+RESERVED = frozenset(("principal", "client", "issuer", "subject", "all"))  # what a stamp records itself: no scope names
 
 
 def canonical_json() -> Callable[[Any], bytes]:
@@ -58,14 +57,6 @@ def checked(what: str, value: object) -> str:
     return value
 
 
-def scope_name(what: str, name: object) -> str:
-    """A scope name given at mint: `checked`, and none of the `RESERVED` names, else ConfigurationError."""
-    if checked(what, name) in RESERVED:
-        raise ConfigurationError(f"{what} {name} is reserved: the stamp records the minting principal and client "
-                                 "itself (revoke --principal or --client reaches them); choose another name")
-    return str(name)
-
-
 class Selector(TypedDict, total=False):
     """What `revoke` and `lift` name: exactly one of a subject (`principal`) or an OAuth client (`client`), each
     qualified by `issuer` when the access token has one, an operator ``scope=(name, value)``, or `everything`."""
@@ -81,8 +72,8 @@ class SingleUse(HoldsSecrets):
     """The single-use and revocation rules over any `Store`, from one event loop; `key` is the same on every instance,
     and beyond `clock_skew` from the store's clock this instance neither mints nor accepts."""
 
-    __slots__ = ("_all", "_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_keys", "_macs", "_quiet",
-                 "_noted", "_skewed", "clock_skew", "deadline", "on_store_error", "store", "ttl", "unrecorded", "where")
+    __slots__ = ("_all", "_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_keys", "_macs", "_noted",
+                 "_quiet", "_skewed", "clock_skew", "deadline", "on_store_error", "store", "ttl", "unrecorded", "where")
 
     def __init__(self, store: Store, *, key: bytes | KeyRing, ttl: float, clock: Callable[[], float] = time.time,
                  clock_skew: float = 1.0, on_store_error: Literal["refuse", "accept"] = "refuse") -> None:
@@ -163,8 +154,7 @@ class SingleUse(HoldsSecrets):
         return f"this clock is {abs(offset) + self.clock_skew:.3f} s {way} the store's" if offset else None
 
     def form(self, kind: str, value: str | None) -> str:
-        """How the store records that a token was minted with a principal or client at issuer `value`, or a scope
-        named `value`: the kind, then a keyed digest (docs/formats.md)."""
+        """How the store records a token minted for a principal or client at issuer `value`, or a scope `value`."""
         return f"{kind}:{self._scope('form', kind, value).hex()}"
 
     async def start(self) -> None:
@@ -196,8 +186,11 @@ class SingleUse(HoldsSecrets):
             raise TypeError("state must be bytes")
         client, issuer, subject = principal or (None, None, None)
         named = [(kind, issuer, who) for kind, who in (("principal", subject), ("client", client)) if who]
-        named += [("scope", scope_name("a scope name", name), checked("a scope value", value))
+        named += [("scope", checked("a scope name", name), checked("a scope value", value))
                   for name, value in (scopes or {}).items()]
+        if scopes and (taken := RESERVED.intersection(scopes)):  # `revoke --principal` would never reach such a scope
+            raise ConfigurationError(f"the scope name {min(taken)} is reserved: the stamp records the minting "
+                                     "principal and client itself (principal=...); choose another name")
         if len(named) > _MAX_SCOPES:
             raise ConfigurationError(f"a token carries at most {_MAX_SCOPES} revocable scopes")
         digests = [self._scope(*scope) for scope in named]

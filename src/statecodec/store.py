@@ -93,8 +93,8 @@ class Store(Protocol):
     def deadline(self) -> float | None:
         """The most one call may take, in seconds (`SingleUse` holds every call to it); None: no call ever waits."""
 
-    async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int, forms: Sequence[str] = ()) -> Hello:
-        """Record the lifetime, skew and principal `forms` (`SingleUse.form`) of an instance of this owner."""
+    async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int, forms: Sequence[str] = ()
+                    ) -> Hello: ...
     async def claim(self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int,
                     lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes], retry: bytes = b"") -> Verdict: ...
     async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool: ...
@@ -157,7 +157,7 @@ class MemoryStore:
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int, forms: Sequence[str] = ()) -> Hello:
         with self._lock:
             hello = self._now(fingerprint, max(lifetime_ms, 1), skew_ms)
-            self._forms |= {form: hello.now_ms for form in forms if form not in self._forms and hello.owner != "foreign"}
+            self._forms |= {form: hello.now_ms for form in forms if hello.owner != "foreign"} | self._forms
             return hello
 
     async def claim(self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int,

@@ -1,10 +1,8 @@
 """`statecodec revoke` and `statecodec store check`: the single-use store, as an operator drives it (docs/cli.md).
 
 Both read the store and its key as every server does and check the store's fingerprint first: under another store
-key or namespace, or on a store no server has used, nothing is revoked. Threat: a revocation that reports success and
-reaches no token. Without STATECODEC_STORE_NAMESPACE, a store holding another namespace is refused (it may be this
-service's); `revoke` refuses a selector of a form no instance recorded minting under (`SingleUse.start`), unless
---force. Neither prints a credential or the key.
+key or namespace, or on a store no server has used, nothing is revoked; nor, unless --force, for a selector of a form
+no instance recorded minting, nor with no namespace chosen on a store that holds another. Neither prints a secret.
 """
 
 from __future__ import annotations
