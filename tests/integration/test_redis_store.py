@@ -278,20 +278,27 @@ def test_revoke_and_store_check_on_a_live_store_and_under_the_wrong_settings(
         assert "connection refused" in capsys.readouterr().err
 
 
-def test_a_revocation_that_would_reach_no_token_is_refused_naming_what_the_fleet_records(
-    redis_url: str, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from mcp.server.auth.provider import AccessToken, principal_components
-
+@pytest.fixture
+def revoke(redis_url: str, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch,
+           capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str]]:
+    """`statecodec revoke ARGS` on an empty store, the fleet's settings but the namespace: (exit status, stdout)."""
     monkeypatch.setenv("STATECODEC_STORE_URL", redis_url)
     monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([KEY]))
     redis_server.cli("FLUSHALL")
 
-    def revoke(*args: str) -> tuple[int, str]:
+    def command(*args: str) -> tuple[int, str]:
         code = main(["revoke", *args])
         return code, capsys.readouterr().out.strip()
 
-    # A verifier that leaves `claims` unset (the SDK's field is optional): the stamps record no issuer.
+    return command
+
+
+def test_a_revocation_by_issuer_when_the_stamps_record_none_is_refused(
+    redis_url: str, revoke: Callable[..., tuple[int, str]]
+) -> None:
+    from mcp.server.auth.provider import AccessToken, principal_components
+
+    # A verifier that leaves `claims` unset (the SDK's field is optional): the stamps record no issuer (issue 32).
     verified = AccessToken(token="t", client_id="app", scopes=[], subject="alice")
     token = run(minted, redis_url, principal_components(verified))
     code, line = revoke("--principal", "alice", "--issuer", "https://idp")
@@ -305,9 +312,12 @@ def test_a_revocation_that_would_reach_no_token_is_refused_naming_what_the_fleet
     assert revoke("--principal", "alice")[0] == 0  # what the fleet records: reached
     with pytest.raises(InvalidToken, match="revoked"):
         run(consume_once, redis_url, token)
-    # The other way round, on a fleet whose stamps record an issuer: the selector names none.
-    redis_server.cli("FLUSHALL")
-    run(minted, redis_url, ("app", "https://idp", "bob"))
+
+
+def test_a_revocation_without_the_issuer_the_stamps_record_is_refused(
+    redis_url: str, revoke: Callable[..., tuple[int, str]]
+) -> None:
+    run(minted, redis_url, ("app", "https://idp", "bob"))  # issue 32
     code, line = revoke("--principal", "bob")
     assert code == 1
     assert "the fleet's tokens record principals at 1 issuer(s), clients at 1 issuer(s) since" in line
@@ -315,9 +325,16 @@ def test_a_revocation_that_would_reach_no_token_is_refused_naming_what_the_fleet
     assert code == 1
     assert "no instance recorded minting the tokens of scope tenant=acme" in line
     assert revoke("--all")[0] == 0  # everything covers every form
-    # Two services, one store key: without a namespace, `revoke` may be in the other's; it names both.
+    assert revoke("--principal", "bob", "--issuer", "https://idp")[0] == 0
+
+
+def test_without_a_namespace_a_store_holding_another_is_refused_naming_them(
+    redis_url: str, redis_server: RedisServer, revoke: Callable[..., tuple[int, str]],
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    run(minted, redis_url, ("app", "https://idp", "alice"))  # two services, one store key (issue 32)
     run(minted, redis_url, ("app", "https://idp", "carol"), "billing")
-    code, line = revoke("--principal", "carol", "--issuer", "https://idp")
+    code, line = revoke("--principal", "carol", "--issuer", "https://idp")  # would land in the other's namespace
     assert (code, line) == (1, f"nothing revoked: STATECODEC_STORE_NAMESPACE is not set and the store at "
                                f"127.0.0.1:{redis_server.port} holds namespaces billing, statecodec: set it to the one "
                                "your servers use")
