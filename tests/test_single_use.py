@@ -101,6 +101,31 @@ def test_the_invalid_vectors_are_refused_and_claim_nothing(v: dict[str, Any]) ->
     assert (info.value.reason.value, store.claims) == (v["reason"], [])  # point 6: a moved stamp is `seal`
 
 
+def test_a_single_use_codec_records_a_new_form_before_its_token_leaves() -> None:
+    store = MemoryStore()
+    inner = BoundCodec(AESGCMCodec(KeyRing.generate()), audience="a", binding_key=KEY)
+    codec = SingleUseCodec(inner, SingleUse(store, key=KEY, ttl=60))
+    try:
+        token = codec.seal(b"x", principal="alice")  # issue 32: `revoke --principal alice` checks this record
+        forms = asyncio.run(store.health(fingerprint=codec.guard._fingerprint))["forms"]
+        assert forms == {codec.guard.form("principal", None): mock.ANY}
+        assert not codec.guard.unrecorded
+        assert codec.unseal(token, principal="alice") == b"x"
+    finally:
+        codec.close()
+
+
+def test_a_reserved_scope_name_is_refused_at_mint() -> None:
+    codec = SingleUseCodec(AESGCMCodec(KeyRing.generate()), SingleUse(MemoryStore(), key=KEY, ttl=60))
+    try:  # issue 32: the earlier API's scope, which `revoke --principal` would never reach
+        for name in ("principal", "client", "issuer", "subject", "all"):
+            with pytest.raises(ConfigurationError, match=f"the scope name {name} is reserved"):
+                codec.seal(b"y", scopes={name: "alice"})
+        assert codec.unseal(codec.seal(b"x", scopes={"tenant": "acme"})) == b"x"
+    finally:
+        codec.close()
+
+
 def test_an_unspent_stamp_cannot_carry_a_consumed_state() -> None:
     guard, store = fixed_guard(1_767_225_600_000)  # point 6: the tag covers the state it precedes
     consumed, unspent = guard.stamp(b"transfer 100 to mallory"), guard.stamp(b"noop")

@@ -208,6 +208,31 @@ async def test_revocation_follows_the_minting_principal_issuer_qualified_and_can
     assert await guard.consume(everyone) == b"3"
 
 
+async def test_each_form_is_recorded_once_before_its_first_token_leaves_and_a_reserved_scope_name_is_refused(
+    backend: Backend,
+) -> None:
+    guard, other = await started(backend.guard()), await started(backend.guard())  # issue 32: what revoke checks
+    guard.stamp(b"x", principal=ALICE, scopes={"tenant": "acme"})
+    assert guard.unrecorded == {("principal", ALICE[1]), ("client", ALICE[1]), ("scope", "tenant")}
+    assert (await other.health())["forms"] == {}  # the caller's `start` records them before the token leaves
+    await guard.start()
+    forms = cast(dict[str, int], (await other.health())["forms"])  # read on every instance; keyed, never in clear
+    assert forms == {guard.form(*form): ANY for form in [("principal", ALICE[1]), ("client", ALICE[1]),
+                                                            ("scope", "tenant")]}
+    assert "alice" not in str(forms)
+    assert "idp-a" not in str(forms)
+    guard.stamp(b"y", principal=("app", ALICE[1], "bob"), scopes={"tenant": "globex"})
+    assert not guard.unrecorded  # once per form and process, not per token
+    other.stamp(b"z", principal=(None, None, "carol"))
+    await other.start()
+    assert (await guard.health())["forms"] == {**forms, guard.form("principal", None): ANY}
+    foreign = await started(backend.guard(key=bytes(range(90, 122)), namespace="other"))
+    assert (await foreign.health())["forms"] == {}  # another owner's forms are neither read nor written
+    for name in ("principal", "client", "issuer", "subject", "all"):  # a scope the principal's selector never reaches
+        with pytest.raises(ConfigurationError, match=f"the scope name {name} is reserved"):
+            guard.stamp(b"w", scopes={name: "alice"})
+
+
 async def test_a_store_of_another_key_or_namespace_is_refused_by_name(backend: Backend) -> None:
     guard = await started(backend.guard())  # point 3: nothing is "revoked" where no server looks
     foreign = backend.guard(key=bytes(range(90, 122)), store=guard.store)

@@ -214,7 +214,10 @@ class SingleUseMiddleware:
         try:
             principal = None if token is None else principal_components(token)
             scopes = self.scopes(ctx) if self.scopes else None  # recorded at mint, never taken from a presenter
-            return _text(self.guard.stamp(_bytes(state), principal=principal, scopes=scopes))
+            stamped = self.guard.stamp(_bytes(state), principal=principal, scopes=scopes)
+            if self.guard.unrecorded:  # a principal form new to this process: recorded before its first token leaves
+                await self.guard.start()
+            return _text(stamped)
         except StoreError as exc:  # the store never answered, or its clock is too far: no token it cannot date
             logger.error("refusing to stamp requestState on %s: %s", ctx.method, exc)
             raise _mcp_error() from None

@@ -62,8 +62,12 @@ local function record(life, skew)
 end
 """
 _SCRIPTS = {
-    # KEYS meta. ARGV fingerprint, candidate epoch, lifetime, skew.
-    "hello": "local owner, epoch = record(tonumber(ARGV[3]), tonumber(ARGV[4]))\nreturn {owner, epoch, now, policy()}",
+    # KEYS meta, forms. ARGV fingerprint, candidate epoch, lifetime, skew, forms...
+    "hello": """local owner, epoch = record(tonumber(ARGV[3]), tonumber(ARGV[4]))
+for i = 5, owner ~= 'foreign' and #ARGV or 0 do  -- each form, dated when first recorded
+  if not redis.call('HGET', KEYS[2], ARGV[i]) then redis.call('HSET', KEYS[2], ARGV[i], n(now)) end
+end
+return {owner, epoch, now, policy()}""",
     # KEYS meta, revocations, claim. ARGV fingerprint, candidate epoch, token epoch, issued, expires, lifetime,
     # skew, the claim's value ('1', or the retry digest in retry-safe mode), scope digests...
     "claim": """local issued, expires = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -103,12 +107,13 @@ return {'ok', at}""",
 if fp ~= ARGV[1] then return {fp and 'foreign' or 'unused'} end
 redis.call('ZREM', KEYS[3], ARGV[2])
 return {'ok', redis.call('HDEL', KEYS[2], ARGV[2])}""",
-    # KEYS meta, revocations. ARGV fingerprint. For `store check` only: it reads every revocation.
+    # KEYS meta, revocations, (unused), forms. ARGV fingerprint. For `store check` and `revoke`: reads every revocation.
     "inspect": """local m = redis.call('HMGET', KEYS[1], 'fp', 'life', 'skew')
 local all, bad = redis.call('HGETALL', KEYS[2]), {}
 for i = 1, #all, 2 do if not string.match(all[i + 1], '^%d+:%d+$') then table.insert(bad, all[i]) end end
 local owner = m[1] == ARGV[1] and 'ok' or (m[1] and 'foreign' or 'unused')
-return {owner, #all / 2, bad, now, m[2] or '0', m[3] or '0', policy()}""",
+local forms = owner == 'ok' and redis.call('HGETALL', KEYS[4]) or {}
+return {owner, #all / 2, bad, now, m[2] or '0', m[3] or '0', policy(), forms}""",
 }
 
 
@@ -165,7 +170,7 @@ class RedisStore(HoldsSecrets):
             raise ConfigurationError("STATECODEC_STORE_NAMESPACE must be 1-64 letters, digits, '_', '.' or '-'")
         self._client, self.where, self.namespace, self.timeout = client, where, namespace, timeout
         self.deadline = 2 * timeout  # a round trip, and one reconnect or script reload within it
-        self._keys = [f"{{{namespace}}}:{name}" for name in ("meta", "r", "rx")]
+        self._keys = [f"{{{namespace}}}:{name}" for name in ("meta", "r", "rx", "forms")]
         self._slots = asyncio.Semaphore(_CONNECTIONS)  # else the pool refuses a burst: a refusal storm from one client
 
     @classmethod
@@ -226,9 +231,9 @@ class RedisStore(HoldsSecrets):
             return StoreError(f"{at} is a read-only replica; point STATECODEC_STORE_URL at the primary")
         return StoreError(f"{at} answered an error ({next((c for c in _CODES if c in text), type(exc).__name__)})")
 
-    async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello:
-        args = (fingerprint.hex(), secrets.token_hex(8), lifetime_ms, skew_ms)
-        owner, epoch, now, policy = await self.run(_RUN["hello"], self._keys[:1], *args)  # its node's policy
+    async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int, forms: Sequence[str] = ()) -> Hello:
+        args: tuple[str | int, ...] = (fingerprint.hex(), secrets.token_hex(8), lifetime_ms, skew_ms, *forms)
+        owner, epoch, now, policy = await self.run(_RUN["hello"], self._keys[::3], *args)  # its node's policy
         if (policy := policy.decode()) != "noeviction":
             raise ConfigurationError(f"the Redis store at {self.where} has maxmemory-policy {policy}: an evicted claim "
                                      "reopens a replay; set maxmemory-policy noeviction (a full store then refuses "
@@ -261,10 +266,21 @@ class RedisStore(HoldsSecrets):
         return int(reply[1]) > 0
 
     async def health(self, *, fingerprint: bytes) -> dict[str, object]:
-        owner, count, bad, now, life, skew, policy = await self.run(_RUN["inspect"], self._keys[:2], fingerprint.hex())
+        reply = await self.run(_RUN["inspect"], self._keys, fingerprint.hex())
+        owner, count, bad, now, life, skew, policy, forms = reply
+        pairs = zip(forms[::2], forms[1::2], strict=True)  # a time `hello` did not write reads as 0
         return {"store": "redis", "server": self.where, "namespace": self.namespace, "owner": owner.decode(),
+                "forms": {_shown(form): int(at) if at.isdigit() else 0 for form, at in pairs},
                 "revocations": int(count), "malformed": [_shown(name) for name in bad], "store_time_ms": int(now),
                 "longest_lifetime_ms": int(life), "clock_skew_ms": int(skew), "maxmemory_policy": policy.decode()}
+
+    async def namespaces(self) -> list[str]:
+        """The namespaces used on this store (`{ns}:meta`), for `statecodec revoke`: a SCAN, never per request."""
+        try:
+            return sorted({_shown(key)[1:-6] async for key in self._client.scan_iter(match="{*}:meta", count=1000)})
+        except (rx.RedisError, rx.RedisClusterException, OSError) as exc:
+            failure = self._failure(exc)
+        raise failure  # outside the handler, as in `run`
 
     async def aclose(self) -> None:
         await self._client.aclose()

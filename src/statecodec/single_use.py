@@ -38,6 +38,7 @@ _HEADER, _DIGEST, _MAX_SCOPES = 36, 16, 16  # id 16, issued 6, expires 6, epoch 
 _VERDICTS = {Outcome.USED: Reason.REPLAYED, Outcome.REVOKED: Reason.REVOKED, Outcome.EXPIRED: Reason.EXPIRED}
 _UNASKED = ("_meta", "requestState")  # a new progress token or trace each retry; the state, digested apart
 _ANSWER_AAD, _NONCE = b"statecodec/su2/result\x00", 12
+RESERVED = frozenset(("principal", "client", "issuer", "subject", "all"))  # what a stamp records itself: no scope names
 
 
 def canonical_json() -> Callable[[Any], bytes]:
@@ -71,8 +72,8 @@ class SingleUse(HoldsSecrets):
     """The single-use and revocation rules over any `Store`, from one event loop; `key` is the same on every instance,
     and beyond `clock_skew` from the store's clock this instance neither mints nor accepts."""
 
-    __slots__ = ("_all", "_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_keys", "_macs", "_quiet",
-                 "_skewed", "clock_skew", "deadline", "on_store_error", "store", "ttl", "where")
+    __slots__ = ("_all", "_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_keys", "_macs", "_noted",
+                 "_quiet", "_skewed", "clock_skew", "deadline", "on_store_error", "store", "ttl", "unrecorded", "where")
 
     def __init__(self, store: Store, *, key: bytes | KeyRing, ttl: float, clock: Callable[[], float] = time.time,
                  clock_skew: float = 1.0, on_store_error: Literal["refuse", "accept"] = "refuse") -> None:
@@ -99,6 +100,9 @@ class SingleUse(HoldsSecrets):
         self._skewed: str | None = "the store has not answered yet"  # why this instance may not mint
         self._quiet: dict[str, float] = {}  # each warning's text -> until when it is not repeated
         self._anchor = (0.0, 0.0)  # (store clock - monotonic, round trip) at the store's last answer
+        self._noted: set[tuple[object, ...]] = set()  # the principal and scope shapes stamped in the store's epoch
+        # Forms (kind, issuer or scope name) `start` records, once per epoch, before the first token under each leaves.
+        self.unrecorded: set[tuple[str, str | None]] = set()
         if on_store_error == "accept":
             logger.warning("single use is availability first: a token is accepted unchecked while the store is down")
 
@@ -148,16 +152,25 @@ class SingleUse(HoldsSecrets):
         way = "behind" if offset > 0 else "ahead of"
         return f"this clock is {abs(offset) + self.clock_skew:.3f} s {way} the store's" if offset else None
 
+    def form(self, kind: str, value: str | None) -> str:
+        """How the store records a token minted for a principal or client at issuer `value`, or a scope `value`."""
+        return f"{kind}:{self._scope('form', kind, value).hex()}"
+
     async def start(self) -> None:
-        """One round trip: begin the store's memory, record this lifetime, check its owner, memory policy and clock."""
+        """One round trip: begin the store's memory, record this lifetime and the `unrecorded` forms, check its owner,
+        memory policy and clock. Call it again, before a token leaves, while `unrecorded` is not empty."""
+        forms = set(self.unrecorded)  # a form added meanwhile waits for the next call
         before, skew_ms, ttl_ms = self._clock(), round(self.clock_skew * 1000), round(self.ttl * 1000)
         hello = await bounded(self.store, self.store.hello(fingerprint=self._fingerprint, lifetime_ms=ttl_ms,
-                                                     skew_ms=skew_ms))
+                                                     skew_ms=skew_ms, forms=[self.form(*f) for f in forms]))
         skewed = self._skew(before, hello.now_ms, self._clock())
         check_owner(hello.owner, self.where)
         if skewed:
             raise ConfigurationError(f"{skewed} at {self.where}, beyond the clock skew: synchronise this host's time")
+        if hello.epoch != self._epoch:  # a store that lost its memory lost the forms too
+            self._noted.clear()
         self._epoch, self._skewed = hello.epoch, None
+        self.unrecorded -= forms
 
     def stamp(self, state: bytes, *, principal: Principal | None = None, scopes: Mapping[str, str] | None = None
               ) -> bytes:
@@ -176,6 +189,14 @@ class SingleUse(HoldsSecrets):
             digests.append(self._scope("scope", checked("a scope name", name), checked("a scope value", value)))
         if len(digests) > _MAX_SCOPES:
             raise ConfigurationError(f"a token carries at most {_MAX_SCOPES} revocable scopes")
+        # One set lookup per token: listing each token's forms made a stamp cost 8.6 us, not 7.2 (CPU time, 5,000).
+        if (shape := (issuer, not subject, not client, *(scopes or ()))) not in self._noted:
+            if taken := RESERVED.intersection(scopes or ()):  # `revoke --principal` would never reach such a scope
+                raise ConfigurationError(f"the scope name {min(taken)} is reserved: the stamp records the minting "
+                                         "principal and client itself (principal=...); choose another name")
+            self.unrecorded.update([("principal", issuer)] * bool(subject) + [("client", issuer)] * bool(client))
+            self.unrecorded.update(("scope", name) for name in scopes or ())
+            self._noted.add(shape)  # its forms recorded, or in `unrecorded` until they are
         body = secrets.token_bytes(16) + issued.to_bytes(6) + (issued + round(self.ttl * 1000)).to_bytes(6)
         body += self._epoch + bytes([len(digests)]) + b"".join(digests)
         return PREFIX + b64u_encode(body + mac(self._macs["stamp"], body + state)).encode() + b"." + state
@@ -227,6 +248,7 @@ class SingleUse(HoldsSecrets):
             if verdict.epoch != self._epoch:
                 logger.warning("the store at %s lost its memory (flush or restart): older tokens refused", self.where)
                 self._epoch = verdict.epoch
+                self._noted.clear()  # and the forms it recorded
             if self._skewed or verdict.outcome is Outcome.FOREIGN:
                 self.warn(f"the store at {self.where}: {self._skewed or 'another store key'}: tokens refused")
             elif verdict.outcome is Outcome.FIRST or verdict.outcome is Outcome.SAME:
@@ -321,7 +343,10 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
             kwargs["principal"], principal = principal, (None, None, principal)
         if not self.guard.started or self._closed.locked():
             self.run(self.guard.start())
-        return self.codec.seal(self.guard.stamp(state, principal=principal, scopes=scopes), **kwargs)
+        stamped = self.guard.stamp(state, principal=principal, scopes=scopes)
+        if self.guard.unrecorded:  # a form new to this process: recorded before its first token leaves
+            self.run(self.guard.start())
+        return self.codec.seal(stamped, **kwargs)
 
     def unseal(self, token: str, **kwargs: Any) -> bytes:
         return self.run(self.guard.consume(self.codec.unseal(token, **kwargs)))

@@ -93,7 +93,8 @@ class Store(Protocol):
     def deadline(self) -> float | None:
         """The most one call may take, in seconds (`SingleUse` holds every call to it); None: no call ever waits."""
 
-    async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello: ...
+    async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int, forms: Sequence[str] = ()
+                    ) -> Hello: ...
     async def claim(self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int,
                     lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes], retry: bytes = b"") -> Verdict: ...
     async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool: ...
@@ -118,6 +119,7 @@ class MemoryStore:
         self._max_kept, self._kept = max_kept_bytes, 0  # bytes of retry digests and kept answers: the limit, held
         self._meta: tuple[bytes, bytes] | None = None  # (epoch, fingerprint), once the memory began
         self._lifetime = self._skew = self._seen = 0  # the longest lifetime, largest skew, latest time it saw
+        self._forms: dict[str, int] = {}  # each form an instance minted under -> when first recorded
         self._live: dict[bytes, tuple[int, int]] = {}  # b"c" + claim key or b"r" + scope -> (revoked at, until)
         self._expiry: list[tuple[int, bytes]] = []  # heap of (until, key)
         self._retries: dict[bytes, bytes] = {}  # a claim key -> its retry digest, then the sealed result beside it
@@ -152,9 +154,11 @@ class MemoryStore:
         heapq.heappush(self._expiry, (until, key))
         self._live[key] = (at, until)
 
-    async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello:
+    async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int, forms: Sequence[str] = ()) -> Hello:
         with self._lock:
-            return self._now(fingerprint, max(lifetime_ms, 1), skew_ms)
+            hello = self._now(fingerprint, max(lifetime_ms, 1), skew_ms)
+            self._forms |= {form: hello.now_ms for form in forms if hello.owner != "foreign"} | self._forms
+            return hello
 
     async def claim(self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int,
                     lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes], retry: bytes = b"") -> Verdict:
@@ -207,7 +211,8 @@ class MemoryStore:
     async def health(self, *, fingerprint: bytes) -> dict[str, object]:
         with self._lock:
             owner, claims = self._now(fingerprint).owner, sum(key[:1] == b"c" for key in self._live)
-            return {"store": "memory", "owner": owner, "claims": claims, "revocations": len(self._live) - claims}
+            return {"store": "memory", "owner": owner, "claims": claims, "revocations": len(self._live) - claims,
+                    "forms": dict(self._forms) if owner == "ok" else {}}
 
     async def aclose(self) -> None:
         pass  # nothing to release

@@ -60,6 +60,19 @@ async def guarded(url: str, **kw: Any) -> AsyncIterator[SingleUse]:
         await guard.aclose()
 
 
+async def minted(url: str, principal: tuple[str | None, str | None, str | None], namespace: str = "statecodec"
+                 ) -> bytes:
+    """A token stamped for `principal` as a server mints one: its principal's form recorded before it leaves."""
+    guard = SingleUse(RedisStore.from_url(url, namespace=namespace, timeout=2), key=KEY, ttl=600)
+    try:
+        await guard.start()
+        stamped = guard.stamp(b"x", principal=principal)
+        await guard.start()  # `unrecorded` is not empty: the new form is recorded
+        return stamped
+    finally:
+        await guard.aclose()
+
+
 async def opened(url: str, **kw: Any) -> SingleUse:
     """A guard started on `url` and closed again: the start's error, if any."""
     async with guarded(url, **kw) as guard:
@@ -219,7 +232,8 @@ def test_revoke_and_store_check_on_a_live_store_and_under_the_wrong_settings(
     assert main(["store", "check"]) == 1  # nor is it "ready": a wrong namespace looks just like this
     assert "no server has used this store" in capsys.readouterr().out
     guard = run(opened, redis_url)
-    assert main(["revoke", "--principal", "alice"]) == 0  # covers no token whose access token names an issuer
+    run(minted, redis_url, ("c", "https://idp", "alice"))  # the fleet mints under an issuer
+    assert main(["revoke", "--principal", "alice"]) == 1  # covers no token whose access token names an issuer
     assert "tokens minted under an issuer need --issuer" in capsys.readouterr().out
     assert main(["revoke", "--principal", "alice", "--issuer", "https://idp", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["revoked_until"].startswith(str(datetime.date.today().year))
@@ -262,6 +276,78 @@ def test_revoke_and_store_check_on_a_live_store_and_under_the_wrong_settings(
     for args in (["revoke", "--all"], ["store", "check"]):
         assert main(args) == 1  # the same unreachable store, the same exit code
         assert "connection refused" in capsys.readouterr().err
+
+
+@pytest.fixture
+def revoke(redis_url: str, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch,
+           capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str]]:
+    """`statecodec revoke ARGS` on an empty store, the fleet's settings but the namespace: (exit status, stdout)."""
+    monkeypatch.setenv("STATECODEC_STORE_URL", redis_url)
+    monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([KEY]))
+    redis_server.cli("FLUSHALL")
+
+    def command(*args: str) -> tuple[int, str]:
+        code = main(["revoke", *args])
+        return code, capsys.readouterr().out.strip()
+
+    return command
+
+
+def test_a_revocation_by_issuer_when_the_stamps_record_none_is_refused(
+    redis_url: str, revoke: Callable[..., tuple[int, str]]
+) -> None:
+    from mcp.server.auth.provider import AccessToken, principal_components
+
+    # A verifier that leaves `claims` unset (the SDK's field is optional): the stamps record no issuer (issue 32).
+    verified = AccessToken(token="t", client_id="app", scopes=[], subject="alice")
+    token = run(minted, redis_url, principal_components(verified))
+    code, line = revoke("--principal", "alice", "--issuer", "https://idp")
+    assert (code, line.count("\n")) == (1, 0)
+    assert line.startswith("nothing revoked: no instance recorded minting the tokens of principal alice at issuer")
+    assert "record principals with no issuer, clients with no issuer since 20" in line
+    assert "--force" in line
+    code, line = revoke("--principal", "alice", "--issuer", "https://idp", "--force")  # an older version's tokens
+    assert code == 0
+    assert line.startswith("revoked the tokens of principal alice at issuer https://idp")
+    assert revoke("--principal", "alice")[0] == 0  # what the fleet records: reached
+    with pytest.raises(InvalidToken, match="revoked"):
+        run(consume_once, redis_url, token)
+
+
+def test_a_revocation_without_the_issuer_the_stamps_record_is_refused(
+    redis_url: str, revoke: Callable[..., tuple[int, str]]
+) -> None:
+    run(minted, redis_url, ("app", "https://idp", "bob"))  # issue 32
+    code, line = revoke("--principal", "bob")
+    assert code == 1
+    assert "the fleet's tokens record principals at 1 issuer(s), clients at 1 issuer(s) since" in line
+    code, line = revoke("--scope", "tenant=acme")
+    assert code == 1
+    assert "no instance recorded minting the tokens of scope tenant=acme" in line
+    assert revoke("--all")[0] == 0  # everything covers every form
+    assert revoke("--principal", "bob", "--issuer", "https://idp")[0] == 0
+
+
+def test_without_a_namespace_a_store_holding_another_is_refused_naming_them(
+    redis_url: str, redis_server: RedisServer, revoke: Callable[..., tuple[int, str]],
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    run(minted, redis_url, ("app", "https://idp", "alice"))  # two services, one store key (issue 32)
+    run(minted, redis_url, ("app", "https://idp", "carol"), "billing")
+    code, line = revoke("--principal", "carol", "--issuer", "https://idp")  # would land in the other's namespace
+    assert (code, line) == (1, f"nothing revoked: STATECODEC_STORE_NAMESPACE is not set and the store at "
+                               f"127.0.0.1:{redis_server.port} holds namespaces billing, statecodec: set it to the one "
+                               "your servers use")
+    assert main(["store", "check"]) == 1
+    assert "holds namespaces billing, statecodec" in capsys.readouterr().out
+    monkeypatch.setenv("STATECODEC_STORE_NAMESPACE", "billing")
+    assert revoke("--principal", "carol", "--issuer", "https://idp")[0] == 0
+    assert main(["store", "check"]) == 0
+
+
+async def consume_once(url: str, stamped: bytes) -> bytes:
+    async with guarded(url) as guard:
+        return await guard.consume(stamped)
 
 
 # --- TLS ------------------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """`statecodec revoke` and `statecodec store check`: the single-use store, as an operator drives it (docs/cli.md).
 
 Both read the store and its key as every server does and check the store's fingerprint first: under another store
-key or namespace, or on a store no server has used, nothing is revoked. Neither prints a credential or the key.
+key or namespace, or on a store no server has used, nothing is revoked; nor, unless --force, for a selector of a form
+no instance recorded minting, nor with no namespace chosen on a store that holds another. Neither prints a secret.
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from statecodec._settings import store_url
+from statecodec._settings import NAMESPACE_VAR, store_url
 from statecodec.cli._output import show, store_time
 from statecodec.errors import ConfigurationError
 
@@ -33,6 +34,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     which.add_argument("--all", action="store_true", help="every token minted until now")
     revoke.add_argument("--issuer", metavar="ISS", help="the issuer of --principal or --client (the token's iss)")
     revoke.add_argument("--lift", action="store_true", help="undo the revocation of the same selector")
+    revoke.add_argument("--force", action="store_true",
+                        help="revoke even a selector no instance recorded minting under (tokens of older versions)")
     revoke.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     store = sub.add_parser("store", help="the single-use store")
     actions = store.add_subparsers(dest="store_command", metavar="SUBCOMMAND", required=True)
@@ -66,6 +69,30 @@ def on_store(work: Callable[[Any], Awaitable[T]], *, guard: bool = True) -> T:
     return asyncio.run(run())
 
 
+async def _fleet(guard: Any) -> tuple[dict[str, Any], str | None]:
+    """The store's health, and why its namespace may be another service's: none was chosen, and the store holds
+    another (a SCAN of the keyspace: an ACL user for this command needs +scan, or the namespace set)."""
+    health = await guard.health()
+    if os.environ.get(NAMESPACE_VAR) or (names := await guard.store.namespaces()) in ([], [guard.store.namespace]):
+        return health, None
+    return health, (f"{NAMESPACE_VAR} is not set and the store at {guard.where} holds namespaces {', '.join(names)}: "
+                    "set it to the one your servers use")
+
+
+def _unrecorded(guard: Any, forms: dict[str, int], kind: str, value: str | None) -> str | None:
+    """What the fleet's tokens record instead, when no instance recorded minting a token of this selector's form."""
+    if kind == "all" or guard.form(kind, value) in forms:
+        return None
+    seen = []
+    for name in ("principal", "client"):
+        count, bare = sum(form.startswith(f"{name}:") for form in forms), guard.form(name, None) in forms
+        seen += [f"{name}s with no issuer"] * bare + [f"{name}s at {count - bare} issuer(s)"] * (count > bare)
+    seen += [f"{count} scope name(s)" for count in [sum(form.startswith("scope:") for form in forms)] if count]
+    since = f" since {store_time(min(forms.values()))}" if forms else ""
+    return (f"the fleet's tokens record {', '.join(seen) or 'no principal, client or scope'}{since}; a token minted "
+            "by statecodec 0.1.0 or earlier records none: --force revokes anyway")
+
+
 def _revoke(args: argparse.Namespace) -> int:
     from statecodec.single_use import checked
 
@@ -83,17 +110,30 @@ def _revoke(args: argparse.Namespace) -> int:
             kind, what = option, f"the tokens of {option} {selector[option]}"
             what += f" at issuer {args.issuer}" if args.issuer else _NO_ISSUER
     doc: dict[str, object] = {"revoked": kind, "value": selector.get(kind, selector.get("scope"))}
+    form = selector["scope"][0] if kind == "scope" else args.issuer
+
+    async def work(guard: Any) -> tuple[object, str | None]:
+        health, refused = await _fleet(guard)
+        if not refused and not args.lift and not args.force and health["owner"] == "ok":
+            refused = _unrecorded(guard, health["forms"], kind, form)
+            refused = refused and f"no instance recorded minting {what}; {refused}"
+        return (None if refused else await (guard.lift if args.lift else guard.revoke)(**selector)), refused
+
+    done, refused = on_store(work)
+    if refused:
+        doc, message = {"refused": kind, "value": doc["value"]}, f"nothing {'lifted' if args.lift else 'revoked'}: "
+        return show(args, {**doc, "message": message + refused}, message + refused, 1)
     if args.lift:
-        doc = {"lifted": on_store(lambda guard: guard.lift(**selector))}
+        doc = {"lifted": done}
         message = f"lifted the revocation of {what}" if doc["lifted"] else f"nothing to lift: {what} were not revoked"
     else:
-        doc["revoked_until"] = store_time(round(on_store(lambda guard: guard.revoke(**selector)) * 1000))
+        doc["revoked_until"] = store_time(round(cast(float, done) * 1000))
         message = f"revoked {what} minted until {doc['revoked_until']} (store clock)"
     return show(args, {**doc, "message": message}, message, 0 if doc.get("lifted", True) else 1)
 
 
 def _check(args: argparse.Namespace) -> int:
-    health: dict[str, Any] = on_store(lambda guard: guard.health())
+    health, ambiguous = on_store(_fleet)
     if health["owner"] == "foreign":
         from statecodec.store import check_owner
 
@@ -103,6 +143,7 @@ def _check(args: argparse.Namespace) -> int:
     )
     if health["owner"] == "unused":  # the wrong namespace looks like this too: never "ready"
         problems.append("no server has used this store under this store key and namespace (STATECODEC_STORE_NAMESPACE)")
+    problems += [ambiguous] if ambiguous else []
     if health["maxmemory_policy"] != "noeviction":
         problems.append(f"maxmemory-policy is {health['maxmemory_policy']}: set noeviction (servers refuse to start)")
     report = {
