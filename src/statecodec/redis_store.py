@@ -13,6 +13,7 @@ import re
 import secrets
 import socket
 import ssl
+import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote
@@ -45,6 +46,7 @@ local function sweep(hash, expiry)  -- drop the fields of `hash` whose time in t
   for _, gone in ipairs(redis.call('ZRANGEBYSCORE', expiry, '-inf', n(now))) do redis.call('HDEL', hash, gone) end
   redis.call('ZREMRANGEBYSCORE', expiry, '-inf', n(now))
 end
+local function late() return ARGV[#ARGV] ~= '0' and now > tonumber(ARGV[#ARGV]) end  -- its caller gave up
 local function policy() return string.match(redis.call('INFO', 'memory'), 'maxmemory_policy:(%S+)') or '' end
 local function record(life, skew)
   local m = redis.call('HMGET', KEYS[1], 'epoch', 'fp', 'life', 'skew', 'seen')
@@ -65,14 +67,15 @@ _SCRIPTS = {
     # KEYS meta. ARGV fingerprint, candidate epoch, lifetime, skew.
     "hello": "local owner, epoch = record(tonumber(ARGV[3]), tonumber(ARGV[4]))\nreturn {owner, epoch, now, policy()}",
     # KEYS meta, revocations, claim. ARGV fingerprint, candidate epoch, token epoch, issued, expires, lifetime,
-    # skew, the claim's value ('1', or the retry digest in retry-safe mode), scope digests...
-    "claim": """local issued, expires = tonumber(ARGV[4]), tonumber(ARGV[5])
+    # skew, the claim's value ('1', or the retry digest in retry-safe mode), scope digests..., deadline.
+    "claim": """if late() then return {'late', '', now} end
+local issued, expires = tonumber(ARGV[4]), tonumber(ARGV[5])
 local owner, epoch = record(math.max(tonumber(ARGV[6]), expires - issued), tonumber(ARGV[7]))
 if owner == 'foreign' then return {'foreign', epoch, now} end
 if owner == 'new' or epoch ~= ARGV[3] then return {'forgotten', epoch, now} end
 if expires <= now then return {'expired', epoch, now} end
 local bad, verdict = {}, 'first'
-for i, v in ipairs(redis.call('HMGET', KEYS[2], unpack(ARGV, 9))) do
+for i, v in ipairs(redis.call('HMGET', KEYS[2], unpack(ARGV, 9, #ARGV - 1))) do
   if v then
     local at = string.match(v, '^(%d+):%d+$')
     if not at then table.insert(bad, ARGV[8 + i]) elseif tonumber(at) >= issued then verdict = 'revoked' end
@@ -84,8 +87,9 @@ if verdict == 'first' and not redis.call('SET', KEYS[3], ARGV[8], 'NX', 'PX', n(
   if string.sub(held, 1, #ARGV[8]) == ARGV[8] then return {'same', epoch, now, bad, string.sub(held, #ARGV[8] + 1)} end
 end
 return {verdict, epoch, now, bad}""",
-    # KEYS claim. ARGV the retry digest, the sealed result: kept while the claim holds that digest and no result.
-    "keep": """if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+    # KEYS claim. ARGV the retry digest, the sealed result, deadline: kept while the claim holds that digest alone.
+    "keep": """if late() then return -1 end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 return redis.call('SET', KEYS[1], ARGV[1] .. ARGV[2], 'KEEPTTL') and 1 or 0""",
     # KEYS meta, revocations, their expiry. ARGV fingerprint, scope, skew.
     "revoke": """local m = redis.call('HMGET', KEYS[1], 'fp', 'life', 'skew')
@@ -167,6 +171,7 @@ class RedisStore(HoldsSecrets):
         self.deadline = 2 * timeout  # a round trip, and one reconnect or script reload within it
         self._keys = [f"{{{namespace}}}:{name}" for name in ("meta", "r", "rx")]
         self._slots = asyncio.Semaphore(_CONNECTIONS)  # else the pool refuses a burst: a refusal storm from one client
+        self._offset: float | None = None  # the store's clock minus the monotonic one, at most: see `_learn`
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "statecodec", timeout: float = DEFAULT_STORE_TIMEOUT) -> RedisStore:
@@ -180,8 +185,12 @@ class RedisStore(HoldsSecrets):
         client = RedisCluster(**kwargs) if url.partition("://")[0].endswith("+cluster") else Redis(**kwargs)
         return cls(client, where=where, namespace=namespace, timeout=timeout)
 
-    async def run(self, script: Script, keys: list[str], *args: str | int | bytes) -> Any:
-        """One script (the store's own or `statecodec.registry`'s); a failure names host:port and the cause only."""
+    async def run(self, script: Script, keys: list[str], *args: str | int | bytes, deadline: bool = False) -> Any:
+        """One script (the store's own or `statecodec.registry`'s); a failure names host:port and the cause only.
+        `deadline`: its last argument is the store-time instant (ms) by which this instance gives up, `bounded` or its
+        socket timeout ("0" before the store first answered): a script that changes state on a presentation records
+        nothing after it (`late()`), so a token refused for time is never spent when the store catches up."""
+        started = time.monotonic()
         try:
             # A burst waits for a connection, for half the timeout: a round trip started then still ends inside
             # the deadline, with time left for the loop to answer a thousand refusals. No outage: refused in any mode.
@@ -189,6 +198,9 @@ class RedisStore(HoldsSecrets):
                 await asyncio.wait_for(self._slots.acquire(), self.timeout / 2)
             except TimeoutError:
                 raise rx.MaxConnectionsError("no free connection") from None
+            if deadline:
+                by = min(started + self.deadline, time.monotonic() + self.timeout)  # lower bounds: see `_learn`
+                args += ("0" if self._offset is None else str(int((by + self._offset) * 1000)),)
             try:
                 try:
                     return await self._client.evalsha(script.sha, len(keys), *keys, *args)
@@ -229,6 +241,7 @@ class RedisStore(HoldsSecrets):
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello:
         args = (fingerprint.hex(), secrets.token_hex(8), lifetime_ms, skew_ms)
         owner, epoch, now, policy = await self.run(_RUN["hello"], self._keys[:1], *args)  # its node's policy
+        self._learn(int(now))
         if (policy := policy.decode()) != "noeviction":
             raise ConfigurationError(f"the Redis store at {self.where} has maxmemory-policy {policy}: an evicted claim "
                                      "reopens a replay; set maxmemory-policy noeviction (a full store then refuses "
@@ -239,13 +252,24 @@ class RedisStore(HoldsSecrets):
                     lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes], retry: bytes = b"") -> Verdict:
         keys = [*self._keys[:2], self._claim(key)]
         args = (fingerprint.hex(), secrets.token_hex(8), epoch.hex(), issued_ms, expires_ms, lifetime_ms, skew_ms)
-        reply = await self.run(_RUN["claim"], keys, *args, retry.hex() or "1", *(scope.hex() for scope in scopes))
+        digests = [scope.hex() for scope in scopes]
+        reply = await self.run(_RUN["claim"], keys, *args, retry.hex() or "1", *digests, deadline=True)
+        self._learn(int(reply[2]))
+        if reply[0] == b"late":
+            raise StoreError(f"the Redis store at {self.where} ran a claim after its deadline: nothing recorded")
         malformed = tuple(_shown(name) for name in reply[3]) if len(reply) > 3 else ()
         result = reply[4] if len(reply) > 4 else b""
         return Verdict(Outcome(reply[0].decode()), bytes.fromhex(reply[1].decode()), int(reply[2]), malformed, result)
 
     async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
-        return int(await self.run(_RUN["keep"], [self._claim(key)], retry.hex(), result)) == 1
+        kept = int(await self.run(_RUN["keep"], [self._claim(key)], retry.hex(), result, deadline=True))
+        if kept < 0:
+            raise StoreError(f"the Redis store at {self.where} ran a keep after its deadline: nothing recorded")
+        return kept == 1
+
+    def _learn(self, now_ms: int) -> None:
+        """The store's clock, from an answer read now: it read `now_ms` earlier, so the offset is at least this."""
+        self._offset = now_ms / 1000 - time.monotonic()
 
     def _claim(self, key: bytes) -> str:
         return f"{{{self.namespace}}}:c:{key.hex()}"

@@ -10,6 +10,7 @@ import datetime
 import ipaddress
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager
@@ -189,6 +190,44 @@ def test_a_store_at_maxclients_or_loading_has_answered_and_is_refused_even_in_ac
             run(opened, full.url)
         holder.close()
     assert not isinstance(info.value, StoreUnreachable)  # a flood cannot switch availability first on
+
+
+
+def evalsha_calls(server: RedisServer) -> int:
+    """How many EVALSHA the server has run since its statistics were reset: its own fact, no clock."""
+    return int(next(iter(re.findall(r"cmdstat_evalsha:calls=(\d+)", server.cli("INFO", "commandstats"))), "0"))
+
+
+def test_a_claim_or_keep_that_reaches_the_store_after_its_deadline_records_nothing(
+    redis_url: str, redis_server: RedisServer
+) -> None:
+    """A stalled store runs what was queued once it resumes, after the instance refused: a refused token is never
+    spent (else its retry is `replayed`) and a refused keep keeps nothing."""
+
+    async def scenario() -> None:
+        async with guarded(redis_url, timeout=0.25) as guard:
+            refused, kept, retry = guard.stamp(b"x"), guard.stamp(b"y"), b"r" * 16
+            key = (await guard.claim(kept, retry))[1]  # loads the claim script: a late EVALSHA runs, not NOSCRIPT
+            assert not await guard.store.keep(key=key, retry=b"w" * 16, result=b"")  # and keep's
+            redis_server.cli("CONFIG", "RESETSTAT")
+            redis_server.pause()
+            try:
+                with pytest.raises(InvalidToken, match="store_unavailable"):
+                    await guard.consume(refused)
+                with pytest.raises(StoreUnreachable):
+                    await guard.keep(key, retry, b"{}")
+            finally:
+                redis_server.resume()
+            for _ in range(1000):  # until the store ran both, late (each poll a round trip)
+                if evalsha_calls(redis_server) >= 2:
+                    break
+            assert evalsha_calls(redis_server) == 2
+            assert await guard.consume(refused) == b"x"  # once, not `replayed`: the late claim recorded nothing
+            with pytest.raises(InvalidToken, match="replayed"):
+                await guard.consume(refused)
+            assert (await guard.claim(kept, retry))[2] == (Outcome.SAME, ANY, ANY, (), b"")  # nothing kept late
+
+    run(scenario)
 
 
 # --- the operator's commands on a live store; many revocations, malformed entries --------------------------------
