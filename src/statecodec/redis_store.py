@@ -38,7 +38,7 @@ _NAMESPACE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _ADDRESS = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(?::([0-9]{1,5}))?(?:/([0-9]*))?")
 _OPTIONS = frozenset({"db", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"})
 _CONNECTIONS = 100  # the client's pool, per node; a burst beyond it waits its turn within the deadline
-_CODES = ("MISCONF", "BUSY", "LOADING", "CLUSTERDOWN", "CROSSSLOT", "MOVED")
+_CODES = ("LOADING", "CROSSSLOT", "TRYAGAIN", "EXECABORT")  # an answered error named by its code, if no cause below
 _PRELUDE = """local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function n(x) return string.format('%.0f', x) end
@@ -114,6 +114,24 @@ for i = 1, #all, 2 do if not string.match(all[i + 1], '^%d+:%d+$') then table.in
 local owner = m[1] == ARGV[1] and 'ok' or (m[1] and 'foreign' or 'unused')
 return {owner, #all / 2, bad, now, m[2] or '0', m[3] or '0', policy()}""",
 }
+
+
+# Each error a store can answer, by its Redis code in the text or the client's exception, with what it means: each its
+# own message, so each its own log line (`SingleUse.warn` limits per message). Subclasses before their bases.
+_CAUSES: tuple[tuple[str, tuple[type[Exception], ...], str], ...] = (
+    ("NOPERM|can't run this command", (rx.NoPermissionError,),
+     "refused a command: its ACL user lacks one the store needs (docs/single-use.md)"),
+    ("OOM", (rx.OutOfMemoryError,), "is full (maxmemory): tokens are refused until it has room"),
+    ("NOREPLICAS", (), "has fewer replicas than its min-replicas-to-write (NOREPLICAS): tokens are refused until the "
+                       "replicas are back"),
+    ("READONLY", (rx.ReadOnlyError,), "is a read-only replica; point STATECODEC_STORE_URL at the primary"),
+    ("MASTERDOWN", (rx.MasterDownError,), "is a replica that lost its primary (MASTERDOWN)"),
+    ("CLUSTERDOWN", (rx.ClusterDownError,), "is a cluster that cannot serve the namespace's slot (CLUSTERDOWN)"),
+    ("MOVED", (rx.AskError, rx.ClusterError), "kept redirecting the call (MOVED/ASK): the "
+                                               "cluster's slots are moving"),
+    ("MISCONF", (), "refuses writes: it cannot persist (MISCONF)"),
+    ("BUSY ", (), "is running a script that does not end (BUSY)"),
+)
 
 
 class Script(NamedTuple):
@@ -230,12 +248,9 @@ class RedisStore(HoldsSecrets):
         if isinstance(exc, rx.ConnectionError | OSError | rx.RedisClusterException):
             refused = any(isinstance(e, ConnectionRefusedError) for e in chain)
             return StoreUnreachable(f"{at} is unreachable: {'connection refused' if refused else 'no connection'}")
-        if isinstance(exc, rx.NoPermissionError) or "NOPERM" in text or "can't run this command" in text:
-            return StoreError(f"{at} refused a command: its ACL user lacks one the store needs (docs/single-use.md)")
-        if isinstance(exc, rx.OutOfMemoryError) or "OOM" in text:
-            return StoreError(f"{at} is full (maxmemory): tokens are refused until it has room")
-        if isinstance(exc, rx.ReadOnlyError) or "READONLY" in text:
-            return StoreError(f"{at} is a read-only replica; point STATECODEC_STORE_URL at the primary")
+        for codes, kinds, cause in _CAUSES:
+            if isinstance(exc, kinds) or re.search(codes, text):
+                return StoreError(f"{at} {cause}")
         return StoreError(f"{at} answered an error ({next((c for c in _CODES if c in text), type(exc).__name__)})")
 
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int) -> Hello:

@@ -230,6 +230,59 @@ def test_a_claim_or_keep_that_reaches_the_store_after_its_deadline_records_nothi
     run(scenario)
 
 
+
+def test_each_error_a_store_answers_is_named_as_its_own_cause_and_logged_apart(
+    redis_url: str, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Full, no replicas, a read-only replica, a replica without its primary: each refused in every mode (answered),
+    each named, each its own log line within the limiter's 10 s (one cause cannot hide the next)."""
+    closed = str(free_port())
+    faults = [
+        ([["CONFIG", "SET", "maxmemory", "1"]], [["CONFIG", "SET", "maxmemory", "0"]], "is full (maxmemory)"),
+        ([["CONFIG", "SET", "min-replicas-to-write", "1"]], [["CONFIG", "SET", "min-replicas-to-write", "0"]],
+         "fewer replicas than its min-replicas-to-write (NOREPLICAS)"),
+        ([["REPLICAOF", "127.0.0.1", closed]], [["REPLICAOF", "NO", "ONE"]], "is a read-only replica"),
+        ([["CONFIG", "SET", "replica-serve-stale-data", "no"], ["REPLICAOF", "127.0.0.1", closed]],
+         [["REPLICAOF", "NO", "ONE"], ["CONFIG", "SET", "replica-serve-stale-data", "yes"]], "lost its primary"),
+    ]
+
+    async def scenario() -> None:
+        async with guarded(redis_url, on_store_error="accept") as guard:
+            for fault, undo, cause in faults:
+                stamped = guard.stamp(b"x")
+                for command in fault:
+                    redis_server.cli(*command)
+                try:
+                    with pytest.raises(InvalidToken, match="store_unavailable"):  # answered: even in accept mode
+                        await guard.consume(stamped)
+                finally:
+                    for command in undo:
+                        redis_server.cli(*command)
+                assert await guard.consume(stamped) == b"x"  # the refused token was not spent
+
+    with caplog.at_level(logging.WARNING, "statecodec.single_use"):
+        run(scenario)
+    for _, _, cause in faults:
+        assert caplog.text.count(cause) == 1, cause
+
+
+def test_a_redirect_storm_on_a_cluster_is_named(redis_cluster: list[RedisServer], redis_cluster_url: str) -> None:
+    """A slot left migrating to a node that does not import it: each node sends the call to the other (ASK, MOVED)
+    until the client stops; named as such, refused in every mode."""
+    slot = int(redis_cluster[0].cli("CLUSTER", "KEYSLOT", "{statecodec}:meta"))
+    mine = [line.split() for node in redis_cluster for line in node.cli("CLUSTER", "NODES").splitlines()
+            if "myself" in line]
+    owner, other = next((node, mine[(i + 1) % 3][0]) for i, node in enumerate(redis_cluster)
+                        if int(mine[i][8].split("-")[0]) <= slot <= int(mine[i][8].split("-")[1]))
+    owner.cli("CLUSTER", "SETSLOT", str(slot), "MIGRATING", other)
+    try:
+        with pytest.raises(StoreError, match=r"kept redirecting the call \(MOVED/ASK\)") as info:
+            run(opened, redis_cluster_url, on_store_error="accept")
+        assert not isinstance(info.value, StoreUnreachable)
+    finally:
+        owner.cli("CLUSTER", "SETSLOT", str(slot), "STABLE")
+
+
 # --- the operator's commands on a live store; many revocations, malformed entries --------------------------------
 
 
