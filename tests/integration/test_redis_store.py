@@ -248,7 +248,7 @@ def test_each_error_a_store_answers_is_named_as_its_own_cause_and_logged_apart(
 
     async def scenario() -> None:
         async with guarded(redis_url, on_store_error="accept") as guard:
-            for fault, undo, cause in faults:
+            for fault, undo, _ in faults:
                 stamped = guard.stamp(b"x")
                 for command in fault:
                     redis_server.cli(*command)
