@@ -20,7 +20,14 @@ from urllib.parse import parse_qs, unquote
 
 from statecodec._settings import DEFAULT_STORE_TIMEOUT
 from statecodec._types import HoldsSecrets
-from statecodec.errors import ConfigurationError, StoreError, StoreUnreachable, exception_chain, missing_extra
+from statecodec.errors import (
+    ConfigurationError,
+    StoreBusy,
+    StoreError,
+    StoreUnreachable,
+    exception_chain,
+    missing_extra,
+)
 from statecodec.store import REDIS_SCHEMES, Hello, Outcome, Verdict, check_owner
 
 try:
@@ -208,27 +215,35 @@ class RedisStore(HoldsSecrets):
         `deadline`: its last argument is the store-time instant (ms) by which this instance gives up, `bounded` or its
         socket timeout ("0" before the store first answered): a script that changes state on a presentation records
         nothing after it (`late()`), so a token refused for time is never spent when the store catches up."""
-        started = time.monotonic()
+        started, queued = time.monotonic(), self._slots.locked()
         try:
-            # A burst waits for a connection, for half the timeout: a round trip started then still ends inside
-            # the deadline, with time left for the loop to answer a thousand refusals. No outage: refused in any mode.
-            try:
-                await asyncio.wait_for(self._slots.acquire(), self.timeout / 2)
+            # A burst waits for a connection within the one deadline, leaving half a timeout for its round trip: a
+            # healthy store serves a thousand at once. A call that waited is this instance's load, not an outage:
+            # past its wait, or its round trip late, it is `StoreBusy` (refused in every mode), before `bounded`'s end.
+            try:  # inline, not `wait_for`, which on 3.11 acquires in a task of its own: `queued` would be wrong
+                async with asyncio.timeout(self.deadline - self.timeout / 2):
+                    await self._slots.acquire()
             except TimeoutError:
-                raise rx.MaxConnectionsError("no free connection") from None
+                raise self._busy() from None
             if deadline:
                 by = min(started + self.deadline, time.monotonic() + self.timeout)  # lower bounds: see `_learn`
                 args += ("0" if self._offset is None else str(int((by + self._offset) * 1000)),)
             try:
-                try:
-                    return await self._client.evalsha(script.sha, len(keys), *keys, *args)
-                except rx.NoScriptError:
-                    return await self._client.eval(script.source, len(keys), *keys, *args)
+                async with asyncio.timeout(self.deadline - self.timeout / 4 - (time.monotonic() - started)
+                                           if queued else None):
+                    try:
+                        return await self._client.evalsha(script.sha, len(keys), *keys, *args)
+                    except rx.NoScriptError:
+                        return await self._client.eval(script.source, len(keys), *keys, *args)
             finally:
                 self._slots.release()
         except (rx.RedisError, rx.RedisClusterException, OSError) as exc:  # OSError: TimeoutError too
-            failure = self._failure(exc)
+            failure = self._busy() if queued and isinstance(exc, TimeoutError | rx.TimeoutError) else self._failure(exc)
         raise failure  # outside the handler: the client's own text (which may quote the URL) is not chained
+
+    def _busy(self) -> StoreBusy:
+        return StoreBusy(f"the Redis store at {self.where}: this instance's {_CONNECTIONS} connections were all in use "
+                         "until the call's deadline, a burst here (retryable)")
 
     def _failure(self, exc: BaseException) -> StoreError:
         """What went wrong, naming host:port and the cause only."""
@@ -237,7 +252,7 @@ class RedisStore(HoldsSecrets):
             return StoreError(f"{at} refused the user name or password in STATECODEC_STORE_URL")
         if "DB index is out of range" in text:
             return StoreError(f"{at} has no such database: set the /N of STATECODEC_STORE_URL to one it has")
-        if isinstance(exc, rx.MaxClientsReachedError | rx.BusyLoadingError | rx.MaxConnectionsError):
+        if isinstance(exc, rx.MaxClientsReachedError | rx.BusyLoadingError):
             return StoreError(f"{at} is busy ({type(exc).__name__}): tokens refused, in every mode, until it has room")
         if any(isinstance(e, rx.TimeoutError | TimeoutError) for e in chain):
             return StoreUnreachable(f"{at} did not answer within {self.timeout:g} s")
