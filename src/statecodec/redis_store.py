@@ -197,6 +197,7 @@ class RedisStore(HoldsSecrets):
         self._keys = [f"{{{namespace}}}:{name}" for name in ("meta", "r", "rx")]
         self._slots = asyncio.Semaphore(_CONNECTIONS)  # else the pool refuses a burst: a refusal storm from one client
         self._offset: float | None = None  # the store's clock minus the monotonic one, at most: see `_learn`
+        self._learnt = 0.0  # when it was learnt (monotonic)
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "statecodec", timeout: float = DEFAULT_STORE_TIMEOUT) -> RedisStore:
@@ -298,8 +299,12 @@ class RedisStore(HoldsSecrets):
         return kept == 1
 
     def _learn(self, now_ms: int) -> None:
-        """The store's clock, from an answer read now: it read `now_ms` earlier, so the offset is at least this."""
-        self._offset = now_ms / 1000 - time.monotonic()
+        """The store's clock, from an answer read now: it read `now_ms` earlier, so the offset is at least this. The
+        best such bound is kept, worn down by 1 ms a second (faster than clocks drift apart): an answer a busy loop
+        read late must not make the next deadline early, and refuse a claim the store ran in time."""
+        here = time.monotonic()
+        worn = self._offset - (here - self._learnt) / 1000 if self._offset is not None else now_ms / 1000 - here
+        self._offset, self._learnt = max(now_ms / 1000 - here, worn), here
 
     def _claim(self, key: bytes) -> str:
         return f"{{{self.namespace}}}:c:{key.hex()}"
