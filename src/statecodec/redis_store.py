@@ -49,9 +49,11 @@ _CODES = ("LOADING", "CROSSSLOT", "TRYAGAIN", "EXECABORT")  # an answered error 
 _PRELUDE = """local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function n(x) return string.format('%.0f', x) end
-local function sweep(hash, expiry)  -- drop the fields of `hash` whose time in the sorted set `expiry` has come
-  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', expiry, '-inf', n(now))) do redis.call('HDEL', hash, gone) end
-  redis.call('ZREMRANGEBYSCORE', expiry, '-inf', n(now))
+local function sweep(hash, expiry, limit)  -- drop (at most `limit` of) the fields of `hash` whose time has come
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', expiry, '-inf', n(now), 'LIMIT', 0, limit or -1)) do
+    redis.call('HDEL', hash, gone)
+    redis.call('ZREM', expiry, gone)
+  end
 end
 local function late() return ARGV[#ARGV] ~= '0' and now > tonumber(ARGV[#ARGV]) end  -- its caller gave up
 local function policy() return string.match(redis.call('INFO', 'memory'), 'maxmemory_policy:(%S+)') or '' end
@@ -101,7 +103,7 @@ return redis.call('SET', KEYS[1], ARGV[1] .. ARGV[2], 'KEEPTTL') and 1 or 0""",
     # KEYS meta, revocations, their expiry. ARGV fingerprint, scope, skew.
     "revoke": """local m = redis.call('HMGET', KEYS[1], 'fp', 'life', 'skew')
 if m[1] ~= ARGV[1] then return {m[1] and 'foreign' or 'unused'} end
-sweep(KEYS[2], KEYS[3])
+sweep(KEYS[2], KEYS[3], 100)  -- in increments: a claim never waits behind a cleanup of every revocation
 local skew = math.max(tonumber(ARGV[3]), tonumber(m[3]) or 0)
 local at, stop = now + skew, now + 2 * skew + (tonumber(m[2]) or 0)
 local a, s = string.match(redis.call('HGET', KEYS[2], ARGV[2]) or '', '^(%d+):(%d+)$')
@@ -114,12 +116,10 @@ return {'ok', at}""",
 if fp ~= ARGV[1] then return {fp and 'foreign' or 'unused'} end
 redis.call('ZREM', KEYS[3], ARGV[2])
 return {'ok', redis.call('HDEL', KEYS[2], ARGV[2])}""",
-    # KEYS meta, revocations. ARGV fingerprint. For `store check` only: it reads every revocation.
+    # KEYS meta, revocations. ARGV fingerprint. For `store check`, which then reads the revocations by HSCAN.
     "inspect": """local m = redis.call('HMGET', KEYS[1], 'fp', 'life', 'skew')
-local all, bad = redis.call('HGETALL', KEYS[2]), {}
-for i = 1, #all, 2 do if not string.match(all[i + 1], '^%d+:%d+$') then table.insert(bad, all[i]) end end
 local owner = m[1] == ARGV[1] and 'ok' or (m[1] and 'foreign' or 'unused')
-return {owner, #all / 2, bad, now, m[2] or '0', m[3] or '0', policy()}""",
+return {owner, redis.call('HLEN', KEYS[2]), now, m[2] or '0', m[3] or '0', policy()}""",
 }
 
 
@@ -320,7 +320,18 @@ class RedisStore(HoldsSecrets):
         return int(reply[1]) > 0
 
     async def health(self, *, fingerprint: bytes) -> dict[str, object]:
-        owner, count, bad, now, life, skew, policy = await self.run(_RUN["inspect"], self._keys[:2], fingerprint.hex())
+        owner, count, now, life, skew, policy = await self.run(_RUN["inspect"], self._keys[:2], fingerprint.hex())
+        bad: list[bytes] = []
+        cursor, failure = -1, None
+        try:
+            while cursor:  # HSCAN in batches, each bounded: a claim never waits behind a read of every revocation
+                reply: Any = await self._client.hscan(self._keys[1], max(cursor, 0), count=1000)
+                cursor, batch = reply
+                bad += [name for name, value in batch.items() if not re.fullmatch(rb"[0-9]+:[0-9]+", value)]
+        except (rx.RedisError, rx.RedisClusterException, OSError) as exc:
+            failure = self._failure(exc)
+        if failure:
+            raise failure  # outside the handler: the client's own text is not chained
         return {"store": "redis", "server": self.where, "namespace": self.namespace, "owner": owner.decode(),
                 "revocations": int(count), "malformed": [_shown(name) for name in bad], "store_time_ms": int(now),
                 "longest_lifetime_ms": int(life), "clock_skew_ms": int(skew), "maxmemory_policy": policy.decode()}

@@ -41,7 +41,7 @@ PASSWORD = "s3cret/Pa?ss#7@f1e"  # every URL delimiter: it must never become the
 QUOTED = PASSWORD.replace("/", "%2F").replace("?", "%3F").replace("#", "%23").replace("@", "%40")
 # The minimal ACL (docs/single-use.md): what the client sends, and what the scripts call, on the namespace's keys.
 ACL_COMMANDS = ["+evalsha", "+eval", "+info", "+time", "+hmget", "+hget", "+hset", "+hdel", "+hgetall", "+get", "+set"]
-ACL_COMMANDS += ["+zadd", "+zrem", "+zrangebyscore", "+zremrangebyscore"]
+ACL_COMMANDS += ["+hlen", "+hscan", "+zadd", "+zrem", "+zrangebyscore"]
 CLUSTER_ACL_COMMANDS = ["+cluster|slots", "+cluster|shards", "+command"]  # read by a cluster client when it starts
 ACL_RULES = ["on", f">{PASSWORD}", "resetkeys", "resetchannels", "~{statecodec}:*", "-@all", *ACL_COMMANDS]
 
@@ -489,3 +489,27 @@ def test_store_check_names_a_malformed_entry_whose_name_is_not_utf8_escaped_and_
     client.close()
     assert main(["store", "check", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["malformed"] == ["\\xff\\x1b[2J"]  # escaped: no control character
+
+
+def test_store_check_and_revoke_work_in_bounded_increments_at_100000_revocations(
+    redis_url: str, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No operator command holds the store: `store check` reads the revocations by HSCAN batches (no command reads
+    them all), a `revoke` drops at most 100 expired entries per call; a malformed entry is named and skipped."""
+    monkeypatch.setenv("STATECODEC_STORE_URL", redis_url)
+    monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([KEY]))
+    run(opened, redis_url)  # a server has used it
+    client = redis.Redis(port=redis_server.port)
+    client.hset("{statecodec}:r", mapping={f"{n:032x}": "1:2" for n in range(100_000)})  # expired long ago
+    client.zadd("{statecodec}:rx", {f"{n:032x}": 2 for n in range(100_000)})
+    client.hset("{statecodec}:r", b"\xffbad", b"?")
+    redis_server.cli("CONFIG", "RESETSTAT")
+    assert main(["store", "check", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert (report["revocations"], report["malformed"]) == (100_001, ["\\xffbad"])
+    stats = redis_server.cli("INFO", "commandstats")
+    assert "cmdstat_hgetall" not in stats
+    assert int(re.findall(r"cmdstat_hscan:calls=(\d+)", stats)[0]) >= 100  # batches of about 1,000
+    assert main(["revoke", "--principal", "alice"]) == 0
+    assert (client.zcard("{statecodec}:rx"), client.hlen("{statecodec}:r")) == (100_000 - 100 + 1, 100_001 - 100 + 1)
+    client.close()
