@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 
 __all__ = ["ConfigurationError", "InvalidToken", "ProviderError", "Reason", "SealError", "StatecodecError",
-           "StoreError", "StoreUnreachable", "exception_chain", "missing_extra"]
+           "StoreBusy", "StoreError", "StoreUnreachable", "exception_chain", "missing_extra"]
 
 
 class Reason(enum.StrEnum):
@@ -35,6 +35,7 @@ class Reason(enum.StrEnum):
     REVOKED = "revoked"  # single use: minted at or before a revocation of its principal or scope
     STORE_UNAVAILABLE = "store_unavailable"  # single use: the shared store could not vouch for the token; fail closed
     IN_PROGRESS = "in_progress"  # retry-safe single use: the same retry, while the first has kept no answer: retry
+    STORE_BUSY = "store_busy"  # single use: this instance had no free store connection within the deadline: retry
 
 
 class StatecodecError(Exception):
@@ -81,10 +82,19 @@ class ProviderError(StatecodecError):
 class StoreError(StatecodecError):
     """The single-use store could not vouch for a token: refused. Names host:port, never a URL or credential."""
 
+    reason = Reason.STORE_UNAVAILABLE  # the code of the refusal it causes
+
 
 class StoreUnreachable(StoreError):
     """The store could not be reached, or did not answer within its deadline: the one failure that
     ``STATECODEC_STORE_ON_ERROR=accept`` accepts a token through."""
+
+
+class StoreBusy(StoreError):
+    """This instance, not the store, was saturated (every pooled connection busy, or its loop late to read the answer):
+    refused in every mode with the retryable `Reason.STORE_BUSY`, never accepted through."""
+
+    reason = Reason.STORE_BUSY
 
 
 def missing_extra(package: str, extra: str, needed_by: str = "this key provider") -> ImportError:

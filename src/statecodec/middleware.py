@@ -238,14 +238,17 @@ def sdk_server(server: Any) -> Any:
     return server
 
 
+_RETRY = {Reason.IN_PROGRESS: "in progress", Reason.STORE_BUSY: "not checked, server busy"}
+
+
 def refusal(method: str, reason: Reason) -> MCPError:
     """The SDK boundary's own log line and frozen answer: a client cannot tell this refusal from any other. But
-    `in_progress`, retryable, says so: only a presenter who passed every check reaches it."""
+    `in_progress` and `store_busy`, retryable, say so: only a presenter who passed every check reaches them."""
     logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
     if (noted := refused.get()) is not None:
         noted.append(reason.value)
-    if reason is Reason.IN_PROGRESS:
-        return _mcp_error("requestState in progress: retry shortly", {"reason": reason.value})
+    if reason in _RETRY:  # retryable: the same request, shortly
+        return _mcp_error(f"requestState {_RETRY[reason]}: retry shortly", {"reason": reason.value})
     return _mcp_error("Invalid or expired requestState", dict(REFUSED))
 
 

@@ -13,13 +13,21 @@ import re
 import secrets
 import socket
 import ssl
+import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote
 
 from statecodec._settings import DEFAULT_STORE_TIMEOUT
 from statecodec._types import HoldsSecrets
-from statecodec.errors import ConfigurationError, StoreError, StoreUnreachable, exception_chain, missing_extra
+from statecodec.errors import (
+    ConfigurationError,
+    StoreBusy,
+    StoreError,
+    StoreUnreachable,
+    exception_chain,
+    missing_extra,
+)
 from statecodec.store import REDIS_SCHEMES, Hello, Outcome, Verdict, check_owner
 
 try:
@@ -37,14 +45,17 @@ _NAMESPACE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _ADDRESS = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(?::([0-9]{1,5}))?(?:/([0-9]*))?")
 _OPTIONS = frozenset({"db", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"})
 _CONNECTIONS = 100  # the client's pool, per node; a burst beyond it waits its turn within the deadline
-_CODES = ("MISCONF", "BUSY", "LOADING", "CLUSTERDOWN", "CROSSSLOT", "MOVED")
+_CODES = ("LOADING", "CROSSSLOT", "TRYAGAIN", "EXECABORT")  # an answered error named by its code, if no cause below
 _PRELUDE = """local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function n(x) return string.format('%.0f', x) end
-local function sweep(hash, expiry)  -- drop the fields of `hash` whose time in the sorted set `expiry` has come
-  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', expiry, '-inf', n(now))) do redis.call('HDEL', hash, gone) end
-  redis.call('ZREMRANGEBYSCORE', expiry, '-inf', n(now))
+local function sweep(hash, expiry, limit)  -- drop (at most `limit` of) the fields of `hash` whose time has come
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', expiry, '-inf', n(now), 'LIMIT', 0, limit or -1)) do
+    redis.call('HDEL', hash, gone)
+    redis.call('ZREM', expiry, gone)
+  end
 end
+local function late() return ARGV[#ARGV] ~= '0' and now > tonumber(ARGV[#ARGV]) end  -- its caller gave up
 local function policy() return string.match(redis.call('INFO', 'memory'), 'maxmemory_policy:(%S+)') or '' end
 local function record(life, skew)
   local m = redis.call('HMGET', KEYS[1], 'epoch', 'fp', 'life', 'skew', 'seen')
@@ -69,14 +80,15 @@ for i = 5, owner ~= 'foreign' and #ARGV or 0 do  -- each form, dated when first 
 end
 return {owner, epoch, now, policy()}""",
     # KEYS meta, revocations, claim. ARGV fingerprint, candidate epoch, token epoch, issued, expires, lifetime,
-    # skew, the claim's value ('1', or the retry digest in retry-safe mode), scope digests...
-    "claim": """local issued, expires = tonumber(ARGV[4]), tonumber(ARGV[5])
+    # skew, the claim's value ('1', or the retry digest in retry-safe mode), scope digests..., deadline.
+    "claim": """if late() then return {'late', '', now} end
+local issued, expires = tonumber(ARGV[4]), tonumber(ARGV[5])
 local owner, epoch = record(math.max(tonumber(ARGV[6]), expires - issued), tonumber(ARGV[7]))
 if owner == 'foreign' then return {'foreign', epoch, now} end
 if owner == 'new' or epoch ~= ARGV[3] then return {'forgotten', epoch, now} end
 if expires <= now then return {'expired', epoch, now} end
 local bad, verdict = {}, 'first'
-for i, v in ipairs(redis.call('HMGET', KEYS[2], unpack(ARGV, 9))) do
+for i, v in ipairs(redis.call('HMGET', KEYS[2], unpack(ARGV, 9, #ARGV - 1))) do
   if v then
     local at = string.match(v, '^(%d+):%d+$')
     if not at then table.insert(bad, ARGV[8 + i]) elseif tonumber(at) >= issued then verdict = 'revoked' end
@@ -88,13 +100,14 @@ if verdict == 'first' and not redis.call('SET', KEYS[3], ARGV[8], 'NX', 'PX', n(
   if string.sub(held, 1, #ARGV[8]) == ARGV[8] then return {'same', epoch, now, bad, string.sub(held, #ARGV[8] + 1)} end
 end
 return {verdict, epoch, now, bad}""",
-    # KEYS claim. ARGV the retry digest, the sealed result: kept while the claim holds that digest and no result.
-    "keep": """if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+    # KEYS claim. ARGV the retry digest, the sealed result, deadline: kept while the claim holds that digest alone.
+    "keep": """if late() then return -1 end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 return redis.call('SET', KEYS[1], ARGV[1] .. ARGV[2], 'KEEPTTL') and 1 or 0""",
     # KEYS meta, revocations, their expiry. ARGV fingerprint, scope, skew.
     "revoke": """local m = redis.call('HMGET', KEYS[1], 'fp', 'life', 'skew')
 if m[1] ~= ARGV[1] then return {m[1] and 'foreign' or 'unused'} end
-sweep(KEYS[2], KEYS[3])
+sweep(KEYS[2], KEYS[3], 100)  -- in increments: a claim never waits behind a cleanup of every revocation
 local skew = math.max(tonumber(ARGV[3]), tonumber(m[3]) or 0)
 local at, stop = now + skew, now + 2 * skew + (tonumber(m[2]) or 0)
 local a, s = string.match(redis.call('HGET', KEYS[2], ARGV[2]) or '', '^(%d+):(%d+)$')
@@ -107,14 +120,31 @@ return {'ok', at}""",
 if fp ~= ARGV[1] then return {fp and 'foreign' or 'unused'} end
 redis.call('ZREM', KEYS[3], ARGV[2])
 return {'ok', redis.call('HDEL', KEYS[2], ARGV[2])}""",
-    # KEYS meta, revocations, (unused), forms. ARGV fingerprint. For `store check` and `revoke`: reads every revocation.
+    # KEYS meta, revocations, (unused), forms. ARGV fingerprint. For `store check` and `revoke`, which then read the
+    # revocations by HSCAN.
     "inspect": """local m = redis.call('HMGET', KEYS[1], 'fp', 'life', 'skew')
-local all, bad = redis.call('HGETALL', KEYS[2]), {}
-for i = 1, #all, 2 do if not string.match(all[i + 1], '^%d+:%d+$') then table.insert(bad, all[i]) end end
 local owner = m[1] == ARGV[1] and 'ok' or (m[1] and 'foreign' or 'unused')
 local forms = owner == 'ok' and redis.call('HGETALL', KEYS[4]) or {}
-return {owner, #all / 2, bad, now, m[2] or '0', m[3] or '0', policy(), forms}""",
+return {owner, redis.call('HLEN', KEYS[2]), now, m[2] or '0', m[3] or '0', policy(), forms}""",
 }
+
+
+# Each error a store can answer, by its Redis code in the text or the client's exception, with what it means: each its
+# own message, so each its own log line (`SingleUse.warn` limits per message). Subclasses before their bases.
+_CAUSES: tuple[tuple[str, tuple[type[Exception], ...], str], ...] = (
+    ("NOPERM|can't run this command", (rx.NoPermissionError,),
+     "refused a command: its ACL user lacks one the store needs (docs/single-use.md)"),
+    ("OOM", (rx.OutOfMemoryError,), "is full (maxmemory): tokens are refused until it has room"),
+    ("NOREPLICAS", (), "has fewer replicas than its min-replicas-to-write (NOREPLICAS): tokens are refused until the "
+                       "replicas are back"),
+    ("READONLY", (rx.ReadOnlyError,), "is a read-only replica; point STATECODEC_STORE_URL at the primary"),
+    ("MASTERDOWN", (rx.MasterDownError,), "is a replica that lost its primary (MASTERDOWN)"),
+    ("CLUSTERDOWN", (rx.ClusterDownError,), "is a cluster that cannot serve the namespace's slot (CLUSTERDOWN)"),
+    ("MOVED", (rx.AskError, rx.ClusterError), "kept redirecting the call (MOVED/ASK): the "
+                                               "cluster's slots are moving"),
+    ("MISCONF", (), "refuses writes: it cannot persist (MISCONF)"),
+    ("BUSY ", (), "is running a script that does not end (BUSY)"),
+)
 
 
 class Script(NamedTuple):
@@ -172,6 +202,8 @@ class RedisStore(HoldsSecrets):
         self.deadline = 2 * timeout  # a round trip, and one reconnect or script reload within it
         self._keys = [f"{{{namespace}}}:{name}" for name in ("meta", "r", "rx", "forms")]
         self._slots = asyncio.Semaphore(_CONNECTIONS)  # else the pool refuses a burst: a refusal storm from one client
+        self._offset: float | None = None  # the store's clock minus the monotonic one, at most: see `_learn`
+        self._learnt = 0.0  # when it was learnt (monotonic)
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "statecodec", timeout: float = DEFAULT_STORE_TIMEOUT) -> RedisStore:
@@ -185,25 +217,40 @@ class RedisStore(HoldsSecrets):
         client = RedisCluster(**kwargs) if url.partition("://")[0].endswith("+cluster") else Redis(**kwargs)
         return cls(client, where=where, namespace=namespace, timeout=timeout)
 
-    async def run(self, script: Script, keys: list[str], *args: str | int | bytes) -> Any:
-        """One script (the store's own or `statecodec.registry`'s); a failure names host:port and the cause only."""
+    async def run(self, script: Script, keys: list[str], *args: str | int | bytes, deadline: bool = False) -> Any:
+        """One script (the store's own or `statecodec.registry`'s); a failure names host:port and the cause only.
+        `deadline`: its last argument is the store-time instant (ms) by which this instance gives up, `bounded` or its
+        socket timeout ("0" before the store first answered): a script that changes state on a presentation records
+        nothing after it (`late()`), so a token refused for time is never spent when the store catches up."""
+        started, queued = time.monotonic(), self._slots.locked()
         try:
-            # A burst waits for a connection, for half the timeout: a round trip started then still ends inside
-            # the deadline, with time left for the loop to answer a thousand refusals. No outage: refused in any mode.
-            try:
-                await asyncio.wait_for(self._slots.acquire(), self.timeout / 2)
+            # A burst waits for a connection within the one deadline, leaving half a timeout for its round trip: a
+            # healthy store serves a thousand at once. A call that waited is this instance's load, not an outage:
+            # past its wait, or its round trip late, it is `StoreBusy` (refused in every mode), before `bounded`'s end.
+            try:  # inline, not `wait_for`, which on 3.11 acquires in a task of its own: `queued` would be wrong
+                async with asyncio.timeout(self.deadline - self.timeout / 2):
+                    await self._slots.acquire()
             except TimeoutError:
-                raise rx.MaxConnectionsError("no free connection") from None
+                raise self._busy() from None
+            if deadline:
+                by = min(started + self.deadline, time.monotonic() + self.timeout)  # lower bounds: see `_learn`
+                args += ("0" if self._offset is None else str(int((by + self._offset) * 1000)),)
             try:
-                try:
-                    return await self._client.evalsha(script.sha, len(keys), *keys, *args)
-                except rx.NoScriptError:
-                    return await self._client.eval(script.source, len(keys), *keys, *args)
+                async with asyncio.timeout(self.deadline - self.timeout / 4 - (time.monotonic() - started)
+                                           if queued else None):
+                    try:
+                        return await self._client.evalsha(script.sha, len(keys), *keys, *args)
+                    except rx.NoScriptError:
+                        return await self._client.eval(script.source, len(keys), *keys, *args)
             finally:
                 self._slots.release()
         except (rx.RedisError, rx.RedisClusterException, OSError) as exc:  # OSError: TimeoutError too
-            failure = self._failure(exc)
+            failure = self._busy() if queued and isinstance(exc, TimeoutError | rx.TimeoutError) else self._failure(exc)
         raise failure  # outside the handler: the client's own text (which may quote the URL) is not chained
+
+    def _busy(self) -> StoreBusy:
+        return StoreBusy(f"the Redis store at {self.where}: this instance's {_CONNECTIONS} connections were all in use "
+                         "until the call's deadline, a burst here (retryable)")
 
     def _failure(self, exc: BaseException) -> StoreError:
         """What went wrong, naming host:port and the cause only."""
@@ -212,7 +259,7 @@ class RedisStore(HoldsSecrets):
             return StoreError(f"{at} refused the user name or password in STATECODEC_STORE_URL")
         if "DB index is out of range" in text:
             return StoreError(f"{at} has no such database: set the /N of STATECODEC_STORE_URL to one it has")
-        if isinstance(exc, rx.MaxClientsReachedError | rx.BusyLoadingError | rx.MaxConnectionsError):
+        if isinstance(exc, rx.MaxClientsReachedError | rx.BusyLoadingError):
             return StoreError(f"{at} is busy ({type(exc).__name__}): tokens refused, in every mode, until it has room")
         if any(isinstance(e, rx.TimeoutError | TimeoutError) for e in chain):
             return StoreUnreachable(f"{at} did not answer within {self.timeout:g} s")
@@ -223,17 +270,15 @@ class RedisStore(HoldsSecrets):
         if isinstance(exc, rx.ConnectionError | OSError | rx.RedisClusterException):
             refused = any(isinstance(e, ConnectionRefusedError) for e in chain)
             return StoreUnreachable(f"{at} is unreachable: {'connection refused' if refused else 'no connection'}")
-        if isinstance(exc, rx.NoPermissionError) or "NOPERM" in text or "can't run this command" in text:
-            return StoreError(f"{at} refused a command: its ACL user lacks one the store needs (docs/single-use.md)")
-        if isinstance(exc, rx.OutOfMemoryError) or "OOM" in text:
-            return StoreError(f"{at} is full (maxmemory): tokens are refused until it has room")
-        if isinstance(exc, rx.ReadOnlyError) or "READONLY" in text:
-            return StoreError(f"{at} is a read-only replica; point STATECODEC_STORE_URL at the primary")
+        for codes, kinds, cause in _CAUSES:
+            if isinstance(exc, kinds) or re.search(codes, text):
+                return StoreError(f"{at} {cause}")
         return StoreError(f"{at} answered an error ({next((c for c in _CODES if c in text), type(exc).__name__)})")
 
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int, forms: Sequence[str] = ()) -> Hello:
         args: tuple[str | int, ...] = (fingerprint.hex(), secrets.token_hex(8), lifetime_ms, skew_ms, *forms)
         owner, epoch, now, policy = await self.run(_RUN["hello"], self._keys[::3], *args)  # its node's policy
+        self._learn(int(now))
         if (policy := policy.decode()) != "noeviction":
             raise ConfigurationError(f"the Redis store at {self.where} has maxmemory-policy {policy}: an evicted claim "
                                      "reopens a replay; set maxmemory-policy noeviction (a full store then refuses "
@@ -244,13 +289,28 @@ class RedisStore(HoldsSecrets):
                     lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes], retry: bytes = b"") -> Verdict:
         keys = [*self._keys[:2], self._claim(key)]
         args = (fingerprint.hex(), secrets.token_hex(8), epoch.hex(), issued_ms, expires_ms, lifetime_ms, skew_ms)
-        reply = await self.run(_RUN["claim"], keys, *args, retry.hex() or "1", *(scope.hex() for scope in scopes))
+        digests = [scope.hex() for scope in scopes]
+        reply = await self.run(_RUN["claim"], keys, *args, retry.hex() or "1", *digests, deadline=True)
+        self._learn(int(reply[2]))
+        if reply[0] == b"late":
+            raise StoreError(f"the Redis store at {self.where} ran a claim after its deadline: nothing recorded")
         malformed = tuple(_shown(name) for name in reply[3]) if len(reply) > 3 else ()
         result = reply[4] if len(reply) > 4 else b""
         return Verdict(Outcome(reply[0].decode()), bytes.fromhex(reply[1].decode()), int(reply[2]), malformed, result)
 
     async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
-        return int(await self.run(_RUN["keep"], [self._claim(key)], retry.hex(), result)) == 1
+        kept = int(await self.run(_RUN["keep"], [self._claim(key)], retry.hex(), result, deadline=True))
+        if kept < 0:
+            raise StoreError(f"the Redis store at {self.where} ran a keep after its deadline: nothing recorded")
+        return kept == 1
+
+    def _learn(self, now_ms: int) -> None:
+        """The store's clock, from an answer read now: it read `now_ms` earlier, so the offset is at least this. The
+        best such bound is kept, worn down by 1 ms a second (faster than clocks drift apart): an answer a busy loop
+        read late must not make the next deadline early, and refuse a claim the store ran in time."""
+        here = time.monotonic()
+        worn = self._offset - (here - self._learnt) / 1000 if self._offset is not None else now_ms / 1000 - here
+        self._offset, self._learnt = max(now_ms / 1000 - here, worn), here
 
     def _claim(self, key: bytes) -> str:
         return f"{{{self.namespace}}}:c:{key.hex()}"
@@ -266,9 +326,19 @@ class RedisStore(HoldsSecrets):
         return int(reply[1]) > 0
 
     async def health(self, *, fingerprint: bytes) -> dict[str, object]:
-        reply = await self.run(_RUN["inspect"], self._keys, fingerprint.hex())
-        owner, count, bad, now, life, skew, policy, forms = reply
+        owner, count, now, life, skew, policy, forms = await self.run(_RUN["inspect"], self._keys, fingerprint.hex())
         pairs = zip(forms[::2], forms[1::2], strict=True)  # a time `hello` did not write reads as 0
+        bad: list[bytes] = []
+        cursor, failure = -1, None
+        try:
+            while cursor:  # HSCAN in batches, each bounded: a claim never waits behind a read of every revocation
+                reply: Any = await self._client.hscan(self._keys[1], max(cursor, 0), count=1000)
+                cursor, batch = reply
+                bad += [name for name, value in batch.items() if not re.fullmatch(rb"[0-9]+:[0-9]+", value)]
+        except (rx.RedisError, rx.RedisClusterException, OSError) as exc:
+            failure = self._failure(exc)
+        if failure:
+            raise failure  # outside the handler: the client's own text is not chained
         return {"store": "redis", "server": self.where, "namespace": self.namespace, "owner": owner.decode(),
                 "forms": {_shown(form): int(at) if at.isdigit() else 0 for form, at in pairs},
                 "revocations": int(count), "malformed": [_shown(name) for name in bad], "store_time_ms": int(now),

@@ -222,6 +222,7 @@ class SingleUse(HoldsSecrets):
         accepted unchecked)."""
         body, state = self._parse(stamped)
         scopes = [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)]
+        refusal = Reason.STORE_UNAVAILABLE
         try:
             if self._epoch is None:
                 await self.start()
@@ -238,8 +239,9 @@ class SingleUse(HoldsSecrets):
                 logger.error("%s: token accepted WITHOUT the single-use check (on_store_error=accept)", exc)
                 return state, b"", None
             self.warn(f"{exc}: tokens refused until it answers")
-        except (StoreError, ConfigurationError) as exc:  # answered: refused in every mode
+        except (StoreError, ConfigurationError) as exc:  # answered, or this instance saturated: refused in every mode
             self.warn(f"{exc}: tokens refused")
+            refusal = exc.reason if isinstance(exc, StoreError) else refusal
         except Exception as exc:  # a store's bug is never a reason to accept
             self.warn(f"the store at {self.where} failed ({type(exc).__name__}): tokens refused")
         else:  # answered: outside the handlers, so no store exception is chained to a refusal
@@ -254,7 +256,7 @@ class SingleUse(HoldsSecrets):
             elif verdict.outcome is Outcome.FIRST or verdict.outcome is Outcome.SAME:
                 return state, key, verdict
             raise InvalidToken(_VERDICTS.get(verdict.outcome, Reason.STORE_UNAVAILABLE))
-        raise InvalidToken(Reason.STORE_UNAVAILABLE)
+        raise InvalidToken(refusal)
 
     def warn(self, message: str) -> None:
         """One WARNING per cause per 10 s, not one per token: an outage, or a store one client filled, cannot flood the

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
 
-from statecodec.errors import ConfigurationError, StoreError, StoreUnreachable
+from statecodec.errors import ConfigurationError, StoreBusy, StoreError, StoreUnreachable
 
 __all__ = ["REDIS_SCHEMES", "Hello", "MemoryStore", "Outcome", "Store", "Verdict", "bounded", "check_owner"]
 
@@ -53,7 +53,7 @@ class Hello(NamedTuple):
 
 
 async def bounded(store: Store, call: Awaitable[T]) -> T:
-    """`call` to `store` under its one deadline; past it `StoreUnreachable`, but `StoreError` when this instance's own
+    """`call` to `store` under its one deadline; past it `StoreUnreachable`, but `StoreBusy` when this instance's own
     loop read the outcome late (a flood of requests here is no outage of the store: never accepted through)."""
     if store.deadline is None:  # a store whose calls never wait
         return await call
@@ -68,7 +68,7 @@ async def bounded(store: Store, call: Awaitable[T]) -> T:
     except StoreUnreachable as exc:
         failure = exc
     if loop.time() > end + store.deadline / 8:
-        failure = StoreError(f"the store at {store.where}: this instance was too busy to read its answer")
+        failure = StoreBusy(f"the store at {store.where}: this instance was too busy to read its answer")
     raise failure  # outside the handlers: nothing is chained to it
 
 

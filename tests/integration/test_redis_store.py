@@ -10,6 +10,7 @@ import datetime
 import ipaddress
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager
@@ -40,7 +41,7 @@ PASSWORD = "s3cret/Pa?ss#7@f1e"  # every URL delimiter: it must never become the
 QUOTED = PASSWORD.replace("/", "%2F").replace("?", "%3F").replace("#", "%23").replace("@", "%40")
 # The minimal ACL (docs/single-use.md): what the client sends, and what the scripts call, on the namespace's keys.
 ACL_COMMANDS = ["+evalsha", "+eval", "+info", "+time", "+hmget", "+hget", "+hset", "+hdel", "+hgetall", "+get", "+set"]
-ACL_COMMANDS += ["+zadd", "+zrem", "+zrangebyscore", "+zremrangebyscore"]
+ACL_COMMANDS += ["+hlen", "+hscan", "+zadd", "+zrem", "+zrangebyscore"]
 CLUSTER_ACL_COMMANDS = ["+cluster|slots", "+cluster|shards", "+command"]  # read by a cluster client when it starts
 ACL_RULES = ["on", f">{PASSWORD}", "resetkeys", "resetchannels", "~{statecodec}:*", "-@all", *ACL_COMMANDS]
 
@@ -155,8 +156,8 @@ def test_a_store_that_stops_answering_is_unreachable_and_the_same_guard_recovers
     redis_url: str, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def scenario() -> list[bytes | BaseException]:
-        # Accept mode's timeout is 1 s: its burst starts well within the half of it that a claim waits for a
-        # connection, even on a loaded machine, so none of the 200 gets one a timed-out claim gives back.
+        # Accept mode's timeout is 1 s: of its burst, the claims that waited for a connection are this instance's
+        # load, refused `store_busy` whether or not a timed-out claim gave them one before their deadline.
         refusing, accepting = guarded(redis_url, timeout=0.25), guarded(redis_url, timeout=1, on_store_error="accept")
         async with refusing as refuse, accepting as accept:
             stamped = [refuse.stamp(b"x") for _ in range(3)]
@@ -166,8 +167,8 @@ def test_a_store_that_stops_answering_is_unreachable_and_the_same_guard_recovers
                     await opened(redis_url, timeout=0.25)  # start names host:port and the cause
                 with pytest.raises(InvalidToken, match="store_unavailable"):
                     await refuse.consume(stamped[0])
-                # Availability first accepts the claims in flight (100: its connections) and refuses the 200 waiting
-                # for a connection, never sent: a queue of this instance is no outage.
+                # Availability first accepts the claims in flight (100: its connections) and refuses the 200 that
+                # waited for a connection: a queue of this instance is no outage.
                 burst = (accept.consume(stamped[1]) for _ in range(300))
                 outcomes = await asyncio.gather(*burst, return_exceptions=True)
             finally:
@@ -177,7 +178,7 @@ def test_a_store_that_stops_answering_is_unreachable_and_the_same_guard_recovers
 
     with caplog.at_level(logging.WARNING, "statecodec.single_use"):
         outcomes = run(scenario)
-    assert 0 < outcomes.count(b"x") <= 100 < sum(str(o) == "store_unavailable" for o in outcomes)
+    assert 0 < outcomes.count(b"x") <= 100 < sum(str(o) == "store_busy" for o in outcomes)
     assert "did not answer within 0.25 s: tokens refused until it answers" in caplog.text
 
 
@@ -202,6 +203,122 @@ def test_a_store_at_maxclients_or_loading_has_answered_and_is_refused_even_in_ac
             run(opened, full.url)
         holder.close()
     assert not isinstance(info.value, StoreUnreachable)  # a flood cannot switch availability first on
+
+
+
+def evalsha_calls(server: RedisServer) -> int:
+    """How many EVALSHA the server has run since its statistics were reset: its own fact, no clock."""
+    return int(next(iter(re.findall(r"cmdstat_evalsha:calls=(\d+)", server.cli("INFO", "commandstats"))), "0"))
+
+
+def test_a_claim_or_keep_that_reaches_the_store_after_its_deadline_records_nothing(
+    redis_url: str, redis_server: RedisServer
+) -> None:
+    """A stalled store runs what was queued once it resumes, after the instance refused: a refused token is never
+    spent (else its retry is `replayed`) and a refused keep keeps nothing."""
+
+    async def scenario() -> None:
+        async with guarded(redis_url, timeout=0.25) as guard:
+            refused, kept, retry = guard.stamp(b"x"), guard.stamp(b"y"), b"r" * 16
+            key = (await guard.claim(kept, retry))[1]  # loads the claim script: a late EVALSHA runs, not NOSCRIPT
+            assert not await guard.store.keep(key=key, retry=b"w" * 16, result=b"")  # and keep's
+            redis_server.cli("CONFIG", "RESETSTAT")
+            redis_server.pause()
+            try:
+                with pytest.raises(InvalidToken, match="store_unavailable"):
+                    await guard.consume(refused)
+                with pytest.raises(StoreUnreachable):
+                    await guard.keep(key, retry, b"{}")
+            finally:
+                redis_server.resume()
+            for _ in range(1000):  # until the store ran both, late (each poll a round trip)
+                if evalsha_calls(redis_server) >= 2:
+                    break
+            assert evalsha_calls(redis_server) == 2
+            assert await guard.consume(refused) == b"x"  # once, not `replayed`: the late claim recorded nothing
+            with pytest.raises(InvalidToken, match="replayed"):
+                await guard.consume(refused)
+            assert (await guard.claim(kept, retry))[2] == (Outcome.SAME, ANY, ANY, (), b"")  # nothing kept late
+
+    run(scenario)
+
+
+
+def test_each_error_a_store_answers_is_named_as_its_own_cause_and_logged_apart(
+    redis_url: str, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Full, no replicas, a read-only replica, a replica without its primary: each refused in every mode (answered),
+    each named, each its own log line within the limiter's 10 s (one cause cannot hide the next)."""
+    closed = str(free_port())
+    faults = [
+        ([["CONFIG", "SET", "maxmemory", "1"]], [["CONFIG", "SET", "maxmemory", "0"]], "is full (maxmemory)"),
+        ([["CONFIG", "SET", "min-replicas-to-write", "1"]], [["CONFIG", "SET", "min-replicas-to-write", "0"]],
+         "fewer replicas than its min-replicas-to-write (NOREPLICAS)"),
+        ([["REPLICAOF", "127.0.0.1", closed]], [["REPLICAOF", "NO", "ONE"]], "is a read-only replica"),
+        ([["CONFIG", "SET", "replica-serve-stale-data", "no"], ["REPLICAOF", "127.0.0.1", closed]],
+         [["REPLICAOF", "NO", "ONE"], ["CONFIG", "SET", "replica-serve-stale-data", "yes"]], "lost its primary"),
+    ]
+
+    async def scenario() -> None:
+        async with guarded(redis_url, on_store_error="accept") as guard:
+            for fault, undo, _ in faults:
+                stamped = guard.stamp(b"x")
+                for command in fault:
+                    redis_server.cli(*command)
+                try:
+                    with pytest.raises(InvalidToken, match="store_unavailable"):  # answered: even in accept mode
+                        await guard.consume(stamped)
+                finally:
+                    for command in undo:
+                        redis_server.cli(*command)
+                assert await guard.consume(stamped) == b"x"  # the refused token was not spent
+
+    with caplog.at_level(logging.WARNING, "statecodec.single_use"):
+        run(scenario)
+    for _, _, cause in faults:
+        assert caplog.text.count(cause) == 1, cause
+
+
+def test_a_redirect_storm_on_a_cluster_is_named(redis_cluster: list[RedisServer], redis_cluster_url: str) -> None:
+    """A slot left migrating to a node that does not import it: each node sends the call to the other (ASK, MOVED)
+    until the client stops; named as such, refused in every mode."""
+    slot = int(redis_cluster[0].cli("CLUSTER", "KEYSLOT", "{statecodec}:meta"))
+    mine = [line.split() for node in redis_cluster for line in node.cli("CLUSTER", "NODES").splitlines()
+            if "myself" in line]
+    owner, other = next((node, mine[(i + 1) % 3][0]) for i, node in enumerate(redis_cluster)
+                        if int(mine[i][8].split("-")[0]) <= slot <= int(mine[i][8].split("-")[1]))
+    owner.cli("CLUSTER", "SETSLOT", str(slot), "MIGRATING", other)
+    try:
+        with pytest.raises(StoreError, match=r"kept redirecting the call \(MOVED/ASK\)") as info:
+            run(opened, redis_cluster_url, on_store_error="accept")
+        assert not isinstance(info.value, StoreUnreachable)
+    finally:
+        owner.cli("CLUSTER", "SETSLOT", str(slot), "STABLE")
+
+
+
+def test_a_burst_on_a_healthy_store_is_served_and_saturation_is_retryable(
+    redis_url: str, redis_server: RedisServer
+) -> None:
+    """1,000 distinct tokens presented at once, ten times the connections: every one accepted, once. A presentation
+    that waited for a connection past the deadline is refused `store_busy`, which a client can tell from a forgery."""
+    from statecodec.errors import Reason
+    from statecodec.middleware import refusal
+
+    async def scenario() -> list[bytes | BaseException]:
+        async with guarded(redis_url, timeout=1) as guard:
+            stamped = [guard.stamp(str(n).encode()) for n in range(1000)]
+            redis_server.cli("CONFIG", "RESETSTAT")
+            outcomes = await asyncio.gather(*(guard.consume(t) for t in stamped), return_exceptions=True)
+            again = await asyncio.gather(*(guard.consume(t) for t in stamped[:50]), return_exceptions=True)
+            assert [str(o) for o in again] == ["replayed"] * 50
+            return outcomes
+
+    assert run(scenario) == [str(n).encode() for n in range(1000)]
+    assert evalsha_calls(redis_server) == 1050  # one round trip each, none refused before it
+    answer = refusal("tools/call", Reason.STORE_BUSY).error
+    assert (answer.message, answer.data) == ("requestState not checked, server busy: retry shortly",
+                                             {"reason": "store_busy"})
 
 
 # --- the operator's commands on a live store; many revocations, malformed entries --------------------------------
@@ -458,3 +575,27 @@ def test_store_check_names_a_malformed_entry_whose_name_is_not_utf8_escaped_and_
     client.close()
     assert main(["store", "check", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["malformed"] == ["\\xff\\x1b[2J"]  # escaped: no control character
+
+
+def test_store_check_and_revoke_work_in_bounded_increments_at_100000_revocations(
+    redis_url: str, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No operator command holds the store: `store check` reads the revocations by HSCAN batches (no command reads
+    them all), a `revoke` drops at most 100 expired entries per call; a malformed entry is named and skipped."""
+    monkeypatch.setenv("STATECODEC_STORE_URL", redis_url)
+    monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([KEY]))
+    run(opened, redis_url)  # a server has used it
+    client = redis.Redis(port=redis_server.port)
+    client.hset("{statecodec}:r", mapping={f"{n:032x}": "1:2" for n in range(100_000)})  # expired long ago
+    client.zadd("{statecodec}:rx", {f"{n:032x}": 2 for n in range(100_000)})
+    client.hset("{statecodec}:r", b"\xffbad", b"?")
+    redis_server.cli("CONFIG", "RESETSTAT")
+    assert main(["store", "check", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert (report["revocations"], report["malformed"]) == (100_001, ["\\xffbad"])
+    stats = redis_server.cli("INFO", "commandstats")
+    assert "cmdstat_hgetall" not in stats
+    assert int(re.findall(r"cmdstat_hscan:calls=(\d+)", stats)[0]) >= 100  # batches of about 1,000
+    assert main(["revoke", "--principal", "alice"]) == 0
+    assert (client.zcard("{statecodec}:rx"), client.hlen("{statecodec}:r")) == (100_000 - 100 + 1, 100_001 - 100 + 1)
+    client.close()
