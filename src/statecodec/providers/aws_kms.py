@@ -12,15 +12,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from statecodec._settings import seconds, setting
-from statecodec.errors import ConfigurationError, ProviderError, missing_extra
+from statecodec.errors import ConfigurationError, ProviderError, needs_extra
 from statecodec.providers import RetryPolicy, _ClientHolder
 
-try:
+with needs_extra("boto3", "aws"):
     import boto3
     from botocore import exceptions as bexc
     from botocore.config import Config
-except ImportError as _exc:  # pragma: no cover - exercised only without the extra
-    raise missing_extra("boto3", "aws") from _exc
 
 __all__ = ["AwsKmsWrapper"]
 

@@ -15,17 +15,15 @@ from typing import Any
 
 from statecodec._settings import seconds, setting
 from statecodec.envelope import canonical_context
-from statecodec.errors import ConfigurationError, ProviderError, missing_extra
+from statecodec.errors import ConfigurationError, ProviderError, needs_extra
 from statecodec.keys import MIN_KEY_LENGTH
 from statecodec.providers import RetryPolicy, _ClientHolder
 
-try:
+with needs_extra("google-cloud-kms", "gcp"):
     import google_crc32c
     from google.api_core import exceptions as gexc
     from google.auth import exceptions as auth_exc
     from google.cloud import kms_v1
-except ImportError as _exc:  # pragma: no cover - exercised only without the extra
-    raise missing_extra("google-cloud-kms", "gcp") from _exc
 
 __all__ = ["GcpKmsWrapper"]
 

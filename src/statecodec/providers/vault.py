@@ -20,16 +20,14 @@ from typing import Any
 
 from statecodec._settings import named_errors, seconds, seconds_setting, setting, text_or_file
 from statecodec.envelope import canonical_context
-from statecodec.errors import ConfigurationError, ProviderError, missing_extra
+from statecodec.errors import ConfigurationError, ProviderError, needs_extra
 from statecodec.providers import RetryPolicy, _ClientHolder
 
-try:
+with needs_extra("hvac", "vault"):
     import hvac
     import hvac.exceptions
     import requests
     import requests.adapters
-except ImportError as _exc:  # pragma: no cover - exercised only without the extra
-    raise missing_extra("hvac", "vault") from _exc
 
 # Slash-separated segments (no "." or ".."): a mount may not climb out of its path.
 _MOUNT = re.compile(r"(?!\.{1,2}(?:/|$))[\w.-]+(?:/(?!\.{1,2}(?:/|$))[\w.-]+)*", re.ASCII)
