@@ -113,14 +113,6 @@ def _failure(exc: BaseException) -> tuple[str, bool]:
     return f"unexpected {type(exc).__name__} from the Vault client", False
 
 
-def _unb64(text: object) -> bytes | None:
-    """Strict standard base64 from a Vault reply (a data key), else None (no error keeps it)."""
-    try:
-        return base64.b64decode(text, validate=True) if isinstance(text, str) and text.isascii() else None
-    except binascii.Error:
-        return None
-
-
 __all__ = ["VaultKeyWrapper", "vault_client"]
 
 _MAX_TOKEN_FILE_BYTES = 64 * 1024  # a Vault token, with room to spare
@@ -183,8 +175,12 @@ class VaultKeyWrapper(_ClientHolder):
         ciphertext = blob.decode("ascii", "replace") if isinstance(blob, bytes) else ""  # sized by EnvelopeCodec
         if not _CIPHERTEXT.fullmatch(ciphertext):  # made by another provider?
             raise ProviderError(f"{self.describe()}: the wrapped key is not a Vault transit ciphertext (vault:vN:...)")
-        key = _unb64(self._call("decrypt", context, ciphertext=ciphertext).get("plaintext"))
-        if key is None:
+        text = self._call("decrypt", context, ciphertext=ciphertext).get("plaintext")
+        try:  # strict standard base64
+            key = base64.b64decode(text, validate=True) if isinstance(text, str) and text.isascii() else None
+        except binascii.Error:
+            key = None
+        if key is None:  # raised out here, with no error chained to it (the reply holds the data key)
             raise ProviderError(f"{self.describe()}: Vault returned a malformed plaintext")
         return key
 
