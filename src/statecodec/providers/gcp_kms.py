@@ -7,7 +7,6 @@ then a `ProviderError`). Roles and settings: ``docs/gcp-kms.md``.
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 from collections.abc import Mapping
@@ -169,7 +168,6 @@ def _emulator_client(host: str) -> Any:
     return kms_v1.KeyManagementServiceClient(transport=transport)
 
 
-def wrapper_from_env(environ: Mapping[str, str] | None = None) -> GcpKmsWrapper:  # STATECODEC_CODEC=gcp-kms
-    settings = os.environ if environ is None else environ
+def wrapper_from_env(settings: Mapping[str, str]) -> GcpKmsWrapper:  # STATECODEC_CODEC=gcp-kms
     key = setting(settings, _KEY_VAR) or ""
     return GcpKmsWrapper(key, emulator_host=setting(settings, _EMULATOR_VAR, required=False))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -195,9 +194,8 @@ def _get(settings: Mapping[str, str], name: str) -> str | None:
     return setting(settings, f"VAULT_{name}", required=False) if value is None and name in _VAULT_NAMES else value
 
 
-def vault_client_from_env(environ: Mapping[str, str] | None = None) -> Any:
+def vault_client_from_env(settings: Mapping[str, str]) -> Any:
     """An `hvac.Client` from the STATECODEC_VAULT_* settings (else the standard VAULT_* ones); close it after use."""
-    settings = os.environ if environ is None else environ
     url = _get(settings, "ADDR")
     if url is None:
         raise ConfigurationError("STATECODEC_VAULT_ADDR (or VAULT_ADDR) is not set; e.g. https://vault.example:8200")
@@ -225,9 +223,8 @@ def vault_client_from_env(environ: Mapping[str, str] | None = None) -> Any:
     )
 
 
-def wrapper_from_env(environ: Mapping[str, str] | None = None) -> VaultKeyWrapper:  # STATECODEC_CODEC=vault-envelope
+def wrapper_from_env(settings: Mapping[str, str]) -> VaultKeyWrapper:  # STATECODEC_CODEC=vault-envelope
     """A `VaultKeyWrapper` that owns its client; close it after use."""
-    settings = os.environ if environ is None else environ
     key = setting(settings, "STATECODEC_VAULT_KEY") or ""
     with named_errors("STATECODEC_VAULT_KEY"):
         _check_key_name(key)
