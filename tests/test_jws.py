@@ -52,6 +52,8 @@ def test_what_a_client_reads_in_the_sdk_envelope() -> None:
     [
         ('{"alg":"HS256","kid":"raw-1","crit":["b64"],"b64":false}', "header"),
         ('{"alg":"HS256","kid":"raw-1","kid":"raw-1"}', "header"),
+        ('{"alg":"HS256","kid":"raw-1","enc":"A256GCM"}', "header"),  # JWE members, outside the JWS profile
+        ('{"alg":"HS256","kid":"raw-1","epk":{"kty":"OKP"}}', "header"),
         ('{"alg":"none","kid":"raw-1"}', "alg"),
         ('{"alg":"HS384","kid":"raw-1"}', "alg"),
         ('{"alg":"EdDSA","kid":"raw-1"}', "alg"),
