@@ -46,22 +46,16 @@ def flip(token: str, at: int = -1) -> str:
     return b64u_encode(bytes(raw))
 
 
-def _bound(inner: Codec) -> BoundCodec:
-    return BoundCodec(inner, audience="svc", binding_key=BINDING_KEY)
-
-
-def _envelope(wrapper: LocalWrapper) -> EnvelopeCodec:
-    return EnvelopeCodec(wrapper, [new_wrapped_key(wrapper)])
-
-
 def _configurations() -> dict[str, tuple[Codec, Codec]]:
     wrapper, ed_key = LocalWrapper(bytes(range(50, 82))), ed25519.Ed25519PrivateKey.generate()
     p256, x25519_key = ec.generate_private_key(ec.SECP256R1()), x25519.X25519PrivateKey.generate()
+    bound = partial(BoundCodec, audience="svc", binding_key=BINDING_KEY)
+    mine, foreign = (EnvelopeCodec(wrapper, [new_wrapped_key(wrapper)]) for _ in range(2))  # one KMS key, two rings
     return {
         **{name: (ring([SECRET]), ring([OTHER])) for name, ring in RINGS.items()},
-        "envelope": (_envelope(wrapper), _envelope(wrapper)),
-        "bound-aesgcm": (_bound(AESGCMCodec([SECRET])), _bound(AESGCMCodec([OTHER]))),
-        "bound-jws": (_bound(JWSCodec([SECRET])), _bound(JWSCodec([OTHER]))),
+        "envelope": (mine, foreign),
+        "bound-aesgcm": (bound(AESGCMCodec([SECRET])), bound(AESGCMCodec([OTHER]))),
+        "bound-jws": (bound(JWSCodec([SECRET])), bound(JWSCodec([OTHER]))),
         "jwe-ecdh-p256": (JWECodec.ecdh([p256]), JWECodec.ephemeral(alg="ECDH-ES+A256KW", curve="P-256")),
         "jwe-ecdh-x25519": (JWECodec.ecdh([x25519_key]), JWECodec.ephemeral(alg="ECDH-ES+A256KW", curve="X25519")),
         "jws-eddsa": (JWSCodec.eddsa([ed_key]), JWSCodec.ephemeral(alg="EdDSA")),

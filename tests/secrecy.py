@@ -9,31 +9,21 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from statecodec import ConfigurationError
+from statecodec.errors import exception_chain
 from tests.integration.kms_support import assert_no_secret_in
 
 
 def chain_texts(exc: BaseException) -> Iterator[str]:
-    """The repr of every exception in the chain of `exc` and of every attribute each one holds.
-
-    Follows `__cause__` and `__context__` both (``raise ... from None`` only hides
-    the context from tracebacks), and reads every non-callable attribute, which
-    covers what parsers keep of their input: `UnicodeDecodeError.object`,
-    `json.JSONDecodeError.doc`.
-    """
-    pending: list[BaseException] = [exc]
-    seen: set[int] = set()
-    while pending:
-        cur = pending.pop()
-        if id(cur) in seen:
-            continue
-        seen.add(id(cur))
+    """str, repr and every non-callable attribute of each exception chained to `exc` (`exception_chain`: through
+    `__cause__` and `__context__` both), which covers what parsers keep of their input: `UnicodeDecodeError.object`,
+    `json.JSONDecodeError.doc`."""
+    for cur in exception_chain(exc):
         yield str(cur)
         yield repr(cur)
         with warnings.catch_warnings():  # reading a deprecated attribute (urllib3's .pool) warns
             warnings.simplefilter("ignore")
             values = [getattr(cur, name, None) for name in dir(cur) if not name.startswith("__")]
         yield from (repr(value) for value in values if not callable(value))
-        pending.extend(e for e in (cur.__cause__, cur.__context__) if e is not None)
 
 
 def assert_unreachable(exc: BaseException, *secrets: bytes) -> None:

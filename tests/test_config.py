@@ -67,26 +67,21 @@ def test_registry_entries_resolve_lazily_and_must_build_a_codec(
         "raise ImportError(\"this codec needs boto3: pip install 'statecodec[aws]'\")\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    kinds: dict[str, Any] = {
-        "callable-kind": build,
-        "path-kind": "statecodec.aead:AESGCMCodec.ephemeral",
-        "missing-dep": "statecodec_no_such_module.sub:build",
-        "missing-attr": "statecodec.aead:no_such_builder",
-        "guarded": "statecodec_guarded_provider:build",
-        "broken": lambda settings: object(),
-    }
-    for kind, builder in kinds.items():
-        monkeypatch.setitem(cfg.KINDS, kind, cfg.Kind(frozenset(), builder))
+    monkeypatch.setitem(cfg.KINDS, "callable-kind", cfg.Kind(frozenset(), build))
     env = {"STATECODEC_CODEC": "callable-kind", "STATECODEC_MAX_TOKEN_LENGTH": "1000"}
     assert isinstance(cfg.codec_from_env(env), AESGCMCodec)
     assert seen == [env]
-    for kind, fragment in [
-        ("path-kind", "does not exist"),
-        ("missing-dep", "STATECODEC_CODEC=missing-dep: the Python package 'statecodec_no_such_module' is not"),
-        ("missing-attr", "does not exist"),
-        ("guarded", "STATECODEC_CODEC=guarded: this codec needs boto3: pip install 'statecodec[aws]'"),
-        ("broken", "must have seal(bytes) -> str and unseal(str) -> bytes"),
-    ]:
+    refusals: dict[str, tuple[Any, str]] = {  # kind: (its builder, what its refusal says)
+        "path-kind": ("statecodec.aead:AESGCMCodec.ephemeral", "does not exist"),
+        "missing-dep": ("statecodec_no_such_module.sub:build",
+                        "STATECODEC_CODEC=missing-dep: the Python package 'statecodec_no_such_module' is not"),
+        "missing-attr": ("statecodec.aead:no_such_builder", "does not exist"),
+        "guarded": ("statecodec_guarded_provider:build",
+                    "STATECODEC_CODEC=guarded: this codec needs boto3: pip install 'statecodec[aws]'"),
+        "broken": (lambda settings: object(), "must have seal(bytes) -> str and unseal(str) -> bytes"),
+    }
+    for kind, (builder, fragment) in refusals.items():
+        monkeypatch.setitem(cfg.KINDS, kind, cfg.Kind(frozenset(), builder))
         assert fragment in refused(lambda: cfg.codec_from_env({"STATECODEC_CODEC": kind}))  # noqa: B023 - called at once
 
 

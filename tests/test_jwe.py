@@ -5,6 +5,7 @@ tests/test_redteam.py runs the codec contract on every JWE configuration; tests/
 
 from __future__ import annotations
 
+import hmac
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +44,14 @@ def forge(header: str, ek64: str = "") -> str:
     h64, iv = b64u_encode(header.encode()), bytes(12)
     sealed = AESGCM(RAW).encrypt(iv, PAYLOAD, h64.encode())
     return f"{h64}.{ek64}.{b64u_encode(iv)}.{b64u_encode(sealed[:-16])}.{b64u_encode(sealed[-16:])}"
+
+
+def forge_jws(header: str) -> str:
+    """An HS256 token whose MAC verifies under RAW_JWK with any header text: only header checks refuse it. (An
+    HS256 token to an EdDSA codec, whatever keys its MAC, the public key too, is refused by alg before any key:
+    tests/test_redteam.py.)"""
+    signing_input = b64u_encode(header.encode()) + "." + b64u_encode(PAYLOAD)
+    return signing_input + "." + b64u_encode(hmac.digest(RAW, signing_input.encode(), "sha256"))
 
 
 def header_of(token: str) -> dict[str, Any]:
@@ -88,15 +97,21 @@ def test_the_protected_header_is_bound_as_associated_data_and_capped() -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(
-    name=st.text(min_size=1, max_size=12).filter(lambda s: s not in {"alg", "enc", "kid", "epk"}),
+    name=(st.sampled_from(["b64", "crit", "typ", "jwk", "jku", "x5c", "x5u"]) | st.text(min_size=1, max_size=12))
+    .filter(lambda s: s not in {"alg", "enc", "kid", "epk"}),
     value=st.none() | st.booleans() | st.integers() | st.text(max_size=8) | st.lists(st.integers(), max_size=2),
 )
 @example(name="zip", value="DEF")  # what jwcrypto and joserfc would send
 @example(name="typ", value="JWE")
+@example(name="typ", value="JWT")  # what PyJWT adds unless told not to
 @example(name="jku", value="https://attacker.example/jwks")
+@example(name="jwk", value={"kty": "oct"})  # a key embedded by the sender
 def test_any_member_outside_the_profile_is_refused_even_with_a_valid_tag(name: str, value: object) -> None:
+    """In a JWE, and in a JWS whose MAC verifies (`forge_jws`)."""
     header = {"alg": "dir", "enc": "A256GCM", "kid": "raw-1", name: value}
     assert reason(JWECodec.from_jwks([RAW_JWK]), forge(json.dumps(header))) == "header"
+    signed = forge_jws(json.dumps({"alg": "HS256", "kid": "raw-1", name: value}))
+    assert reason(JWSCodec.from_jwks([RAW_JWK]), signed) == "header"
     with_epk = {"alg": "dir", "enc": "A256GCM", "kid": "raw-1", "epk": {"kty": "OKP", "crv": "X25519", "x": "AA"}}
     assert reason(JWECodec.from_jwks([RAW_JWK]), forge(json.dumps(with_epk))) == "header"
 

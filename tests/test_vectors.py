@@ -64,13 +64,11 @@ def codec_for(data: Mapping[str, Any], entry: Mapping[str, Any], at: Mapping[str
         blobs, context = [unb64u(w) for w in entry["wrapped_keys"]], canonical_context(entry["context"])
         table = TableWrapper({(b, context): unb64u(k) for b, k in zip(blobs, entry["data_keys"], strict=True)})
         return EnvelopeCodec(table, blobs, context=entry["context"], max_token_length=cap)
-    if codec in ("jwe", "jws") and "jwks" in entry:
+    if codec in ("jwe", "jws"):
         jose = JWECodec if codec == "jwe" else JWSCodec
-        return jose.from_jwks(entry["jwks"], alg=entry["alg"], max_token_length=cap)
-    if codec == "jwe":
-        return JWECodec([unb64u(k) for k in entry["ring"]], alg=entry["alg"], max_token_length=cap)
-    if codec == "jws":  # a ring signs with HS256
-        return JWSCodec([unb64u(k) for k in entry["ring"]], max_token_length=cap)
+        if "jwks" in entry:
+            return jose.from_jwks(entry["jwks"], alg=entry["alg"], max_token_length=cap)
+        return jose([unb64u(k) for k in entry["ring"]], alg=entry["alg"], max_token_length=cap)
     assert codec == "binding", codec
     at = entry if at is None else at  # a valid vector, replayed at another time or under other settings
     return BoundCodec(

@@ -16,21 +16,7 @@ from pathlib import Path
 from typing import NamedTuple, cast
 
 from statecodec import _settings as cfg
-from statecodec._settings import (
-    CODEC_VAR,
-    ENVIRONMENT_ONLY,
-    KEYS_FILE_VAR,
-    KEYS_VAR,
-    MAX_TOKEN_LENGTH_VAR,
-    PREFIX,
-    RELOAD_VAR,
-    Settings,
-    check_one_form,
-    named_errors,
-    names,
-    setting,
-    settings_from_file,
-)
+from statecodec._settings import CODEC_VAR, PREFIX, names, setting
 from statecodec._types import Codec, require_codec
 from statecodec.aead import AESGCMCodec, XAESGCMCodec
 from statecodec.errors import ConfigurationError
@@ -65,7 +51,7 @@ KINDS: dict[str, Kind] = {
     "jwe": Kind(_RING | names("JWE_ALG", "JWKS_FILE"), "statecodec.jose.jwe:from_settings"),
     "jws": Kind(_RING | names("JWS_ALG", "JWKS_FILE"), "statecodec.jose.jws:from_settings"),
 }
-_EVERY_KIND = frozenset({CODEC_VAR, MAX_TOKEN_LENGTH_VAR})
+_EVERY_KIND = frozenset({CODEC_VAR, cfg.MAX_TOKEN_LENGTH_VAR})
 # (setting, the settings that make it ineffective when set, how to fix): a kind reads the first only without them.
 SHADOWED: tuple[tuple[str, frozenset[str], str], ...] = (
     (f"{PREFIX}KMS_AUDIENCE", names("KMS_CONTEXT"), "put audience=... in the context, or unset one of them"),
@@ -82,7 +68,7 @@ REMOVED = {
 
 
 def known_settings() -> frozenset[str]:  # every STATECODEC_* name statecodec reads, whatever the kind
-    return frozenset().union(_EVERY_KIND, ENVIRONMENT_ONLY, *(kind.reads for kind in KINDS.values()))
+    return frozenset().union(_EVERY_KIND, cfg.ENVIRONMENT_ONLY, *(kind.reads for kind in KINDS.values()))
 
 
 def check_names(settings: Mapping[str, str]) -> None:
@@ -99,7 +85,7 @@ def check_names(settings: Mapping[str, str]) -> None:
         raise ConfigurationError(f"unknown setting {name}; {hint}")
     for name in sorted(known):
         if name.endswith("_FILE"):
-            check_one_form(settings, name.removesuffix("_FILE"))
+            cfg.check_one_form(settings, name.removesuffix("_FILE"))
 
 
 def check_settings(settings: Mapping[str, str], kind: str, *, file: bool = False) -> None:
@@ -109,7 +95,7 @@ def check_settings(settings: Mapping[str, str], kind: str, *, file: bool = False
     reads = KINDS[kind].reads | _EVERY_KIND
     given = {name for name in settings if name.startswith(PREFIX) and setting(settings, name, required=False)}
     for name in sorted(given - reads):
-        if name in ENVIRONMENT_ONLY:
+        if name in cfg.ENVIRONMENT_ONLY:
             if file:
                 raise ConfigurationError(
                     f"{name} is read from the environment (single use, the MCP ttl), not from a codec's config file"
@@ -156,7 +142,7 @@ def build_codec(kind: str, settings: Mapping[str, str]) -> Codec:
             from statecodec.providers import build_envelope_codec
 
             builder = functools.partial(build_envelope_codec, wrapper_from_env=builder)
-    view = Settings(settings, KINDS[kind].reads | _EVERY_KIND, what)
+    view = cfg.Settings(settings, KINDS[kind].reads | _EVERY_KIND, what)
     return require_codec(cast(Builder, builder)(view), f"{what}'s result")
 
 
@@ -164,7 +150,7 @@ def _kind(settings: Mapping[str, str]) -> str:
     kind = setting(settings, CODEC_VAR, required=False)
     if kind is not None:
         return kind.lower()
-    if setting(settings, KEYS_VAR, required=False) or setting(settings, KEYS_FILE_VAR, required=False):
+    if setting(settings, cfg.KEYS_VAR, required=False) or setting(settings, cfg.KEYS_FILE_VAR, required=False):
         return DEFAULT_KIND
     raise ConfigurationError(f"no codec configured: set STATECODEC_KEYS (keys from `statecodec keygen`) for the "
                              f"default {DEFAULT_KIND} codec, or {CODEC_VAR} to one of: {', '.join(sorted(KINDS))}")
@@ -177,8 +163,8 @@ def configured_codec(
     builder runs. The settings may hold keys: read a named, non-secret setting from them, never show them whole."""
     if path is None:
         return _configured(os.environ if environ is None else environ, file=False)
-    with named_errors(f"config file {Path(path)}"):
-        return _configured(settings_from_file(Path(path)), file=True)
+    with cfg.named_errors(f"config file {Path(path)}"):
+        return _configured(cfg.settings_from_file(Path(path)), file=True)
 
 
 def _configured(settings: Mapping[str, str], *, file: bool) -> tuple[str, Codec, Mapping[str, str]]:
@@ -190,7 +176,7 @@ def _configured(settings: Mapping[str, str], *, file: bool) -> tuple[str, Codec,
 
 def codec_from_env(environ: Mapping[str, str] | None = None) -> Codec:
     """The codec the environment describes: a `ReloadingCodec` with ``STATECODEC_RELOAD_INTERVAL``."""
-    settings = Settings(os.environ if environ is None else environ)  # a copy: a live codec rebuilds from it
+    settings = cfg.Settings(os.environ if environ is None else environ)  # a copy: a live codec rebuilds from it
     interval = cfg.reload_interval(settings)
     if interval is None:
         return configured_codec(settings)[1]
@@ -199,7 +185,7 @@ def codec_from_env(environ: Mapping[str, str] | None = None) -> Codec:
     ttl, future_skew, files = cfg.ttl(settings), cfg.future_skew(settings), cfg.key_files(settings)
     cfg.instance_name(settings)  # what stops its registry reporter at start-up stops the codec, and `check`, too
     if not files:
-        raise ConfigurationError(f"{RELOAD_VAR} follows key files, and no STATECODEC_*_FILE setting names one: set "
+        raise ConfigurationError(f"{cfg.RELOAD_VAR} follows key files, and no STATECODEC_*_FILE setting names one: set "
                                  "STATECODEC_KEYS_FILE (or the kind's file setting) instead of the key itself")
     return ReloadingCodec(lambda: configured_codec(settings)[1], ttl=ttl, future_skew=future_skew, files=files,
                           interval=interval)

@@ -6,13 +6,14 @@ message is a log-only code from the closed set `Reason`, never key material, pay
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import sys
 from collections.abc import Iterator
 
 __all__ = ["ConfigurationError", "InvalidToken", "ProviderError", "Reason", "SealError", "StatecodecError",
-           "StoreBusy", "StoreError", "StoreUnreachable", "exception_chain", "missing_extra"]
+           "StoreBusy", "StoreError", "StoreUnreachable", "exception_chain", "missing_extra", "needs_extra"]
 
 
 class Reason(enum.StrEnum):
@@ -101,6 +102,15 @@ def missing_extra(package: str, extra: str, needed_by: str = "this key provider"
     """The ImportError of a module behind an extra when its client package is not installed."""
     message = f"{needed_by} needs the {package!r} package; install it with: pip install 'statecodec[{extra}]'"
     return ImportError(message, name=package)
+
+
+@contextlib.contextmanager
+def needs_extra(package: str, extra: str, needed_by: str = "this key provider") -> Iterator[None]:
+    """Imports of an optional package: an `ImportError` among them becomes `missing_extra`'s, naming the extra."""
+    try:
+        yield
+    except ImportError as exc:
+        raise missing_extra(package, extra, needed_by) from exc
 
 
 def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:

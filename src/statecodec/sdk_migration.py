@@ -17,7 +17,7 @@ from typing import Any
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, check_cap, check_payload, check_token_text
 from statecodec._settings import seconds
 from statecodec._types import Codec, HoldsSecrets, require_codec
-from statecodec.errors import ConfigurationError, InvalidToken, Reason, missing_extra
+from statecodec.errors import ConfigurationError, InvalidToken, Reason, needs_extra
 
 __all__ = ["SDK_FORMAT_PREFIX", "SDKKeysMigration"]
 
@@ -99,10 +99,8 @@ class SDKKeysMigration(HoldsSecrets):
 def _sdk_codec(sdk_keys: object) -> tuple[Any, type[Exception]]:
     """The SDK's own codec over `sdk_keys` and its refusal type; its key checks' messages, naming ``sdk_keys``, as
     `ConfigurationError`."""
-    try:
+    with needs_extra("mcp", "mcp", "statecodec.sdk_migration"):
         from mcp.server.request_state import AESGCMRequestStateCodec, InvalidRequestState
-    except ImportError as exc:
-        raise missing_extra("mcp", "mcp", "statecodec.sdk_migration") from exc
     if isinstance(sdk_keys, (str, bytes, bytearray)) or not isinstance(sdk_keys, Sequence):
         raise ConfigurationError("sdk_keys must be the list given to RequestStateSecurity(keys=[...]), e.g. [key]")
     try:

@@ -44,13 +44,11 @@ from typing import Any
 
 from statecodec._encoding import b64u_encode
 from statecodec._types import Codec
-from statecodec.errors import ConfigurationError, InvalidToken, exception_chain, missing_extra
+from statecodec.errors import ConfigurationError, InvalidToken, exception_chain, needs_extra
 
-try:
+with needs_extra("hypothesis", "testing", "statecodec.testing"):
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
-except ImportError:  # pragma: no cover - exercised only without the extra
-    raise missing_extra("hypothesis", "testing", "statecodec.testing") from None
 
 __all__ = ["ConformanceReport", "assert_conformant", "check_codec"]
 

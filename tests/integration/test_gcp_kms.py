@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -51,13 +52,7 @@ def test_every_checksum_is_checked_and_retried_a_bounded_number_of_times(
     mode: str, wrapper: GcpKmsWrapper, ring: list[bytes], gcp_kms: FakeCloudKms
 ) -> None:
     operation = "Decrypt" if mode in ("decrypt.plaintext_crc32c", "request") else "Encrypt"
-
-    def call() -> None:
-        if operation == "Decrypt":
-            EnvelopeCodec(wrapper, ring[:1])
-        else:
-            new_wrapped_key(wrapper)
-
+    call = partial(EnvelopeCodec, wrapper, ring[:1]) if operation == "Decrypt" else partial(new_wrapped_key, wrapper)
     gcp_kms.corrupt_next(mode, ATTEMPTS)
     with pytest.raises(ProviderError, match="corrupted in transit"):
         call()

@@ -6,6 +6,7 @@ KMS's own JSON shape, for faults moto never produces.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import subprocess
@@ -63,11 +64,8 @@ class MotoServer:
 
     def create_key(self) -> tuple[str, str]:
         """(key ARN, bare key id) of a new symmetric key."""
-        client = self.client()
-        try:
+        with contextlib.closing(self.client()) as client:
             meta = client.create_key(Description="statecodec test key")["KeyMetadata"]
-        finally:
-            client.close()
         return str(meta["Arn"]), str(meta["KeyId"])
 
 

@@ -110,23 +110,24 @@ class FakeCloudKms:
             context.abort(grpc.StatusCode.NOT_FOUND, f"CryptoKey {request.name} not found.")
         return self.keys[request.name]
 
-    @staticmethod
-    def _check_crc(context: grpc.ServicerContext, data: bytes, checksum: int | None, name: str, corrupt: bool) -> bool:
-        if checksum is None:
-            return False
-        if corrupt or checksum != crc(data):
-            message = f"The checksum in field {name}_crc32c did not match the data in field {name}."
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
-        return True
+    def _verified(self, request: Any, context: grpc.ServicerContext, data: str) -> list[bool]:
+        """Whether the request carries the checksum of `data`, then of the AAD; INVALID_ARGUMENT if one is wrong (the
+        first, on demand)."""
+        corrupt, verified = self._take_corruption("request"), []
+        for name in (data, "additional_authenticated_data"):
+            checksum = getattr(request, f"{name}_crc32c")
+            if checksum is not None and (corrupt or checksum != crc(bytes(getattr(request, name)))):
+                message = f"The checksum in field {name}_crc32c did not match the data in field {name}."
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+            verified.append(checksum is not None)
+            corrupt = False
+        return verified
 
     def encrypt(self, request: Any, context: grpc.ServicerContext) -> Any:
         with self._lock:
             key = self._enter("Encrypt", request, context)
-            corrupt_request = self._take_corruption("request")
+            v_pt, v_aad = self._verified(request, context, "plaintext")
             plaintext, aad = bytes(request.plaintext), bytes(request.additional_authenticated_data)
-            v_pt = self._check_crc(context, plaintext, request.plaintext_crc32c, "plaintext", corrupt_request)
-            aad_crc = request.additional_authenticated_data_crc32c
-            v_aad = self._check_crc(context, aad, aad_crc, "additional_authenticated_data", False)
             version = key.primary
             nonce = os.urandom(12)
             header = struct.pack(">I", version)
@@ -147,11 +148,8 @@ class FakeCloudKms:
     def decrypt(self, request: Any, context: grpc.ServicerContext) -> Any:
         with self._lock:
             key = self._enter("Decrypt", request, context)
-            corrupt_request = self._take_corruption("request")
+            self._verified(request, context, "ciphertext")
             ciphertext, aad = bytes(request.ciphertext), bytes(request.additional_authenticated_data)
-            self._check_crc(context, ciphertext, request.ciphertext_crc32c, "ciphertext", corrupt_request)
-            aad_crc = request.additional_authenticated_data_crc32c
-            self._check_crc(context, aad, aad_crc, "additional_authenticated_data", False)
             head = 4  # the version, then the nonce and AES-GCM under that version
             version = int.from_bytes(ciphertext[:head], "big")
             if len(ciphertext) < head + 12 + 16 or not 1 <= version <= len(key.versions):

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -92,13 +93,6 @@ class BaoServer:
         """Stop the server by its PID; idempotent."""
         stop_process(self.process)
 
-    def _ready(self) -> bool:
-        def up() -> bool:
-            with urllib.request.urlopen(f"{self.addr}/v1/sys/health", timeout=2, context=self._tls()) as resp:  # noqa: S310
-                return bool(resp.status == 200)
-
-        return wait_until(self.process, up)
-
 
 def start_bao(workdir: Path, *, tls: bool = False) -> BaoServer:
     """A dev server with transit at `transit/`, retried on a port race; with `tls`, HTTPS under a dev CA."""
@@ -119,7 +113,7 @@ def start_bao(workdir: Path, *, tls: bool = False) -> BaoServer:
             proc = subprocess.Popen(args, stdout=out, stderr=stderr, stdin=stdin, env=env, cwd=home)
         scheme, ca_file = ("https", home / "vault-ca.pem") if tls else ("http", None)
         server = BaoServer(f"{scheme}://127.0.0.1:{port}", token, proc, log_path, ca_file)
-        if server._ready():
+        if wait_until(proc, functools.partial(server.api, "GET", "sys/health")):  # raises until 200: unsealed, active
             server.api("POST", "sys/mounts/transit", {"type": "transit"})
             return server
         server.stop()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from statecodec import AESGCMCodec, XAESGCMCodec
-from statecodec.errors import ConfigurationError, missing_extra
+from statecodec.errors import ConfigurationError, needs_extra
 
 __all__ = ["CASES", "PAYLOADS", "interleave", "measure", "register"]
 
@@ -175,10 +175,8 @@ def measure(rounds: int, loops: dict[str, int]) -> tuple[dict[str, list[float]],
 
 
 def _bench(args: argparse.Namespace) -> int:
-    try:
+    with needs_extra("pyperf", "bench", "bench"):
         import pyperf
-    except ImportError:
-        raise missing_extra("pyperf", "bench", "bench") from None
     rounds = args.rounds if args.rounds is not None else 21 if args.quick else 101
     if rounds < 2:
         raise ConfigurationError(f"--rounds {rounds}: give at least 2")

@@ -7,20 +7,17 @@ a blob made under any other key, even one the caller may use. Permissions and se
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from statecodec._settings import seconds, setting
-from statecodec.errors import ConfigurationError, ProviderError, missing_extra
+from statecodec.errors import ConfigurationError, ProviderError, needs_extra
 from statecodec.providers import RetryPolicy, _ClientHolder
 
-try:
+with needs_extra("boto3", "aws"):
     import boto3
     from botocore import exceptions as bexc
     from botocore.config import Config
-except ImportError as _exc:  # pragma: no cover - exercised only without the extra
-    raise missing_extra("boto3", "aws") from _exc
 
 __all__ = ["AwsKmsWrapper"]
 
@@ -136,7 +133,6 @@ class AwsKmsWrapper(_ClientHolder):
         return blob  # `envelope.new_wrapped_key` checks it
 
 
-def wrapper_from_env(environ: Mapping[str, str] | None = None) -> AwsKmsWrapper:  # STATECODEC_CODEC=aws-kms
-    settings = os.environ if environ is None else environ
+def wrapper_from_env(settings: Mapping[str, str]) -> AwsKmsWrapper:  # STATECODEC_CODEC=aws-kms
     key, region = setting(settings, _KEY_VAR) or "", setting(settings, _REGION_VAR, required=False)
     return AwsKmsWrapper(key, region=region, endpoint_url=setting(settings, _ENDPOINT_VAR, required=False))

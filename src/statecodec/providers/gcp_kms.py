@@ -7,7 +7,6 @@ then a `ProviderError`). Roles and settings: ``docs/gcp-kms.md``.
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 from collections.abc import Mapping
@@ -15,17 +14,15 @@ from typing import Any
 
 from statecodec._settings import seconds, setting
 from statecodec.envelope import canonical_context
-from statecodec.errors import ConfigurationError, ProviderError, missing_extra
+from statecodec.errors import ConfigurationError, ProviderError, needs_extra
 from statecodec.keys import MIN_KEY_LENGTH
 from statecodec.providers import RetryPolicy, _ClientHolder
 
-try:
+with needs_extra("google-cloud-kms", "gcp"):
     import google_crc32c
     from google.api_core import exceptions as gexc
     from google.auth import exceptions as auth_exc
     from google.cloud import kms_v1
-except ImportError as _exc:  # pragma: no cover - exercised only without the extra
-    raise missing_extra("google-cloud-kms", "gcp") from _exc
 
 __all__ = ["GcpKmsWrapper"]
 
@@ -171,7 +168,6 @@ def _emulator_client(host: str) -> Any:
     return kms_v1.KeyManagementServiceClient(transport=transport)
 
 
-def wrapper_from_env(environ: Mapping[str, str] | None = None) -> GcpKmsWrapper:  # STATECODEC_CODEC=gcp-kms
-    settings = os.environ if environ is None else environ
+def wrapper_from_env(settings: Mapping[str, str]) -> GcpKmsWrapper:  # STATECODEC_CODEC=gcp-kms
     key = setting(settings, _KEY_VAR) or ""
     return GcpKmsWrapper(key, emulator_host=setting(settings, _EMULATOR_VAR, required=False))

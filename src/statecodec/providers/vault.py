@@ -13,23 +13,20 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from statecodec._settings import named_errors, seconds, seconds_setting, setting, text_or_file
 from statecodec.envelope import canonical_context
-from statecodec.errors import ConfigurationError, ProviderError, missing_extra
+from statecodec.errors import ConfigurationError, ProviderError, needs_extra
 from statecodec.providers import RetryPolicy, _ClientHolder
 
-try:
+with needs_extra("hvac", "vault"):
     import hvac
     import hvac.exceptions
     import requests
     import requests.adapters
-except ImportError as _exc:  # pragma: no cover - exercised only without the extra
-    raise missing_extra("hvac", "vault") from _exc
 
 # Slash-separated segments (no "." or ".."): a mount may not climb out of its path.
 _MOUNT = re.compile(r"(?!\.{1,2}(?:/|$))[\w.-]+(?:/(?!\.{1,2}(?:/|$))[\w.-]+)*", re.ASCII)
@@ -115,14 +112,6 @@ def _failure(exc: BaseException) -> tuple[str, bool]:
     return f"unexpected {type(exc).__name__} from the Vault client", False
 
 
-def _unb64(text: object) -> bytes | None:
-    """Strict standard base64 from a Vault reply (a data key), else None (no error keeps it)."""
-    try:
-        return base64.b64decode(text, validate=True) if isinstance(text, str) and text.isascii() else None
-    except binascii.Error:
-        return None
-
-
 __all__ = ["VaultKeyWrapper", "vault_client"]
 
 _MAX_TOKEN_FILE_BYTES = 64 * 1024  # a Vault token, with room to spare
@@ -185,8 +174,12 @@ class VaultKeyWrapper(_ClientHolder):
         ciphertext = blob.decode("ascii", "replace") if isinstance(blob, bytes) else ""  # sized by EnvelopeCodec
         if not _CIPHERTEXT.fullmatch(ciphertext):  # made by another provider?
             raise ProviderError(f"{self.describe()}: the wrapped key is not a Vault transit ciphertext (vault:vN:...)")
-        key = _unb64(self._call("decrypt", context, ciphertext=ciphertext).get("plaintext"))
-        if key is None:
+        text = self._call("decrypt", context, ciphertext=ciphertext).get("plaintext")
+        try:  # strict standard base64
+            key = base64.b64decode(text, validate=True) if isinstance(text, str) and text.isascii() else None
+        except binascii.Error:
+            key = None
+        if key is None:  # raised out here, with no error chained to it (the reply holds the data key)
             raise ProviderError(f"{self.describe()}: Vault returned a malformed plaintext")
         return key
 
@@ -201,9 +194,8 @@ def _get(settings: Mapping[str, str], name: str) -> str | None:
     return setting(settings, f"VAULT_{name}", required=False) if value is None and name in _VAULT_NAMES else value
 
 
-def vault_client_from_env(environ: Mapping[str, str] | None = None) -> Any:
+def vault_client_from_env(settings: Mapping[str, str]) -> Any:
     """An `hvac.Client` from the STATECODEC_VAULT_* settings (else the standard VAULT_* ones); close it after use."""
-    settings = os.environ if environ is None else environ
     url = _get(settings, "ADDR")
     if url is None:
         raise ConfigurationError("STATECODEC_VAULT_ADDR (or VAULT_ADDR) is not set; e.g. https://vault.example:8200")
@@ -231,9 +223,8 @@ def vault_client_from_env(environ: Mapping[str, str] | None = None) -> Any:
     )
 
 
-def wrapper_from_env(environ: Mapping[str, str] | None = None) -> VaultKeyWrapper:  # STATECODEC_CODEC=vault-envelope
+def wrapper_from_env(settings: Mapping[str, str]) -> VaultKeyWrapper:  # STATECODEC_CODEC=vault-envelope
     """A `VaultKeyWrapper` that owns its client; close it after use."""
-    settings = os.environ if environ is None else environ
     key = setting(settings, "STATECODEC_VAULT_KEY") or ""
     with named_errors("STATECODEC_VAULT_KEY"):
         _check_key_name(key)
