@@ -259,19 +259,16 @@ async def serving(middleware: SingleUseMiddleware, kind: str = "MCPServer", **po
                   ) -> AsyncIterator[httpx.AsyncClient]:
     """examples/fleet_server.py's app of `kind` with `middleware`, served in this process at `HTTP`: a client of it."""
     security = RequestStateSecurity(codec=AESGCMCodec([KEY]), **policy)
-    if kind == "FastMCP":
-        server = fleet_server.build_fastmcp(security, lifespan=middleware.lifespan, demo_auth=True)
-    elif kind == "MCPServer":
-        server = fleet_server.build_server(security, demo_auth=True, **guarded(middleware))
-    if kind != "Server":
-        app = fleet_server.app_for(server, "127.0.0.1")
-    else:  # the same tools: `instance` runs in a worker thread, as the SDK runs a sync tool
+    if kind == "Server":  # the fleet example's tools; `instance` in a worker thread, as the SDK runs a sync tool
         lowlevel = build_lowlevel(security, name=fleet_server.SERVER_NAME, **guarded(middleware, kind), tools={
             TOOL: lambda name, state, responses: fleet_server.provisioned(name, responses, state),
             "instance": lambda *_: anyio.to_thread.run_sync(fleet_server.instance_id)})
         auth = AuthSettings(issuer_url=fleet_server.DEMO_ISSUER, resource_server_url=None)
         app = lowlevel.streamable_http_app(streamable_http_path=fleet_server.MCP_PATH, auth=auth,
                                            token_verifier=fleet_server.DemoTokenVerifier())
+    else:
+        build = fleet_server.build_fastmcp if kind == "FastMCP" else fleet_server.build_server
+        app = fleet_server.app_for(build(security, demo_auth=True, **guarded(middleware, kind)), "127.0.0.1")
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as client:
