@@ -87,6 +87,15 @@ def guarded(middleware: SingleUseMiddleware, kind: str = "MCPServer") -> dict[st
     return {"middleware": [middleware], "lifespan": middleware.lifespan}
 
 
+Step = Callable[[str, str | None, Any], Any]  # a tool's round: its `name` argument, the verified state, the answers
+
+
+async def _round(step: Step, name: str, request_state: str | None, responses: Any) -> Any:
+    """`step`'s answer (a coroutine's, awaited)."""
+    out = step(name, request_state, responses)
+    return await out if inspect.isawaitable(out) else out
+
+
 def _provision(name: str, request_state: str | None, responses: Any) -> str | InputRequiredResult:
     """Two rounds of hand-built state: region, then size; the state carries the region."""
     state: dict[str, str] = json.loads(request_state) if request_state else {}
@@ -129,16 +138,16 @@ def _report(year: str, request_state: str | None, responses: Any) -> str | Input
 
 
 def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME, kind: str = "MCPServer",
-                 **options: Any) -> Any:
-    """A server of `kind` whose tool, resolver tool, prompt and resource template each ask before answering;
-    `options` go to its constructor (``middleware``, ``lifespan``, ...)."""
+                 tool: Step = _provision, **options: Any) -> Any:
+    """A server of `kind` whose tool (`tool`'s rounds), resolver tool, prompt and resource template each ask before
+    answering; `options` go to its constructor (``middleware``, ``lifespan``, ...)."""
     if kind != "MCPServer":
-        return (build_fastmcp if kind == "FastMCP" else build_lowlevel)(policy, name=name, **options)
+        return (build_fastmcp if kind == "FastMCP" else build_lowlevel)(policy, name=name, tool=tool, **options)
     server: MCPServer[Any] = MCPServer(name, request_state_security=policy, **options)
 
     @server.tool(name=TOOL)
     async def provision(name: str, ctx: Context[Any, Any]) -> str | InputRequiredResult:
-        return _provision(name, ctx.request_state, ctx.input_responses)
+        return await _round(tool, name, ctx.request_state, ctx.input_responses)  # type: ignore[no-any-return]
 
     @server.tool(name="deploy")
     async def deploy(
@@ -158,7 +167,8 @@ def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME, kind:
     return server
 
 
-def build_fastmcp(policy: RequestStateSecurity, *, name: str = SERVER_NAME, **options: Any) -> Any:
+def build_fastmcp(policy: RequestStateSecurity, *, name: str = SERVER_NAME, tool: Step = _provision,
+                  **options: Any) -> Any:
     """`build_server`'s components on a FastMCP server, each written as a FastMCP user does (the resolver tool by
     hand: FastMCP has no `Resolve`)."""
     from fastmcp import FastMCP
@@ -168,7 +178,8 @@ def build_fastmcp(policy: RequestStateSecurity, *, name: str = SERVER_NAME, **op
 
     @server.tool(name=TOOL)
     async def provision(name: str) -> str | InputRequiredResult:
-        return _provision(name, get_context().request_state, get_context().input_responses)
+        ctx = get_context()
+        return await _round(tool, name, ctx.request_state, ctx.input_responses)  # type: ignore[no-any-return]
 
     @server.tool(name="deploy")
     async def deploy(name: str) -> str | InputRequiredResult:
@@ -185,23 +196,19 @@ def build_fastmcp(policy: RequestStateSecurity, *, name: str = SERVER_NAME, **op
     return server
 
 
-Step = Callable[[str, str | None, Any], Any]  # a tool's round: its `name` argument, the verified state, the answers
-
-
 def build_lowlevel(policy: RequestStateSecurity, *, name: str = SERVER_NAME, middleware: Collection[Any] = (),
-                   lifespan: Any = None, tools: dict[str, Step] | None = None) -> Server[Any]:
+                   lifespan: Any = None, tool: Step = _provision, tools: dict[str, Step] | None = None) -> Server[Any]:
     """`build_server`'s components on the SDK's lowlevel `Server` (`tools` in place of its two), as
     docs/two-round-tools.md builds one: the SDK's boundary, then `middleware` after it; `lifespan` as its own."""
-    steps = tools or {TOOL: _provision, "deploy": _deploy}
+    steps = tools or {TOOL: tool, "deploy": _deploy}
 
     async def list_tools(ctx: Any, params: Any) -> sdk.ListToolsResult:
         schema = {"type": "object", "properties": {"name": {"type": "string"}}}
         return sdk.ListToolsResult(tools=[sdk.Tool(name=tool, input_schema=schema) for tool in steps])
 
     async def call_tool(ctx: Any, params: sdk.CallToolRequestParams) -> sdk.CallToolResult | InputRequiredResult:
-        out = steps[params.name](str((params.arguments or {}).get("name")), params.request_state,
-                                 params.input_responses)
-        out = await out if inspect.isawaitable(out) else out
+        arguments = params.arguments or {}
+        out = await _round(steps[params.name], str(arguments.get("name")), params.request_state, params.input_responses)
         if isinstance(out, InputRequiredResult | sdk.CallToolResult):
             return out
         data = out.model_dump() if isinstance(out, BaseModel) else None  # a model is structured content too
