@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import inspect
 import json
 import logging
 import logging.handlers
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Annotated, Any
@@ -87,23 +86,17 @@ def guarded(middleware: SingleUseMiddleware, kind: str = "MCPServer") -> dict[st
     return {"middleware": [middleware], "lifespan": middleware.lifespan}
 
 
-Step = Callable[[str, str | None, Any], Any]  # a tool's round: its `name` argument, the verified state, the answers
+Step = Callable[[str, Any], Awaitable[Any]]  # a tool's round: its `name`, what has `request_state`, `input_responses`
 
 
-async def _round(step: Step, name: str, request_state: str | None, responses: Any) -> Any:
-    """`step`'s answer (a coroutine's, awaited)."""
-    out = step(name, request_state, responses)
-    return await out if inspect.isawaitable(out) else out
-
-
-def _provision(name: str, request_state: str | None, responses: Any) -> str | InputRequiredResult:
+async def _provision(name: str, ctx: Any) -> str | InputRequiredResult:
     """Two rounds of hand-built state: region, then size; the state carries the region."""
-    state: dict[str, str] = json.loads(request_state) if request_state else {}
-    region = state.get("region") or answer(responses, "region")
+    state: dict[str, str] = json.loads(ctx.request_state) if ctx.request_state else {}
+    region = state.get("region") or answer(ctx.input_responses, "region")
     if region is None:
         ask = _ask("region", f"Region for {name}?")
         return InputRequiredResult(input_requests=ask, request_state=json.dumps({"marker": STATE_MARKER}))
-    size = answer(responses, "size")
+    size = answer(ctx.input_responses, "size")
     if size is None:
         ask = _ask("size", f"Size for {name} in {region}?")
         state = {"region": region, "marker": STATE_MARKER}
@@ -111,30 +104,30 @@ def _provision(name: str, request_state: str | None, responses: Any) -> str | In
     return f"provisioned {name} in {region} at size {size}"
 
 
-def _deploy(name: str, request_state: str | None, responses: Any) -> str | InputRequiredResult:
+async def _deploy(name: str, ctx: Any) -> str | InputRequiredResult:
     """The resolver tool's two rounds by hand, where the server has no `Resolve`."""
-    region = json.loads(request_state or "{}").get("region") or answer(responses, "region")
+    region = json.loads(ctx.request_state or "{}").get("region") or answer(ctx.input_responses, "region")
     if region is None:
         return InputRequiredResult(input_requests=_ask("region", f"Region for {name}?"), request_state="{}")
-    tier = answer(responses, "tier")
+    tier = answer(ctx.input_responses, "tier")
     if tier is None:
         ask = _ask("tier", f"Tier for {name} in {region}?")
         return InputRequiredResult(input_requests=ask, request_state=json.dumps({"region": region}))
     return f"deployed {name} in {region} on {tier}"
 
 
-def _briefing(topic: str, request_state: str | None, responses: Any) -> str | InputRequiredResult:
-    if (audience := answer(responses, "audience")) is None:
+def _briefing(topic: str, ctx: Any) -> str | InputRequiredResult:
+    if (audience := answer(ctx.input_responses, "audience")) is None:
         ask = _ask("audience", f"Who is the {topic} briefing for?")
         return InputRequiredResult(input_requests=ask, request_state=STATE_MARKER)
-    return f"Brief {audience} on {topic} (state {request_state})."
+    return f"Brief {audience} on {topic} (state {ctx.request_state})."
 
 
-def _report(year: str, request_state: str | None, responses: Any) -> str | InputRequiredResult:
-    if (fmt := answer(responses, "format")) is None:
+def _report(year: str, ctx: Any) -> str | InputRequiredResult:
+    if (fmt := answer(ctx.input_responses, "format")) is None:
         ask = _ask("format", f"Format of the {year} report?")
         return InputRequiredResult(input_requests=ask, request_state=STATE_MARKER)
-    return f"report {year} as {fmt} (state {request_state})"
+    return f"report {year} as {fmt} (state {ctx.request_state})"
 
 
 def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME, kind: str = "MCPServer",
@@ -147,7 +140,7 @@ def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME, kind:
 
     @server.tool(name=TOOL)
     async def provision(name: str, ctx: Context[Any, Any]) -> str | InputRequiredResult:
-        return await _round(tool, name, ctx.request_state, ctx.input_responses)  # type: ignore[no-any-return]
+        return await tool(name, ctx)  # type: ignore[no-any-return]
 
     @server.tool(name="deploy")
     async def deploy(
@@ -158,11 +151,11 @@ def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME, kind:
 
     @server.prompt(name="briefing")
     async def briefing(topic: str, ctx: Context[Any, Any]) -> str | InputRequiredResult:
-        return _briefing(topic, ctx.request_state, ctx.input_responses)
+        return _briefing(topic, ctx)
 
     @server.resource("report://{year}", name="report")
     async def report(year: str, ctx: Context[Any, Any]) -> str | InputRequiredResult:
-        return _report(year, ctx.request_state, ctx.input_responses)
+        return _report(year, ctx)
 
     return server
 
@@ -178,20 +171,19 @@ def build_fastmcp(policy: RequestStateSecurity, *, name: str = SERVER_NAME, tool
 
     @server.tool(name=TOOL)
     async def provision(name: str) -> str | InputRequiredResult:
-        ctx = get_context()
-        return await _round(tool, name, ctx.request_state, ctx.input_responses)  # type: ignore[no-any-return]
+        return await tool(name, get_context())  # type: ignore[no-any-return]
 
     @server.tool(name="deploy")
     async def deploy(name: str) -> str | InputRequiredResult:
-        return _deploy(name, get_context().request_state, get_context().input_responses)
+        return await _deploy(name, get_context())
 
     @server.prompt(name="briefing")
     async def briefing(topic: str) -> str | InputRequiredResult:
-        return _briefing(topic, get_context().request_state, get_context().input_responses)
+        return _briefing(topic, get_context())
 
     @server.resource("report://{year}", name="report")
     async def report(year: str) -> str | InputRequiredResult:
-        return _report(year, get_context().request_state, get_context().input_responses)
+        return _report(year, get_context())
 
     return server
 
@@ -207,25 +199,22 @@ def build_lowlevel(policy: RequestStateSecurity, *, name: str = SERVER_NAME, mid
         return sdk.ListToolsResult(tools=[sdk.Tool(name=tool, input_schema=schema) for tool in steps])
 
     async def call_tool(ctx: Any, params: sdk.CallToolRequestParams) -> sdk.CallToolResult | InputRequiredResult:
-        arguments = params.arguments or {}
-        out = await _round(steps[params.name], str(arguments.get("name")), params.request_state, params.input_responses)
-        if isinstance(out, InputRequiredResult | sdk.CallToolResult):
+        out = await steps[params.name](str((params.arguments or {}).get("name")), params)
+        if isinstance(out, InputRequiredResult):
             return out
         data = out.model_dump() if isinstance(out, BaseModel) else None  # a model is structured content too
         text = out.model_dump_json() if isinstance(out, BaseModel) else str(out)
         return sdk.CallToolResult(content=[sdk.TextContent(text=text)], structured_content=data)
 
     async def get_prompt(ctx: Any, params: sdk.GetPromptRequestParams) -> Any:
-        out = _briefing((params.arguments or {})["topic"], params.request_state, params.input_responses)
-        if isinstance(out, InputRequiredResult):
-            return out
-        return sdk.GetPromptResult(messages=[sdk.PromptMessage(role="user", content=sdk.TextContent(text=out))])
+        out = _briefing((params.arguments or {})["topic"], params)
+        message = sdk.PromptMessage(role="user", content=sdk.TextContent(text=str(out)))
+        return out if isinstance(out, InputRequiredResult) else sdk.GetPromptResult(messages=[message])
 
     async def read_resource(ctx: Any, params: sdk.ReadResourceRequestParams) -> Any:
-        out = _report(str(params.uri).removeprefix("report://"), params.request_state, params.input_responses)
-        if isinstance(out, InputRequiredResult):
-            return out
-        return sdk.ReadResourceResult(contents=[sdk.TextResourceContents(uri=params.uri, text=out)])
+        out = _report(str(params.uri).removeprefix("report://"), params)
+        contents = sdk.TextResourceContents(uri=params.uri, text=str(out))
+        return out if isinstance(out, InputRequiredResult) else sdk.ReadResourceResult(contents=[contents])
 
     server: Server[Any] = Server(name, on_list_tools=list_tools, on_call_tool=call_tool, on_get_prompt=get_prompt,
                                  on_read_resource=read_resource)
@@ -266,10 +255,12 @@ async def serving(middleware: SingleUseMiddleware, kind: str = "MCPServer", **po
                   ) -> AsyncIterator[httpx.AsyncClient]:
     """examples/fleet_server.py's app of `kind` with `middleware`, served in this process at `HTTP`: a client of it."""
     security = RequestStateSecurity(codec=AESGCMCodec([KEY]), **policy)
+    async def provision(name: str, ctx: Any) -> Any:
+        return fleet_server.provisioned(name, ctx.input_responses, ctx.request_state)
+
     if kind == "Server":  # the fleet example's tools; `instance` in a worker thread, as the SDK runs a sync tool
         lowlevel = build_lowlevel(security, name=fleet_server.SERVER_NAME, **guarded(middleware, kind), tools={
-            TOOL: lambda name, state, responses: fleet_server.provisioned(name, responses, state),
-            "instance": lambda *_: anyio.to_thread.run_sync(fleet_server.instance_id)})
+            TOOL: provision, "instance": lambda *_: anyio.to_thread.run_sync(fleet_server.instance_id)})
         auth = AuthSettings(issuer_url=fleet_server.DEMO_ISSUER, resource_server_url=None)
         app = lowlevel.streamable_http_app(streamable_http_path=fleet_server.MCP_PATH, auth=auth,
                                            token_verifier=fleet_server.DemoTokenVerifier())

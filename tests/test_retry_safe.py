@@ -49,10 +49,10 @@ RUNS: list[str] = []
 GATE = anyio.Event()
 
 
-async def pay(name: str, request_state: str | None, responses: Any) -> str | InputRequiredResult:
+async def pay(name: str, ctx: Any) -> str | InputRequiredResult:
     """Round one asks for a region; the step counts each run, waits at the gate for ``slow``, raises for ``boom``."""
-    answer = (responses or {}).get("region")
-    if request_state != "asked" or not isinstance(answer, ElicitResult) or not answer.content:
+    answer = (ctx.input_responses or {}).get("region")
+    if ctx.request_state != "asked" or not isinstance(answer, ElicitResult) or not answer.content:
         return InputRequiredResult(input_requests={"region": lowlevel_server.ASK_REGION}, request_state="asked")
     RUNS.append(region := str(answer.content["region"]))
     if region == "slow":
