@@ -1,5 +1,5 @@
-"""Any codec (or a whole `RequestStateSecurity`) as the MCP SDK's request-state codec, in a real MCPServer or FastMCP
-server (`KINDS`: the contract tests run on each; the lowlevel `Server`'s are in examples/lowlevel_server.py).
+"""Any codec (or a whole `RequestStateSecurity`) as the MCP SDK's request-state codec, in a real MCPServer, FastMCP
+or lowlevel `Server` (`KINDS`: the contract tests run on each).
 
 `run_mcp_flows` drives a tool, a resolver tool, a prompt and a resource template to completion and checks every wire
 token; `assert_mcp_rejects` sends a bad token and checks the SDK's frozen -32602 answer and the reason logged.
@@ -12,17 +12,21 @@ import contextlib
 import json
 import logging
 import logging.handlers
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Annotated, Any
 
 import anyio
+import anyio.to_thread
 import httpx
 from examples import fleet_server
 from mcp import Client, MCPError
+from mcp import types as sdk
+from mcp.server import Server
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, Elicit, MCPServer, RequestStateSecurity, Resolve
-from mcp.server.mcpserver.prompts.base import UserMessage
+from mcp.server.request_state import RequestStateBoundary
 from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, ErrorData, InputRequiredResult
 from pydantic import BaseModel
 
@@ -43,7 +47,7 @@ KEY, STORE_KEY = generate_key(), generate_key()  # the codec's key where a test 
 HTTP = SimpleNamespace(url="http://127.0.0.1:8000/mcp")  # examples/fleet_server.py's app, as `serving` serves it
 
 Policy = Codec | RequestStateSecurity
-KINDS = ("MCPServer", "FastMCP")  # the high-level servers; pytest.mark.parametrize("kind", KINDS)
+KINDS = ("MCPServer", "FastMCP", "Server")  # "Server": the SDK's lowlevel one; pytest.mark.parametrize("kind", KINDS)
 
 
 def _ask(key: str, message: str) -> dict[str, Any]:
@@ -75,34 +79,68 @@ async def _ask_tier(name: str, region: Annotated[Region, Resolve(_ask_region)]) 
 
 
 def guarded(middleware: SingleUseMiddleware, kind: str = "MCPServer") -> dict[str, Any]:
-    """The options that put `middleware` on a server of `kind`, as the docs show: FastMCP takes its lifespan alone."""
+    """The options that put `middleware` on a server of `kind`, as the docs show: FastMCP takes its lifespan alone;
+    a lowlevel `Server` gets it appended after its boundary."""
     if kind == "FastMCP":
         return {"lifespan": middleware.lifespan}
     return {"middleware": [middleware], "lifespan": middleware.lifespan}
 
 
+Step = Callable[[str, Any], Awaitable[Any]]  # a tool's round: its `name`, what has `request_state`, `input_responses`
+
+
+async def _provision(name: str, ctx: Any) -> str | InputRequiredResult:
+    """Two rounds of hand-built state: region, then size; the state carries the region."""
+    state: dict[str, str] = json.loads(ctx.request_state) if ctx.request_state else {}
+    region = state.get("region") or answer(ctx.input_responses, "region")
+    if region is None:
+        ask = _ask("region", f"Region for {name}?")
+        return InputRequiredResult(input_requests=ask, request_state=json.dumps({"marker": STATE_MARKER}))
+    size = answer(ctx.input_responses, "size")
+    if size is None:
+        ask = _ask("size", f"Size for {name} in {region}?")
+        state = {"region": region, "marker": STATE_MARKER}
+        return InputRequiredResult(input_requests=ask, request_state=json.dumps(state))
+    return f"provisioned {name} in {region} at size {size}"
+
+
+async def _deploy(name: str, ctx: Any) -> str | InputRequiredResult:
+    """The resolver tool's two rounds by hand, where the server has no `Resolve`."""
+    region = json.loads(ctx.request_state or "{}").get("region") or answer(ctx.input_responses, "region")
+    if region is None:
+        return InputRequiredResult(input_requests=_ask("region", f"Region for {name}?"), request_state="{}")
+    tier = answer(ctx.input_responses, "tier")
+    if tier is None:
+        ask = _ask("tier", f"Tier for {name} in {region}?")
+        return InputRequiredResult(input_requests=ask, request_state=json.dumps({"region": region}))
+    return f"deployed {name} in {region} on {tier}"
+
+
+def _briefing(topic: str, ctx: Any) -> str | InputRequiredResult:
+    if (audience := answer(ctx.input_responses, "audience")) is None:
+        ask = _ask("audience", f"Who is the {topic} briefing for?")
+        return InputRequiredResult(input_requests=ask, request_state=STATE_MARKER)
+    return f"Brief {audience} on {topic} (state {ctx.request_state})."
+
+
+def _report(year: str, ctx: Any) -> str | InputRequiredResult:
+    if (fmt := answer(ctx.input_responses, "format")) is None:
+        ask = _ask("format", f"Format of the {year} report?")
+        return InputRequiredResult(input_requests=ask, request_state=STATE_MARKER)
+    return f"report {year} as {fmt} (state {ctx.request_state})"
+
+
 def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME, kind: str = "MCPServer",
-                 **options: Any) -> Any:
-    """A server of `kind` whose tool, resolver tool, prompt and resource template each ask before answering;
-    `options` go to its constructor (``middleware``, ``lifespan``, ...)."""
-    if kind == "FastMCP":
-        return build_fastmcp(policy, name=name, **options)
+                 tool: Step = _provision, **options: Any) -> Any:
+    """A server of `kind` whose tool (`tool`'s rounds), resolver tool, prompt and resource template each ask before
+    answering; `options` go to its constructor (``middleware``, ``lifespan``, ...)."""
+    if kind != "MCPServer":
+        return (build_fastmcp if kind == "FastMCP" else build_lowlevel)(policy, name=name, tool=tool, **options)
     server: MCPServer[Any] = MCPServer(name, request_state_security=policy, **options)
 
     @server.tool(name=TOOL)
     async def provision(name: str, ctx: Context[Any, Any]) -> str | InputRequiredResult:
-        """Two rounds of hand-built state: region, then size; the state carries the region."""
-        state: dict[str, str] = json.loads(ctx.request_state) if ctx.request_state else {}
-        region = state.get("region") or answer(ctx.input_responses, "region")
-        if region is None:
-            ask = _ask("region", f"Region for {name}?")
-            return InputRequiredResult(input_requests=ask, request_state=json.dumps({"marker": STATE_MARKER}))
-        size = answer(ctx.input_responses, "size")
-        if size is None:
-            ask = _ask("size", f"Size for {name} in {region}?")
-            state = {"region": region, "marker": STATE_MARKER}
-            return InputRequiredResult(input_requests=ask, request_state=json.dumps(state))
-        return f"provisioned {name} in {region} at size {size}"
+        return await tool(name, ctx)  # type: ignore[no-any-return]
 
     @server.tool(name="deploy")
     async def deploy(
@@ -112,25 +150,18 @@ def build_server(policy: RequestStateSecurity, *, name: str = SERVER_NAME, kind:
         return f"deployed {name} in {region.region} on {tier.tier}"
 
     @server.prompt(name="briefing")
-    async def briefing(topic: str, ctx: Context[Any, Any]) -> list[UserMessage] | InputRequiredResult:
-        audience = answer(ctx.input_responses, "audience")
-        if audience is None:
-            ask = _ask("audience", f"Who is the {topic} briefing for?")
-            return InputRequiredResult(input_requests=ask, request_state=STATE_MARKER)
-        return [UserMessage(f"Brief {audience} on {topic} (state {ctx.request_state}).")]
+    async def briefing(topic: str, ctx: Context[Any, Any]) -> str | InputRequiredResult:
+        return _briefing(topic, ctx)
 
     @server.resource("report://{year}", name="report")
     async def report(year: str, ctx: Context[Any, Any]) -> str | InputRequiredResult:
-        fmt = answer(ctx.input_responses, "format")
-        if fmt is None:
-            ask = _ask("format", f"Format of the {year} report?")
-            return InputRequiredResult(input_requests=ask, request_state=STATE_MARKER)
-        return f"report {year} as {fmt} (state {ctx.request_state})"
+        return _report(year, ctx)
 
     return server
 
 
-def build_fastmcp(policy: RequestStateSecurity, *, name: str = SERVER_NAME, **options: Any) -> Any:
+def build_fastmcp(policy: RequestStateSecurity, *, name: str = SERVER_NAME, tool: Step = _provision,
+                  **options: Any) -> Any:
     """`build_server`'s components on a FastMCP server, each written as a FastMCP user does (the resolver tool by
     hand: FastMCP has no `Resolve`)."""
     from fastmcp import FastMCP
@@ -140,49 +171,55 @@ def build_fastmcp(policy: RequestStateSecurity, *, name: str = SERVER_NAME, **op
 
     @server.tool(name=TOOL)
     async def provision(name: str) -> str | InputRequiredResult:
-        ctx = get_context()
-        state: dict[str, str] = json.loads(ctx.request_state) if ctx.request_state else {}
-        region = state.get("region") or answer(ctx.input_responses, "region")
-        if region is None:
-            ask = _ask("region", f"Region for {name}?")
-            return InputRequiredResult(input_requests=ask, request_state=json.dumps({"marker": STATE_MARKER}))
-        size = answer(ctx.input_responses, "size")
-        if size is None:
-            ask = _ask("size", f"Size for {name} in {region}?")
-            state = {"region": region, "marker": STATE_MARKER}
-            return InputRequiredResult(input_requests=ask, request_state=json.dumps(state))
-        return f"provisioned {name} in {region} at size {size}"
+        return await tool(name, get_context())  # type: ignore[no-any-return]
 
     @server.tool(name="deploy")
     async def deploy(name: str) -> str | InputRequiredResult:
-        ctx = get_context()
-        region = json.loads(ctx.request_state or "{}").get("region") or answer(ctx.input_responses, "region")
-        if region is None:
-            return InputRequiredResult(input_requests=_ask("region", f"Region for {name}?"), request_state="{}")
-        tier = answer(ctx.input_responses, "tier")
-        if tier is None:
-            ask = _ask("tier", f"Tier for {name} in {region}?")
-            return InputRequiredResult(input_requests=ask, request_state=json.dumps({"region": region}))
-        return f"deployed {name} in {region} on {tier}"
+        return await _deploy(name, get_context())
 
     @server.prompt(name="briefing")
     async def briefing(topic: str) -> str | InputRequiredResult:
-        ctx = get_context()
-        audience = answer(ctx.input_responses, "audience")
-        if audience is None:
-            ask = _ask("audience", f"Who is the {topic} briefing for?")
-            return InputRequiredResult(input_requests=ask, request_state=STATE_MARKER)
-        return f"Brief {audience} on {topic} (state {ctx.request_state})."
+        return _briefing(topic, get_context())
 
     @server.resource("report://{year}", name="report")
     async def report(year: str) -> str | InputRequiredResult:
-        ctx = get_context()
-        fmt = answer(ctx.input_responses, "format")
-        if fmt is None:
-            ask = _ask("format", f"Format of the {year} report?")
-            return InputRequiredResult(input_requests=ask, request_state=STATE_MARKER)
-        return f"report {year} as {fmt} (state {ctx.request_state})"
+        return _report(year, get_context())
 
+    return server
+
+
+def build_lowlevel(policy: RequestStateSecurity, *, name: str = SERVER_NAME, middleware: Collection[Any] = (),
+                   lifespan: Any = None, tool: Step = _provision, tools: dict[str, Step] | None = None) -> Server[Any]:
+    """`build_server`'s components on the SDK's lowlevel `Server` (`tools` in place of its two), as
+    docs/two-round-tools.md builds one: the SDK's boundary, then `middleware` after it; `lifespan` as its own."""
+    steps = tools or {TOOL: tool, "deploy": _deploy}
+
+    async def list_tools(ctx: Any, params: Any) -> sdk.ListToolsResult:
+        schema = {"type": "object", "properties": {"name": {"type": "string"}}}
+        return sdk.ListToolsResult(tools=[sdk.Tool(name=tool, input_schema=schema) for tool in steps])
+
+    async def call_tool(ctx: Any, params: sdk.CallToolRequestParams) -> sdk.CallToolResult | InputRequiredResult:
+        out = await steps[params.name](str((params.arguments or {}).get("name")), params)
+        if isinstance(out, InputRequiredResult):
+            return out
+        data = out.model_dump() if isinstance(out, BaseModel) else None  # a model is structured content too
+        text = out.model_dump_json() if isinstance(out, BaseModel) else str(out)
+        return sdk.CallToolResult(content=[sdk.TextContent(text=text)], structured_content=data)
+
+    async def get_prompt(ctx: Any, params: sdk.GetPromptRequestParams) -> Any:
+        out = _briefing((params.arguments or {})["topic"], params)
+        message = sdk.PromptMessage(role="user", content=sdk.TextContent(text=str(out)))
+        return out if isinstance(out, InputRequiredResult) else sdk.GetPromptResult(messages=[message])
+
+    async def read_resource(ctx: Any, params: sdk.ReadResourceRequestParams) -> Any:
+        out = _report(str(params.uri).removeprefix("report://"), params)
+        contents = sdk.TextResourceContents(uri=params.uri, text=str(out))
+        return out if isinstance(out, InputRequiredResult) else sdk.ReadResourceResult(contents=[contents])
+
+    server: Server[Any] = Server(name, on_list_tools=list_tools, on_call_tool=call_tool, on_get_prompt=get_prompt,
+                                 on_read_resource=read_resource)
+    server.lifespan = lifespan or server.lifespan
+    server.middleware += [RequestStateBoundary(policy, default_audience=name), *middleware]
     return server
 
 
@@ -218,11 +255,18 @@ async def serving(middleware: SingleUseMiddleware, kind: str = "MCPServer", **po
                   ) -> AsyncIterator[httpx.AsyncClient]:
     """examples/fleet_server.py's app of `kind` with `middleware`, served in this process at `HTTP`: a client of it."""
     security = RequestStateSecurity(codec=AESGCMCodec([KEY]), **policy)
-    if kind == "FastMCP":
-        server = fleet_server.build_fastmcp(security, lifespan=middleware.lifespan, demo_auth=True)
+    async def provision(name: str, ctx: Any) -> Any:
+        return fleet_server.provisioned(name, ctx.input_responses, ctx.request_state)
+
+    if kind == "Server":  # the fleet example's tools; `instance` in a worker thread, as the SDK runs a sync tool
+        lowlevel = build_lowlevel(security, name=fleet_server.SERVER_NAME, **guarded(middleware, kind), tools={
+            TOOL: provision, "instance": lambda *_: anyio.to_thread.run_sync(fleet_server.instance_id)})
+        auth = AuthSettings(issuer_url=fleet_server.DEMO_ISSUER, resource_server_url=None)
+        app = lowlevel.streamable_http_app(streamable_http_path=fleet_server.MCP_PATH, auth=auth,
+                                           token_verifier=fleet_server.DemoTokenVerifier())
     else:
-        server = fleet_server.build_server(security, demo_auth=True, **guarded(middleware))
-    app = fleet_server.app_for(server, "127.0.0.1")
+        build = fleet_server.build_fastmcp if kind == "FastMCP" else fleet_server.build_server
+        app = fleet_server.app_for(build(security, demo_auth=True, **guarded(middleware, kind)), "127.0.0.1")
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as client:

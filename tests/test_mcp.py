@@ -39,6 +39,7 @@ from tests.mcp_flows import (
     build_server,
     guarded,
     mint_token,
+    refused,
     rejections,
     round_one,
     round_two,
@@ -137,39 +138,24 @@ def test_every_flow_of_the_sdk_completes_once_and_a_replay_is_refused(
     middleware = single_use()
     server = single_use_server(middleware, kind)
     token = anyio.run(round_one, server)
+    assert refused(server, token, {"name": "payroll"}) == "request binding"  # other arguments: the token is not used
     assert not isinstance(round_two(server, token), Rejection)
     replay = round_two(server, token)
     assert isinstance(replay, Rejection)
     assert (replay.code, replay.message) == (-32602, REJECTION_MESSAGE)
     assert replay.data == {"reason": "invalid_request_state"}  # the SDK's frozen answer
-    assert rejections(caplog.records) == ["replayed"]  # from single use, after the boundary accepted the token
+    assert rejections(caplog.records) == ["request binding", "replayed"]  # the boundary's, then single use's
     # Tool, resolver tool (the SDK's own state), prompt and resource: every round completes, each token once.
     run_mcp_flows(AESGCMCodec([KEY]), kind=kind, **guarded(middleware, kind))
 
 
-def test_on_a_lowlevel_server_a_flow_completes_once_and_a_replay_is_refused() -> None:
-    from examples import lowlevel_server
-
-    lowlevel = lowlevel_server.build_server(AESGCMCodec([KEY]))  # a lowlevel Server, single use appended last
-    lowlevel.middleware.append(middleware := single_use())
-    lowlevel.lifespan = middleware.lifespan
-    token, orders = anyio.run(round_one, lowlevel), {"name": "orders"}
-    assert anyio.run(lowlevel_server.retry, lowlevel, token, {"name": "payroll"}) == lowlevel_server.REFUSED
-    assert anyio.run(lowlevel_server.retry, lowlevel, token, orders).startswith("provisioned orders")
-    assert anyio.run(lowlevel_server.retry, lowlevel, token, orders) == lowlevel_server.REFUSED
-
-
 def test_single_use_before_the_boundary_is_refused_at_start_up_on_every_server() -> None:
-    from examples import lowlevel_server
-
     # Before the boundary, the middleware would see sealed tokens: a stamp could be lifted onto another state.
     middleware = single_use()
-    server = single_use_server(middleware)
-    server.middleware.remove(middleware)
-    server.middleware.insert(0, middleware)
-    lowlevel = lowlevel_server.build_server(AESGCMCodec([KEY]))
-    lowlevel.middleware.insert(1, middleware)  # the lowlevel Server took it silently
-    lowlevel.lifespan = middleware.lifespan
+    server, lowlevel = single_use_server(middleware), single_use_server(middleware, "Server")
+    for chain in (server.middleware, lowlevel.middleware):  # the lowlevel Server takes it there silently
+        chain.remove(middleware)
+        chain.insert(0, middleware)
     absent = single_use_server(single_use())
     absent.middleware.pop()  # started by the lifespan, but not in the chain at all
     fastmcp = build_server(RequestStateSecurity(codec=AESGCMCodec([KEY])), kind="FastMCP",
@@ -206,8 +192,9 @@ def test_the_stamp_records_the_minting_principal_whatever_bind_principal_is(
     assert rejections(caplog.records) == ["revoked", "revoked"]
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_stalled_store_is_one_deadline_on_the_loop_and_a_sync_tool_is_not_starved(
-    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+    kind: str, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     # One worker thread in all: a claim waiting in a thread (as before) would hold it, and the sync tool would wait.
     # A long store timeout: the sync tool must finish first with room to spare on a loaded machine.
@@ -225,7 +212,7 @@ def test_a_stalled_store_is_one_deadline_on_the_loop_and_a_sync_tool_is_not_star
 
     async def body() -> None:
         anyio.to_thread.current_default_thread_limiter().total_tokens = 1
-        async with serving(middleware) as client:
+        async with serving(middleware, kind) as client:
             states = [await http_round_one(client, HTTP, subject="alice") for _ in range(20)]
             redis_server.pause()
             try:
@@ -241,27 +228,29 @@ def test_a_stalled_store_is_one_deadline_on_the_loop_and_a_sync_tool_is_not_star
     assert rejections(caplog.records) == ["store_unavailable"] * 20
 
 
-def test_on_a_brand_new_store_the_first_token_is_accepted_and_the_store_closes_at_shutdown() -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_on_a_brand_new_store_the_first_token_is_accepted_and_the_store_closes_at_shutdown(kind: str) -> None:
     with RedisServer() as redis:
         middleware = single_use(store_for(redis.url))
 
         async def body() -> bool:
-            async with serving(middleware) as client:
+            async with serving(middleware, kind) as client:
                 return await retry(client, HTTP, await http_round_one(client, HTTP, subject="alice"), subject="alice")
 
         assert anyio.run(body)
         assert redis.cli("CLIENT", "LIST").count("\n") <= 1  # the CLI's own connection alone
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_an_unreachable_store_is_one_warning_at_start_naming_it_and_the_server_still_serves(
-    caplog: pytest.LogCaptureFixture,
+    kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     port = free_port()
     middleware = single_use(store_for(f"redis://:pa55word@127.0.0.1:{port}/0"))
     caplog.set_level(logging.WARNING)
 
     async def body() -> list[dict[str, Any]]:
-        async with serving(middleware) as client:
+        async with serving(middleware, kind) as client:
             # No token is minted that the store cannot date; a tool without state is served as ever.
             attempts = [await call_tool(client, HTTP, "provision", {"name": "x"}, subject="alice") for _ in range(3)]
             return [*attempts, await call_tool(client, HTTP, "instance", {}, subject="alice")]

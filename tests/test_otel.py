@@ -1,7 +1,7 @@
 """Every ``requestState`` an MCP server answers is counted where the wire is answered, and the documented alerts fire.
 
 Threat: counted at the codec, a replayed, revoked or expired token (refused after the codec accepted it) looks
-accepted, and alerts never fire. Read back through the OpenTelemetry SDK's in-memory reader from a real `MCPServer`.
+accepted, and alerts never fire. Read back through the OpenTelemetry SDK's in-memory reader from each server kind.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
 from mcp.server.mcpserver import RequestStateSecurity
 from mcp.types import ErrorData
 from opentelemetry.sdk.metrics import MeterProvider
@@ -26,6 +25,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoi
 
 from statecodec import AESGCMCodec, format_keys, generate_key
 from statecodec.mcp import from_env
+from statecodec.middleware import sdk_server
 from statecodec.otel import REQUEST_STATE, instrument
 from statecodec.store import MemoryStore
 from tests.mcp_flows import KINDS, build_server, guarded, mint, present, round_one, single_use
@@ -89,21 +89,22 @@ def logging_config(request: pytest.FixtureRequest) -> Iterator[dict[str, Any] | 
             x.setLevel(level)
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_the_alerts_fire_and_refusals_are_never_counted_as_accepted(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, logging_config: dict[str, Any] | None
+    kind: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, logging_config: dict[str, Any] | None
 ) -> None:
     clock = SimpleNamespace(now=time.time())  # the SDK's expiry clock, for one expired token
     monkeypatch.setattr("mcp.server.request_state.time", SimpleNamespace(time=lambda: clock.now))
     reader, security = InMemoryMetricReader(), RequestStateSecurity(codec=AESGCMCodec([generate_key()]), ttl=TTL)
     middleware, never_started = single_use(), single_use()
-    server = build_server(security, middleware=[middleware], lifespan=middleware.lifespan)
-    failing = build_server(security, middleware=[never_started])  # no lifespan: it fails loudly, an error
+    server, failing = build_server(security, kind=kind, **guarded(middleware, kind)), build_server(security, kind=kind)
+    sdk_server(failing).middleware.append(never_started)  # after the boundary, no lifespan: it fails loudly, an error
     meter = MeterProvider(metric_readers=[reader]).get_meter("test")
     metrics, _ = instrument(server, meter), instrument(failing, meter)
-    assert server.middleware[0] is metrics  # outside the SDK's boundary: it sees every answer
+    assert sdk_server(server).middleware[0] is metrics  # outside the SDK's boundary: it sees every answer
 
     async def body() -> list[bool]:
-        async with Client(server) as client:
+        async with client_of(server) as client:
 
             async def accepted(token: str) -> bool:
                 return not isinstance(await present(client, token), ErrorData)
@@ -115,7 +116,7 @@ def test_the_alerts_fire_and_refusals_are_never_counted_as_accepted(
             clock.now -= TTL + 1
             await middleware.guard.revoke(everything=True)
             outcomes.append(await accepted(unrevoked))
-        async with Client(failing) as client:
+        async with client_of(failing) as client:
             assert (await present(client, await round_one(build_server(security)))).message == "Internal error"
         return outcomes
 

@@ -1,4 +1,4 @@
-"""Retry-safe single use on both SDK tiers: the same retry gets the first answer and the step runs once.
+"""Retry-safe single use on every server kind: the same retry gets the first answer and the step runs once.
 
 Each test is an attack or a failure (its name says which). Fleet: tests/integration/test_fleet_single_use.py."""
 
@@ -15,9 +15,8 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from examples import lowlevel_server
 from mcp import Client, MCPError
-from mcp.server import Server, ServerRequestContext
-from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
-from mcp.types import CallToolRequestParams, CallToolResult, ElicitResult, ErrorData, InputRequiredResult, TextContent
+from mcp.server.request_state import RequestStateSecurity
+from mcp.types import CallToolResult, ElicitResult, ErrorData, InputRequiredResult
 
 from statecodec import AESGCMCodec, Codec, ConfigurationError, InvalidToken, format_keys, generate_key
 from statecodec._settings import retry_safe as retry_safe_settings
@@ -33,6 +32,8 @@ from tests.mcp_flows import (
     KEY,
     KINDS,
     STORE_KEY,
+    TOOL,
+    build_server,
     guarded,
     mint,
     present,
@@ -41,31 +42,30 @@ from tests.mcp_flows import (
     serving,
     single_use,
 )
+from tests.mcp_flows import client as client_of
 from tests.test_vectors import hkdf
 
 RUNS: list[str] = []
 GATE = anyio.Event()
 
 
-async def pay(ctx: ServerRequestContext[Any], params: CallToolRequestParams) -> CallToolResult | InputRequiredResult:
+async def pay(name: str, ctx: Any) -> str | InputRequiredResult:
     """Round one asks for a region; the step counts each run, waits at the gate for ``slow``, raises for ``boom``."""
-    answer = (params.input_responses or {}).get("region")
-    if params.request_state != "asked" or not isinstance(answer, ElicitResult) or not answer.content:
+    answer = (ctx.input_responses or {}).get("region")
+    if ctx.request_state != "asked" or not isinstance(answer, ElicitResult) or not answer.content:
         return InputRequiredResult(input_requests={"region": lowlevel_server.ASK_REGION}, request_state="asked")
     RUNS.append(region := str(answer.content["region"]))
     if region == "slow":
         await GATE.wait()
     if region == "boom":
         raise MCPError(-32000, "payment declined", {"retry": False})
-    return CallToolResult(content=[TextContent(type="text", text=f"paid in {region}, run {len(RUNS)}")])
+    return f"paid in {region}, run {len(RUNS)}"
 
 
-def lowlevel(middleware: SingleUseMiddleware, codec: Codec | None = None) -> Server[Any]:
-    server: Server[Any] = Server("pay", on_list_tools=lowlevel_server.list_tools, on_call_tool=pay)
+def paying(middleware: SingleUseMiddleware, kind: str, codec: Codec | None = None) -> Any:
+    """A server of `kind` whose tool is `pay`, guarded by `middleware`."""
     security = RequestStateSecurity(codec=codec or AESGCMCodec([KEY]))
-    server.middleware += [RequestStateBoundary(security, default_audience="pay"), middleware]
-    server.lifespan = middleware.lifespan
-    return server
+    return build_server(security, kind=kind, tool=pay, **guarded(middleware, kind))
 
 
 def retry_safe(store: MemoryStore | None = None, **options: Any) -> SingleUseMiddleware:
@@ -81,16 +81,17 @@ async def go(client: Client, token: str, region: str = "eu") -> Any:
 FROZEN = ErrorData(code=-32602, message="Invalid or expired requestState", data={"reason": "invalid_request_state"})
 
 
-def test_on_a_lowlevel_server_the_same_retry_is_answered_once_run_and_every_other_retry_is_refused(
-    caplog: pytest.LogCaptureFixture,
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_same_retry_is_answered_once_run_and_every_other_retry_is_refused(
+    kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     RUNS.clear()
     store = MemoryStore()
-    server, capped, plain = (lowlevel(retry_safe(store)), lowlevel(retry_safe(store, max_result=60)),
-                             lowlevel(single_use(store)))
+    server, capped, plain = (paying(retry_safe(store), kind), paying(retry_safe(store, max_result=60), kind),
+                             paying(single_use(store), kind))
 
     async def body() -> list[Any]:
-        async with Client(server) as client, Client(capped) as small, Client(plain) as off:
+        async with client_of(server) as client, client_of(capped) as small, client_of(plain) as off:
             tokens = [await mint(client) for _ in range(4)]
             out = [await go(client, tokens[0]), await go(client, tokens[0]), await go(client, tokens[0], "us")]
             out += [await go(off, tokens[0]), await go(client, tokens[1], "boom"), await go(client, tokens[1], "boom")]
@@ -101,20 +102,24 @@ def test_on_a_lowlevel_server_the_same_retry_is_answered_once_run_and_every_othe
             return [*out, await go(client, tokens[0])]
 
     paid, declined = "paid in eu, run 1", ErrorData(code=-32000, message="payment declined", data={"retry": False})
-    assert anyio.run(body) == [paid, paid, FROZEN, FROZEN, declined, declined, "paid in eu, run 3", FROZEN,
+    declined_as = f"Error calling tool '{TOOL}': payment declined" if kind == "FastMCP" else declined  # a result there
+    assert anyio.run(body) == [paid, paid, FROZEN, FROZEN, declined_as, declined_as, "paid in eu, run 3", FROZEN,
                                "paid in eu, run 4", FROZEN, FROZEN]  # fmt: skip
     assert RUNS == ["eu", "boom", "eu", "eu"]  # each step once; a raised error is kept and answered again
     assert rejections(caplog.records) == ["replayed"] * 4 + ["seal"]  # other input, mode off, over the cap, mixed
 
 
-def test_a_kept_answer_is_under_the_store_key_so_a_codec_ring_reloaded_before_the_retry_leaves_it_in_force() -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_kept_answer_is_under_the_store_key_so_a_codec_ring_reloaded_before_the_retry_leaves_it_in_force(
+    kind: str,
+) -> None:
     RUNS.clear()
     rings = [[KEY]]
     codec = ReloadingCodec(lambda: AESGCMCodec(rings[-1]), ttl=600)
-    server = lowlevel(retry_safe(), codec)
+    server = paying(retry_safe(), kind, codec)
 
     async def body() -> list[Any]:
-        async with Client(server) as client:
+        async with client_of(server) as client:
             token = await mint(client)
             first = await go(client, token)
             rings.append([generate_key(), KEY])  # phase 2 of a live rotation: a new primary, the old key verifies
@@ -130,13 +135,16 @@ class Forgetful(MemoryStore):
         raise StoreUnreachable("the store at memory did not answer")
 
 
-def test_a_retry_while_the_first_runs_or_once_it_was_cancelled_or_lost_its_answer_is_in_progress_not_a_rerun() -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_retry_while_the_first_runs_or_once_it_was_cancelled_or_lost_its_answer_is_in_progress_not_a_rerun(
+    kind: str,
+) -> None:
     RUNS.clear()
     GATE.__init__()  # type: ignore[misc]
-    server, forgetful = lowlevel(retry_safe()), lowlevel(retry_safe(Forgetful()))
+    server, forgetful = paying(retry_safe(), kind), paying(retry_safe(Forgetful()), kind)
 
     async def body() -> list[Any]:
-        async with Client(server) as client, Client(forgetful) as lossy:
+        async with client_of(server) as client, client_of(forgetful) as lossy:
             cancelled, token, lost = await mint(client), await mint(client), await mint(lossy)
             out = []
             for runs, presented in enumerate((cancelled, token), 1):
@@ -249,14 +257,16 @@ class Gone(MemoryStore):
         return False  # the claim went meanwhile: a flush, a restart, its token's expiry
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_an_answer_not_kept_is_logged_and_the_in_process_store_keeps_answers_within_its_byte_budget(
-    caplog: pytest.LogCaptureFixture,
+    kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     RUNS.clear()
-    small, gone = lowlevel(retry_safe(MemoryStore(max_kept_bytes=300))), lowlevel(retry_safe(Gone()))
+    budget = MemoryStore(max_kept_bytes=400)  # one answer fits (up to 326 bytes with its claim, by kind), two do not
+    small, gone = paying(retry_safe(budget), kind), paying(retry_safe(Gone()), kind)
 
     async def body() -> list[Any]:
-        async with Client(small) as client, Client(gone) as lossy:
+        async with client_of(small) as client, client_of(gone) as lossy:
             first, second, lost = await mint(client), await mint(client), await mint(lossy)
             out = [await go(client, first), await go(client, second), await go(client, first), await go(client, second)]
             return [*out, await go(lossy, lost), await go(lossy, lost)]
@@ -264,7 +274,7 @@ def test_an_answer_not_kept_is_logged_and_the_in_process_store_keeps_answers_wit
     busy = ErrorData(code=-32602, message="requestState in progress: retry shortly", data={"reason": "in_progress"})
     paid = [f"paid in eu, run {run}" for run in (1, 2, 3)]
     assert anyio.run(body) == [paid[0], paid[1], paid[0], busy, paid[2], busy]  # the second over the budget
-    assert "would pass its max_kept_bytes (300)" in caplog.text
+    assert "would pass its max_kept_bytes (400)" in caplog.text
     assert "the claim is gone" in caplog.text
     with pytest.raises(ConfigurationError, match="max_kept_bytes"):
         MemoryStore(max_kept_bytes=0)
