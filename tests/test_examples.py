@@ -27,6 +27,7 @@ from examples import fleet_client, fleet_server
 from statecodec import format_keys, generate_key
 from tests.integration.fleet_harness import fleet
 from tests.plugins import free_port, free_ports
+from tests.plugins.aws import CREDENTIALS
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -103,8 +104,9 @@ def run(cmd: list[str], cwd: Path, extra_env: dict[str, str] | None = None, path
     env = {k: v for k, v in os.environ.items() if not k.startswith("STATECODEC_")}
     first = [str(p) for p in (path, Path(sys.executable).parent) if p is not None]
     env |= {"PATH": os.pathsep.join([*first, env.get("PATH", "")]), "PYTHONWARNINGS": "error"}
-    env["STATECODEC_KEYS"] = format_keys([generate_key(), generate_key()])
+    env["STATECODEC_KEYS"] = format_keys([generate_key()])
     env |= extra_env or {}
+    env = {name: value for name, value in env.items() if value}  # an empty value: the variable is not set
     with tempfile.TemporaryFile() as out:
         process = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
@@ -337,7 +339,7 @@ def page_services(blocks: list[Block], request: pytest.FixtureRequest) -> tuple[
     """The page's blocks on the suite's own services, and the environment that names them. Ports 8001 to 8004 that
     the pages use for their servers become free ones, so that a run beside another one (or a server a reader left
     running) cannot answer in place of the page's own; the Redis at 127.0.0.1:6379 becomes the test's
-    redis-server; AWS KMS is `moto_server`, with KEY_ARN a key of its own."""
+    redis-server; the AWS CLI and KMS client speak to `moto_server`."""
     text = "".join(block.code for block in blocks if not block.not_run)
     replace: dict[str, str] = {}
     env: dict[str, str] = {}
@@ -345,10 +347,11 @@ def page_services(blocks: list[Block], request: pytest.FixtureRequest) -> tuple[
     replace |= dict(zip(ports, map(str, free_ports(len(ports))), strict=True))
     if "redis://127.0.0.1:6379/0" in text:
         replace["redis://127.0.0.1:6379/0"] = request.getfixturevalue("redis_url")
-    if "KEY_ARN" in text:
+    if "aws kms " in text:  # a reader provisioning KMS keys, with no ring of their own in the shell
         moto = request.getfixturevalue("moto_server")
-        env |= {"KEY_ARN": moto.create_key()[0], "AWS_ENDPOINT_URL": moto.endpoint, "AWS_DEFAULT_REGION": "eu-west-1",
-                "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}  # fmt: skip
+        env |= {"AWS_ENDPOINT_URL": moto.endpoint, "AWS_DEFAULT_REGION": "eu-west-1", "STATECODEC_KEYS": ""}
+        env |= {"AWS_ACCESS_KEY_ID": CREDENTIALS["aws_access_key_id"],
+                "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"]}  # fmt: skip
     pattern = re.compile("|".join(sorted((rf"\b{re.escape(k)}\b" if k.isdigit() else re.escape(k)) for k in replace)))
     if replace:
         blocks = [Block(b.id, b.lang, pattern.sub(lambda m: replace[m[0]], b.code), b.not_run) for b in blocks]
