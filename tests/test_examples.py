@@ -277,7 +277,9 @@ def test_the_suite_finds_every_example_and_block_and_no_stray_marker() -> None:
     assert MARKER_ERRORS == []
 
 
-PAGES = sorted({block.id.partition(":")[0] for block in BLOCKS})
+# docs/deployment.md runs in test_the_two_instance_blocks_run_as_written, which checks what its servers print too.
+DEPLOYMENT = "docs/deployment.md"
+PAGES = sorted({block.id.partition(":")[0] for block in BLOCKS} - {DEPLOYMENT})
 
 def pip_stand_in(argv: list[str]) -> str:
     """`pip install REQUIREMENT...` as a page runs it: each requirement must resolve in this project (an extra that
@@ -320,7 +322,7 @@ def one_shell_script(blocks: list[Block]) -> str:
         if block.not_run:
             lines.append(f"# {block.id} not run: {block.not_run}")
             continue
-        lines.append(f"BLOCK={block.id}")
+        lines.append(f"BLOCK={block.id}; echo '=== {block.id}'")
         lines.append(block.code if block.lang == "sh" else f"python - <<'PASTED_PYTHON'\n{block.code}PASTED_PYTHON")
     return "\n".join(lines) + "\n"
 
@@ -376,29 +378,25 @@ def test_blocks_share_one_shell_a_block_not_run_says_why_and_a_failure_names_its
     assert [(b.lang, b.not_run) for b in blocks] == [("sh", ""), ("python", ""), ("sh", "needs a cloud account"),
                                                      ("sh", "")]  # fmt: skip
     assert "# page.md:11 not run: needs a cloud account\n" in one_shell_script(blocks)
+    assert "=== page.md:11" not in one_shell_script(blocks)
     returncode, output = run_page(blocks, tmp_path)
     assert returncode != 0
     assert output.strip().endswith("failed in block page.md:17")
 
 
-def test_the_two_instance_blocks_run_as_written(tmp_path: Path, redis_url: str) -> None:
-    # Run as the page shows them, on free ports in place of 8001 to 8004, so that a run beside another one (or
-    # a server a reader left running) cannot answer in place of the block's own servers; the single-use block
-    # on the test's own redis-server in place of the one at 6379.
-    text = (ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")
-    blocks = [b for b in re.findall(r"^```sh\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE) if "fleet_client" in b]
-    assert len(blocks) == 3, "docs/deployment.md: expected the shared-ring, SDK-default and single-use blocks"
-    blocks = [block.replace("redis://127.0.0.1:6379/0", redis_url) for block in blocks]
-    (tmp_path / "examples").symlink_to(EXAMPLES, target_is_directory=True)
-    ports = dict(zip(("8001", "8002", "8003", "8004"), map(str, free_ports(4)), strict=True))
-    outputs = []
-    for block in blocks:
-        script = tmp_path / "block.sh"
-        script.write_text(re.sub(r"\b800[1-4]\b", lambda m: ports[m[0]], block), encoding="utf-8")
-        returncode, output = run(["bash", "-euo", "pipefail", str(script)], tmp_path)
-        assert returncode == 0, output
-        assert "Traceback" not in output
-        outputs.append(output)
+def test_the_two_instance_blocks_run_as_written(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    # docs/deployment.md runs here, in one shell as any page does, on free ports in place of 8001 to 8004 and the
+    # test's own redis-server in place of the one at 6379; what its shared-ring, SDK-default and single-use blocks
+    # print is then checked block by block.
+    page = [b for b in BLOCKS if b.id.startswith(f"{DEPLOYMENT}:")]
+    ids = [b.id for b in page if "--retry-url" in b.code]
+    assert len(ids) == 3, "docs/deployment.md: expected the shared-ring, SDK-default and single-use blocks"
+    blocks, env = page_services(page, request)
+    returncode, output = run_page(blocks, tmp_path, env)
+    assert returncode == 0, f"{DEPLOYMENT}: exit {returncode}\n{output}"
+    assert "Traceback" not in output, output
+    by_block = dict(re.findall(r"^=== (\S+)\n(.*?)(?=^=== |\Z)", output, flags=re.DOTALL | re.MULTILINE))
+    outputs = [by_block[block_id] for block_id in ids]
     shared, sdk_default, single_use = outputs
     for output in (shared, single_use):  # round 1 answered by one process, the retry by the other
         result = json.loads(next(line for line in output.splitlines() if line.startswith("{")))
