@@ -98,7 +98,9 @@ def doc_blocks(name: str, text: str) -> list[Block]:
     return blocks
 
 
-def run(cmd: list[str], cwd: Path, extra_env: dict[str, str] | None = None, path: Path | None = None) -> tuple[int, str]:
+def run(
+    cmd: list[str], cwd: Path, extra_env: dict[str, str] | None = None, path: Path | None = None
+) -> tuple[int, str]:
     """Exit status and output (stdout and stderr) of `cmd`, run in its own process group, which is then
     killed with whatever it left running. Output goes to a file: a leftover process would hold a pipe open."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STATECODEC_")}
@@ -286,7 +288,8 @@ def pip_stand_in(argv: list[str]) -> str:
     pyproject.toml declares, each of its packages pinned in constraints.txt, or a package pinned there) to the version
     this interpreter already has, so that the blocks after the line run with what it installs; nothing is downloaded.
     What it checked, or `AssertionError` saying what does not resolve."""
-    assert argv[:1] == ["install"] and argv[1:], f"pip stand-in: only `pip install REQUIREMENT...` runs, not {argv}"
+    assert argv[:1] == ["install"], f"pip stand-in: only `pip install REQUIREMENT...` runs, not {argv}"
+    assert argv[1:], "pip stand-in: `pip install` names no requirement"
     lines = (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines()
     pins = {_normal(name): pin for name, _, pin in (line.partition("==") for line in lines) if pin}
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
@@ -294,8 +297,9 @@ def pip_stand_in(argv: list[str]) -> str:
         match = re.fullmatch(r"(?P<name>[\w.-]+)(?:\[(?P<extras>[\w,-]+)\])?", requirement)
         assert match, f"pip stand-in: {requirement!r} is not a requirement this stand-in reads"
         names = [match["name"]]
-        for extra in (match["extras"] or "").split(",") if match["extras"] else []:
-            assert match["name"] == "statecodec" and extra in extras, f"pip stand-in: no extra {extra} in {requirement}"
+        for extra in match["extras"].split(",") if match["extras"] else []:
+            assert match["name"] == "statecodec", f"pip stand-in: extras of another package, in {requirement}"
+            assert extra in extras, f"pip stand-in: no extra {extra} in {requirement}"
             names += [re.split(r"[^\w.-]", dependency)[0] for dependency in extras[extra]]
         for name in names:
             pin = version("statecodec") if name == "statecodec" else pins.get(_normal(name))
@@ -422,8 +426,7 @@ def test_the_two_instance_blocks_run_as_written(tmp_path: Path, request: pytest.
         "<!-- not run:  -->\n```python\nx = 1\n```\n",
         "<!-- runnable -->\n```python\nx = 1\n```\n",
     ],
-    ids=["prose-between", "no-language", "unsupported-language", "at-end", "doubled", "unclosed", "no-reason",
-         "retired-runnable-marker"],  # fmt: skip
+    ids=["prose-between", "no-language", "unsupported-language", "at-end", "doubled", "unclosed", "no-reason", "old"],
 )
 def test_a_stray_marker_fails_instead_of_skipping(text: str) -> None:
     with pytest.raises(MarkerError):
