@@ -275,7 +275,7 @@ def test_example_script_runs(name: str, tmp_path: Path) -> None:
 
 def test_the_suite_finds_every_example_and_block_and_no_stray_marker() -> None:
     assert {"quickstart.py", "demo.py"} <= RUN_BY_DOCS
-    assert len([block for block in BLOCKS if not block.not_run]) > 80
+    assert len([block for block in BLOCKS if not block.not_run]) > 60
     assert MARKER_ERRORS == []
 
 
