@@ -27,7 +27,7 @@ from examples import fleet_client, fleet_server
 from statecodec import format_keys, generate_key
 from tests.integration.fleet_harness import fleet
 from tests.plugins import free_port, free_ports
-from tests.plugins.aws import CREDENTIALS
+from tests.plugins.aws import CREDENTIALS, REGION
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -345,7 +345,8 @@ def page_services(blocks: list[Block], request: pytest.FixtureRequest) -> tuple[
     """The page's blocks on the suite's own services, and the environment that names them. Ports 8001 to 8004 that
     the pages use for their servers become free ones, so that a run beside another one (or a server a reader left
     running) cannot answer in place of the page's own; the Redis at 127.0.0.1:6379 becomes the test's
-    redis-server; the AWS CLI and KMS client speak to `moto_server`."""
+    redis-server; the AWS CLI and KMS client speak to `moto_server`, where KEY_ARN (unless the page makes it) is a
+    key of moto's own."""
     text = "".join(block.code for block in blocks if not block.not_run)
     replace: dict[str, str] = {}
     env: dict[str, str] = {}
@@ -353,11 +354,15 @@ def page_services(blocks: list[Block], request: pytest.FixtureRequest) -> tuple[
     replace |= dict(zip(ports, map(str, free_ports(len(ports))), strict=True))
     if "redis://127.0.0.1:6379/0" in text:
         replace["redis://127.0.0.1:6379/0"] = request.getfixturevalue("redis_url")
-    if "aws kms " in text:  # a reader provisioning KMS keys, with no ring of their own in the shell
+    if "aws kms " in text or "$KEY_ARN" in text:
         moto = request.getfixturevalue("moto_server")
-        env |= {"AWS_ENDPOINT_URL": moto.endpoint, "AWS_DEFAULT_REGION": "eu-west-1", "STATECODEC_KEYS": ""}
+        env |= {"AWS_ENDPOINT_URL": moto.endpoint, "AWS_DEFAULT_REGION": "eu-west-1"}
         env |= {"AWS_ACCESS_KEY_ID": CREDENTIALS["aws_access_key_id"],
                 "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"]}  # fmt: skip
+        if "aws kms " in text:  # a reader provisioning KMS keys, with no ring of their own in the shell
+            env["STATECODEC_KEYS"] = ""
+        elif "KEY_ARN=" not in text:  # the key the page's reader has: one of moto's own
+            env |= {"KEY_ARN": moto.create_key()[0], "AWS_DEFAULT_REGION": REGION}
     pattern = re.compile("|".join(sorted((rf"\b{re.escape(k)}\b" if k.isdigit() else re.escape(k)) for k in replace)))
     if replace:
         blocks = [Block(b.id, b.lang, pattern.sub(lambda m: replace[m[0]], b.code), b.not_run) for b in blocks]
