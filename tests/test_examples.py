@@ -346,7 +346,7 @@ def page_services(blocks: list[Block], request: pytest.FixtureRequest) -> tuple[
     the pages use for their servers become free ones, so that a run beside another one (or a server a reader left
     running) cannot answer in place of the page's own; the Redis at 127.0.0.1:6379 becomes the test's
     redis-server; the AWS CLI and KMS client speak to `moto_server`, where KEY_ARN (unless the page makes it) is a
-    key of moto's own."""
+    key of moto's own; `bao` speaks to a fresh OpenBao as its root."""
     text = "".join(block.code for block in blocks if not block.not_run)
     replace: dict[str, str] = {}
     env: dict[str, str] = {}
@@ -363,6 +363,10 @@ def page_services(blocks: list[Block], request: pytest.FixtureRequest) -> tuple[
             env["STATECODEC_KEYS"] = ""
         elif "KEY_ARN=" not in text:  # the key the page's reader has: one of moto's own
             env |= {"KEY_ARN": moto.create_key()[0], "AWS_DEFAULT_REGION": REGION}
+    if re.search(r"^bao ", text, flags=re.MULTILINE):  # Vault's admin, on a fresh OpenBao with no engine enabled
+        bao = request.getfixturevalue("vault_server_fresh")
+        bao.api("DELETE", "sys/mounts/transit")
+        env |= {"VAULT_ADDR": bao.addr, "VAULT_TOKEN": bao.root_token}
     pattern = re.compile("|".join(sorted((rf"\b{re.escape(k)}\b" if k.isdigit() else re.escape(k)) for k in replace)))
     if replace:
         blocks = [Block(b.id, b.lang, pattern.sub(lambda m: replace[m[0]], b.code), b.not_run) for b in blocks]
