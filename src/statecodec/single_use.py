@@ -71,7 +71,7 @@ class SingleUse(HoldsSecrets):
     """The single-use and revocation rules over any `Store`, from one event loop; `key` is the same on every instance,
     and beyond `clock_skew` from the store's clock this instance neither mints nor accepts."""
 
-    __slots__ = ("_all", "_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_keys", "_macs", "_quiet",
+    __slots__ = ("_all", "_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_macs", "_quiet",
                  "_skewed", "clock_skew", "deadline", "on_store_error", "store", "ttl", "where")
 
     def __init__(self, store: Store, *, key: bytes | KeyRing, ttl: float, clock: Callable[[], float] = time.time,
@@ -87,16 +87,15 @@ class SingleUse(HoldsSecrets):
         with named_errors("the store key"):
             secret = (key if isinstance(key, KeyRing) else KeyRing([key]))[0]
         kinds = ("claim", "stamp", "scope", "fingerprint", "retry", "result")  # the last two: the retry-safe mode's
-        self._keys = {k: derive_key(secret, b"statecodec/su2/" + k.encode()) for k in kinds}
+        keys = {k: derive_key(secret, b"statecodec/su2/" + k.encode()) for k in kinds}
         # Keyed once, copied per message (keys.mac), fed the prefix or scope kind inputs open with: -3% instructions.
-        self._macs = {k: hmac.new(self._keys[k], PREFIX if k == "stamp" else b"", "sha256") for k in kinds[:-1]}
-        self._macs |= {k: hmac.new(self._keys["scope"], field(k), "sha256") for k in ("all", "principal", "client")}
-        self._macs["scope"].update(field("scope"))  # before any copy of it
+        self._macs = {k: hmac.new(keys[k], PREFIX if k == "stamp" else b"", "sha256") for k in kinds[:-1]}
+        self._macs |= {k: hmac.new(keys["scope"], field(k), "sha256") for k in ("all", "principal", "client", "scope")}
         self._fingerprint = mac(self._macs["fingerprint"], field(store.namespace))
         self._all = self._scope("all", None, None)  # the scope every token carries, for revoke(everything=True)
         self.store, self.on_store_error, self._clock = store, on_store_error, clock
         self.where = store.where  # the store's host:port (or ``memory``), for messages: never a credential
-        self._answers = AESGCM(self._keys["result"])  # the retry-safe mode's kept answers
+        self._answers = AESGCM(keys["result"])  # the retry-safe mode's kept answers
         self._epoch: bytes | None = None  # the store's epoch, once it answered: stamps carry it
         self._skewed: str | None = "the store has not answered yet"  # why this instance may not mint
         self._quiet: dict[str, float] = {}  # each warning's text -> until when it is not repeated
@@ -202,7 +201,6 @@ class SingleUse(HoldsSecrets):
         """`consume`, recording the `retry` digest: (the state, the claim key, the store's verdict, None when
         accepted unchecked)."""
         body, state = self._parse(stamped)
-        scopes = [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)]
         try:
             if self._epoch is None:
                 await self.start()
@@ -210,8 +208,8 @@ class SingleUse(HoldsSecrets):
             verdict = await bounded(self.store, self.store.claim(
                 fingerprint=self._fingerprint, key=key, epoch=body[28:36],
                 issued_ms=int.from_bytes(body[16:22]), expires_ms=int.from_bytes(body[22:28]),
-                lifetime_ms=round(self.ttl * 1000), skew_ms=round(self.clock_skew * 1000),
-                scopes=[*scopes, self._all], retry=retry,
+                lifetime_ms=round(self.ttl * 1000), skew_ms=round(self.clock_skew * 1000), retry=retry,
+                scopes=[body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)] + [self._all],
             ))
             self._skewed = self._skew(before, verdict.now_ms, self._clock())
         except StoreUnreachable as exc:
