@@ -7,13 +7,13 @@
 2. ``guarded pair``: what `statecodec bench` times: the same stamp inside that pair's state and its consume after the
    pair's unseal, minus the pair, over the pair. It exceeds ``guard``: the two timed together cost more than apart.
 3. ``apart``: the control for 2: the guard's stamp+consume then the pair, unrelated, in one operation, minus both
-   timed alone. ``twice``, its control: the pair then a second `BoundCodec`'s pair, minus both alone.
-   ``twice`` adds nothing, so timing two operations in one loop costs nothing by itself (this docstring said it
-   did): what ``apart`` adds comes of alternating two different code paths. It is not work: under
-   ``valgrind --tool=callgrind`` the guard then the pair execute the guard's instructions plus the pair's, within
-   0.4%, and the same op twice, or the stamp alone beside the pair, adds about nothing. The CPU holds either path's
-   code in its caches and predictors, not both; either one pays for it, so ``guarded pair`` and ``codec`` count, as
-   the guard's, a cost the pair shares. In a server, other code runs between the two anyway.
+   timed alone. ``twice``, its control: a second `BoundCodec`'s pair then the pair, minus the pair alone twice.
+   ``twice`` adds nothing (0.1 us), so timing two operations in one loop costs nothing by itself (this docstring
+   said it did): what ``apart`` adds (8-10 us) comes of alternating two different code paths. It is not work:
+   under ``valgrind --tool=callgrind`` the guard then the pair execute the guard's instructions plus the pair's
+   within 0.4%; the guard twice adds nothing, and the stamp alone, or the store's claim alone, beside the pair about
+   1 us. The machine holds one path's code in its caches and predictors, not both; both pay, so ``guarded pair``
+   and ``codec`` count as the guard's a cost the pair shares. In a server, other code runs between the two anyway.
 4. ``codec``: the sync adapter `SingleUseCodec` around that `BoundCodec`: its seal+unseal pair minus the bare pair,
    over the bare pair.
 
