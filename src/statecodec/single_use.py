@@ -72,7 +72,7 @@ class SingleUse(HoldsSecrets):
     """The single-use and revocation rules over any `Store`, from one event loop; `key` is the same on every instance,
     and beyond `clock_skew` from the store's clock this instance neither mints nor accepts."""
 
-    __slots__ = ("_all", "_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_keys", "_macs", "_noted",
+    __slots__ = ("_all", "_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_macs", "_noted",
                  "_quiet", "_skewed", "clock_skew", "deadline", "on_store_error", "store", "ttl", "unrecorded", "where")
 
     def __init__(self, store: Store, *, key: bytes | KeyRing, ttl: float, clock: Callable[[], float] = time.time,
@@ -88,14 +88,16 @@ class SingleUse(HoldsSecrets):
         with named_errors("the store key"):
             secret = (key if isinstance(key, KeyRing) else KeyRing([key]))[0]
         kinds = ("claim", "stamp", "scope", "fingerprint", "retry", "result")  # the last two: the retry-safe mode's
-        self._keys = {k: derive_key(secret, b"statecodec/su2/" + k.encode()) for k in kinds}
-        # Each MAC keyed once and copied per message (keys.mac); the stamp's already holds the prefix its tags cover.
-        self._macs = {k: hmac.new(self._keys[k], PREFIX if k == "stamp" else b"", "sha256") for k in kinds[:-1]}
+        keys = {k: derive_key(secret, b"statecodec/su2/" + k.encode()) for k in kinds}
+        # Keyed once, copied per message (keys.mac), fed the prefix or scope kind inputs open with: -3% instructions.
+        self._macs = {k: hmac.new(keys[k], PREFIX if k == "stamp" else b"", "sha256") for k in kinds[:-1]}
+        scoped = ("all", "principal", "client", "scope", "form")
+        self._macs |= {k: hmac.new(keys["scope"], field(k), "sha256") for k in scoped}
         self._fingerprint = mac(self._macs["fingerprint"], field(store.namespace))
         self._all = self._scope("all", None, None)  # the scope every token carries, for revoke(everything=True)
         self.store, self.on_store_error, self._clock = store, on_store_error, clock
         self.where = store.where  # the store's host:port (or ``memory``), for messages: never a credential
-        self._answers = AESGCM(self._keys["result"])  # the retry-safe mode's kept answers
+        self._answers = AESGCM(keys["result"])  # the retry-safe mode's kept answers
         self._epoch: bytes | None = None  # the store's epoch, once it answered: stamps carry it
         self._skewed: str | None = "the store has not answered yet"  # why this instance may not mint
         self._quiet: dict[str, float] = {}  # each warning's text -> until when it is not repeated
@@ -142,7 +144,7 @@ class SingleUse(HoldsSecrets):
         return self._epoch is not None and not self._skewed
 
     def _scope(self, kind: str, first: str | None, second: str | None) -> bytes:
-        return mac(self._macs["scope"], field(kind) + field(first) + field(second))
+        return mac(self._macs[kind], field(first) + field(second))
 
     def _skew(self, before: float, store_ms: int, after: float) -> str | None:
         """Why this clock is beyond `clock_skew` of the store's, which answered between `before` and `after`; anchors
@@ -197,9 +199,9 @@ class SingleUse(HoldsSecrets):
             self.unrecorded.update([("principal", issuer)] * bool(subject) + [("client", issuer)] * bool(client))
             self.unrecorded.update(("scope", name) for name in scopes or ())
             self._noted.add(shape)  # its forms recorded, or in `unrecorded` until they are
-        body = secrets.token_bytes(16) + issued.to_bytes(6) + (issued + round(self.ttl * 1000)).to_bytes(6)
-        body += self._epoch + bytes([len(digests)]) + b"".join(digests)
-        return PREFIX + b64u_encode(body + mac(self._macs["stamp"], body + state)).encode() + b"." + state
+        body = b"".join((secrets.token_bytes(16), issued.to_bytes(6), (issued + round(self.ttl * 1000)).to_bytes(6),
+                         self._epoch, bytes([len(digests)]), *digests))  # each part copied once: -0.7% instructions
+        return b"".join((PREFIX, b64u_encode(body + mac(self._macs["stamp"], body + state)).encode(), b".", state))
 
     def _parse(self, stamped: bytes) -> tuple[bytes, bytes]:
         """(the stamp's body, the state) of a stamp this key made over this state; InvalidToken otherwise."""
@@ -221,7 +223,6 @@ class SingleUse(HoldsSecrets):
         """`consume`, recording the `retry` digest: (the state, the claim key, the store's verdict, None when
         accepted unchecked)."""
         body, state = self._parse(stamped)
-        scopes = [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)]
         refusal = Reason.STORE_UNAVAILABLE
         try:
             if self._epoch is None:
@@ -230,8 +231,8 @@ class SingleUse(HoldsSecrets):
             verdict = await bounded(self.store, self.store.claim(
                 fingerprint=self._fingerprint, key=key, epoch=body[28:36],
                 issued_ms=int.from_bytes(body[16:22]), expires_ms=int.from_bytes(body[22:28]),
-                lifetime_ms=round(self.ttl * 1000), skew_ms=round(self.clock_skew * 1000),
-                scopes=[*scopes, self._all], retry=retry,
+                lifetime_ms=round(self.ttl * 1000), skew_ms=round(self.clock_skew * 1000), retry=retry,
+                scopes=[body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)] + [self._all],
             ))
             self._skewed = self._skew(before, verdict.now_ms, self._clock())
         except StoreUnreachable as exc:
