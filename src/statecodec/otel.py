@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from statecodec import __version__
 from statecodec.errors import Reason, missing_extra
 from statecodec.middleware import REFUSED, REJECTED, answered_again, refused, replays, sdk_server
+from statecodec.single_use import unchecked
 
 try:
     from opentelemetry import metrics
@@ -61,8 +62,9 @@ class RequestStateMetrics:
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method not in self._methods or (ctx.params or {}).get("requestState") is None:
             return await call_next(ctx)
-        seen, again, replayed = list[str](), list[str](), list[str]()
+        seen, again, replayed, blind = list[str](), list[str](), list[str](), list[str]()
         reset, reset_again, reset_replays = refused.set(seen), answered_again.set(again), replays.set(replayed)
+        reset_blind = unchecked.set(blind)
         try:
             result = await call_next(ctx)
         except Exception as exc:  # refused (the frozen answer), a kept error, else an error: never accepted
@@ -73,9 +75,11 @@ class RequestStateMetrics:
             refused.reset(reset)
             answered_again.reset(reset_again)
             replays.reset(reset_replays)
+            unchecked.reset(reset_blind)
             for action in replayed:
                 self._replays.add(1, {"method": ctx.method, "action": action})
-        self._count(ctx.method, "refused" if seen else "answered_again" if again else "accepted", seen)
+        self._count(ctx.method, "refused" if seen else "answered_again" if again else "accepted_unchecked" if blind
+                    else "accepted", seen)
         return result
 
     def _count(self, method: str, outcome: str, seen: list[str]) -> None:

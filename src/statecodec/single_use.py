@@ -1,12 +1,13 @@
 """Single use and revocation: a token is accepted at most once, and an operator can end every flow of a principal.
 
 Threat: integrity, expiry and binding do not stop an exact replay, and a stateless token cannot be taken back. At
-unseal, after every other check, one atomic claim answers on the store's clock alone (docs/single-use.md); only an
-unreachable store can be accepted through (``on_store_error="accept"``), decided in `SingleUse.claim`.
+unseal, after every other check, one atomic claim answers on the store's clock alone (docs/single-use.md); only a
+store without a connection is accepted through (``on_store_error="accept"``), boundedly, recorded once it answers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -14,12 +15,15 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from contextvars import ContextVar
 from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from statecodec import _settings as cfg
+from statecodec import errors
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec._settings import MAX_FUTURE_SKEW, MAX_TTL, named_errors, seconds
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec
@@ -33,11 +37,13 @@ __all__ = ["Principal", "Selector", "SingleUse", "SingleUseCodec", "canonical_js
 logger = logging.getLogger("statecodec.single_use")
 T = TypeVar("T")
 Principal = tuple[str | None, str | None, str | None]  # (client_id, issuer, subject), as the MCP SDK binds it
+Claim = tuple[bytes, int, int]  # a token's epoch, issue and expiry (ms): what a claim needs beside its key (never it)
 PREFIX = b"su2."
 _HEADER, _DIGEST, _MAX_SCOPES = 36, 16, 16  # id 16, issued 6, expires 6, epoch 8; then a count and the digests
 _VERDICTS = {Outcome.USED: Reason.REPLAYED, Outcome.REVOKED: Reason.REVOKED, Outcome.EXPIRED: Reason.EXPIRED}
 _UNASKED = ("_meta", "requestState")  # a new progress token or trace each retry; the state, digested apart
 _ANSWER_AAD, _NONCE = b"statecodec/su2/result\x00", 12
+unchecked: ContextVar[list[str] | None] = ContextVar("statecodec_unchecked", default=None)  # statecodec.otel counts it
 RESERVED = frozenset(("principal", "client", "issuer", "subject", "all"))  # what a stamp records itself: no scope names
 
 
@@ -72,11 +78,13 @@ class SingleUse(HoldsSecrets):
     """The single-use and revocation rules over any `Store`, from one event loop; `key` is the same on every instance,
     and beyond `clock_skew` from the store's clock this instance neither mints nor accepts."""
 
-    __slots__ = ("_all", "_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_keys", "_macs", "_noted",
-                 "_quiet", "_skewed", "clock_skew", "deadline", "on_store_error", "store", "ttl", "unrecorded", "where")
+    __slots__ = ("_all", "_anchor", "_answers", "_clock", "_down", "_epoch", "_fingerprint", "_keys", "_macs", "_noted",
+                 "_quiet", "_recording", "_skewed", "_unchecked", "accept_for", "accept_max", "clock_skew", "deadline",
+                 "on_store_error", "store", "ttl", "unrecorded", "where")
 
     def __init__(self, store: Store, *, key: bytes | KeyRing, ttl: float, clock: Callable[[], float] = time.time,
-                 clock_skew: float = 1.0, on_store_error: Literal["refuse", "accept"] = "refuse") -> None:
+                 clock_skew: float = 1.0, on_store_error: Literal["refuse", "accept"] = "refuse",
+                 accept_for: float = cfg.DEFAULT_ACCEPT_FOR, accept_max: int = cfg.DEFAULT_ACCEPT_MAX) -> None:
         if not isinstance(store, Store):
             raise ConfigurationError("store must be a statecodec Store, e.g. MemoryStore() or RedisStore.from_url")
         if on_store_error not in ("refuse", "accept"):
@@ -85,6 +93,10 @@ class SingleUse(HoldsSecrets):
         self.ttl = seconds("ttl", ttl, low=0.001, high=MAX_TTL)
         self.deadline = store.deadline
         self.clock_skew = seconds("clock_skew", clock_skew, low=0, high=MAX_FUTURE_SKEW)
+        self.accept_for = seconds(cfg.ACCEPT_FOR_VAR, accept_for, low=0, high=cfg.MAX_ACCEPT_FOR, low_open=True)
+        if type(accept_max) is not int or not 0 < accept_max <= cfg.MAX_ACCEPT_MAX:
+            raise ConfigurationError(f"{cfg.ACCEPT_MAX_VAR} (accept_max) must be 1 to {cfg.MAX_ACCEPT_MAX} tokens")
+        self.accept_max = accept_max
         with named_errors("the store key"):
             secret = (key if isinstance(key, KeyRing) else KeyRing([key]))[0]
         kinds = ("claim", "stamp", "scope", "fingerprint", "retry", "result")  # the last two: the retry-safe mode's
@@ -103,8 +115,10 @@ class SingleUse(HoldsSecrets):
         self._noted: set[tuple[object, ...]] = set()  # the principal and scope shapes stamped in the store's epoch
         # Forms (kind, issuer or scope name) `start` records, once per epoch, before the first token under each leaves.
         self.unrecorded: set[tuple[str, str | None]] = set()
+        self._unchecked: dict[bytes, Claim] = {}  # each claim accepted unchecked, until the store records it
+        self._down, self._recording = 0.0, False  # when this outage began (monotonic), until the store answers
         if on_store_error == "accept":
-            logger.warning("single use is availability first: a token is accepted unchecked while the store is down")
+            logger.warning("single use is availability first: tokens accepted unchecked while the store is unreachable")
 
     def retry_digest(self, method: str, params: Mapping[str, Any], state: str, principal: Principal | None) -> bytes:
         """The retry-safe mode's keyed digest of a retry (docs/formats.md); `malformed` without a canonical form."""
@@ -147,7 +161,7 @@ class SingleUse(HoldsSecrets):
     def _skew(self, before: float, store_ms: int, after: float) -> str | None:
         """Why this clock is beyond `clock_skew` of the store's, which answered between `before` and `after`; anchors
         the store's time to the monotonic clock, for `stamp` to notice a step of this clock in between."""
-        self._anchor = (store_ms / 1000 - time.monotonic(), after - before)
+        self._anchor, self._down = (store_ms / 1000 - time.monotonic(), after - before), 0.0  # an answer ends an outage
         offset = store_ms / 1000 - min(max(store_ms / 1000, before - self.clock_skew), after + self.clock_skew)
         way = "behind" if offset > 0 else "ahead of"
         return f"this clock is {abs(offset) + self.clock_skew:.3f} s {way} the store's" if offset else None
@@ -171,6 +185,7 @@ class SingleUse(HoldsSecrets):
             self._noted.clear()
         self._epoch, self._skewed = hello.epoch, None
         self.unrecorded -= forms
+        await self._record()
 
     def stamp(self, state: bytes, *, principal: Principal | None = None, scopes: Mapping[str, str] | None = None
               ) -> bytes:
@@ -222,29 +237,36 @@ class SingleUse(HoldsSecrets):
         accepted unchecked)."""
         body, state = self._parse(stamped)
         scopes = [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)]
+        key, token = mac(self._macs["claim"], body[:16]), (body[28:36], int.from_bytes(body[16:22]),
+                                                           int.from_bytes(body[22:28]))
+        if key in self._unchecked:  # accepted unchecked here, not yet recorded: refused as the store will refuse it
+            raise InvalidToken(Reason.REPLAYED)
         refusal = Reason.STORE_UNAVAILABLE
         try:
             if self._epoch is None:
                 await self.start()
-            before, key = self._clock(), mac(self._macs["claim"], body[:16])
-            verdict = await bounded(self.store, self.store.claim(
-                fingerprint=self._fingerprint, key=key, epoch=body[28:36],
-                issued_ms=int.from_bytes(body[16:22]), expires_ms=int.from_bytes(body[22:28]),
-                lifetime_ms=round(self.ttl * 1000), skew_ms=round(self.clock_skew * 1000),
-                scopes=[*scopes, self._all], retry=retry,
-            ))
+            before = self._clock()
+            verdict = await self._claim(key, token, [*scopes, self._all], retry)
             self._skewed = self._skew(before, verdict.now_ms, self._clock())
         except StoreUnreachable as exc:
-            if self.on_store_error == "accept":
-                logger.error("%s: token accepted WITHOUT the single-use check (on_store_error=accept)", exc)
+            self._down = self._down or time.monotonic()  # this outage's bounds run until the store answers
+            # Only a store without a connection, never a slow one (a client can slow it), within the outage's bounds.
+            down = self.on_store_error == "accept" and isinstance(exc, errors.StoreDown)
+            if down and len(self._unchecked) < self.accept_max and time.monotonic() - self._down < self.accept_for:
+                self._unchecked[key] = token
+                self.warn(f"{exc}: tokens accepted UNCHECKED (on_store_error=accept), recorded once it answers")
+                if (noted := unchecked.get()) is not None:
+                    noted.append(self.where)
                 return state, b"", None
-            self.warn(f"{exc}: tokens refused until it answers")
+            self.warn(f"{exc}: tokens refused until it answers{' (availability first ended: its bounds)' * down}")
         except (StoreError, ConfigurationError) as exc:  # answered, or this instance saturated: refused in every mode
             self.warn(f"{exc}: tokens refused")
             refusal = exc.reason if isinstance(exc, StoreError) else refusal
         except Exception as exc:  # a store's bug is never a reason to accept
             self.warn(f"the store at {self.where} failed ({type(exc).__name__}): tokens refused")
         else:  # answered: outside the handlers, so no store exception is chained to a refusal
+            if self._unchecked:
+                await self._record()
             if verdict.malformed:
                 logger.error("the store at %s holds malformed revocations, skipped: %s", self.where, verdict.malformed)
             if verdict.epoch != self._epoch:
@@ -257,6 +279,29 @@ class SingleUse(HoldsSecrets):
                 return state, key, verdict
             raise InvalidToken(_VERDICTS.get(verdict.outcome, Reason.STORE_UNAVAILABLE))
         raise InvalidToken(refusal)
+
+    def _claim(self, key: bytes, token: Claim, scopes: list[bytes], retry: bytes) -> Awaitable[Verdict]:
+        return bounded(self.store, self.store.claim(
+            fingerprint=self._fingerprint, key=key, epoch=token[0], issued_ms=token[1], expires_ms=token[2],
+            lifetime_ms=round(self.ttl * 1000), skew_ms=round(self.clock_skew * 1000), scopes=scopes, retry=retry))
+
+    async def _record(self) -> None:
+        """Claim each token accepted unchecked on the store that answers again, before the answer that found it back
+        leaves: then no instance accepts it again. All together; one the store did not answer stays for its next."""
+        if self._recording or not self._unchecked:
+            return
+        self._recording, pending = True, list(self._unchecked.items())
+        try:
+            done = await asyncio.gather(*(self._claim(key, token, [self._all], b"") for key, token in pending),
+                                        return_exceptions=True)
+        finally:
+            self._recording = False
+        answered = {key: v for (key, _), v in zip(pending, done, strict=True) if isinstance(v, Verdict)}
+        self._unchecked = {key: token for key, token in self._unchecked.items() if key not in answered}
+        replays = sum(verdict.outcome is Outcome.USED for verdict in answered.values())
+        logger.log(logging.ERROR if replays else logging.WARNING, "the store at %s answers again: %d tokens accepted "
+                   "unchecked recorded (%d replays let through), %d left", self.where, len(answered), replays,
+                   len(self._unchecked))
 
     def warn(self, message: str) -> None:
         """One WARNING per cause per 10 s, not one per token: an outage, or a store one client filled, cannot flood the
