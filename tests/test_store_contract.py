@@ -344,7 +344,7 @@ async def test_availability_first_records_what_it_accepted_unchecked_so_no_insta
     cut.cut = False
     with caplog.at_level(logging.WARNING, "statecodec.single_use"):
         await a.start()  # the heartbeat's call: the first that answers records them
-    assert "3 tokens accepted unchecked recorded (1 replays let through), 0 left" in caplog.text
+    assert "3 tokens accepted unchecked recorded, 1 replays let through, 0 left" in caplog.text
     for token in (tokens[0], tokens[1], spent):
         assert await reason(b, token) == "replayed"
         assert await reason(a, token) == "replayed"

@@ -40,8 +40,7 @@ DEFAULT_TTL, MAX_TTL = 600, 30 * 24 * 3600  # a state token lives for a conversa
 DEFAULT_FUTURE_SKEW, MAX_FUTURE_SKEW = 60, 3600  # how far ahead another instance's clock may be when it mints
 DEFAULT_STORE_TIMEOUT = 0.25  # a network store's bound on connecting and on each answer
 DEFAULT_RESULT_MAX, MAX_RESULT_MAX = 65_536, 1 << 24  # the retry-safe mode's kept answer, in bytes
-DEFAULT_ACCEPT_FOR, MAX_ACCEPT_FOR = 30, 600  # availability first's time per outage: a restart or a failover fits
-DEFAULT_ACCEPT_MAX, MAX_ACCEPT_MAX = 1000, 100_000  # and its tokens: a burst a healthy store serves at once
+DEFAULT_ACCEPT_FOR, MAX_ACCEPT_FOR, DEFAULT_ACCEPT_MAX, MAX_ACCEPT_MAX = 30, 600, 1000, 100_000  # per outage
 INSTANCE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")  # an instance's name in the fleet registry
 
 # What the MCP ttl, single use and live rotation read from the environment, never from a codec's config file (the
@@ -242,12 +241,10 @@ def on_replay(settings: Mapping[str, str]) -> str:
     return replay_policy(setting(settings, ON_REPLAY_VAR, required=False) or "log")
 
 
-def on_store_error(settings: Mapping[str, str]) -> tuple[Any, float, Any]:
-    """(``STATECODEC_STORE_ON_ERROR``, ``_ACCEPT_FOR``, ``_ACCEPT_MAX``): `SingleUse` checks the first and the last."""
-    cap = setting(settings, ACCEPT_MAX_VAR, required=False)
+def on_store_error(settings: Mapping[str, str]) -> tuple[Any, float, Any]:  # mode, bounds: SingleUse checks them
     return (setting(settings, ON_ERROR_VAR, required=False) or "refuse", seconds_setting(
         settings, ACCEPT_FOR_VAR, default=DEFAULT_ACCEPT_FOR, low=0, high=MAX_ACCEPT_FOR, low_open=True),
-        DEFAULT_ACCEPT_MAX if cap is None else decimal(cap))
+        decimal(setting(settings, ACCEPT_MAX_VAR, required=False) or str(DEFAULT_ACCEPT_MAX)))
 
 
 def replay_policy(value: object) -> str:

@@ -90,8 +90,7 @@ class StoreUnreachable(StoreError):
 
 
 class StoreDown(StoreUnreachable):
-    """No connection to the store (refused, reset, its name does not resolve): the one failure availability first
-    accepts a token through, boundedly; never a timeout, which a client can cause by making a connected store slow."""
+    """No connection (refused, reset, its name does not resolve): the one failure availability first accepts through."""
 
 
 class StoreBusy(StoreError):

@@ -63,8 +63,8 @@ class RequestStateMetrics:
         if ctx.method not in self._methods or (ctx.params or {}).get("requestState") is None:
             return await call_next(ctx)
         seen, again, replayed, blind = list[str](), list[str](), list[str](), list[str]()
-        reset, reset_again, reset_replays = refused.set(seen), answered_again.set(again), replays.set(replayed)
-        reset_blind = unchecked.set(blind)
+        noted = {refused: seen, answered_again: again, replays: replayed, unchecked: blind}
+        resets = [(var, var.set(value)) for var, value in noted.items()]
         try:
             result = await call_next(ctx)
         except Exception as exc:  # refused (the frozen answer), a kept error, else an error: never accepted
@@ -72,10 +72,8 @@ class RequestStateMetrics:
             self._count(ctx.method, "refused" if refusal else "answered_again" if again else "error", seen)
             raise
         finally:
-            refused.reset(reset)
-            answered_again.reset(reset_again)
-            replays.reset(reset_replays)
-            unchecked.reset(reset_blind)
+            for var, token in resets:
+                var.reset(token)
             for action in replayed:
                 self._replays.add(1, {"method": ctx.method, "action": action})
         self._count(ctx.method, "refused" if seen else "answered_again" if again else "accepted_unchecked" if blind

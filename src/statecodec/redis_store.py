@@ -266,11 +266,9 @@ class RedisStore(HoldsSecrets):
             return StoreUnreachable(f"{at} did not answer within {self.timeout:g} s")
         if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in text:
             return StoreUnreachable(f"{at} is unreachable: TLS failed (is its CA in ssl_ca_certs?)")
-        if any(isinstance(e, socket.gaierror) for e in chain):  # this host out of files is an OSError (EMFILE)
+        if any(isinstance(e, socket.gaierror) for e in chain):  # down, as refused or reset; this host's EMFILE is not
             return StoreDown(f"{at} is unreachable: its host name does not resolve")
         if isinstance(exc, rx.ConnectionError | OSError | rx.RedisClusterException):
-            # Refused or reset: no store there. Anything else may be this host's own (out of files: a client can cause
-            # that), not an outage: never accepted through.
             down = next((e for e in chain if isinstance(e, ConnectionRefusedError | ConnectionResetError)), None)
             refused = isinstance(down, ConnectionRefusedError)
             what = "connection refused" if refused else "no connection" if down is None else "connection reset"

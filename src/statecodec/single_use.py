@@ -25,7 +25,6 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from statecodec import _settings as cfg
 from statecodec import errors
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec._settings import MAX_FUTURE_SKEW, MAX_TTL, named_errors, seconds
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable, missing_extra
 from statecodec.keys import KeyRing, derive_key, field, mac
@@ -37,7 +36,6 @@ __all__ = ["Principal", "Selector", "SingleUse", "SingleUseCodec", "canonical_js
 logger = logging.getLogger("statecodec.single_use")
 T = TypeVar("T")
 Principal = tuple[str | None, str | None, str | None]  # (client_id, issuer, subject), as the MCP SDK binds it
-Claim = tuple[bytes, int, int]  # a token's epoch, issue and expiry (ms): what a claim needs beside its key (never it)
 PREFIX = b"su2."
 _HEADER, _DIGEST, _MAX_SCOPES = 36, 16, 16  # id 16, issued 6, expires 6, epoch 8; then a count and the digests
 _VERDICTS = {Outcome.USED: Reason.REPLAYED, Outcome.REVOKED: Reason.REVOKED, Outcome.EXPIRED: Reason.EXPIRED}
@@ -90,14 +88,13 @@ class SingleUse(HoldsSecrets):
         if on_store_error not in ("refuse", "accept"):
             raise ConfigurationError("on_store_error (STATECODEC_STORE_ON_ERROR) must be refuse (the default) or "
                                      "accept")
-        self.ttl = seconds("ttl", ttl, low=0.001, high=MAX_TTL)
+        self.ttl = cfg.seconds("ttl", ttl, low=0.001, high=cfg.MAX_TTL)
         self.deadline = store.deadline
-        self.clock_skew = seconds("clock_skew", clock_skew, low=0, high=MAX_FUTURE_SKEW)
-        self.accept_for = seconds(cfg.ACCEPT_FOR_VAR, accept_for, low=0, high=cfg.MAX_ACCEPT_FOR, low_open=True)
+        self.clock_skew = cfg.seconds("clock_skew", clock_skew, low=0, high=cfg.MAX_FUTURE_SKEW)
+        self.accept_for = cfg.seconds(cfg.ACCEPT_FOR_VAR, accept_for, low=0, high=cfg.MAX_ACCEPT_FOR, low_open=True)
         if type(accept_max) is not int or not 0 < accept_max <= cfg.MAX_ACCEPT_MAX:
             raise ConfigurationError(f"{cfg.ACCEPT_MAX_VAR} (accept_max) must be 1 to {cfg.MAX_ACCEPT_MAX} tokens")
-        self.accept_max = accept_max
-        with named_errors("the store key"):
+        with cfg.named_errors("the store key"):
             secret = (key if isinstance(key, KeyRing) else KeyRing([key]))[0]
         kinds = ("claim", "stamp", "scope", "fingerprint", "retry", "result")  # the last two: the retry-safe mode's
         self._keys = {k: derive_key(secret, b"statecodec/su2/" + k.encode()) for k in kinds}
@@ -105,7 +102,7 @@ class SingleUse(HoldsSecrets):
         self._macs = {k: hmac.new(self._keys[k], PREFIX if k == "stamp" else b"", "sha256") for k in kinds[:-1]}
         self._fingerprint = mac(self._macs["fingerprint"], field(store.namespace))
         self._all = self._scope("all", None, None)  # the scope every token carries, for revoke(everything=True)
-        self.store, self.on_store_error, self._clock = store, on_store_error, clock
+        self.store, self.on_store_error, self._clock, self.accept_max = store, on_store_error, clock, accept_max
         self.where = store.where  # the store's host:port (or ``memory``), for messages: never a credential
         self._answers = AESGCM(self._keys["result"])  # the retry-safe mode's kept answers
         self._epoch: bytes | None = None  # the store's epoch, once it answered: stamps carry it
@@ -115,8 +112,8 @@ class SingleUse(HoldsSecrets):
         self._noted: set[tuple[object, ...]] = set()  # the principal and scope shapes stamped in the store's epoch
         # Forms (kind, issuer or scope name) `start` records, once per epoch, before the first token under each leaves.
         self.unrecorded: set[tuple[str, str | None]] = set()
-        self._unchecked: dict[bytes, Claim] = {}  # each claim accepted unchecked, until the store records it
-        self._down, self._recording = 0.0, False  # when this outage began (monotonic), until the store answers
+        self._unchecked: dict[bytes, bytes] = {}  # claim key -> `claim`'s `when`, accepted unchecked, until recorded
+        self._down, self._recording = 0.0, asyncio.Lock()  # when this outage began (monotonic), until it answers
         if on_store_error == "accept":
             logger.warning("single use is availability first: tokens accepted unchecked while the store is unreachable")
 
@@ -237,23 +234,20 @@ class SingleUse(HoldsSecrets):
         accepted unchecked)."""
         body, state = self._parse(stamped)
         scopes = [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)]
-        key, token = mac(self._macs["claim"], body[:16]), (body[28:36], int.from_bytes(body[16:22]),
-                                                           int.from_bytes(body[22:28]))
+        key, when = mac(self._macs["claim"], body[:16]), body[16:36]  # the claim's key; its issue, expiry and epoch
         if key in self._unchecked:  # accepted unchecked here, not yet recorded: refused as the store will refuse it
             raise InvalidToken(Reason.REPLAYED)
         refusal = Reason.STORE_UNAVAILABLE
         try:
             if self._epoch is None:
                 await self.start()
-            before = self._clock()
-            verdict = await self._claim(key, token, [*scopes, self._all], retry)
+            before, verdict = self._clock(), await self._claim(key, when, [*scopes, self._all], retry)
             self._skewed = self._skew(before, verdict.now_ms, self._clock())
         except StoreUnreachable as exc:
             self._down = self._down or time.monotonic()  # this outage's bounds run until the store answers
-            # Only a store without a connection, never a slow one (a client can slow it), within the outage's bounds.
             down = self.on_store_error == "accept" and isinstance(exc, errors.StoreDown)
             if down and len(self._unchecked) < self.accept_max and time.monotonic() - self._down < self.accept_for:
-                self._unchecked[key] = token
+                self._unchecked[key] = when
                 self.warn(f"{exc}: tokens accepted UNCHECKED (on_store_error=accept), recorded once it answers")
                 if (noted := unchecked.get()) is not None:
                     noted.append(self.where)
@@ -265,8 +259,7 @@ class SingleUse(HoldsSecrets):
         except Exception as exc:  # a store's bug is never a reason to accept
             self.warn(f"the store at {self.where} failed ({type(exc).__name__}): tokens refused")
         else:  # answered: outside the handlers, so no store exception is chained to a refusal
-            if self._unchecked:
-                await self._record()
+            await self._record()
             if verdict.malformed:
                 logger.error("the store at %s holds malformed revocations, skipped: %s", self.where, verdict.malformed)
             if verdict.epoch != self._epoch:
@@ -280,28 +273,26 @@ class SingleUse(HoldsSecrets):
             raise InvalidToken(_VERDICTS.get(verdict.outcome, Reason.STORE_UNAVAILABLE))
         raise InvalidToken(refusal)
 
-    def _claim(self, key: bytes, token: Claim, scopes: list[bytes], retry: bytes) -> Awaitable[Verdict]:
+    def _claim(self, key: bytes, when: bytes, scopes: list[bytes], retry: bytes) -> Awaitable[Verdict]:
         return bounded(self.store, self.store.claim(
-            fingerprint=self._fingerprint, key=key, epoch=token[0], issued_ms=token[1], expires_ms=token[2],
-            lifetime_ms=round(self.ttl * 1000), skew_ms=round(self.clock_skew * 1000), scopes=scopes, retry=retry))
+            fingerprint=self._fingerprint, key=key, epoch=when[12:], issued_ms=int.from_bytes(when[:6]),
+            expires_ms=int.from_bytes(when[6:12]), lifetime_ms=round(self.ttl * 1000),
+            skew_ms=round(self.clock_skew * 1000), scopes=scopes, retry=retry))
 
     async def _record(self) -> None:
-        """Claim each token accepted unchecked on the store that answers again, before the answer that found it back
-        leaves: then no instance accepts it again. All together; one the store did not answer stays for its next."""
-        if self._recording or not self._unchecked:
+        """Claim each token accepted unchecked, before the answer that found the store back leaves: none is accepted
+        again. All together; one the store did not answer stays for its next answer."""
+        if self._recording.locked() or not self._unchecked:
             return
-        self._recording, pending = True, list(self._unchecked.items())
-        try:
-            done = await asyncio.gather(*(self._claim(key, token, [self._all], b"") for key, token in pending),
+        async with self._recording:  # once at a time: a second would count each token as a replay let through
+            pending = list(self._unchecked.items())
+            done = await asyncio.gather(*(self._claim(key, when, [self._all], b"") for key, when in pending),
                                         return_exceptions=True)
-        finally:
-            self._recording = False
         answered = {key: v for (key, _), v in zip(pending, done, strict=True) if isinstance(v, Verdict)}
-        self._unchecked = {key: token for key, token in self._unchecked.items() if key not in answered}
-        replays = sum(verdict.outcome is Outcome.USED for verdict in answered.values())
-        logger.log(logging.ERROR if replays else logging.WARNING, "the store at %s answers again: %d tokens accepted "
-                   "unchecked recorded (%d replays let through), %d left", self.where, len(answered), replays,
-                   len(self._unchecked))
+        self._unchecked = {key: when for key, when in self._unchecked.items() if key not in answered}
+        used = sum(verdict.outcome is Outcome.USED for verdict in answered.values())  # replays let through
+        logger.log(logging.ERROR if used else logging.WARNING, "the store at %s answers: %d tokens accepted unchecked "
+                   "recorded, %d replays let through, %d left", self.where, len(answered), used, len(self._unchecked))
 
     def warn(self, message: str) -> None:
         """One WARNING per cause per 10 s, not one per token: an outage, or a store one client filled, cannot flood the

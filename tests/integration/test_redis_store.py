@@ -628,7 +628,7 @@ def test_availability_first_through_a_real_outage_stops_at_its_bound_and_no_toke
     assert during == ["x"] * 5 + ["store_unavailable"] * 2 + ["replayed", "store_unavailable"]
     assert after == ["x"]
     assert replays == ["replayed"] * 10
-    assert "5 tokens accepted unchecked recorded (0 replays let through), 0 left" in caplog.text
+    assert "5 tokens accepted unchecked recorded, 0 replays let through, 0 left" in caplog.text
 
 
 async def outcome(guard: SingleUse, token: bytes) -> str:
