@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import errno
 import ipaddress
 import json
 import logging
 import re
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager
@@ -655,3 +657,23 @@ def test_a_client_flooding_large_kept_answers_never_opens_availability_first(red
     outcomes = run(scenario)
     assert all((isinstance(o, tuple) and o[2] is not None) or str(o) in ("store_unavailable", "store_busy")
                for o in outcomes), {str(o) for o in outcomes}
+
+
+def test_only_a_refused_or_reset_connection_or_an_unresolvable_name_is_down() -> None:
+    """What availability first accepts through is decided by the cause: a timeout (a client can slow a connected store)
+    or this host out of file descriptors (a client can cause that too, by holding connections) is never `StoreDown`."""
+    from statecodec.errors import StoreDown
+
+    store = RedisStore.from_url("redis://127.0.0.1:1/0")
+
+    def failure(cause: BaseException) -> StoreError:  # as the client raises it: inside its handler of `cause`
+        exc = redis.exceptions.ConnectionError("Error connecting")
+        exc.__context__ = cause
+        return store._failure(exc)
+
+    down = [ConnectionRefusedError(111, "refused"), ConnectionResetError(104, "reset"), socket.gaierror(-2, "name")]
+    up = [OSError(errno.EMFILE, "Too many open files"), TimeoutError("timed out"), OSError(errno.EHOSTUNREACH, "no")]
+    assert [type(failure(cause)) for cause in down] == [StoreDown] * 3
+    assert [type(failure(cause)) for cause in up] == [StoreUnreachable] * 3
+    assert [str(failure(cause)).rsplit(": ", 1)[1] for cause in down] == [
+        "connection refused", "connection reset", "its host name does not resolve"]
