@@ -24,11 +24,13 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
 from statecodec import AESGCMCodec, format_keys, generate_key
+from statecodec.errors import StoreDown
 from statecodec.mcp import from_env
-from statecodec.middleware import sdk_server
+from statecodec.middleware import SingleUseMiddleware, sdk_server
 from statecodec.otel import REQUEST_STATE, instrument
-from statecodec.store import MemoryStore
-from tests.mcp_flows import KINDS, build_server, guarded, mint, present, round_one, single_use
+from statecodec.single_use import SingleUse
+from statecodec.store import MemoryStore, Verdict
+from tests.mcp_flows import KINDS, STORE_KEY, build_server, guarded, mint, present, round_one, single_use
 from tests.mcp_flows import client as client_of
 from tests.test_retry_safe import Gone
 
@@ -174,3 +176,32 @@ def test_a_retry_answered_with_its_kept_answer_is_counted_as_such_and_in_progres
 
     anyio.run(body)
     assert counts(reader) == Counter({("accepted", ""): 2, ("answered_again", ""): 1, ("refused", "in_progress"): 1})
+
+
+class Down(MemoryStore):
+    """The in-process store behind a cut connection: each claim `StoreDown` while `down`."""
+
+    down = False
+
+    async def claim(self, **kw: Any) -> Verdict:
+        if self.down:
+            raise StoreDown("the store at memory is unreachable: connection refused")
+        return await super().claim(**kw)
+
+
+def test_a_token_accepted_unchecked_is_counted_as_such_never_as_accepted() -> None:
+    reader, security = InMemoryMetricReader(), RequestStateSecurity(codec=AESGCMCodec([generate_key()]), ttl=TTL)
+    store = Down()
+    middleware = SingleUseMiddleware(SingleUse(store, key=STORE_KEY, ttl=TTL, on_store_error="accept"))
+    server = build_server(security, middleware=[middleware], lifespan=middleware.lifespan)
+    instrument(server, MeterProvider(metric_readers=[reader]).get_meter("test"))
+
+    async def body() -> None:
+        async with client_of(server) as client:
+            token = await mint(client)
+            store.down = True
+            for _ in range(2):
+                await present(client, token)
+
+    anyio.run(body)
+    assert counts(reader) == Counter([("accepted_unchecked", ""), ("refused", "replayed")])

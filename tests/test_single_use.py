@@ -10,9 +10,11 @@ import hmac
 import json
 import logging
 import pickle
+import re
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -24,9 +26,9 @@ from hypothesis import strategies as st
 
 from statecodec import AESGCMCodec, BoundCodec, ConfigurationError, InvalidToken, KeyRing, StoreError, format_keys
 from statecodec.cli.main import main
-from statecodec.errors import StoreUnreachable
+from statecodec.errors import StoreBusy, StoreDown, StoreUnreachable
 from statecodec.mcp import guard_from_env, store_from_env
-from statecodec.single_use import SingleUse, SingleUseCodec
+from statecodec.single_use import SingleUse, SingleUseCodec, unchecked
 from statecodec.store import Hello, MemoryStore, Outcome, Verdict
 from tests.secrecy import refused
 from tests.test_vectors import hkdf
@@ -271,14 +273,15 @@ def test_each_verdict_is_refused_with_the_reason_docs_formats_md_names(
 @pytest.mark.parametrize(
     ("error", "mode", "accepted"),
     [
-        (StoreUnreachable("the store at fixed:0 did not answer within 0.25 s"), "accept", True),
-        (StoreUnreachable("the store at fixed:0 did not answer within 0.25 s"), "refuse", False),
+        (StoreDown("the store at fixed:0 is unreachable: connection refused"), "accept", True),
+        (StoreDown("the store at fixed:0 is unreachable: connection refused"), "refuse", False),
+        (StoreUnreachable("the store at fixed:0 did not answer within 0.25 s"), "accept", False),  # slow: a client can
         (StoreError("the store at fixed:0 is full"), "accept", False),  # one client can fill a store
         (RuntimeError("a bug in a custom store"), "accept", False),
         (ConfigurationError("the store at fixed:0 belongs to another store key"), "accept", False),
         ("unreadable", "accept", False),  # a FIRST claim, then an answer the guard cannot read
     ],
-    ids=["unreachable-accept", "unreachable-refuse", "answered-error", "any-other-exception", "foreign", "unreadable"],
+    ids=["down-accept", "down-refuse", "slow-accept", "answered-error", "any-other-exception", "foreign", "unreadable"],
 )
 def test_availability_first_accepts_only_when_the_store_cannot_be_reached(
     error: BaseException | str, mode: str, accepted: bool, caplog: pytest.LogCaptureFixture
@@ -295,7 +298,7 @@ def test_availability_first_accepts_only_when_the_store_cannot_be_reached(
                 with pytest.raises(InvalidToken, match="store_unavailable") as refused:
                     asyncio.run(guard.consume(token))
                 assert (refused.value.__cause__, refused.value.__context__) == (None, None)
-    assert len(caplog.records) == (3 if accepted else 1)  # a refusal is one line per interval, not one per token
+    assert len(caplog.records) == 1  # one line per cause per interval, not one per token, accepted or refused
     assert all("fixed:0" in r.getMessage() and "a bug in" not in r.getMessage() for r in caplog.records)
 
 
@@ -362,3 +365,89 @@ def test_one_cause_of_refusal_does_not_hide_the_next_from_the_log(caplog: pytest
             with pytest.raises(InvalidToken, match="store_unavailable"):
                 asyncio.run(guard.consume(token))
     assert [r.getMessage().split(":")[1].split()[-1] for r in caplog.records] == ["stalled", "full"]  # each once
+
+
+def test_availability_first_is_bounded_per_outage_and_nothing_a_client_does_resets_the_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The attacker's ways around the count bound: replays of what was accepted, and a store made slow, busy or full
+    between (each a failure, none an answer) must neither be accepted nor reset it. The list never passes the bound."""
+    guard, store = fixed_guard(1_767_225_600_000, on_store_error="accept", accept_max=3)
+    tokens = [guard.stamp(b"x") for _ in range(5)]
+    down = StoreDown("the store at fixed:0 is unreachable: connection refused")
+    slow, busy = StoreUnreachable("the store at fixed:0 did not answer within 0.25 s"), StoreBusy("fixed:0 busy")
+
+    def outcome(token: bytes) -> str:
+        try:
+            return asyncio.run(guard.consume(token)).decode()
+        except InvalidToken as exc:
+            return exc.reason.value
+
+    with caplog.at_level(logging.WARNING, "statecodec.single_use"):
+        seen = []
+        for error, token in [(down, tokens[0]), (down, tokens[0]), (slow, tokens[1]), (busy, tokens[1]),
+                             (StoreError("the store at fixed:0 is full"), tokens[1]), (down, tokens[1]),
+                             (down, tokens[1]), (down, tokens[2]), (down, tokens[3]), (slow, tokens[4]),
+                             (down, tokens[4])]:
+            store.error = error
+            seen.append(outcome(token))
+    assert seen == ["x", "replayed", "store_unavailable", "store_busy", "store_unavailable", "x", "replayed", "x",
+                    "store_unavailable", "store_unavailable", "store_unavailable"]
+    assert len(guard._unchecked) == 3  # the bound: what waits to be recorded, never the tokens themselves
+    assert "availability first ended: its bounds" in caplog.text
+    store.error, store.claims[:] = None, []
+    assert outcome(tokens[3]) == "x"  # the store answers: the outage ends, and the three are recorded with it
+    recorded = [claim["key"] for claim in store.claims[1:]]
+    assert len(recorded) == 3
+    assert not guard._unchecked
+    assert store.claims[0]["key"] not in recorded  # recorded after that claim answered, before it returned
+    store.error = down  # a new outage: a new bound
+    assert outcome(tokens[4]) == "x"
+
+
+def test_availability_first_ends_when_its_time_per_outage_has_passed_and_only_an_answer_restarts_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    guard, store = fixed_guard(1_767_225_600_000, on_store_error="accept", accept_for=0.05)
+    tokens = [guard.stamp(b"x") for _ in range(4)]
+    store.error = StoreDown("the store at fixed:0 is unreachable: connection refused")
+    assert asyncio.run(guard.consume(tokens[0])) == b"x"
+    time.sleep(0.06)  # past the bound: monotonic time only moves forward
+    with pytest.raises(InvalidToken, match="store_unavailable"):
+        asyncio.run(guard.consume(tokens[1]))
+    store.error = None
+    assert asyncio.run(guard.consume(tokens[2])) == b"x"  # an answer: the outage is over, its one token recorded
+    store.error = StoreDown("the store at fixed:0 is unreachable: connection refused")
+    assert asyncio.run(guard.consume(tokens[3])) == b"x"
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [({"accept_max": 0}, "STATECODEC_STORE_ACCEPT_MAX (accept_max) must be 1 to 100000 tokens"),
+     ({"accept_max": True}, "STATECODEC_STORE_ACCEPT_MAX"), ({"accept_max": 100_001}, "STATECODEC_STORE_ACCEPT_MAX"),
+     ({"accept_for": 0}, "STATECODEC_STORE_ACCEPT_FOR must be a number of seconds more than 0 and at most 600"),
+     ({"accept_for": float("nan")}, "STATECODEC_STORE_ACCEPT_FOR"), ({"accept_for": "3"}, "STATECODEC_STORE_ACCEPT_F")],
+)
+def test_availability_firsts_bounds_are_checked_in_code_as_from_the_settings(kw: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        SingleUse(MemoryStore(), key=KEY, ttl=600, on_store_error="accept", **kw)
+    name, value = {"accept_max": ("STATECODEC_STORE_ACCEPT_MAX", "0"), "accept_for": ("STATECODEC_STORE_ACCEPT_FOR",
+                                                                                      "601")}[next(iter(kw))]
+    assert name in refused(lambda: guard_from_env({**ENV, name: value}), KEY)
+    guard = guard_from_env({**ENV, "STATECODEC_STORE_ACCEPT_MAX": "7", "STATECODEC_STORE_ACCEPT_FOR": "2.5"})
+    assert (guard.accept_max, guard.accept_for) == (7, 2.5)
+    assert (guard_from_env(ENV).accept_max, guard_from_env(ENV).accept_for) == (1000, 30)
+
+
+def test_a_token_accepted_unchecked_is_noted_for_the_metric_by_the_stores_host() -> None:
+    guard, store = fixed_guard(1_767_225_600_000, on_store_error="accept")
+    stamped = guard.stamp(b"x")
+    store.error = StoreDown("the store at fixed:0 is unreachable: connection refused")
+    noted: list[str] = []
+
+    async def present() -> bytes:
+        unchecked.set(noted)  # as statecodec.otel sets it around each presentation
+        return await guard.consume(stamped)
+
+    assert asyncio.run(present()) == b"x"
+    assert noted == ["fixed:0"]

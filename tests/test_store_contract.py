@@ -8,6 +8,7 @@ store, each with its own clock offset and settings; time moves by `advance` (rea
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any, cast
@@ -16,6 +17,7 @@ from unittest.mock import ANY
 import pytest
 
 from statecodec import ConfigurationError, InvalidToken, StoreError
+from statecodec.errors import StoreDown
 from statecodec.registry import Registry, Reporter, read_fleet, registry_for
 from statecodec.reload import Snapshot
 from statecodec.single_use import SingleUse
@@ -306,3 +308,45 @@ async def test_the_fleet_registry_dates_and_drops_entries_by_the_stores_clock_an
     assert after.tokens_until_ms["aa"] == fleet.tokens_until_ms["aa"]  # what web-1 may have sealed still counts
     await stays(None)  # a clean stop leaves at once
     assert (await read_fleet(backend.registry())).members == ()
+
+
+class Cut:
+    """`store` behind a connection that can be cut: while `cut`, every claim is `StoreDown` (refused, as a stopped
+    server's port); what a real outage does: tests/integration/test_redis_store.py."""
+
+    def __init__(self, store: Store) -> None:
+        self.store, self.cut = store, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    async def claim(self, **kw: Any) -> Any:
+        if self.cut:
+            raise StoreDown(f"the store at {self.store.where} is unreachable: connection refused")
+        return await self.store.claim(**kw)
+
+
+async def test_availability_first_records_what_it_accepted_unchecked_so_no_instance_accepts_it_again(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Instance A accepts tokens unchecked while its store is cut; once the store answers A again (a presentation,
+    or `start`, which the heartbeat calls), each is claimed: B refuses them `replayed`. A token claimed before the
+    outage and replayed to A during it is accepted (A cannot know), and named in the log when recorded."""
+    cut = Cut(backend.store())
+    a = await started(backend.guard(store=cast(Store, cut), on_store_error="accept", accept_max=3))
+    b = await started(backend.guard())
+    spent, *tokens = [a.stamp(b"x") for _ in range(5)]
+    assert await b.consume(spent) == b"x"
+    cut.cut = True
+    assert [await a.consume(t) for t in (tokens[0], spent, tokens[1])] == [b"x"] * 3
+    assert await reason(a, tokens[0]) == "replayed"  # on A itself, during the outage too
+    assert await reason(a, tokens[2]) == "store_unavailable"  # the bound: three per outage
+    cut.cut = False
+    with caplog.at_level(logging.WARNING, "statecodec.single_use"):
+        await a.start()  # the heartbeat's call: the first that answers records them
+    assert "3 tokens accepted unchecked recorded, 1 replays let through, 0 left" in caplog.text
+    for token in (tokens[0], tokens[1], spent):
+        assert await reason(b, token) == "replayed"
+        assert await reason(a, token) == "replayed"
+    cut.cut = True
+    assert await a.consume(tokens[3]) == b"x"  # a new outage, a new bound

@@ -33,18 +33,21 @@ INSTANCE_VAR, STORE_URL_VAR, STORE_KEY_VAR = "STATECODEC_INSTANCE", "STATECODEC_
 TIMEOUT_VAR, NAMESPACE_VAR = "STATECODEC_STORE_TIMEOUT", "STATECODEC_STORE_NAMESPACE"
 ON_ERROR_VAR, ON_REPLAY_VAR = "STATECODEC_STORE_ON_ERROR", "STATECODEC_ON_REPLAY"
 RETRY_SAFE_VAR, RESULT_MAX_VAR = "STATECODEC_RETRY_SAFE", "STATECODEC_RETRY_RESULT_MAX"
+ACCEPT_FOR_VAR, ACCEPT_MAX_VAR = "STATECODEC_STORE_ACCEPT_FOR", "STATECODEC_STORE_ACCEPT_MAX"
 
 # Each default and ceiling, written once.
 DEFAULT_TTL, MAX_TTL = 600, 30 * 24 * 3600  # a state token lives for a conversation, not for months
 DEFAULT_FUTURE_SKEW, MAX_FUTURE_SKEW = 60, 3600  # how far ahead another instance's clock may be when it mints
 DEFAULT_STORE_TIMEOUT = 0.25  # a network store's bound on connecting and on each answer
 DEFAULT_RESULT_MAX, MAX_RESULT_MAX = 65_536, 1 << 24  # the retry-safe mode's kept answer, in bytes
+DEFAULT_ACCEPT_FOR, MAX_ACCEPT_FOR, DEFAULT_ACCEPT_MAX, MAX_ACCEPT_MAX = 30, 600, 1000, 100_000  # per outage
 INSTANCE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")  # an instance's name in the fleet registry
 
 # What the MCP ttl, single use and live rotation read from the environment, never from a codec's config file (the
 # kinds' own table: `statecodec.config.KINDS`); a reloading codec reports to the STORE, no SINGLE_USE_ONLY setting.
 STORE = names("STORE_URL", "STORE_URL_FILE", "STORE_TIMEOUT", "STORE_NAMESPACE")
-SINGLE_USE_ONLY = names("STORE_KEY", "STORE_KEY_FILE", "STORE_ON_ERROR", "RETRY_SAFE", "RETRY_RESULT_MAX", "ON_REPLAY")
+SINGLE_USE_ONLY = names("STORE_KEY", "STORE_KEY_FILE", "STORE_ON_ERROR", "STORE_ACCEPT_FOR", "STORE_ACCEPT_MAX",
+                        "RETRY_SAFE", "RETRY_RESULT_MAX", "ON_REPLAY")
 ENVIRONMENT_ONLY = STORE | SINGLE_USE_ONLY | names("TTL", "RELOAD_INTERVAL", "FUTURE_SKEW", "INSTANCE")
 
 
@@ -238,8 +241,10 @@ def on_replay(settings: Mapping[str, str]) -> str:
     return replay_policy(setting(settings, ON_REPLAY_VAR, required=False) or "log")
 
 
-def on_store_error(settings: Mapping[str, str]) -> str:
-    return setting(settings, ON_ERROR_VAR, required=False) or "refuse"  # `SingleUse` checks it, from code too
+def on_store_error(settings: Mapping[str, str]) -> tuple[Any, float, Any]:  # mode, bounds: SingleUse checks them
+    return (setting(settings, ON_ERROR_VAR, required=False) or "refuse", seconds_setting(
+        settings, ACCEPT_FOR_VAR, default=DEFAULT_ACCEPT_FOR, low=0, high=MAX_ACCEPT_FOR, low_open=True),
+        decimal(setting(settings, ACCEPT_MAX_VAR, required=False) or str(DEFAULT_ACCEPT_MAX)))
 
 
 def replay_policy(value: object) -> str:

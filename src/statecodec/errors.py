@@ -13,7 +13,8 @@ import sys
 from collections.abc import Iterator
 
 __all__ = ["ConfigurationError", "InvalidToken", "ProviderError", "Reason", "SealError", "StatecodecError",
-           "StoreBusy", "StoreError", "StoreUnreachable", "exception_chain", "missing_extra", "needs_extra"]
+           "StoreBusy", "StoreDown", "StoreError", "StoreUnreachable", "exception_chain", "missing_extra",
+           "needs_extra"]
 
 
 class Reason(enum.StrEnum):
@@ -87,8 +88,11 @@ class StoreError(StatecodecError):
 
 
 class StoreUnreachable(StoreError):
-    """The store could not be reached, or did not answer within its deadline: the one failure that
-    ``STATECODEC_STORE_ON_ERROR=accept`` accepts a token through."""
+    """The store could not be reached, or did not answer within its deadline: refused in every mode, but `StoreDown`."""
+
+
+class StoreDown(StoreUnreachable):
+    """No connection (refused, reset, its name does not resolve): the one failure availability first accepts through."""
 
 
 class StoreBusy(StoreError):

@@ -58,8 +58,9 @@ def guard_from_env(environ: Mapping[str, str] | None = None, *, store: Store | N
     ring = KeyRing.from_env(STORE_KEY_VAR, settings)
     if len(ring) != 1:
         raise ConfigurationError(f"{STORE_KEY_VAR} holds {len(ring)} keys; the store key is one key")
-    mode: Any = cfg.on_store_error(settings)
-    return SingleUse(store or store_from_env(settings), key=ring, ttl=cfg.ttl(settings), on_store_error=mode)
+    mode, accept_for, accept_max = cfg.on_store_error(settings)
+    return SingleUse(store or store_from_env(settings), key=ring, ttl=cfg.ttl(settings), on_store_error=mode,
+                     accept_for=accept_for, accept_max=accept_max)
 
 
 def single_use_from_env(environ: Mapping[str, str] | None = None, *, scopes: Scopes | None = None

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from statecodec import __version__
 from statecodec.errors import Reason, missing_extra
 from statecodec.middleware import REFUSED, REJECTED, answered_again, refused, replays, sdk_server
+from statecodec.single_use import unchecked
 
 try:
     from opentelemetry import metrics
@@ -61,8 +62,9 @@ class RequestStateMetrics:
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method not in self._methods or (ctx.params or {}).get("requestState") is None:
             return await call_next(ctx)
-        seen, again, replayed = list[str](), list[str](), list[str]()
-        reset, reset_again, reset_replays = refused.set(seen), answered_again.set(again), replays.set(replayed)
+        seen, again, replayed, blind = list[str](), list[str](), list[str](), list[str]()
+        noted = {refused: seen, answered_again: again, replays: replayed, unchecked: blind}
+        resets = [(var, var.set(value)) for var, value in noted.items()]
         try:
             result = await call_next(ctx)
         except Exception as exc:  # refused (the frozen answer), a kept error, else an error: never accepted
@@ -70,12 +72,12 @@ class RequestStateMetrics:
             self._count(ctx.method, "refused" if refusal else "answered_again" if again else "error", seen)
             raise
         finally:
-            refused.reset(reset)
-            answered_again.reset(reset_again)
-            replays.reset(reset_replays)
+            for var, token in resets:
+                var.reset(token)
             for action in replayed:
                 self._replays.add(1, {"method": ctx.method, "action": action})
-        self._count(ctx.method, "refused" if seen else "answered_again" if again else "accepted", seen)
+        self._count(ctx.method, "refused" if seen else "answered_again" if again else "accepted_unchecked" if blind
+                    else "accepted", seen)
         return result
 
     def _count(self, method: str, outcome: str, seen: list[str]) -> None:

@@ -23,6 +23,7 @@ from statecodec._types import HoldsSecrets
 from statecodec.errors import (
     ConfigurationError,
     StoreBusy,
+    StoreDown,
     StoreError,
     StoreUnreachable,
     exception_chain,
@@ -265,11 +266,13 @@ class RedisStore(HoldsSecrets):
             return StoreUnreachable(f"{at} did not answer within {self.timeout:g} s")
         if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in text:
             return StoreUnreachable(f"{at} is unreachable: TLS failed (is its CA in ssl_ca_certs?)")
-        if any(isinstance(e, socket.gaierror) for e in chain):
-            return StoreUnreachable(f"{at} is unreachable: its host name does not resolve")
+        if any(isinstance(e, socket.gaierror) for e in chain):  # down, as refused or reset; this host's EMFILE is not
+            return StoreDown(f"{at} is unreachable: its host name does not resolve")
         if isinstance(exc, rx.ConnectionError | OSError | rx.RedisClusterException):
-            refused = any(isinstance(e, ConnectionRefusedError) for e in chain)
-            return StoreUnreachable(f"{at} is unreachable: {'connection refused' if refused else 'no connection'}")
+            down = next((e for e in chain if isinstance(e, ConnectionRefusedError | ConnectionResetError)), None)
+            refused = isinstance(down, ConnectionRefusedError)
+            what = "connection refused" if refused else "no connection" if down is None else "connection reset"
+            return (StoreUnreachable if down is None else StoreDown)(f"{at} is unreachable: {what}")
         for codes, kinds, cause in _CAUSES:
             if isinstance(exc, kinds) or re.search(codes, text):
                 return StoreError(f"{at} {cause}")

@@ -1,12 +1,13 @@
 """Single use and revocation: a token is accepted at most once, and an operator can end every flow of a principal.
 
 Threat: integrity, expiry and binding do not stop an exact replay, and a stateless token cannot be taken back. At
-unseal, after every other check, one atomic claim answers on the store's clock alone (docs/single-use.md); only an
-unreachable store can be accepted through (``on_store_error="accept"``), decided in `SingleUse.claim`.
+unseal, after every other check, one atomic claim answers on the store's clock alone (docs/single-use.md); only a
+store without a connection is accepted through (``on_store_error="accept"``), boundedly, recorded once it answers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -14,14 +15,16 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from contextvars import ContextVar
 from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from statecodec import _settings as cfg
+from statecodec import errors
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec._settings import MAX_FUTURE_SKEW, MAX_TTL, named_errors, seconds
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable, missing_extra
 from statecodec.keys import KeyRing, derive_key, field, mac
@@ -38,6 +41,7 @@ _HEADER, _DIGEST, _MAX_SCOPES = 36, 16, 16  # id 16, issued 6, expires 6, epoch 
 _VERDICTS = {Outcome.USED: Reason.REPLAYED, Outcome.REVOKED: Reason.REVOKED, Outcome.EXPIRED: Reason.EXPIRED}
 _UNASKED = ("_meta", "requestState")  # a new progress token or trace each retry; the state, digested apart
 _ANSWER_AAD, _NONCE = b"statecodec/su2/result\x00", 12
+unchecked: ContextVar[list[str] | None] = ContextVar("statecodec_unchecked", default=None)  # statecodec.otel counts it
 RESERVED = frozenset(("principal", "client", "issuer", "subject", "all"))  # what a stamp records itself: no scope names
 
 
@@ -72,20 +76,25 @@ class SingleUse(HoldsSecrets):
     """The single-use and revocation rules over any `Store`, from one event loop; `key` is the same on every instance,
     and beyond `clock_skew` from the store's clock this instance neither mints nor accepts."""
 
-    __slots__ = ("_all", "_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_macs", "_noted",
-                 "_quiet", "_skewed", "clock_skew", "deadline", "on_store_error", "store", "ttl", "unrecorded", "where")
+    __slots__ = ("_all", "_anchor", "_answers", "_clock", "_down", "_epoch", "_fingerprint", "_macs", "_noted",
+                 "_quiet", "_recording", "_skewed", "_unchecked", "accept_for", "accept_max", "clock_skew", "deadline",
+                 "on_store_error", "store", "ttl", "unrecorded", "where")
 
     def __init__(self, store: Store, *, key: bytes | KeyRing, ttl: float, clock: Callable[[], float] = time.time,
-                 clock_skew: float = 1.0, on_store_error: Literal["refuse", "accept"] = "refuse") -> None:
+                 clock_skew: float = 1.0, on_store_error: Literal["refuse", "accept"] = "refuse",
+                 accept_for: float = cfg.DEFAULT_ACCEPT_FOR, accept_max: int = cfg.DEFAULT_ACCEPT_MAX) -> None:
         if not isinstance(store, Store):
             raise ConfigurationError("store must be a statecodec Store, e.g. MemoryStore() or RedisStore.from_url")
         if on_store_error not in ("refuse", "accept"):
             raise ConfigurationError("on_store_error (STATECODEC_STORE_ON_ERROR) must be refuse (the default) or "
                                      "accept")
-        self.ttl = seconds("ttl", ttl, low=0.001, high=MAX_TTL)
+        self.ttl = cfg.seconds("ttl", ttl, low=0.001, high=cfg.MAX_TTL)
         self.deadline = store.deadline
-        self.clock_skew = seconds("clock_skew", clock_skew, low=0, high=MAX_FUTURE_SKEW)
-        with named_errors("the store key"):
+        self.clock_skew = cfg.seconds("clock_skew", clock_skew, low=0, high=cfg.MAX_FUTURE_SKEW)
+        self.accept_for = cfg.seconds(cfg.ACCEPT_FOR_VAR, accept_for, low=0, high=cfg.MAX_ACCEPT_FOR, low_open=True)
+        if type(accept_max) is not int or not 0 < accept_max <= cfg.MAX_ACCEPT_MAX:
+            raise ConfigurationError(f"{cfg.ACCEPT_MAX_VAR} (accept_max) must be 1 to {cfg.MAX_ACCEPT_MAX} tokens")
+        with cfg.named_errors("the store key"):
             secret = (key if isinstance(key, KeyRing) else KeyRing([key]))[0]
         kinds = ("claim", "stamp", "scope", "fingerprint", "retry", "result")  # the last two: the retry-safe mode's
         keys = {k: derive_key(secret, b"statecodec/su2/" + k.encode()) for k in kinds}
@@ -95,7 +104,7 @@ class SingleUse(HoldsSecrets):
         self._macs |= {k: hmac.new(keys["scope"], field(k), "sha256") for k in scoped}
         self._fingerprint = mac(self._macs["fingerprint"], field(store.namespace))
         self._all = self._scope("all", None, None)  # the scope every token carries, for revoke(everything=True)
-        self.store, self.on_store_error, self._clock = store, on_store_error, clock
+        self.store, self.on_store_error, self._clock, self.accept_max = store, on_store_error, clock, accept_max
         self.where = store.where  # the store's host:port (or ``memory``), for messages: never a credential
         self._answers = AESGCM(keys["result"])  # the retry-safe mode's kept answers
         self._epoch: bytes | None = None  # the store's epoch, once it answered: stamps carry it
@@ -105,8 +114,10 @@ class SingleUse(HoldsSecrets):
         self._noted: set[tuple[object, ...]] = set()  # the principal and scope shapes stamped in the store's epoch
         # Forms (kind, issuer or scope name) `start` records, once per epoch, before the first token under each leaves.
         self.unrecorded: set[tuple[str, str | None]] = set()
+        self._unchecked: dict[bytes, bytes] = {}  # claim key -> `claim`'s `when`, accepted unchecked, until recorded
+        self._down, self._recording = 0.0, asyncio.Lock()  # when this outage began (monotonic), until it answers
         if on_store_error == "accept":
-            logger.warning("single use is availability first: a token is accepted unchecked while the store is down")
+            logger.warning("single use is availability first: tokens accepted unchecked while the store is unreachable")
 
     def retry_digest(self, method: str, params: Mapping[str, Any], state: str, principal: Principal | None) -> bytes:
         """The retry-safe mode's keyed digest of a retry (docs/formats.md); `malformed` without a canonical form."""
@@ -149,7 +160,7 @@ class SingleUse(HoldsSecrets):
     def _skew(self, before: float, store_ms: int, after: float) -> str | None:
         """Why this clock is beyond `clock_skew` of the store's, which answered between `before` and `after`; anchors
         the store's time to the monotonic clock, for `stamp` to notice a step of this clock in between."""
-        self._anchor = (store_ms / 1000 - time.monotonic(), after - before)
+        self._anchor, self._down = (store_ms / 1000 - time.monotonic(), after - before), 0.0  # an answer ends an outage
         offset = store_ms / 1000 - min(max(store_ms / 1000, before - self.clock_skew), after + self.clock_skew)
         way = "behind" if offset > 0 else "ahead of"
         return f"this clock is {abs(offset) + self.clock_skew:.3f} s {way} the store's" if offset else None
@@ -173,6 +184,7 @@ class SingleUse(HoldsSecrets):
             self._noted.clear()
         self._epoch, self._skewed = hello.epoch, None
         self.unrecorded -= forms
+        await self._record()
 
     def stamp(self, state: bytes, *, principal: Principal | None = None, scopes: Mapping[str, str] | None = None
               ) -> bytes:
@@ -223,29 +235,33 @@ class SingleUse(HoldsSecrets):
         """`consume`, recording the `retry` digest: (the state, the claim key, the store's verdict, None when
         accepted unchecked)."""
         body, state = self._parse(stamped)
+        scopes = [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)]
+        key, when = mac(self._macs["claim"], body[:16]), body[16:36]  # the claim's key; its issue, expiry and epoch
+        if key in self._unchecked:  # accepted unchecked here, not yet recorded: refused as the store will refuse it
+            raise InvalidToken(Reason.REPLAYED)
         refusal = Reason.STORE_UNAVAILABLE
         try:
             if self._epoch is None:
                 await self.start()
-            before, key = self._clock(), mac(self._macs["claim"], body[:16])
-            verdict = await bounded(self.store, self.store.claim(
-                fingerprint=self._fingerprint, key=key, epoch=body[28:36],
-                issued_ms=int.from_bytes(body[16:22]), expires_ms=int.from_bytes(body[22:28]),
-                lifetime_ms=round(self.ttl * 1000), skew_ms=round(self.clock_skew * 1000), retry=retry,
-                scopes=[body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)] + [self._all],
-            ))
+            before, verdict = self._clock(), await self._claim(key, when, [*scopes, self._all], retry)
             self._skewed = self._skew(before, verdict.now_ms, self._clock())
         except StoreUnreachable as exc:
-            if self.on_store_error == "accept":
-                logger.error("%s: token accepted WITHOUT the single-use check (on_store_error=accept)", exc)
+            self._down = self._down or time.monotonic()  # this outage's bounds run until the store answers
+            down = self.on_store_error == "accept" and isinstance(exc, errors.StoreDown)
+            if down and len(self._unchecked) < self.accept_max and time.monotonic() - self._down < self.accept_for:
+                self._unchecked[key] = when
+                self.warn(f"{exc}: tokens accepted UNCHECKED (on_store_error=accept), recorded once it answers")
+                if (noted := unchecked.get()) is not None:
+                    noted.append(self.where)
                 return state, b"", None
-            self.warn(f"{exc}: tokens refused until it answers")
+            self.warn(f"{exc}: tokens refused until it answers{' (availability first ended: its bounds)' * down}")
         except (StoreError, ConfigurationError) as exc:  # answered, or this instance saturated: refused in every mode
             self.warn(f"{exc}: tokens refused")
             refusal = exc.reason if isinstance(exc, StoreError) else refusal
         except Exception as exc:  # a store's bug is never a reason to accept
             self.warn(f"the store at {self.where} failed ({type(exc).__name__}): tokens refused")
         else:  # answered: outside the handlers, so no store exception is chained to a refusal
+            await self._record()
             if verdict.malformed:
                 logger.error("the store at %s holds malformed revocations, skipped: %s", self.where, verdict.malformed)
             if verdict.epoch != self._epoch:
@@ -258,6 +274,27 @@ class SingleUse(HoldsSecrets):
                 return state, key, verdict
             raise InvalidToken(_VERDICTS.get(verdict.outcome, Reason.STORE_UNAVAILABLE))
         raise InvalidToken(refusal)
+
+    def _claim(self, key: bytes, when: bytes, scopes: list[bytes], retry: bytes) -> Awaitable[Verdict]:
+        return bounded(self.store, self.store.claim(
+            fingerprint=self._fingerprint, key=key, epoch=when[12:], issued_ms=int.from_bytes(when[:6]),
+            expires_ms=int.from_bytes(when[6:12]), lifetime_ms=round(self.ttl * 1000),
+            skew_ms=round(self.clock_skew * 1000), scopes=scopes, retry=retry))
+
+    async def _record(self) -> None:
+        """Claim each token accepted unchecked, before the answer that found the store back leaves: none is accepted
+        again. All together; one the store did not answer stays for its next answer."""
+        if self._recording.locked() or not self._unchecked:
+            return
+        async with self._recording:  # once at a time: a second would count each token as a replay let through
+            pending = list(self._unchecked.items())
+            done = await asyncio.gather(*(self._claim(key, when, [self._all], b"") for key, when in pending),
+                                        return_exceptions=True)
+        answered = {key: v for (key, _), v in zip(pending, done, strict=True) if isinstance(v, Verdict)}
+        self._unchecked = {key: when for key, when in self._unchecked.items() if key not in answered}
+        used = sum(verdict.outcome is Outcome.USED for verdict in answered.values())  # replays let through
+        logger.log(logging.ERROR if used else logging.WARNING, "the store at %s answers: %d tokens accepted unchecked "
+                   "recorded, %d replays let through, %d left", self.where, len(answered), used, len(self._unchecked))
 
     def warn(self, message: str) -> None:
         """One WARNING per cause per 10 s, not one per token: an outage, or a store one client filled, cannot flood the
