@@ -10,14 +10,12 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from statecodec import __version__
-from statecodec.errors import Reason, missing_extra
+from statecodec.errors import Reason, needs_extra
 from statecodec.middleware import REFUSED, REJECTED, answered_again, refused, replays, sdk_server
 from statecodec.single_use import unchecked
 
-try:
+with needs_extra("opentelemetry-api", "otel", "statecodec.otel"):
     from opentelemetry import metrics
-except ImportError:  # pragma: no cover - exercised only without the extra
-    raise missing_extra("opentelemetry-api", "otel", "statecodec.otel") from None
 
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
