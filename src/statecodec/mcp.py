@@ -48,7 +48,8 @@ def store_from_env(environ: Mapping[str, str] | None = None) -> Store:
     timeout = cfg.store_timeout(settings)
     from statecodec.redis_store import RedisStore  # needs the redis extra; imported only when configured
 
-    return RedisStore.from_url(url, namespace=cfg.namespace(settings), timeout=timeout)
+    return RedisStore.from_url(url, namespace=cfg.namespace(settings), timeout=timeout,
+                               replicas=cfg.store_replicas(settings))
 
 
 def guard_from_env(environ: Mapping[str, str] | None = None, *, store: Store | None = None) -> SingleUse:

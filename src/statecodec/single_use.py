@@ -248,7 +248,8 @@ class SingleUse(HoldsSecrets):
             if verdict.malformed:
                 logger.error("the store at %s holds malformed revocations, skipped: %s", self.where, verdict.malformed)
             if verdict.epoch != self._epoch:
-                logger.warning("the store at %s lost its memory (flush or restart): older tokens refused", self.where)
+                logger.warning("the store at %s began a new epoch (flushed, restarted, or failed over: it may lack "
+                               "claims): older tokens refused", verdict.node or self.where)
                 self._epoch = verdict.epoch
                 self._noted.clear()  # and the forms it recorded
             if self._skewed or verdict.outcome is Outcome.FOREIGN:
