@@ -183,3 +183,40 @@ def test_the_replicas_setting_is_read_and_checked_by_name() -> None:
         with pytest.raises(ConfigurationError, match="STATECODEC_STORE_REPLICAS must be a whole number") as info:
             store_from_env({**url, "STATECODEC_STORE_REPLICAS": bad})
         assert bad not in str(info.value)
+
+
+def test_a_store_from_before_the_replication_id_adopts_it_without_a_new_epoch(redis_server: RedisServer,
+                                                                              redis_url: str) -> None:
+    """An upgrade: a store whose meta has no `rid` records the answering node's and keeps its epoch, so no token
+    in flight is refused; the tokens it claimed stay claimed."""
+
+    async def scenario() -> None:
+        async with guarded(redis_url) as guard:
+            spent, live = guard.stamp(b"x"), guard.stamp(b"x")
+            assert await guard.consume(spent) == b"x"
+            redis_server.cli("HDEL", "{statecodec}:meta", "rid")  # as a release before it left the store
+            assert await presented(guard, [live, spent]) == ["accepted", "replayed"]
+            assert len(redis_server.cli("HGET", "{statecodec}:meta", "rid")) == 40  # adopted
+
+    asyncio.run(scenario())
+
+
+def test_a_restart_with_persistence_begins_a_new_epoch(caplog: pytest.LogCaptureFixture) -> None:
+    """The append-only file keeps every claim, but a restarted Redis has a new replication id, and a script cannot
+    tell a restart that lost the last second (appendfsync everysec) from one that lost nothing: a new epoch, the
+    tokens minted before it refused (docs/single-use.md says what this costs), logged once."""
+    with RedisServer(extra=["--appendonly", "yes", "--appendfsync", "always"]) as server:
+
+        async def scenario() -> None:
+            async with guarded(server.url) as guard:
+                spent, in_flight = guard.stamp(b"x"), guard.stamp(b"x")
+                assert await guard.consume(spent) == b"x"
+                server.stop()
+                server.start()
+                refused_as_forgotten(await presented(guard, [spent, in_flight]))
+                assert server.cli("EXISTS", "{statecodec}:meta") == "1"  # the data came back: only the id changed
+                assert await guard.consume(guard.stamp(b"x")) == b"x"
+
+        with caplog.at_level(logging.WARNING, "statecodec.single_use"):
+            asyncio.run(scenario())
+    assert caplog.text.count(NEW_EPOCH) == 1
