@@ -40,6 +40,8 @@ def store_from_env(environ: Mapping[str, str] | None = None) -> Store:
     url, source = cfg.store_url(settings)
     if url is None:
         raise ConfigurationError(f"{STORE_URL_VAR} is not set; set it to redis://host:6379/0 (a fleet) or memory")
+    if url == "memory" and cfg.store_replicas(settings):
+        raise ConfigurationError(f"{cfg.REPLICAS_VAR} is set but the in-process store has no replicas; unset it")
     if url == "memory":
         return MemoryStore(namespace=cfg.namespace(settings))
     if url.partition("://")[0] not in REDIS_SCHEMES:  # no part of it is echoed: it may hold a password

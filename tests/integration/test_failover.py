@@ -183,6 +183,8 @@ def test_the_replicas_setting_is_read_and_checked_by_name() -> None:
         with pytest.raises(ConfigurationError, match="STATECODEC_STORE_REPLICAS must be a whole number") as info:
             store_from_env({**url, "STATECODEC_STORE_REPLICAS": bad})
         assert bad not in str(info.value)
+    with pytest.raises(ConfigurationError, match="STATECODEC_STORE_REPLICAS is set but the in-process store has no"):
+        store_from_env({"STATECODEC_STORE_URL": "memory", "STATECODEC_STORE_REPLICAS": "1"})
 
 
 def test_a_store_from_before_the_replication_id_adopts_it_without_a_new_epoch(redis_server: RedisServer,
