@@ -251,21 +251,21 @@ class RedisStore(HoldsSecrets):
                 async with asyncio.timeout(self.deadline - self.timeout / 4 - (time.monotonic() - started)
                                            if queued else None):
                     try:
-                        return await self._send(script.sha, keys, args, acks)
+                        return await (self._acked("EVALSHA", script.sha, keys, args, acks) if acks else
+                                      self._client.evalsha(script.sha, len(keys), *keys, *args))
                     except rx.NoScriptError:
-                        return await self._send(script.source, keys, args, acks)
+                        return await (self._acked("EVAL", script.source, keys, args, acks) if acks else
+                                      self._client.eval(script.source, len(keys), *keys, *args))
             finally:
                 self._slots.release()
         except (rx.RedisError, rx.RedisClusterException, OSError) as exc:  # OSError: TimeoutError too
             failure = self._busy() if queued and isinstance(exc, TimeoutError | rx.TimeoutError) else self._failure(exc)
         raise failure  # outside the handler: the client's own text (which may quote the URL) is not chained
 
-    async def _send(self, code: str, keys: list[str], args: tuple[str | int | bytes, ...], acks: int) -> Any:
-        """EVALSHA (`code` is a SHA-1) or EVAL; with `acks`, then WAIT on the same connection: WAIT counts the
-        replicas holding that connection's latest write, so it must follow the script there, in one pipeline."""
-        command = "EVALSHA" if len(code) == 40 else "EVAL"
-        if not acks:
-            return await self._client.execute_command(command, code, len(keys), *keys, *args)
+    async def _acked(self, command: str, code: str, keys: list[str], args: tuple[str | int | bytes, ...], acks: int
+                     ) -> Any:
+        """The script (EVALSHA or EVAL), then WAIT `acks` on the same connection: WAIT counts the replicas holding
+        that connection's latest write, so it must follow the script there, in one pipeline."""
         node = self._client.get_node_from_key(keys[0]) if isinstance(self._client, RedisCluster) else None
         pipe = self._client.pipeline(transaction=False)
         pipe.execute_command(command, code, len(keys), *keys, *args)  # to the node of its slot, as WAIT below
