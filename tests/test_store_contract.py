@@ -271,7 +271,7 @@ async def test_a_retry_safe_claim_keeps_one_result_for_the_same_retry_and_a_mixe
     assert not await guard.store.keep(key=key, retry=other, result=b"moved")  # not this claim's retry
     assert await guard.store.keep(key=key, retry=same, result=b"\x00sealed\xff")
     assert not await guard.store.keep(key=key, retry=same, result=b"again")  # kept once
-    assert (await guard.claim(stamped, same))[2] == (Outcome.SAME, first.epoch, ANY, (), b"\x00sealed\xff")
+    assert (await guard.claim(stamped, same))[2] == (Outcome.SAME, first.epoch, ANY, (), b"\x00sealed\xff", ANY)
     assert await plain.consume(spent) == b"y"  # claimed with the mode off: no retry of it is the same
     with pytest.raises(InvalidToken, match="replayed"):
         await guard.claim(spent, same)

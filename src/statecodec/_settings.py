@@ -34,6 +34,7 @@ TIMEOUT_VAR, NAMESPACE_VAR = "STATECODEC_STORE_TIMEOUT", "STATECODEC_STORE_NAMES
 ON_ERROR_VAR, ON_REPLAY_VAR = "STATECODEC_STORE_ON_ERROR", "STATECODEC_ON_REPLAY"
 RETRY_SAFE_VAR, RESULT_MAX_VAR = "STATECODEC_RETRY_SAFE", "STATECODEC_RETRY_RESULT_MAX"
 ACCEPT_FOR_VAR, ACCEPT_MAX_VAR = "STATECODEC_STORE_ACCEPT_FOR", "STATECODEC_STORE_ACCEPT_MAX"
+REPLICAS_VAR = "STATECODEC_STORE_REPLICAS"
 
 # Each default and ceiling, written once.
 DEFAULT_TTL, MAX_TTL = 600, 30 * 24 * 3600  # a state token lives for a conversation, not for months
@@ -45,7 +46,7 @@ INSTANCE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")  # an instance's name in 
 
 # What the MCP ttl, single use and live rotation read from the environment, never from a codec's config file (the
 # kinds' own table: `statecodec.config.KINDS`); a reloading codec reports to the STORE, no SINGLE_USE_ONLY setting.
-STORE = names("STORE_URL", "STORE_URL_FILE", "STORE_TIMEOUT", "STORE_NAMESPACE")
+STORE = names("STORE_URL", "STORE_URL_FILE", "STORE_TIMEOUT", "STORE_NAMESPACE", "STORE_REPLICAS")
 SINGLE_USE_ONLY = names("STORE_KEY", "STORE_KEY_FILE", "STORE_ON_ERROR", "STORE_ACCEPT_FOR", "STORE_ACCEPT_MAX",
                         "RETRY_SAFE", "RETRY_RESULT_MAX", "ON_REPLAY")
 ENVIRONMENT_ONLY = STORE | SINGLE_USE_ONLY | names("TTL", "RELOAD_INTERVAL", "FUTURE_SKEW", "INSTANCE")
@@ -231,6 +232,16 @@ def store_url(settings: Mapping[str, str]) -> tuple[str | None, str]:
     """(``STATECODEC_STORE_URL`` or the text of its file, where it came from): secret, never shown."""
     url, source = text_or_file(settings, STORE_URL_VAR, 4096, "it holds one store URL")
     return (None if url is None else url.strip()), source
+
+
+def store_replicas(settings: Mapping[str, str]) -> int:
+    """``STATECODEC_STORE_REPLICAS``: how many replicas must acknowledge a claim before it counts (0, the default:
+    none; a failover is then detected, not survived)."""
+    text = setting(settings, REPLICAS_VAR, required=False)
+    number = 0 if text is None else decimal(text)
+    if number is None or number > 16:
+        raise ConfigurationError(f"{REPLICAS_VAR} must be a whole number of replicas from 0 (the default) to 16")
+    return number
 
 
 def namespace(settings: Mapping[str, str]) -> str:

@@ -40,6 +40,8 @@ def store_from_env(environ: Mapping[str, str] | None = None) -> Store:
     url, source = cfg.store_url(settings)
     if url is None:
         raise ConfigurationError(f"{STORE_URL_VAR} is not set; set it to redis://host:6379/0 (a fleet) or memory")
+    if url == "memory" and cfg.store_replicas(settings):
+        raise ConfigurationError(f"{cfg.REPLICAS_VAR} is set but the in-process store has no replicas; unset it")
     if url == "memory":
         return MemoryStore(namespace=cfg.namespace(settings))
     if url.partition("://")[0] not in REDIS_SCHEMES:  # no part of it is echoed: it may hold a password
@@ -48,7 +50,8 @@ def store_from_env(environ: Mapping[str, str] | None = None) -> Store:
     timeout = cfg.store_timeout(settings)
     from statecodec.redis_store import RedisStore  # needs the redis extra; imported only when configured
 
-    return RedisStore.from_url(url, namespace=cfg.namespace(settings), timeout=timeout)
+    return RedisStore.from_url(url, namespace=cfg.namespace(settings), timeout=timeout,
+                               replicas=cfg.store_replicas(settings))
 
 
 def guard_from_env(environ: Mapping[str, str] | None = None, *, store: Store | None = None) -> SingleUse:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote
 
-from statecodec._settings import DEFAULT_STORE_TIMEOUT
+from statecodec._settings import DEFAULT_STORE_TIMEOUT, REPLICAS_VAR, store_replicas
 from statecodec._types import HoldsSecrets
 from statecodec.errors import (
     ConfigurationError,
@@ -59,15 +59,21 @@ end
 local function late() return ARGV[#ARGV] ~= '0' and now > tonumber(ARGV[#ARGV]) end  -- its caller gave up
 local function policy() return string.match(redis.call('INFO', 'memory'), 'maxmemory_policy:(%S+)') or '' end
 local function record(life, skew)
-  local m = redis.call('HMGET', KEYS[1], 'epoch', 'fp', 'life', 'skew', 'seen')
+  local m = redis.call('HMGET', KEYS[1], 'epoch', 'fp', 'life', 'skew', 'seen', 'rid')
+  -- This node's replication id: a promoted replica, or a restart, gets a new one, and may lack the latest claims.
+  local rid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') or ''
   if not m[1] then
-    redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'fp', ARGV[1], 'life', n(life), 'skew', n(skew), 'seen', n(now))
+    redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'fp', ARGV[1], 'life', n(life), 'skew', n(skew), 'seen', n(now),
+               'rid', rid)
     return 'new', ARGV[2]
   end
   if m[2] ~= ARGV[1] then return 'foreign', m[1] end
   local epoch, seen = m[1], tonumber(m[5]) or 0
   if now + math.max(skew, tonumber(m[4]) or 0) < seen then epoch = ARGV[2] end  -- clock went back: a new epoch
-  if epoch ~= m[1] or now > seen + 1000 then redis.call('HSET', KEYS[1], 'epoch', epoch, 'seen', n(now)) end
+  if m[6] and m[6] ~= rid then epoch = ARGV[2] end  -- another history: a new epoch (no `rid` yet: adopt this one)
+  if epoch ~= m[1] or now > seen + 1000 or m[6] ~= rid then
+    redis.call('HSET', KEYS[1], 'epoch', epoch, 'seen', n(now), 'rid', rid)
+  end
   if life > (tonumber(m[3]) or 0) then redis.call('HSET', KEYS[1], 'life', n(life)) end
   if skew > (tonumber(m[4]) or 0) then redis.call('HSET', KEYS[1], 'skew', n(skew)) end
   return 'ok', epoch
@@ -196,10 +202,12 @@ def _parse(url: str) -> tuple[str, dict[str, Any]]:
 class RedisStore(HoldsSecrets):
     """`Store` over Redis (module docstring); build it with `from_url`."""
 
-    def __init__(self, client: Redis | RedisCluster, *, where: str, namespace: str, timeout: float) -> None:
+    def __init__(self, client: Redis | RedisCluster, *, where: str, namespace: str, timeout: float,
+                 replicas: int = 0) -> None:
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
             raise ConfigurationError("STATECODEC_STORE_NAMESPACE must be 1-64 letters, digits, '_', '.' or '-'")
         self._client, self.where, self.namespace, self.timeout = client, where, namespace, timeout
+        self.replicas = store_replicas({REPLICAS_VAR: str(replicas)})  # a claim counts once this many hold it
         self.deadline = 2 * timeout  # a round trip, and one reconnect or script reload within it
         self._keys = [f"{{{namespace}}}:{name}" for name in ("meta", "r", "rx", "forms")]
         self._slots = asyncio.Semaphore(_CONNECTIONS)  # else the pool refuses a burst: a refusal storm from one client
@@ -207,8 +215,10 @@ class RedisStore(HoldsSecrets):
         self._learnt = 0.0  # when it was learnt (monotonic)
 
     @classmethod
-    def from_url(cls, url: str, *, namespace: str = "statecodec", timeout: float = DEFAULT_STORE_TIMEOUT) -> RedisStore:
-        """The store at a `REDIS_SCHEMES` URL; `timeout` bounds connecting and each answer. Connects lazily."""
+    def from_url(cls, url: str, *, namespace: str = "statecodec", timeout: float = DEFAULT_STORE_TIMEOUT,
+                 replicas: int = 0) -> RedisStore:
+        """The store at a `REDIS_SCHEMES` URL; `timeout` bounds connecting and each answer, `replicas` is
+        ``STATECODEC_STORE_REPLICAS``. Connects lazily."""
         where, kwargs = _parse(url)
         # No CLIENT SETINFO (the minimal ACL denies CLIENT); one immediate retry on a dropped pooled connection,
         # never on a timeout, which would double the bound.
@@ -216,13 +226,15 @@ class RedisStore(HoldsSecrets):
         kwargs |= {"socket_timeout": timeout, "socket_connect_timeout": timeout, "protocol": 2, "driver_info": None,
                    "max_connections": _CONNECTIONS, "retry": retry}
         client = RedisCluster(**kwargs) if url.partition("://")[0].endswith("+cluster") else Redis(**kwargs)
-        return cls(client, where=where, namespace=namespace, timeout=timeout)
+        return cls(client, where=where, namespace=namespace, timeout=timeout, replicas=replicas)
 
-    async def run(self, script: Script, keys: list[str], *args: str | int | bytes, deadline: bool = False) -> Any:
+    async def run(self, script: Script, keys: list[str], *args: str | int | bytes, deadline: bool = False,
+                  acks: int = 0) -> Any:
         """One script (the store's own or `statecodec.registry`'s); a failure names host:port and the cause only.
         `deadline`: its last argument is the store-time instant (ms) by which this instance gives up, `bounded` or its
         socket timeout ("0" before the store first answered): a script that changes state on a presentation records
-        nothing after it (`late()`), so a token refused for time is never spent when the store catches up."""
+        nothing after it (`late()`), so a token refused for time is never spent when the store catches up.
+        `acks`: answers [its reply, how many replicas acknowledged it within half the timeout (`WAIT`)]."""
         started, queued = time.monotonic(), self._slots.locked()
         try:
             # A burst waits for a connection within the one deadline, leaving half a timeout for its round trip: a
@@ -240,14 +252,26 @@ class RedisStore(HoldsSecrets):
                 async with asyncio.timeout(self.deadline - self.timeout / 4 - (time.monotonic() - started)
                                            if queued else None):
                     try:
-                        return await self._client.evalsha(script.sha, len(keys), *keys, *args)
+                        return await (self._acked("EVALSHA", script.sha, keys, args, acks) if acks else
+                                      self._client.evalsha(script.sha, len(keys), *keys, *args))
                     except rx.NoScriptError:
-                        return await self._client.eval(script.source, len(keys), *keys, *args)
+                        return await (self._acked("EVAL", script.source, keys, args, acks) if acks else
+                                      self._client.eval(script.source, len(keys), *keys, *args))
             finally:
                 self._slots.release()
         except (rx.RedisError, rx.RedisClusterException, OSError) as exc:  # OSError: TimeoutError too
             failure = self._busy() if queued and isinstance(exc, TimeoutError | rx.TimeoutError) else self._failure(exc)
         raise failure  # outside the handler: the client's own text (which may quote the URL) is not chained
+
+    async def _acked(self, command: str, code: str, keys: list[str], args: tuple[str | int | bytes, ...], acks: int
+                     ) -> Any:
+        """The script (EVALSHA or EVAL), then WAIT `acks` on the same connection: WAIT counts the replicas holding
+        that connection's latest write, so it must follow the script there, in one pipeline."""
+        node = self._client.get_node_from_key(keys[0]) if isinstance(self._client, RedisCluster) else None
+        pipe = self._client.pipeline(transaction=False)
+        pipe.execute_command(command, code, len(keys), *keys, *args)  # to the node of its slot, as WAIT below
+        pipe.execute_command("WAIT", acks, max(1, int(self.timeout * 500)), **({"target_nodes": node} if node else {}))
+        return await pipe.execute()
 
     def _busy(self) -> StoreBusy:
         return StoreBusy(f"the Redis store at {self.where}: this instance's {_CONNECTIONS} connections were all in use "
@@ -293,13 +317,20 @@ class RedisStore(HoldsSecrets):
         keys = [*self._keys[:2], self._claim(key)]
         args = (fingerprint.hex(), secrets.token_hex(8), epoch.hex(), issued_ms, expires_ms, lifetime_ms, skew_ms)
         digests = [scope.hex() for scope in scopes]
-        reply = await self.run(_RUN["claim"], keys, *args, retry.hex() or "1", *digests, deadline=True)
+        reply = await self.run(_RUN["claim"], keys, *args, retry.hex() or "1", *digests, deadline=True,
+                               acks=self.replicas)
+        reply, acked = (reply, 0) if not self.replicas else reply
         self._learn(int(reply[2]))
         if reply[0] == b"late":
             raise StoreError(f"the Redis store at {self.where} ran a claim after its deadline: nothing recorded")
+        if acked < self.replicas and reply[0] in (b"first", b"same"):  # a failover could lose it: not counted
+            raise StoreError(f"the Redis store at {self.where}: claim not acknowledged by {self.replicas} replicas "
+                             "(STATECODEC_STORE_REPLICAS) in time: refused, the token spent")
         malformed = tuple(_shown(name) for name in reply[3]) if len(reply) > 3 else ()
         result = reply[4] if len(reply) > 4 else b""
-        return Verdict(Outcome(reply[0].decode()), bytes.fromhex(reply[1].decode()), int(reply[2]), malformed, result)
+        node = self._client.get_node_from_key(keys[0]) if isinstance(self._client, RedisCluster) else None
+        return Verdict(Outcome(reply[0].decode()), bytes.fromhex(reply[1].decode()), int(reply[2]), malformed, result,
+                       node.name if node else self.where)
 
     async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
         kept = int(await self.run(_RUN["keep"], [self._claim(key)], retry.hex(), result, deadline=True))

@@ -180,9 +180,8 @@ class SingleUse(HoldsSecrets):
         check_owner(hello.owner, self.where)
         if skewed:
             raise ConfigurationError(f"{skewed} at {self.where}, beyond the clock skew: synchronise this host's time")
-        if hello.epoch != self._epoch:  # a store that lost its memory lost the forms too
-            self._noted.clear()
-        self._epoch, self._skewed = hello.epoch, None
+        self._begin(hello.epoch, self.where)
+        self._skewed = None
         self.unrecorded -= forms
         await self._record()
 
@@ -264,10 +263,7 @@ class SingleUse(HoldsSecrets):
             await self._record()
             if verdict.malformed:
                 logger.error("the store at %s holds malformed revocations, skipped: %s", self.where, verdict.malformed)
-            if verdict.epoch != self._epoch:
-                logger.warning("the store at %s lost its memory (flush or restart): older tokens refused", self.where)
-                self._epoch = verdict.epoch
-                self._noted.clear()  # and the forms it recorded
+            self._begin(verdict.epoch, verdict.node or self.where)
             if self._skewed or verdict.outcome is Outcome.FOREIGN:
                 self.warn(f"the store at {self.where}: {self._skewed or 'another store key'}: tokens refused")
             elif verdict.outcome is Outcome.FIRST or verdict.outcome is Outcome.SAME:
@@ -295,6 +291,15 @@ class SingleUse(HoldsSecrets):
         used = sum(verdict.outcome is Outcome.USED for verdict in answered.values())  # replays let through
         logger.log(logging.ERROR if used else logging.WARNING, "the store at %s answers: %d tokens accepted unchecked "
                    "recorded, %d replays let through, %d left", self.where, len(answered), used, len(self._unchecked))
+
+    def _begin(self, epoch: bytes, node: str) -> None:
+        """Mint under the store's `epoch`; a new one (the store lost claims, or may have) logged once, naming `node`."""
+        if epoch != self._epoch:
+            if self._epoch is not None:
+                logger.warning("the store at %s began a new epoch (flushed, restarted, or failed over: it may lack "
+                               "claims): older tokens refused", node)
+            self._noted.clear()  # a store that lost its memory lost the forms too
+        self._epoch = epoch
 
     def warn(self, message: str) -> None:
         """One WARNING per cause per 10 s, not one per token: an outage, or a store one client filled, cannot flood the

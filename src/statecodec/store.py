@@ -44,6 +44,7 @@ class Verdict(NamedTuple):
     now_ms: int  # the store's clock
     malformed: tuple[str, ...] = ()  # revocation entries (scope digests, hex) that could not be read: skipped
     result: bytes = b""  # SAME: the sealed result kept beside the claim; empty while the first run has none
+    node: str = ""  # the node that answered (host:port), when the store has several
 
 
 class Hello(NamedTuple):

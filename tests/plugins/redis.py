@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -60,6 +61,13 @@ class RedisServer:
     def stop(self) -> None:
         if self._proc is not None:
             stop_process(self._proc)
+            self._proc = None
+
+    def kill(self) -> None:
+        """SIGKILL to its PID: it dies at once, as in a crash, writing nothing more."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait(timeout=10)
             self._proc = None
 
     def pause(self) -> None:
@@ -120,26 +128,64 @@ def redis_url(redis_server: RedisServer) -> Iterator[str]:
     redis_server.resume()
 
 
-@pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[list[RedisServer]]:
-    """A real Redis Cluster for this worker's session, started the first time a test asks for it: three masters on
-    loopback, no replicas, the slots spread by `redis-cli --cluster create`."""
-    cluster = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"]
-    nodes = [RedisServer(extra=cluster, port=free_port_with(10000)) for _ in range(3)]
+@contextlib.contextmanager
+def cluster(replicas: int = 0) -> Iterator[list[RedisServer]]:
+    """A real Redis Cluster on loopback: three masters, each with `replicas` replicas, the slots spread by
+    `redis-cli --cluster create`; ready once every node sees the cluster ok and every replica has synchronised.
+    Each node is stopped by its PID at exit."""
+    extra = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+             "--repl-diskless-sync-delay", "0"]  # a replica synchronises at once, not after 5 s
+    ports: set[int] = set()
+    while len(ports) < 3 * (1 + replicas):
+        ports.add(free_port_with(10000))
+    nodes = [RedisServer(extra=extra, port=port) for port in sorted(ports)]
     try:
         for node in nodes:
             node.__enter__()
         create = [REDIS_CLI, "--cluster", "create", *(f"127.0.0.1:{node.port}" for node in nodes), "--cluster-yes"]
-        subprocess.run([*create, "--cluster-replicas", "0"], capture_output=True, timeout=60, check=True)
+        subprocess.run([*create, "--cluster-replicas", str(replicas)], capture_output=True, timeout=60, check=True)
         deadline = time.monotonic() + _START_TIMEOUT
-        while not all("cluster_state:ok" in node.cli("CLUSTER", "INFO") for node in nodes):
+        while not all(_ready(node) for node in nodes):
             if time.monotonic() > deadline:
-                raise RuntimeError("the Redis cluster did not reach cluster_state:ok")
+                raise RuntimeError("the Redis cluster did not reach cluster_state:ok with its replicas in sync")
             time.sleep(0.05)
         yield nodes
     finally:
         for node in nodes:
             node.close()
+
+
+def _ready(node: RedisServer) -> bool:
+    replication = node.cli("INFO", "replication")
+    synced = "role:master" in replication or "master_link_status:up" in replication
+    return synced and "cluster_state:ok" in node.cli("CLUSTER", "INFO")
+
+
+def shard(nodes: list[RedisServer], key: str) -> tuple[RedisServer, RedisServer]:
+    """(the master serving `key`'s slot, one of its replicas), each as the node itself reports (gossip may lag)."""
+    slot = int(nodes[0].cli("CLUSTER", "KEYSLOT", key))
+
+    def serves(node: RedisServer) -> bool:
+        mine = next(line.split() for line in node.cli("CLUSTER", "NODES").splitlines() if "myself" in line)
+        return any(int(r.split("-")[0]) <= slot <= int(r.split("-")[-1]) for r in mine[8:] if not r.startswith("["))
+
+    master = next(node for node in nodes if serves(node))
+    return master, next(n for n in nodes if f"master_port:{master.port}" in n.cli("INFO", "replication").splitlines())
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[list[RedisServer]]:
+    """A real Redis Cluster for this worker's session, started the first time a test asks for it: three masters on
+    loopback, no replicas."""
+    with cluster() as nodes:
+        yield nodes
+
+
+@pytest.fixture
+def redis_cluster_with_replicas() -> Iterator[list[RedisServer]]:
+    """A Redis Cluster of three masters and three replicas of this test's own (a failover test kills a master)."""
+    with cluster(replicas=1) as nodes:
+        yield nodes
 
 
 @pytest.fixture
