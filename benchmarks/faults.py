@@ -651,7 +651,7 @@ def serve_main(port: int) -> None:
     server = fleet_server.server_for("shared", True)
     step, runs = float(os.environ["FAULTS_STEP_S"]), Path(os.environ["FAULTS_RUNS_FILE"])
 
-    @server.tool(name=SLOW_TOOL)  # type: ignore[misc]
+    @server.tool(name=SLOW_TOOL)  # type: ignore[untyped-decorator]  # fleet_server is not typed here
     async def slow(name: str, ctx: Context[Any, Any]) -> Any:
         result = fleet_server.provisioned(name, ctx.input_responses, ctx.request_state)
         if isinstance(result, fleet_server.Provisioned):
@@ -833,7 +833,8 @@ async def run(names: Sequence[str], short: bool) -> list[Row]:
             with captured():  # statecodec's log lines are what rows count, not console output
                 rows.append(await ROWS[name](Scale(short)))
         except Exception as exc:  # one row's failure is a row of the table, not the end of the suite
-            rows.append(Row(name, "", f"the row failed: {type(exc).__name__}: {exc}"[:300], False))
+            failure = f"the row failed: {type(exc).__name__}: {exc}"[:300]
+            rows.append(Row(name, "", failure, False, {"the row ran": False}))
     return rows
 
 
