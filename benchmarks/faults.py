@@ -296,17 +296,22 @@ async def attacker(tally: Tally, guards: Sequence[SingleUse], stop: asyncio.Even
         await asyncio.sleep(0.003)
 
 
-async def sweep(tally: Tally, guards: Sequence[SingleUse], tokens: Sequence[bytes], tries: int = 20) -> Counter[str]:
-    """Each of `tokens` presented until it gets a definite answer (a refusal for a store error is tried again)."""
-    outcomes: Counter[str] = Counter()
-    for token in tokens:
-        for attempt in range(tries):
-            outcome = await present(tally, guards[attempt % len(guards)], token)
-            if outcome not in ("store_unavailable", "store_busy"):
-                break
-            await asyncio.sleep(0.1)
-        outcomes[outcome] += 1
-    return outcomes
+async def sweep(tally: Tally, guards: Sequence[SingleUse], tokens: Sequence[bytes], passes: int = 3) -> Counter[str]:
+    """Each of `tokens` presented once more, 50 at a time; those refused for a store error are tried again in up to
+    `passes` passes, half a second apart (a token minted under a lost epoch stays `store_unavailable`)."""
+    outcomes: dict[bytes, str] = {}
+    pending = list(tokens)
+    for attempt in range(passes):
+        for start in range(0, len(pending), 50):
+            batch = pending[start : start + 50]
+            got = await asyncio.gather(*(present(tally, guards[(attempt + i) % len(guards)], t)
+                                         for i, t in enumerate(batch)))
+            outcomes.update(zip(batch, got, strict=True))
+        pending = [t for t in pending if outcomes[t] in ("store_unavailable", "store_busy")]
+        if not pending:
+            break
+        await asyncio.sleep(0.5)
+    return Counter(outcomes.values())
 
 
 @contextlib.asynccontextmanager
