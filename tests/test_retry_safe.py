@@ -126,36 +126,60 @@ def test_a_kept_answer_is_under_the_store_key_so_a_codec_ring_reloaded_before_th
 
 
 class Forgetful(MemoryStore):
-    async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
+    async def keep(self, *, key: bytes, retry: bytes, result: bytes, within_ms: int) -> bool:
         raise StoreUnreachable("the store at memory did not answer")
 
 
-def test_a_retry_while_the_first_runs_or_once_it_was_cancelled_or_lost_its_answer_is_in_progress_not_a_rerun() -> None:
+BUSY = ErrorData(code=-32602, message="requestState in progress: retry shortly", data={"reason": "in_progress"})
+LOST = ErrorData(code=-32602, message="requestState step lost, no answer was kept: start the flow again",
+                 data={"reason": "step_lost"})  # fmt: skip
+
+
+def test_a_step_whose_client_went_mid_step_ends_and_its_retry_gets_the_answer_and_a_lost_one_is_told_in_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     RUNS.clear()
     GATE.__init__()  # type: ignore[misc]
-    server, forgetful = lowlevel(retry_safe()), lowlevel(retry_safe(Forgetful()))
+    now = [1_800_000_000.0]  # the lossy store's clock and its guard's, moved by hand
+
+    def clock() -> float:
+        return now[0]
+
+    lossy_guard = SingleUse(Forgetful(clock=clock), key=STORE_KEY, ttl=600, clock=clock)
+    server, forgetful = lowlevel(retry_safe()), lowlevel(SingleUseMiddleware(lossy_guard, retry_safe=True,
+                                                                            step_timeout=1))  # fmt: skip
 
     async def body() -> list[Any]:
         async with Client(server) as client, Client(forgetful) as lossy:
-            cancelled, token, lost = await mint(client), await mint(client), await mint(lossy)
+            cancelled, lost = await mint(client), await mint(lossy)
             out = []
-            for runs, presented in enumerate((cancelled, token), 1):
-                async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(go, client, presented, "slow")
-                    while len(RUNS) < runs:
-                        await anyio.sleep(0.01)
-                    out.append(await go(client, presented, "slow"))
-                    if presented is cancelled:  # the client gave up: the SDK cancels the handler mid-step
-                        tasks.cancel_scope.cancel()
-                    else:
-                        GATE.set()
-            out += [await go(client, token, "slow"), await go(client, cancelled, "slow")]
+            first = anyio.CancelScope()
+
+            async def gone() -> None:
+                with first:
+                    await go(client, cancelled, "slow")
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(gone)
+                while not RUNS:
+                    await anyio.sleep(0.01)
+                out.append(await go(client, cancelled, "slow"))  # while the first runs
+                first.cancel()  # the client gave up: the SDK cancels the handler mid-step
+                await anyio.sleep(0.1)
+                GATE.set()  # the step goes on, shielded, and keeps its answer
+            while len(out) < 5 and out[-1] == BUSY:
+                await anyio.sleep(0.05)
+                out.append(await go(client, cancelled, "slow"))
+            out += [await go(lossy, lost), await go(lossy, lost)]
+            now[0] += 1.001  # its step's bound passed, and the answer was never kept (the store failed)
             return [*out, await go(lossy, lost), await go(lossy, lost)]
 
-    busy = ErrorData(code=-32602, message="requestState in progress: retry shortly", data={"reason": "in_progress"})
-    paid, lost = "paid in slow, run 2", "paid in eu, run 3"  # the first answer, kept; a cancelled run keeps none
-    assert anyio.run(body) == [busy, busy, paid, busy, lost, busy]
-    assert RUNS == ["slow", "slow", "eu"]
+    outcomes = anyio.run(body)
+    assert outcomes[0] == BUSY
+    assert outcomes[-5:] == ["paid in slow, run 1", "paid in eu, run 2", BUSY, LOST, LOST]
+    assert all(outcome == BUSY for outcome in outcomes[1:-5])  # until the first run kept its answer
+    assert RUNS == ["slow", "eu"]
+    assert "its retry is refused as in progress, then step_lost after 1 s" in caplog.text
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -232,7 +256,7 @@ def test_a_kept_answer_is_compact_ascii_json_and_the_cap_counts_its_bytes() -> N
     kept: list[bytes] = []
 
     class Keeping(SingleUse):
-        async def keep(self, key: bytes, retry: bytes, data: bytes) -> bool:
+        async def keep(self, key: bytes, retry: bytes, data: bytes, within: float) -> bool:
             kept.append(data)
             return True
 
@@ -245,7 +269,7 @@ def test_a_kept_answer_is_compact_ascii_json_and_the_cap_counts_its_bytes() -> N
 
 
 class Gone(MemoryStore):
-    async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
+    async def keep(self, *, key: bytes, retry: bytes, result: bytes, within_ms: int) -> bool:
         return False  # the claim went meanwhile: a flush, a restart, its token's expiry
 
 
@@ -261,9 +285,8 @@ def test_an_answer_not_kept_is_logged_and_the_in_process_store_keeps_answers_wit
             out = [await go(client, first), await go(client, second), await go(client, first), await go(client, second)]
             return [*out, await go(lossy, lost), await go(lossy, lost)]
 
-    busy = ErrorData(code=-32602, message="requestState in progress: retry shortly", data={"reason": "in_progress"})
     paid = [f"paid in eu, run {run}" for run in (1, 2, 3)]
-    assert anyio.run(body) == [paid[0], paid[1], paid[0], busy, paid[2], busy]  # the second over the budget
+    assert anyio.run(body) == [paid[0], paid[1], paid[0], BUSY, paid[2], BUSY]  # the second over the budget
     assert "would pass its max_kept_bytes (300)" in caplog.text
     assert "the claim is gone" in caplog.text
     with pytest.raises(ConfigurationError, match="max_kept_bytes"):

@@ -108,8 +108,8 @@ def test_the_minimal_acl_user_can_do_everything_the_store_does(acl_user: str, re
             assert (await guard.health())["owner"] == "ok"
             retried, retry, store = guard.stamp(b"z"), b"r" * 16, guard.store  # the retry-safe mode's claim and keep
             key = (await guard.claim(retried, retry))[1]
-            assert await store.keep(key=key, retry=retry, result=b"kept")  # GET, then SET ... KEEPTTL (Redis 6.0+)
-            assert (await guard.claim(retried, retry))[2] == (Outcome.SAME, guard._epoch, ANY, (), b"kept")
+            assert await store.keep(key=key, retry=retry, result=b"kept", within_ms=60_000)  # SET ... KEEPTTL (6.0+)
+            assert (await guard.claim(retried, retry))[2] == (Outcome.SAME, guard._epoch, ANY, (), b"kept", 0)
             assert isinstance(store, RedisStore)
             registry = RedisRegistry(store)  # the fleet registry's scripts, through the store's connection
             await registry.announce("web-1", "k1,k0", "{}", 5000, [("k0", 1000)])
@@ -221,14 +221,14 @@ def test_a_claim_or_keep_that_reaches_the_store_after_its_deadline_records_nothi
         async with guarded(redis_url, timeout=0.25) as guard:
             refused, kept, retry = guard.stamp(b"x"), guard.stamp(b"y"), b"r" * 16
             key = (await guard.claim(kept, retry))[1]  # loads the claim script: a late EVALSHA runs, not NOSCRIPT
-            assert not await guard.store.keep(key=key, retry=b"w" * 16, result=b"")  # and keep's
+            assert not await guard.store.keep(key=key, retry=b"w" * 16, result=b"", within_ms=60_000)  # and keep's
             redis_server.cli("CONFIG", "RESETSTAT")
             redis_server.pause()
             try:
                 with pytest.raises(InvalidToken, match="store_unavailable"):
                     await guard.consume(refused)
                 with pytest.raises(StoreUnreachable):
-                    await guard.keep(key, retry, b"{}")
+                    await guard.keep(key, retry, b"{}", 60)
             finally:
                 redis_server.resume()
             for _ in range(1000):  # until the store ran both, late (each poll a round trip)
@@ -238,7 +238,7 @@ def test_a_claim_or_keep_that_reaches_the_store_after_its_deadline_records_nothi
             assert await guard.consume(refused) == b"x"  # once, not `replayed`: the late claim recorded nothing
             with pytest.raises(InvalidToken, match="replayed"):
                 await guard.consume(refused)
-            assert (await guard.claim(kept, retry))[2] == (Outcome.SAME, ANY, ANY, (), b"")  # nothing kept late
+            assert (await guard.claim(kept, retry))[2] == (Outcome.SAME, ANY, ANY, (), b"", ANY)  # nothing kept late
 
     run(scenario)
 
