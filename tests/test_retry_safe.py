@@ -7,6 +7,8 @@ from __future__ import annotations
 import hmac
 import json
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +22,12 @@ from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.types import CallToolRequestParams, CallToolResult, ElicitResult, ErrorData, InputRequiredResult, TextContent
 
 from statecodec import AESGCMCodec, Codec, ConfigurationError, InvalidToken, format_keys, generate_key
+from statecodec._settings import DEFAULT_STORE_TIMEOUT, MAX_RETRY_INPUT
 from statecodec._settings import retry_safe as retry_safe_settings
 from statecodec.errors import StoreUnreachable
 from statecodec.mcp import SingleUseMiddleware, single_use_from_env
 from statecodec.reload import ReloadingCodec
-from statecodec.single_use import SingleUse
+from statecodec.single_use import SingleUse, canonical_json
 from statecodec.store import MemoryStore
 from tests.integration.fleet_harness import present as http_present
 from tests.integration.fleet_harness import round_one as http_round_one
@@ -291,3 +294,62 @@ def test_an_answer_not_kept_is_logged_and_the_in_process_store_keeps_answers_wit
     assert "the claim is gone" in caplog.text
     with pytest.raises(ConfigurationError, match="max_kept_bytes"):
         MemoryStore(max_kept_bytes=0)
+
+
+@dataclass
+class Request:
+    method: str
+    params: dict[str, Any]
+
+
+def test_a_spent_tokens_retry_with_megabytes_of_input_is_refused_without_stalling_the_loop_and_large_input_runs_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    RUNS.clear()
+    middleware = retry_safe()
+    server, steps = lowlevel(middleware), []
+    hostile = {f"k{i}": {"action": "accept", "content": {"a": i, "b": "yy"}} for i in range(56_000)}  # 3.3 MB of JSON
+    assert len(json.dumps(hostile, separators=(",", ":"))) > 3_300_000
+    large = {"big": {"action": "accept", "content": {"text": "x" * (MAX_RETRY_INPUT + 1)}}}  # over the cap, genuine
+
+    async def call_next(ctx: Any) -> dict[str, Any]:
+        steps.append(len(ctx.params["inputResponses"]))
+        return {"content": []}
+
+    def presented(state: bytes, responses: dict[str, Any]) -> Any:  # a request the SDK's boundary verified
+        return Request("tools/call", {"name": "pay", "arguments": {}, "requestState": state.decode(),
+                                      "inputResponses": responses})  # fmt: skip
+
+    async def ticker(lags: list[float], stop: anyio.Event) -> None:
+        while not stop.is_set():
+            start = time.perf_counter()
+            await anyio.sleep(0.005)
+            lags.append(time.perf_counter() - start - 0.005)
+
+    async def body() -> tuple[list[Any], float]:
+        async with middleware.lifespan(server):
+            spent, big = middleware.guard.stamp(b"s"), middleware.guard.stamp(b"b")
+            out = [await middleware(presented(spent, {"ok": {"action": "accept"}}), call_next)]
+            lags, stop = [0.0], anyio.Event()
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(ticker, lags, stop)
+                await anyio.sleep(0.02)
+                with pytest.raises(MCPError) as refused:
+                    await middleware(presented(spent, hostile), call_next)
+                stop.set()
+            out += [refused.value.error, await middleware(presented(big, large), call_next)]
+            with pytest.raises(MCPError) as again:  # claimed without the mode: at most once
+                await middleware(presented(big, large), call_next)
+            return [*out, again.value.error], max(lags)
+
+    outcomes, lag = anyio.run(body)
+    assert outcomes == [{"content": []}, FROZEN, {"content": []}, FROZEN]
+    assert steps == [1, 1]
+    assert rejections(caplog.records) == ["replayed", "replayed"]
+    started = time.perf_counter()
+    canonical_json()(hostile)  # what a retry cost before the cap, on this machine now
+    reference = time.perf_counter() - started
+    # Within the store's deadline, and a small part of what the canonical form alone takes: a ratio a loaded
+    # machine keeps (both are CPU time on this process).
+    assert lag < 2 * DEFAULT_STORE_TIMEOUT, (lag, reference)
+    assert lag < reference / 4, (lag, reference)

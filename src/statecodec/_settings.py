@@ -43,9 +43,9 @@ DEFAULT_STORE_TIMEOUT = 0.25  # a network store's bound on connecting and on eac
 # 105-150 ms round trip, most of the default timeout; docs/single-use.md).
 DEFAULT_RESULT_MAX, MAX_RESULT_MAX = 65_536, 1 << 20
 DEFAULT_STEP_TIMEOUT = 300  # the most a retry-safe step runs; past it (and the store's deadlines) its retry is lost
-# The largest params (their JSON's length, at least) a retry digest is made of: RFC 8785 in pure Python takes 20-60 ms
-# for 256 KiB of small members, so one presentation cannot stall the event loop for the store's deadline.
-MAX_RETRY_INPUT = 1 << 18
+# The largest params (their JSON's length, at least) a retry digest is made of: measuring and RFC 8785 (pure Python)
+# take at most 30-70 ms for 128 KiB of small members on a loaded 2-core host, well within the store's deadline.
+MAX_RETRY_INPUT = 1 << 17
 INSTANCE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")  # an instance's name in the fleet registry
 
 # What the MCP ttl, single use and live rotation read from the environment, never from a codec's config file (the

@@ -151,8 +151,8 @@ class SingleUseMiddleware:
 
                 error = handler_exception_to_error_data(exc)
                 if error is None:  # a step past its bound is cancelled there: TimeoutError
-                    logger.exception("the handler of %s raised (%s %g s)", ctx.method, cfg.STEP_TIMEOUT_VAR,
-                                     self.step_timeout)
+                    late = isinstance(exc, TimeoutError) and f" past {cfg.STEP_TIMEOUT_VAR} ({self.step_timeout:g} s)"
+                    logger.exception("the handler of %s raised%s", ctx.method, late or "")
                 error = error or ErrorData(code=INTERNAL_ERROR, message="Internal server error")
                 if keeps:
                     await self._keep(key, retry, {"error": error.model_dump(mode="json", exclude_none=True)})
