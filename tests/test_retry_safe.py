@@ -51,13 +51,16 @@ GATE = anyio.Event()
 
 
 async def pay(ctx: ServerRequestContext[Any], params: CallToolRequestParams) -> CallToolResult | InputRequiredResult:
-    """Round one asks for a region; the step counts each run, waits at the gate for ``slow``, raises for ``boom``."""
+    """Round one asks for a region; the step counts each run, waits at the gate for ``slow`` (for ever for ``stuck``),
+    raises for ``boom``."""
     answer = (params.input_responses or {}).get("region")
     if params.request_state != "asked" or not isinstance(answer, ElicitResult) or not answer.content:
         return InputRequiredResult(input_requests={"region": lowlevel_server.ASK_REGION}, request_state="asked")
     RUNS.append(region := str(answer.content["region"]))
     if region == "slow":
         await GATE.wait()
+    if region == "stuck":
+        await anyio.sleep_forever()
     if region == "boom":
         raise MCPError(-32000, "payment declined", {"retry": False})
     return CallToolResult(content=[TextContent(type="text", text=f"paid in {region}, run {len(RUNS)}")])
@@ -151,10 +154,12 @@ def test_a_step_whose_client_went_mid_step_ends_and_its_retry_gets_the_answer_an
     lossy_guard = SingleUse(Forgetful(clock=clock), key=STORE_KEY, ttl=600, clock=clock)
     server, forgetful = lowlevel(retry_safe()), lowlevel(SingleUseMiddleware(lossy_guard, retry_safe=True,
                                                                             step_timeout=1))  # fmt: skip
+    bounded = lowlevel(retry_safe(step_timeout=1))
 
     async def body() -> list[Any]:
-        async with Client(server) as client, Client(forgetful) as lossy:
-            cancelled, lost = await mint(client), await mint(lossy)
+        async with Client(server) as client, Client(forgetful) as lossy, Client(bounded) as short:
+            cancelled, lost, stuck = await mint(client), await mint(lossy), await mint(short)
+            cut = [await go(short, stuck, "stuck"), await go(short, stuck, "stuck")]  # cancelled at its bound, kept
             out = []
             first = anyio.CancelScope()
 
@@ -164,7 +169,7 @@ def test_a_step_whose_client_went_mid_step_ends_and_its_retry_gets_the_answer_an
 
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(gone)
-                while not RUNS:
+                while RUNS[-1:] != ["slow"]:
                     await anyio.sleep(0.01)
                 out.append(await go(client, cancelled, "slow"))  # while the first runs
                 first.cancel()  # the client gave up: the SDK cancels the handler mid-step
@@ -174,15 +179,18 @@ def test_a_step_whose_client_went_mid_step_ends_and_its_retry_gets_the_answer_an
                 await anyio.sleep(0.05)
                 out.append(await go(client, cancelled, "slow"))
             out += [await go(lossy, lost), await go(lossy, lost)]
-            now[0] += 1.001  # its step's bound passed, and the answer was never kept (the store failed)
-            return [*out, await go(lossy, lost), await go(lossy, lost)]
+            now[0] += 2.001  # its step's bound (and a second) passed, the answer never kept (the store failed)
+            return [*cut, *out, await go(lossy, lost), await go(lossy, lost)]
 
-    outcomes = anyio.run(body)
+    results = anyio.run(body)
+    cut, outcomes = results[:2], results[2:]
+    assert cut == [ErrorData(code=-32603, message="Internal server error")] * 2  # the second without running
     assert outcomes[0] == BUSY
-    assert outcomes[-5:] == ["paid in slow, run 1", "paid in eu, run 2", BUSY, LOST, LOST]
+    assert outcomes[-5:] == ["paid in slow, run 2", "paid in eu, run 3", BUSY, LOST, LOST]
     assert all(outcome == BUSY for outcome in outcomes[1:-5])  # until the first run kept its answer
-    assert RUNS == ["slow", "eu"]
-    assert "its retry is refused as in progress, then step_lost after 1 s" in caplog.text
+    assert RUNS == ["stuck", "slow", "eu"]
+    assert "its retry is refused as in progress, then step_lost after 2 s" in caplog.text
+    assert "the handler of tools/call raised past STATECODEC_STEP_TIMEOUT (1 s)" in caplog.text
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -57,8 +57,9 @@ class SingleUseMiddleware:
         self.max_result = cfg.result_cap(max_result)
         self.step_timeout = cfg.seconds(cfg.STEP_TIMEOUT_VAR, step_timeout, low=1, high=cfg.MAX_TTL)
         # How old, by the store's clock, a claim whose step ended may be when its answer is kept: the step's bound,
-        # the claim's answer read late and the keep's own round trip. Past it, its retry is told the step was lost.
-        self._lost_after = self.step_timeout + 2 * (guard.deadline or 0)
+        # the claim's answer read late, the keep's own round trip, and a second of this instance's work in between.
+        # Past it, its retry is told the step was lost.
+        self._lost_after = self.step_timeout + 2 * (guard.deadline or 0) + 1
         self.on_replay, self.instance = cfg.replay_policy(on_replay), instance or cfg.instance_name(os.environ)
         if retry_safe:
             canonical_json()  # the package every retry's digest needs: missing, the start fails
@@ -141,7 +142,7 @@ class SingleUseMiddleware:
             return self._replay(ctx.method, key, retry, verdict)
         with anyio.CancelScope(shield=True):
             try:
-                with anyio.fail_after(self.step_timeout):
+                with anyio.fail_after(self.step_timeout) as bound:
                     result = _dumped(await self._answer(replace(ctx, params={**params, "requestState": plain}),
                                                         call_next))
             except Exception as exc:  # kept as the SDK answers it: an MCPError's own, else its internal error
@@ -151,7 +152,7 @@ class SingleUseMiddleware:
 
                 error = handler_exception_to_error_data(exc)
                 if error is None:  # a step past its bound is cancelled there: TimeoutError
-                    late = isinstance(exc, TimeoutError) and f" past {cfg.STEP_TIMEOUT_VAR} ({self.step_timeout:g} s)"
+                    late = bound.cancel_called and f" past {cfg.STEP_TIMEOUT_VAR} ({self.step_timeout:g} s)"
                     logger.exception("the handler of %s raised%s", ctx.method, late or "")
                 error = error or ErrorData(code=INTERNAL_ERROR, message="Internal server error")
                 if keeps:
@@ -204,7 +205,8 @@ class SingleUseMiddleware:
             noted.append(action.partition(" ")[0])
 
     async def _keep(self, key: bytes, retry: bytes, answer: dict[str, Any]) -> None:
-        """One round trip; a failure is logged, never a second run: the claim stays, and its retry is `in_progress`."""
+        """One round trip; a failure is logged, never a second run: the claim stays, its retry `in_progress`, then
+        `step_lost`."""
         data = json.dumps(answer, separators=(",", ":")).encode()  # ASCII: its length in bytes is the cap's measure
         if len(data) > self.max_result:
             logger.warning("an answer over %s (%d bytes) is not kept: its retry is refused", cfg.RESULT_MAX_VAR,

@@ -25,7 +25,7 @@ from statecodec import format_keys, generate_key
 pytestmark = pytest.mark.integration
 
 STEP_S = 4.0  # the tool's completing step, as in the trial of a client timing out mid-step
-STEP_TIMEOUT_S = 6  # STATECODEC_STEP_TIMEOUT: past it, plus twice the store's deadline, a lost step is told so
+STEP_TIMEOUT_S = 6  # STATECODEC_STEP_TIMEOUT: past it, twice the store's deadline and 1 s, a lost step is told so
 STORE_TIMEOUT_S = 0.25  # the default; the store's deadline is twice it
 CLIENT_TIMEOUT_S = 1.0  # the client's read timeout on the first presentation: it goes mid-step
 REJECTED = "requestState rejected on tools/call: "
@@ -92,7 +92,7 @@ def test_a_step_whose_instance_died_is_told_lost_within_its_bound_never_in_progr
 ) -> None:
     (_, other, dying), runs = servers
     user, name = f"bob-{uuid.uuid4().hex[:8]}", f"died-{uuid.uuid4().hex[:8]}"
-    bound = STEP_TIMEOUT_S + 2 * 2 * STORE_TIMEOUT_S
+    bound = STEP_TIMEOUT_S + 2 * 2 * STORE_TIMEOUT_S + 1
 
     async def body() -> tuple[list[Any], float]:
         async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)) as client:
