@@ -519,7 +519,7 @@ async def flood_main(size: int, seconds: float) -> None:
     async with instances(1, env) as (guard,):
         token, retry = await mint(guard), secrets.token_bytes(32)
         _, key, _ = await guard.claim(token, retry)
-        await guard.keep(key, retry, secrets.token_bytes(size))
+        await guard.keep(key, retry, secrets.token_bytes(size), 600)
         print("kept", flush=True)
         tally, end = Tally(), time.monotonic() + seconds
 
@@ -527,7 +527,7 @@ async def flood_main(size: int, seconds: float) -> None:
             while time.monotonic() < end:
                 with contextlib.suppress(StoreError):
                     await present(tally, guard, token, retry)
-                    await guard.keep(key, retry, secrets.token_bytes(size))
+                    await guard.keep(key, retry, secrets.token_bytes(size), 600)
 
         await asyncio.gather(*(again() for _ in range(4)))
         print(f"{tally.slowest:.2f} s slowest retry", flush=True)

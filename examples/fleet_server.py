@@ -59,7 +59,8 @@ Settings come from the command line or the environment (``FLEET_HOST``,
 ``FLEET_PORT``, ``FLEET_WORKERS``, ``FLEET_MODE``, ``FLEET_SERVER``, ``FLEET_DEMO_AUTH``,
 ``FLEET_LOG_LEVEL``: at ``info``, uvicorn logs each worker's start, death and
 replacement; ``FLEET_RUNS_FILE``: a file each completed ``provision`` appends its
-name to, to count the steps that ran); the server binds a loopback address only.
+name to, to count the steps that ran; ``FLEET_STEP_SECONDS``: how long the completing step of ``provision`` takes,
+0 by default); the server binds a loopback address only.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import uvicorn
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
@@ -216,6 +218,8 @@ def build_server(
     @server.tool(name=TOOL)
     async def provision(name: str, ctx: Context[Any, Any]) -> Provisioned | InputRequiredResult:
         """Provision a database; asks which region to put it in."""
+        if ctx.input_responses and (seconds := float(os.environ.get("FLEET_STEP_SECONDS") or 0)):
+            await anyio.sleep(seconds)  # a slow step: its client may time out or go meanwhile
         return provisioned(name, ctx.input_responses, ctx.request_state)
 
     @server.tool(name="instance")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import hmac
 import json
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +21,12 @@ from mcp.server.request_state import RequestStateSecurity
 from mcp.types import CallToolResult, ElicitResult, ErrorData, InputRequiredResult
 
 from statecodec import AESGCMCodec, Codec, ConfigurationError, InvalidToken, format_keys, generate_key
+from statecodec._settings import DEFAULT_STORE_TIMEOUT, MAX_RETRY_INPUT
 from statecodec._settings import retry_safe as retry_safe_settings
 from statecodec.errors import StoreUnreachable
 from statecodec.mcp import SingleUseMiddleware, single_use_from_env
 from statecodec.reload import ReloadingCodec
-from statecodec.single_use import SingleUse
+from statecodec.single_use import SingleUse, canonical_json
 from statecodec.store import MemoryStore
 from tests.integration.fleet_harness import present as http_present
 from tests.integration.fleet_harness import round_one as http_round_one
@@ -50,13 +53,16 @@ GATE = anyio.Event()
 
 
 async def pay(name: str, ctx: Any) -> str | InputRequiredResult:
-    """Round one asks for a region; the step counts each run, waits at the gate for ``slow``, raises for ``boom``."""
+    """Round one asks for a region; the step counts each run, waits at the gate for ``slow`` (for ever for ``stuck``),
+    raises for ``boom``."""
     answer = (ctx.input_responses or {}).get("region")
     if ctx.request_state != "asked" or not isinstance(answer, ElicitResult) or not answer.content:
         return InputRequiredResult(input_requests={"region": lowlevel_server.ASK_REGION}, request_state="asked")
     RUNS.append(region := str(answer.content["region"]))
     if region == "slow":
         await GATE.wait()
+    if region == "stuck":
+        await anyio.sleep_forever()
     if region == "boom":
         raise MCPError(-32000, "payment declined", {"retry": False})
     return f"paid in {region}, run {len(RUNS)}"
@@ -131,39 +137,66 @@ def test_a_kept_answer_is_under_the_store_key_so_a_codec_ring_reloaded_before_th
 
 
 class Forgetful(MemoryStore):
-    async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
+    async def keep(self, *, key: bytes, retry: bytes, result: bytes, within_ms: int) -> bool:
         raise StoreUnreachable("the store at memory did not answer")
 
 
+BUSY = ErrorData(code=-32602, message="requestState in progress: retry shortly", data={"reason": "in_progress"})
+LOST = ErrorData(code=-32602, message="requestState step lost, no answer was kept: start the flow again",
+                 data={"reason": "step_lost"})  # fmt: skip
+
+
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_retry_while_the_first_runs_or_once_it_was_cancelled_or_lost_its_answer_is_in_progress_not_a_rerun(
-    kind: str,
+def test_a_step_whose_client_went_mid_step_ends_and_its_retry_gets_the_answer_and_a_lost_one_is_told_in_bound(
+    kind: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
     RUNS.clear()
     GATE.__init__()  # type: ignore[misc]
-    server, forgetful = paying(retry_safe(), kind), paying(retry_safe(Forgetful()), kind)
+    now = [1_800_000_000.0]  # the lossy store's clock and its guard's, moved by hand
+
+    def clock() -> float:
+        return now[0]
+
+    lossy_guard = SingleUse(Forgetful(clock=clock), key=STORE_KEY, ttl=600, clock=clock)
+    server = paying(retry_safe(), kind)
+    forgetful = paying(SingleUseMiddleware(lossy_guard, retry_safe=True, step_timeout=1), kind)
+    bounded = paying(retry_safe(step_timeout=1), kind)
 
     async def body() -> list[Any]:
-        async with client_of(server) as client, client_of(forgetful) as lossy:
-            cancelled, token, lost = await mint(client), await mint(client), await mint(lossy)
+        async with client_of(server) as client, client_of(forgetful) as lossy, client_of(bounded) as short:
+            cancelled, lost, stuck = await mint(client), await mint(lossy), await mint(short)
+            cut = [await go(short, stuck, "stuck"), await go(short, stuck, "stuck")]  # cancelled at its bound, kept
             out = []
-            for runs, presented in enumerate((cancelled, token), 1):
-                async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(go, client, presented, "slow")
-                    while len(RUNS) < runs:
-                        await anyio.sleep(0.01)
-                    out.append(await go(client, presented, "slow"))
-                    if presented is cancelled:  # the client gave up: the SDK cancels the handler mid-step
-                        tasks.cancel_scope.cancel()
-                    else:
-                        GATE.set()
-            out += [await go(client, token, "slow"), await go(client, cancelled, "slow")]
-            return [*out, await go(lossy, lost), await go(lossy, lost)]
+            first = anyio.CancelScope()
 
-    busy = ErrorData(code=-32602, message="requestState in progress: retry shortly", data={"reason": "in_progress"})
-    paid, lost = "paid in slow, run 2", "paid in eu, run 3"  # the first answer, kept; a cancelled run keeps none
-    assert anyio.run(body) == [busy, busy, paid, busy, lost, busy]
-    assert RUNS == ["slow", "slow", "eu"]
+            async def gone() -> None:
+                with first:
+                    await go(client, cancelled, "slow")
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(gone)
+                while RUNS[-1:] != ["slow"]:
+                    await anyio.sleep(0.01)
+                out.append(await go(client, cancelled, "slow"))  # while the first runs
+                first.cancel()  # the client gave up: the SDK cancels the handler mid-step
+                await anyio.sleep(0.1)
+                GATE.set()  # the step goes on, shielded, and keeps its answer
+            while len(out) < 5 and out[-1] == BUSY:
+                await anyio.sleep(0.05)
+                out.append(await go(client, cancelled, "slow"))
+            out += [await go(lossy, lost), await go(lossy, lost)]
+            now[0] += 2.001  # its step's bound (and a second) passed, the answer never kept (the store failed)
+            return [*cut, *out, await go(lossy, lost), await go(lossy, lost)]
+
+    results = anyio.run(body)
+    cut, outcomes = results[:2], results[2:]
+    assert cut == [ErrorData(code=-32603, message="Internal server error")] * 2  # the second without running
+    assert outcomes[0] == BUSY
+    assert outcomes[-5:] == ["paid in slow, run 2", "paid in eu, run 3", BUSY, LOST, LOST]
+    assert all(outcome == BUSY for outcome in outcomes[1:-5])  # until the first run kept its answer
+    assert RUNS == ["stuck", "slow", "eu"]
+    assert "its retry is refused as in progress, then step_lost after 2 s" in caplog.text
+    assert "the handler of tools/call raised past STATECODEC_STEP_TIMEOUT (1 s)" in caplog.text
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -240,7 +273,7 @@ def test_a_kept_answer_is_compact_ascii_json_and_the_cap_counts_its_bytes() -> N
     kept: list[bytes] = []
 
     class Keeping(SingleUse):
-        async def keep(self, key: bytes, retry: bytes, data: bytes) -> bool:
+        async def keep(self, key: bytes, retry: bytes, data: bytes, within: float) -> bool:
             kept.append(data)
             return True
 
@@ -253,7 +286,7 @@ def test_a_kept_answer_is_compact_ascii_json_and_the_cap_counts_its_bytes() -> N
 
 
 class Gone(MemoryStore):
-    async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
+    async def keep(self, *, key: bytes, retry: bytes, result: bytes, within_ms: int) -> bool:
         return False  # the claim went meanwhile: a flush, a restart, its token's expiry
 
 
@@ -271,10 +304,68 @@ def test_an_answer_not_kept_is_logged_and_the_in_process_store_keeps_answers_wit
             out = [await go(client, first), await go(client, second), await go(client, first), await go(client, second)]
             return [*out, await go(lossy, lost), await go(lossy, lost)]
 
-    busy = ErrorData(code=-32602, message="requestState in progress: retry shortly", data={"reason": "in_progress"})
     paid = [f"paid in eu, run {run}" for run in (1, 2, 3)]
-    assert anyio.run(body) == [paid[0], paid[1], paid[0], busy, paid[2], busy]  # the second over the budget
+    assert anyio.run(body) == [paid[0], paid[1], paid[0], BUSY, paid[2], BUSY]  # the second over the budget
     assert "would pass its max_kept_bytes (400)" in caplog.text
     assert "the claim is gone" in caplog.text
     with pytest.raises(ConfigurationError, match="max_kept_bytes"):
         MemoryStore(max_kept_bytes=0)
+
+
+@dataclass
+class Request:
+    method: str
+    params: dict[str, Any]
+
+
+def test_a_spent_tokens_retry_with_megabytes_of_input_is_refused_without_stalling_the_loop_and_large_input_runs_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    RUNS.clear()
+    middleware = retry_safe()
+    server, steps = paying(middleware, "Server"), []
+    hostile = {f"k{i}": {"action": "accept", "content": {"a": i, "b": "yy"}} for i in range(56_000)}  # 3.3 MB of JSON
+    assert len(json.dumps(hostile, separators=(",", ":"))) > 3_300_000
+    large = {"big": {"action": "accept", "content": {"text": "x" * (MAX_RETRY_INPUT + 1)}}}  # over the cap, genuine
+
+    async def call_next(ctx: Any) -> dict[str, Any]:
+        steps.append(len(ctx.params["inputResponses"]))
+        return {"content": []}
+
+    def presented(state: bytes, responses: dict[str, Any]) -> Any:  # a request the SDK's boundary verified
+        return Request("tools/call", {"name": "pay", "arguments": {}, "requestState": state.decode(),
+                                      "inputResponses": responses})  # fmt: skip
+
+    async def ticker(lags: list[float], stop: anyio.Event) -> None:
+        while not stop.is_set():
+            start = time.perf_counter()
+            await anyio.sleep(0.005)
+            lags.append(time.perf_counter() - start - 0.005)
+
+    async def body() -> tuple[list[Any], float]:
+        async with middleware.lifespan(server):
+            spent, big = middleware.guard.stamp(b"s"), middleware.guard.stamp(b"b")
+            out = [await middleware(presented(spent, {"ok": {"action": "accept"}}), call_next)]
+            lags, stop = [0.0], anyio.Event()
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(ticker, lags, stop)
+                await anyio.sleep(0.02)
+                with pytest.raises(MCPError) as refused:
+                    await middleware(presented(spent, hostile), call_next)
+                stop.set()
+            out += [refused.value.error, await middleware(presented(big, large), call_next)]
+            with pytest.raises(MCPError) as again:  # claimed without the mode: at most once
+                await middleware(presented(big, large), call_next)
+            return [*out, again.value.error], max(lags)
+
+    outcomes, lag = anyio.run(body)
+    assert outcomes == [{"content": []}, FROZEN, {"content": []}, FROZEN]
+    assert steps == [1, 1]
+    assert rejections(caplog.records) == ["replayed", "replayed"]
+    started = time.perf_counter()
+    canonical_json()(hostile)  # what a retry cost before the cap, on this machine now
+    reference = time.perf_counter() - started
+    # Within the store's deadline, and a small part of what the canonical form alone takes: a ratio a loaded
+    # machine keeps (both are CPU time on this process).
+    assert lag < 2 * DEFAULT_STORE_TIMEOUT, (lag, reference)
+    assert lag < reference / 4, (lag, reference)

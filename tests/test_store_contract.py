@@ -28,6 +28,7 @@ from tests.plugins.redis import RedisServer
 pytestmark = pytest.mark.anyio
 KEY = bytes(range(50, 82))
 SKEW = 0.05  # the guards' allowed clock skew: real clocks on one host agree far better
+STEP = 60_000  # the bound a kept answer's claim is within (ms): generous, but where the test is about it
 ALICE = ("app", "https://idp-a.example", "alice")
 
 
@@ -182,7 +183,7 @@ async def test_a_flush_forgets_every_earlier_token_and_the_next_ones_are_accepte
         await backend.clock_excursion(600)
     assert await reason(ahead, used) == "store_unavailable"
     assert await reason(ahead, unused) == "store_unavailable"  # cannot be proven unused either
-    assert not await ahead.store.keep(key=key, retry=retry, result=b"late")  # its claim is gone: nothing kept
+    assert not await ahead.store.keep(key=key, retry=retry, result=b"late", within_ms=STEP)  # claim gone: not kept
     fresh = ahead.stamp(b"3")  # minted under the epoch the store answered with
     assert await ahead.consume(fresh) == b"3"
 
@@ -264,20 +265,22 @@ async def test_a_retry_safe_claim_keeps_one_result_for_the_same_retry_and_a_mixe
     state, key, first = await guard.claim(stamped, same)
     assert first is not None
     assert (state, first.outcome) == (b"x", Outcome.FIRST)
-    assert [(v.outcome, v.result) for _, _, v in [await guard.claim(stamped, same)] if v] == [(Outcome.SAME, b"")]
+    running = (await guard.claim(stamped, same))[2]  # its step still runs: dated by the store, for a lost step's bound
+    assert running == (Outcome.SAME, first.epoch, ANY, (), b"", ANY, first.now_ms)
     for refused in (guard.claim(stamped, other), plain.claim(stamped)):  # another retry; an instance with it off
         with pytest.raises(InvalidToken, match="replayed"):
             await refused
-    assert not await guard.store.keep(key=key, retry=other, result=b"moved")  # not this claim's retry
-    assert await guard.store.keep(key=key, retry=same, result=b"\x00sealed\xff")
-    assert not await guard.store.keep(key=key, retry=same, result=b"again")  # kept once
-    assert (await guard.claim(stamped, same))[2] == (Outcome.SAME, first.epoch, ANY, (), b"\x00sealed\xff", ANY)
+    assert not await guard.store.keep(key=key, retry=other, result=b"moved", within_ms=STEP)  # not this retry's
+    assert not await guard.store.keep(key=key, retry=same, result=b"stale", within_ms=-1)  # a claim past the bound
+    assert await guard.store.keep(key=key, retry=same, result=b"\x00sealed\xff", within_ms=STEP)
+    assert not await guard.store.keep(key=key, retry=same, result=b"again", within_ms=STEP)  # kept once
+    assert (await guard.claim(stamped, same))[2] == (Outcome.SAME, first.epoch, ANY, (), b"\x00sealed\xff", ANY, 0)
     assert await plain.consume(spent) == b"y"  # claimed with the mode off: no retry of it is the same
     with pytest.raises(InvalidToken, match="replayed"):
         await guard.claim(spent, same)
     late_key = (await guard.claim(guard.stamp(b"z"), same))[1]
     await backend.advance(0.35)  # the result lives as long as its token
-    assert not await guard.store.keep(key=late_key, retry=same, result=b"late")  # its token expired meanwhile
+    assert not await guard.store.keep(key=late_key, retry=same, result=b"late", within_ms=STEP)  # token expired
     with pytest.raises(InvalidToken, match="expired"):
         await guard.claim(stamped, same)
 

@@ -35,12 +35,19 @@ ON_ERROR_VAR, ON_REPLAY_VAR = "STATECODEC_STORE_ON_ERROR", "STATECODEC_ON_REPLAY
 RETRY_SAFE_VAR, RESULT_MAX_VAR = "STATECODEC_RETRY_SAFE", "STATECODEC_RETRY_RESULT_MAX"
 ACCEPT_FOR_VAR, ACCEPT_MAX_VAR = "STATECODEC_STORE_ACCEPT_FOR", "STATECODEC_STORE_ACCEPT_MAX"
 REPLICAS_VAR = "STATECODEC_STORE_REPLICAS"
+STEP_TIMEOUT_VAR = "STATECODEC_STEP_TIMEOUT"
 
 # Each default and ceiling, written once.
 DEFAULT_TTL, MAX_TTL = 600, 30 * 24 * 3600  # a state token lives for a conversation, not for months
 DEFAULT_FUTURE_SKEW, MAX_FUTURE_SKEW = 60, 3600  # how far ahead another instance's clock may be when it mints
 DEFAULT_STORE_TIMEOUT = 0.25  # a network store's bound on connecting and on each answer
-DEFAULT_RESULT_MAX, MAX_RESULT_MAX = 65_536, 1 << 24  # the retry-safe mode's kept answer, in bytes
+# The retry-safe mode's kept answer, in bytes: one keep of 1 MiB holds a loopback Redis 7 ms (16 MiB: 56-70 ms, a
+# 105-150 ms round trip, most of the default timeout; docs/single-use.md).
+DEFAULT_RESULT_MAX, MAX_RESULT_MAX = 65_536, 1 << 20
+DEFAULT_STEP_TIMEOUT = 300  # the most a retry-safe step runs; past it (and the store's deadlines) its retry is lost
+# The largest params (their JSON's length, at least) a retry digest is made of: measuring and RFC 8785 (pure Python)
+# take at most 30-70 ms for 128 KiB of small members on a loaded 2-core host, well within the store's deadline.
+MAX_RETRY_INPUT = 1 << 17
 DEFAULT_ACCEPT_FOR, MAX_ACCEPT_FOR, DEFAULT_ACCEPT_MAX, MAX_ACCEPT_MAX = 30, 600, 1000, 100_000  # per outage
 INSTANCE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")  # an instance's name in the fleet registry
 
@@ -48,7 +55,7 @@ INSTANCE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")  # an instance's name in 
 # kinds' own table: `statecodec.config.KINDS`); a reloading codec reports to the STORE, no SINGLE_USE_ONLY setting.
 STORE = names("STORE_URL", "STORE_URL_FILE", "STORE_TIMEOUT", "STORE_NAMESPACE", "STORE_REPLICAS")
 SINGLE_USE_ONLY = names("STORE_KEY", "STORE_KEY_FILE", "STORE_ON_ERROR", "STORE_ACCEPT_FOR", "STORE_ACCEPT_MAX",
-                        "RETRY_SAFE", "RETRY_RESULT_MAX", "ON_REPLAY")
+                        "RETRY_SAFE", "RETRY_RESULT_MAX", "STEP_TIMEOUT", "ON_REPLAY")
 ENVIRONMENT_ONLY = STORE | SINGLE_USE_ONLY | names("TTL", "RELOAD_INTERVAL", "FUTURE_SKEW", "INSTANCE")
 
 
@@ -280,10 +287,11 @@ def result_cap(value: object) -> int:
     return value
 
 
-def retry_safe(settings: Mapping[str, str]) -> tuple[bool, int]:
-    """(``STATECODEC_RETRY_SAFE`` is on, ``STATECODEC_RETRY_RESULT_MAX``)."""
+def retry_safe(settings: Mapping[str, str]) -> tuple[bool, int, float]:
+    """(``STATECODEC_RETRY_SAFE`` is on, ``STATECODEC_RETRY_RESULT_MAX``, ``STATECODEC_STEP_TIMEOUT``)."""
     mode = setting(settings, RETRY_SAFE_VAR, required=False) or "off"
     if mode not in ("on", "off"):
         raise ConfigurationError(f"{RETRY_SAFE_VAR} must be on or off (the default)")
     cap = setting(settings, RESULT_MAX_VAR, required=False)
-    return mode == "on", result_cap(DEFAULT_RESULT_MAX if cap is None else decimal(cap))
+    step = seconds_setting(settings, STEP_TIMEOUT_VAR, default=DEFAULT_STEP_TIMEOUT, low=1, high=MAX_TTL)
+    return mode == "on", result_cap(DEFAULT_RESULT_MAX if cap is None else decimal(cap)), step

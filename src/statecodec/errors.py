@@ -38,6 +38,7 @@ class Reason(enum.StrEnum):
     STORE_UNAVAILABLE = "store_unavailable"  # single use: the shared store could not vouch for the token; fail closed
     IN_PROGRESS = "in_progress"  # retry-safe single use: the same retry, while the first has kept no answer: retry
     STORE_BUSY = "store_busy"  # single use: this instance had no free store connection within the deadline: retry
+    STEP_LOST = "step_lost"  # retry-safe single use: the first run kept no answer within its step bound: start again
 
 
 class StatecodecError(Exception):

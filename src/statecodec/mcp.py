@@ -70,9 +70,10 @@ def single_use_from_env(environ: Mapping[str, str] | None = None, *, scopes: Sco
                         ) -> SingleUseMiddleware:
     """`SingleUseMiddleware` around `guard_from_env(environ)`, in the retry-safe mode its settings ask for."""
     settings = os.environ if environ is None else environ
-    retry_safe, max_result = cfg.retry_safe(settings)
+    retry_safe, max_result, step = cfg.retry_safe(settings)
     return SingleUseMiddleware(guard_from_env(settings), scopes=scopes, retry_safe=retry_safe, max_result=max_result,
-                               on_replay=cfg.on_replay(settings), instance=cfg.instance_name(settings))
+                               step_timeout=step, on_replay=cfg.on_replay(settings),
+                               instance=cfg.instance_name(settings))
 
 
 def security_from_env(*, ttl: float | None = None, audience: str | None = None,

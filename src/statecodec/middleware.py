@@ -18,10 +18,10 @@ from contextvars import ContextVar
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from statecodec._settings import DEFAULT_RESULT_MAX, RESULT_MAX_VAR, instance_name, replay_policy, result_cap
+from statecodec import _settings as cfg
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable
 from statecodec.single_use import SingleUse, canonical_json
-from statecodec.store import Outcome
+from statecodec.store import Outcome, Verdict
 
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -44,15 +44,23 @@ replays: ContextVar[list[str] | None] = ContextVar("statecodec_replays", default
 
 class SingleUseMiddleware:
     """SDK server middleware after the SDK's `RequestStateBoundary` only (`lifespan` refuses any other order); the
-    minting principal and `scopes(ctx)` go in the stamp; `retry_safe` keeps answers of at most `max_result` bytes;
-    a replay is logged naming `instance` (the fleet registry's name by default), and `on_replay="revoke"` revokes."""
+    minting principal and `scopes(ctx)` go in the stamp; `retry_safe` keeps answers of at most `max_result` bytes
+    of steps ended within `step_timeout` seconds; a replay is logged naming `instance` (the fleet registry's name by
+    default), and `on_replay="revoke"` revokes."""
 
     def __init__(self, guard: SingleUse, *, scopes: Scopes | None = None, retry_safe: bool = False,
-                 max_result: int = DEFAULT_RESULT_MAX, on_replay: str = "log", instance: str | None = None) -> None:
+                 max_result: int = cfg.DEFAULT_RESULT_MAX, step_timeout: float = cfg.DEFAULT_STEP_TIMEOUT,
+                 on_replay: str = "log", instance: str | None = None) -> None:
         from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 
-        self.guard, self.scopes, self.retry_safe, self.max_result = guard, scopes, retry_safe, result_cap(max_result)
-        self.on_replay, self.instance = replay_policy(on_replay), instance or instance_name(os.environ)
+        self.guard, self.scopes, self.retry_safe = guard, scopes, retry_safe
+        self.max_result = cfg.result_cap(max_result)
+        self.step_timeout = cfg.seconds(cfg.STEP_TIMEOUT_VAR, step_timeout, low=1, high=cfg.MAX_TTL)
+        # How old, by the store's clock, a claim whose step ended may be when its answer is kept: the step's bound,
+        # the claim's answer read late, the keep's own round trip, and a second of this instance's work in between.
+        # Past it, its retry is told the step was lost.
+        self._lost_after = self.step_timeout + 2 * (guard.deadline or 0) + 1
+        self.on_replay, self.instance = cfg.replay_policy(on_replay), instance or cfg.instance_name(os.environ)
         if retry_safe:
             canonical_json()  # the package every retry's digest needs: missing, the start fails
         self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
@@ -116,7 +124,12 @@ class SingleUseMiddleware:
         return result.model_copy(update={"request_state": stamped})
 
     async def _retry_safe(self, ctx: ServerRequestContext[Any, Any], state: str, call_next: CallNext) -> HandlerResult:
-        """The handler's answer to this retry, run at most once per token: kept for the same retry, and replayed."""
+        """The handler's answer to this retry, run at most once per token: kept for the same retry, and replayed.
+
+        Threat: a client that goes (a timeout, a dropped connection) makes the SDK cancel its handler mid-step; the
+        step's retry would then wait for an answer no one keeps. A started step is shielded from it: it ends within
+        `step_timeout`, and its answer or error is kept whatever the client did."""
+        import anyio
         from mcp.server.auth.middleware.auth_context import get_access_token
         from mcp.server.auth.provider import principal_components
 
@@ -124,33 +137,39 @@ class SingleUseMiddleware:
         # the presenter's principal: with bind_principal=None, another presenter is another retry
         retry = self.guard.retry_digest(ctx.method, params, state, principal_components(token) if token else None)
         raw, key, verdict = await self.guard.claim(_bytes(state), retry)
-        plain = _text(raw)
+        plain, keeps = _text(raw), verdict is not None and bool(retry)  # b"": over the input cap, at most once
         if verdict is not None and verdict.outcome is Outcome.SAME:
-            return self._replay(ctx.method, key, retry, verdict.result)
-        try:
-            result = _dumped(await self._answer(replace(ctx, params={**params, "requestState": plain}), call_next))
-        except Exception as exc:  # kept as the SDK answers it: an MCPError's own, else its internal error
-            from mcp.shared.exceptions import MCPError
-            from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
-            from mcp.types import INTERNAL_ERROR, ErrorData
+            return self._replay(ctx.method, key, retry, verdict)
+        with anyio.CancelScope(shield=True):
+            try:
+                with anyio.fail_after(self.step_timeout) as bound:
+                    result = _dumped(await self._answer(replace(ctx, params={**params, "requestState": plain}),
+                                                        call_next))
+            except Exception as exc:  # kept as the SDK answers it: an MCPError's own, else its internal error
+                from mcp.shared.exceptions import MCPError
+                from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
+                from mcp.types import INTERNAL_ERROR, ErrorData
 
-            error = handler_exception_to_error_data(exc)
-            if error is None:
-                logger.exception("the handler of %s raised", ctx.method)
-            error = error or ErrorData(code=INTERNAL_ERROR, message="Internal server error")
-            if verdict is not None:
-                await self._keep(key, retry, {"error": error.model_dump(mode="json", exclude_none=True)})
-            raise MCPError.from_error_data(error) from None
-        if verdict is not None:
-            await self._keep(key, retry, {"result": result})
+                error = handler_exception_to_error_data(exc)
+                if error is None:  # a step past its bound is cancelled there: TimeoutError
+                    late = bound.cancel_called and f" past {cfg.STEP_TIMEOUT_VAR} ({self.step_timeout:g} s)"
+                    logger.exception("the handler of %s raised%s", ctx.method, late or "")
+                error = error or ErrorData(code=INTERNAL_ERROR, message="Internal server error")
+                if keeps:
+                    await self._keep(key, retry, {"error": error.model_dump(mode="json", exclude_none=True)})
+                raise MCPError.from_error_data(error) from None
+            if keeps:
+                await self._keep(key, retry, {"result": result})
         return result
 
-    def _replay(self, method: str, key: bytes, retry: bytes, sealed: bytes) -> HandlerResult:
+    def _replay(self, method: str, key: bytes, retry: bytes, verdict: Verdict) -> HandlerResult:
         from mcp.shared.exceptions import MCPError
         from mcp.types import ErrorData
 
-        if not sealed:  # the first run has not kept its answer: still running, or its instance lost it
-            raise InvalidToken(Reason.IN_PROGRESS)
+        sealed = verdict.result
+        if not sealed:  # the first run has not kept its answer: still running, or within its bound no more
+            lost = verdict.started_ms and verdict.now_ms > verdict.started_ms + self._lost_after * 1000
+            raise InvalidToken(Reason.STEP_LOST if lost else Reason.IN_PROGRESS)
         try:
             answer = self.guard.open_answer(key, retry, sealed)
         except InvalidToken:
@@ -186,23 +205,22 @@ class SingleUseMiddleware:
             noted.append(action.partition(" ")[0])
 
     async def _keep(self, key: bytes, retry: bytes, answer: dict[str, Any]) -> None:
-        """One round trip; a failure is logged, never a second run: the claim stays, and its retry is `in_progress`."""
+        """One round trip; a failure is logged, never a second run: the claim stays, its retry `in_progress`, then
+        `step_lost`."""
         data = json.dumps(answer, separators=(",", ":")).encode()  # ASCII: its length in bytes is the cap's measure
         if len(data) > self.max_result:
-            logger.warning("an answer over %s (%d bytes) is not kept: its retry is refused", RESULT_MAX_VAR,
+            logger.warning("an answer over %s (%d bytes) is not kept: its retry is refused", cfg.RESULT_MAX_VAR,
                            self.max_result)
             data = b"{}"
-        import anyio
-
         try:
-            with anyio.CancelScope(shield=True):  # a client gone meanwhile: its retry needs it (under the deadline)
-                kept = await self.guard.keep(key, retry, data)
-            why = None if kept else "the claim is gone: the store was flushed or restarted, or the token expired"
+            kept = await self.guard.keep(key, retry, data, self._lost_after)
+            why = None if kept else ("the claim is gone (the store was flushed or restarted, or the token expired), or "
+                                     f"older than {cfg.STEP_TIMEOUT_VAR} and the store's deadlines")
         except Exception as exc:  # the answer still goes to the client; only its retry cannot get it
             why = str(exc) if isinstance(exc, StoreError) else type(exc).__name__  # a StoreError names no secret
         if why:
-            logger.error("an answer was not kept at %s (%s): its retry is refused as in progress until the token "
-                         "expires", self.guard.where, why)
+            logger.error("an answer was not kept at %s (%s): its retry is refused as in progress, then step_lost after "
+                         "%g s", self.guard.where, why, self._lost_after)
 
     async def _stamp(self, ctx: ServerRequestContext[Any, Any], state: str) -> str:
         from mcp.server.auth.middleware.auth_context import get_access_token
@@ -238,17 +256,19 @@ def sdk_server(server: Any) -> Any:
     return server
 
 
-_RETRY = {Reason.IN_PROGRESS: "in progress", Reason.STORE_BUSY: "not checked, server busy"}
+_TOLD = {Reason.IN_PROGRESS: "in progress: retry shortly", Reason.STORE_BUSY: "not checked, server busy: retry shortly",
+         Reason.STEP_LOST: "step lost, no answer was kept: start the flow again"}
 
 
 def refusal(method: str, reason: Reason) -> MCPError:
     """The SDK boundary's own log line and frozen answer: a client cannot tell this refusal from any other. But
-    `in_progress` and `store_busy`, retryable, say so: only a presenter who passed every check reaches them."""
+    `in_progress`, `store_busy` (retryable) and `step_lost` say so: only a presenter who passed every check reaches
+    them."""
     logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
     if (noted := refused.get()) is not None:
         noted.append(reason.value)
-    if reason in _RETRY:  # retryable: the same request, shortly
-        return _mcp_error(f"requestState {_RETRY[reason]}: retry shortly", {"reason": reason.value})
+    if reason in _TOLD:  # the same request shortly, or a new flow
+        return _mcp_error(f"requestState {_TOLD[reason]}", {"reason": reason.value})
     return _mcp_error("Invalid or expired requestState", dict(REFUSED))
 
 

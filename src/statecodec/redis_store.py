@@ -101,15 +101,18 @@ for i, v in ipairs(redis.call('HMGET', KEYS[2], unpack(ARGV, 9, #ARGV - 1))) do
     if not at then table.insert(bad, ARGV[8 + i]) elseif tonumber(at) >= issued then verdict = 'revoked' end
   end
 end
-if verdict == 'first' and not redis.call('SET', KEYS[3], ARGV[8], 'NX', 'PX', n(expires - now)) then
+local value = ARGV[8] == '1' and '1' or ARGV[8] .. n(now)  -- retry-safe: the digest, then when its step began
+if verdict == 'first' and not redis.call('SET', KEYS[3], value, 'NX', 'PX', n(expires - now)) then
   verdict = 'used'
   local held = ARGV[8] ~= '1' and redis.call('GET', KEYS[3]) or ''
   if string.sub(held, 1, #ARGV[8]) == ARGV[8] then return {'same', epoch, now, bad, string.sub(held, #ARGV[8] + 1)} end
 end
 return {verdict, epoch, now, bad}""",
-    # KEYS claim. ARGV the retry digest, the sealed result, deadline: kept while the claim holds that digest alone.
+    # KEYS claim. ARGV the retry digest, the sealed result, the step bound, deadline: kept while the claim holds that
+    # digest and no answer, and is within the bound (a retry after it is told the step was lost).
     "keep": """if late() then return -1 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local at = string.match(redis.call('GET', KEYS[1]) or '', '^' .. ARGV[1] .. '(%d*)$')
+if not at or now > (tonumber(at) or now) + tonumber(ARGV[3]) then return 0 end
 return redis.call('SET', KEYS[1], ARGV[1] .. ARGV[2], 'KEEPTTL') and 1 or 0""",
     # KEYS meta, revocations, their expiry. ARGV fingerprint, scope, skew.
     "revoke": """local m = redis.call('HMGET', KEYS[1], 'fp', 'life', 'skew')
@@ -329,11 +332,12 @@ class RedisStore(HoldsSecrets):
         malformed = tuple(_shown(name) for name in reply[3]) if len(reply) > 3 else ()
         result = reply[4] if len(reply) > 4 else b""
         node = self._client.get_node_from_key(keys[0]) if isinstance(self._client, RedisCluster) else None
-        return Verdict(Outcome(reply[0].decode()), bytes.fromhex(reply[1].decode()), int(reply[2]), malformed, result,
-                       node.name if node else self.where)
+        started = int(result) if result.isdigit() and len(result) < 28 else 0  # a sealed answer has 28 bytes at least
+        return Verdict(Outcome(reply[0].decode()), bytes.fromhex(reply[1].decode()), int(reply[2]), malformed,
+                       b"" if started else result, node.name if node else self.where, started)
 
-    async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
-        kept = int(await self.run(_RUN["keep"], [self._claim(key)], retry.hex(), result, deadline=True))
+    async def keep(self, *, key: bytes, retry: bytes, result: bytes, within_ms: int) -> bool:
+        kept = int(await self.run(_RUN["keep"], [self._claim(key)], retry.hex(), result, within_ms, deadline=True))
         if kept < 0:
             raise StoreError(f"the Redis store at {self.where} ran a keep after its deadline: nothing recorded")
         return kept == 1

@@ -120,8 +120,20 @@ class SingleUse(HoldsSecrets):
             logger.warning("single use is availability first: tokens accepted unchecked while the store is unreachable")
 
     def retry_digest(self, method: str, params: Mapping[str, Any], state: str, principal: Principal | None) -> bytes:
-        """The retry-safe mode's keyed digest of a retry (docs/formats.md); `malformed` without a canonical form."""
+        """The retry-safe mode's keyed digest of a retry (docs/formats.md); `malformed` without a canonical form.
+
+        Threat: a presentation of hostile size stalls the event loop while it is made canonical (pure Python). Its
+        params are measured first, by a walk that stops at `MAX_RETRY_INPUT`: over it, b"" (claimed without the
+        mode, at most once), never canonicalised."""
         asked = {name: value for name, value in params.items() if name not in _UNASKED}
+        budget, items = cfg.MAX_RETRY_INPUT, list[Any]([asked])  # spent by a lower bound of the JSON's length
+        while items and budget >= 0:  # tuples, not unions, for isinstance: the walk takes half the time
+            item = items.pop()  # each value takes a character at least; a string its own, a container a separator each
+            budget -= 1 + len(item) if isinstance(item, (str, dict, list)) else 1
+            if budget >= 0 and isinstance(item, (dict, list)):
+                items += [*item, *item.values()] if isinstance(item, dict) else item
+        if budget < 0:
+            return b""
         who = list(principal or (None, None, None))
         retry: dict[str, Any] = {"method": method, "params": asked, "principal": who, "state": state}
         try:
@@ -144,10 +156,12 @@ class SingleUse(HoldsSecrets):
             raise InvalidToken(Reason.SEAL) from None
         return answer
 
-    async def keep(self, key: bytes, retry: bytes, data: bytes) -> bool:
-        """Keep the answer `data`, sealed, beside the claim `retry` made until the token expires; False: claim gone."""
+    async def keep(self, key: bytes, retry: bytes, data: bytes, within: float) -> bool:
+        """Keep the answer `data`, sealed, beside the claim `retry` made until the token expires; False: claim gone,
+        or made over `within` seconds ago by the store's clock."""
         sealed = self.seal_answer(key, retry, data)
-        return await bounded(self.store, self.store.keep(key=key, retry=retry, result=sealed))
+        return await bounded(self.store, self.store.keep(key=key, retry=retry, result=sealed,
+                                                         within_ms=round(within * 1000)))
 
     @property
     def started(self) -> bool:

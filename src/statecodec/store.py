@@ -45,6 +45,7 @@ class Verdict(NamedTuple):
     malformed: tuple[str, ...] = ()  # revocation entries (scope digests, hex) that could not be read: skipped
     result: bytes = b""  # SAME: the sealed result kept beside the claim; empty while the first run has none
     node: str = ""  # the node that answered (host:port), when the store has several
+    started_ms: int = 0  # SAME without a result: when the claim was made, by the store's clock (0: not recorded)
 
 
 class Hello(NamedTuple):
@@ -98,7 +99,7 @@ class Store(Protocol):
                     ) -> Hello: ...
     async def claim(self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int,
                     lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes], retry: bytes = b"") -> Verdict: ...
-    async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool: ...
+    async def keep(self, *, key: bytes, retry: bytes, result: bytes, within_ms: int) -> bool: ...
     async def revoke(self, scope: bytes, *, fingerprint: bytes, skew_ms: int) -> int: ...
     async def lift(self, scope: bytes, *, fingerprint: bytes) -> bool: ...
     async def health(self, *, fingerprint: bytes) -> dict[str, object]: ...
@@ -172,21 +173,23 @@ class MemoryStore:
             if any(self._live.get(b"r" + scope, (-1, 0))[0] >= issued_ms for scope in scopes):
                 return Verdict(Outcome.REVOKED, current, now)
             if b"c" + key in self._live:
-                held = self._retries.get(b"c" + key, b"")
+                held, started = self._retries.get(b"c" + key, b""), self._live[b"c" + key][0]
                 if retry and hmac.compare_digest(held[: len(retry)], retry):
-                    return Verdict(Outcome.SAME, current, now, result=held[len(retry) :])
+                    result = held[len(retry) :]
+                    return Verdict(Outcome.SAME, current, now, result=result, started_ms=0 if result else started)
                 return Verdict(Outcome.USED, current, now)
-            self._keep(b"c" + key, 0, expires_ms)
+            self._keep(b"c" + key, now, expires_ms)  # when its step began
             if retry:
                 self._retries[b"c" + key] = retry
                 self._kept += len(retry)
             return Verdict(Outcome.FIRST, current, now)
 
-    async def keep(self, *, key: bytes, retry: bytes, result: bytes) -> bool:
-        """Keep `result` beside the claim `retry` made, until the token expires; False when it is not that claim's."""
+    async def keep(self, *, key: bytes, retry: bytes, result: bytes, within_ms: int) -> bool:
+        """Keep `result` beside the claim `retry` made, until the token expires; False when it is not that claim's, or
+        the claim is over `within_ms` old (its retry may have been told the step was lost)."""
         with self._lock:
-            self._expire()  # a claim past its token's expiry keeps nothing, as in Redis
-            if self._retries.get(b"c" + key) != retry:
+            now = self._expire()  # a claim past its token's expiry keeps nothing, as in Redis
+            if self._retries.get(b"c" + key) != retry or now > self._live[b"c" + key][0] + within_ms:
                 return False
             if self._kept + len(result) > self._max_kept:
                 raise StoreError(f"the in-process store holds {self._kept} bytes of kept answers; {len(result)} more "

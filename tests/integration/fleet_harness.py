@@ -162,10 +162,11 @@ def _message(response: httpx.Response) -> dict[str, Any]:
 
 async def call_tool(
     client: httpx.AsyncClient, server: Served, tool: str, arguments: Mapping[str, Any], *, subject: str | None = None,
-    request_state: str | None = None, input_responses: Mapping[str, Any] | None = None,
+    request_state: str | None = None, input_responses: Mapping[str, Any] | None = None, timeout: float | None = None,
 ) -> dict[str, Any]:
     """One ``tools/call`` of `tool` as a single 2026-07-28 HTTP exchange (no initialize, no session), as `subject`
-    (the demonstration bearer token ``demo-<subject>``); the JSON-RPC answer, result or error."""
+    (the demonstration bearer token ``demo-<subject>``), the client's own `timeout` unless given; the JSON-RPC answer,
+    result or error."""
     params: dict[str, Any] = {"name": tool, "arguments": dict(arguments), "_meta": _ENVELOPE}
     if request_state is not None:
         params["requestState"] = request_state
@@ -176,7 +177,8 @@ async def call_tool(
     if subject is not None:
         headers["Authorization"] = f"Bearer demo-{subject}"
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
-    return _message(await client.post(server.url, json=body, headers=headers))
+    wait: Any = httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
+    return _message(await client.post(server.url, json=body, headers=headers, timeout=wait))
 
 
 async def round_one(client: httpx.AsyncClient, server: Served, *, subject: str, name: str = "orders") -> str:
@@ -191,12 +193,12 @@ async def round_one(client: httpx.AsyncClient, server: Served, *, subject: str, 
 
 async def present(
     client: httpx.AsyncClient, server: Served, state: str, *, subject: str, name: str = "orders",
-    region: str = "eu-west-1",
+    region: str = "eu-west-1", timeout: float | None = None,
 ) -> dict[str, Any]:
     """The retry that answers round 1 (the user accepted the form with `region`), on `server`: the JSON-RPC answer."""
     answers = {"region": {"action": "accept", "content": {"region": region}}}
     return await call_tool(client, server, TOOL, {"name": name}, subject=subject, request_state=state,
-                           input_responses=answers)  # fmt: skip
+                           input_responses=answers, timeout=timeout)  # fmt: skip
 
 
 async def retry(

@@ -110,8 +110,8 @@ def test_the_minimal_acl_user_can_do_everything_the_store_does(acl_user: str, re
             assert (await guard.health())["owner"] == "ok"
             retried, retry, store = guard.stamp(b"z"), b"r" * 16, guard.store  # the retry-safe mode's claim and keep
             key = (await guard.claim(retried, retry))[1]
-            assert await store.keep(key=key, retry=retry, result=b"kept")  # GET, then SET ... KEEPTTL (Redis 6.0+)
-            assert (await guard.claim(retried, retry))[2] == (Outcome.SAME, guard._epoch, ANY, (), b"kept", ANY)
+            assert await store.keep(key=key, retry=retry, result=b"kept", within_ms=60_000)  # SET ... KEEPTTL (6.0+)
+            assert (await guard.claim(retried, retry))[2] == (Outcome.SAME, guard._epoch, ANY, (), b"kept", ANY, 0)
             assert isinstance(store, RedisStore)
             registry = RedisRegistry(store)  # the fleet registry's scripts, through the store's connection
             await registry.announce("web-1", "k1,k0", "{}", 5000, [("k0", 1000)])
@@ -224,14 +224,14 @@ def test_a_claim_or_keep_that_reaches_the_store_after_its_deadline_records_nothi
         async with guarded(redis_url, timeout=0.25) as guard:
             refused, kept, retry = guard.stamp(b"x"), guard.stamp(b"y"), b"r" * 16
             key = (await guard.claim(kept, retry))[1]  # loads the claim script: a late EVALSHA runs, not NOSCRIPT
-            assert not await guard.store.keep(key=key, retry=b"w" * 16, result=b"")  # and keep's
+            assert not await guard.store.keep(key=key, retry=b"w" * 16, result=b"", within_ms=60_000)  # and keep's
             redis_server.cli("CONFIG", "RESETSTAT")
             redis_server.pause()
             try:
                 with pytest.raises(InvalidToken, match="store_unavailable"):
                     await guard.consume(refused)
                 with pytest.raises(StoreUnreachable):
-                    await guard.keep(key, retry, b"{}")
+                    await guard.keep(key, retry, b"{}", 60)
             finally:
                 redis_server.resume()
             for _ in range(1000):  # until the store ran both, late (each poll a round trip)
@@ -241,7 +241,8 @@ def test_a_claim_or_keep_that_reaches_the_store_after_its_deadline_records_nothi
             assert await guard.consume(refused) == b"x"  # once, not `replayed`: the late claim recorded nothing
             with pytest.raises(InvalidToken, match="replayed"):
                 await guard.consume(refused)
-            assert (await guard.claim(kept, retry))[2] == (Outcome.SAME, ANY, ANY, (), b"", ANY)  # nothing kept late
+            nothing_kept_late = (Outcome.SAME, ANY, ANY, (), b"", ANY, ANY)
+            assert (await guard.claim(kept, retry))[2] == nothing_kept_late
 
     run(scenario)
 
@@ -655,7 +656,8 @@ def test_a_client_flooding_large_kept_answers_never_opens_availability_first(red
         async with guarded(redis_url) as flooder, guarded(redis_url, on_store_error="accept", timeout=0.01) as other:
             retry, big = b"r" * 16, b"k" * (4 << 20)
             keys = [(await flooder.claim(flooder.stamp(b"f"), retry))[1] for _ in range(8)]
-            flood = [flooder.store.keep(key=key, retry=retry, result=big) for key in keys for _ in range(3)]
+            keep = flooder.store.keep
+            flood = [keep(key=key, retry=retry, result=big, within_ms=60_000) for key in keys for _ in range(3)]
             claims = [other.claim(other.stamp(b"x")) for _ in range(200)]
             outcomes = await asyncio.gather(*flood, *claims, return_exceptions=True)
             return outcomes[len(flood):]
