@@ -14,6 +14,13 @@ servers started a moment ago up to 30 s to listen)::
 Against servers started with ``--demo-auth``, ``--token demo-alice`` sends that demonstration bearer token
 (``Authorization: Bearer demo-alice``), so each run can act as another user.
 
+A flow left in flight, as by a user who answers later: ``--hold FILE`` stops after round 1 and writes its
+``requestState`` and answers to FILE; ``--resume FILE`` sends that retry to the server named, each time it runs (so
+a second run is a replay)::
+
+    python examples/fleet_client.py http://127.0.0.1:8001/mcp --hold orders.flow
+    python examples/fleet_client.py http://127.0.0.1:8002/mcp --resume orders.flow
+
 It prints the tool's structured result as JSON and exits 0; when the retry is
 refused it prints the error code and message and exits 2, as it does when a
 server wants a bearer token (HTTP 401 or 403, which the SDK reports as -32603);
@@ -29,6 +36,7 @@ import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -84,30 +92,34 @@ async def provision(
     name: str = "orders",
     region: str = "eu-west-1",
     token: str | None = None,
+    hold: bool = False,
+    held: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Call ``provision`` on `first_url` and send every retry to `retry_url`; the structured result.
+    """Call ``provision`` on `first_url` and send every retry to `retry_url`; the structured result. With `hold`, round
+    1's state and answers instead, as ``{"held": ...}``; given such a round as `held`, its retry alone, to `retry_url`.
 
     Raises `MCPError` when a server refuses a round (for example -32602 when
     the retry's instance cannot verify the ``requestState``), `Unauthorized` when it refuses the caller.
     """
-    arguments = {"name": name}
+    arguments = {"name": held["name"] if held else name}
     refused: MCPError | None = None
     denied: list[httpx2.Response] = []
     try:
         async with _client(first_url, token, denied) as first, _client(retry_url or first_url, token, denied) as again:
             try:
-                result = await first.session.call_tool(TOOL, arguments, allow_input_required=True)
-                while isinstance(result, InputRequiredResult):
-                    requests = (result.input_requests or {}).items()
-                    responses = {key: fulfil(request, region) for key, request in requests}
-                    result = await again.session.call_tool(
-                        TOOL,
-                        arguments,
-                        input_responses=responses,
-                        request_state=result.request_state,
-                        allow_input_required=True,
-                    )
-                outcome = structured(result)
+                if held is None:
+                    result = await first.session.call_tool(TOOL, arguments, allow_input_required=True)
+                else:
+                    answers: dict[str, InputResponse] = {}
+                    answers |= {key: ElicitResult.model_validate(value) for key, value in held["answers"].items()}
+                    result = await _retry(again, arguments, held["request_state"], answers)
+                while isinstance(result, InputRequiredResult) and not hold:
+                    result = await _retry(again, arguments, result.request_state, _answers(result, region))
+                if isinstance(result, InputRequiredResult):  # held: the round, to answer later
+                    kept = {k: v.model_dump(mode="json", by_alias=True) for k, v in _answers(result, region).items()}
+                    outcome = {"held": {"name": name, "request_state": result.request_state, "answers": kept}}
+                else:
+                    outcome = structured(result)
             except MCPError as exc:
                 # Raised outside the clients' task groups, so callers catch it as itself.
                 refused = exc
@@ -121,6 +133,16 @@ async def provision(
     if refused is not None:
         raise refused
     return outcome
+
+
+def _answers(result: InputRequiredResult, region: str) -> dict[str, InputResponse]:
+    return {key: fulfil(request, region) for key, request in (result.input_requests or {}).items()}
+
+
+async def _retry(client: Client, arguments: dict[str, Any], state: str | None,
+                 responses: dict[str, InputResponse]) -> CallToolResult | InputRequiredResult:
+    return await client.session.call_tool(TOOL, arguments, input_responses=responses, request_state=state,
+                                          allow_input_required=True)  # fmt: skip
 
 
 def structured(result: CallToolResult) -> dict[str, Any]:
@@ -160,15 +182,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--region", default="eu-west-1")
     parser.add_argument("--wait", type=float, default=0, metavar="SECONDS", help="wait for the servers to listen")
     parser.add_argument("--token", help="a bearer token to send, e.g. demo-alice for servers run with --demo-auth")
+    keep = parser.add_mutually_exclusive_group()
+    keep.add_argument("--hold", type=Path, metavar="FILE", help="stop after round 1, writing its retry to FILE")
+    keep.add_argument("--resume", type=Path, metavar="FILE", help="send the retry --hold wrote to FILE, and only it")
     args = parser.parse_args(argv)
     silent = first_silent([args.url, args.retry_url or args.url], args.wait)
     if silent is not None:
         print(f"cannot reach {silent}: nothing listens there (start it first, or pass --wait SECONDS)", file=sys.stderr)
         return EXIT_UNREACHABLE
     try:
-        outcome = anyio.run(
-            lambda: provision(args.url, retry_url=args.retry_url, name=args.name, region=args.region, token=args.token)
-        )
+        held = json.loads(args.resume.read_text(encoding="utf-8")) if args.resume else None
+        outcome = anyio.run(lambda: provision(args.url, retry_url=args.retry_url, name=args.name, region=args.region,
+                                              token=args.token, hold=args.hold is not None, held=held))  # fmt: skip
     except Unauthorized as exc:
         print(f"rejected: {exc}", file=sys.stderr)
         return EXIT_REJECTED
@@ -178,6 +203,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"rejected: {refused.error.code} {refused.error.message}", file=sys.stderr)
         return EXIT_REJECTED
+    if args.hold and "held" in outcome:
+        args.hold.write_text(json.dumps(outcome["held"]), encoding="utf-8")
+        print(f"held: round 1 of {TOOL} {outcome['held']['name']!r} answered by {args.url}; its retry is in "
+              f"{args.hold} (send it with --resume {args.hold})")
+        return 0
     print(json.dumps(outcome, sort_keys=True))
     return 0
 

@@ -265,3 +265,15 @@ def test_a_step_waits_for_every_live_key_the_next_phase_drops_whoever_accepts_it
     fleet = Fleet(1_000_000, members, {"aa": 1_000_000, "cc": 1_600_000})
     blockers, wait = next_step(2, ("bb", "aa", "cc"), fleet)
     assert wait == 600.0, (blockers, wait)
+
+
+def test_a_pulled_keys_tokens_block_no_step_and_are_waited_for_by_none() -> None:
+    from statecodec.rotation import Fleet, Member, next_step
+
+    # Every instance dropped aa at once (`statecodec rotate pull aa`): its tokens, which may live 600 s more, are
+    # refused on purpose, so neither `rotate status` nor `advance` waits on them.
+    members = tuple(Member(name, ("bb",), None) for name in ("web-1", "web-2"))
+    fleet = Fleet(1_000_000, members, {"aa": 1_600_000, "bb": 1_600_000}, pulled={"aa": 999_000})
+    assert next_step(0, ("bb",), fleet) == ([], 0.0)
+    unpulled = Fleet(1_000_000, members, {"aa": 1_600_000, "bb": 1_600_000})
+    assert next_step(0, ("bb",), unpulled)[0]  # the same fleet without the pull: aa's tokens would be dropped
