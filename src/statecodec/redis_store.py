@@ -8,6 +8,7 @@ Unreachable or late is `StoreUnreachable`, an answered error `StoreError`; messa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
 import secrets
@@ -391,7 +392,8 @@ class RedisStore(HoldsSecrets):
         raise failure  # outside the handler, as in `run`
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        with contextlib.suppress(rx.RedisError, OSError):  # a connection that will not close in time is dropped anyway
+            await self._client.aclose()
 
     def __repr__(self) -> str:
         return f"RedisStore({self.where!r}, namespace={self.namespace!r})"
