@@ -59,7 +59,7 @@ end
 return redis.call('HGETALL', KEYS[4])""",
     "fleet": """local expiry = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', 'WITHSCORES')
 return {now, redis.call('HGETALL', KEYS[1]), expiry, redis.call('HGETALL', KEYS[3]), redis.call('HGETALL', KEYS[4])}""",
-    "pull": "if not redis.call('HGET', KEYS[4], ARGV[1]) then redis.call('HSET', KEYS[4], ARGV[1], n(now)) end",
+    "pull": "redis.call('HSETNX', KEYS[4], ARGV[1], n(now))",  # the first pull's time is kept
     "leave": """redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])""",
 }
