@@ -255,8 +255,8 @@ def namespace(settings: Mapping[str, str]) -> str:
     return setting(settings, NAMESPACE_VAR, required=False) or "statecodec"
 
 
-def on_replay(settings: Mapping[str, str]) -> str:
-    return replay_policy(setting(settings, ON_REPLAY_VAR, required=False) or "log")
+def on_replay(settings: Mapping[str, str]) -> str:  # `replay_policy` checks it where it is used, as from code
+    return setting(settings, ON_REPLAY_VAR, required=False) or "log"
 
 
 def on_store_error(settings: Mapping[str, str]) -> tuple[Any, float, Any]:  # mode, bounds: SingleUse checks them

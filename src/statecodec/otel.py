@@ -84,8 +84,7 @@ class RequestStateMetrics:
 
 
 def instrument(server: Any, meter: metrics.Meter | None = None) -> RequestStateMetrics:
-    """Put `RequestStateMetrics` first in the middleware of `server` (an `MCPServer`, a lowlevel `Server` or a
-    `FastMCP`); return it."""
+    """Put `RequestStateMetrics` first in `server`'s middleware (`MCPServer`, lowlevel `Server` or `FastMCP`)."""
     middleware = RequestStateMetrics(meter)
     sdk_server(server).middleware.insert(0, middleware)
     return middleware

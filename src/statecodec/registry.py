@@ -44,12 +44,11 @@ def registry_for(store: Store) -> Registry | None:
     return None if isinstance(store, MemoryStore) else RedisRegistry(cast("RedisStore", store))
 
 
-# After the store's Lua prelude (`now`, `n`, `sweep`). KEYS entries (instance -> "loaded_ms ring doc"), their expiry,
-# until when tokens under each key id may live, and when each pulled key id was pulled. announce ARGV: instance name,
-# ring (key ids, primary first), doc, lifetime, then (key id, ms from now its tokens live)...
+# After the store's Lua prelude (`now`, `n`, `sweep`) and a sweep of expired entries. KEYS entries (instance ->
+# "loaded_ms ring doc"), their expiry, until when tokens under each key id may live, and when each key id was pulled.
+# announce ARGV: instance name, ring (key ids, primary first), doc, lifetime, then (key id, ms from now tokens live)...
 _SCRIPTS = {
-    "announce": """sweep(KEYS[1], KEYS[2])
-local loaded, ring = string.match(redis.call('HGET', KEYS[1], ARGV[1]) or '', '^(%d+) (%S+) ')
+    "announce": """local loaded, ring = string.match(redis.call('HGET', KEYS[1], ARGV[1]) or '', '^(%d+) (%S+) ')
 if ring ~= ARGV[2] then loaded = n(now) end
 redis.call('HSET', KEYS[1], ARGV[1], loaded .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
 redis.call('ZADD', KEYS[2], n(now + tonumber(ARGV[4])), ARGV[1])
@@ -58,14 +57,11 @@ for i = 5, #ARGV, 2 do
   if live > (tonumber(redis.call('HGET', KEYS[3], ARGV[i])) or 0) then redis.call('HSET', KEYS[3], ARGV[i], n(live)) end
 end
 return redis.call('HGETALL', KEYS[4])""",
-    "fleet": """sweep(KEYS[1], KEYS[2])
-local expiry = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', 'WITHSCORES')
+    "fleet": """local expiry = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', 'WITHSCORES')
 return {now, redis.call('HGETALL', KEYS[1]), expiry, redis.call('HGETALL', KEYS[3]), redis.call('HGETALL', KEYS[4])}""",
-    "pull": "if not redis.call('HGET', KEYS[4], ARGV[1]) then redis.call('HSET', KEYS[4], ARGV[1], n(now)) end",
-    "leave": """sweep(KEYS[1], KEYS[2])
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-return now""",
+    "pull": "redis.call('HSETNX', KEYS[4], ARGV[1], n(now))",  # the first pull's time is kept
+    "leave": """redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])""",
 }
 
 
@@ -75,9 +71,9 @@ class RedisRegistry:
     def __init__(self, store: RedisStore) -> None:
         from statecodec.redis_store import script
 
-        self.store, self._run = store, {name: script(body) for name, body in _SCRIPTS.items()}
-        names = ("fleet", "fleet-expiry", "fleet-tokens", "fleet-pulled")
-        self._keys = [f"{{{store.namespace}}}:{name}" for name in names]
+        sweep = "sweep(KEYS[1], KEYS[2])\n"
+        self.store, self._run = store, {name: script(sweep + body) for name, body in _SCRIPTS.items()}
+        self._keys = [f"{{{store.namespace}}}:fleet{part}" for part in ("", "-expiry", "-tokens", "-pulled")]
 
     async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
                        live: Sequence[tuple[str, int]] = ()) -> list[str]:

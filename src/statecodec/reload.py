@@ -23,6 +23,7 @@ from typing import NamedTuple
 from statecodec._settings import DEFAULT_FUTURE_SKEW
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec, require_codec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, SealError, StatecodecError
+from statecodec.keys import read_key_file
 from statecodec.rotation import early_drop, pulled_ids
 from statecodec.sync import LoopThread
 
@@ -118,8 +119,8 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
             self._seen, self._retry_at = self._stats(), float("inf")
             marked: set[str] = set()  # before the build: a pull line newer than its ring is read again next poll
             for path in self._files:
-                with contextlib.suppress(OSError, ValueError):  # the build says why a file cannot be read
-                    marked |= pulled_ids(path.read_text(encoding="utf-8"))
+                with contextlib.suppress(ConfigurationError):  # the build says why a file cannot be read
+                    marked |= pulled_ids(read_key_file(path))
             try:
                 codec = require_codec(self._build(), "the reloaded codec")
             except StatecodecError as exc:  # its message names a setting or a key's position, never a key

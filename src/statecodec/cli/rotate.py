@@ -1,9 +1,8 @@
 """`statecodec rotate`: rotate keys without dropping a round (docs/rotation.md).
 
 `advance` writes the next phase only when the fleet registry shows it safe by the store's clock; `begin`, `advance`
-and `pull` (a leaked key, dropped at once) write the whole key file or nothing, so a re-run after a crash is safe.
-`plan` prints secret keys unless --ids-only or --old-id/--new-id; `check` exits 0 only when no instance can mint a
-token another would refuse.
+and `pull` write the whole key file or nothing, so a re-run after a crash is safe. `plan` prints secret keys unless
+--ids-only or --old-id/--new-id; `check` exits 0 only when no instance can mint a token another would refuse.
 """
 
 from __future__ import annotations
@@ -60,20 +59,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check.add_argument("files", nargs="+", metavar="FILE", help="check reports or a fleet file (JSON), or - for stdin")
     check.add_argument("--in-flight", action="append", default=[], metavar="KEY_ID", help="an in-flight key id")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
+    live: dict[str, argparse.ArgumentParser] = {}
     for name, run, what in (("status", _status, "show the fleet registry, the phase and the next safe moment"),
                             ("begin", _begin, "write phase 1 (old primary, new accepted) into the key file"),
                             ("advance", _advance, "write the next phase, only once the fleet registry shows it safe"),
                             ("pull", _pull, "drop a leaked key from the key file now: every instance, next poll")):
-        live = actions.add_parser(name, func=run, help=what)
-        if name == "pull":
-            live.add_argument("key_id", metavar="KEY_ID", help="the leaked key's id (statecodec check, the logs)")
-        live.add_argument("--keys-file", metavar="PATH", help="the key file the servers read (default "
-                          "STATECODEC_KEYS_FILE); the fleet registry is in STATECODEC_STORE_URL")
-        live.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-        if name == "begin":
-            live.add_argument("--new-file", metavar="PATH", help="a key file holding the new key (default: generate)")
-        if name == "advance":
-            live.add_argument("--to", type=int, choices=(2, 3), help="do nothing if the key file is at this phase")
+        live[name] = command = actions.add_parser(name, func=run, help=what)
+        command.add_argument("--keys-file", metavar="PATH", help="the key file the servers read (default "
+                             "STATECODEC_KEYS_FILE); the fleet registry is in STATECODEC_STORE_URL")
+        command.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    live["begin"].add_argument("--new-file", metavar="PATH", help="a key file holding the new key (default: generate)")
+    live["advance"].add_argument("--to", type=int, choices=(2, 3), help="do nothing if the key file is at this phase")
+    live["pull"].add_argument("key_id", metavar="KEY_ID", help="the leaked key's id (statecodec check, the logs)")
 
 
 def _key(args: argparse.Namespace, side: str) -> bytes:

@@ -79,8 +79,8 @@ async def _fleet(guard: Any) -> tuple[dict[str, Any], str | None]:
                     "set it to the one your servers use")
 
 
-def _unrecorded(guard: Any, forms: dict[str, int], kind: str, value: str | None) -> str | None:
-    """What the fleet's tokens record instead, when no instance recorded minting a token of this selector's form."""
+def _unrecorded(guard: Any, forms: dict[str, int], kind: str, value: str | None, what: str) -> str | None:
+    """Why to refuse `what`, when no instance recorded minting a token of this selector's form: what they record."""
     if kind == "all" or guard.form(kind, value) in forms:
         return None
     seen = []
@@ -89,8 +89,9 @@ def _unrecorded(guard: Any, forms: dict[str, int], kind: str, value: str | None)
         seen += [f"{name}s with no issuer"] * bare + [f"{name}s at {count - bare} issuer(s)"] * (count > bare)
     seen += [f"{count} scope name(s)" for count in [sum(form.startswith("scope:") for form in forms)] if count]
     since = f" since {store_time(min(forms.values()))}" if forms else ""
-    return (f"the fleet's tokens record {', '.join(seen) or 'no principal, client or scope'}{since}; a token minted "
-            "by statecodec 0.1.0 or earlier records none: --force revokes anyway")
+    recorded = ", ".join(seen) or "no principal, client or scope"
+    return (f"no instance recorded minting {what}; the fleet's tokens record {recorded}{since}; a token minted by "
+            "statecodec 0.1.0 or earlier records none: --force revokes anyway")
 
 
 def _revoke(args: argparse.Namespace) -> int:
@@ -115,14 +116,13 @@ def _revoke(args: argparse.Namespace) -> int:
     async def work(guard: Any) -> tuple[object, str | None]:
         health, refused = await _fleet(guard)
         if not refused and not args.lift and not args.force and health["owner"] == "ok":
-            refused = _unrecorded(guard, health["forms"], kind, form)
-            refused = refused and f"no instance recorded minting {what}; {refused}"
+            refused = _unrecorded(guard, health["forms"], kind, form, what)
         return (None if refused else await (guard.lift if args.lift else guard.revoke)(**selector)), refused
 
     done, refused = on_store(work)
     if refused:
-        doc, message = {"refused": kind, "value": doc["value"]}, f"nothing {'lifted' if args.lift else 'revoked'}: "
-        return show(args, {**doc, "message": message + refused}, message + refused, 1)
+        message = f"nothing {'lifted' if args.lift else 'revoked'}: {refused}"
+        return show(args, {"refused": kind, "value": doc["value"], "message": message}, message, 1)
     if args.lift:
         doc = {"lifted": done}
         message = f"lifted the revocation of {what}" if doc["lifted"] else f"nothing to lift: {what} were not revoked"
@@ -138,9 +138,8 @@ def _check(args: argparse.Namespace) -> int:
         from statecodec.store import check_owner
 
         check_owner("foreign", str(health["server"]))
-    problems = [f"malformed revocation entries, skipped by every claim: {', '.join(health['malformed'])}"] * bool(
-        health["malformed"]
-    )
+    malformed = ", ".join(health["malformed"])
+    problems = [f"malformed revocation entries, skipped by every claim: {malformed}"] if malformed else []
     if health["owner"] == "unused":  # the wrong namespace looks like this too: never "ready"
         problems.append("no server has used this store under this store key and namespace (STATECODEC_STORE_NAMESPACE)")
     problems += [ambiguous] if ambiguous else []
