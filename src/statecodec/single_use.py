@@ -21,7 +21,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from statecodec._encoding import b64u_decode, b64u_encode
-from statecodec._settings import MAX_FUTURE_SKEW, MAX_TTL, named_errors, seconds
+from statecodec._settings import HEARTBEAT, MAX_FUTURE_SKEW, MAX_TTL, named_errors, seconds
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable, missing_extra
 from statecodec.keys import KeyRing, derive_key, field, mac
@@ -72,11 +72,13 @@ class SingleUse(HoldsSecrets):
     """The single-use and revocation rules over any `Store`, from one event loop; `key` is the same on every instance,
     and beyond `clock_skew` from the store's clock this instance neither mints nor accepts."""
 
-    __slots__ = ("_all", "_anchor", "_answers", "_clock", "_epoch", "_fingerprint", "_keys", "_macs", "_noted",
-                 "_quiet", "_skewed", "clock_skew", "deadline", "on_store_error", "store", "ttl", "unrecorded", "where")
+    __slots__ = ("_all", "_anchor", "_answers", "_checked", "_clock", "_epoch", "_fingerprint", "_keys", "_macs",
+                 "_noted", "_quiet", "_skewed", "clock_skew", "deadline", "heartbeat", "on_store_error", "store", "ttl",
+                 "unrecorded", "where")
 
     def __init__(self, store: Store, *, key: bytes | KeyRing, ttl: float, clock: Callable[[], float] = time.time,
-                 clock_skew: float = 1.0, on_store_error: Literal["refuse", "accept"] = "refuse") -> None:
+                 clock_skew: float = 1.0, on_store_error: Literal["refuse", "accept"] = "refuse",
+                 heartbeat: float = HEARTBEAT) -> None:
         if not isinstance(store, Store):
             raise ConfigurationError("store must be a statecodec Store, e.g. MemoryStore() or RedisStore.from_url")
         if on_store_error not in ("refuse", "accept"):
@@ -85,6 +87,7 @@ class SingleUse(HoldsSecrets):
         self.ttl = seconds("ttl", ttl, low=0.001, high=MAX_TTL)
         self.deadline = store.deadline
         self.clock_skew = seconds("clock_skew", clock_skew, low=0, high=MAX_FUTURE_SKEW)
+        self.heartbeat = seconds("heartbeat", heartbeat, low=0, high=3600)  # `check`'s interval
         with named_errors("the store key"):
             secret = (key if isinstance(key, KeyRing) else KeyRing([key]))[0]
         kinds = ("claim", "stamp", "scope", "fingerprint", "retry", "result")  # the last two: the retry-safe mode's
@@ -100,6 +103,7 @@ class SingleUse(HoldsSecrets):
         self._skewed: str | None = "the store has not answered yet"  # why this instance may not mint
         self._quiet: dict[str, float] = {}  # each warning's text -> until when it is not repeated
         self._anchor = (0.0, 0.0)  # (store clock - monotonic, round trip) at the store's last answer
+        self._checked = -float("inf")  # when `start` last asked the store (monotonic)
         self._noted: set[tuple[object, ...]] = set()  # the principal and scope shapes stamped in the store's epoch
         # Forms (kind, issuer or scope name) `start` records, once per epoch, before the first token under each leaves.
         self.unrecorded: set[tuple[str, str | None]] = set()
@@ -144,33 +148,77 @@ class SingleUse(HoldsSecrets):
     def _scope(self, kind: str, first: str | None, second: str | None) -> bytes:
         return mac(self._macs["scope"], field(kind) + field(first) + field(second))
 
-    def _skew(self, before: float, store_ms: int, after: float) -> str | None:
-        """Why this clock is beyond `clock_skew` of the store's, which answered between `before` and `after`; anchors
-        the store's time to the monotonic clock, for `stamp` to notice a step of this clock in between."""
-        self._anchor = (store_ms / 1000 - time.monotonic(), after - before)
-        offset = store_ms / 1000 - min(max(store_ms / 1000, before - self.clock_skew), after + self.clock_skew)
-        way = "behind" if offset > 0 else "ahead of"
-        return f"this clock is {abs(offset) + self.clock_skew:.3f} s {way} the store's" if offset else None
+    def _skew(self, before: float, store_ms: int, trip: float, *, proven: bool = False) -> str | None:
+        """Why this clock, read `before` a call the store answered `trip` s later (monotonic), may be (`proven`: is)
+        beyond `clock_skew` of the store's; anchors the store's time to the monotonic clock, for `stamp` to notice a
+        step of this clock since. The store read its clock within the round trip, so the offset measured from its
+        middle is off by at most half of it: `start` (and each heartbeat) refuses unless even the worst case is within
+        the allowance; a claim, whose round trip a burst's queue widens, only beyond it for certain."""
+        self._anchor = (store_ms / 1000 - time.monotonic(), trip)
+        offset = before + trip / 2 - store_ms / 1000  # this clock minus the store's, within +- trip / 2
+        if abs(offset) + (-trip if proven else trip) / 2 <= self.clock_skew:
+            return None
+        way = "ahead of" if offset > 0 else "behind"
+        return f"this clock is {abs(offset):.3f} s (+- {trip / 2:.3f} s, half the round trip) {way} the store's"
 
     def form(self, kind: str, value: str | None) -> str:
         """How the store records a token minted for a principal or client at issuer `value`, or a scope `value`."""
         return f"{kind}:{self._scope('form', kind, value).hex()}"
 
     async def start(self) -> None:
-        """One round trip: begin the store's memory, record this lifetime and the `unrecorded` forms, check its owner,
-        memory policy and clock. Call it again, before a token leaves, while `unrecorded` is not empty."""
+        """One round trip (three while the clock is uncertain): begin the store's memory, record this lifetime and the
+        `unrecorded` forms, check its owner, memory policy and clock; a failed check leaves this instance neither
+        minting nor accepting until a call passes. Call it again, before a token leaves, while `unrecorded` is not
+        empty."""
         forms = set(self.unrecorded)  # a form added meanwhile waits for the next call
-        before, skew_ms, ttl_ms = self._clock(), round(self.clock_skew * 1000), round(self.ttl * 1000)
-        hello = await bounded(self.store, self.store.hello(fingerprint=self._fingerprint, lifetime_ms=ttl_ms,
-                                                     skew_ms=skew_ms, forms=[self.form(*f) for f in forms]))
-        skewed = self._skew(before, hello.now_ms, self._clock())
-        check_owner(hello.owner, self.where)
-        if skewed:
-            raise ConfigurationError(f"{skewed} at {self.where}, beyond the clock skew: synchronise this host's time")
-        if hello.epoch != self._epoch:  # a store that lost its memory lost the forms too
-            self._noted.clear()
-        self._epoch, self._skewed = hello.epoch, None
+        skew_ms, ttl_ms, named = round(self.clock_skew * 1000), round(self.ttl * 1000), [self.form(*f) for f in forms]
+        try:
+            for _ in range(3):  # the best of three: a round trip that connected first, or met a busy moment, is wider
+                before, self._checked = self._clock(), time.monotonic()
+                hello = await bounded(self.store, self.store.hello(fingerprint=self._fingerprint, lifetime_ms=ttl_ms,
+                                                                   skew_ms=skew_ms, forms=named))
+                if not (skewed := self._skew(before, hello.now_ms, time.monotonic() - self._checked)):
+                    break
+            check_owner(hello.owner, self.where)
+            if skewed:
+                raise ConfigurationError(f"{skewed} at {self.where}, beyond the clock skew ({self.clock_skew:g} s): "
+                                         "synchronise this host's time")
+        except ConfigurationError as exc:  # an evicting policy, a clock, another owner: refuse until it is fixed
+            self._skewed = str(exc)
+            raise
+        self._adopt(hello.epoch)
+        self._skewed = None
         self.unrecorded -= forms
+
+    async def check(self, *, first: bool = False) -> None:
+        """The heartbeat, every `heartbeat` s (from the server's lifespan; `SingleUseCodec` on use): `start` again, so
+        a store switched to an evicting policy, flushed, or a clock gone beyond the allowance is seen within one
+        interval. A refusal is logged naming the store and the cause (an ERROR if a setting's); at the `first` start,
+        raised unless the store is only unreachable (the server serves what needs no token meanwhile)."""
+        try:
+            await self.start()
+        except StoreUnreachable as exc:  # its message names the store and the cause, never a credential
+            self.warn(f"{exc}; tokens are refused, and none minted, until it answers")
+        except (ConfigurationError, StoreError) as exc:
+            if first:
+                raise
+            level = logging.ERROR if isinstance(exc, ConfigurationError) else logging.WARNING
+            self.warn(f"single use refuses every token until this is fixed: {exc}", level)
+        except Exception as exc:  # a store's bug must not end the heartbeat
+            logger.error("the store at %s failed its heartbeat (%s)", self.where, type(exc).__name__)
+
+    @property
+    def due(self) -> bool:
+        """Whether `heartbeat` s passed since `start` last asked the store."""
+        return time.monotonic() - self._checked >= self.heartbeat
+
+    def _adopt(self, epoch: bytes) -> None:
+        """The store's epoch, as it answered: a new one means it lost its memory, and the forms it recorded."""
+        if epoch != self._epoch:
+            if self._epoch is not None:
+                logger.warning("the store at %s lost its memory (flush or restart): older tokens refused", self.where)
+            self._epoch = epoch
+            self._noted.clear()
 
     def stamp(self, state: bytes, *, principal: Principal | None = None, scopes: Mapping[str, str] | None = None
               ) -> bytes:
@@ -224,16 +272,16 @@ class SingleUse(HoldsSecrets):
         scopes = [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)]
         refusal = Reason.STORE_UNAVAILABLE
         try:
-            if self._epoch is None:
+            if not self.started:  # never answered, or refused since: checked again before a token is spent
                 await self.start()
-            before, key = self._clock(), mac(self._macs["claim"], body[:16])
+            before, sent, key = self._clock(), time.monotonic(), mac(self._macs["claim"], body[:16])
             verdict = await bounded(self.store, self.store.claim(
                 fingerprint=self._fingerprint, key=key, epoch=body[28:36],
                 issued_ms=int.from_bytes(body[16:22]), expires_ms=int.from_bytes(body[22:28]),
                 lifetime_ms=round(self.ttl * 1000), skew_ms=round(self.clock_skew * 1000),
                 scopes=[*scopes, self._all], retry=retry,
             ))
-            self._skewed = self._skew(before, verdict.now_ms, self._clock())
+            self._skewed = self._skew(before, verdict.now_ms, time.monotonic() - sent, proven=True) or self._skewed
         except StoreUnreachable as exc:
             if self.on_store_error == "accept":
                 logger.error("%s: token accepted WITHOUT the single-use check (on_store_error=accept)", exc)
@@ -247,10 +295,7 @@ class SingleUse(HoldsSecrets):
         else:  # answered: outside the handlers, so no store exception is chained to a refusal
             if verdict.malformed:
                 logger.error("the store at %s holds malformed revocations, skipped: %s", self.where, verdict.malformed)
-            if verdict.epoch != self._epoch:
-                logger.warning("the store at %s lost its memory (flush or restart): older tokens refused", self.where)
-                self._epoch = verdict.epoch
-                self._noted.clear()  # and the forms it recorded
+            self._adopt(verdict.epoch)
             if self._skewed or verdict.outcome is Outcome.FOREIGN:
                 self.warn(f"the store at {self.where}: {self._skewed or 'another store key'}: tokens refused")
             elif verdict.outcome is Outcome.FIRST or verdict.outcome is Outcome.SAME:
@@ -258,12 +303,12 @@ class SingleUse(HoldsSecrets):
             raise InvalidToken(_VERDICTS.get(verdict.outcome, Reason.STORE_UNAVAILABLE))
         raise InvalidToken(refusal)
 
-    def warn(self, message: str) -> None:
-        """One WARNING per cause per 10 s, not one per token: an outage, or a store one client filled, cannot flood the
+    def warn(self, message: str, level: int = logging.WARNING) -> None:
+        """One line per cause per 10 s, not one per token: an outage, or a store one client filled, cannot flood the
         log, and one cause (a stall) cannot hide the next (the store is full)."""
         now = time.monotonic()
         if self._quiet.get(message, 0.0) <= now:
-            logger.warning(message)
+            logger.log(level, message)
             self._quiet = {text: until for text, until in self._quiet.items() if until > now} | {message: now + 10}
 
     def _selector(self, selector: Selector) -> bytes:
@@ -343,7 +388,7 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
         """A str `principal` is bound by the inner codec and recorded as the subject; a triple is recorded only."""
         if isinstance(principal, str):
             kwargs["principal"], principal = principal, (None, None, principal)
-        if not self.guard.started or self._closed.locked():
+        if not self.guard.started or self.guard.due or self._closed.locked():  # no lifespan: its heartbeat, on use
             self.run(self.guard.start())
         stamped = self.guard.stamp(state, principal=principal, scopes=scopes)
         if self.guard.unrecorded:  # a form new to this process: recorded before its first token leaves
@@ -351,6 +396,8 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
         return self.codec.seal(stamped, **kwargs)
 
     def unseal(self, token: str, **kwargs: Any) -> bytes:
+        if self.guard.due:
+            self.run(self.guard.check())
         return self.run(self.guard.consume(self.codec.unseal(token, **kwargs)))
 
     def close(self) -> None:
