@@ -39,10 +39,7 @@ DEFAULT_TTL, MAX_TTL = 600, 30 * 24 * 3600  # a state token lives for a conversa
 DEFAULT_FUTURE_SKEW, MAX_FUTURE_SKEW = 60, 3600  # how far ahead another instance's clock may be when it mints
 DEFAULT_STORE_TIMEOUT = 0.25  # a network store's bound on connecting and on each answer
 DEFAULT_RESULT_MAX, MAX_RESULT_MAX = 65_536, 1 << 24  # the retry-safe mode's kept answer, in bytes
-# How often a running instance re-checks the store's policy, epoch and clock: one round trip per instance per 5 s (a
-# thousand instances: 200 small scripts a second, well under 1% of one Redis core), for a window of 5 s after a flush
-# (tokens refused, never accepted) or a policy switch (evicting needs a full store as well).
-HEARTBEAT = 5.0
+HEARTBEAT = 5.0  # a running instance re-checks the store: docs/single-use.md weighs its cost against the window
 INSTANCE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")  # an instance's name in the fleet registry
 
 # What the MCP ttl, single use and live rotation read from the environment, never from a codec's config file (the

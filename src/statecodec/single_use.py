@@ -100,7 +100,7 @@ class SingleUse(HoldsSecrets):
         self.where = store.where  # the store's host:port (or ``memory``), for messages: never a credential
         self._answers = AESGCM(self._keys["result"])  # the retry-safe mode's kept answers
         self._epoch: bytes | None = None  # the store's epoch, once it answered: stamps carry it
-        self._skewed: str | None = "the store has not answered yet"  # why this instance may not mint
+        self._skewed: str | None = "the store has not answered yet"  # why this instance may neither mint nor accept
         self._quiet: dict[str, float] = {}  # each warning's text -> until when it is not repeated
         self._anchor = (0.0, 0.0)  # (store clock - monotonic, round trip) at the store's last answer
         self._checked = -float("inf")  # when `start` last asked the store (monotonic)
@@ -148,15 +148,14 @@ class SingleUse(HoldsSecrets):
     def _scope(self, kind: str, first: str | None, second: str | None) -> bytes:
         return mac(self._macs["scope"], field(kind) + field(first) + field(second))
 
-    def _skew(self, before: float, store_ms: int, trip: float, *, proven: bool = False) -> str | None:
-        """Why this clock, read `before` a call the store answered `trip` s later (monotonic), may be (`proven`: is)
-        beyond `clock_skew` of the store's; anchors the store's time to the monotonic clock, for `stamp` to notice a
-        step of this clock since. The store read its clock within the round trip, so the offset measured from its
-        middle is off by at most half of it: `start` (and each heartbeat) refuses unless even the worst case is within
-        the allowance; a claim, whose round trip a burst's queue widens, only beyond it for certain."""
+    def _skew(self, before: float, store_ms: int, trip: float, sure: bool = False) -> str | None:
+        """Why this clock, read `before` a call the store answered `trip` s later (monotonic), may be (`sure`: is)
+        beyond `clock_skew` of the store's, which read its own within the round trip: the offset from its middle, plus
+        (minus) half of it; anchors the store's time to the monotonic clock, for `stamp` to notice a step since. A
+        claim is refused only when `sure`: its round trip, widened by a burst's queue, proves nothing."""
         self._anchor = (store_ms / 1000 - time.monotonic(), trip)
         offset = before + trip / 2 - store_ms / 1000  # this clock minus the store's, within +- trip / 2
-        if abs(offset) + (-trip if proven else trip) / 2 <= self.clock_skew:
+        if abs(offset) + (-trip if sure else trip) / 2 <= self.clock_skew:
             return None
         way = "ahead of" if offset > 0 else "behind"
         return f"this clock is {abs(offset):.3f} s (+- {trip / 2:.3f} s, half the round trip) {way} the store's"
@@ -167,9 +166,8 @@ class SingleUse(HoldsSecrets):
 
     async def start(self) -> None:
         """One round trip (three while the clock is uncertain): begin the store's memory, record this lifetime and the
-        `unrecorded` forms, check its owner, memory policy and clock; a failed check leaves this instance neither
-        minting nor accepting until a call passes. Call it again, before a token leaves, while `unrecorded` is not
-        empty."""
+        `unrecorded` forms, check its owner, memory policy and clock (failed: neither mint nor accept until one passes).
+        Call it again, before a token leaves, while `unrecorded` is not empty."""
         forms = set(self.unrecorded)  # a form added meanwhile waits for the next call
         skew_ms, ttl_ms, named = round(self.clock_skew * 1000), round(self.ttl * 1000), [self.form(*f) for f in forms]
         try:
@@ -191,21 +189,18 @@ class SingleUse(HoldsSecrets):
         self.unrecorded -= forms
 
     async def check(self, *, first: bool = False) -> None:
-        """The heartbeat, every `heartbeat` s (from the server's lifespan; `SingleUseCodec` on use): `start` again, so
-        a store switched to an evicting policy, flushed, or a clock gone beyond the allowance is seen within one
-        interval. A refusal is logged naming the store and the cause (an ERROR if a setting's); at the `first` start,
-        raised unless the store is only unreachable (the server serves what needs no token meanwhile)."""
+        """The heartbeat (every `heartbeat` s in the server's lifespan; `SingleUseCodec` on use): `start` again, so an
+        evicting policy, a flush or a clock beyond the allowance is seen within one interval. A refusal is logged, an
+        ERROR naming the store and cause; raised only at the `first` start, unless the store is merely unreachable."""
         try:
             await self.start()
         except StoreUnreachable as exc:  # its message names the store and the cause, never a credential
             self.warn(f"{exc}; tokens are refused, and none minted, until it answers")
-        except (ConfigurationError, StoreError) as exc:
+        except Exception as exc:  # a store's bug too: the heartbeat goes on
             if first:
                 raise
-            level = logging.ERROR if isinstance(exc, ConfigurationError) else logging.WARNING
-            self.warn(f"single use refuses every token until this is fixed: {exc}", level)
-        except Exception as exc:  # a store's bug must not end the heartbeat
-            logger.error("the store at %s failed its heartbeat (%s)", self.where, type(exc).__name__)
+            cause = exc if isinstance(exc, ConfigurationError | StoreError) else f"{self.where}: {type(exc).__name__}"
+            self.warn(f"single use refuses every token until this is fixed: {cause}", logging.ERROR)
 
     @property
     def due(self) -> bool:
@@ -217,8 +212,7 @@ class SingleUse(HoldsSecrets):
         if epoch != self._epoch:
             if self._epoch is not None:
                 logger.warning("the store at %s lost its memory (flush or restart): older tokens refused", self.where)
-            self._epoch = epoch
-            self._noted.clear()
+            self._epoch, self._noted = epoch, set()
 
     def stamp(self, state: bytes, *, principal: Principal | None = None, scopes: Mapping[str, str] | None = None
               ) -> bytes:
@@ -281,7 +275,7 @@ class SingleUse(HoldsSecrets):
                 lifetime_ms=round(self.ttl * 1000), skew_ms=round(self.clock_skew * 1000),
                 scopes=[*scopes, self._all], retry=retry,
             ))
-            self._skewed = self._skew(before, verdict.now_ms, time.monotonic() - sent, proven=True) or self._skewed
+            self._skewed = self._skew(before, verdict.now_ms, time.monotonic() - sent, sure=True) or self._skewed
         except StoreUnreachable as exc:
             if self.on_store_error == "accept":
                 logger.error("%s: token accepted WITHOUT the single-use check (on_store_error=accept)", exc)
