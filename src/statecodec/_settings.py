@@ -49,6 +49,7 @@ DEFAULT_STEP_TIMEOUT = 300  # the most a retry-safe step runs; past it (and the 
 # take at most 30-70 ms for 128 KiB of small members on a loaded 2-core host, well within the store's deadline.
 MAX_RETRY_INPUT = 1 << 17
 DEFAULT_ACCEPT_FOR, MAX_ACCEPT_FOR, DEFAULT_ACCEPT_MAX, MAX_ACCEPT_MAX = 30, 600, 1000, 100_000  # per outage
+HEARTBEAT = 5.0  # a running instance re-checks the store: docs/single-use.md weighs its cost against the window
 INSTANCE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")  # an instance's name in the fleet registry
 
 # What the MCP ttl, single use and live rotation read from the environment, never from a codec's config file (the

@@ -8,6 +8,7 @@ the first answer beside the claim, sealed, for the same retry alone (docs/single
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from statecodec import _settings as cfg
-from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable
+from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError
 from statecodec.single_use import SingleUse, canonical_json
 from statecodec.store import Outcome, Verdict
 
@@ -65,6 +66,7 @@ class SingleUseMiddleware:
             canonical_json()  # the package every retry's digest needs: missing, the start fails
         self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
         self._running = 0  # the lifespans entered and not yet left
+        self._heartbeat: asyncio.Task[None] | None = None
 
     @asynccontextmanager
     async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
@@ -86,12 +88,24 @@ class SingleUseMiddleware:
         self._running += 1
         try:
             if self._running == 1:
-                await self._start()
+                await self.guard.check(first=True)
+                self._heartbeat = asyncio.create_task(self._beat())
             yield {}
         finally:
             self._running -= 1
             if not self._running:
+                if beat := self._heartbeat:
+                    self._heartbeat = None
+                    beat.cancel()
+                    await asyncio.wait([beat])
                 await self.guard.aclose()
+
+    async def _beat(self) -> None:
+        """The store re-checked every `guard.heartbeat` s while the server runs: its lifespan's task, no thread. It
+        ends when it is no longer the lifespan's, cancelled or not: the Redis client can swallow a cancellation."""
+        while self._heartbeat is asyncio.current_task():
+            await asyncio.sleep(self.guard.heartbeat)
+            await self.guard.check()
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method not in self._methods:
@@ -227,7 +241,7 @@ class SingleUseMiddleware:
         from mcp.server.auth.provider import principal_components
 
         if not self.guard.started:
-            await self._start()
+            await self.guard.check()
         token = get_access_token()  # the minting request's principal, whatever bind_principal is
         try:
             principal = None if token is None else principal_components(token)
@@ -239,12 +253,6 @@ class SingleUseMiddleware:
         except StoreError as exc:  # the store never answered, or its clock is too far: no token it cannot date
             logger.error("refusing to stamp requestState on %s: %s", ctx.method, exc)
             raise _mcp_error() from None
-
-    async def _start(self) -> None:
-        try:
-            await self.guard.start()
-        except StoreUnreachable as exc:  # its message names the store and the cause, never a credential
-            self.guard.warn(f"{exc}; tokens are refused, and none minted, until it answers")
 
 
 def sdk_server(server: Any) -> Any:

@@ -76,13 +76,14 @@ class SingleUse(HoldsSecrets):
     """The single-use and revocation rules over any `Store`, from one event loop; `key` is the same on every instance,
     and beyond `clock_skew` from the store's clock this instance neither mints nor accepts."""
 
-    __slots__ = ("_all", "_anchor", "_answers", "_clock", "_down", "_epoch", "_fingerprint", "_macs", "_noted",
-                 "_quiet", "_recording", "_skewed", "_unchecked", "accept_for", "accept_max", "clock_skew", "deadline",
-                 "on_store_error", "store", "ttl", "unrecorded", "where")
+    __slots__ = ("_all", "_anchor", "_answers", "_checked", "_clock", "_down", "_epoch", "_fingerprint", "_macs",
+                 "_noted", "_quiet", "_recording", "_skewed", "_unchecked", "accept_for", "accept_max", "clock_skew",
+                 "deadline", "heartbeat", "on_store_error", "store", "ttl", "unrecorded", "where")
 
     def __init__(self, store: Store, *, key: bytes | KeyRing, ttl: float, clock: Callable[[], float] = time.time,
                  clock_skew: float = 1.0, on_store_error: Literal["refuse", "accept"] = "refuse",
-                 accept_for: float = cfg.DEFAULT_ACCEPT_FOR, accept_max: int = cfg.DEFAULT_ACCEPT_MAX) -> None:
+                 accept_for: float = cfg.DEFAULT_ACCEPT_FOR, accept_max: int = cfg.DEFAULT_ACCEPT_MAX,
+                 heartbeat: float = cfg.HEARTBEAT) -> None:
         if not isinstance(store, Store):
             raise ConfigurationError("store must be a statecodec Store, e.g. MemoryStore() or RedisStore.from_url")
         if on_store_error not in ("refuse", "accept"):
@@ -94,6 +95,7 @@ class SingleUse(HoldsSecrets):
         self.accept_for = cfg.seconds(cfg.ACCEPT_FOR_VAR, accept_for, low=0, high=cfg.MAX_ACCEPT_FOR, low_open=True)
         if type(accept_max) is not int or not 0 < accept_max <= cfg.MAX_ACCEPT_MAX:
             raise ConfigurationError(f"{cfg.ACCEPT_MAX_VAR} (accept_max) must be 1 to {cfg.MAX_ACCEPT_MAX} tokens")
+        self.heartbeat = cfg.seconds("heartbeat", heartbeat, low=0, high=3600)  # `check`'s interval
         with cfg.named_errors("the store key"):
             secret = (key if isinstance(key, KeyRing) else KeyRing([key]))[0]
         kinds = ("claim", "stamp", "scope", "fingerprint", "retry", "result")  # the last two: the retry-safe mode's
@@ -108,9 +110,10 @@ class SingleUse(HoldsSecrets):
         self.where = store.where  # the store's host:port (or ``memory``), for messages: never a credential
         self._answers = AESGCM(keys["result"])  # the retry-safe mode's kept answers
         self._epoch: bytes | None = None  # the store's epoch, once it answered: stamps carry it
-        self._skewed: str | None = "the store has not answered yet"  # why this instance may not mint
+        self._skewed: str | None = "the store has not answered yet"  # why this instance may neither mint nor accept
         self._quiet: dict[str, float] = {}  # each warning's text -> until when it is not repeated
         self._anchor = (0.0, 0.0)  # (store clock - monotonic, round trip) at the store's last answer
+        self._checked = -float("inf")  # when `start` last asked the store (monotonic)
         self._noted: set[tuple[object, ...]] = set()  # the principal and scope shapes stamped in the store's epoch
         # Forms (kind, issuer or scope name) `start` records, once per epoch, before the first token under each leaves.
         self.unrecorded: set[tuple[str, str | None]] = set()
@@ -171,33 +174,65 @@ class SingleUse(HoldsSecrets):
     def _scope(self, kind: str, first: str | None, second: str | None) -> bytes:
         return mac(self._macs[kind], field(first) + field(second))
 
-    def _skew(self, before: float, store_ms: int, after: float) -> str | None:
-        """Why this clock is beyond `clock_skew` of the store's, which answered between `before` and `after`; anchors
-        the store's time to the monotonic clock, for `stamp` to notice a step of this clock in between."""
-        self._anchor, self._down = (store_ms / 1000 - time.monotonic(), after - before), 0.0  # an answer ends an outage
-        offset = store_ms / 1000 - min(max(store_ms / 1000, before - self.clock_skew), after + self.clock_skew)
-        way = "behind" if offset > 0 else "ahead of"
-        return f"this clock is {abs(offset) + self.clock_skew:.3f} s {way} the store's" if offset else None
+    def _skew(self, before: float, store_ms: int, trip: float, sure: bool = False) -> str | None:
+        """Why this clock, read `before` a call the store answered `trip` s later (monotonic), may be (`sure`: is)
+        beyond `clock_skew` of the store's, which read its own within the round trip: the offset from its middle, plus
+        (minus) half of it; anchors the store's time to the monotonic clock, for `stamp` to notice a step since. A
+        claim is refused only when `sure`: its round trip, widened by a burst's queue, proves nothing."""
+        self._anchor, self._down = (store_ms / 1000 - time.monotonic(), trip), 0.0  # an answer ends an outage
+        offset = before + trip / 2 - store_ms / 1000  # this clock minus the store's, within +- trip / 2
+        if abs(offset) + (-trip if sure else trip) / 2 <= self.clock_skew:
+            return None
+        way = "ahead of" if offset > 0 else "behind"
+        return f"this clock is {abs(offset):.3f} s (+- {trip / 2:.3f} s, half the round trip) {way} the store's"
 
     def form(self, kind: str, value: str | None) -> str:
         """How the store records a token minted for a principal or client at issuer `value`, or a scope `value`."""
         return f"{kind}:{self._scope('form', kind, value).hex()}"
 
     async def start(self) -> None:
-        """One round trip: begin the store's memory, record this lifetime and the `unrecorded` forms, check its owner,
-        memory policy and clock. Call it again, before a token leaves, while `unrecorded` is not empty."""
+        """One round trip (three while the clock is uncertain): begin the store's memory, record this lifetime and the
+        `unrecorded` forms, check its owner, memory policy and clock (failed: neither mint nor accept until one passes).
+        Call it again, before a token leaves, while `unrecorded` is not empty."""
         forms = set(self.unrecorded)  # a form added meanwhile waits for the next call
-        before, skew_ms, ttl_ms = self._clock(), round(self.clock_skew * 1000), round(self.ttl * 1000)
-        hello = await bounded(self.store, self.store.hello(fingerprint=self._fingerprint, lifetime_ms=ttl_ms,
-                                                     skew_ms=skew_ms, forms=[self.form(*f) for f in forms]))
-        skewed = self._skew(before, hello.now_ms, self._clock())
-        check_owner(hello.owner, self.where)
-        if skewed:
-            raise ConfigurationError(f"{skewed} at {self.where}, beyond the clock skew: synchronise this host's time")
+        skew_ms, ttl_ms, named = round(self.clock_skew * 1000), round(self.ttl * 1000), [self.form(*f) for f in forms]
+        try:
+            for _ in range(3):  # the best of three: a round trip that connected first, or met a busy moment, is wider
+                before, self._checked = self._clock(), time.monotonic()
+                hello = await bounded(self.store, self.store.hello(fingerprint=self._fingerprint, lifetime_ms=ttl_ms,
+                                                                   skew_ms=skew_ms, forms=named))
+                if not (skewed := self._skew(before, hello.now_ms, time.monotonic() - self._checked)):
+                    break
+            check_owner(hello.owner, self.where)
+            if skewed:
+                raise ConfigurationError(f"{skewed} at {self.where}, beyond the clock skew ({self.clock_skew:g} s): "
+                                         "synchronise this host's time")
+        except ConfigurationError as exc:  # an evicting policy, a clock, another owner: refuse until it is fixed
+            self._skewed = str(exc)
+            raise
         self._begin(hello.epoch, self.where)
         self._skewed = None
         self.unrecorded -= forms
         await self._record()
+
+    async def check(self, *, first: bool = False) -> None:
+        """The heartbeat (every `heartbeat` s in the server's lifespan; `SingleUseCodec` on use): `start` again, so an
+        evicting policy, a flush or a clock beyond the allowance is seen within one interval. A refusal is logged, an
+        ERROR naming the store and cause; raised only at the `first` start, unless the store is merely unreachable."""
+        try:
+            await self.start()
+        except StoreUnreachable as exc:  # its message names the store and the cause, never a credential
+            self.warn(f"{exc}; tokens are refused, and none minted, until it answers")
+        except Exception as exc:  # a store's bug too: the heartbeat goes on
+            if first:
+                raise
+            cause = exc if isinstance(exc, ConfigurationError | StoreError) else f"{self.where}: {type(exc).__name__}"
+            self.warn(f"single use refuses every token until this is fixed: {cause}", logging.ERROR)
+
+    @property
+    def due(self) -> bool:
+        """Whether `heartbeat` s passed since `start` last asked the store."""
+        return time.monotonic() - self._checked >= self.heartbeat
 
     def stamp(self, state: bytes, *, principal: Principal | None = None, scopes: Mapping[str, str] | None = None
               ) -> bytes:
@@ -254,10 +289,11 @@ class SingleUse(HoldsSecrets):
             raise InvalidToken(Reason.REPLAYED)
         refusal = Reason.STORE_UNAVAILABLE
         try:
-            if self._epoch is None:
+            if not self.started:  # never answered, or refused since: checked again before a token is spent
                 await self.start()
-            before, verdict = self._clock(), await self._claim(key, when, [*scopes, self._all], retry)
-            self._skewed = self._skew(before, verdict.now_ms, self._clock())
+            before, sent = self._clock(), time.monotonic()
+            verdict = await self._claim(key, when, [*scopes, self._all], retry)
+            self._skewed = self._skew(before, verdict.now_ms, time.monotonic() - sent, sure=True) or self._skewed
         except StoreUnreachable as exc:
             self._down = self._down or time.monotonic()  # this outage's bounds run until the store answers
             down = self.on_store_error == "accept" and isinstance(exc, errors.StoreDown)
@@ -315,12 +351,12 @@ class SingleUse(HoldsSecrets):
             self._noted.clear()  # a store that lost its memory lost the forms too
         self._epoch = epoch
 
-    def warn(self, message: str) -> None:
-        """One WARNING per cause per 10 s, not one per token: an outage, or a store one client filled, cannot flood the
+    def warn(self, message: str, level: int = logging.WARNING) -> None:
+        """One line per cause per 10 s, not one per token: an outage, or a store one client filled, cannot flood the
         log, and one cause (a stall) cannot hide the next (the store is full)."""
         now = time.monotonic()
         if self._quiet.get(message, 0.0) <= now:
-            logger.warning(message)
+            logger.log(level, message)
             self._quiet = {text: until for text, until in self._quiet.items() if until > now} | {message: now + 10}
 
     def _selector(self, selector: Selector) -> bytes:
@@ -400,7 +436,7 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
         """A str `principal` is bound by the inner codec and recorded as the subject; a triple is recorded only."""
         if isinstance(principal, str):
             kwargs["principal"], principal = principal, (None, None, principal)
-        if not self.guard.started or self._closed.locked():
+        if not self.guard.started or self.guard.due or self._closed.locked():  # no lifespan: its heartbeat, on use
             self.run(self.guard.start())
         stamped = self.guard.stamp(state, principal=principal, scopes=scopes)
         if self.guard.unrecorded:  # a form new to this process: recorded before its first token leaves
@@ -408,6 +444,8 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
         return self.codec.seal(stamped, **kwargs)
 
     def unseal(self, token: str, **kwargs: Any) -> bytes:
+        if self.guard.due:
+            self.run(self.guard.check())
         return self.run(self.guard.consume(self.codec.unseal(token, **kwargs)))
 
     def close(self) -> None:
