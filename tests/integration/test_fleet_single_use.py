@@ -222,28 +222,27 @@ def test_an_answer_lost_in_transit_is_answered_again_on_another_instance_and_the
     assert (len(outcomes), len(runs), len(set(runs))) == (flows, flows, flows)  # 0 double runs, 0 lost results
     name, state, again = outcomes[0]
 
-    async def attacks(client: httpx.AsyncClient) -> tuple[bool, int, bool, dict[str, Any]]:
-        scripts = _store_view(store["STATECODEC_STORE_URL"])[0]
-        stolen = await retry(client, safe.servers[2], state, subject=thief, name=name)  # refused by the binding:
-        untouched = _store_view(store["STATECODEC_STORE_URL"])[0] - scripts  # it never reached the store
+    async def attacks(client: httpx.AsyncClient) -> tuple[bool, bool, dict[str, Any]]:
+        stolen = await retry(client, safe.servers[2], state, subject=thief, name=name)  # refused by the binding
         other = await retry(client, safe.servers[3], state, subject=user, name=name, region="us")
-        return stolen, untouched, other, await present(client, safe.servers[3], state, subject=user, name=name,
-                                                       region=region)
+        return stolen, other, await present(client, safe.servers[3], state, subject=user, name=name, region=region)
 
     principal_before, replayed_before = safe.rejections("principal"), safe.rejections("replayed")
-    assert run(attacks) == (False, 0, False, again)
+    assert run(attacks) == (False, False, again)
+    # The thief is refused `principal` by the SDK's binding, before single use: it never reached the store (the
+    # store's script count cannot show it: every instance's heartbeat runs one every 5 s); the other retry `replayed`.
     refused = safe.rejections("principal") - principal_before, safe.rejections("replayed") - replayed_before
     assert refused == (1, 1)
-    scanned = _store_view(store["STATECODEC_STORE_URL"])[1]
+    scanned = _store_view(store["STATECODEC_STORE_URL"])
     for clear in (user, thief, "flow-", "eu-west", "structuredContent", "pid-", "asked_by", "region", "demo"):
         assert clear.encode() not in scanned, clear  # ciphertext, digests and times only
 
 
-def _store_view(url: str) -> tuple[int, bytes]:
-    """(how many scripts the store ran: one per round trip of an instance, every key and value it holds)."""
+def _store_view(url: str) -> bytes:
+    """Every key and value the store holds."""
     from redis import Redis
 
     with Redis.from_url(url) as client:
         readers: Any = {b"string": client.get, b"hash": client.hgetall, b"zset": lambda key: client.zrange(key, 0, -1)}
         seen = [key + repr(readers[client.type(key)](key)).encode() for key in client.scan_iter(count=1000)]
-        return int(client.info("commandstats")["cmdstat_evalsha"]["calls"]), b"\n".join(seen)
+        return b"\n".join(seen)
