@@ -131,8 +131,9 @@ def test_a_refused_token_exits_1_with_its_reason_alone(
             for argv in (["unseal", TOKEN], ["kms", "new-data-key", "--provider", "aws", "--key-id", "k"])
         ],
         (["rotate", "plan", "--generate-new"], {"STATECODEC_KEYS": format_keys([KEY, OTHER])}, "holds 2 keys"),
-        (["rotate", "plan", "--old-key", KEYS, "--generate-new", "--ids-only"], {}, "keygen > new.key"),
-        (["rotate", "plan", "--old-key", "not a key", "--new-key", KEYS], {}, "base64url"),
+        # `--opt=VALUE`: a key may begin with "-", which argparse would read as an option
+        (["rotate", "plan", f"--old-key={KEYS}", "--generate-new", "--ids-only"], {}, "keygen > new.key"),
+        (["rotate", "plan", "--old-key", "not a key", f"--new-key={KEYS}"], {}, "base64url"),
         (["rotate", "plan", "--old-id", "3d7ec38c", "--generate-new"], {}, "--old-id and --new-id go together"),
         (["rotate", "check", "missing.json"], {}, "cannot read"),
         (["revoke", "--all"], {"STATECODEC_STORE_URL": "redis://127.0.0.1:1/0"},

@@ -289,7 +289,8 @@ async def test_the_fleet_registry_dates_and_drops_entries_by_the_stores_clock_an
     backend: Backend,
 ) -> None:
     registry = backend.registry()
-    gone, stays = Reporter(registry, "web-1", lifetime=0.3), Reporter(registry, "web-2", lifetime=30)
+    # web-1's entry lives 1 s: on a real store, its second announce must come before then, even on a loaded machine
+    gone, stays = Reporter(registry, "web-1", lifetime=1), Reporter(registry, "web-2", lifetime=30)
     await gone(Snapshot(("aa", "bb"), None, 2.0))
     loaded = (await read_fleet(registry)).members[0].loaded_ms
     await backend.advance(0.1)
@@ -305,7 +306,7 @@ async def test_the_fleet_registry_dates_and_drops_entries_by_the_stores_clock_an
     assert fleet.members[1].loaded_ms == loaded
     assert fleet.tokens_until_ms["aa"] == fleet.members[1].expires_ms + 2000  # its tokens live its wait after
     assert 0 <= fleet.now_ms - (fleet.tokens_until_ms["cc"] - 1750) < 1000  # "stopped sealing 0.25 s ago", dated
-    await backend.advance(0.6)  # web-1 stopped reporting; so did the liar
+    await backend.advance(1.0)  # web-1 stopped reporting; so did the liar
     after = await read_fleet(registry)
     assert [m.name for m in after.members] == ["web-2"]
     assert after.tokens_until_ms["aa"] == fleet.tokens_until_ms["aa"]  # what web-1 may have sealed still counts
