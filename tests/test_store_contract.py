@@ -320,9 +320,9 @@ class Cut:
 
     def __init__(self, store: Store) -> None:
         self.store, self.cut = store, False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.store, name)
+        # Each member itself: from Python 3.12 a Protocol's isinstance does not see what __getattr__ would answer.
+        for name in ("where", "namespace", "deadline", "hello", "keep", "revoke", "lift", "health", "aclose"):
+            setattr(self, name, getattr(store, name))
 
     async def claim(self, **kw: Any) -> Any:
         if self.cut:
