@@ -18,7 +18,7 @@ from statecodec import _settings as cfg
 from statecodec._settings import RELOAD_VAR, STORE_KEY_VAR, STORE_URL_VAR, TTL_VAR, Settings
 from statecodec._types import Codec
 from statecodec.config import check_names, codec_from_env
-from statecodec.errors import ConfigurationError, missing_extra
+from statecodec.errors import ConfigurationError, needs_extra
 from statecodec.keys import KeyRing
 from statecodec.middleware import Scopes, SingleUseMiddleware, sdk_server
 from statecodec.reload import ReloadingCodec, Report
@@ -89,10 +89,8 @@ def security_from_env(*, ttl: float | None = None, audience: str | None = None,
 
 def _security(codec: Codec, settings: Mapping[str, str], ttl: float | None, audience: str | None,
               options: dict[str, Any]) -> RequestStateSecurity:
-    try:
+    with needs_extra("mcp", "mcp", "statecodec.mcp"):
         from mcp.server.request_state import RequestStateSecurity
-    except ImportError as exc:
-        raise missing_extra("mcp", "mcp", "statecodec.mcp") from exc
     configured = cfg.ttl(settings)
     if ttl is not None and ttl > configured and isinstance(codec, ReloadingCodec):
         raise ConfigurationError(f"ttl={ttl:g} outlives {TTL_VAR} ({configured}), which a reloading codec waits out "

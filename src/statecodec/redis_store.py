@@ -28,18 +28,16 @@ from statecodec.errors import (
     StoreError,
     StoreUnreachable,
     exception_chain,
-    missing_extra,
+    needs_extra,
 )
 from statecodec.store import REDIS_SCHEMES, Hello, Outcome, Verdict, check_owner
 
-try:
+with needs_extra("redis", "redis", "the Redis store"):  # exercised by tests/test_lean_import.py
     from redis import exceptions as rx
     from redis.asyncio import Redis
     from redis.asyncio.cluster import RedisCluster
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
-except ImportError as _exc:  # pragma: no cover - exercised by tests/test_lean_import.py
-    raise missing_extra("redis", "redis", "the Redis store") from _exc
 
 __all__ = ["RedisStore"]
 

@@ -26,7 +26,7 @@ from statecodec import _settings as cfg
 from statecodec import errors
 from statecodec._encoding import b64u_decode, b64u_encode
 from statecodec._types import Codec, HoldsSecrets, WrapsCodec
-from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable, missing_extra
+from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError, StoreUnreachable, needs_extra
 from statecodec.keys import KeyRing, derive_key, field, mac
 from statecodec.store import MemoryStore, Outcome, Store, Verdict, bounded, check_owner
 from statecodec.sync import LoopThread, finish
@@ -47,10 +47,8 @@ RESERVED = frozenset(("principal", "client", "issuer", "subject", "all"))  # wha
 
 def canonical_json() -> Callable[[Any], bytes]:
     """RFC 8785 canonical JSON for the retry digest, asked for at start-up: a missing package stops the start."""
-    try:
+    with needs_extra("rfc8785", "mcp", "the retry-safe mode"):
         import rfc8785
-    except ImportError as exc:
-        raise missing_extra("rfc8785", "mcp", "the retry-safe mode") from exc
     return rfc8785.dumps
 
 
