@@ -269,11 +269,15 @@ class RedisStore(HoldsSecrets):
                      ) -> Any:
         """The script (EVALSHA or EVAL), then WAIT `acks` on the same connection: WAIT counts the replicas holding
         that connection's latest write, so it must follow the script there, in one pipeline."""
-        node = self._client.get_node_from_key(keys[0]) if isinstance(self._client, RedisCluster) else None
+        node = self._node(keys[0])
         pipe = self._client.pipeline(transaction=False)
         pipe.execute_command(command, code, len(keys), *keys, *args)  # to the node of its slot, as WAIT below
         pipe.execute_command("WAIT", acks, max(1, int(self.timeout * 500)), **({"target_nodes": node} if node else {}))
         return await pipe.execute()
+
+    def _node(self, key: str) -> Any:
+        """The cluster node of `key`'s slot (it answers that key's scripts and their WAIT); None on one server."""
+        return self._client.get_node_from_key(key) if isinstance(self._client, RedisCluster) else None
 
     def _busy(self) -> StoreBusy:
         return StoreBusy(f"the Redis store at {self.where}: this instance's {_CONNECTIONS} connections were all in use "
@@ -330,7 +334,7 @@ class RedisStore(HoldsSecrets):
                              "(STATECODEC_STORE_REPLICAS) in time: refused, the token spent")
         malformed = tuple(_shown(name) for name in reply[3]) if len(reply) > 3 else ()
         result = reply[4] if len(reply) > 4 else b""
-        node = self._client.get_node_from_key(keys[0]) if isinstance(self._client, RedisCluster) else None
+        node = self._node(keys[0])
         started = int(result) if result.isdigit() and len(result) < 28 else 0  # a sealed answer has 28 bytes at least
         return Verdict(Outcome(reply[0].decode()), bytes.fromhex(reply[1].decode()), int(reply[2]), malformed,
                        b"" if started else result, node.name if node else self.where, started)
