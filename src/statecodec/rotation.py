@@ -175,12 +175,10 @@ def early_drop(
     return None
 
 
-_PULLED = re.compile(r"^# statecodec pulled: ([0-9a-f]{8}(?: [0-9a-f]{8})*)$", re.MULTILINE)
-
-
 def pulled_ids(text: str) -> frozenset[str]:
     """The key ids a key file's pull line names (`statecodec rotate pull`): the one override of `early_drop`."""
-    return frozenset(kid for line in _PULLED.findall(text) for kid in line.split())
+    lines = re.findall(r"^# statecodec pulled: ([0-9a-f]{8}(?: [0-9a-f]{8})*)$", text, re.MULTILINE)
+    return frozenset(kid for line in lines for kid in line.split())
 
 
 _MARKER = re.compile(r"^# statecodec rotation phase ([123]): ([0-9a-f]+) -> ([0-9a-f]+)$", re.MULTILINE)
