@@ -236,23 +236,22 @@ def _pull(args: argparse.Namespace) -> int:
     if kid not in {*ids, *rotation.pulled_ids(text)}:
         raise ConfigurationError(f"key {kid} is not in {path}, which holds key ids {', '.join(ids)}: nothing pulled "
                                  "(`statecodec check` and the servers' logs name key ids)")
-    keep = [(item, i) for item, i in zip(items, ids, strict=True) if i != kid]
+    keep = {i: item for item, i in zip(items, ids, strict=True) if i != kid}
     if not keep and ring is None:
         raise ConfigurationError(f"key {kid} is the only key in {path}: put a new wrapped data key (`statecodec kms "
                                  f"new-data-key`) first in the file, wait one poll, then pull {kid}")
-    generated = [] if keep else [generate_key()]
-    keep += [(key, KeyRing([key]).key_ids[0]) for key in generated]
+    if generated := not keep:  # a local ring's only key: a fresh one takes its place, a usable primary
+        keep = {(fresh := KeyRing.generate()).key_ids[0]: fresh[0]}
     lines = [f"# statecodec pulled: {' '.join(sorted({*rotation.pulled_ids(text), kid}))}"]
-    lines += [rotation.marked(2, keep[1][1], keep[0][1])] if len(keep) == 2 else []  # [new, old]: phase 2 of a rotation
-    replace(path, "\n".join([*lines, *(format_keys([item]) for item, _ in keep)]) + "\n")
+    lines += [rotation.marked(2, *reversed(keep))] if len(keep) == 2 else []  # [new, old]: phase 2 of a rotation
+    replace(path, "\n".join([*lines, *(format_keys([item]) for item in keep.values())]) + "\n")
     recorded = cfg.store_url(os.environ)[0] not in (None, "memory")
     if recorded:  # after the file: an instance told first would fence itself until it reloaded
         on_store(lambda store: cast(Registry, registry_for(store)).pull(kid), guard=False)
-    ids = [i for _, i in keep]
-    message = (f"key {kid} pulled from {path}: key ids now {', '.join(ids)}{' (new)' if generated else ''}; every "
+    message = (f"key {kid} pulled from {path}: key ids now {', '.join(keep)}{' (new)' if generated else ''}; every "
                "reloading instance drops it at its next poll, logs it (CRITICAL) and refuses its tokens as unknown_key"
                f"{'' if recorded else '; no fleet registry (STATECODEC_STORE_URL): an old copy of the file works'}")
-    doc = {"pulled": kid, "key_file": str(path), "key_ids": ids, "generated": bool(generated), "recorded": recorded}
+    doc = {"pulled": kid, "key_file": str(path), "key_ids": list(keep), "generated": generated, "recorded": recorded}
     return show(args, doc, message, indent=2)
 
 
