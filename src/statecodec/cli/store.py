@@ -70,8 +70,7 @@ def on_store(work: Callable[[Any], Awaitable[T]], *, guard: bool = True) -> T:
 
 
 async def _fleet(guard: Any) -> tuple[dict[str, Any], str | None]:
-    """The store's health, and why its namespace may be another service's: none was chosen, and the store holds
-    another (a SCAN of the keyspace: an ACL user for this command needs +scan, or the namespace set)."""
+    """The store's health, and why its namespace may be another's: none chosen, the store holds another (a SCAN)."""
     health = await guard.health()
     if os.environ.get(NAMESPACE_VAR) or (names := await guard.store.namespaces()) in ([], [guard.store.namespace]):
         return health, None
@@ -98,20 +97,19 @@ def _revoke(args: argparse.Namespace) -> int:
     from statecodec.single_use import checked
 
     selector: dict[str, Any] = {"everything": args.all, "issuer": args.issuer}
-    kind, what = "all", "every token"
+    kind, what, form = "all", "every token", args.issuer  # form: what the stamps record beside the kind
     if args.scope is not None:
         name, sep, value = args.scope.partition("=")
         if not sep:
             raise ConfigurationError("--scope takes NAME=VALUE, e.g. --scope tenant=acme")
         selector["scope"] = (checked("--scope NAME", name), checked("--scope VALUE", value))
-        kind, what = "scope", f"the tokens of scope {name}={value}"
+        kind, what, form = "scope", f"the tokens of scope {name}={value}", name
     for option in ("principal", "client"):
         if getattr(args, option) is not None:
             selector[option] = checked(f"--{option}", getattr(args, option))
             kind, what = option, f"the tokens of {option} {selector[option]}"
             what += f" at issuer {args.issuer}" if args.issuer else _NO_ISSUER
     doc: dict[str, object] = {"revoked": kind, "value": selector.get(kind, selector.get("scope"))}
-    form = selector["scope"][0] if kind == "scope" else args.issuer
 
     async def work(guard: Any) -> tuple[object, str | None]:
         health, refused = await _fleet(guard)
