@@ -228,8 +228,7 @@ def marked(phase: int, old: str, new: str) -> str:
 def next_step(phase: int, ids: Sequence[str], fleet: Fleet) -> tuple[list[str], float]:
     """(why the fleet may not leave `phase`, whose ring is `ids`, for the next; seconds to wait after that): a refused
     reload, and `judge` over the others and one on the next ring; a key the next ring drops waits, by the store's
-    clock, until the tokens any instance (live or gone) sealed under it have expired; a pulled key's, never: they are
-    refused on purpose."""
+    clock, until the tokens any instance (live or gone) sealed under it expired; a pulled key's never (refused)."""
     after = Member("the next phase", {1: tuple(ids[::-1]), 2: tuple(ids[:1])}.get(phase, tuple(ids)), None)
     live = [kid for kid, until in fleet.tokens_until_ms.items() if until > fleet.now_ms and kid not in fleet.pulled]
     ready = [member for member in fleet.members if member.error is None]
