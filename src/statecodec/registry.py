@@ -106,8 +106,7 @@ class RedisRegistry:
 
 
 class Reporter:
-    """The `report` of a `ReloadingCodec`: each snapshot announced under `name` and a nonce of this process's (two
-    processes of one name, such as containers each PID 1, are two entries) for `lifetime` s; returns the pulled ids."""
+    """A `ReloadingCodec`'s `report`: each snapshot announced under `name` and a per-process nonce for `lifetime` s."""
 
     def __init__(self, registry: Registry, name: str, lifetime: float) -> None:
         self.registry, self.name, self.lifetime_ms = registry, f"{name}/{secrets.token_hex(4)}", int(lifetime * 1000)
