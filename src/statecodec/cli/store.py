@@ -78,21 +78,6 @@ async def _fleet(guard: Any) -> tuple[dict[str, Any], str | None]:
                     "set it to the one your servers use")
 
 
-def _unrecorded(guard: Any, forms: dict[str, int], kind: str, value: str | None, what: str) -> str | None:
-    """Why to refuse `what`, when no instance recorded minting a token of this selector's form: what they record."""
-    if kind == "all" or guard.form(kind, value) in forms:
-        return None
-    seen = []
-    for name in ("principal", "client"):
-        count, bare = sum(form.startswith(f"{name}:") for form in forms), guard.form(name, None) in forms
-        seen += [f"{name}s with no issuer"] * bare + [f"{name}s at {count - bare} issuer(s)"] * (count > bare)
-    seen += [f"{count} scope name(s)" for count in [sum(form.startswith("scope:") for form in forms)] if count]
-    since = f" since {store_time(min(forms.values()))}" if forms else ""
-    recorded = ", ".join(seen) or "no principal, client or scope"
-    return (f"no instance recorded minting {what}; the fleet's tokens record {recorded}{since}; a token minted by "
-            "statecodec 0.1.0 or earlier records none: --force revokes anyway")
-
-
 def _revoke(args: argparse.Namespace) -> int:
     from statecodec.single_use import checked
 
@@ -113,9 +98,18 @@ def _revoke(args: argparse.Namespace) -> int:
 
     async def work(guard: Any) -> tuple[object, str | None]:
         health, refused = await _fleet(guard)
-        if not refused and not args.lift and not args.force and health["owner"] == "ok":
-            refused = _unrecorded(guard, health["forms"], kind, form, what)
-        return (None if refused else await (guard.lift if args.lift else guard.revoke)(**selector)), refused
+        unjudged = args.lift or args.force or kind == "all" or health["owner"] != "ok"
+        if refused or unjudged or guard.form(kind, form) in (forms := health["forms"]):
+            return (None if refused else await (guard.lift if args.lift else guard.revoke)(**selector)), refused
+        seen = []  # no instance recorded minting a token of this selector's form: refused, saying what they record
+        for name in ("principal", "client"):
+            count, bare = sum(entry.startswith(f"{name}:") for entry in forms), guard.form(name, None) in forms
+            seen += [f"{name}s with no issuer"] * bare + [f"{name}s at {count - bare} issuer(s)"] * (count > bare)
+        seen += [f"{count} scope name(s)" for count in [sum(entry.startswith("scope:") for entry in forms)] if count]
+        since = f" since {store_time(min(forms.values()))}" if forms else ""
+        return None, (f"no instance recorded minting {what}; the fleet's tokens record "
+                      f"{', '.join(seen) or 'no principal, client or scope'}{since}; a token minted by statecodec "
+                      "0.1.0 or earlier records none: --force revokes anyway")
 
     done, refused = on_store(work)
     if refused:
