@@ -1,8 +1,7 @@
 """`statecodec rotate`: rotate keys without dropping a round (docs/rotation.md).
 
-`advance` writes the next phase only when the fleet registry shows it safe by the store's clock; `begin`, `advance`
-and `pull` write the whole key file or nothing, so a re-run after a crash is safe. `plan` prints secret keys unless
---ids-only or --old-id/--new-id; `check` exits 0 only when no instance can mint a token another would refuse.
+`begin`, `advance` and `pull` write the whole key file or nothing, so a re-run after a crash is safe; `advance` only
+when the fleet registry shows it safe by the store's clock. `plan` prints secret keys unless given ids or --ids-only.
 """
 
 from __future__ import annotations
