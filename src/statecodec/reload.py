@@ -68,7 +68,7 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
         self._files = tuple(Path(f) for f in files)
         self._lock, self._building = threading.Lock(), threading.Lock()
         self._asked = self._closed = False
-        self._pulled: frozenset[str] = frozenset()  # never dropped early, never loaded again (`pulled`)
+        self._pulled: frozenset[str] = frozenset()  # never dropped early, never loaded again (`rotate pull`)
         self._wake: Callable[[], object] | None = None  # ends the watcher's wait at once, from any thread
         self._sync: tuple[LoopThread, Future[None]] | None = None  # `start`'s loop and its watcher
         self._watched = interval is None  # a watcher ran, or none is needed: a flag, not a check per token
