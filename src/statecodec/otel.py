@@ -32,9 +32,8 @@ _CODES: dict[str, str] = {reason.value: reason.value for reason in Reason} | {
 
 
 class _Noting(logging.LoggerAdapter[logging.Logger]):
-    """The SDK boundary's logger, noting each refusal's reason by value before it logs as configured: the SDK gives the
-    reason nowhere else, and a logging set-up (`dictConfig` disables every logger it does not name) must not turn the
-    metric's reasons into ``unknown``."""
+    """The SDK boundary's logger, noting each refusal's reason (given nowhere else) before it logs as configured: a
+    logging set-up, such as a `dictConfig` that disables it, never changes what is counted (docs/observability.md)."""
 
     def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
         if msg == REJECTED and len(args) == 2 and (seen := refused.get()) is not None:

@@ -28,8 +28,7 @@ Rows = tuple[int, list[tuple[str, int, str]], dict[str, int], dict[str, int]]
 
 
 class Registry(Protocol):
-    """Per instance ``"loaded_ms ring doc"`` until it expires, per key id until when its tokens may live, and the
-    pulled key ids (`announce` returns them)."""
+    """The fleet registry's calls, as docs/formats.md describes its scripts (`announce` returns the pulled key ids)."""
 
     async def announce(self, name: str, ring: str, doc: str, lifetime_ms: int,
                        live: Sequence[tuple[str, int]] = ()) -> list[str]: ...
@@ -44,9 +43,7 @@ def registry_for(store: Store) -> Registry | None:
     return None if isinstance(store, MemoryStore) else RedisRegistry(cast("RedisStore", store))
 
 
-# After the store's Lua prelude (`now`, `n`, `sweep`) and a sweep of expired entries. KEYS entries (instance ->
-# "loaded_ms ring doc"), their expiry, until when tokens under each key id may live, and when each key id was pulled.
-# announce ARGV: instance name, ring (key ids, primary first), doc, lifetime, then (key id, ms from now tokens live)...
+# After the store's Lua prelude (`now`, `n`, `sweep`) and a sweep of expired entries; KEYS, ARGV: docs/formats.md.
 _SCRIPTS = {
     "announce": """local loaded, ring = string.match(redis.call('HGET', KEYS[1], ARGV[1]) or '', '^(%d+) (%S+) ')
 if ring ~= ARGV[2] then loaded = n(now) end
@@ -109,8 +106,7 @@ class RedisRegistry:
 
 
 class Reporter:
-    """The `report` of a `ReloadingCodec`: each snapshot announced under `name` and a nonce of this process's (two
-    processes of one name, such as containers each PID 1, are two entries) for `lifetime` s; returns the pulled ids."""
+    """A `ReloadingCodec`'s `report`: each snapshot announced under `name` and a per-process nonce for `lifetime` s."""
 
     def __init__(self, registry: Registry, name: str, lifetime: float) -> None:
         self.registry, self.name, self.lifetime_ms = registry, f"{name}/{secrets.token_hex(4)}", int(lifetime * 1000)

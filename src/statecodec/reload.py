@@ -68,7 +68,7 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
         self._files = tuple(Path(f) for f in files)
         self._lock, self._building = threading.Lock(), threading.Lock()
         self._asked = self._closed = False
-        self._pulled: frozenset[str] = frozenset()  # never dropped early, never loaded again (`pulled`)
+        self._pulled: frozenset[str] = frozenset()  # never dropped early, never loaded again (`rotate pull`)
         self._wake: Callable[[], object] | None = None  # ends the watcher's wait at once, from any thread
         self._sync: tuple[LoopThread, Future[None]] | None = None  # `start`'s loop and its watcher
         self._watched = interval is None  # a watcher ran, or none is needed: a flag, not a check per token
@@ -105,12 +105,6 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
             now = self._clock()
             demoted = tuple((kid, now - at) for kid, at in self._demoted.items())
             return Snapshot(self.key_ids, self.error, self.wait, demoted, tuple(sorted(self._pulled - {*self.key_ids})))
-
-    def pulled(self, key_ids: Iterable[str]) -> None:
-        """Key ids the fleet pulled (`statecodec rotate pull`, told by the registry): reload at the next poll; a ring
-        still holding one is refused, and fenced if in force (an instance started from an old copy of its file)."""
-        if not self._pulled.issuperset(key_ids):
-            self._pulled, self._asked = self._pulled.union(key_ids), True  # a new set: the rebuild thread reads it
 
     def reload(self) -> bool:
         """Rebuild from the settings now: True when the new codec is in force, False when it was refused and the
@@ -190,8 +184,9 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
             while not (self._closed or woken.is_set()):
                 if (rebuild is None or rebuild.done()) and self._due():
                     rebuild = loop.run_in_executor(pool, self.reload)
-                if report is not None:
-                    self.pulled(await _reported(report, self.snapshot()) or ())
+                told = await _reported(report, self.snapshot()) if report is not None else frozenset()
+                if not told <= self._pulled:  # the fleet pulled a key (`rotate pull`): reload at the next poll
+                    self._pulled, self._asked = self._pulled | told, True  # a new set: the rebuild thread reads it
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(woken.wait(), self.interval)
         finally:
@@ -220,11 +215,11 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
             loop.close()
 
 
-async def _reported(report: Report, snapshot: Snapshot | None) -> Iterable[str] | None:
+async def _reported(report: Report, snapshot: Snapshot | None) -> frozenset[str]:
     """`report(snapshot)`; a failure is logged and the watcher goes on (a later poll reports again)."""
     try:
-        return await report(snapshot)
+        return frozenset(await report(snapshot) or ())
     except Exception as exc:  # the watcher outlives any store failure
         why = str(exc) if isinstance(exc, StatecodecError) else type(exc).__name__
         logger.warning("statecodec: could not report to the fleet registry: %s", why)
-        return None
+        return frozenset()

@@ -175,12 +175,10 @@ def early_drop(
     return None
 
 
-_PULLED = re.compile(r"^# statecodec pulled: ([0-9a-f]{8}(?: [0-9a-f]{8})*)$", re.MULTILINE)
-
-
 def pulled_ids(text: str) -> frozenset[str]:
     """The key ids a key file's pull line names (`statecodec rotate pull`): the one override of `early_drop`."""
-    return frozenset(kid for line in _PULLED.findall(text) for kid in line.split())
+    lines = re.findall(r"^# statecodec pulled: ([0-9a-f]{8}(?: [0-9a-f]{8})*)$", text, re.MULTILINE)
+    return frozenset(kid for line in lines for kid in line.split())
 
 
 _MARKER = re.compile(r"^# statecodec rotation phase ([123]): ([0-9a-f]+) -> ([0-9a-f]+)$", re.MULTILINE)
@@ -230,8 +228,7 @@ def marked(phase: int, old: str, new: str) -> str:
 def next_step(phase: int, ids: Sequence[str], fleet: Fleet) -> tuple[list[str], float]:
     """(why the fleet may not leave `phase`, whose ring is `ids`, for the next; seconds to wait after that): a refused
     reload, and `judge` over the others and one on the next ring; a key the next ring drops waits, by the store's
-    clock, until the tokens any instance (live or gone) sealed under it have expired; a pulled key's, never: they are
-    refused on purpose."""
+    clock, until the tokens any instance (live or gone) sealed under it expired; a pulled key's never (refused)."""
     after = Member("the next phase", {1: tuple(ids[::-1]), 2: tuple(ids[:1])}.get(phase, tuple(ids)), None)
     live = [kid for kid, until in fleet.tokens_until_ms.items() if until > fleet.now_ms and kid not in fleet.pulled]
     ready = [member for member in fleet.members if member.error is None]

@@ -1,8 +1,7 @@
 """`statecodec rotate`: rotate keys without dropping a round (docs/rotation.md).
 
-`advance` writes the next phase only when the fleet registry shows it safe by the store's clock; `begin`, `advance`
-and `pull` write the whole key file or nothing, so a re-run after a crash is safe. `plan` prints secret keys unless
---ids-only or --old-id/--new-id; `check` exits 0 only when no instance can mint a token another would refuse.
+`begin`, `advance` and `pull` write the whole key file or nothing, so a re-run after a crash is safe; `advance` only
+when the fleet registry shows it safe by the store's clock. `plan` prints secret keys unless given ids or --ids-only.
 """
 
 from __future__ import annotations
@@ -18,13 +17,13 @@ from pathlib import Path
 from typing import Any, cast
 
 from statecodec import _settings as cfg
+from statecodec import rotation
 from statecodec._settings import named_errors, setting
 from statecodec.cli import check as instance_check
 from statecodec.cli._output import emit, replace, show, store_time
 from statecodec.cli.main import settings_from_flags
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing, format_keys, generate_key, read_key_file
-from statecodec.rotation import marked
 
 __all__ = ["register"]
 
@@ -88,8 +87,6 @@ def _key(args: argparse.Namespace, side: str) -> bytes:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from statecodec.rotation import RotationPlan  # here, as every command's imports: start-up is per command
-
     if args.generate_new and args.ids_only:
         raise ConfigurationError("--generate-new with --ids-only would print a plan whose new key nobody can read; "
                                  "generate it first with `statecodec keygen > new.key` and pass --new-file new.key")
@@ -97,10 +94,10 @@ def _plan(args: argparse.Namespace) -> int:
         raise ConfigurationError("--old-id and --new-id go together: a plan is over two keys or two key ids")
     ttl = cfg.ttl(os.environ) if args.ttl is None else args.ttl  # the servers' token lifetime
     if args.old_id is not None:
-        plan = RotationPlan.from_key_ids(args.old_id, args.new_id, ttl, future_skew=args.future_skew)
+        plan = rotation.RotationPlan.from_key_ids(args.old_id, args.new_id, ttl, future_skew=args.future_skew)
     else:
         new = generate_key() if args.generate_new else _key(args, "new")
-        plan = RotationPlan(_key(args, "old"), new, ttl, future_skew=args.future_skew)
+        plan = rotation.RotationPlan(_key(args, "old"), new, ttl, future_skew=args.future_skew)
     secrets = not args.ids_only and args.old_id is None
     if secrets and args.output is None:
         print("statecodec rotate: SECRET KEYS below; store them like a key file, or use --ids-only", file=sys.stderr)
@@ -161,15 +158,13 @@ def _instance(where: str, report: object) -> tuple[str, list[str]]:
 
 def _fleet(sources: list[str]) -> tuple[dict[str, Any], list[str]]:
     """(instances, in-flight key ids) from fleet files and `statecodec check` reports; an instance once only."""
-    from statecodec.rotation import parse_fleet
-
     instances: dict[str, Any] = {}
     in_flight: list[str] = []
     for source in sources:
         for i, document in enumerate(_documents(source)):
             where = f"{'stdin' if source == '-' else source} (document {i + 1})"
             if isinstance(document, dict) and "schema" not in document:
-                found, flying = parse_fleet(document)
+                found, flying = rotation.parse_fleet(document)
                 pairs, in_flight = list(found.items()), in_flight + flying
             else:
                 pairs = [_instance(where, r) for r in (document if isinstance(document, list) else [document])]
@@ -181,10 +176,8 @@ def _fleet(sources: list[str]) -> tuple[dict[str, Any], list[str]]:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from statecodec.rotation import check_fleet
-
     reports, in_flight = _fleet(args.files)
-    report = check_fleet(reports, in_flight=[*in_flight, *args.in_flight])
+    report = rotation.check_fleet(reports, in_flight=[*in_flight, *args.in_flight])
     doc = {"safe": report.safe, "instances": report.instances, "unsafe_instances": report.unsafe_instances,
            "findings": [dataclasses.asdict(finding) for finding in report.findings]}
     return show(args, doc, str(report), 0 if report.safe else 1, indent=2)
@@ -192,10 +185,9 @@ def _check(args: argparse.Namespace) -> int:
 
 def _write(path: Path, phase: int, old: bytes, new: bytes) -> KeyRing:
     """Write `phase` of the rotation from `old` to `new` into `path`, whole or not at all."""
-    from statecodec.rotation import phase_ring
-
-    ring = KeyRing(phase_ring(phase, old, new))
-    replace(path, f"{marked(phase, *KeyRing([old, new]).key_ids)}\n{format_keys(ring).replace(',', chr(10))}\n")
+    ring = KeyRing(rotation.phase_ring(phase, old, new))
+    replace(path, f"{rotation.marked(phase, *KeyRing([old, new]).key_ids)}\n{format_keys(ring).replace(',', chr(10))}"
+                  "\n")
     return ring
 
 
@@ -221,11 +213,10 @@ def _begin(args: argparse.Namespace) -> int:
 def _pull(args: argparse.Namespace) -> int:
     """Write the key file without `key_id` and a pull line naming it, the override of the drop rule every reloading
     instance reads; then record the pull in the fleet registry, which fences an instance started from an old copy."""
-    from statecodec.cli.store import on_store
+    from statecodec.cli.store import on_store  # here, as every command's imports: start-up is per command
     from statecodec.config import KINDS
     from statecodec.envelope import parse_wrapped_keys, wrapped_key_id
     from statecodec.registry import Registry, registry_for
-    from statecodec.rotation import pulled_ids
 
     kid, kind = args.key_id.lower(), (setting(os.environ, cfg.CODEC_VAR, required=False) or "aesgcm").lower()
     var = next(v for v in ("STATECODEC_WRAPPED_KEYS", "STATECODEC_KEYS") if v in KINDS.get(kind, KINDS["aesgcm"]).reads)
@@ -241,26 +232,25 @@ def _pull(args: argparse.Namespace) -> int:
         ring = KeyRing.parse(text) if var == "STATECODEC_KEYS" else None
         items = list(ring) if ring is not None else parse_wrapped_keys(text)
     ids = list(ring.key_ids) if ring is not None else [wrapped_key_id(blob).hex() for blob in items]
-    if kid not in {*ids, *pulled_ids(text)}:
+    if kid not in {*ids, *rotation.pulled_ids(text)}:
         raise ConfigurationError(f"key {kid} is not in {path}, which holds key ids {', '.join(ids)}: nothing pulled "
                                  "(`statecodec check` and the servers' logs name key ids)")
-    keep = [(item, i) for item, i in zip(items, ids, strict=True) if i != kid]
+    keep = {i: item for item, i in zip(items, ids, strict=True) if i != kid}
     if not keep and ring is None:
         raise ConfigurationError(f"key {kid} is the only key in {path}: put a new wrapped data key (`statecodec kms "
                                  f"new-data-key`) first in the file, wait one poll, then pull {kid}")
-    generated = [] if keep else [generate_key()]
-    keep += [(key, KeyRing([key]).key_ids[0]) for key in generated]
-    lines = [f"# statecodec pulled: {' '.join(sorted({*pulled_ids(text), kid}))}"]
-    lines += [marked(2, keep[1][1], keep[0][1])] if len(keep) == 2 else []  # [primary, other]: phase 2 of a rotation
-    replace(path, "\n".join([*lines, *(format_keys([item]) for item, _ in keep)]) + "\n")
+    if generated := not keep:  # a local ring's only key: a fresh one takes its place, a usable primary
+        keep = {(fresh := KeyRing.generate()).key_ids[0]: fresh[0]}
+    lines = [f"# statecodec pulled: {' '.join(sorted({*rotation.pulled_ids(text), kid}))}"]
+    lines += [rotation.marked(2, *reversed(keep))] if len(keep) == 2 else []  # [new, old]: phase 2 of a rotation
+    replace(path, "\n".join([*lines, *(format_keys([item]) for item in keep.values())]) + "\n")
     recorded = cfg.store_url(os.environ)[0] not in (None, "memory")
     if recorded:  # after the file: an instance told first would fence itself until it reloaded
         on_store(lambda store: cast(Registry, registry_for(store)).pull(kid), guard=False)
-    ids = [i for _, i in keep]
-    message = (f"key {kid} pulled from {path}: key ids now {', '.join(ids)}{' (new)' if generated else ''}; every "
+    message = (f"key {kid} pulled from {path}: key ids now {', '.join(keep)}{' (new)' if generated else ''}; every "
                "reloading instance drops it at its next poll, logs it (CRITICAL) and refuses its tokens as unknown_key"
                f"{'' if recorded else '; no fleet registry (STATECODEC_STORE_URL): an old copy of the file works'}")
-    doc = {"pulled": kid, "key_file": str(path), "key_ids": ids, "generated": bool(generated), "recorded": recorded}
+    doc = {"pulled": kid, "key_file": str(path), "key_ids": list(keep), "generated": generated, "recorded": recorded}
     return show(args, doc, message, indent=2)
 
 
@@ -269,7 +259,6 @@ def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[st
     the status document."""
     from statecodec.cli.store import on_store
     from statecodec.registry import Registry, read_fleet, registry_for
-    from statecodec.rotation import key_file_phase, next_step
 
     name = args.keys_file or setting(os.environ, "STATECODEC_KEYS_FILE", required=False)
     if name is None:
@@ -278,10 +267,10 @@ def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[st
     text = read_key_file(path)
     with named_errors(f"key file {path}"):
         ring = KeyRing.parse(text)
-        phase, old_id, new_id = key_file_phase(text, ring)
+        phase, old_id, new_id = rotation.key_file_phase(text, ring)
     # on_store refuses the in-process store, the one store without a registry (no server reports to this process).
     fleet = on_store(lambda store: read_fleet(cast(Registry, registry_for(store))), guard=False)
-    blockers, wait = next_step(phase, ring.key_ids, fleet)
+    blockers, wait = rotation.next_step(phase, ring.key_ids, fleet)
     doc = {
         "key_file": str(path), "phase": phase, "key_ids": list(ring.key_ids), "store_time": store_time(fleet.now_ms),
         "rotation": {"old": old_id, "new": new_id} if new_id else None, "blockers": blockers,

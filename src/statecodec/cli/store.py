@@ -70,8 +70,7 @@ def on_store(work: Callable[[Any], Awaitable[T]], *, guard: bool = True) -> T:
 
 
 async def _fleet(guard: Any) -> tuple[dict[str, Any], str | None]:
-    """The store's health, and why its namespace may be another service's: none was chosen, and the store holds
-    another (a SCAN of the keyspace: an ACL user for this command needs +scan, or the namespace set)."""
+    """The store's health, and why its namespace may be another's: none chosen, the store holds another (a SCAN)."""
     health = await guard.health()
     if os.environ.get(NAMESPACE_VAR) or (names := await guard.store.namespaces()) in ([], [guard.store.namespace]):
         return health, None
@@ -79,45 +78,38 @@ async def _fleet(guard: Any) -> tuple[dict[str, Any], str | None]:
                     "set it to the one your servers use")
 
 
-def _unrecorded(guard: Any, forms: dict[str, int], kind: str, value: str | None, what: str) -> str | None:
-    """Why to refuse `what`, when no instance recorded minting a token of this selector's form: what they record."""
-    if kind == "all" or guard.form(kind, value) in forms:
-        return None
-    seen = []
-    for name in ("principal", "client"):
-        count, bare = sum(form.startswith(f"{name}:") for form in forms), guard.form(name, None) in forms
-        seen += [f"{name}s with no issuer"] * bare + [f"{name}s at {count - bare} issuer(s)"] * (count > bare)
-    seen += [f"{count} scope name(s)" for count in [sum(form.startswith("scope:") for form in forms)] if count]
-    since = f" since {store_time(min(forms.values()))}" if forms else ""
-    recorded = ", ".join(seen) or "no principal, client or scope"
-    return (f"no instance recorded minting {what}; the fleet's tokens record {recorded}{since}; a token minted by "
-            "statecodec 0.1.0 or earlier records none: --force revokes anyway")
-
-
 def _revoke(args: argparse.Namespace) -> int:
     from statecodec.single_use import checked
 
     selector: dict[str, Any] = {"everything": args.all, "issuer": args.issuer}
-    kind, what = "all", "every token"
+    kind, what, form = "all", "every token", args.issuer  # form: what the stamps record beside the kind
     if args.scope is not None:
         name, sep, value = args.scope.partition("=")
         if not sep:
             raise ConfigurationError("--scope takes NAME=VALUE, e.g. --scope tenant=acme")
         selector["scope"] = (checked("--scope NAME", name), checked("--scope VALUE", value))
-        kind, what = "scope", f"the tokens of scope {name}={value}"
+        kind, what, form = "scope", f"the tokens of scope {name}={value}", name
     for option in ("principal", "client"):
         if getattr(args, option) is not None:
             selector[option] = checked(f"--{option}", getattr(args, option))
             kind, what = option, f"the tokens of {option} {selector[option]}"
             what += f" at issuer {args.issuer}" if args.issuer else _NO_ISSUER
     doc: dict[str, object] = {"revoked": kind, "value": selector.get(kind, selector.get("scope"))}
-    form = selector["scope"][0] if kind == "scope" else args.issuer
 
     async def work(guard: Any) -> tuple[object, str | None]:
         health, refused = await _fleet(guard)
-        if not refused and not args.lift and not args.force and health["owner"] == "ok":
-            refused = _unrecorded(guard, health["forms"], kind, form, what)
-        return (None if refused else await (guard.lift if args.lift else guard.revoke)(**selector)), refused
+        unjudged = args.lift or args.force or kind == "all" or health["owner"] != "ok"
+        if refused or unjudged or guard.form(kind, form) in (forms := health["forms"]):
+            return (None if refused else await (guard.lift if args.lift else guard.revoke)(**selector)), refused
+        seen = []  # no instance recorded minting a token of this selector's form: refused, saying what they record
+        for name in ("principal", "client"):
+            count, bare = sum(entry.startswith(f"{name}:") for entry in forms), guard.form(name, None) in forms
+            seen += [f"{name}s with no issuer"] * bare + [f"{name}s at {count - bare} issuer(s)"] * (count > bare)
+        seen += [f"{count} scope name(s)" for count in [sum(entry.startswith("scope:") for entry in forms)] if count]
+        since = f" since {store_time(min(forms.values()))}" if forms else ""
+        return None, (f"no instance recorded minting {what}; the fleet's tokens record "
+                      f"{', '.join(seen) or 'no principal, client or scope'}{since}; a token minted by statecodec "
+                      "0.1.0 or earlier records none: --force revokes anyway")
 
     done, refused = on_store(work)
     if refused:
