@@ -256,14 +256,11 @@ def namespace(settings: Mapping[str, str]) -> str:
     return setting(settings, NAMESPACE_VAR, required=False) or "statecodec"
 
 
-def on_replay(settings: Mapping[str, str]) -> str:  # `replay_policy` checks it where it is used, as from code
-    return setting(settings, ON_REPLAY_VAR, required=False) or "log"
-
-
-def on_store_error(settings: Mapping[str, str]) -> tuple[Any, float, Any]:  # mode, bounds: SingleUse checks them
-    return (setting(settings, ON_ERROR_VAR, required=False) or "refuse", seconds_setting(
-        settings, ACCEPT_FOR_VAR, default=DEFAULT_ACCEPT_FOR, low=0, high=MAX_ACCEPT_FOR, low_open=True),
-        decimal(setting(settings, ACCEPT_MAX_VAR, required=False) or str(DEFAULT_ACCEPT_MAX)))
+def on_store_error(settings: Mapping[str, str]) -> dict[str, Any]:  # `SingleUse`'s keywords: it checks them
+    return {"on_store_error": setting(settings, ON_ERROR_VAR, required=False) or "refuse",
+            "accept_for": seconds_setting(settings, ACCEPT_FOR_VAR, default=DEFAULT_ACCEPT_FOR, low=0,
+                                          high=MAX_ACCEPT_FOR, low_open=True),
+            "accept_max": decimal(setting(settings, ACCEPT_MAX_VAR, required=False) or str(DEFAULT_ACCEPT_MAX))}
 
 
 def replay_policy(value: object) -> str:
@@ -288,11 +285,13 @@ def result_cap(value: object) -> int:
     return value
 
 
-def retry_safe(settings: Mapping[str, str]) -> tuple[bool, int, float]:
-    """(``STATECODEC_RETRY_SAFE`` is on, ``STATECODEC_RETRY_RESULT_MAX``, ``STATECODEC_STEP_TIMEOUT``)."""
+def middleware(settings: Mapping[str, str]) -> dict[str, Any]:
+    """`SingleUseMiddleware`'s keywords (it checks them): the retry-safe mode, its bounds, the replay policy."""
     mode = setting(settings, RETRY_SAFE_VAR, required=False) or "off"
     if mode not in ("on", "off"):
         raise ConfigurationError(f"{RETRY_SAFE_VAR} must be on or off (the default)")
     cap = setting(settings, RESULT_MAX_VAR, required=False)
-    step = seconds_setting(settings, STEP_TIMEOUT_VAR, default=DEFAULT_STEP_TIMEOUT, low=1, high=MAX_TTL)
-    return mode == "on", result_cap(DEFAULT_RESULT_MAX if cap is None else decimal(cap)), step
+    return {"retry_safe": mode == "on", "max_result": DEFAULT_RESULT_MAX if cap is None else decimal(cap),
+            "step_timeout": seconds_setting(settings, STEP_TIMEOUT_VAR, default=DEFAULT_STEP_TIMEOUT, low=1,
+                                            high=MAX_TTL),
+            "on_replay": setting(settings, ON_REPLAY_VAR, required=False) or "log", "instance": instance_name(settings)}
