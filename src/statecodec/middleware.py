@@ -175,8 +175,7 @@ class SingleUseMiddleware:
         from mcp.shared.exceptions import MCPError
         from mcp.types import ErrorData
 
-        sealed = verdict.result
-        if not sealed:  # the first run has not kept its answer: still running, or within its bound no more
+        if not (sealed := verdict.result):  # no answer kept yet: the first run goes on, or within its bound no more
             lost = verdict.started_ms and verdict.now_ms > verdict.started_ms + self._lost_after * 1000
             raise InvalidToken(Reason.STEP_LOST if lost else Reason.IN_PROGRESS)
         try:

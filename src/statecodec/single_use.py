@@ -156,9 +156,8 @@ class SingleUse(HoldsSecrets):
 
     async def keep(self, key: bytes, retry: bytes, data: bytes, within: float) -> bool:
         """Keep `data`, sealed, beside the claim `retry` made; False: claim gone, or over `within` s old (its clock)."""
-        sealed = self.seal_answer(key, retry, data)
-        return await bounded(self.store, self.store.keep(key=key, retry=retry, result=sealed,
-                                                         within_ms=round(within * 1000)))
+        sealed, within_ms = self.seal_answer(key, retry, data), round(within * 1000)
+        return await bounded(self.store, self.store.keep(key=key, retry=retry, result=sealed, within_ms=within_ms))
 
     @property
     def started(self) -> bool:
