@@ -45,9 +45,7 @@ replays: ContextVar[list[str] | None] = ContextVar("statecodec_replays", default
 
 class SingleUseMiddleware:
     """SDK server middleware after the SDK's `RequestStateBoundary` only (`lifespan` refuses any other order); the
-    minting principal and `scopes(ctx)` go in the stamp; `retry_safe` keeps answers of at most `max_result` bytes
-    of steps ended within `step_timeout` seconds; a replay is logged naming `instance` (the fleet registry's name by
-    default), and `on_replay="revoke"` revokes."""
+    minting principal and `scopes(ctx)` go in the stamp; the other options are settings of docs/single-use.md."""
 
     def __init__(self, guard: SingleUse, *, scopes: Scopes | None = None, retry_safe: bool = False,
                  max_result: int = cfg.DEFAULT_RESULT_MAX, step_timeout: float = cfg.DEFAULT_STEP_TIMEOUT,

@@ -1,8 +1,7 @@
 """Single use and revocation: a token is accepted at most once, and an operator can end every flow of a principal.
 
 Threat: integrity, expiry and binding do not stop an exact replay, and a stateless token cannot be taken back. At
-unseal, after every other check, one atomic claim answers on the store's clock alone (docs/single-use.md); only a
-store without a connection is accepted through (``on_store_error="accept"``), boundedly, recorded once it answers.
+unseal, last, one atomic claim on the store's clock (docs/single-use.md): it fails closed, but for availability first.
 """
 
 from __future__ import annotations
