@@ -257,26 +257,11 @@ def on_store_error(settings: Mapping[str, str]) -> dict[str, Any]:  # `SingleUse
             "accept_max": decimal(setting(settings, ACCEPT_MAX_VAR, required=False) or str(DEFAULT_ACCEPT_MAX))}
 
 
-def replay_policy(value: object) -> str:
-    """The one check of what a replay does (its setting, or `on_replay` in code): log, or revoke the minter's flows."""
-    if value not in ("log", "revoke"):
-        raise ConfigurationError(f"{ON_REPLAY_VAR} must be log (the default) or revoke (on_replay in code)")
-    return str(value)
-
-
 def single_use_wanted(settings: Mapping[str, str]) -> bool:
     """Whether the settings ask for single use: one of its own settings is given, or a store that no reloading
     codec reports to (single use then refuses to start without a key)."""
     given = {name for name in ENVIRONMENT_ONLY if setting(settings, name, required=False)}
     return bool(given & SINGLE_USE_ONLY) or (bool(given & STORE) and RELOAD_VAR not in given)
-
-
-def result_cap(value: object) -> int:
-    """The one check of the retry-safe mode's kept-answer cap, from its setting or from code (`max_result`)."""
-    if type(value) is not int or not 0 < value <= MAX_RESULT_MAX:
-        raise ConfigurationError(f"{RESULT_MAX_VAR} must be a whole number of bytes from 1 to {MAX_RESULT_MAX}, e.g. "
-                                 f"{DEFAULT_RESULT_MAX} (the default; max_result in code)")
-    return value
 
 
 def middleware(settings: Mapping[str, str]) -> dict[str, Any]:

@@ -52,13 +52,17 @@ class SingleUseMiddleware:
                  on_replay: str = "log", instance: str | None = None) -> None:
         from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 
-        self.guard, self.scopes, self.retry_safe = guard, scopes, retry_safe
-        self.max_result = cfg.result_cap(max_result)
+        if type(max_result) is not int or not 0 < max_result <= cfg.MAX_RESULT_MAX:  # from code or its setting
+            raise ConfigurationError(f"{cfg.RESULT_MAX_VAR} must be a whole number of bytes from 1 to "
+                                     f"{cfg.MAX_RESULT_MAX} (default {cfg.DEFAULT_RESULT_MAX}; max_result in code)")
+        if on_replay not in ("log", "revoke"):
+            raise ConfigurationError(f"{cfg.ON_REPLAY_VAR} must be log (the default) or revoke (on_replay in code)")
+        self.guard, self.scopes, self.retry_safe, self.max_result = guard, scopes, retry_safe, max_result
         self.step_timeout = cfg.seconds(cfg.STEP_TIMEOUT_VAR, step_timeout, low=1, high=cfg.MAX_TTL)
         # The oldest claim (store clock) whose answer is kept, else its retry is step_lost: the step's bound, the
         # claim's answer read late, the keep's round trip, and a second of work in between (docs/single-use.md).
         self._lost_after = self.step_timeout + 2 * (guard.deadline or 0) + 1
-        self.on_replay, self.instance = cfg.replay_policy(on_replay), instance or cfg.instance_name(os.environ)
+        self.on_replay, self.instance = on_replay, instance or cfg.instance_name(os.environ)
         if retry_safe:
             canonical_json()  # the package every retry's digest needs: missing, the start fails
         self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
