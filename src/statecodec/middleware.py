@@ -36,8 +36,7 @@ Scopes = Callable[["ServerRequestContext[Any, Any]"], Mapping[str, str]]
 
 REJECTED = "requestState rejected on %s: %s"  # the SDK boundary's log line too: `statecodec.otel` counts both
 REFUSED = {"reason": "invalid_request_state"}  # the data of the SDK's frozen -32602 refusal
-# Where statecodec.otel reads, by value whatever the logging set-up, what this presentation came to (it sets a list in
-# each): a kept answer answered it (the step did not run), the reason code of a refusal, what a replay's policy did.
+# What a presentation came to, for statecodec.otel whatever the logging set-up (it sets a list in each, read here).
 answered_again: ContextVar[list[str] | None] = ContextVar("statecodec_answered_again", default=None)
 refused: ContextVar[list[str] | None] = ContextVar("statecodec_refused", default=None)
 replays: ContextVar[list[str] | None] = ContextVar("statecodec_replays", default=None)

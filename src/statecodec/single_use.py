@@ -112,8 +112,7 @@ class SingleUse(HoldsSecrets):
         self._anchor = (0.0, 0.0)  # (store clock - monotonic, round trip) at the store's last answer
         self._checked = -float("inf")  # when `start` last asked the store (monotonic)
         self._noted: set[tuple[object, ...]] = set()  # the principal and scope shapes stamped in the store's epoch
-        # Forms (kind, issuer or scope name) `start` records, once per epoch, before the first token under each leaves.
-        self.unrecorded: set[tuple[str, str | None]] = set()
+        self.unrecorded: set[tuple[str, str | None]] = set()  # forms `start` records before their first token leaves
         self._unchecked: dict[bytes, bytes] = {}  # claim key -> `claim`'s `when`, accepted unchecked, until recorded
         self._down, self._recording = 0.0, asyncio.Lock()  # when this outage began (monotonic), until it answers
         if on_store_error == "accept":
