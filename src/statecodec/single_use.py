@@ -338,7 +338,7 @@ class SingleUse(HoldsSecrets):
         self._epoch = epoch
 
     def warn(self, message: str, level: int = logging.WARNING) -> None:
-        """One line per cause per 10 s: an outage cannot flood the log, nor one cause (a stall) hide the next (full)."""
+        """One line per cause per 10 s: an outage cannot flood the log, nor one cause (a stall) hide the next."""
         now = time.monotonic()
         if self._quiet.get(message, 0.0) <= now:
             logger.log(level, message)
