@@ -276,7 +276,7 @@ class SingleUse(HoldsSecrets):
             raise InvalidToken(Reason.REPLAYED)
         refusal = Reason.STORE_UNAVAILABLE
         try:
-            if not self.started or self.due:  # never answered, refused since, or the heartbeat due (no lifespan's)
+            if not self.started:  # never answered, or refused since: checked again before a token is spent
                 await self.start()
             before, sent = self._clock(), time.monotonic()
             verdict = await self._claim(key, when, [*scopes, self._all], retry)
@@ -429,6 +429,8 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
         return self.codec.seal(stamped, **kwargs)
 
     def unseal(self, token: str, **kwargs: Any) -> bytes:
+        if self.guard.due:
+            self.run(self.guard.check())
         return self.run(self.guard.consume(self.codec.unseal(token, **kwargs)))
 
     def close(self) -> None:
