@@ -22,7 +22,6 @@ from mcp.types import CallToolResult, ElicitResult, ErrorData, InputRequiredResu
 
 from statecodec import AESGCMCodec, Codec, ConfigurationError, InvalidToken, format_keys, generate_key
 from statecodec._settings import DEFAULT_STORE_TIMEOUT, MAX_RETRY_INPUT
-from statecodec._settings import retry_safe as retry_safe_settings
 from statecodec.errors import StoreUnreachable
 from statecodec.mcp import SingleUseMiddleware, single_use_from_env
 from statecodec.reload import ReloadingCodec
@@ -263,7 +262,7 @@ def test_the_retry_digest_is_the_documented_bytes_and_the_settings_fail_at_start
     for name, value in [("STATECODEC_RETRY_SAFE", "yes"), ("STATECODEC_RETRY_RESULT_MAX", "0"),
                         ("STATECODEC_RETRY_RESULT_MAX", "1e6")]:  # fmt: skip
         with pytest.raises(ConfigurationError, match=name):
-            retry_safe_settings({name: value})
+            single_use_from_env(env | {name: value})
     monkeypatch.setitem(sys.modules, "rfc8785", None)  # `mcp` without statecodec[mcp]: refused at start, not per retry
     with pytest.raises(ImportError, match=r"pip install 'statecodec\[mcp\]'"):
         single_use_from_env(env | {"STATECODEC_RETRY_SAFE": "on"})

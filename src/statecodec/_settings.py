@@ -34,20 +34,15 @@ TIMEOUT_VAR, NAMESPACE_VAR = "STATECODEC_STORE_TIMEOUT", "STATECODEC_STORE_NAMES
 ON_ERROR_VAR, ON_REPLAY_VAR = "STATECODEC_STORE_ON_ERROR", "STATECODEC_ON_REPLAY"
 RETRY_SAFE_VAR, RESULT_MAX_VAR = "STATECODEC_RETRY_SAFE", "STATECODEC_RETRY_RESULT_MAX"
 ACCEPT_FOR_VAR, ACCEPT_MAX_VAR = "STATECODEC_STORE_ACCEPT_FOR", "STATECODEC_STORE_ACCEPT_MAX"
-REPLICAS_VAR = "STATECODEC_STORE_REPLICAS"
-STEP_TIMEOUT_VAR = "STATECODEC_STEP_TIMEOUT"
+REPLICAS_VAR, STEP_TIMEOUT_VAR = "STATECODEC_STORE_REPLICAS", "STATECODEC_STEP_TIMEOUT"
 
 # Each default and ceiling, written once.
 DEFAULT_TTL, MAX_TTL = 600, 30 * 24 * 3600  # a state token lives for a conversation, not for months
 DEFAULT_FUTURE_SKEW, MAX_FUTURE_SKEW = 60, 3600  # how far ahead another instance's clock may be when it mints
 DEFAULT_STORE_TIMEOUT = 0.25  # a network store's bound on connecting and on each answer
-# The retry-safe mode's kept answer, in bytes: one keep of 1 MiB holds a loopback Redis 7 ms (16 MiB: 56-70 ms, a
-# 105-150 ms round trip, most of the default timeout; docs/single-use.md).
-DEFAULT_RESULT_MAX, MAX_RESULT_MAX = 65_536, 1 << 20
+DEFAULT_RESULT_MAX, MAX_RESULT_MAX = 65_536, 1 << 20  # a kept answer's bytes: a 1 MiB keep holds Redis 7 ms (docs)
 DEFAULT_STEP_TIMEOUT = 300  # the most a retry-safe step runs; past it (and the store's deadlines) its retry is lost
-# The largest params (their JSON's length, at least) a retry digest is made of: measuring and RFC 8785 (pure Python)
-# take at most 30-70 ms for 128 KiB of small members on a loaded 2-core host, well within the store's deadline.
-MAX_RETRY_INPUT = 1 << 17
+MAX_RETRY_INPUT = 1 << 17  # the params a retry digest is made of: at most 30-70 ms of pure Python, under the deadline
 DEFAULT_ACCEPT_FOR, MAX_ACCEPT_FOR, DEFAULT_ACCEPT_MAX, MAX_ACCEPT_MAX = 30, 600, 1000, 100_000  # per outage
 HEARTBEAT = 5.0  # a running instance re-checks the store: docs/single-use.md weighs its cost against the window
 INSTANCE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")  # an instance's name in the fleet registry
@@ -243,8 +238,7 @@ def store_url(settings: Mapping[str, str]) -> tuple[str | None, str]:
 
 
 def store_replicas(settings: Mapping[str, str]) -> int:
-    """``STATECODEC_STORE_REPLICAS``: how many replicas must acknowledge a claim before it counts (0, the default:
-    none; a failover is then detected, not survived)."""
+    """``STATECODEC_STORE_REPLICAS``: replicas that must acknowledge a claim (0: a failover detected, not survived)."""
     text = setting(settings, REPLICAS_VAR, required=False)
     number = 0 if text is None else decimal(text)
     if number is None or number > 16:
@@ -256,21 +250,11 @@ def namespace(settings: Mapping[str, str]) -> str:
     return setting(settings, NAMESPACE_VAR, required=False) or "statecodec"
 
 
-def on_replay(settings: Mapping[str, str]) -> str:  # `replay_policy` checks it where it is used, as from code
-    return setting(settings, ON_REPLAY_VAR, required=False) or "log"
-
-
-def on_store_error(settings: Mapping[str, str]) -> tuple[Any, float, Any]:  # mode, bounds: SingleUse checks them
-    return (setting(settings, ON_ERROR_VAR, required=False) or "refuse", seconds_setting(
-        settings, ACCEPT_FOR_VAR, default=DEFAULT_ACCEPT_FOR, low=0, high=MAX_ACCEPT_FOR, low_open=True),
-        decimal(setting(settings, ACCEPT_MAX_VAR, required=False) or str(DEFAULT_ACCEPT_MAX)))
-
-
-def replay_policy(value: object) -> str:
-    """The one check of what a replay does (its setting, or `on_replay` in code): log, or revoke the minter's flows."""
-    if value not in ("log", "revoke"):
-        raise ConfigurationError(f"{ON_REPLAY_VAR} must be log (the default) or revoke (on_replay in code)")
-    return str(value)
+def on_store_error(settings: Mapping[str, str]) -> dict[str, Any]:  # `SingleUse`'s keywords: it checks them
+    return {"on_store_error": setting(settings, ON_ERROR_VAR, required=False) or "refuse",
+            "accept_for": seconds_setting(settings, ACCEPT_FOR_VAR, default=DEFAULT_ACCEPT_FOR, low=0,
+                                          high=MAX_ACCEPT_FOR, low_open=True),
+            "accept_max": decimal(setting(settings, ACCEPT_MAX_VAR, required=False) or str(DEFAULT_ACCEPT_MAX))}
 
 
 def single_use_wanted(settings: Mapping[str, str]) -> bool:
@@ -280,19 +264,13 @@ def single_use_wanted(settings: Mapping[str, str]) -> bool:
     return bool(given & SINGLE_USE_ONLY) or (bool(given & STORE) and RELOAD_VAR not in given)
 
 
-def result_cap(value: object) -> int:
-    """The one check of the retry-safe mode's kept-answer cap, from its setting or from code (`max_result`)."""
-    if type(value) is not int or not 0 < value <= MAX_RESULT_MAX:
-        raise ConfigurationError(f"{RESULT_MAX_VAR} must be a whole number of bytes from 1 to {MAX_RESULT_MAX}, e.g. "
-                                 f"{DEFAULT_RESULT_MAX} (the default; max_result in code)")
-    return value
-
-
-def retry_safe(settings: Mapping[str, str]) -> tuple[bool, int, float]:
-    """(``STATECODEC_RETRY_SAFE`` is on, ``STATECODEC_RETRY_RESULT_MAX``, ``STATECODEC_STEP_TIMEOUT``)."""
+def middleware(settings: Mapping[str, str]) -> dict[str, Any]:
+    """`SingleUseMiddleware`'s keywords (it checks them): the retry-safe mode, its bounds, the replay policy."""
     mode = setting(settings, RETRY_SAFE_VAR, required=False) or "off"
     if mode not in ("on", "off"):
         raise ConfigurationError(f"{RETRY_SAFE_VAR} must be on or off (the default)")
     cap = setting(settings, RESULT_MAX_VAR, required=False)
-    step = seconds_setting(settings, STEP_TIMEOUT_VAR, default=DEFAULT_STEP_TIMEOUT, low=1, high=MAX_TTL)
-    return mode == "on", result_cap(DEFAULT_RESULT_MAX if cap is None else decimal(cap)), step
+    return {"retry_safe": mode == "on", "max_result": DEFAULT_RESULT_MAX if cap is None else decimal(cap),
+            "step_timeout": seconds_setting(settings, STEP_TIMEOUT_VAR, default=DEFAULT_STEP_TIMEOUT, low=1,
+                                            high=MAX_TTL),
+            "on_replay": setting(settings, ON_REPLAY_VAR, required=False) or "log", "instance": instance_name(settings)}

@@ -61,19 +61,14 @@ def guard_from_env(environ: Mapping[str, str] | None = None, *, store: Store | N
     ring = KeyRing.from_env(STORE_KEY_VAR, settings)
     if len(ring) != 1:
         raise ConfigurationError(f"{STORE_KEY_VAR} holds {len(ring)} keys; the store key is one key")
-    mode, accept_for, accept_max = cfg.on_store_error(settings)
-    return SingleUse(store or store_from_env(settings), key=ring, ttl=cfg.ttl(settings), on_store_error=mode,
-                     accept_for=accept_for, accept_max=accept_max)
+    return SingleUse(store or store_from_env(settings), key=ring, ttl=cfg.ttl(settings), **cfg.on_store_error(settings))
 
 
 def single_use_from_env(environ: Mapping[str, str] | None = None, *, scopes: Scopes | None = None
                         ) -> SingleUseMiddleware:
     """`SingleUseMiddleware` around `guard_from_env(environ)`, in the retry-safe mode its settings ask for."""
     settings = os.environ if environ is None else environ
-    retry_safe, max_result, step = cfg.retry_safe(settings)
-    return SingleUseMiddleware(guard_from_env(settings), scopes=scopes, retry_safe=retry_safe, max_result=max_result,
-                               step_timeout=step, on_replay=cfg.on_replay(settings),
-                               instance=cfg.instance_name(settings))
+    return SingleUseMiddleware(guard_from_env(settings), scopes=scopes, **cfg.middleware(settings))
 
 
 def security_from_env(*, ttl: float | None = None, audience: str | None = None,

@@ -36,8 +36,7 @@ Scopes = Callable[["ServerRequestContext[Any, Any]"], Mapping[str, str]]
 
 REJECTED = "requestState rejected on %s: %s"  # the SDK boundary's log line too: `statecodec.otel` counts both
 REFUSED = {"reason": "invalid_request_state"}  # the data of the SDK's frozen -32602 refusal
-# Where statecodec.otel reads, by value whatever the logging set-up, what this presentation came to (it sets a list in
-# each): a kept answer answered it (the step did not run), the reason code of a refusal, what a replay's policy did.
+# What a presentation came to, for statecodec.otel whatever the logging set-up (it sets a list in each, read here).
 answered_again: ContextVar[list[str] | None] = ContextVar("statecodec_answered_again", default=None)
 refused: ContextVar[list[str] | None] = ContextVar("statecodec_refused", default=None)
 replays: ContextVar[list[str] | None] = ContextVar("statecodec_replays", default=None)
@@ -45,23 +44,24 @@ replays: ContextVar[list[str] | None] = ContextVar("statecodec_replays", default
 
 class SingleUseMiddleware:
     """SDK server middleware after the SDK's `RequestStateBoundary` only (`lifespan` refuses any other order); the
-    minting principal and `scopes(ctx)` go in the stamp; `retry_safe` keeps answers of at most `max_result` bytes
-    of steps ended within `step_timeout` seconds; a replay is logged naming `instance` (the fleet registry's name by
-    default), and `on_replay="revoke"` revokes."""
+    minting principal and `scopes(ctx)` go in the stamp; the other options are settings of docs/single-use.md."""
 
     def __init__(self, guard: SingleUse, *, scopes: Scopes | None = None, retry_safe: bool = False,
                  max_result: int = cfg.DEFAULT_RESULT_MAX, step_timeout: float = cfg.DEFAULT_STEP_TIMEOUT,
                  on_replay: str = "log", instance: str | None = None) -> None:
         from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 
-        self.guard, self.scopes, self.retry_safe = guard, scopes, retry_safe
-        self.max_result = cfg.result_cap(max_result)
+        if type(max_result) is not int or not 0 < max_result <= cfg.MAX_RESULT_MAX:  # from code or its setting
+            raise ConfigurationError(f"{cfg.RESULT_MAX_VAR} must be a whole number of bytes from 1 to "
+                                     f"{cfg.MAX_RESULT_MAX} (default {cfg.DEFAULT_RESULT_MAX}; max_result in code)")
+        if on_replay not in ("log", "revoke"):
+            raise ConfigurationError(f"{cfg.ON_REPLAY_VAR} must be log (the default) or revoke (on_replay in code)")
+        self.guard, self.scopes, self.retry_safe, self.max_result = guard, scopes, retry_safe, max_result
         self.step_timeout = cfg.seconds(cfg.STEP_TIMEOUT_VAR, step_timeout, low=1, high=cfg.MAX_TTL)
-        # How old, by the store's clock, a claim whose step ended may be when its answer is kept: the step's bound,
-        # the claim's answer read late, the keep's own round trip, and a second of this instance's work in between.
-        # Past it, its retry is told the step was lost.
+        # The oldest claim (store clock) whose answer is kept, else its retry is step_lost: the step's bound, the
+        # claim's answer read late, the keep's round trip, and a second of work in between (docs/single-use.md).
         self._lost_after = self.step_timeout + 2 * (guard.deadline or 0) + 1
-        self.on_replay, self.instance = cfg.replay_policy(on_replay), instance or cfg.instance_name(os.environ)
+        self.on_replay, self.instance = on_replay, instance or cfg.instance_name(os.environ)
         if retry_safe:
             canonical_json()  # the package every retry's digest needs: missing, the start fails
         self._methods, self._is_input_required = INPUT_REQUIRED_METHODS, is_input_required
@@ -101,8 +101,7 @@ class SingleUseMiddleware:
                 await self.guard.aclose()
 
     async def _beat(self) -> None:
-        """The store re-checked every `guard.heartbeat` s while the server runs: its lifespan's task, no thread. It
-        ends when it is no longer the lifespan's, cancelled or not: the Redis client can swallow a cancellation."""
+        """`check` every `guard.heartbeat` s; ends once not the lifespan's task: Redis can swallow a cancellation."""
         while self._heartbeat is asyncio.current_task():
             await asyncio.sleep(self.guard.heartbeat)
             await self.guard.check()
@@ -138,11 +137,8 @@ class SingleUseMiddleware:
         return result.model_copy(update={"request_state": stamped})
 
     async def _retry_safe(self, ctx: ServerRequestContext[Any, Any], state: str, call_next: CallNext) -> HandlerResult:
-        """The handler's answer to this retry, run at most once per token: kept for the same retry, and replayed.
-
-        Threat: a client that goes (a timeout, a dropped connection) makes the SDK cancel its handler mid-step; the
-        step's retry would then wait for an answer no one keeps. A started step is shielded from it: it ends within
-        `step_timeout`, and its answer or error is kept whatever the client did."""
+        """The handler's answer to this retry, run at most once per token, kept for the same retry. Threat: a client
+        that goes makes the SDK cancel the step, whose retry waits for an answer no one keeps: shielded, bounded."""
         import anyio
         from mcp.server.auth.middleware.auth_context import get_access_token
         from mcp.server.auth.provider import principal_components
@@ -180,8 +176,7 @@ class SingleUseMiddleware:
         from mcp.shared.exceptions import MCPError
         from mcp.types import ErrorData
 
-        sealed = verdict.result
-        if not sealed:  # the first run has not kept its answer: still running, or within its bound no more
+        if not (sealed := verdict.result):  # no answer kept yet: the first run goes on, or within its bound no more
             lost = verdict.started_ms and verdict.now_ms > verdict.started_ms + self._lost_after * 1000
             raise InvalidToken(Reason.STEP_LOST if lost else Reason.IN_PROGRESS)
         try:
@@ -219,8 +214,7 @@ class SingleUseMiddleware:
             noted.append(action.partition(" ")[0])
 
     async def _keep(self, key: bytes, retry: bytes, answer: dict[str, Any]) -> None:
-        """One round trip; a failure is logged, never a second run: the claim stays, its retry `in_progress`, then
-        `step_lost`."""
+        """One round trip; a failure is logged, never a second run: its retry is `in_progress`, then `step_lost`."""
         data = json.dumps(answer, separators=(",", ":")).encode()  # ASCII: its length in bytes is the cap's measure
         if len(data) > self.max_result:
             logger.warning("an answer over %s (%d bytes) is not kept: its retry is refused", cfg.RESULT_MAX_VAR,
@@ -269,9 +263,8 @@ _TOLD = {Reason.IN_PROGRESS: "in progress: retry shortly", Reason.STORE_BUSY: "n
 
 
 def refusal(method: str, reason: Reason) -> MCPError:
-    """The SDK boundary's own log line and frozen answer: a client cannot tell this refusal from any other. But
-    `in_progress`, `store_busy` (retryable) and `step_lost` say so: only a presenter who passed every check reaches
-    them."""
+    """The SDK boundary's own log line and frozen answer: a client cannot tell this refusal from any other, but for
+    the retryable `in_progress` and `store_busy`, and `step_lost`, which only a presenter past every check reaches."""
     logger.warning(REJECTED, method, reason.value, extra={"statecodec_reason": reason.value})
     if (noted := refused.get()) is not None:
         noted.append(reason.value)

@@ -1,8 +1,7 @@
 """Single use and revocation: a token is accepted at most once, and an operator can end every flow of a principal.
 
 Threat: integrity, expiry and binding do not stop an exact replay, and a stateless token cannot be taken back. At
-unseal, after every other check, one atomic claim answers on the store's clock alone (docs/single-use.md); only a
-store without a connection is accepted through (``on_store_error="accept"``), boundedly, recorded once it answers.
+unseal, last, one atomic claim on the store's clock (docs/single-use.md): it fails closed, but for availability first.
 """
 
 from __future__ import annotations
@@ -113,8 +112,7 @@ class SingleUse(HoldsSecrets):
         self._anchor = (0.0, 0.0)  # (store clock - monotonic, round trip) at the store's last answer
         self._checked = -float("inf")  # when `start` last asked the store (monotonic)
         self._noted: set[tuple[object, ...]] = set()  # the principal and scope shapes stamped in the store's epoch
-        # Forms (kind, issuer or scope name) `start` records, once per epoch, before the first token under each leaves.
-        self.unrecorded: set[tuple[str, str | None]] = set()
+        self.unrecorded: set[tuple[str, str | None]] = set()  # forms `start` records before their first token leaves
         self._unchecked: dict[bytes, bytes] = {}  # claim key -> `claim`'s `when`, accepted unchecked, until recorded
         self._down, self._recording = 0.0, asyncio.Lock()  # when this outage began (monotonic), until it answers
         if on_store_error == "accept":
@@ -122,10 +120,7 @@ class SingleUse(HoldsSecrets):
 
     def retry_digest(self, method: str, params: Mapping[str, Any], state: str, principal: Principal | None) -> bytes:
         """The retry-safe mode's keyed digest of a retry (docs/formats.md); `malformed` without a canonical form.
-
-        Threat: a presentation of hostile size stalls the event loop while it is made canonical (pure Python). Its
-        params are measured first, by a walk that stops at `MAX_RETRY_INPUT`: over it, b"" (claimed without the
-        mode, at most once), never canonicalised."""
+        Threat: hostile params stall the loop in the (pure Python) canonical form: over `MAX_RETRY_INPUT`, b""."""
         asked = {name: value for name, value in params.items() if name not in _UNASKED}
         budget, items = cfg.MAX_RETRY_INPUT, list[Any]([asked])  # spent by a lower bound of the JSON's length
         while items and budget >= 0:  # tuples, not unions, for isinstance: the walk takes half the time
@@ -158,11 +153,9 @@ class SingleUse(HoldsSecrets):
         return answer
 
     async def keep(self, key: bytes, retry: bytes, data: bytes, within: float) -> bool:
-        """Keep the answer `data`, sealed, beside the claim `retry` made until the token expires; False: claim gone,
-        or made over `within` seconds ago by the store's clock."""
-        sealed = self.seal_answer(key, retry, data)
-        return await bounded(self.store, self.store.keep(key=key, retry=retry, result=sealed,
-                                                         within_ms=round(within * 1000)))
+        """Keep `data`, sealed, beside the claim `retry` made; False: claim gone, or over `within` s old (its clock)."""
+        sealed, within_ms = self.seal_answer(key, retry, data), round(within * 1000)
+        return await bounded(self.store, self.store.keep(key=key, retry=retry, result=sealed, within_ms=within_ms))
 
     @property
     def started(self) -> bool:
@@ -173,10 +166,8 @@ class SingleUse(HoldsSecrets):
         return mac(self._macs[kind], field(first) + field(second))
 
     def _skew(self, before: float, store_ms: int, trip: float, sure: bool = False) -> str | None:
-        """Why this clock, read `before` a call the store answered `trip` s later (monotonic), may be (`sure`: is)
-        beyond `clock_skew` of the store's, which read its own within the round trip: the offset from its middle, plus
-        (minus) half of it; anchors the store's time to the monotonic clock, for `stamp` to notice a step since. A
-        claim is refused only when `sure`: its round trip, widened by a burst's queue, proves nothing."""
+        """Why this clock, read `before` a call answered `trip` s later, may be (`sure`: is) beyond `clock_skew` of the
+        store's (docs/single-use.md, the clock check); anchors the store's time to the monotonic clock for `stamp`."""
         self._anchor, self._down = (store_ms / 1000 - time.monotonic(), trip), 0.0  # an answer ends an outage
         offset = before + trip / 2 - store_ms / 1000  # this clock minus the store's, within +- trip / 2
         if abs(offset) + (-trip if sure else trip) / 2 <= self.clock_skew:
@@ -189,9 +180,8 @@ class SingleUse(HoldsSecrets):
         return f"{kind}:{self._scope('form', kind, value).hex()}"
 
     async def start(self) -> None:
-        """One round trip (three while the clock is uncertain): begin the store's memory, record this lifetime and the
-        `unrecorded` forms, check its owner, memory policy and clock (failed: neither mint nor accept until one passes).
-        Call it again, before a token leaves, while `unrecorded` is not empty."""
+        """One hello (three while the clock is uncertain) recording the lifetime and `unrecorded` forms, checking owner,
+        memory policy and clock: failed, neither mint nor accept until one passes. Again while `unrecorded` is set."""
         forms = set(self.unrecorded)  # a form added meanwhile waits for the next call
         skew_ms, ttl_ms, named = round(self.clock_skew * 1000), round(self.ttl * 1000), [self.form(*f) for f in forms]
         try:
@@ -214,9 +204,8 @@ class SingleUse(HoldsSecrets):
         await self._record()
 
     async def check(self, *, first: bool = False) -> None:
-        """The heartbeat (every `heartbeat` s in the server's lifespan; `SingleUseCodec` on use): `start` again, so an
-        evicting policy, a flush or a clock beyond the allowance is seen within one interval. A refusal is logged, an
-        ERROR naming the store and cause; raised only at the `first` start, unless the store is merely unreachable."""
+        """The heartbeat (docs/single-use.md): `start` again, a refusal logged as an ERROR naming the store and cause;
+        raised only at the `first` start, unless the store is merely unreachable."""
         try:
             await self.start()
         except StoreUnreachable as exc:  # its message names the store and the cause, never a credential
@@ -326,8 +315,7 @@ class SingleUse(HoldsSecrets):
             skew_ms=round(self.clock_skew * 1000), scopes=scopes, retry=retry))
 
     async def _record(self) -> None:
-        """Claim each token accepted unchecked, before the answer that found the store back leaves: none is accepted
-        again. All together; one the store did not answer stays for its next answer."""
+        """Claim, together, the tokens accepted unchecked before the answer that found the store back leaves."""
         if self._recording.locked() or not self._unchecked:
             return
         async with self._recording:  # once at a time: a second would count each token as a replay let through
@@ -350,8 +338,7 @@ class SingleUse(HoldsSecrets):
         self._epoch = epoch
 
     def warn(self, message: str, level: int = logging.WARNING) -> None:
-        """One line per cause per 10 s, not one per token: an outage, or a store one client filled, cannot flood the
-        log, and one cause (a stall) cannot hide the next (the store is full)."""
+        """One line per cause per 10 s: an outage cannot flood the log, nor one cause (a stall) hide the next."""
         now = time.monotonic()
         if self._quiet.get(message, 0.0) <= now:
             logger.log(level, message)
