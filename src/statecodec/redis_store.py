@@ -15,7 +15,7 @@ import secrets
 import socket
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote
 
@@ -87,12 +87,12 @@ end
 return {owner, epoch, now, policy()}""",
     # KEYS meta, revocations, claim. ARGV fingerprint, candidate epoch, token epoch, issued, expires, lifetime,
     # skew, the claim's value ('1', or the retry digest in retry-safe mode), scope digests..., deadline.
-    "claim": """if late() then return {'late', '', now} end
+    "claim": """if late() then return {'late', '', now, {}, ''} end
 local issued, expires = tonumber(ARGV[4]), tonumber(ARGV[5])
 local owner, epoch = record(math.max(tonumber(ARGV[6]), expires - issued), tonumber(ARGV[7]))
-if owner == 'foreign' then return {'foreign', epoch, now} end
-if owner == 'new' or epoch ~= ARGV[3] then return {'forgotten', epoch, now} end
-if expires <= now then return {'expired', epoch, now} end
+if owner == 'foreign' then return {'foreign', epoch, now, {}, ''} end
+if owner == 'new' or epoch ~= ARGV[3] then return {'forgotten', epoch, now, {}, ''} end
+if expires <= now then return {'expired', epoch, now, {}, ''} end
 local bad, verdict = {}, 'first'
 for i, v in ipairs(redis.call('HMGET', KEYS[2], unpack(ARGV, 9, #ARGV - 1))) do
   if v then
@@ -106,7 +106,7 @@ if verdict == 'first' and not redis.call('SET', KEYS[3], value, 'NX', 'PX', n(ex
   local held = ARGV[8] ~= '1' and redis.call('GET', KEYS[3]) or ''
   if string.sub(held, 1, #ARGV[8]) == ARGV[8] then return {'same', epoch, now, bad, string.sub(held, #ARGV[8] + 1)} end
 end
-return {verdict, epoch, now, bad}""",
+return {verdict, epoch, now, bad, ''}""",
     # KEYS claim. ARGV the retry digest, the sealed result, the step bound, deadline: kept while the claim holds that
     # digest and no answer, and is within the bound (a retry after it is told the step was lost).
     "keep": """if late() then return -1 end
@@ -233,20 +233,16 @@ class RedisStore(HoldsSecrets):
     async def run(self, script: Script, keys: list[str], *args: str | int | bytes, deadline: bool = False,
                   acks: int = 0) -> Any:
         """One script (the store's own or `statecodec.registry`'s); a failure names host:port and the cause only.
-        `deadline`: its last argument is the store-time instant (ms) by which this instance gives up, `bounded` or its
-        socket timeout ("0" before the store first answered): a script that changes state on a presentation records
-        nothing after it (`late()`), so a token refused for time is never spent when the store catches up.
-        `acks`: answers [its reply, how many replicas acknowledged it within half the timeout (`WAIT`)]."""
+        `deadline`: its last argument is the store-time instant (ms) by which this instance gives up ("0" before the
+        store first answered): a script that changes state records nothing after it (`late()`), so a token refused for
+        time is never spent when the store catches up. `acks`: answers [its reply, how many replicas hold it]."""
         started, queued = time.monotonic(), self._slots.locked()
         try:
-            # A burst waits for a connection within the one deadline, leaving half a timeout for its round trip: a
-            # healthy store serves a thousand at once. A call that waited is this instance's load, not an outage:
-            # past its wait, or its round trip late, it is `StoreBusy` (refused in every mode), before `bounded`'s end.
-            try:  # inline, not `wait_for`, which on 3.11 acquires in a task of its own: `queued` would be wrong
-                async with asyncio.timeout(self.deadline - self.timeout / 2):
-                    await self._slots.acquire()
-            except TimeoutError:
-                raise self._busy() from None
+            # A burst waits for a connection (inline: 3.11's `wait_for` acquires in a task `queued` cannot see) within
+            # the one deadline, leaving half a timeout for its round trip. A call that waited is this instance's load,
+            # not an outage: past its wait, or late, it is `StoreBusy`, before `bounded`'s end.
+            async with asyncio.timeout(self.deadline - self.timeout / 2):
+                await self._slots.acquire()
             if deadline:
                 by = min(started + self.deadline, time.monotonic() + self.timeout)  # lower bounds: see `_learn`
                 args += ("0" if self._offset is None else str(int((by + self._offset) * 1000)),)
@@ -254,21 +250,21 @@ class RedisStore(HoldsSecrets):
                 async with asyncio.timeout(self.deadline - self.timeout / 4 - (time.monotonic() - started)
                                            if queued else None):
                     try:
-                        return await (self._acked("EVALSHA", script.sha, keys, args, acks) if acks else
-                                      self._client.evalsha(script.sha, len(keys), *keys, *args))
+                        return await self._eval("EVALSHA", script.sha, keys, args, acks)
                     except rx.NoScriptError:
-                        return await (self._acked("EVAL", script.source, keys, args, acks) if acks else
-                                      self._client.eval(script.source, len(keys), *keys, *args))
+                        return await self._eval("EVAL", script.source, keys, args, acks)
             finally:
                 self._slots.release()
         except (rx.RedisError, rx.RedisClusterException, OSError) as exc:  # OSError: TimeoutError too
-            failure = self._busy() if queued and isinstance(exc, TimeoutError | rx.TimeoutError) else self._failure(exc)
+            failure = self._failure(exc, waited=queued)
         raise failure  # outside the handler: the client's own text (which may quote the URL) is not chained
 
-    async def _acked(self, command: str, code: str, keys: list[str], args: tuple[str | int | bytes, ...], acks: int
-                     ) -> Any:
-        """The script (EVALSHA or EVAL), then WAIT `acks` on the same connection: WAIT counts the replicas holding
-        that connection's latest write, so it must follow the script there, in one pipeline."""
+    async def _eval(self, command: str, code: str, keys: list[str], args: tuple[str | int | bytes, ...], acks: int
+                    ) -> Any:
+        """EVALSHA or EVAL; with `acks`, then WAIT `acks` (half the timeout) on the same connection: WAIT counts the
+        replicas holding that connection's latest write, so it must follow the script there, in one pipeline."""
+        if not acks:
+            return await self._client.execute_command(command, code, len(keys), *keys, *args)
         node = self._node(keys[0])
         pipe = self._client.pipeline(transaction=False)
         pipe.execute_command(command, code, len(keys), *keys, *args)  # to the node of its slot, as WAIT below
@@ -279,13 +275,12 @@ class RedisStore(HoldsSecrets):
         """The cluster node of `key`'s slot (it answers that key's scripts and their WAIT); None on one server."""
         return self._client.get_node_from_key(key) if isinstance(self._client, RedisCluster) else None
 
-    def _busy(self) -> StoreBusy:
-        return StoreBusy(f"the Redis store at {self.where}: this instance's {_CONNECTIONS} connections were all in use "
-                         "until the call's deadline, a burst here (retryable)")
-
-    def _failure(self, exc: BaseException) -> StoreError:
-        """What went wrong, naming host:port and the cause only."""
+    def _failure(self, exc: BaseException, *, waited: bool = False) -> StoreError:
+        """What went wrong, naming host:port and the cause only; late after waiting for a connection: `StoreBusy`."""
         at, text, chain = f"the Redis store at {self.where}", str(exc), list(exception_chain(exc))
+        if waited and isinstance(exc, TimeoutError | rx.TimeoutError):
+            return StoreBusy(f"{at}: this instance's {_CONNECTIONS} connections were all in use until the call's "
+                             "deadline, a burst here (retryable)")
         if isinstance(exc, rx.AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
             return StoreError(f"{at} refused the user name or password in STATECODEC_STORE_URL")
         if "DB index is out of range" in text:
@@ -322,21 +317,18 @@ class RedisStore(HoldsSecrets):
                     lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes], retry: bytes = b"") -> Verdict:
         keys = [*self._keys[:2], self._claim(key)]
         args = (fingerprint.hex(), secrets.token_hex(8), epoch.hex(), issued_ms, expires_ms, lifetime_ms, skew_ms)
-        digests = [scope.hex() for scope in scopes]
-        reply = await self.run(_RUN["claim"], keys, *args, retry.hex() or "1", *digests, deadline=True,
-                               acks=self.replicas)
-        reply, acked = (reply, 0) if not self.replicas else reply
-        self._learn(int(reply[2]))
-        if reply[0] == b"late":
+        reply = await self.run(_RUN["claim"], keys, *args, retry.hex() or "1", *(scope.hex() for scope in scopes),
+                               deadline=True, acks=self.replicas)
+        (outcome, current, now, bad, result), acked = reply if self.replicas else (reply, 0)
+        self._learn(int(now))
+        if outcome == b"late":
             raise StoreError(f"the Redis store at {self.where} ran a claim after its deadline: nothing recorded")
-        if acked < self.replicas and reply[0] in (b"first", b"same"):  # a failover could lose it: not counted
+        if acked < self.replicas and outcome in (b"first", b"same"):  # a failover could lose it: not counted
             raise StoreError(f"the Redis store at {self.where}: claim not acknowledged by {self.replicas} replicas "
                              "(STATECODEC_STORE_REPLICAS) in time: refused, the token spent")
-        malformed = tuple(_shown(name) for name in reply[3]) if len(reply) > 3 else ()
-        result = reply[4] if len(reply) > 4 else b""
         node = self._node(keys[0])
         started = int(result) if result.isdigit() and len(result) < 28 else 0  # a sealed answer has 28 bytes at least
-        return Verdict(Outcome(reply[0].decode()), bytes.fromhex(reply[1].decode()), int(reply[2]), malformed,
+        return Verdict(Outcome(outcome.decode()), bytes.fromhex(current.decode()), int(now), tuple(map(_shown, bad)),
                        b"" if started else result, node.name if node else self.where, started)
 
     async def keep(self, *, key: bytes, retry: bytes, result: bytes, within_ms: int) -> bool:
@@ -369,17 +361,8 @@ class RedisStore(HoldsSecrets):
     async def health(self, *, fingerprint: bytes) -> dict[str, object]:
         owner, count, now, life, skew, policy, forms = await self.run(_RUN["inspect"], self._keys, fingerprint.hex())
         pairs = zip(forms[::2], forms[1::2], strict=True)  # a time `hello` did not write reads as 0
-        bad: list[bytes] = []
-        cursor, failure = -1, None
-        try:
-            while cursor:  # HSCAN in batches, each bounded: a claim never waits behind a read of every revocation
-                reply: Any = await self._client.hscan(self._keys[1], max(cursor, 0), count=1000)
-                cursor, batch = reply
-                bad += [name for name, value in batch.items() if not re.fullmatch(rb"[0-9]+:[0-9]+", value)]
-        except (rx.RedisError, rx.RedisClusterException, OSError) as exc:
-            failure = self._failure(exc)
-        if failure:
-            raise failure  # outside the handler: the client's own text is not chained
+        revocations = self._client.hscan_iter(self._keys[1], count=1000)
+        bad = await self._scan(name async for name, value in revocations if not re.fullmatch(rb"[0-9]+:[0-9]+", value))
         return {"store": "redis", "server": self.where, "namespace": self.namespace, "owner": owner.decode(),
                 "forms": {_shown(form): int(at) if at.isdigit() else 0 for form, at in pairs},
                 "revocations": int(count), "malformed": [_shown(name) for name in bad], "store_time_ms": int(now),
@@ -387,11 +370,17 @@ class RedisStore(HoldsSecrets):
 
     async def namespaces(self) -> list[str]:
         """The namespaces used on this store (`{ns}:meta`), for `statecodec revoke`: a SCAN, never per request."""
+        keys = await self._scan(self._client.scan_iter(match="{*}:meta", count=1000))
+        return sorted({_shown(key)[1:-6] for key in keys})
+
+    async def _scan(self, items: AsyncIterator[bytes]) -> list[bytes]:
+        """An operator command's SCAN or HSCAN: batches of about 1,000 each bounded, so a claim never waits behind a
+        read of them all; a failure named as in `run`."""
         try:
-            return sorted({_shown(key)[1:-6] async for key in self._client.scan_iter(match="{*}:meta", count=1000)})
+            return [item async for item in items]
         except (rx.RedisError, rx.RedisClusterException, OSError) as exc:
             failure = self._failure(exc)
-        raise failure  # outside the handler, as in `run`
+        raise failure  # outside the handler: the client's own text is not chained
 
     async def aclose(self) -> None:
         with contextlib.suppress(rx.RedisError, OSError):  # a connection that will not close in time is dropped anyway
