@@ -61,21 +61,16 @@ local function record(life, skew)
   local m = redis.call('HMGET', KEYS[1], 'epoch', 'fp', 'life', 'skew', 'seen', 'rid')
   -- This node's replication id: a promoted replica, or a restart, gets a new one, and may lack the latest claims.
   local rid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') or ''
-  if not m[1] then
-    redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'fp', ARGV[1], 'life', n(life), 'skew', n(skew), 'seen', n(now),
-               'rid', rid)
-    return 'new', ARGV[2]
-  end
-  if m[2] ~= ARGV[1] then return 'foreign', m[1] end
-  local epoch, seen = m[1], tonumber(m[5]) or 0
+  if m[1] and m[2] ~= ARGV[1] then return 'foreign', m[1] end
+  local epoch, seen = m[1] or ARGV[2], tonumber(m[5]) or 0  -- none yet: this call begins the store's memory
   if now + math.max(skew, tonumber(m[4]) or 0) < seen then epoch = ARGV[2] end  -- clock went back: a new epoch
   if m[6] and m[6] ~= rid then epoch = ARGV[2] end  -- another history: a new epoch (no `rid` yet: adopt this one)
   if epoch ~= m[1] or now > seen + 1000 or m[6] ~= rid then
-    redis.call('HSET', KEYS[1], 'epoch', epoch, 'seen', n(now), 'rid', rid)
+    redis.call('HSET', KEYS[1], 'epoch', epoch, 'fp', ARGV[1], 'seen', n(now), 'rid', rid)
   end
   if life > (tonumber(m[3]) or 0) then redis.call('HSET', KEYS[1], 'life', n(life)) end
   if skew > (tonumber(m[4]) or 0) then redis.call('HSET', KEYS[1], 'skew', n(skew)) end
-  return 'ok', epoch
+  return m[1] and 'ok' or 'new', epoch
 end
 """
 _SCRIPTS = {
@@ -107,8 +102,8 @@ if verdict == 'first' and not redis.call('SET', KEYS[3], value, 'NX', 'PX', n(ex
   if string.sub(held, 1, #ARGV[8]) == ARGV[8] then return {'same', epoch, now, bad, string.sub(held, #ARGV[8] + 1)} end
 end
 return {verdict, epoch, now, bad, ''}""",
-    # KEYS claim. ARGV the retry digest, the sealed result, the step bound, deadline: kept while the claim holds that
-    # digest and no answer, and is within the bound (a retry after it is told the step was lost).
+    # KEYS claim. ARGV retry digest, sealed result, step bound, deadline: kept while the claim holds that digest alone,
+    # within the bound (a retry after it is told the step was lost).
     "keep": """if late() then return -1 end
 local at = string.match(redis.call('GET', KEYS[1]) or '', '^' .. ARGV[1] .. '(%d*)$')
 if not at or now > (tonumber(at) or now) + tonumber(ARGV[3]) then return 0 end
@@ -144,13 +139,11 @@ _CAUSES: tuple[tuple[str, tuple[type[Exception], ...], str], ...] = (
     ("NOPERM|can't run this command", (rx.NoPermissionError,),
      "refused a command: its ACL user lacks one the store needs (docs/single-use.md)"),
     ("OOM", (rx.OutOfMemoryError,), "is full (maxmemory): tokens are refused until it has room"),
-    ("NOREPLICAS", (), "has fewer replicas than its min-replicas-to-write (NOREPLICAS): tokens are refused until the "
-                       "replicas are back"),
+    ("NOREPLICAS", (), "has fewer replicas than its min-replicas-to-write (NOREPLICAS): refused until they are back"),
     ("READONLY", (rx.ReadOnlyError,), "is a read-only replica; point STATECODEC_STORE_URL at the primary"),
     ("MASTERDOWN", (rx.MasterDownError,), "is a replica that lost its primary (MASTERDOWN)"),
     ("CLUSTERDOWN", (rx.ClusterDownError,), "is a cluster that cannot serve the namespace's slot (CLUSTERDOWN)"),
-    ("MOVED", (rx.AskError, rx.ClusterError), "kept redirecting the call (MOVED/ASK): the "
-                                               "cluster's slots are moving"),
+    ("MOVED", (rx.AskError, rx.ClusterError), "kept redirecting the call (MOVED/ASK): the cluster's slots are moving"),
     ("MISCONF", (), "refuses writes: it cannot persist (MISCONF)"),
     ("BUSY ", (), "is running a script that does not end (BUSY)"),
 )
@@ -219,8 +212,7 @@ class RedisStore(HoldsSecrets):
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "statecodec", timeout: float = DEFAULT_STORE_TIMEOUT,
                  replicas: int = 0) -> RedisStore:
-        """The store at a `REDIS_SCHEMES` URL; `timeout` bounds connecting and each answer, `replicas` is
-        ``STATECODEC_STORE_REPLICAS``. Connects lazily."""
+        """The store at a `REDIS_SCHEMES` URL, connected lazily; `timeout` bounds connecting and each answer."""
         where, kwargs = _parse(url)
         # No CLIENT SETINFO (the minimal ACL denies CLIENT); one immediate retry on a dropped pooled connection,
         # never on a timeout, which would double the bound.
@@ -338,9 +330,8 @@ class RedisStore(HoldsSecrets):
         return kept == 1
 
     def _learn(self, now_ms: int) -> None:
-        """The store's clock, from an answer read now: it read `now_ms` earlier, so the offset is at least this. The
-        best such bound is kept, worn down by 1 ms a second (faster than clocks drift apart): an answer a busy loop
-        read late must not make the next deadline early, and refuse a claim the store ran in time."""
+        """The store's clock, read at `now_ms` before this answer arrived: the offset is at least this. The best bound
+        is kept, worn 1 ms a second (faster than clocks drift): an answer read late must not make deadlines early."""
         here = time.monotonic()
         worn = self._offset - (here - self._learnt) / 1000 if self._offset is not None else now_ms / 1000 - here
         self._offset, self._learnt = max(now_ms / 1000 - here, worn), here
