@@ -19,17 +19,10 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote
 
+from statecodec import errors
 from statecodec._settings import DEFAULT_STORE_TIMEOUT, REPLICAS_VAR, store_replicas
 from statecodec._types import HoldsSecrets
-from statecodec.errors import (
-    ConfigurationError,
-    StoreBusy,
-    StoreDown,
-    StoreError,
-    StoreUnreachable,
-    exception_chain,
-    needs_extra,
-)
+from statecodec.errors import ConfigurationError, StoreError, StoreUnreachable, exception_chain, needs_extra
 from statecodec.store import REDIS_SCHEMES, Hello, Outcome, Verdict, check_owner
 
 with needs_extra("redis", "redis", "the Redis store"):  # exercised by tests/test_lean_import.py
@@ -45,6 +38,7 @@ _NAMESPACE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _ADDRESS = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(?::([0-9]{1,5}))?(?:/([0-9]*))?")
 _OPTIONS = frozenset({"db", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"})
 _CONNECTIONS = 100  # the client's pool, per node; a burst beyond it waits its turn within the deadline
+_DOWN = {ConnectionRefusedError: "connection refused", ConnectionResetError: "connection reset"}  # and no such name
 _CODES = ("LOADING", "CROSSSLOT", "TRYAGAIN", "EXECABORT")  # an answered error named by its code, if no cause below
 _PRELUDE = """local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -133,8 +127,8 @@ return {owner, redis.call('HLEN', KEYS[2]), now, m[2] or '0', m[3] or '0', polic
 }
 
 
-# Each error a store can answer, by its Redis code in the text or the client's exception, with what it means: each its
-# own message, so each its own log line (`SingleUse.warn` limits per message). Subclasses before their bases.
+# Answered errors, by the code in the text or the client's exception; each its own message, so its own log line
+# (`SingleUse.warn` limits per message). Subclasses before their bases.
 _CAUSES: tuple[tuple[str, tuple[type[Exception], ...], str], ...] = (
     ("NOPERM|can't run this command", (rx.NoPermissionError,),
      "refused a command: its ACL user lacks one the store needs (docs/single-use.md)"),
@@ -225,9 +219,8 @@ class RedisStore(HoldsSecrets):
     async def run(self, script: Script, keys: list[str], *args: str | int | bytes, deadline: bool = False,
                   acks: int = 0) -> Any:
         """One script (the store's own or `statecodec.registry`'s); a failure names host:port and the cause only.
-        `deadline`: its last argument is the store-time instant (ms) by which this instance gives up ("0" before the
-        store first answered): a script that changes state records nothing after it (`late()`), so a token refused for
-        time is never spent when the store catches up. `acks`: answers [its reply, how many replicas hold it]."""
+        `deadline`: its last argument is when (store time, ms) this instance gives up: a script that changes state
+        records nothing after it (`late()`), so a token refused for time is never spent. `acks`: [reply, replicas]."""
         started, queued = time.monotonic(), self._slots.locked()
         try:
             # A burst waits for a connection (inline: 3.11's `wait_for` acquires in a task `queued` cannot see) within
@@ -271,8 +264,7 @@ class RedisStore(HoldsSecrets):
         """What went wrong, naming host:port and the cause only; late after waiting for a connection: `StoreBusy`."""
         at, text, chain = f"the Redis store at {self.where}", str(exc), list(exception_chain(exc))
         if waited and isinstance(exc, TimeoutError | rx.TimeoutError):
-            return StoreBusy(f"{at}: this instance's {_CONNECTIONS} connections were all in use until the call's "
-                             "deadline, a burst here (retryable)")
+            return errors.StoreBusy(f"{at}: all {_CONNECTIONS} of this instance's connections in use past the deadline")
         if isinstance(exc, rx.AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
             return StoreError(f"{at} refused the user name or password in STATECODEC_STORE_URL")
         if "DB index is out of range" in text:
@@ -284,12 +276,10 @@ class RedisStore(HoldsSecrets):
         if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in text:
             return StoreUnreachable(f"{at} is unreachable: TLS failed (is its CA in ssl_ca_certs?)")
         if any(isinstance(e, socket.gaierror) for e in chain):  # down, as refused or reset; this host's EMFILE is not
-            return StoreDown(f"{at} is unreachable: its host name does not resolve")
+            return errors.StoreDown(f"{at} is unreachable: its host name does not resolve")
         if isinstance(exc, rx.ConnectionError | OSError | rx.RedisClusterException):
-            down = next((e for e in chain if isinstance(e, ConnectionRefusedError | ConnectionResetError)), None)
-            refused = isinstance(down, ConnectionRefusedError)
-            what = "connection refused" if refused else "no connection" if down is None else "connection reset"
-            return (StoreUnreachable if down is None else StoreDown)(f"{at} is unreachable: {what}")
+            down = next((what for e in chain for kind, what in _DOWN.items() if isinstance(e, kind)), None)
+            return (errors.StoreDown if down else StoreUnreachable)(f"{at} is unreachable: {down or 'no connection'}")
         for codes, kinds, cause in _CAUSES:
             if isinstance(exc, kinds) or re.search(codes, text):
                 return StoreError(f"{at} {cause}")
@@ -365,8 +355,7 @@ class RedisStore(HoldsSecrets):
         return sorted({_shown(key)[1:-6] for key in keys})
 
     async def _scan(self, items: AsyncIterator[bytes]) -> list[bytes]:
-        """An operator command's SCAN or HSCAN: batches of about 1,000 each bounded, so a claim never waits behind a
-        read of them all; a failure named as in `run`."""
+        """A SCAN or HSCAN in batches, so a claim never waits behind a read of them all; a failure named as in `run`."""
         try:
             return [item async for item in items]
         except (rx.RedisError, rx.RedisClusterException, OSError) as exc:
