@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import math
 import re
 import secrets
 import socket
@@ -200,8 +201,7 @@ class RedisStore(HoldsSecrets):
         self.deadline = 2 * timeout  # a round trip, and one reconnect or script reload within it
         self._keys = [f"{{{namespace}}}:{name}" for name in ("meta", "r", "rx", "forms")]
         self._slots = asyncio.Semaphore(_CONNECTIONS)  # else the pool refuses a burst: a refusal storm from one client
-        self._offset: float | None = None  # the store's clock minus the monotonic one, at most: see `_learn`
-        self._learnt = 0.0  # when it was learnt (monotonic)
+        self._offset, self._learnt = -math.inf, 0.0  # store clock minus monotonic clock, at most, and when: `_learn`
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "statecodec", timeout: float = DEFAULT_STORE_TIMEOUT,
@@ -230,7 +230,7 @@ class RedisStore(HoldsSecrets):
                 await self._slots.acquire()
             if deadline:
                 by = min(started + self.deadline, time.monotonic() + self.timeout)  # lower bounds: see `_learn`
-                args += ("0" if self._offset is None else str(int((by + self._offset) * 1000)),)
+                args += ("0" if self._offset == -math.inf else str(int((by + self._offset) * 1000)),)
             try:
                 async with asyncio.timeout(self.deadline - self.timeout / 4 - (time.monotonic() - started)
                                            if queued else None):
@@ -285,6 +285,14 @@ class RedisStore(HoldsSecrets):
                 return StoreError(f"{at} {cause}")
         return StoreError(f"{at} answered an error ({next((c for c in _CODES if c in text), type(exc).__name__)})")
 
+    async def _scan(self, items: AsyncIterator[bytes]) -> list[bytes]:
+        """A SCAN or HSCAN in batches, so a claim never waits behind a read of them all; a failure named as in `run`."""
+        try:
+            return [item async for item in items]
+        except (rx.RedisError, rx.RedisClusterException, OSError) as exc:
+            failure = self._failure(exc)
+        raise failure  # outside the handler: the client's own text is not chained
+
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int, forms: Sequence[str] = ()) -> Hello:
         args: tuple[str | int, ...] = (fingerprint.hex(), secrets.token_hex(8), lifetime_ms, skew_ms, *forms)
         owner, epoch, now, policy = await self.run(_RUN["hello"], self._keys[::3], *args)  # its node's policy
@@ -323,8 +331,7 @@ class RedisStore(HoldsSecrets):
         """The store's clock, read at `now_ms` before this answer arrived: the offset is at least this. The best bound
         is kept, worn 1 ms a second (faster than clocks drift): an answer read late must not make deadlines early."""
         here = time.monotonic()
-        worn = self._offset - (here - self._learnt) / 1000 if self._offset is not None else now_ms / 1000 - here
-        self._offset, self._learnt = max(now_ms / 1000 - here, worn), here
+        self._offset, self._learnt = max(now_ms / 1000 - here, self._offset - (here - self._learnt) / 1000), here
 
     def _claim(self, key: bytes) -> str:
         return f"{{{self.namespace}}}:c:{key.hex()}"
@@ -353,14 +360,6 @@ class RedisStore(HoldsSecrets):
         """The namespaces used on this store (`{ns}:meta`), for `statecodec revoke`: a SCAN, never per request."""
         keys = await self._scan(self._client.scan_iter(match="{*}:meta", count=1000))
         return sorted({_shown(key)[1:-6] for key in keys})
-
-    async def _scan(self, items: AsyncIterator[bytes]) -> list[bytes]:
-        """A SCAN or HSCAN in batches, so a claim never waits behind a read of them all; a failure named as in `run`."""
-        try:
-            return [item async for item in items]
-        except (rx.RedisError, rx.RedisClusterException, OSError) as exc:
-            failure = self._failure(exc)
-        raise failure  # outside the handler: the client's own text is not chained
 
     async def aclose(self) -> None:
         with contextlib.suppress(rx.RedisError, OSError):  # a connection that will not close in time is dropped anyway
