@@ -39,7 +39,8 @@ _NAMESPACE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _ADDRESS = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(?::([0-9]{1,5}))?(?:/([0-9]*))?")
 _OPTIONS = frozenset({"db", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"})
 _CONNECTIONS = 100  # the client's pool, per node; a burst beyond it waits its turn within the deadline
-_DOWN = {ConnectionRefusedError: "connection refused", ConnectionResetError: "connection reset"}  # and no such name
+_DOWN = {socket.gaierror: "its host name does not resolve", ConnectionRefusedError: "connection refused",
+         ConnectionResetError: "connection reset"}  # no connection can be made; this host's EMFILE is not one of them
 _CODES = ("LOADING", "CROSSSLOT", "TRYAGAIN", "EXECABORT")  # an answered error named by its code, if no cause below
 _PRELUDE = """local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -128,8 +129,7 @@ return {owner, redis.call('HLEN', KEYS[2]), now, m[2] or '0', m[3] or '0', polic
 }
 
 
-# Answered errors, by the code in the text or the client's exception; each its own message, so its own log line
-# (`SingleUse.warn` limits per message). Subclasses before their bases.
+# By code or client exception; each its own message (`SingleUse.warn` limits per message); subclasses first.
 _CAUSES: tuple[tuple[str, tuple[type[Exception], ...], str], ...] = (
     ("NOPERM|can't run this command", (rx.NoPermissionError,),
      "refused a command: its ACL user lacks one the store needs (docs/single-use.md)"),
@@ -218,9 +218,8 @@ class RedisStore(HoldsSecrets):
 
     async def run(self, script: Script, keys: list[str], *args: str | int | bytes, deadline: bool = False,
                   acks: int = 0) -> Any:
-        """One script (the store's own or `statecodec.registry`'s); a failure names host:port and the cause only.
-        `deadline`: its last argument is when (store time, ms) this instance gives up: a script that changes state
-        records nothing after it (`late()`), so a token refused for time is never spent. `acks`: [reply, replicas]."""
+        """One script (the store's or `statecodec.registry`'s); a failure names host:port and the cause only.
+        `deadline`: last argument, when (store ms) it gives up: a token refused for time stays unspent (`late()`)."""
         started, queued = time.monotonic(), self._slots.locked()
         try:
             # A burst waits for a connection (inline: 3.11's `wait_for` acquires in a task `queued` cannot see) within
@@ -246,8 +245,7 @@ class RedisStore(HoldsSecrets):
 
     async def _eval(self, command: str, code: str, keys: list[str], args: tuple[str | int | bytes, ...], acks: int
                     ) -> Any:
-        """EVALSHA or EVAL; with `acks`, then WAIT `acks` (half the timeout) on the same connection: WAIT counts the
-        replicas holding that connection's latest write, so it must follow the script there, in one pipeline."""
+        """EVALSHA or EVAL, then (`acks`) WAIT in the same pipeline: WAIT counts that connection's last write only."""
         if not acks:
             return await self._client.execute_command(command, code, len(keys), *keys, *args)
         node = self._node(keys[0])
@@ -275,8 +273,6 @@ class RedisStore(HoldsSecrets):
             return StoreUnreachable(f"{at} did not answer within {self.timeout:g} s")
         if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in text:
             return StoreUnreachable(f"{at} is unreachable: TLS failed (is its CA in ssl_ca_certs?)")
-        if any(isinstance(e, socket.gaierror) for e in chain):  # down, as refused or reset; this host's EMFILE is not
-            return errors.StoreDown(f"{at} is unreachable: its host name does not resolve")
         if isinstance(exc, rx.ConnectionError | OSError | rx.RedisClusterException):
             down = next((what for e in chain for kind, what in _DOWN.items() if isinstance(e, kind)), None)
             return (errors.StoreDown if down else StoreUnreachable)(f"{at} is unreachable: {down or 'no connection'}")
