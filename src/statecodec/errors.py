@@ -97,7 +97,7 @@ class StoreDown(StoreUnreachable):
 
 
 class StoreBusy(StoreError):
-    """This instance, not the store, was saturated (no free connection, or a late loop): refused always, retryable."""
+    """This instance, not the store, was saturated (no free connection, a late loop): refused in every mode; retry."""
 
     reason = Reason.STORE_BUSY
 

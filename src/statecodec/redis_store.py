@@ -222,9 +222,9 @@ class RedisStore(HoldsSecrets):
         `deadline`: last argument, when (store ms) it gives up: a token refused for time stays unspent (`late()`)."""
         started, queued = time.monotonic(), self._slots.locked()
         try:
-            # A burst waits for a connection (inline: 3.11's `wait_for` acquires in a task `queued` cannot see) within
-            # the one deadline, leaving half a timeout for its round trip. A call that waited is this instance's load,
-            # not an outage: past its wait, or late, it is `StoreBusy`, before `bounded`'s end.
+            # A burst waits for a connection (inline: 3.11's `wait_for` acquires in a task of its own, which upsets
+            # `queued`) within the one deadline, leaving half a timeout for its round trip. A call that waited is this
+            # instance's load, not an outage: past its wait, or late, it is `StoreBusy`, before `bounded`'s end.
             async with asyncio.timeout(self.deadline - self.timeout / 2):
                 await self._slots.acquire()
             if deadline:
@@ -243,14 +243,13 @@ class RedisStore(HoldsSecrets):
             failure = self._failure(exc, waited=queued)
         raise failure  # outside the handler: the client's own text (which may quote the URL) is not chained
 
-    async def _eval(self, command: str, code: str, keys: list[str], args: tuple[str | int | bytes, ...], acks: int
-                    ) -> Any:
+    async def _eval(self, verb: str, code: str, keys: list[str], args: Sequence[str | int | bytes], acks: int) -> Any:
         """EVALSHA or EVAL, then (`acks`) WAIT in the same pipeline: WAIT counts that connection's last write only."""
         if not acks:
-            return await self._client.execute_command(command, code, len(keys), *keys, *args)
+            return await self._client.execute_command(verb, code, len(keys), *keys, *args)
         node = self._node(keys[0])
         pipe = self._client.pipeline(transaction=False)
-        pipe.execute_command(command, code, len(keys), *keys, *args)  # to the node of its slot, as WAIT below
+        pipe.execute_command(verb, code, len(keys), *keys, *args)  # to the node of its slot, as WAIT below
         pipe.execute_command("WAIT", acks, max(1, int(self.timeout * 500)), **({"target_nodes": node} if node else {}))
         return await pipe.execute()
 
@@ -262,7 +261,7 @@ class RedisStore(HoldsSecrets):
         """What went wrong, naming host:port and the cause only; late after waiting for a connection: `StoreBusy`."""
         at, text, chain = f"the Redis store at {self.where}", str(exc), list(exception_chain(exc))
         if waited and isinstance(exc, TimeoutError | rx.TimeoutError):
-            return errors.StoreBusy(f"{at}: all {_CONNECTIONS} of this instance's connections in use past the deadline")
+            return errors.StoreBusy(f"{at}: all {_CONNECTIONS} connections here busy past the deadline (retryable)")
         if isinstance(exc, rx.AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
             return StoreError(f"{at} refused the user name or password in STATECODEC_STORE_URL")
         if "DB index is out of range" in text:
