@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import math
 import re
 import secrets
 import socket
@@ -98,8 +97,7 @@ if verdict == 'first' and not redis.call('SET', KEYS[3], value, 'NX', 'PX', n(ex
   if string.sub(held, 1, #ARGV[8]) == ARGV[8] then return {'same', epoch, now, bad, string.sub(held, #ARGV[8] + 1)} end
 end
 return {verdict, epoch, now, bad, ''}""",
-    # KEYS claim. ARGV retry digest, sealed result, step bound, deadline: kept while the claim holds that digest alone,
-    # within the bound (a retry after it is told the step was lost).
+    # KEYS claim. ARGV digest, result, step bound, deadline: kept while the claim holds that digest alone, within bound.
     "keep": """if late() then return -1 end
 local at = string.match(redis.call('GET', KEYS[1]) or '', '^' .. ARGV[1] .. '(%d*)$')
 if not at or now > (tonumber(at) or now) + tonumber(ARGV[3]) then return 0 end
@@ -201,7 +199,7 @@ class RedisStore(HoldsSecrets):
         self.deadline = 2 * timeout  # a round trip, and one reconnect or script reload within it
         self._keys = [f"{{{namespace}}}:{name}" for name in ("meta", "r", "rx", "forms")]
         self._slots = asyncio.Semaphore(_CONNECTIONS)  # else the pool refuses a burst: a refusal storm from one client
-        self._offset, self._learnt = -math.inf, 0.0  # store clock minus monotonic clock, at most, and when: `_learn`
+        self._offset, self._learnt = float("-inf"), 0.0  # store clock minus monotonic, at most, and when: `_learn`
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "statecodec", timeout: float = DEFAULT_STORE_TIMEOUT,
@@ -229,7 +227,7 @@ class RedisStore(HoldsSecrets):
                 await self._slots.acquire()
             if deadline:
                 by = min(started + self.deadline, time.monotonic() + self.timeout)  # lower bounds: see `_learn`
-                args += ("0" if self._offset == -math.inf else str(int((by + self._offset) * 1000)),)
+                args += ("0" if self._offset == float("-inf") else str(int((by + self._offset) * 1000)),)
             try:
                 async with asyncio.timeout(self.deadline - self.timeout / 4 - (time.monotonic() - started)
                                            if queued else None):
