@@ -176,7 +176,7 @@ def test_a_registry_call_on_a_store_that_never_answers_ends_at_the_stores_deadli
     from statecodec.registry import RedisRegistry
 
     class Silent:  # a client whose every call waits forever
-        async def evalsha(self, *args: Any) -> Any:
+        async def execute_command(self, *args: Any) -> Any:
             await asyncio.Event().wait()
 
     # a timeout a loaded machine's loop meets: a loop late by deadline/8 reads as busy, not as the store's silence

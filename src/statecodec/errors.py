@@ -97,8 +97,7 @@ class StoreDown(StoreUnreachable):
 
 
 class StoreBusy(StoreError):
-    """This instance, not the store, was saturated (every pooled connection busy, or its loop late to read the answer):
-    refused in every mode with the retryable `Reason.STORE_BUSY`, never accepted through."""
+    """This instance, not the store, was saturated (no free connection, a late loop): refused in every mode; retry."""
 
     reason = Reason.STORE_BUSY
 

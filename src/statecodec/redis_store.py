@@ -15,21 +15,14 @@ import secrets
 import socket
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote
 
+from statecodec import errors
 from statecodec._settings import DEFAULT_STORE_TIMEOUT, REPLICAS_VAR, store_replicas
 from statecodec._types import HoldsSecrets
-from statecodec.errors import (
-    ConfigurationError,
-    StoreBusy,
-    StoreDown,
-    StoreError,
-    StoreUnreachable,
-    exception_chain,
-    needs_extra,
-)
+from statecodec.errors import ConfigurationError, StoreError, StoreUnreachable, exception_chain, needs_extra
 from statecodec.store import REDIS_SCHEMES, Hello, Outcome, Verdict, check_owner
 
 with needs_extra("redis", "redis", "the Redis store"):  # exercised by tests/test_lean_import.py
@@ -45,6 +38,8 @@ _NAMESPACE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _ADDRESS = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(?::([0-9]{1,5}))?(?:/([0-9]*))?")
 _OPTIONS = frozenset({"db", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"})
 _CONNECTIONS = 100  # the client's pool, per node; a burst beyond it waits its turn within the deadline
+_DOWN = {socket.gaierror: "its host name does not resolve", ConnectionRefusedError: "connection refused",
+         ConnectionResetError: "connection reset"}  # no connection can be made; this host's EMFILE is not one of them
 _CODES = ("LOADING", "CROSSSLOT", "TRYAGAIN", "EXECABORT")  # an answered error named by its code, if no cause below
 _PRELUDE = """local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -61,21 +56,16 @@ local function record(life, skew)
   local m = redis.call('HMGET', KEYS[1], 'epoch', 'fp', 'life', 'skew', 'seen', 'rid')
   -- This node's replication id: a promoted replica, or a restart, gets a new one, and may lack the latest claims.
   local rid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') or ''
-  if not m[1] then
-    redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'fp', ARGV[1], 'life', n(life), 'skew', n(skew), 'seen', n(now),
-               'rid', rid)
-    return 'new', ARGV[2]
-  end
-  if m[2] ~= ARGV[1] then return 'foreign', m[1] end
-  local epoch, seen = m[1], tonumber(m[5]) or 0
+  if m[1] and m[2] ~= ARGV[1] then return 'foreign', m[1] end
+  local epoch, seen = m[1] or ARGV[2], tonumber(m[5]) or 0  -- none yet: this call begins the store's memory
   if now + math.max(skew, tonumber(m[4]) or 0) < seen then epoch = ARGV[2] end  -- clock went back: a new epoch
   if m[6] and m[6] ~= rid then epoch = ARGV[2] end  -- another history: a new epoch (no `rid` yet: adopt this one)
   if epoch ~= m[1] or now > seen + 1000 or m[6] ~= rid then
-    redis.call('HSET', KEYS[1], 'epoch', epoch, 'seen', n(now), 'rid', rid)
+    redis.call('HSET', KEYS[1], 'epoch', epoch, 'fp', ARGV[1], 'seen', n(now), 'rid', rid)
   end
   if life > (tonumber(m[3]) or 0) then redis.call('HSET', KEYS[1], 'life', n(life)) end
   if skew > (tonumber(m[4]) or 0) then redis.call('HSET', KEYS[1], 'skew', n(skew)) end
-  return 'ok', epoch
+  return m[1] and 'ok' or 'new', epoch
 end
 """
 _SCRIPTS = {
@@ -87,12 +77,12 @@ end
 return {owner, epoch, now, policy()}""",
     # KEYS meta, revocations, claim. ARGV fingerprint, candidate epoch, token epoch, issued, expires, lifetime,
     # skew, the claim's value ('1', or the retry digest in retry-safe mode), scope digests..., deadline.
-    "claim": """if late() then return {'late', '', now} end
+    "claim": """if late() then return {'late', '', now, {}, ''} end
 local issued, expires = tonumber(ARGV[4]), tonumber(ARGV[5])
 local owner, epoch = record(math.max(tonumber(ARGV[6]), expires - issued), tonumber(ARGV[7]))
-if owner == 'foreign' then return {'foreign', epoch, now} end
-if owner == 'new' or epoch ~= ARGV[3] then return {'forgotten', epoch, now} end
-if expires <= now then return {'expired', epoch, now} end
+if owner == 'foreign' then return {'foreign', epoch, now, {}, ''} end
+if owner == 'new' or epoch ~= ARGV[3] then return {'forgotten', epoch, now, {}, ''} end
+if expires <= now then return {'expired', epoch, now, {}, ''} end
 local bad, verdict = {}, 'first'
 for i, v in ipairs(redis.call('HMGET', KEYS[2], unpack(ARGV, 9, #ARGV - 1))) do
   if v then
@@ -106,9 +96,8 @@ if verdict == 'first' and not redis.call('SET', KEYS[3], value, 'NX', 'PX', n(ex
   local held = ARGV[8] ~= '1' and redis.call('GET', KEYS[3]) or ''
   if string.sub(held, 1, #ARGV[8]) == ARGV[8] then return {'same', epoch, now, bad, string.sub(held, #ARGV[8] + 1)} end
 end
-return {verdict, epoch, now, bad}""",
-    # KEYS claim. ARGV the retry digest, the sealed result, the step bound, deadline: kept while the claim holds that
-    # digest and no answer, and is within the bound (a retry after it is told the step was lost).
+return {verdict, epoch, now, bad, ''}""",
+    # KEYS claim. ARGV digest, result, step bound, deadline: kept while the claim holds that digest alone, within bound.
     "keep": """if late() then return -1 end
 local at = string.match(redis.call('GET', KEYS[1]) or '', '^' .. ARGV[1] .. '(%d*)$')
 if not at or now > (tonumber(at) or now) + tonumber(ARGV[3]) then return 0 end
@@ -138,19 +127,16 @@ return {owner, redis.call('HLEN', KEYS[2]), now, m[2] or '0', m[3] or '0', polic
 }
 
 
-# Each error a store can answer, by its Redis code in the text or the client's exception, with what it means: each its
-# own message, so each its own log line (`SingleUse.warn` limits per message). Subclasses before their bases.
+# By code or client exception; each its own message (`SingleUse.warn` limits per message); subclasses first.
 _CAUSES: tuple[tuple[str, tuple[type[Exception], ...], str], ...] = (
     ("NOPERM|can't run this command", (rx.NoPermissionError,),
      "refused a command: its ACL user lacks one the store needs (docs/single-use.md)"),
     ("OOM", (rx.OutOfMemoryError,), "is full (maxmemory): tokens are refused until it has room"),
-    ("NOREPLICAS", (), "has fewer replicas than its min-replicas-to-write (NOREPLICAS): tokens are refused until the "
-                       "replicas are back"),
+    ("NOREPLICAS", (), "has fewer replicas than its min-replicas-to-write (NOREPLICAS): refused until they are back"),
     ("READONLY", (rx.ReadOnlyError,), "is a read-only replica; point STATECODEC_STORE_URL at the primary"),
     ("MASTERDOWN", (rx.MasterDownError,), "is a replica that lost its primary (MASTERDOWN)"),
     ("CLUSTERDOWN", (rx.ClusterDownError,), "is a cluster that cannot serve the namespace's slot (CLUSTERDOWN)"),
-    ("MOVED", (rx.AskError, rx.ClusterError), "kept redirecting the call (MOVED/ASK): the "
-                                               "cluster's slots are moving"),
+    ("MOVED", (rx.AskError, rx.ClusterError), "kept redirecting the call (MOVED/ASK): the cluster's slots are moving"),
     ("MISCONF", (), "refuses writes: it cannot persist (MISCONF)"),
     ("BUSY ", (), "is running a script that does not end (BUSY)"),
 )
@@ -213,14 +199,12 @@ class RedisStore(HoldsSecrets):
         self.deadline = 2 * timeout  # a round trip, and one reconnect or script reload within it
         self._keys = [f"{{{namespace}}}:{name}" for name in ("meta", "r", "rx", "forms")]
         self._slots = asyncio.Semaphore(_CONNECTIONS)  # else the pool refuses a burst: a refusal storm from one client
-        self._offset: float | None = None  # the store's clock minus the monotonic one, at most: see `_learn`
-        self._learnt = 0.0  # when it was learnt (monotonic)
+        self._offset, self._learnt = float("-inf"), 0.0  # store clock minus monotonic, at most, and when: `_learn`
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "statecodec", timeout: float = DEFAULT_STORE_TIMEOUT,
                  replicas: int = 0) -> RedisStore:
-        """The store at a `REDIS_SCHEMES` URL; `timeout` bounds connecting and each answer, `replicas` is
-        ``STATECODEC_STORE_REPLICAS``. Connects lazily."""
+        """The store at a `REDIS_SCHEMES` URL, connected lazily; `timeout` bounds connecting and each answer."""
         where, kwargs = _parse(url)
         # No CLIENT SETINFO (the minimal ACL denies CLIENT); one immediate retry on a dropped pooled connection,
         # never on a timeout, which would double the bound.
@@ -232,46 +216,38 @@ class RedisStore(HoldsSecrets):
 
     async def run(self, script: Script, keys: list[str], *args: str | int | bytes, deadline: bool = False,
                   acks: int = 0) -> Any:
-        """One script (the store's own or `statecodec.registry`'s); a failure names host:port and the cause only.
-        `deadline`: its last argument is the store-time instant (ms) by which this instance gives up, `bounded` or its
-        socket timeout ("0" before the store first answered): a script that changes state on a presentation records
-        nothing after it (`late()`), so a token refused for time is never spent when the store catches up.
-        `acks`: answers [its reply, how many replicas acknowledged it within half the timeout (`WAIT`)]."""
+        """One script (the store's or `statecodec.registry`'s); a failure names host:port and the cause only.
+        `deadline`: last argument, when (store ms) it gives up: a token refused for time stays unspent (`late()`)."""
         started, queued = time.monotonic(), self._slots.locked()
         try:
-            # A burst waits for a connection within the one deadline, leaving half a timeout for its round trip: a
-            # healthy store serves a thousand at once. A call that waited is this instance's load, not an outage:
-            # past its wait, or its round trip late, it is `StoreBusy` (refused in every mode), before `bounded`'s end.
-            try:  # inline, not `wait_for`, which on 3.11 acquires in a task of its own: `queued` would be wrong
-                async with asyncio.timeout(self.deadline - self.timeout / 2):
-                    await self._slots.acquire()
-            except TimeoutError:
-                raise self._busy() from None
+            # A burst waits for a connection (inline: 3.11's `wait_for` acquires in a task of its own, which upsets
+            # `queued`) within the one deadline, leaving half a timeout for its round trip. A call that waited is this
+            # instance's load, not an outage: past its wait, or late, it is `StoreBusy`, before `bounded`'s end.
+            async with asyncio.timeout(self.deadline - self.timeout / 2):
+                await self._slots.acquire()
             if deadline:
                 by = min(started + self.deadline, time.monotonic() + self.timeout)  # lower bounds: see `_learn`
-                args += ("0" if self._offset is None else str(int((by + self._offset) * 1000)),)
+                args += ("0" if self._offset == float("-inf") else str(int((by + self._offset) * 1000)),)
             try:
                 async with asyncio.timeout(self.deadline - self.timeout / 4 - (time.monotonic() - started)
                                            if queued else None):
                     try:
-                        return await (self._acked("EVALSHA", script.sha, keys, args, acks) if acks else
-                                      self._client.evalsha(script.sha, len(keys), *keys, *args))
+                        return await self._eval("EVALSHA", script.sha, keys, args, acks)
                     except rx.NoScriptError:
-                        return await (self._acked("EVAL", script.source, keys, args, acks) if acks else
-                                      self._client.eval(script.source, len(keys), *keys, *args))
+                        return await self._eval("EVAL", script.source, keys, args, acks)
             finally:
                 self._slots.release()
         except (rx.RedisError, rx.RedisClusterException, OSError) as exc:  # OSError: TimeoutError too
-            failure = self._busy() if queued and isinstance(exc, TimeoutError | rx.TimeoutError) else self._failure(exc)
+            failure = self._failure(exc, waited=queued)
         raise failure  # outside the handler: the client's own text (which may quote the URL) is not chained
 
-    async def _acked(self, command: str, code: str, keys: list[str], args: tuple[str | int | bytes, ...], acks: int
-                     ) -> Any:
-        """The script (EVALSHA or EVAL), then WAIT `acks` on the same connection: WAIT counts the replicas holding
-        that connection's latest write, so it must follow the script there, in one pipeline."""
+    async def _eval(self, verb: str, code: str, keys: list[str], args: Sequence[str | int | bytes], acks: int) -> Any:
+        """EVALSHA or EVAL, then (`acks`) WAIT in the same pipeline: WAIT counts that connection's last write only."""
+        if not acks:
+            return await self._client.execute_command(verb, code, len(keys), *keys, *args)
         node = self._node(keys[0])
         pipe = self._client.pipeline(transaction=False)
-        pipe.execute_command(command, code, len(keys), *keys, *args)  # to the node of its slot, as WAIT below
+        pipe.execute_command(verb, code, len(keys), *keys, *args)  # to the node of its slot, as WAIT below
         pipe.execute_command("WAIT", acks, max(1, int(self.timeout * 500)), **({"target_nodes": node} if node else {}))
         return await pipe.execute()
 
@@ -279,13 +255,11 @@ class RedisStore(HoldsSecrets):
         """The cluster node of `key`'s slot (it answers that key's scripts and their WAIT); None on one server."""
         return self._client.get_node_from_key(key) if isinstance(self._client, RedisCluster) else None
 
-    def _busy(self) -> StoreBusy:
-        return StoreBusy(f"the Redis store at {self.where}: this instance's {_CONNECTIONS} connections were all in use "
-                         "until the call's deadline, a burst here (retryable)")
-
-    def _failure(self, exc: BaseException) -> StoreError:
-        """What went wrong, naming host:port and the cause only."""
+    def _failure(self, exc: BaseException, *, waited: bool = False) -> StoreError:
+        """What went wrong, naming host:port and the cause only; late after waiting for a connection: `StoreBusy`."""
         at, text, chain = f"the Redis store at {self.where}", str(exc), list(exception_chain(exc))
+        if waited and isinstance(exc, TimeoutError | rx.TimeoutError):
+            return errors.StoreBusy(f"{at}: all {_CONNECTIONS} connections here busy past the deadline (retryable)")
         if isinstance(exc, rx.AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
             return StoreError(f"{at} refused the user name or password in STATECODEC_STORE_URL")
         if "DB index is out of range" in text:
@@ -296,17 +270,21 @@ class RedisStore(HoldsSecrets):
             return StoreUnreachable(f"{at} did not answer within {self.timeout:g} s")
         if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in text:
             return StoreUnreachable(f"{at} is unreachable: TLS failed (is its CA in ssl_ca_certs?)")
-        if any(isinstance(e, socket.gaierror) for e in chain):  # down, as refused or reset; this host's EMFILE is not
-            return StoreDown(f"{at} is unreachable: its host name does not resolve")
         if isinstance(exc, rx.ConnectionError | OSError | rx.RedisClusterException):
-            down = next((e for e in chain if isinstance(e, ConnectionRefusedError | ConnectionResetError)), None)
-            refused = isinstance(down, ConnectionRefusedError)
-            what = "connection refused" if refused else "no connection" if down is None else "connection reset"
-            return (StoreUnreachable if down is None else StoreDown)(f"{at} is unreachable: {what}")
+            down = next((what for e in chain for kind, what in _DOWN.items() if isinstance(e, kind)), None)
+            return (errors.StoreDown if down else StoreUnreachable)(f"{at} is unreachable: {down or 'no connection'}")
         for codes, kinds, cause in _CAUSES:
             if isinstance(exc, kinds) or re.search(codes, text):
                 return StoreError(f"{at} {cause}")
         return StoreError(f"{at} answered an error ({next((c for c in _CODES if c in text), type(exc).__name__)})")
+
+    async def _scan(self, items: AsyncIterator[bytes]) -> list[bytes]:
+        """A SCAN or HSCAN in batches, so a claim never waits behind a read of them all; a failure named as in `run`."""
+        try:
+            return [item async for item in items]
+        except (rx.RedisError, rx.RedisClusterException, OSError) as exc:
+            failure = self._failure(exc)
+        raise failure  # outside the handler: the client's own text is not chained
 
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int, forms: Sequence[str] = ()) -> Hello:
         args: tuple[str | int, ...] = (fingerprint.hex(), secrets.token_hex(8), lifetime_ms, skew_ms, *forms)
@@ -322,21 +300,18 @@ class RedisStore(HoldsSecrets):
                     lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes], retry: bytes = b"") -> Verdict:
         keys = [*self._keys[:2], self._claim(key)]
         args = (fingerprint.hex(), secrets.token_hex(8), epoch.hex(), issued_ms, expires_ms, lifetime_ms, skew_ms)
-        digests = [scope.hex() for scope in scopes]
-        reply = await self.run(_RUN["claim"], keys, *args, retry.hex() or "1", *digests, deadline=True,
-                               acks=self.replicas)
-        reply, acked = (reply, 0) if not self.replicas else reply
-        self._learn(int(reply[2]))
-        if reply[0] == b"late":
+        reply = await self.run(_RUN["claim"], keys, *args, retry.hex() or "1", *(scope.hex() for scope in scopes),
+                               deadline=True, acks=self.replicas)
+        (outcome, current, now, bad, result), acked = reply if self.replicas else (reply, 0)
+        self._learn(int(now))
+        if outcome == b"late":
             raise StoreError(f"the Redis store at {self.where} ran a claim after its deadline: nothing recorded")
-        if acked < self.replicas and reply[0] in (b"first", b"same"):  # a failover could lose it: not counted
+        if acked < self.replicas and outcome in (b"first", b"same"):  # a failover could lose it: not counted
             raise StoreError(f"the Redis store at {self.where}: claim not acknowledged by {self.replicas} replicas "
                              "(STATECODEC_STORE_REPLICAS) in time: refused, the token spent")
-        malformed = tuple(_shown(name) for name in reply[3]) if len(reply) > 3 else ()
-        result = reply[4] if len(reply) > 4 else b""
         node = self._node(keys[0])
         started = int(result) if result.isdigit() and len(result) < 28 else 0  # a sealed answer has 28 bytes at least
-        return Verdict(Outcome(reply[0].decode()), bytes.fromhex(reply[1].decode()), int(reply[2]), malformed,
+        return Verdict(Outcome(outcome.decode()), bytes.fromhex(current.decode()), int(now), tuple(map(_shown, bad)),
                        b"" if started else result, node.name if node else self.where, started)
 
     async def keep(self, *, key: bytes, retry: bytes, result: bytes, within_ms: int) -> bool:
@@ -346,12 +321,10 @@ class RedisStore(HoldsSecrets):
         return kept == 1
 
     def _learn(self, now_ms: int) -> None:
-        """The store's clock, from an answer read now: it read `now_ms` earlier, so the offset is at least this. The
-        best such bound is kept, worn down by 1 ms a second (faster than clocks drift apart): an answer a busy loop
-        read late must not make the next deadline early, and refuse a claim the store ran in time."""
+        """The store's clock, read at `now_ms` before this answer arrived: the offset is at least this. The best bound
+        is kept, worn 1 ms a second (faster than clocks drift): an answer read late must not make deadlines early."""
         here = time.monotonic()
-        worn = self._offset - (here - self._learnt) / 1000 if self._offset is not None else now_ms / 1000 - here
-        self._offset, self._learnt = max(now_ms / 1000 - here, worn), here
+        self._offset, self._learnt = max(now_ms / 1000 - here, self._offset - (here - self._learnt) / 1000), here
 
     def _claim(self, key: bytes) -> str:
         return f"{{{self.namespace}}}:c:{key.hex()}"
@@ -369,17 +342,8 @@ class RedisStore(HoldsSecrets):
     async def health(self, *, fingerprint: bytes) -> dict[str, object]:
         owner, count, now, life, skew, policy, forms = await self.run(_RUN["inspect"], self._keys, fingerprint.hex())
         pairs = zip(forms[::2], forms[1::2], strict=True)  # a time `hello` did not write reads as 0
-        bad: list[bytes] = []
-        cursor, failure = -1, None
-        try:
-            while cursor:  # HSCAN in batches, each bounded: a claim never waits behind a read of every revocation
-                reply: Any = await self._client.hscan(self._keys[1], max(cursor, 0), count=1000)
-                cursor, batch = reply
-                bad += [name for name, value in batch.items() if not re.fullmatch(rb"[0-9]+:[0-9]+", value)]
-        except (rx.RedisError, rx.RedisClusterException, OSError) as exc:
-            failure = self._failure(exc)
-        if failure:
-            raise failure  # outside the handler: the client's own text is not chained
+        revocations = self._client.hscan_iter(self._keys[1], count=1000)
+        bad = await self._scan(name async for name, value in revocations if not re.fullmatch(rb"[0-9]+:[0-9]+", value))
         return {"store": "redis", "server": self.where, "namespace": self.namespace, "owner": owner.decode(),
                 "forms": {_shown(form): int(at) if at.isdigit() else 0 for form, at in pairs},
                 "revocations": int(count), "malformed": [_shown(name) for name in bad], "store_time_ms": int(now),
@@ -387,11 +351,8 @@ class RedisStore(HoldsSecrets):
 
     async def namespaces(self) -> list[str]:
         """The namespaces used on this store (`{ns}:meta`), for `statecodec revoke`: a SCAN, never per request."""
-        try:
-            return sorted({_shown(key)[1:-6] async for key in self._client.scan_iter(match="{*}:meta", count=1000)})
-        except (rx.RedisError, rx.RedisClusterException, OSError) as exc:
-            failure = self._failure(exc)
-        raise failure  # outside the handler, as in `run`
+        keys = await self._scan(self._client.scan_iter(match="{*}:meta", count=1000))
+        return sorted({_shown(key)[1:-6] for key in keys})
 
     async def aclose(self) -> None:
         with contextlib.suppress(rx.RedisError, OSError):  # a connection that will not close in time is dropped anyway

@@ -185,8 +185,7 @@ class MemoryStore:
             return Verdict(Outcome.FIRST, current, now)
 
     async def keep(self, *, key: bytes, retry: bytes, result: bytes, within_ms: int) -> bool:
-        """Keep `result` beside the claim `retry` made, until the token expires; False when it is not that claim's, or
-        the claim is over `within_ms` old (its retry may have been told the step was lost)."""
+        """Keep `result` by `retry`'s claim until the token expires; False if not its claim, or over `within_ms` old."""
         with self._lock:
             now = self._expire()  # a claim past its token's expiry keeps nothing, as in Redis
             if self._retries.get(b"c" + key) != retry or now > self._live[b"c" + key][0] + within_ms:
