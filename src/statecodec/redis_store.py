@@ -1,7 +1,7 @@
 """`RedisStore`: the single-use `Store` a fleet shares, on Redis 6.2+ or a Redis Cluster (``statecodec[redis]``).
 
 Threat: a replay accepted by a second instance, a store that evicts or forgets, a store that stalls every request,
-a credential in a log. Each claim is one Lua script on the server's clock (``TIME``), one round trip per token.
+a credential in a log. Each claim is one Lua script on the server's clock (``TIME``), at most a round trip a token.
 Unreachable or late is `StoreUnreachable`, an answered error `StoreError`; messages name host:port only.
 """
 
