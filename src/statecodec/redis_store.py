@@ -201,6 +201,7 @@ class RedisStore(HoldsSecrets):
         self._slots = asyncio.Semaphore(_CONNECTIONS)  # else the pool refuses a burst: a refusal storm from one client
         self._open: list[tuple[str, str, list[str], Sequence[str | int | bytes], int, asyncio.Future[Any]]] = []
         self._sending: set[asyncio.Task[None]] = set()  # `_send`s under way
+        self._opener: asyncio.Task[None] | None = None  # the `_send` that will take `_open`
         self._alone = False  # a call sent alone is under way
         self._offset, self._learnt = float("-inf"), 0.0  # store clock minus monotonic, at most, and when: `_learn`
 
@@ -255,25 +256,25 @@ class RedisStore(HoldsSecrets):
                 self._alone = False
         reply = asyncio.get_running_loop().create_future()
         self._open.append((verb, code, keys, args, acks, reply))
-        if len(self._open) == 1:
-            sending = asyncio.create_task(self._send())  # next turn: this turn's other calls join first
-            self._sending.add(sending)  # the loop holds tasks weakly
-            sending.add_done_callback(self._sending.discard)
+        if self._opener is None or self._opener.done():  # no task will send this batch (or one ended unstarted)
+            self._opener = asyncio.create_task(self._send())  # next turn: this turn's other calls join first
+            self._sending.add(self._opener)  # the loop holds tasks weakly
+            self._opener.add_done_callback(self._sending.discard)
         return await reply
 
     async def _send(self) -> None:
         """The calls of a turn (at most `_CONNECTIONS`: each holds a slot) in one round trip on one connection: a
         burst costs the store one exchange per batch, not per token; then WAIT if one asks for acknowledgements:
         WAIT counts the replicas holding that connection's latest write, so it follows the scripts there."""
-        batch, self._open = self._open, []
-        pipe = self._client.pipeline(transaction=False)
-        for verb, code, keys, args, _, _ in batch:
-            pipe.execute_command(verb, code, len(keys), *keys, *args)  # to the node of its slot, as WAIT below
-        if acks := max(call[4] for call in batch):
-            node = self._node(batch[0][2][0])  # the namespace's one slot: every key is `{namespace}:...`
-            pipe.execute_command("WAIT", acks, max(1, int(self.timeout * 500)),
-                                 **({"target_nodes": node} if node else {}))
-        try:
+        batch, self._open, self._opener = self._open, [], None
+        try:  # everything that may raise: each caller is answered, whatever happens here
+            pipe = self._client.pipeline(transaction=False)
+            for verb, code, keys, args, _, _ in batch:
+                pipe.execute_command(verb, code, len(keys), *keys, *args)  # to the node of its slot, as WAIT below
+            if acks := max(call[4] for call in batch):
+                node = self._node(batch[0][2][0])  # the namespace's one slot: every key is `{namespace}:...`
+                pipe.execute_command("WAIT", acks, max(1, int(self.timeout * 500)),
+                                     **({"target_nodes": node} if node else {}))
             replies = await pipe.execute(raise_on_error=False)
             if acks and isinstance(replies[-1], Exception):
                 raise replies[-1]  # WAIT refused: no claim of the batch counts
