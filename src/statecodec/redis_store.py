@@ -1,7 +1,7 @@
 """`RedisStore`: the single-use `Store` a fleet shares, on Redis 6.2+ or a Redis Cluster (``statecodec[redis]``).
 
 Threat: a replay accepted by a second instance, a store that evicts or forgets, a store that stalls every request,
-a credential in a log. Each claim is one Lua script on the server's clock (``TIME``), one round trip per token.
+a credential in a log. Each claim is one Lua script on the server's clock (``TIME``), at most a round trip a token.
 Unreachable or late is `StoreUnreachable`, an answered error `StoreError`; messages name host:port only.
 """
 
@@ -199,6 +199,10 @@ class RedisStore(HoldsSecrets):
         self.deadline = 2 * timeout  # a round trip, and one reconnect or script reload within it
         self._keys = [f"{{{namespace}}}:{name}" for name in ("meta", "r", "rx", "forms")]
         self._slots = asyncio.Semaphore(_CONNECTIONS)  # else the pool refuses a burst: a refusal storm from one client
+        self._open: list[tuple[str, str, list[str], Sequence[str | int | bytes], int, asyncio.Future[Any]]] = []
+        self._sending: set[asyncio.Task[None]] = set()  # `_send`s under way
+        self._opener: asyncio.Task[None] | None = None  # the `_send` that will take `_open`
+        self._alone = False  # a call sent alone is under way
         self._offset, self._learnt = float("-inf"), 0.0  # store clock minus monotonic, at most, and when: `_learn`
 
     @classmethod
@@ -242,14 +246,47 @@ class RedisStore(HoldsSecrets):
         raise failure  # outside the handler: the client's own text (which may quote the URL) is not chained
 
     async def _eval(self, verb: str, code: str, keys: list[str], args: Sequence[str | int | bytes], acks: int) -> Any:
-        """EVALSHA or EVAL, then (`acks`) WAIT in the same pipeline: WAIT counts that connection's last write only."""
-        if not acks:
-            return await self._client.execute_command(verb, code, len(keys), *keys, *args)
-        node = self._node(keys[0])
-        pipe = self._client.pipeline(transaction=False)
-        pipe.execute_command(verb, code, len(keys), *keys, *args)  # to the node of its slot, as WAIT below
-        pipe.execute_command("WAIT", acks, max(1, int(self.timeout * 500)), **({"target_nodes": node} if node else {}))
-        return await pipe.execute()
+        """EVALSHA or EVAL: sent at once when no other call is under way, else with the other calls of this turn of
+        the event loop in one pipeline (`_send`): a lone call waits for no batch, a burst shares round trips."""
+        if not (self._alone or self._sending or acks):
+            self._alone = True
+            try:
+                return await self._client.execute_command(verb, code, len(keys), *keys, *args)
+            finally:
+                self._alone = False
+        reply = asyncio.get_running_loop().create_future()
+        self._open.append((verb, code, keys, args, acks, reply))
+        if self._opener is None or self._opener.done():  # no task will send this batch (or one ended unstarted)
+            self._opener = asyncio.create_task(self._send())  # next turn: this turn's other calls join first
+            self._sending.add(self._opener)  # the loop holds tasks weakly
+            self._opener.add_done_callback(self._sending.discard)
+        return await reply
+
+    async def _send(self) -> None:
+        """The calls of a turn (at most `_CONNECTIONS`: each holds a slot) in one round trip on one connection: a
+        burst costs the store one exchange per batch, not per token; then WAIT if one asks for acknowledgements:
+        WAIT counts the replicas holding that connection's latest write, so it follows the scripts there."""
+        batch, self._open, self._opener = self._open, [], None
+        try:  # everything that may raise: each caller is answered, whatever happens here
+            pipe = self._client.pipeline(transaction=False)
+            for verb, code, keys, args, _, _ in batch:
+                pipe.execute_command(verb, code, len(keys), *keys, *args)  # to the node of its slot, as WAIT below
+            if acks := max(call[4] for call in batch):
+                node = self._node(batch[0][2][0])  # the namespace's one slot: every key is `{namespace}:...`
+                pipe.execute_command("WAIT", acks, max(1, int(self.timeout * 500)),
+                                     **({"target_nodes": node} if node else {}))
+            replies = await pipe.execute(raise_on_error=False)
+            if acks and isinstance(replies[-1], Exception):
+                raise replies[-1]  # WAIT refused: no claim of the batch counts
+        except Exception as exc:  # each caller handles it as its own, in `run`
+            replies = [exc] * (len(batch) + 1)
+        for (*_, acked, reply), answer in zip(batch, replies, strict=False):
+            if reply.done():  # its caller gave up
+                pass
+            elif isinstance(answer, Exception):
+                reply.set_exception(answer)
+            else:
+                reply.set_result([answer, replies[-1]] if acked else answer)
 
     def _node(self, key: str) -> Any:
         """The cluster node of `key`'s slot (it answers that key's scripts and their WAIT); None on one server."""
@@ -355,6 +392,7 @@ class RedisStore(HoldsSecrets):
         return sorted({_shown(key)[1:-6] for key in keys})
 
     async def aclose(self) -> None:
+        await asyncio.gather(*self._sending, return_exceptions=True)  # the batches under way end first, each bounded
         with contextlib.suppress(rx.RedisError, OSError):  # a connection that will not close in time is dropped anyway
             await self._client.aclose()
 

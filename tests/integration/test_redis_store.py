@@ -185,6 +185,48 @@ def test_a_store_that_stops_answering_is_unreachable_and_the_same_guard_recovers
     assert "did not answer within 0.25 s: tokens refused until it answers" in caplog.text
 
 
+def test_claims_made_together_share_round_trips(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def scenario() -> tuple[list[bytes], int]:
+        async with guarded(redis_url) as guard:
+            stamped = [guard.stamp(b"x") for _ in range(201)]
+            assert await guard.consume(stamped.pop()) == b"x"  # the claim script loaded: no second exchange for it
+            client, sent = guard.store._client, list[object]()  # type: ignore[attr-defined]
+            for name in ("execute_command", "pipeline"):  # a call sent alone, a batch
+                monkeypatch.setattr(client, name, counted(getattr(client, name), sent))
+            outcomes = await asyncio.gather(*(guard.consume(token) for token in stamped))
+            return outcomes, len(sent)
+
+    def counted(method: Callable[..., Any], sent: list[object]) -> Callable[..., Any]:
+        def call(*args: Any, **kw: Any) -> Any:
+            sent.append(method)
+            return method(*args, **kw)
+
+        return call
+
+    outcomes, exchanges = run(scenario)
+    assert outcomes == [b"x"] * 200
+    assert exchanges <= 10  # 200 claims at once, 100 connection slots: the first sent alone, then pipelines of ~100
+
+
+def test_a_batch_that_fails_before_it_is_sent_answers_its_callers_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> float:
+        # A Cluster client that never learnt its slots cannot even route WAIT: the batch fails while it is built.
+        store = RedisStore.from_url(f"redis+cluster://127.0.0.1:{free_port()}", timeout=0.5, replicas=1)
+        started = time.monotonic()
+        try:
+            with pytest.raises(StoreUnreachable, match="is unreachable"):  # a hang fails at 5 s
+                async with asyncio.timeout(5):
+                        await store.claim(fingerprint=b"f", key=b"k", epoch=b"e", issued_ms=1, expires_ms=2,
+                                      lifetime_ms=1, skew_ms=0, scopes=())
+            return time.monotonic() - started
+        finally:
+            await store.aclose()
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        assert run(scenario) < 2 * 0.5  # within the store's deadline, not waiting for `bounded` to give up
+    assert "never retrieved" not in caplog.text
+
+
 def test_an_instance_too_busy_to_read_the_answer_refuses_even_in_accept_mode(redis_url: str) -> None:
     async def scenario() -> list[object]:
         async def flood() -> None:
