@@ -130,8 +130,7 @@ class SingleUse(HoldsSecrets):
                 items += [*item, *item.values()] if isinstance(item, dict) else item
         if budget < 0:
             return b""
-        who = list(principal or (None, None, None))
-        retry: dict[str, Any] = {"method": method, "params": asked, "principal": who, "state": state}
+        retry = {"method": method, "params": asked, "principal": list(principal or (None, None, None)), "state": state}
         try:
             canonical = canonical_json()(retry)
         except (ValueError, TypeError):
@@ -250,8 +249,8 @@ class SingleUse(HoldsSecrets):
                          self._epoch, bytes([len(digests)]), *digests))  # each part copied once: -0.7% instructions
         return b"".join((PREFIX, b64u_encode(body + mac(self._macs["stamp"], body + state)).encode(), b".", state))
 
-    def _parse(self, stamped: bytes) -> tuple[bytes, bytes]:
-        """(the stamp's body, the state) of a stamp this key made over this state; InvalidToken otherwise."""
+    def _parse(self, stamped: bytes) -> tuple[bytes, list[bytes], bytes]:
+        """(the body, its scope digests, the state) of a stamp this key made over this state; InvalidToken otherwise."""
         head, _, rest = stamped.partition(b".") if isinstance(stamped, bytes) else (b"", b"", b"")
         encoded, dot, state = rest.partition(b".")
         body = b64u_decode(encoded.decode("ascii", "replace")) if head == PREFIX[:-1] and dot else b""
@@ -260,7 +259,8 @@ class SingleUse(HoldsSecrets):
             raise InvalidToken(Reason.MALFORMED)
         if not hmac.compare_digest(body[-_DIGEST:], mac(self._macs["stamp"], body[:-_DIGEST] + state)):
             raise InvalidToken(Reason.SEAL)
-        return body[:-_DIGEST], state
+        body = body[:-_DIGEST]
+        return body, [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)], state
 
     async def consume(self, stamped: bytes) -> bytes:
         """The state behind a stamp accepted for the first time, else `InvalidToken`. One store round trip."""
@@ -269,8 +269,7 @@ class SingleUse(HoldsSecrets):
     async def claim(self, stamped: bytes, retry: bytes = b"") -> tuple[bytes, bytes, Verdict | None]:
         """`consume`, recording the `retry` digest: (the state, the claim key, the store's verdict, None when
         accepted unchecked)."""
-        body, state = self._parse(stamped)
-        scopes = [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)]
+        body, scopes, state = self._parse(stamped)
         key, when = mac(self._macs["claim"], body[:16]), body[16:36]  # the claim's key; its issue, expiry and epoch
         if key in self._unchecked:  # accepted unchecked here, not yet recorded: refused as the store will refuse it
             raise InvalidToken(Reason.REPLAYED)
@@ -373,8 +372,7 @@ class SingleUse(HoldsSecrets):
         minter; else None. The frozen stamp does not label its digests: a candidate is checked, never trusted."""
         client, issuer, subject = principal or (None, None, None)
         digest = self._scope("principal", issuer, subject) if subject else self._scope("client", issuer, client)
-        body = self._parse(stamped)[0]
-        minted = any(hmac.compare_digest(digest, body[i : i + _DIGEST]) for i in range(_HEADER + 1, len(body), _DIGEST))
+        minted = any(hmac.compare_digest(digest, scope) for scope in self._parse(stamped)[1])
         return digest if minted and (subject or client) else None
 
     async def lift(self, **selector: Unpack[Selector]) -> bool:

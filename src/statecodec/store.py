@@ -61,7 +61,6 @@ async def bounded(store: Store, call: Awaitable[T]) -> T:
         return await call
     loop = asyncio.get_running_loop()
     end = loop.time() + store.deadline
-    failure: StoreError
     try:
         async with asyncio.timeout_at(end):
             return await call
@@ -69,9 +68,9 @@ async def bounded(store: Store, call: Awaitable[T]) -> T:
         failure = StoreUnreachable(f"the store at {store.where} did not answer within {store.deadline:g} s")
     except StoreUnreachable as exc:
         failure = exc
-    if loop.time() > end + store.deadline / 8:
-        failure = StoreBusy(f"the store at {store.where}: this instance was too busy to read its answer")
-    raise failure  # outside the handlers: nothing is chained to it
+    if loop.time() > end + store.deadline / 8:  # outside the handlers: nothing is chained to either
+        raise StoreBusy(f"the store at {store.where}: this instance was too busy to read its answer")
+    raise failure
 
 
 def check_owner(owner: str, where: str) -> None:
