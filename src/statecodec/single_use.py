@@ -165,8 +165,7 @@ class SingleUse(HoldsSecrets):
         return mac(self._macs[kind], field(first) + field(second))
 
     def _skew(self, before: float, store_ms: int, trip: float, sure: bool = False) -> str | None:
-        """Why this clock, read `before` a call answered `trip` s later, may be (`sure`: is) beyond `clock_skew` of the
-        store's (docs/single-use.md, the clock check); anchors the store's time to the monotonic clock for `stamp`."""
+        """Why this clock may be (`sure`: is) over `clock_skew` off the store's (the clock check); anchors `stamp`."""
         self._anchor, self._down = (store_ms / 1000 - time.monotonic(), trip), 0.0  # an answer ends an outage
         offset = before + trip / 2 - store_ms / 1000  # this clock minus the store's, within +- trip / 2
         if abs(offset) + (-trip if sure else trip) / 2 <= self.clock_skew:
@@ -203,8 +202,7 @@ class SingleUse(HoldsSecrets):
         await self._record()
 
     async def check(self, *, first: bool = False) -> None:
-        """The heartbeat (docs/single-use.md): `start` again, a refusal logged as an ERROR naming the store and cause;
-        raised only at the `first` start, unless the store is merely unreachable."""
+        """The heartbeat (docs/single-use.md): `start`, its refusal logged; raised at the `first` unless unreachable."""
         try:
             await self.start()
         except StoreUnreachable as exc:  # its message names the store and the cause, never a credential
@@ -267,8 +265,7 @@ class SingleUse(HoldsSecrets):
         return (await self.claim(stamped))[0]
 
     async def claim(self, stamped: bytes, retry: bytes = b"") -> tuple[bytes, bytes, Verdict | None]:
-        """`consume`, recording the `retry` digest: (the state, the claim key, the store's verdict, None when
-        accepted unchecked)."""
+        """`consume`, recording the `retry` digest: (state, claim key, the store's verdict or None if unchecked)."""
         body, scopes, state = self._parse(stamped)
         key, when = mac(self._macs["claim"], body[:16]), body[16:36]  # the claim's key; its issue, expiry and epoch
         if key in self._unchecked:  # accepted unchecked here, not yet recorded: refused as the store will refuse it

@@ -1,8 +1,7 @@
 """The single-use store seam: what `SingleUse` asks a store, and `MemoryStore`, the store of one process.
 
 Threat: a store that decides by an instance's clock, lifetime or key reopens replays and loses revocations. Each
-decision is one atomic step on the store's own clock. A failure is `StoreUnreachable` when the store could not be
-reached, else a `StoreError`.
+decision is one atomic step on the store's own clock; a failure is a `StoreError` (statecodec.errors says which).
 """
 
 from __future__ import annotations
@@ -91,8 +90,7 @@ class Store(Protocol):
     namespace: str
 
     @property
-    def deadline(self) -> float | None:
-        """The most one call may take, in seconds (`SingleUse` holds every call to it); None: no call ever waits."""
+    def deadline(self) -> float | None: ...  # the most one call may take (s), `bounded` holds each; None: none waits
 
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int, forms: Sequence[str] = ()
                     ) -> Hello: ...
