@@ -59,8 +59,7 @@ def checked(what: str, value: object) -> str:
 
 
 class Selector(TypedDict, total=False):
-    """What `revoke` and `lift` name: exactly one of a subject (`principal`) or an OAuth client (`client`), each
-    qualified by `issuer` when the access token has one, an operator ``scope=(name, value)``, or `everything`."""
+    """What `revoke` and `lift` name, exactly one: `principal` or `client` (with `issuer`), `scope` or `everything`."""
 
     principal: str
     client: str
@@ -178,8 +177,7 @@ class SingleUse(HoldsSecrets):
         return f"{kind}:{self._scope('form', kind, value).hex()}"
 
     async def start(self) -> None:
-        """One hello (three while the clock is uncertain) recording the lifetime and `unrecorded` forms, checking owner,
-        memory policy and clock: failed, neither mint nor accept until one passes. Again while `unrecorded` is set."""
+        """The hello (docs/single-use.md), recording `unrecorded`; failed, neither mint nor accept until one passes."""
         forms = set(self.unrecorded)  # a form added meanwhile waits for the next call
         skew_ms, ttl_ms, named = round(self.clock_skew * 1000), round(self.ttl * 1000), [self.form(*f) for f in forms]
         try:
@@ -326,10 +324,9 @@ class SingleUse(HoldsSecrets):
 
     def _begin(self, epoch: bytes, node: str) -> None:
         """Mint under the store's `epoch`; a new one (the store lost claims, or may have) logged once, naming `node`."""
-        if epoch != self._epoch:
-            if self._epoch is not None:
-                logger.warning("the store at %s began a new epoch (flushed, restarted, or failed over: it may lack "
-                               "claims): older tokens refused", node)
+        if self._epoch is not None and epoch != self._epoch:  # before the first, nothing was stamped (nor noted)
+            logger.warning("the store at %s began a new epoch (flushed, restarted, or failed over: it may lack "
+                           "claims): older tokens refused", node)
             self._noted.clear()  # a store that lost its memory lost the forms too
         self._epoch = epoch
 

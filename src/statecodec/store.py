@@ -58,8 +58,7 @@ async def bounded(store: Store, call: Awaitable[T]) -> T:
     loop read the outcome late (a flood of requests here is no outage of the store: never accepted through)."""
     if store.deadline is None:  # a store whose calls never wait
         return await call
-    loop = asyncio.get_running_loop()
-    end = loop.time() + store.deadline
+    end = asyncio.get_running_loop().time() + store.deadline
     try:
         async with asyncio.timeout_at(end):
             return await call
@@ -67,7 +66,7 @@ async def bounded(store: Store, call: Awaitable[T]) -> T:
         failure = StoreUnreachable(f"the store at {store.where} did not answer within {store.deadline:g} s")
     except StoreUnreachable as exc:
         failure = exc
-    if loop.time() > end + store.deadline / 8:  # outside the handlers: nothing is chained to either
+    if asyncio.get_running_loop().time() > end + store.deadline / 8:  # outside the handlers: nothing chained to either
         raise StoreBusy(f"the store at {store.where}: this instance was too busy to read its answer")
     raise failure
 
