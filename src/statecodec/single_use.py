@@ -285,11 +285,10 @@ class SingleUse(HoldsSecrets):
                     noted.append(self.where)
                 return state, b"", None
             self.warn(f"{exc}: tokens refused until it answers{' (availability first ended: its bounds)' * down}")
-        except (StoreError, ConfigurationError) as exc:  # answered, or this instance saturated: refused in every mode
-            self.warn(f"{exc}: tokens refused")
+        except Exception as exc:  # answered, this instance saturated, or a store's bug: refused in every mode
+            ours = isinstance(exc, StoreError | ConfigurationError)  # our messages name no credential; a bug's may
+            self.warn(f"{exc if ours else f'the store at {self.where} failed ({type(exc).__name__})'}: tokens refused")
             refusal = exc.reason if isinstance(exc, StoreError) else refusal
-        except Exception as exc:  # a store's bug is never a reason to accept
-            self.warn(f"the store at {self.where} failed ({type(exc).__name__}): tokens refused")
         else:  # answered: outside the handlers, so no store exception is chained to a refusal
             await self._record()
             if verdict.malformed:
