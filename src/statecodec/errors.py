@@ -54,8 +54,7 @@ class InvalidToken(StatecodecError):
     __slots__ = ("reason",)
 
     def __new__(cls, reason: Reason) -> InvalidToken:
-        sdk = sys.modules.get("mcp.server.request_state")
-        if cls is InvalidToken and sdk is not None:
+        if cls is InvalidToken and (sdk := sys.modules.get("mcp.server.request_state")) is not None:
             cls = _sdk_refusal(sdk.InvalidRequestState)
         return super().__new__(cls)
 

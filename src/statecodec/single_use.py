@@ -350,8 +350,7 @@ class SingleUse(HoldsSecrets):
         return self._scope(kinds[0], None if issuer is None else checked("the issuer", issuer), subject)
 
     async def revoke(self, **selector: Unpack[Selector]) -> float:
-        """Refuse, on every instance, each token minted until now (plus `clock_skew`) carrying the selected scope;
-        the instant it took effect, on the store's clock (seconds)."""
+        """Refuse everywhere each token minted until now (+ `clock_skew`) with this scope; when, in store time (s)."""
         return await self.revoke_digest(self._selector(selector))
 
     async def revoke_digest(self, digest: bytes) -> float:
@@ -383,8 +382,7 @@ class SingleUse(HoldsSecrets):
 
 
 class SingleUseCodec(WrapsCodec, HoldsSecrets):
-    """`codec` whose tokens are accepted at most once, for synchronous code: a network store's coroutines run on one
-    loop thread this object starts on first use; `close` ends it and closes the store."""
+    """`codec` whose tokens are accepted at most once, for synchronous code (docs/single-use.md, "Any framework")."""
 
     __slots__ = ("_closed", "_loop", "codec", "guard")
 
@@ -409,7 +407,6 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
 
     def seal(self, state: bytes, *, principal: str | Principal | None = None, scopes: Mapping[str, str] | None = None,
              **kwargs: Any) -> str:
-        """A str `principal` is bound by the inner codec and recorded as the subject; a triple is recorded only."""
         if isinstance(principal, str):
             kwargs["principal"], principal = principal, (None, None, principal)
         if not self.guard.started or self.guard.due or self._closed.locked():  # no lifespan: its heartbeat, on use
