@@ -13,8 +13,7 @@ import sys
 from collections.abc import Iterator
 
 __all__ = ["ConfigurationError", "InvalidToken", "ProviderError", "Reason", "SealError", "StatecodecError",
-           "StoreBusy", "StoreDown", "StoreError", "StoreUnreachable", "exception_chain", "missing_extra",
-           "needs_extra"]
+           "StoreBusy", "StoreDown", "StoreError", "StoreUnreachable", "exception_chain", "needs_extra"]
 
 
 class Reason(enum.StrEnum):
@@ -55,8 +54,7 @@ class InvalidToken(StatecodecError):
     __slots__ = ("reason",)
 
     def __new__(cls, reason: Reason) -> InvalidToken:
-        sdk = sys.modules.get("mcp.server.request_state")
-        if cls is InvalidToken and sdk is not None:
+        if cls is InvalidToken and (sdk := sys.modules.get("mcp.server.request_state")) is not None:
             cls = _sdk_refusal(sdk.InvalidRequestState)
         return super().__new__(cls)
 
@@ -102,30 +100,24 @@ class StoreBusy(StoreError):
     reason = Reason.STORE_BUSY
 
 
-def missing_extra(package: str, extra: str, needed_by: str = "this key provider") -> ImportError:
-    """The ImportError of a module behind an extra when its client package is not installed."""
-    message = f"{needed_by} needs the {package!r} package; install it with: pip install 'statecodec[{extra}]'"
-    return ImportError(message, name=package)
-
-
 @contextlib.contextmanager
 def needs_extra(package: str, extra: str, needed_by: str = "this key provider") -> Iterator[None]:
-    """Imports of an optional package: an `ImportError` among them becomes `missing_extra`'s, naming the extra."""
+    """Imports of an optional package: an `ImportError` among them becomes one naming the package and its extra."""
     try:
         yield
     except ImportError as exc:
-        raise missing_extra(package, extra, needed_by) from exc
+        message = f"{needed_by} needs the {package!r} package; install it with: pip install 'statecodec[{extra}]'"
+        raise ImportError(message, name=package) from exc
 
 
 def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
     """`exc` and every exception chained to it, through `__cause__` and `__context__` both, each once."""
-    pending, seen = ([] if exc is None else [exc]), set()
+    pending, seen = [exc], set()
     while pending:
-        cur = pending.pop()
-        if id(cur) not in seen:
+        if (cur := pending.pop()) is not None and id(cur) not in seen:
             seen.add(id(cur))
             yield cur
-            pending.extend(e for e in (cur.__cause__, cur.__context__) if e is not None)
+            pending += [cur.__cause__, cur.__context__]
 
 
 class SealError(StatecodecError):

@@ -59,8 +59,7 @@ def checked(what: str, value: object) -> str:
 
 
 class Selector(TypedDict, total=False):
-    """What `revoke` and `lift` name: exactly one of a subject (`principal`) or an OAuth client (`client`), each
-    qualified by `issuer` when the access token has one, an operator ``scope=(name, value)``, or `everything`."""
+    """What `revoke` and `lift` name, exactly one: `principal` or `client` (with `issuer`), `scope` or `everything`."""
 
     principal: str
     client: str
@@ -130,8 +129,7 @@ class SingleUse(HoldsSecrets):
                 items += [*item, *item.values()] if isinstance(item, dict) else item
         if budget < 0:
             return b""
-        who = list(principal or (None, None, None))
-        retry: dict[str, Any] = {"method": method, "params": asked, "principal": who, "state": state}
+        retry = {"method": method, "params": asked, "principal": list(principal or (None, None, None)), "state": state}
         try:
             canonical = canonical_json()(retry)
         except (ValueError, TypeError):
@@ -166,8 +164,7 @@ class SingleUse(HoldsSecrets):
         return mac(self._macs[kind], field(first) + field(second))
 
     def _skew(self, before: float, store_ms: int, trip: float, sure: bool = False) -> str | None:
-        """Why this clock, read `before` a call answered `trip` s later, may be (`sure`: is) beyond `clock_skew` of the
-        store's (docs/single-use.md, the clock check); anchors the store's time to the monotonic clock for `stamp`."""
+        """Why this clock may be (`sure`: is) over `clock_skew` off the store's (the clock check); anchors `stamp`."""
         self._anchor, self._down = (store_ms / 1000 - time.monotonic(), trip), 0.0  # an answer ends an outage
         offset = before + trip / 2 - store_ms / 1000  # this clock minus the store's, within +- trip / 2
         if abs(offset) + (-trip if sure else trip) / 2 <= self.clock_skew:
@@ -180,8 +177,7 @@ class SingleUse(HoldsSecrets):
         return f"{kind}:{self._scope('form', kind, value).hex()}"
 
     async def start(self) -> None:
-        """One hello (three while the clock is uncertain) recording the lifetime and `unrecorded` forms, checking owner,
-        memory policy and clock: failed, neither mint nor accept until one passes. Again while `unrecorded` is set."""
+        """The hello (docs/single-use.md), recording `unrecorded`; failed, neither mint nor accept until one passes."""
         forms = set(self.unrecorded)  # a form added meanwhile waits for the next call
         skew_ms, ttl_ms, named = round(self.clock_skew * 1000), round(self.ttl * 1000), [self.form(*f) for f in forms]
         try:
@@ -204,8 +200,7 @@ class SingleUse(HoldsSecrets):
         await self._record()
 
     async def check(self, *, first: bool = False) -> None:
-        """The heartbeat (docs/single-use.md): `start` again, a refusal logged as an ERROR naming the store and cause;
-        raised only at the `first` start, unless the store is merely unreachable."""
+        """The heartbeat (docs/single-use.md): `start`, its refusal logged; raised at the `first` unless unreachable."""
         try:
             await self.start()
         except StoreUnreachable as exc:  # its message names the store and the cause, never a credential
@@ -250,8 +245,8 @@ class SingleUse(HoldsSecrets):
                          self._epoch, bytes([len(digests)]), *digests))  # each part copied once: -0.7% instructions
         return b"".join((PREFIX, b64u_encode(body + mac(self._macs["stamp"], body + state)).encode(), b".", state))
 
-    def _parse(self, stamped: bytes) -> tuple[bytes, bytes]:
-        """(the stamp's body, the state) of a stamp this key made over this state; InvalidToken otherwise."""
+    def _parse(self, stamped: bytes) -> tuple[bytes, list[bytes], bytes]:
+        """(the body, its scope digests, the state) of a stamp this key made over this state; InvalidToken otherwise."""
         head, _, rest = stamped.partition(b".") if isinstance(stamped, bytes) else (b"", b"", b"")
         encoded, dot, state = rest.partition(b".")
         body = b64u_decode(encoded.decode("ascii", "replace")) if head == PREFIX[:-1] and dot else b""
@@ -260,17 +255,16 @@ class SingleUse(HoldsSecrets):
             raise InvalidToken(Reason.MALFORMED)
         if not hmac.compare_digest(body[-_DIGEST:], mac(self._macs["stamp"], body[:-_DIGEST] + state)):
             raise InvalidToken(Reason.SEAL)
-        return body[:-_DIGEST], state
+        body = body[:-_DIGEST]
+        return body, [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)], state
 
     async def consume(self, stamped: bytes) -> bytes:
         """The state behind a stamp accepted for the first time, else `InvalidToken`. One store round trip."""
         return (await self.claim(stamped))[0]
 
     async def claim(self, stamped: bytes, retry: bytes = b"") -> tuple[bytes, bytes, Verdict | None]:
-        """`consume`, recording the `retry` digest: (the state, the claim key, the store's verdict, None when
-        accepted unchecked)."""
-        body, state = self._parse(stamped)
-        scopes = [body[i : i + _DIGEST] for i in range(_HEADER + 1, len(body), _DIGEST)]
+        """`consume`, recording the `retry` digest: (state, claim key, the store's verdict or None if unchecked)."""
+        body, scopes, state = self._parse(stamped)
         key, when = mac(self._macs["claim"], body[:16]), body[16:36]  # the claim's key; its issue, expiry and epoch
         if key in self._unchecked:  # accepted unchecked here, not yet recorded: refused as the store will refuse it
             raise InvalidToken(Reason.REPLAYED)
@@ -291,11 +285,10 @@ class SingleUse(HoldsSecrets):
                     noted.append(self.where)
                 return state, b"", None
             self.warn(f"{exc}: tokens refused until it answers{' (availability first ended: its bounds)' * down}")
-        except (StoreError, ConfigurationError) as exc:  # answered, or this instance saturated: refused in every mode
-            self.warn(f"{exc}: tokens refused")
+        except Exception as exc:  # answered, this instance saturated, or a store's bug: refused in every mode
+            ours = isinstance(exc, StoreError | ConfigurationError)  # our messages name no credential; a bug's may
+            self.warn(f"{exc if ours else f'the store at {self.where} failed ({type(exc).__name__})'}: tokens refused")
             refusal = exc.reason if isinstance(exc, StoreError) else refusal
-        except Exception as exc:  # a store's bug is never a reason to accept
-            self.warn(f"the store at {self.where} failed ({type(exc).__name__}): tokens refused")
         else:  # answered: outside the handlers, so no store exception is chained to a refusal
             await self._record()
             if verdict.malformed:
@@ -330,10 +323,9 @@ class SingleUse(HoldsSecrets):
 
     def _begin(self, epoch: bytes, node: str) -> None:
         """Mint under the store's `epoch`; a new one (the store lost claims, or may have) logged once, naming `node`."""
-        if epoch != self._epoch:
-            if self._epoch is not None:
-                logger.warning("the store at %s began a new epoch (flushed, restarted, or failed over: it may lack "
-                               "claims): older tokens refused", node)
+        if self._epoch is not None and epoch != self._epoch:  # before the first, nothing was stamped (nor noted)
+            logger.warning("the store at %s began a new epoch (flushed, restarted, or failed over: it may lack "
+                           "claims): older tokens refused", node)
             self._noted.clear()  # a store that lost its memory lost the forms too
         self._epoch = epoch
 
@@ -358,8 +350,7 @@ class SingleUse(HoldsSecrets):
         return self._scope(kinds[0], None if issuer is None else checked("the issuer", issuer), subject)
 
     async def revoke(self, **selector: Unpack[Selector]) -> float:
-        """Refuse, on every instance, each token minted until now (plus `clock_skew`) carrying the selected scope;
-        the instant it took effect, on the store's clock (seconds)."""
+        """Refuse everywhere each token minted until now (+ `clock_skew`) with this scope; when, in store time (s)."""
         return await self.revoke_digest(self._selector(selector))
 
     async def revoke_digest(self, digest: bytes) -> float:
@@ -373,8 +364,7 @@ class SingleUse(HoldsSecrets):
         minter; else None. The frozen stamp does not label its digests: a candidate is checked, never trusted."""
         client, issuer, subject = principal or (None, None, None)
         digest = self._scope("principal", issuer, subject) if subject else self._scope("client", issuer, client)
-        body = self._parse(stamped)[0]
-        minted = any(hmac.compare_digest(digest, body[i : i + _DIGEST]) for i in range(_HEADER + 1, len(body), _DIGEST))
+        minted = any(hmac.compare_digest(digest, scope) for scope in self._parse(stamped)[1])
         return digest if minted and (subject or client) else None
 
     async def lift(self, **selector: Unpack[Selector]) -> bool:
@@ -392,8 +382,7 @@ class SingleUse(HoldsSecrets):
 
 
 class SingleUseCodec(WrapsCodec, HoldsSecrets):
-    """`codec` whose tokens are accepted at most once, for synchronous code: a network store's coroutines run on one
-    loop thread this object starts on first use; `close` ends it and closes the store."""
+    """`codec` whose tokens are accepted at most once, for synchronous code (docs/single-use.md, "Any framework")."""
 
     __slots__ = ("_closed", "_loop", "codec", "guard")
 
@@ -418,7 +407,6 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
 
     def seal(self, state: bytes, *, principal: str | Principal | None = None, scopes: Mapping[str, str] | None = None,
              **kwargs: Any) -> str:
-        """A str `principal` is bound by the inner codec and recorded as the subject; a triple is recorded only."""
         if isinstance(principal, str):
             kwargs["principal"], principal = principal, (None, None, principal)
         if not self.guard.started or self.guard.due or self._closed.locked():  # no lifespan: its heartbeat, on use

@@ -1,8 +1,7 @@
 """The single-use store seam: what `SingleUse` asks a store, and `MemoryStore`, the store of one process.
 
 Threat: a store that decides by an instance's clock, lifetime or key reopens replays and loses revocations. Each
-decision is one atomic step on the store's own clock. A failure is `StoreUnreachable` when the store could not be
-reached, else a `StoreError`.
+decision is one atomic step on the store's own clock; a failure is a `StoreError` (statecodec.errors says which).
 """
 
 from __future__ import annotations
@@ -59,9 +58,7 @@ async def bounded(store: Store, call: Awaitable[T]) -> T:
     loop read the outcome late (a flood of requests here is no outage of the store: never accepted through)."""
     if store.deadline is None:  # a store whose calls never wait
         return await call
-    loop = asyncio.get_running_loop()
-    end = loop.time() + store.deadline
-    failure: StoreError
+    end = asyncio.get_running_loop().time() + store.deadline
     try:
         async with asyncio.timeout_at(end):
             return await call
@@ -69,9 +66,9 @@ async def bounded(store: Store, call: Awaitable[T]) -> T:
         failure = StoreUnreachable(f"the store at {store.where} did not answer within {store.deadline:g} s")
     except StoreUnreachable as exc:
         failure = exc
-    if loop.time() > end + store.deadline / 8:
-        failure = StoreBusy(f"the store at {store.where}: this instance was too busy to read its answer")
-    raise failure  # outside the handlers: nothing is chained to it
+    if asyncio.get_running_loop().time() > end + store.deadline / 8:  # outside the handlers: nothing chained to either
+        raise StoreBusy(f"the store at {store.where}: this instance was too busy to read its answer")
+    raise failure
 
 
 def check_owner(owner: str, where: str) -> None:
@@ -92,11 +89,9 @@ class Store(Protocol):
     namespace: str
 
     @property
-    def deadline(self) -> float | None:
-        """The most one call may take, in seconds (`SingleUse` holds every call to it); None: no call ever waits."""
+    def deadline(self) -> float | None: ...  # the most one call may take (s), `bounded` holds each; None: none waits
 
-    async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int, forms: Sequence[str] = ()
-                    ) -> Hello: ...
+    async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int, forms: Sequence[str]) -> Hello: ...
     async def claim(self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int,
                     lifetime_ms: int, skew_ms: int, scopes: Sequence[bytes], retry: bytes = b"") -> Verdict: ...
     async def keep(self, *, key: bytes, retry: bytes, result: bytes, within_ms: int) -> bool: ...
