@@ -11,7 +11,7 @@ import asyncio
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from statecodec import _settings as cfg
@@ -111,22 +111,18 @@ class Protection:
         The SDK enters a lowlevel `Server`'s lifespan once per connection: the first entry starts, the last stops."""
         if self.metrics is not None and self.metrics not in (chain := sdk_server(server).middleware):
             chain.insert(0, self.metrics)  # before the SDK's boundary: it counts that one's refusals
-        async with AsyncExitStack() as stack:
-            if self.single_use is not None:
-                await stack.enter_async_context(self.single_use.lifespan(server))
-            if isinstance(self.codec, ReloadingCodec):
-                stack.push_async_callback(self._leave)
-                if self._entries == 0:
-                    self._stop = asyncio.Event()
-                    self._watcher = asyncio.create_task(self.codec.watch(self.report, self._stop))
-                self._entries += 1
-            yield {}
-
-    async def _leave(self) -> None:
-        self._entries -= 1
-        if self._entries == 0 and self._watcher is not None:
-            self._stop.set()
-            await asyncio.wait([self._watcher])
+        async with nullcontext() if self.single_use is None else self.single_use.lifespan(server):
+            if self._entries == 0 and isinstance(self.codec, ReloadingCodec):
+                self._stop = asyncio.Event()
+                self._watcher = asyncio.create_task(self.codec.watch(self.report, self._stop))
+            self._entries += 1
+            try:
+                yield {}
+            finally:
+                self._entries -= 1
+                if self._entries == 0 and self._watcher is not None:
+                    self._stop.set()
+                    await asyncio.wait([self._watcher])
 
 
 def from_env(environ: Mapping[str, str] | None = None, *, ttl: float | None = None, audience: str | None = None,

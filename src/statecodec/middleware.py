@@ -142,6 +142,7 @@ class SingleUseMiddleware:
         import anyio
         from mcp.server.auth.middleware.auth_context import get_access_token
         from mcp.server.auth.provider import principal_components
+        from pydantic import BaseModel
 
         token, params = get_access_token(), ctx.params or {}
         # the presenter's principal: with bind_principal=None, another presenter is another retry
@@ -153,8 +154,10 @@ class SingleUseMiddleware:
         with anyio.CancelScope(shield=True):
             try:
                 with anyio.fail_after(self.step_timeout) as bound:
-                    result = _dumped(await self._answer(replace(ctx, params={**params, "requestState": plain}),
-                                                        call_next))
+                    result = await self._answer(replace(ctx, params={**params, "requestState": plain}), call_next)
+                if isinstance(result, BaseModel):  # as the SDK puts it on the wire: the first answer and a replay alike
+                    result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+                result = dict(result or {})
             except Exception as exc:  # kept as the SDK answers it: an MCPError's own, else its internal error
                 from mcp.shared.exceptions import MCPError
                 from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
@@ -286,12 +289,3 @@ def _bytes(state: str) -> bytes:
 
 def _text(state: bytes) -> str:
     return state.decode("utf-8", "surrogatepass")
-
-
-def _dumped(result: HandlerResult) -> dict[str, Any]:
-    """`result` as the SDK puts it on the wire, so the first answer and a replay are the same bytes."""
-    from pydantic import BaseModel
-
-    if isinstance(result, BaseModel):
-        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
-    return dict(result or {})
