@@ -142,6 +142,9 @@ class SingleUseMiddleware:
         import anyio
         from mcp.server.auth.middleware.auth_context import get_access_token
         from mcp.server.auth.provider import principal_components
+        from mcp.shared.exceptions import MCPError
+        from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
+        from mcp.types import INTERNAL_ERROR, ErrorData
         from pydantic import BaseModel
 
         token, params = get_access_token(), ctx.params or {}
@@ -150,35 +153,30 @@ class SingleUseMiddleware:
         raw, key, verdict = await self.guard.claim(_bytes(state), retry)
         plain, keeps = _text(raw), verdict is not None and bool(retry)  # b"": over the input cap, at most once
         if verdict is not None and verdict.outcome is Outcome.SAME:
-            return self._replay(ctx.method, key, retry, verdict)
-        with anyio.CancelScope(shield=True):
-            try:
-                with anyio.fail_after(self.step_timeout) as bound:
-                    result = await self._answer(replace(ctx, params={**params, "requestState": plain}), call_next)
-                if isinstance(result, BaseModel):  # as the SDK puts it on the wire: the first answer and a replay alike
-                    result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-                result = dict(result or {})
-            except Exception as exc:  # kept as the SDK answers it: an MCPError's own, else its internal error
-                from mcp.shared.exceptions import MCPError
-                from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
-                from mcp.types import INTERNAL_ERROR, ErrorData
-
-                error = handler_exception_to_error_data(exc)
-                if error is None:  # a step past its bound is cancelled there: TimeoutError
-                    late = bound.cancel_called and f" past {cfg.STEP_TIMEOUT_VAR} ({self.step_timeout:g} s)"
-                    logger.exception("the handler of %s raised%s", ctx.method, late or "")
-                error = error or ErrorData(code=INTERNAL_ERROR, message="Internal server error")
+            answer = self._replay(ctx.method, key, retry, verdict)
+        else:
+            with anyio.CancelScope(shield=True):
+                try:
+                    with anyio.fail_after(self.step_timeout) as bound:
+                        result = await self._answer(replace(ctx, params={**params, "requestState": plain}), call_next)
+                    if isinstance(result, BaseModel):  # as the SDK puts it on the wire: a replay is the same bytes
+                        result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+                    answer = {"result": dict(result or {})}
+                except Exception as exc:  # kept as the SDK answers it: an MCPError's own, else its internal error
+                    error = handler_exception_to_error_data(exc)
+                    if error is None:  # a step past its bound is cancelled there: TimeoutError
+                        late = bound.cancel_called and f" past {cfg.STEP_TIMEOUT_VAR} ({self.step_timeout:g} s)"
+                        logger.exception("the handler of %s raised%s", ctx.method, late or "")
+                    error = error or ErrorData(code=INTERNAL_ERROR, message="Internal server error")
+                    answer = {"error": error.model_dump(mode="json", exclude_none=True)}
                 if keeps:
-                    await self._keep(key, retry, {"error": error.model_dump(mode="json", exclude_none=True)})
-                raise MCPError.from_error_data(error) from None
-            if keeps:
-                await self._keep(key, retry, {"result": result})
-        return result
+                    await self._keep(key, retry, answer)
+        if "error" in answer:  # the first answer and its replays alike
+            raise MCPError.from_error_data(ErrorData.model_validate(answer["error"]))
+        kept: dict[str, Any] = answer["result"]
+        return kept
 
-    def _replay(self, method: str, key: bytes, retry: bytes, verdict: Verdict) -> HandlerResult:
-        from mcp.shared.exceptions import MCPError
-        from mcp.types import ErrorData
-
+    def _replay(self, method: str, key: bytes, retry: bytes, verdict: Verdict) -> dict[str, Any]:
         if not (sealed := verdict.result):  # no answer kept yet: the first run goes on, or within its bound no more
             lost = verdict.started_ms and verdict.now_ms > verdict.started_ms + self._lost_after * 1000
             raise InvalidToken(Reason.STEP_LOST if lost else Reason.IN_PROGRESS)
@@ -191,10 +189,7 @@ class SingleUseMiddleware:
             raise refusal(method, Reason.REPLAYED)  # but the same retry: no security event
         if (noted := answered_again.get()) is not None:
             noted.append(method)
-        if "error" in answer:
-            raise MCPError.from_error_data(ErrorData.model_validate(answer["error"]))
-        result: dict[str, Any] = answer["result"]
-        return result
+        return answer
 
     async def _replayed(self, method: str, state: str) -> None:
         """A consumed token presented again, stolen or reused against the spec: logged with the minter's keyed digest;
