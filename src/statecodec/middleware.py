@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from statecodec import _settings as cfg
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError
 from statecodec.single_use import SingleUse, canonical_json
-from statecodec.store import Outcome, Verdict
+from statecodec.store import Outcome
 
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -152,8 +152,19 @@ class SingleUseMiddleware:
         retry = self.guard.retry_digest(ctx.method, params, state, principal_components(token) if token else None)
         raw, key, verdict = await self.guard.claim(_bytes(state), retry)
         plain, keeps = _text(raw), verdict is not None and bool(retry)  # b"": over the input cap, at most once
-        if verdict is not None and verdict.outcome is Outcome.SAME:
-            answer = self._replay(ctx.method, key, retry, verdict)
+        if verdict is not None and verdict.outcome is Outcome.SAME:  # the same retry: answered with what its run kept
+            if not (sealed := verdict.result):  # no answer kept yet: the first run goes on, or within its bound no more
+                lost = verdict.started_ms and verdict.now_ms > verdict.started_ms + self._lost_after * 1000
+                raise InvalidToken(Reason.STEP_LOST if lost else Reason.IN_PROGRESS)
+            try:
+                answer = self.guard.open_answer(key, retry, sealed)
+            except InvalidToken:
+                logger.error("a kept answer on %s did not open: altered or moved in the store", ctx.method)
+                raise
+            if "result" not in answer and "error" not in answer:  # over the cap when it ran: as without the mode,
+                raise refusal(ctx.method, Reason.REPLAYED)  # at most once; but the same retry: no security event
+            if (noted := answered_again.get()) is not None:
+                noted.append(ctx.method)
         else:
             with anyio.CancelScope(shield=True):
                 try:
@@ -175,21 +186,6 @@ class SingleUseMiddleware:
             raise MCPError.from_error_data(ErrorData.model_validate(answer["error"]))
         kept: dict[str, Any] = answer["result"]
         return kept
-
-    def _replay(self, method: str, key: bytes, retry: bytes, verdict: Verdict) -> dict[str, Any]:
-        if not (sealed := verdict.result):  # no answer kept yet: the first run goes on, or within its bound no more
-            lost = verdict.started_ms and verdict.now_ms > verdict.started_ms + self._lost_after * 1000
-            raise InvalidToken(Reason.STEP_LOST if lost else Reason.IN_PROGRESS)
-        try:
-            answer = self.guard.open_answer(key, retry, sealed)
-        except InvalidToken:
-            logger.error("a kept answer on %s did not open: altered or moved in the store", method)
-            raise
-        if "result" not in answer and "error" not in answer:  # over the cap when it ran: at most once, as without it
-            raise refusal(method, Reason.REPLAYED)  # but the same retry: no security event
-        if (noted := answered_again.get()) is not None:
-            noted.append(method)
-        return answer
 
     async def _replayed(self, method: str, state: str) -> None:
         """A consumed token presented again, stolen or reused against the spec: logged with the minter's keyed digest;
