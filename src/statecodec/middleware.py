@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from statecodec import _settings as cfg
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError
-from statecodec.single_use import SingleUse, canonical_json
+from statecodec.single_use import Principal, SingleUse, canonical_json
 from statecodec.store import Outcome
 
 if TYPE_CHECKING:
@@ -140,16 +140,14 @@ class SingleUseMiddleware:
         """The handler's answer to this retry, run at most once per token, kept for the same retry. Threat: a client
         that goes makes the SDK cancel the step, whose retry waits for an answer no one keeps: shielded, bounded."""
         import anyio
-        from mcp.server.auth.middleware.auth_context import get_access_token
-        from mcp.server.auth.provider import principal_components
         from mcp.shared.exceptions import MCPError
         from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
         from mcp.types import INTERNAL_ERROR, ErrorData
         from pydantic import BaseModel
 
-        token, params = get_access_token(), ctx.params or {}
+        params = ctx.params or {}
         # the presenter's principal: with bind_principal=None, another presenter is another retry
-        retry = self.guard.retry_digest(ctx.method, params, state, principal_components(token) if token else None)
+        retry = self.guard.retry_digest(ctx.method, params, state, _principal())
         raw, key, verdict = await self.guard.claim(_bytes(state), retry)
         plain, keeps = _text(raw), verdict is not None and bool(retry)  # b"": over the input cap, at most once
         if verdict is not None and verdict.outcome is Outcome.SAME:  # the same retry: answered with what its run kept
@@ -190,11 +188,7 @@ class SingleUseMiddleware:
     async def _replayed(self, method: str, state: str) -> None:
         """A consumed token presented again, stolen or reused against the spec: logged with the minter's keyed digest;
         with on_replay="revoke", the minter's other flows are revoked: thief and owner both lose them."""
-        from mcp.server.auth.middleware.auth_context import get_access_token
-        from mcp.server.auth.provider import principal_components
-
-        token = get_access_token()  # a candidate, named only if the stamp (keyed) records it as the minter
-        digest = self.guard.minter(_bytes(state), principal_components(token) if token else None)
+        digest = self.guard.minter(_bytes(state), _principal())  # a candidate: named only if its keyed stamp says so
         action = "unidentified" if digest is None else "revoked" if self.on_replay == "revoke" else "off"
         try:
             if digest is not None and action == "revoked":
@@ -225,16 +219,11 @@ class SingleUseMiddleware:
                          "%g s", self.guard.where, why, self._lost_after)
 
     async def _stamp(self, ctx: ServerRequestContext[Any, Any], state: str) -> str:
-        from mcp.server.auth.middleware.auth_context import get_access_token
-        from mcp.server.auth.provider import principal_components
-
         if not self.guard.started:
             await self.guard.check()
-        token = get_access_token()  # the minting request's principal, whatever bind_principal is
         try:
-            principal = None if token is None else principal_components(token)
             scopes = self.scopes(ctx) if self.scopes else None  # recorded at mint, never taken from a presenter
-            stamped = self.guard.stamp(_bytes(state), principal=principal, scopes=scopes)
+            stamped = self.guard.stamp(_bytes(state), principal=_principal(), scopes=scopes)  # bind_principal or not
             if self.guard.unrecorded:  # a principal form new to this process: recorded before its first token leaves
                 await self.guard.start()
             return _text(stamped)
@@ -272,6 +261,15 @@ def _mcp_error(message: str = "Internal error", data: object = None) -> MCPError
     from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
     return MCPError(INTERNAL_ERROR if data is None else INVALID_PARAMS, message, data)
+
+
+def _principal() -> Principal | None:
+    """The principal of the request being served, as the SDK binds it (`principal_components`); None without a token."""
+    from mcp.server.auth.middleware.auth_context import get_access_token
+    from mcp.server.auth.provider import principal_components
+
+    token = get_access_token()
+    return None if token is None else principal_components(token)
 
 
 def _bytes(state: str) -> bytes:
