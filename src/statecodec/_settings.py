@@ -145,8 +145,7 @@ def text_or_file(settings: Mapping[str, str], name: str, limit: int, hint: str) 
 
 def max_token_length_setting(settings: Mapping[str, str]) -> int:
     """``STATECODEC_MAX_TOKEN_LENGTH`` as a positive int, or the library default when unset."""
-    text = setting(settings, MAX_TOKEN_LENGTH_VAR, required=False)
-    number = DEFAULT_MAX_TOKEN_LENGTH if text is None else decimal(text)
+    number = decimal(setting(settings, MAX_TOKEN_LENGTH_VAR, required=False) or str(DEFAULT_MAX_TOKEN_LENGTH))
     if not number:  # None or 0
         raise ConfigurationError(f"{MAX_TOKEN_LENGTH_VAR} must be a positive decimal integer (characters), e.g. "
                                  f"{DEFAULT_MAX_TOKEN_LENGTH}")
@@ -239,8 +238,7 @@ def store_url(settings: Mapping[str, str]) -> tuple[str | None, str]:
 
 def store_replicas(settings: Mapping[str, str]) -> int:
     """``STATECODEC_STORE_REPLICAS``: replicas that must acknowledge a claim (0: a failover detected, not survived)."""
-    text = setting(settings, REPLICAS_VAR, required=False)
-    number = 0 if text is None else decimal(text)
+    number = decimal(setting(settings, REPLICAS_VAR, required=False) or "0")
     if number is None or number > 16:
         raise ConfigurationError(f"{REPLICAS_VAR} must be a whole number of replicas from 0 (the default) to 16")
     return number
