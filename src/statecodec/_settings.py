@@ -83,9 +83,8 @@ def load_settings_file(path: Path, limit: int, what: str, hint: str, *, as_json:
     raise ConfigurationError(f"{what} is not {'valid JSON' if as_json else 'UTF-8 text'}")
 
 
-def seconds(
-    name: str, value: object, *, low: float, high: float, integer: bool = False, low_open: bool = False
-) -> float:
+def seconds(name: str, value: object, *, low: float, high: float, integer: bool = False,
+            low_open: bool = False) -> float:
     """The one check of a number of seconds from code or a setting (an int or float; a str is refused) within
     `low`..`high` (`low` excluded when `low_open`). Written positively, so a NaN fails too."""
     ok = type(value) is int or (type(value) is float and not integer)
@@ -97,10 +96,8 @@ def seconds(
     raise ConfigurationError(f"{name} must be {kind} {bound}")
 
 
-def seconds_setting(
-    settings: Mapping[str, str], name: str, *, default: float, low: float, high: float, integer: bool = False,
-    low_open: bool = False,
-) -> float:
+def seconds_setting(settings: Mapping[str, str], name: str, *, default: float, low: float, high: float,
+                    integer: bool = False, low_open: bool = False) -> float:
     """The setting `name` read by `seconds`, or `default` when unset or blank."""
     text = setting(settings, name, required=False)
     if text is None:
