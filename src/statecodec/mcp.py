@@ -8,7 +8,6 @@ background task (docs/deployment.md). The SDK is imported when called, never on 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, nullcontext
@@ -19,15 +18,13 @@ from statecodec._types import Codec
 from statecodec.config import check_names, codec_from_env
 from statecodec.errors import ConfigurationError, needs_extra
 from statecodec.keys import KeyRing
-from statecodec.middleware import Scopes, SingleUseMiddleware, sdk_server
+from statecodec.middleware import Scopes, SingleUseMiddleware, logger, sdk_server  # one logger: statecodec.mcp
 from statecodec.reload import ReloadingCodec, Report
 from statecodec.single_use import SingleUse
 from statecodec.store import REDIS_SCHEMES, MemoryStore, Store
 
 if TYPE_CHECKING:
     from mcp.server.request_state import RequestStateSecurity
-
-logger = logging.getLogger("statecodec.mcp")
 
 __all__ = ["Protection", "SingleUseMiddleware", "from_env", "guard_from_env", "security_from_env",
            "single_use_from_env", "store_from_env"]
