@@ -150,20 +150,7 @@ class SingleUseMiddleware:
         retry = self.guard.retry_digest(ctx.method, params, state, _principal())
         raw, key, verdict = await self.guard.claim(_bytes(state), retry)
         plain, keeps = _text(raw), verdict is not None and bool(retry)  # b"": over the input cap, at most once
-        if verdict is not None and verdict.outcome is Outcome.SAME:  # the same retry: answered with what its run kept
-            if not (sealed := verdict.result):  # no answer kept yet: the first run goes on, or within its bound no more
-                lost = verdict.started_ms and verdict.now_ms > verdict.started_ms + self._lost_after * 1000
-                raise InvalidToken(Reason.STEP_LOST if lost else Reason.IN_PROGRESS)
-            try:
-                answer = self.guard.open_answer(key, retry, sealed)
-            except InvalidToken:
-                logger.error("a kept answer on %s did not open: altered or moved in the store", ctx.method)
-                raise
-            if "result" not in answer and "error" not in answer:  # over the cap when it ran: as without the mode,
-                raise refusal(ctx.method, Reason.REPLAYED)  # at most once; but the same retry: no security event
-            if (noted := answered_again.get()) is not None:
-                noted.append(ctx.method)
-        else:
+        if verdict is None or verdict.outcome is not Outcome.SAME:  # the step runs, at most once
             with anyio.CancelScope(shield=True):
                 try:
                     with anyio.fail_after(self.step_timeout) as bound:
@@ -180,6 +167,19 @@ class SingleUseMiddleware:
                     answer = {"error": error.model_dump(mode="json", exclude_none=True)}
                 if keeps:
                     await self._keep(key, retry, answer)
+        else:  # the same retry: answered with what its run kept
+            if not (sealed := verdict.result):  # no answer kept yet: the first run goes on, or within its bound no more
+                lost = verdict.started_ms and verdict.now_ms > verdict.started_ms + self._lost_after * 1000
+                raise InvalidToken(Reason.STEP_LOST if lost else Reason.IN_PROGRESS)
+            try:
+                answer = self.guard.open_answer(key, retry, sealed)
+            except InvalidToken:
+                logger.error("a kept answer on %s did not open: altered or moved in the store", ctx.method)
+                raise
+            if "result" not in answer and "error" not in answer:  # over the cap when it ran: as without the mode,
+                raise refusal(ctx.method, Reason.REPLAYED)  # at most once; but the same retry: no security event
+            if (noted := answered_again.get()) is not None:
+                noted.append(ctx.method)
         if "error" in answer:  # the first answer and its replays alike
             raise MCPError.from_error_data(ErrorData.model_validate(answer["error"]))
         kept: dict[str, Any] = answer["result"]
