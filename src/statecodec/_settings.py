@@ -83,9 +83,8 @@ def load_settings_file(path: Path, limit: int, what: str, hint: str, *, as_json:
     raise ConfigurationError(f"{what} is not {'valid JSON' if as_json else 'UTF-8 text'}")
 
 
-def seconds(
-    name: str, value: object, *, low: float, high: float, integer: bool = False, low_open: bool = False
-) -> float:
+def seconds(name: str, value: object, *, low: float, high: float, integer: bool = False,
+            low_open: bool = False) -> float:
     """The one check of a number of seconds from code or a setting (an int or float; a str is refused) within
     `low`..`high` (`low` excluded when `low_open`). Written positively, so a NaN fails too."""
     ok = type(value) is int or (type(value) is float and not integer)
@@ -97,10 +96,8 @@ def seconds(
     raise ConfigurationError(f"{name} must be {kind} {bound}")
 
 
-def seconds_setting(
-    settings: Mapping[str, str], name: str, *, default: float, low: float, high: float, integer: bool = False,
-    low_open: bool = False,
-) -> float:
+def seconds_setting(settings: Mapping[str, str], name: str, *, default: float, low: float, high: float,
+                    integer: bool = False, low_open: bool = False) -> float:
     """The setting `name` read by `seconds`, or `default` when unset or blank."""
     text = setting(settings, name, required=False)
     if text is None:
@@ -145,8 +142,7 @@ def text_or_file(settings: Mapping[str, str], name: str, limit: int, hint: str) 
 
 def max_token_length_setting(settings: Mapping[str, str]) -> int:
     """``STATECODEC_MAX_TOKEN_LENGTH`` as a positive int, or the library default when unset."""
-    text = setting(settings, MAX_TOKEN_LENGTH_VAR, required=False)
-    number = DEFAULT_MAX_TOKEN_LENGTH if text is None else decimal(text)
+    number = decimal(setting(settings, MAX_TOKEN_LENGTH_VAR, required=False) or str(DEFAULT_MAX_TOKEN_LENGTH))
     if not number:  # None or 0
         raise ConfigurationError(f"{MAX_TOKEN_LENGTH_VAR} must be a positive decimal integer (characters), e.g. "
                                  f"{DEFAULT_MAX_TOKEN_LENGTH}")
@@ -239,8 +235,7 @@ def store_url(settings: Mapping[str, str]) -> tuple[str | None, str]:
 
 def store_replicas(settings: Mapping[str, str]) -> int:
     """``STATECODEC_STORE_REPLICAS``: replicas that must acknowledge a claim (0: a failover detected, not survived)."""
-    text = setting(settings, REPLICAS_VAR, required=False)
-    number = 0 if text is None else decimal(text)
+    number = decimal(setting(settings, REPLICAS_VAR, required=False) or "0")
     if number is None or number > 16:
         raise ConfigurationError(f"{REPLICAS_VAR} must be a whole number of replicas from 0 (the default) to 16")
     return number

@@ -8,27 +8,23 @@ background task (docs/deployment.md). The SDK is imported when called, never on 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from statecodec import _settings as cfg
-from statecodec._settings import RELOAD_VAR, STORE_KEY_VAR, STORE_URL_VAR, TTL_VAR, Settings
 from statecodec._types import Codec
 from statecodec.config import check_names, codec_from_env
 from statecodec.errors import ConfigurationError, needs_extra
 from statecodec.keys import KeyRing
-from statecodec.middleware import Scopes, SingleUseMiddleware, sdk_server
+from statecodec.middleware import Scopes, SingleUseMiddleware, logger, sdk_server  # one logger: statecodec.mcp
 from statecodec.reload import ReloadingCodec, Report
 from statecodec.single_use import SingleUse
 from statecodec.store import REDIS_SCHEMES, MemoryStore, Store
 
 if TYPE_CHECKING:
     from mcp.server.request_state import RequestStateSecurity
-
-logger = logging.getLogger("statecodec.mcp")
 
 __all__ = ["Protection", "SingleUseMiddleware", "from_env", "guard_from_env", "security_from_env",
            "single_use_from_env", "store_from_env"]
@@ -39,7 +35,7 @@ def store_from_env(environ: Mapping[str, str] | None = None) -> Store:
     settings = os.environ if environ is None else environ
     url, source = cfg.store_url(settings)
     if url is None:
-        raise ConfigurationError(f"{STORE_URL_VAR} is not set; set it to redis://host:6379/0 (a fleet) or memory")
+        raise ConfigurationError(f"{cfg.STORE_URL_VAR} is not set; set it to redis://host:6379/0 (a fleet) or memory")
     if url == "memory" and cfg.store_replicas(settings):
         raise ConfigurationError(f"{cfg.REPLICAS_VAR} is set but the in-process store has no replicas; unset it")
     if url == "memory":
@@ -58,9 +54,9 @@ def guard_from_env(environ: Mapping[str, str] | None = None, *, store: Store | N
     """The single-use guard the environment describes (settings: docs/single-use.md), over `store` if given."""
     settings = os.environ if environ is None else environ
     check_names(settings)
-    ring = KeyRing.from_env(STORE_KEY_VAR, settings)
+    ring = KeyRing.from_env(cfg.STORE_KEY_VAR, settings)
     if len(ring) != 1:
-        raise ConfigurationError(f"{STORE_KEY_VAR} holds {len(ring)} keys; the store key is one key")
+        raise ConfigurationError(f"{cfg.STORE_KEY_VAR} holds {len(ring)} keys; the store key is one key")
     return SingleUse(store or store_from_env(settings), key=ring, ttl=cfg.ttl(settings), **cfg.on_store_error(settings))
 
 
@@ -77,8 +73,8 @@ def security_from_env(*, ttl: float | None = None, audience: str | None = None,
     a reloading codec, which needs the lifespan `from_env` gives, is refused."""
     settings = os.environ if environ is None else environ
     if cfg.reload_interval(settings) is not None:
-        raise ConfigurationError(f"{RELOAD_VAR}: a reloading codec's watcher runs in the server's lifespan; build the "
-                                 "server with statecodec.mcp.from_env() and pass its lifespan (docs/rotation.md)")
+        raise ConfigurationError(f"{cfg.RELOAD_VAR}: a reloading codec's watcher runs in the server's lifespan; build "
+                                 "the server with statecodec.mcp.from_env() and pass its lifespan (docs/rotation.md)")
     return _security(codec_from_env(settings), settings, ttl, audience, options)
 
 
@@ -88,8 +84,8 @@ def _security(codec: Codec, settings: Mapping[str, str], ttl: float | None, audi
         from mcp.server.request_state import RequestStateSecurity
     configured = cfg.ttl(settings)
     if ttl is not None and ttl > configured and isinstance(codec, ReloadingCodec):
-        raise ConfigurationError(f"ttl={ttl:g} outlives {TTL_VAR} ({configured}), which a reloading codec waits out "
-                                 f"before it drops a key: set {TTL_VAR}={ttl:g} and pass no ttl")
+        raise ConfigurationError(f"ttl={ttl:g} outlives {cfg.TTL_VAR} ({configured}), which a reloading codec waits "
+                                 f"out before it drops a key: set {cfg.TTL_VAR}={ttl:g} and pass no ttl")
     return RequestStateSecurity(codec=codec, ttl=configured if ttl is None else ttl, audience=audience, **options)
 
 
@@ -111,29 +107,25 @@ class Protection:
         The SDK enters a lowlevel `Server`'s lifespan once per connection: the first entry starts, the last stops."""
         if self.metrics is not None and self.metrics not in (chain := sdk_server(server).middleware):
             chain.insert(0, self.metrics)  # before the SDK's boundary: it counts that one's refusals
-        async with AsyncExitStack() as stack:
-            if self.single_use is not None:
-                await stack.enter_async_context(self.single_use.lifespan(server))
-            if isinstance(self.codec, ReloadingCodec):
-                stack.push_async_callback(self._leave)
-                if self._entries == 0:
-                    self._stop = asyncio.Event()
-                    self._watcher = asyncio.create_task(self.codec.watch(self.report, self._stop))
-                self._entries += 1
-            yield {}
-
-    async def _leave(self) -> None:
-        self._entries -= 1
-        if self._entries == 0 and self._watcher is not None:
-            self._stop.set()
-            await asyncio.wait([self._watcher])
+        async with nullcontext() if self.single_use is None else self.single_use.lifespan(server):
+            if self._entries == 0 and isinstance(self.codec, ReloadingCodec):
+                self._stop = asyncio.Event()
+                self._watcher = asyncio.create_task(self.codec.watch(self.report, self._stop))
+            self._entries += 1
+            try:
+                yield {}
+            finally:
+                self._entries -= 1
+                if self._entries == 0 and self._watcher is not None:
+                    self._stop.set()
+                    await asyncio.wait([self._watcher])
 
 
 def from_env(environ: Mapping[str, str] | None = None, *, ttl: float | None = None, audience: str | None = None,
              scopes: Scopes | None = None, metrics: bool = False, meter: Any = None, **options: Any) -> Protection:
     """Everything a server's environment describes, checked before anything starts: the codec, single use when its
     settings ask for it, and with `metrics` the OpenTelemetry counter (docs/deployment.md)."""
-    settings = Settings(os.environ if environ is None else environ)
+    settings = cfg.Settings(os.environ if environ is None else environ)
     codec = codec_from_env(settings)
     security = _security(codec, settings, ttl, audience, options)
     single_use = single_use_from_env(settings, scopes=scopes) if cfg.single_use_wanted(settings) else None
@@ -147,8 +139,8 @@ def from_env(environ: Mapping[str, str] | None = None, *, ttl: float | None = No
         if registry is not None:
             report = Reporter(registry, cfg.instance_name(settings), lifetime=3 * codec.interval + 1)  # gone: 3 polls
         if single_use is None:  # a store key whose secret did not mount must not pass unnoticed
-            logger.warning("single use is off: %s is not set; %s serves the fleet registry only", STORE_KEY_VAR,
-                           STORE_URL_VAR)
+            logger.warning("single use is off: %s is not set; %s serves the fleet registry only", cfg.STORE_KEY_VAR,
+                           cfg.STORE_URL_VAR)
     counter = None
     if metrics:
         from statecodec.otel import RequestStateMetrics

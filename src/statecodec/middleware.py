@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from statecodec import _settings as cfg
 from statecodec.errors import ConfigurationError, InvalidToken, Reason, StoreError
-from statecodec.single_use import SingleUse, canonical_json
-from statecodec.store import Outcome, Verdict
+from statecodec.single_use import Principal, SingleUse, canonical_json
+from statecodec.store import Outcome
 
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -140,67 +140,55 @@ class SingleUseMiddleware:
         """The handler's answer to this retry, run at most once per token, kept for the same retry. Threat: a client
         that goes makes the SDK cancel the step, whose retry waits for an answer no one keeps: shielded, bounded."""
         import anyio
-        from mcp.server.auth.middleware.auth_context import get_access_token
-        from mcp.server.auth.provider import principal_components
+        from mcp.shared.exceptions import MCPError
+        from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
+        from mcp.types import INTERNAL_ERROR, ErrorData
+        from pydantic import BaseModel
 
-        token, params = get_access_token(), ctx.params or {}
+        params = ctx.params or {}
         # the presenter's principal: with bind_principal=None, another presenter is another retry
-        retry = self.guard.retry_digest(ctx.method, params, state, principal_components(token) if token else None)
+        retry = self.guard.retry_digest(ctx.method, params, state, _principal())
         raw, key, verdict = await self.guard.claim(_bytes(state), retry)
         plain, keeps = _text(raw), verdict is not None and bool(retry)  # b"": over the input cap, at most once
-        if verdict is not None and verdict.outcome is Outcome.SAME:
-            return self._replay(ctx.method, key, retry, verdict)
-        with anyio.CancelScope(shield=True):
-            try:
-                with anyio.fail_after(self.step_timeout) as bound:
-                    result = _dumped(await self._answer(replace(ctx, params={**params, "requestState": plain}),
-                                                        call_next))
-            except Exception as exc:  # kept as the SDK answers it: an MCPError's own, else its internal error
-                from mcp.shared.exceptions import MCPError
-                from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
-                from mcp.types import INTERNAL_ERROR, ErrorData
-
-                error = handler_exception_to_error_data(exc)
-                if error is None:  # a step past its bound is cancelled there: TimeoutError
-                    late = bound.cancel_called and f" past {cfg.STEP_TIMEOUT_VAR} ({self.step_timeout:g} s)"
-                    logger.exception("the handler of %s raised%s", ctx.method, late or "")
-                error = error or ErrorData(code=INTERNAL_ERROR, message="Internal server error")
+        if verdict is None or verdict.outcome is not Outcome.SAME:  # the step runs, at most once
+            with anyio.CancelScope(shield=True):
+                try:
+                    with anyio.fail_after(self.step_timeout) as bound:
+                        result = await self._answer(replace(ctx, params={**params, "requestState": plain}), call_next)
+                    if isinstance(result, BaseModel):  # as the SDK puts it on the wire: a replay is the same bytes
+                        result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+                    answer = {"result": dict(result or {})}
+                except Exception as exc:  # kept as the SDK answers it: an MCPError's own, else its internal error
+                    error = handler_exception_to_error_data(exc)
+                    if error is None:  # a step past its bound is cancelled there: TimeoutError
+                        late = bound.cancel_called and f" past {cfg.STEP_TIMEOUT_VAR} ({self.step_timeout:g} s)"
+                        logger.exception("the handler of %s raised%s", ctx.method, late or "")
+                    error = error or ErrorData(code=INTERNAL_ERROR, message="Internal server error")
+                    answer = {"error": error.model_dump(mode="json", exclude_none=True)}
                 if keeps:
-                    await self._keep(key, retry, {"error": error.model_dump(mode="json", exclude_none=True)})
-                raise MCPError.from_error_data(error) from None
-            if keeps:
-                await self._keep(key, retry, {"result": result})
-        return result
-
-    def _replay(self, method: str, key: bytes, retry: bytes, verdict: Verdict) -> HandlerResult:
-        from mcp.shared.exceptions import MCPError
-        from mcp.types import ErrorData
-
-        if not (sealed := verdict.result):  # no answer kept yet: the first run goes on, or within its bound no more
-            lost = verdict.started_ms and verdict.now_ms > verdict.started_ms + self._lost_after * 1000
-            raise InvalidToken(Reason.STEP_LOST if lost else Reason.IN_PROGRESS)
-        try:
-            answer = self.guard.open_answer(key, retry, sealed)
-        except InvalidToken:
-            logger.error("a kept answer on %s did not open: altered or moved in the store", method)
-            raise
-        if "result" not in answer and "error" not in answer:  # over the cap when it ran: at most once, as without it
-            raise refusal(method, Reason.REPLAYED)  # but the same retry: no security event
-        if (noted := answered_again.get()) is not None:
-            noted.append(method)
-        if "error" in answer:
+                    await self._keep(key, retry, answer)
+        else:  # the same retry: answered with what its run kept
+            if not (sealed := verdict.result):  # no answer kept yet: the first run goes on, or within its bound no more
+                lost = verdict.started_ms and verdict.now_ms > verdict.started_ms + self._lost_after * 1000
+                raise InvalidToken(Reason.STEP_LOST if lost else Reason.IN_PROGRESS)
+            try:
+                answer = self.guard.open_answer(key, retry, sealed)
+            except InvalidToken:
+                logger.error("a kept answer on %s did not open: altered or moved in the store", ctx.method)
+                raise
+            if "result" not in answer and "error" not in answer:  # over the cap when it ran: as without the mode,
+                raise refusal(ctx.method, Reason.REPLAYED)  # at most once; but the same retry: no security event
+            if (noted := answered_again.get()) is not None:
+                noted.append(ctx.method)
+        if "error" in answer:  # the first answer and its replays alike
             raise MCPError.from_error_data(ErrorData.model_validate(answer["error"]))
-        result: dict[str, Any] = answer["result"]
-        return result
+        kept: dict[str, Any] = answer["result"]
+        return kept
 
     async def _replayed(self, method: str, state: str) -> None:
         """A consumed token presented again, stolen or reused against the spec: logged with the minter's keyed digest;
         with on_replay="revoke", the minter's other flows are revoked: thief and owner both lose them."""
-        from mcp.server.auth.middleware.auth_context import get_access_token
-        from mcp.server.auth.provider import principal_components
-
-        token = get_access_token()  # a candidate, named only if the stamp (keyed) records it as the minter
-        digest = self.guard.minter(_bytes(state), principal_components(token) if token else None)
+        digest = self.guard.minter(_bytes(state), _principal())  # a candidate: named only if its keyed stamp says so
         action = "unidentified" if digest is None else "revoked" if self.on_replay == "revoke" else "off"
         try:
             if digest is not None and action == "revoked":
@@ -231,16 +219,11 @@ class SingleUseMiddleware:
                          "%g s", self.guard.where, why, self._lost_after)
 
     async def _stamp(self, ctx: ServerRequestContext[Any, Any], state: str) -> str:
-        from mcp.server.auth.middleware.auth_context import get_access_token
-        from mcp.server.auth.provider import principal_components
-
         if not self.guard.started:
             await self.guard.check()
-        token = get_access_token()  # the minting request's principal, whatever bind_principal is
         try:
-            principal = None if token is None else principal_components(token)
             scopes = self.scopes(ctx) if self.scopes else None  # recorded at mint, never taken from a presenter
-            stamped = self.guard.stamp(_bytes(state), principal=principal, scopes=scopes)
+            stamped = self.guard.stamp(_bytes(state), principal=_principal(), scopes=scopes)  # bind_principal or not
             if self.guard.unrecorded:  # a principal form new to this process: recorded before its first token leaves
                 await self.guard.start()
             return _text(stamped)
@@ -280,18 +263,18 @@ def _mcp_error(message: str = "Internal error", data: object = None) -> MCPError
     return MCPError(INTERNAL_ERROR if data is None else INVALID_PARAMS, message, data)
 
 
+def _principal() -> Principal | None:
+    """The principal of the request being served, as the SDK binds it (`principal_components`); None without a token."""
+    from mcp.server.auth.middleware.auth_context import get_access_token
+    from mcp.server.auth.provider import principal_components
+
+    token = get_access_token()
+    return None if token is None else principal_components(token)
+
+
 def _bytes(state: str) -> bytes:
     return state.encode("utf-8", "surrogatepass")  # total: a lone surrogate in a handler's state round-trips
 
 
 def _text(state: bytes) -> str:
     return state.decode("utf-8", "surrogatepass")
-
-
-def _dumped(result: HandlerResult) -> dict[str, Any]:
-    """`result` as the SDK puts it on the wire, so the first answer and a replay are the same bytes."""
-    from pydantic import BaseModel
-
-    if isinstance(result, BaseModel):
-        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
-    return dict(result or {})

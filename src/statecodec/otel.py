@@ -65,19 +65,18 @@ class RequestStateMetrics:
         try:
             result = await call_next(ctx)
         except Exception as exc:  # refused (the frozen answer), a kept error, else an error: never accepted
-            refusal = seen or getattr(exc, "data", None) == REFUSED
-            self._count(ctx.method, "refused" if refusal else "answered_again" if again else "error", seen)
+            self._count(ctx.method, "refused" if getattr(exc, "data", None) == REFUSED else "error", seen, again)
             raise
         finally:
             for var, token in resets:
                 var.reset(token)
             for action in replayed:
                 self._replays.add(1, {"method": ctx.method, "action": action})
-        self._count(ctx.method, "refused" if seen else "answered_again" if again else "accepted_unchecked" if blind
-                    else "accepted", seen)
+        self._count(ctx.method, "accepted_unchecked" if blind else "accepted", seen, again)
         return result
 
-    def _count(self, method: str, outcome: str, seen: list[str]) -> None:
+    def _count(self, method: str, outcome: str, seen: list[str], again: list[str]) -> None:
+        outcome = "refused" if seen or outcome == "refused" else "answered_again" if again else outcome
         reason = {"reason": (seen or ["unknown"])[0]} if outcome == "refused" else {}
         self._counter.add(1, {"method": method, "outcome": outcome, **reason})
 
