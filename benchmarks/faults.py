@@ -572,7 +572,7 @@ async def operator(scale: Scale) -> Row:
                                             capture_output=True, timeout=300, check=False)
                     took[name] = time.monotonic() - began
                 await asyncio.sleep(0.3)
-            timeout = guards[0].deadline or 0.0
+            timeout = guards[0].store.deadline or 0.0
     unavailable = tally.refused["store_unavailable"] + tally.refused["store_busy"]
     measured = (f"{count:,} revocations; {unavailable} of {len(tally.accepted) + sum(tally.refused.values())} claims "
                 f"refused store_unavailable/busy ({tally.reasons()}); slowest claim {tally.slowest:.3f} s (timeout "

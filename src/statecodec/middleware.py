@@ -60,7 +60,7 @@ class SingleUseMiddleware:
         self.step_timeout = cfg.seconds(cfg.STEP_TIMEOUT_VAR, step_timeout, low=1, high=cfg.MAX_TTL)
         # The oldest claim (store clock) whose answer is kept, else its retry is step_lost: the step's bound, the
         # claim's answer read late, the keep's round trip, and a second of work in between (docs/single-use.md).
-        self._lost_after = self.step_timeout + 2 * (guard.deadline or 0) + 1
+        self._lost_after = self.step_timeout + 2 * (guard.store.deadline or 0) + 1
         self.on_replay, self.instance = on_replay, instance or cfg.instance_name(os.environ)
         if retry_safe:
             canonical_json()  # the package every retry's digest needs: missing, the start fails

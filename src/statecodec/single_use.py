@@ -74,7 +74,7 @@ class SingleUse(HoldsSecrets):
 
     __slots__ = ("_all", "_anchor", "_answers", "_checked", "_clock", "_down", "_epoch", "_fingerprint", "_macs",
                  "_noted", "_quiet", "_recording", "_skewed", "_unchecked", "accept_for", "accept_max", "clock_skew",
-                 "deadline", "heartbeat", "on_store_error", "store", "ttl", "unrecorded", "where")
+                 "heartbeat", "on_store_error", "store", "ttl", "unrecorded", "where")
 
     def __init__(self, store: Store, *, key: bytes | KeyRing, ttl: float, clock: Callable[[], float] = time.time,
                  clock_skew: float = 1.0, on_store_error: Literal["refuse", "accept"] = "refuse",
@@ -86,7 +86,6 @@ class SingleUse(HoldsSecrets):
             raise ConfigurationError("on_store_error (STATECODEC_STORE_ON_ERROR) must be refuse (the default) or "
                                      "accept")
         self.ttl = cfg.seconds("ttl", ttl, low=0.001, high=cfg.MAX_TTL)
-        self.deadline = store.deadline
         self.clock_skew = cfg.seconds("clock_skew", clock_skew, low=0, high=cfg.MAX_FUTURE_SKEW)
         self.accept_for = cfg.seconds(cfg.ACCEPT_FOR_VAR, accept_for, low=0, high=cfg.MAX_ACCEPT_FOR, low_open=True)
         if type(accept_max) is not int or not 0 < accept_max <= cfg.MAX_ACCEPT_MAX:
