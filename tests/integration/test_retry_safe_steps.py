@@ -36,6 +36,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Fle
     """Three retry-safe instances of one fleet over this module's redis-server, and the file of the steps run."""
     with RedisServer() as redis:
         logs = tmp_path_factory.mktemp("retry-safe-steps")
+        (logs / "runs").touch()  # no step run yet: each test reads it, whichever runs first
         settings = {"FLEET_MODE": "shared", "STATECODEC_CODEC": "aesgcm", "FLEET_DEMO_AUTH": "1",
                     "STATECODEC_KEYS": format_keys([generate_key()]), "FLEET_RUNS_FILE": str(logs / "runs"),
                     "STATECODEC_STORE_URL": redis.url, "STATECODEC_STORE_KEY": format_keys([generate_key()]),
