@@ -64,7 +64,7 @@ local function record(life, skew)
     redis.call('HSET', KEYS[1], 'epoch', epoch, 'fp', ARGV[1], 'seen', n(now), 'rid', rid)
   end
   if life > (tonumber(m[3]) or 0) then redis.call('HSET', KEYS[1], 'life', n(life)) end
-  if skew > (tonumber(m[4]) or 0) then redis.call('HSET', KEYS[1], 'skew', n(skew)) end
+  if skew > (tonumber(m[4]) or -1) then redis.call('HSET', KEYS[1], 'skew', n(skew)) end  -- a new store: 0 too
   return m[1] and 'ok' or 'new', epoch
 end
 """
