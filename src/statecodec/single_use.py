@@ -163,7 +163,8 @@ class SingleUse(HoldsSecrets):
         return mac(self._macs[kind], field(first) + field(second))
 
     def _skew(self, before: float, store_ms: int, trip: float, sure: bool = False) -> str | None:
-        """Why this clock may be (`sure`: is) over `clock_skew` off the store's (the clock check); anchors `stamp`."""
+        """Why this clock may be (`sure`: is) over `clock_skew` off the store's (the clock check); anchors `stamp`. A
+        claim refuses only when `sure`: its round trip, widened by a burst's queue, proves nothing."""
         self._anchor, self._down = (store_ms / 1000 - time.monotonic(), trip), 0.0  # an answer ends an outage
         offset = before + trip / 2 - store_ms / 1000  # this clock minus the store's, within +- trip / 2
         if abs(offset) + (-trip if sure else trip) / 2 <= self.clock_skew:
@@ -284,10 +285,11 @@ class SingleUse(HoldsSecrets):
                     noted.append(self.where)
                 return state, b"", None
             self.warn(f"{exc}: tokens refused until it answers{' (availability first ended: its bounds)' * down}")
-        except Exception as exc:  # answered, this instance saturated, or a store's bug: refused in every mode
-            ours = isinstance(exc, StoreError | ConfigurationError)  # our messages name no credential; a bug's may
-            self.warn(f"{exc if ours else f'the store at {self.where} failed ({type(exc).__name__})'}: tokens refused")
+        except (StoreError, ConfigurationError) as exc:  # answered, or this instance saturated: refused in every mode
+            self.warn(f"{exc}: tokens refused")
             refusal = exc.reason if isinstance(exc, StoreError) else refusal
+        except Exception as exc:  # a store's bug is never a reason to accept; its message may name a secret
+            self.warn(f"the store at {self.where} failed ({type(exc).__name__}): tokens refused")
         else:  # answered: outside the handlers, so no store exception is chained to a refusal
             await self._record()
             if verdict.malformed:
@@ -381,7 +383,8 @@ class SingleUse(HoldsSecrets):
 
 
 class SingleUseCodec(WrapsCodec, HoldsSecrets):
-    """`codec` whose tokens are accepted at most once, for synchronous code (docs/single-use.md, "Any framework")."""
+    """`codec` whose tokens are accepted at most once, for synchronous code: a store's coroutines run on one loop
+    thread started on first use, ended by `close` (docs/single-use.md, "Any framework")."""
 
     __slots__ = ("_closed", "_loop", "codec", "guard")
 
@@ -406,6 +409,7 @@ class SingleUseCodec(WrapsCodec, HoldsSecrets):
 
     def seal(self, state: bytes, *, principal: str | Principal | None = None, scopes: Mapping[str, str] | None = None,
              **kwargs: Any) -> str:
+        """A str `principal` is bound by the inner codec and recorded as the subject; a triple is recorded only."""
         if isinstance(principal, str):
             kwargs["principal"], principal = principal, (None, None, principal)
         if not self.guard.started or self.guard.due or self._closed.locked():  # no lifespan: its heartbeat, on use
