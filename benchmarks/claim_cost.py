@@ -6,7 +6,9 @@ the store begins a new epoch). Variants, each a `SingleUse.consume` of a fresh t
 - ``before``: the claim script with that read replaced by the id already recorded (what a claim cost before);
 - ``after``: the claim script as shipped;
 - ``replicas``: as shipped, with ``STATECODEC_STORE_REPLICAS=1`` against a primary with one replica (``WAIT 1``
-  after each claim, on the same connection).
+  after each claim, on the same connection);
+- ``unbatched``: as shipped, each script sent by a direct ``execute_command``, as before claims made together
+  shared a pipeline (a lone claim is sent at once: this shows what the batching costs a claim made alone).
 
 Each round times a batch of each variant in a fresh random order (wall time, the store's work included); a figure
 is the median over rounds of the per-round ratio to ``before``.
@@ -23,7 +25,9 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -47,7 +51,15 @@ async def measure(url: str, rounds: int, batch: int) -> dict[str, list[float]]:
     key = generate_key()
     guards = {"before": SingleUse(RedisStore.from_url(url, timeout=2), key=key, ttl=600),
               "after": SingleUse(RedisStore.from_url(url, timeout=2), key=key, ttl=600),
-              "replicas": SingleUse(RedisStore.from_url(url, timeout=2, replicas=1), key=key, ttl=600)}
+              "replicas": SingleUse(RedisStore.from_url(url, timeout=2, replicas=1), key=key, ttl=600),
+              "unbatched": SingleUse(RedisStore.from_url(url, timeout=2), key=key, ttl=600)}
+    unbatched = guards["unbatched"].store
+    assert isinstance(unbatched, RedisStore)
+
+    async def direct(verb: str, code: str, keys: list[str], args: Sequence[str | int | bytes], acks: int) -> Any:
+        return await unbatched._client.execute_command(verb, code, len(keys), *keys, *args)
+
+    unbatched._eval = direct  # type: ignore[method-assign]
     times: dict[str, list[float]] = {name: [] for name in guards}
     try:
         for guard in guards.values():
