@@ -367,6 +367,20 @@ def test_one_cause_of_refusal_does_not_hide_the_next_from_the_log(caplog: pytest
     assert [r.getMessage().split(":")[1].split()[-1] for r in caplog.records] == ["stalled", "full"]  # each once
 
 
+def test_a_clock_beyond_the_skew_is_logged_per_cause_not_once_per_token(caplog: pytest.LogCaptureFixture) -> None:
+    ahead = [0.0]
+    guard, _ = fixed_guard(1_767_225_600_000, clock=lambda: 1_767_225_600 + ahead[0])
+    stamped = [guard.stamp(b"x") for _ in range(20)]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "statecodec.single_use"):
+        for token in stamped:
+            ahead[0] += 5.0137  # each refusal measures the offset anew: a new figure in the same message
+            with pytest.raises(InvalidToken, match="store_unavailable"):
+                asyncio.run(guard.consume(token))
+    # the claim that found it, then the start that refuses until it is fixed: 20 lines before, one per token
+    assert len(caplog.records) == 2, [r.getMessage() for r in caplog.records]
+
+
 def test_availability_first_is_bounded_per_outage_and_nothing_a_client_does_resets_the_bound(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -11,6 +11,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import secrets
 import threading
 import time
@@ -331,11 +332,12 @@ class SingleUse(HoldsSecrets):
         self._epoch = epoch
 
     def warn(self, message: str, level: int = logging.WARNING) -> None:
-        """One line per cause per 10 s: an outage cannot flood the log, nor one cause (a stall) hide the next."""
-        now = time.monotonic()
-        if self._quiet.get(message, 0.0) <= now:
+        """One line per cause per 10 s: an outage cannot flood the log, nor one cause (a stall) hide the next. A cause
+        is the text without its figures: a skewed clock's offset, measured anew by each token, is one cause."""
+        now, cause = time.monotonic(), re.sub(r"[0-9]+", "#", message)
+        if self._quiet.get(cause, 0.0) <= now:
             logger.log(level, message)
-            self._quiet = {text: until for text, until in self._quiet.items() if until > now} | {message: now + 10}
+            self._quiet = {text: until for text, until in self._quiet.items() if until > now} | {cause: now + 10}
 
     def _selector(self, selector: Selector) -> bytes:
         kinds = [k for k in ("principal", "client", "scope", "everything") if selector.get(k) not in {None, False}]
