@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import pytest
 
-from statecodec import AESGCMCodec, InvalidToken, KeyRing, Reason, SealError, format_keys, generate_key
+from statecodec import AESGCMCodec, InvalidToken, KeyRing, Reason, SealError, format_keys, generate_key, rotation
 from statecodec.cli.main import main
 from statecodec.envelope import wrapped_key_id
 from statecodec.mcp import from_env
@@ -277,6 +277,20 @@ def test_an_instance_down_during_the_pull_never_honours_the_pulled_key_whichever
         shutil.copy(ring, old)
         eventually(lambda: back.key_ids == (kept,) and back.error is None)
     assert back.unseal(back.seal(b"flow")) == b"flow"
+
+
+def test_a_re_run_of_a_pull_leaves_the_key_file_as_it_stands(rotate: Run, tmp_path: Path) -> None:
+    ring = tmp_path / "ring"
+    leaked, old, new = (generate_key() for _ in range(3))
+    _ring(ring, leaked, old, new)
+    (leaked_id,), (old_id, new_id) = KeyRing([leaked]).key_ids, KeyRing([old, new]).key_ids
+    assert rotate("pull", leaked_id)[0] == 0
+    # the operator then begins a rotation by hand, and a re-run of the pull (after a crash, say) follows
+    text = f"# statecodec pulled: {leaked_id}\n{rotation.marked(1, old_id, new_id)}\n{format_keys([old, new])}\n"
+    ring.write_text(text, encoding="utf-8")
+    code, again = rotate("pull", leaked_id)
+    assert (code, again["key_ids"], again["recorded"]) == (0, [old_id, new_id], True)
+    assert ring.read_text(encoding="utf-8") == text  # the rotation's own marker kept, not turned into phase 2
 
 
 def test_pull_leaves_a_usable_primary_and_says_what_to_do_where_it_cannot_pull(

@@ -241,9 +241,10 @@ def _pull(args: argparse.Namespace) -> int:
                                  f"new-data-key`) first in the file, wait one poll, then pull {kid}")
     if generated := not keep:  # a local ring's only key: a fresh one takes its place, a usable primary
         keep = {(fresh := KeyRing.generate()).key_ids[0]: fresh[0]}
-    lines = [f"# statecodec pulled: {' '.join(sorted({*rotation.pulled_ids(text), kid}))}"]
-    lines += [rotation.marked(2, *reversed(keep))] if len(keep) == 2 else []  # [new, old]: phase 2 of a rotation
-    replace(path, "\n".join([*lines, *(format_keys([item]) for item in keep.values())]) + "\n")
+    if kid in ids:  # else a re-run: the file already leaves it out, and its own lines (a rotation's marker) stand
+        lines = [f"# statecodec pulled: {' '.join(sorted({*rotation.pulled_ids(text), kid}))}"]
+        lines += [rotation.marked(2, *reversed(keep))] if len(keep) == 2 else []  # [new, old]: phase 2 of a rotation
+        replace(path, "\n".join([*lines, *(format_keys([item]) for item in keep.values())]) + "\n")
     recorded = cfg.store_url(os.environ)[0] not in (None, "memory")
     if recorded:  # after the file: an instance told first would fence itself until it reloaded
         on_store(lambda store: cast(Registry, registry_for(store)).pull(kid), guard=False)
