@@ -227,7 +227,7 @@ class RedisStore(HoldsSecrets):
             # A burst waits for a connection (inline: 3.11's `wait_for` acquires in a task of its own, which upsets
             # `queued`) within the one deadline, leaving half a timeout for its round trip. A call that waited is this
             # instance's load, not an outage: past its wait, or late, it is `StoreBusy`, before `bounded`'s end.
-            async with asyncio.timeout(self.deadline - self.timeout / 2):
+            async with asyncio.timeout(self.deadline - self.timeout / 2 if queued else None):  # free: no wait
                 await self._slots.acquire()
             if deadline:
                 by = min(started + self.deadline, time.monotonic() + self.timeout)  # lower bounds: see `_learn`

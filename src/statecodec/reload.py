@@ -95,7 +95,8 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
         """Say once that its files are not followed: a codec handed to the SDK with no lifespan and no `start`."""
         self._watched = True
         logger.error("statecodec: a reloading codec is never watched, so its key files are not followed: build the "
-                     "server with statecodec.mcp.from_env and pass its lifespan, or call codec.start() after any fork")
+                     "server with statecodec.mcp.from_env and pass its lifespan (each forked worker runs its own), "
+                     "or call codec.start() in the process that serves")
 
     def __repr__(self) -> str:
         return f"ReloadingCodec({self.codec!r})"

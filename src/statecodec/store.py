@@ -154,7 +154,7 @@ class MemoryStore:
     async def hello(self, *, fingerprint: bytes, lifetime_ms: int, skew_ms: int, forms: Sequence[str] = ()) -> Hello:
         with self._lock:
             hello = self._now(fingerprint, max(lifetime_ms, 1), skew_ms)
-            self._forms |= {form: hello.now_ms for form in forms if hello.owner != "foreign"} | self._forms
+            self._forms = {form: hello.now_ms for form in forms if hello.owner != "foreign"} | self._forms  # first kept
             return hello
 
     async def claim(self, *, fingerprint: bytes, key: bytes, epoch: bytes, issued_ms: int, expires_ms: int,
