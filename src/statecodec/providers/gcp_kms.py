@@ -126,7 +126,6 @@ class GcpKmsWrapper(_ClientHolder):
         """`Encrypt` a fresh 32-byte key from the OS CSPRNG under the primary version; all checksums verified."""
         data_key = secrets.token_bytes(MIN_KEY_LENGTH)
         request = self._request(context, plaintext=data_key, plaintext_crc32c=_crc32c(data_key))
-        prefix = self._key + "/cryptoKeyVersions/"
 
         def attempt() -> bytes:
             response = self._client.encrypt(request=request, retry=None, timeout=self._timeout)
@@ -137,7 +136,7 @@ class GcpKmsWrapper(_ClientHolder):
             ciphertext = bytes(response.ciphertext)
             if response.ciphertext_crc32c is None or response.ciphertext_crc32c != _crc32c(ciphertext):
                 raise _Corrupted("encrypt response failed its ciphertext_crc32c check")
-            if not str(response.name).startswith(prefix):
+            if not str(response.name).startswith(f"{self._key}/cryptoKeyVersions/"):
                 raise ProviderError(f"{self.describe()}: Cloud KMS answered with another key")
             return ciphertext
 

@@ -28,20 +28,20 @@ with needs_extra("hvac", "vault"):
     import requests
     import requests.adapters
 
+__all__ = ["VaultKeyWrapper", "vault_client"]
+
 # Slash-separated segments (no "." or ".."): a mount may not climb out of its path.
 _MOUNT = re.compile(r"(?!\.{1,2}(?:/|$))[\w.-]+(?:/(?!\.{1,2}(?:/|$))[\w.-]+)*", re.ASCII)
 _CIPHERTEXT = re.compile(r"vault:v[1-9][0-9]{0,9}:[A-Za-z0-9+/]+={0,2}")  # Vault's ciphertext text
 
 
 def _check_address(url: object) -> None:
-    """Refuse a Vault address that is not http(s)://host[:port]."""
     # No user:password@ part: the address is named in every message and repr.
     if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/?#@]+/?", url):
         raise ConfigurationError("the Vault address must be http(s)://host[:port] (no credentials in it)")
 
 
 def _check_key_name(key: object) -> None:
-    """Refuse a transit key name Vault would not accept."""
     if not isinstance(key, str) or not re.fullmatch(r"\w(?:[\w.-]*\w)?", key, re.ASCII):  # Vault's key names
         raise ConfigurationError("the transit key name must be letters, digits, '_', '-' or '.', e.g. statecodec")
 
@@ -110,11 +110,6 @@ def _failure(exc: BaseException) -> tuple[str, bool]:
         if isinstance(exc, cls) and needle in text:
             return detail, down
     return f"unexpected {type(exc).__name__} from the Vault client", False
-
-
-__all__ = ["VaultKeyWrapper", "vault_client"]
-
-_MAX_TOKEN_FILE_BYTES = 64 * 1024  # a Vault token, with room to spare
 
 
 class VaultKeyWrapper(_ClientHolder):
@@ -201,8 +196,8 @@ def vault_client_from_env(settings: Mapping[str, str]) -> Any:
         raise ConfigurationError("STATECODEC_VAULT_ADDR (or VAULT_ADDR) is not set; e.g. https://vault.example:8200")
     with named_errors("STATECODEC_VAULT_ADDR (or VAULT_ADDR)"):
         _check_address(url)
-    # The token, or the file a Vault Agent sidecar keeps it in (not both); else a shell's VAULT_TOKEN.
-    token, source = text_or_file(settings, "STATECODEC_VAULT_TOKEN", _MAX_TOKEN_FILE_BYTES, "hold one secret")
+    # The token, or the file a Vault Agent sidecar keeps it in (not both; 64 KiB, room to spare); else VAULT_TOKEN.
+    token, source = text_or_file(settings, "STATECODEC_VAULT_TOKEN", 64 * 1024, "hold one secret")
     if token is not None and not token.strip():
         raise ConfigurationError(f"{source} is empty")
     token = token.strip() if token is not None else _get(settings, "TOKEN")
