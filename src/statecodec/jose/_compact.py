@@ -53,7 +53,7 @@ class CompactCodec(OwnKeys, Generic[_K]):
         ring = keys if isinstance(keys, KeyRing) else KeyRing(keys)
         self._setup(alg, [(kid.hex(), key) for kid, key in ring.subkeys(_jwk.LABELS[alg])], max_token_length)
 
-    def _setup(self, alg: str, entries: Sequence[tuple[str, _jwk.Key]], max_token_length: object) -> None:
+    def _setup(self, alg: str, entries: Sequence[tuple[str, _jwk.Key]], max_token_length: object) -> Self:
         """Keys by ``kid`` (the first seals), the header profile, and the caps; `ConfigurationError` otherwise."""
         by_kid: dict[str, _K] = {}
         for i, (kid, key) in enumerate(entries):
@@ -74,14 +74,13 @@ class CompactCodec(OwnKeys, Generic[_K]):
         self._members = frozenset(header)
         self._expect = {name: value for name, value in header.items() if name in ("alg", "enc")}
         self._max_length, self._max_payload = check_cap(max_token_length, len(own))
+        return self
 
     @classmethod
     def _from_keys(cls, alg: str, keys: object, max_token_length: object) -> Self:
         if not isinstance(keys, (list, tuple)) or not keys:
             raise ConfigurationError("keys must be a non-empty list of keys: write keys=[key]")
-        self = cls.__new__(cls)
-        self._setup(alg, [("", key) for key in keys], max_token_length)
-        return self
+        return cls.__new__(cls)._setup(alg, [("", key) for key in keys], max_token_length)
 
     @classmethod
     def from_jwks(cls, jwks: object, *, alg: str = "", max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH) -> Self:
@@ -95,9 +94,7 @@ class CompactCodec(OwnKeys, Generic[_K]):
         secrets = [key for _, key in entries if isinstance(key, bytes)]
         if secrets:
             KeyRing(secrets)  # a ring's checks: 32 bytes at least, not a password, no duplicates
-        self = cls.__new__(cls)
-        self._setup(alg, entries, max_token_length)
-        return self
+        return cls.__new__(cls)._setup(alg, entries, max_token_length)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
