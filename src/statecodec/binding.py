@@ -112,8 +112,7 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
         self._v1 = [(kb, kp) for _, kb, kp in _macs(ring, _V1, prefix)]  # version 0x01: tried in ring order
         by_id = _macs(ring, _V2, prefix)
         self._by_id = {kid: (kb, kp) for kid, kb, kp in by_id}
-        kid, kb, kp = (b"", *self._v1[0]) if seal_version == _V1 else by_id[0]
-        self._sealing = (seal_version, kid, kb, kp)
+        self._sealing = (seal_version, b"", *self._v1[0]) if seal_version == _V1 else (seal_version, *by_id[0])
         self.codec, self._clock = codec, clock  # the inner codec
         self.audience, self.purpose = audience, purpose
 
@@ -133,8 +132,8 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
             claims += mac(principal_key, signed + lp(principal))
         return self.codec.seal(claims + state)
 
-    def _open(self, token: str) -> bytes:
-        """Inner unseal plus every check that needs no principal or context; returns the payload."""
+    def _open(self, token: str) -> tuple[bytes, int, int]:
+        """Inner unseal plus every check that needs no principal or context: (payload, tag start, state start)."""
         if type(token) is not str:  # whatever the inner codec would make of it
             raise InvalidToken(Reason.MALFORMED)
         try:
@@ -147,7 +146,7 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
             raise InvalidToken(Reason.SEAL)
         tag_at = _TAG_AT.get(payload[0], 0) if isinstance(payload, bytes) and payload else 0
         if not (tag_at and len(payload) > 1 and payload[1] in (0, _PRINCIPAL_FLAG)
-                and len(payload) >= tag_at + TAG_LENGTH * (1 + payload[1])):
+                and len(payload) >= (state_at := tag_at + TAG_LENGTH * (1 + payload[1]))):
             raise InvalidToken(Reason.MALFORMED)
         # Audience and purpose are public names, so a plain comparison leaks nothing.
         if payload[10:16] != self._scope:
@@ -160,15 +159,13 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
             raise InvalidToken(Reason.NOT_YET_VALID)
         if not now < iat + lifetime:
             raise InvalidToken(Reason.EXPIRED)
-        return payload
+        return payload, tag_at, state_at
 
     def unseal(self, token: str, *, principal: str | None = None, context: Mapping[str, str] | None = None) -> bytes:
         """The state of a token this codec minted for the same principal and context (checks: docs/formats.md);
         a principal or context that is not `str` is the caller's bug: `TypeError`, as in `seal`, whatever the token."""
         bound_input = _bound_input(principal, context)
-        payload = self._open(token)
-        tag_at = _TAG_AT[payload[0]]
-        state_at = tag_at + TAG_LENGTH * (1 + payload[1])
+        payload, tag_at, state_at = self._open(token)
         if (principal is None) != (payload[1] == 0):
             raise InvalidToken(Reason.PRINCIPAL)
         if payload[0] == _V2:
@@ -191,7 +188,7 @@ class BoundCodec(HoldsSecrets, WrapsCodec):
 
     def reseal(self, token: str) -> str:
         """Re-seal a live token under the inner codec's primary key, its claims byte for byte (the expiry stays)."""
-        return self.codec.seal(self._open(token))
+        return self.codec.seal(self._open(token)[0])
 
     def __repr__(self) -> str:
         scope = f"audience={self.audience!r}, purpose={self.purpose!r}"

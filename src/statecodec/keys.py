@@ -12,7 +12,6 @@ import os
 import secrets
 import string
 from collections.abc import Iterable, Mapping, Sequence
-from hmac import compare_digest
 from pathlib import Path
 
 from cryptography.hazmat.primitives.hashes import SHA256
@@ -92,7 +91,7 @@ def check_unique_ids(name: str, items: Sequence[bytes], ids: Sequence[bytes], ho
         j = first.setdefault(kid, i)
         if j == i:
             continue
-        if compare_digest(items[i], items[j]):
+        if hmac.compare_digest(items[i], items[j]):
             raise ConfigurationError(f"{name.format(i)} duplicates {name.format(j)}; list each key once "
                                      "(rotation is [old, new] -> [new, old] -> [new])")
         raise ConfigurationError(f"{name.format(i)} and {name.format(j)} are different keys whose {KEY_ID_LENGTH}-byte "
@@ -187,9 +186,7 @@ class KeyRing(HoldsSecrets, Sequence[bytes]):
         return f"KeyRing(key_ids={list(self.key_ids)!r})"
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, KeyRing):
-            return NotImplemented
-        return self._ids == other._ids
+        return self._ids == other._ids if isinstance(other, KeyRing) else NotImplemented
 
     def __hash__(self) -> int:
         return hash(self._ids)
