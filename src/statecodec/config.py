@@ -74,9 +74,7 @@ def known_settings() -> frozenset[str]:  # every STATECODEC_* name statecodec re
 def check_names(settings: Mapping[str, str]) -> None:
     """Refuse an unknown ``STATECODEC_*`` name (naming the closest valid one), and ``X`` given with ``X_FILE``."""
     known = known_settings()
-    for name in sorted(settings):
-        if not name.startswith(PREFIX) or name in known:
-            continue
+    for name in sorted(name for name in settings if name.startswith(PREFIX) and name not in known):
         if name in REMOVED:
             raise ConfigurationError(f"{name} is no longer read: {REMOVED[name]}")
         # Compared without the prefix every name shares, which would make any two names look alike.
@@ -94,13 +92,11 @@ def check_settings(settings: Mapping[str, str], kind: str, *, file: bool = False
     _builder(kind)  # an unknown kind is named as such, before its settings are judged
     reads = KINDS[kind].reads | _EVERY_KIND
     given = {name for name in settings if name.startswith(PREFIX) and setting(settings, name, required=False)}
-    for name in sorted(given - reads):
+    ignored = frozenset() if file else cfg.ENVIRONMENT_ONLY
+    for name in sorted(given - reads - ignored):
         if name in cfg.ENVIRONMENT_ONLY:
-            if file:
-                raise ConfigurationError(
-                    f"{name} is read from the environment (single use, the MCP ttl), not from a codec's config file"
-                )
-            continue
+            raise ConfigurationError(f"{name} is read from the environment (single use, the MCP ttl), not from a "
+                                     "codec's config file")
         readers = sorted(k for k, entry in KINDS.items() if name in entry.reads)
         raise ConfigurationError(f"{name} is set but codec kind {kind!r} does not read it (it is read by "
                                  f"{', '.join(readers)}); unset it, or set {CODEC_VAR} to the kind it belongs to")
