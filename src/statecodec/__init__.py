@@ -43,8 +43,7 @@ _ON_FIRST_USE = {"JWECodec": "statecodec.jose", "JWSCodec": "statecodec.jose",
 
 
 def __getattr__(name: str) -> object:
-    module = _ON_FIRST_USE.get(name)
-    if module is None:
+    if (module := _ON_FIRST_USE.get(name)) is None:
         raise AttributeError(f"module 'statecodec' has no attribute {name!r}")
     return getattr(_import_module(module), name)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from statecodec._encoding import DEFAULT_MAX_TOKEN_LENGTH, check_cap, check_payload, check_token_text
 from statecodec._settings import seconds
@@ -53,7 +52,15 @@ class SDKKeysMigration(HoldsSecrets):
                                      "+ 600") from None
         if not callable(clock):
             raise ConfigurationError("clock must be a callable returning epoch seconds (time.time)")
-        self._sdk, self._refusal = _sdk_codec(sdk_keys)
+        with needs_extra("mcp", "mcp", "statecodec.sdk_migration"):
+            from mcp.server.request_state import AESGCMRequestStateCodec, InvalidRequestState
+        if isinstance(sdk_keys, (str, bytes, bytearray)) or not isinstance(sdk_keys, Sequence):
+            raise ConfigurationError("sdk_keys must be the list given to RequestStateSecurity(keys=[...]), e.g. [key]")
+        try:
+            self._sdk, self._refusal = AESGCMRequestStateCodec(sdk_keys), InvalidRequestState
+        except (TypeError, ValueError) as exc:  # the SDK's messages name the key's position, never its value
+            message = str(exc).replace("request-state keys", "sdk_keys").replace("keys[", "sdk_keys[")
+            raise ConfigurationError(message) from None
         self.codec, self.sdk_tokens_until = codec, sdk_tokens_until
         self._until = math.inf if sdk_tokens_until is None else float(sdk_tokens_until)
         self._seal_with_sdk, self._clock = seal_with_sdk, clock
@@ -82,29 +89,13 @@ class SDKKeysMigration(HoldsSecrets):
         # Positive check: a NaN or non-number clock refuses, like a clock past the deadline (inf in phase one).
         if not (isinstance(now, (int, float)) and now < self._until):
             raise InvalidToken(Reason.UNKNOWN_KEY)
-        reason: Reason | None = None
         try:
-            payload: bytes = self._sdk.unseal(token)
+            return self._sdk.unseal(token)
         except Exception as exc:  # InvalidRequestState, or anything else: deny on error
             reason = _SDK_REASONS.get(str(exc), Reason.SEAL) if isinstance(exc, self._refusal) else Reason.MALFORMED
-        if reason is not None:  # raised outside the handler: nothing chains back to the SDK's frames or the token
-            raise InvalidToken(reason)
-        return payload
+        raise InvalidToken(reason)  # outside the handler: nothing chains back to the SDK's frames or the token
 
     def __repr__(self) -> str:
         phase = "seal_with_sdk=True" if self._seal_with_sdk else f"sdk_tokens_until={self.sdk_tokens_until!r}"
         return f"SDKKeysMigration({self.codec!r}, {phase})"
 
-
-def _sdk_codec(sdk_keys: object) -> tuple[Any, type[Exception]]:
-    """The SDK's own codec over `sdk_keys` and its refusal type; its key checks' messages, naming ``sdk_keys``, as
-    `ConfigurationError`."""
-    with needs_extra("mcp", "mcp", "statecodec.sdk_migration"):
-        from mcp.server.request_state import AESGCMRequestStateCodec, InvalidRequestState
-    if isinstance(sdk_keys, (str, bytes, bytearray)) or not isinstance(sdk_keys, Sequence):
-        raise ConfigurationError("sdk_keys must be the list given to RequestStateSecurity(keys=[...]), e.g. [key]")
-    try:
-        return AESGCMRequestStateCodec(sdk_keys), InvalidRequestState
-    except (TypeError, ValueError) as exc:  # the SDK's messages name the key's position, never its value
-        message = str(exc).replace("request-state keys", "sdk_keys").replace("keys[", "sdk_keys[")
-        raise ConfigurationError(message) from None
