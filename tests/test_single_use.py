@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -106,26 +107,21 @@ def test_the_invalid_vectors_are_refused_and_claim_nothing(v: dict[str, Any]) ->
 def test_a_single_use_codec_records_a_new_form_before_its_token_leaves() -> None:
     store = MemoryStore()
     inner = BoundCodec(AESGCMCodec(KeyRing.generate()), audience="a", binding_key=KEY)
-    codec = SingleUseCodec(inner, SingleUse(store, key=KEY, ttl=60))
-    try:
+    with closing(SingleUseCodec(inner, SingleUse(store, key=KEY, ttl=60))) as codec:
         token = codec.seal(b"x", principal="alice")  # issue 32: `revoke --principal alice` checks this record
         forms = asyncio.run(store.health(fingerprint=codec.guard._fingerprint))["forms"]
         assert forms == {codec.guard.form("principal", None): mock.ANY}
         assert not codec.guard.unrecorded
         assert codec.unseal(token, principal="alice") == b"x"
-    finally:
-        codec.close()
 
 
 def test_a_reserved_scope_name_is_refused_at_mint() -> None:
-    codec = SingleUseCodec(AESGCMCodec(KeyRing.generate()), SingleUse(MemoryStore(), key=KEY, ttl=60))
-    try:  # issue 32: the earlier API's scope, which `revoke --principal` would never reach
+    # issue 32: the earlier API's scope, which `revoke --principal` would never reach
+    with closing(SingleUseCodec(AESGCMCodec(KeyRing.generate()), SingleUse(MemoryStore(), key=KEY, ttl=60))) as codec:
         for name in ("principal", "client", "issuer", "subject", "all"):
             with pytest.raises(ConfigurationError, match=f"the scope name {name} is reserved"):
                 codec.seal(b"y", scopes={name: "alice"})
         assert codec.unseal(codec.seal(b"x", scopes={"tenant": "acme"})) == b"x"
-    finally:
-        codec.close()
 
 
 def test_an_unspent_stamp_cannot_carry_a_consumed_state() -> None:
@@ -206,8 +202,7 @@ def _loop_threads() -> int:
 def test_over_the_in_process_store_a_token_is_accepted_once_across_threads_with_no_loop_thread() -> None:
     """MemoryStore never suspends: each thread consumes in place, under the store's lock, and one alone accepts."""
     before = _loop_threads()
-    codec = SingleUseCodec(AESGCMCodec(KeyRing.generate()), SingleUse(MemoryStore(), key=KEY, ttl=600))
-    try:
+    with closing(SingleUseCodec(AESGCMCodec(KeyRing.generate()), SingleUse(MemoryStore(), key=KEY, ttl=600))) as codec:
         token = codec.seal(b"s", principal=("app", "https://idp", "alice"))
 
         def attempt(_: int) -> bytes | str:
@@ -221,8 +216,6 @@ def test_over_the_in_process_store_a_token_is_accepted_once_across_threads_with_
         assert results.count(b"s") == 1
         assert set(results) == {b"s", "replayed"}
         assert _loop_threads() == before
-    finally:
-        codec.close()
 
 
 class Suspending(MemoryStore):
@@ -239,16 +232,13 @@ class Suspending(MemoryStore):
 
 def test_a_store_that_suspends_runs_on_one_loop_thread_started_on_first_use_and_ended_by_close() -> None:
     before = _loop_threads()
-    codec = SingleUseCodec(AESGCMCodec(KeyRing.generate()), SingleUse(Suspending(), key=KEY, ttl=600))
-    try:
+    with closing(SingleUseCodec(AESGCMCodec(KeyRing.generate()), SingleUse(Suspending(), key=KEY, ttl=600))) as codec:
         assert _loop_threads() == before
         token = codec.seal(b"s")
         assert _loop_threads() == before + 1
         assert codec.unseal(token) == b"s"
         with pytest.raises(InvalidToken, match="replayed"):
             codec.unseal(token)
-    finally:
-        codec.close()
     assert _loop_threads() == before
 
 
