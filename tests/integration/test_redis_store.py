@@ -240,9 +240,9 @@ def test_a_store_at_maxclients_or_loading_has_answered_and_is_refused_even_in_ac
     assert not isinstance(info.value, StoreUnreachable)  # a flood cannot switch availability first on
 
 
-def evalsha_calls(server: RedisServer) -> int:
-    """How many EVALSHA the server has run since its statistics were reset: its own fact, no clock."""
-    return int(next(iter(re.findall(r"cmdstat_evalsha:calls=(\d+)", server.cli("INFO", "commandstats"))), "0"))
+def calls(server: RedisServer, command: str = "evalsha") -> int:
+    """How many `command` the server has run since its statistics were reset: its own fact, no clock."""
+    return int(next(iter(re.findall(rf"cmdstat_{command}:calls=(\d+)", server.cli("INFO", "commandstats"))), "0"))
 
 
 def test_a_claim_or_keep_that_reaches_the_store_after_its_deadline_records_nothing(
@@ -266,9 +266,9 @@ def test_a_claim_or_keep_that_reaches_the_store_after_its_deadline_records_nothi
             finally:
                 redis_server.resume()
             for _ in range(1000):  # until the store ran both, late (each poll a round trip)
-                if evalsha_calls(redis_server) >= 2:
+                if calls(redis_server) >= 2:
                     break
-            assert evalsha_calls(redis_server) == 2
+            assert calls(redis_server) == 2
             assert await guard.consume(refused) == b"x"  # once, not `replayed`: the late claim recorded nothing
             with pytest.raises(InvalidToken, match="replayed"):
                 await guard.consume(refused)
@@ -353,7 +353,7 @@ def test_a_burst_on_a_healthy_store_is_served_and_saturation_is_retryable(
             return outcomes
 
     assert run(scenario) == [str(n).encode() for n in range(1000)]
-    assert evalsha_calls(redis_server) == 1050  # one round trip each, none refused before it
+    assert calls(redis_server) == 1050  # one round trip each, none refused before it
     answer = refusal("tools/call", Reason.STORE_BUSY).error
     assert (answer.message, answer.data) == ("requestState not checked, server busy: retry shortly",
                                              {"reason": "store_busy"})
@@ -613,9 +613,8 @@ def test_store_check_and_revoke_work_in_bounded_increments_at_100000_revocations
     assert main(["store", "check", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert (report["revocations"], report["malformed"]) == (100_001, ["\\xffbad"])
-    stats = redis_server.cli("INFO", "commandstats")
-    assert int((re.findall(r"cmdstat_hgetall:calls=(\d+)", stats) or ["0"])[0]) <= 1  # the forms hash: a handful
-    assert int(re.findall(r"cmdstat_hscan:calls=(\d+)", stats)[0]) >= 100  # batches of about 1,000
+    assert calls(redis_server, "hgetall") <= 1  # the forms hash: a handful
+    assert calls(redis_server, "hscan") >= 100  # batches of about 1,000
     assert main(["revoke", "--principal", "alice", "--force"]) == 0  # no token was minted: no form recorded
     assert (client.zcard("{statecodec}:rx"), client.hlen("{statecodec}:r")) == (100_000 - 100 + 1, 100_001 - 100 + 1)
     client.close()
