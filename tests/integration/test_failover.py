@@ -9,33 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 
 import pytest
 from tests.plugins import eventually
-from tests.plugins.redis import RedisServer, shard
+from tests.plugins.redis import RedisServer, guarded, shard
 
 from statecodec import ConfigurationError, InvalidToken, StoreError
 from statecodec.mcp import store_from_env
-from statecodec.redis_store import RedisStore
 from statecodec.single_use import SingleUse
 
 pytestmark = pytest.mark.integration
-KEY = bytes(range(50, 82))
 FAST_SYNC = ["--repl-diskless-sync-delay", "0"]  # a replica synchronises at once, not after 5 s
 NEW_EPOCH = "began a new epoch (flushed, restarted, or failed over: it may lack claims)"
 
 
-@asynccontextmanager
-async def guarded(url: str, replicas: int = 0) -> AsyncIterator[SingleUse]:
-    """One instance of a fleet on `url`, started; closed at exit."""
-    guard = SingleUse(RedisStore.from_url(url, timeout=2, replicas=replicas), key=KEY, ttl=600)
-    try:
-        await guard.start()
-        yield guard
-    finally:
-        await guard.aclose()
+@pytest.fixture
+def replicated() -> Iterator[tuple[RedisServer, RedisServer]]:
+    """A primary and its replica of this test's own, in sync."""
+    with RedisServer(extra=FAST_SYNC) as primary, RedisServer(extra=[*FAST_SYNC, "--replicaof", "127.0.0.1",
+                                                                    str(primary.port)]) as replica:
+        eventually(lambda: synced(replica))
+        yield primary, replica
 
 
 def cut(primary: RedisServer, replica: RedisServer) -> None:
@@ -78,34 +73,32 @@ async def answering(guard: SingleUse) -> None:
 
 
 def test_a_promoted_replica_that_missed_claims_begins_a_new_epoch_and_no_consumed_token_is_accepted_again(
-    caplog: pytest.LogCaptureFixture,
+    replicated: tuple[RedisServer, RedisServer], caplog: pytest.LogCaptureFixture
 ) -> None:
     """One primary, one replica: claims made while the link is cut, then the node at the URL serves the replica's
     history (the old primary rejoins as its replica, a full resynchronisation drops the claims, then it is promoted
     back): 0 of the consumed tokens accepted again, the tokens in flight refused, new ones accepted at once."""
-    with RedisServer(extra=FAST_SYNC) as primary, RedisServer(extra=[*FAST_SYNC, "--replicaof", "127.0.0.1",
-                                                                    str(primary.port)]) as replica:
-        eventually(lambda: synced(replica))
+    primary, replica = replicated
 
-        async def scenario() -> None:
-            async with guarded(primary.url) as a, guarded(primary.url) as b, guarded(primary.url) as c:
-                consumed, in_flight = [(a, b)[i % 2].stamp(b"x") for i in range(8)], [a.stamp(b"x"), b.stamp(b"x")]
-                cut(primary, replica)
-                assert [await (a, b)[i % 2].consume(t) for i, t in enumerate(consumed)] == [b"x"] * 8
-                primary.pause()  # else the resumed replica could reconnect and read the claims first
-                replica.resume()
-                replica.cli("REPLICAOF", "NO", "ONE")
-                primary.resume()
-                primary.cli("REPLICAOF", "127.0.0.1", str(replica.port))
-                eventually(lambda: synced(primary))
-                primary.cli("REPLICAOF", "NO", "ONE")
-                refused_as_forgotten(await presented(a, consumed) + await presented(b, consumed))
-                refused_as_forgotten(await presented(b, in_flight))  # the cost: minted before, refused too
-                assert await a.consume(b.stamp(b"x")) == b"x"  # the new epoch serves at once
-                await c.start()  # an instance that learns it by its hello (recording a form) logs it too
+    async def scenario() -> None:
+        async with guarded(primary.url) as a, guarded(primary.url) as b, guarded(primary.url) as c:
+            consumed, in_flight = [(a, b)[i % 2].stamp(b"x") for i in range(8)], [a.stamp(b"x"), b.stamp(b"x")]
+            cut(primary, replica)
+            assert [await (a, b)[i % 2].consume(t) for i, t in enumerate(consumed)] == [b"x"] * 8
+            primary.pause()  # else the resumed replica could reconnect and read the claims first
+            replica.resume()
+            replica.cli("REPLICAOF", "NO", "ONE")
+            primary.resume()
+            primary.cli("REPLICAOF", "127.0.0.1", str(replica.port))
+            eventually(lambda: synced(primary))
+            primary.cli("REPLICAOF", "NO", "ONE")
+            refused_as_forgotten(await presented(a, consumed) + await presented(b, consumed))
+            refused_as_forgotten(await presented(b, in_flight))  # the cost: minted before, refused too
+            assert await a.consume(b.stamp(b"x")) == b"x"  # the new epoch serves at once
+            await c.start()  # an instance that learns it by its hello (recording a form) logs it too
 
-        with caplog.at_level(logging.WARNING, "statecodec.single_use"):
-            asyncio.run(scenario())
+    with caplog.at_level(logging.WARNING, "statecodec.single_use"):
+        asyncio.run(scenario())
     logged = [r.getMessage() for r in caplog.records if NEW_EPOCH in r.getMessage()]
     assert logged == [f"the store at 127.0.0.1:{primary.port} {NEW_EPOCH}: older tokens refused"] * 3  # each once
 
@@ -150,29 +143,27 @@ def test_a_cluster_failover_that_lost_claims_is_detected_and_the_durability_sett
 
 
 def test_with_the_durability_setting_a_claim_no_replica_holds_is_refused_and_spent(
-    caplog: pytest.LogCaptureFixture,
+    replicated: tuple[RedisServer, RedisServer], caplog: pytest.LogCaptureFixture
 ) -> None:
     """STATECODEC_STORE_REPLICAS=1: while the link is cut each claim is refused, the cause named; it was recorded on
     the primary, so once the link is back the same token is `replayed` (spent, though refused), a new one accepted."""
-    with RedisServer(extra=FAST_SYNC) as primary, RedisServer(extra=[*FAST_SYNC, "--replicaof", "127.0.0.1",
-                                                                    str(primary.port)]) as replica:
-        eventually(lambda: synced(replica))
+    primary, replica = replicated
 
-        async def scenario() -> None:
-            async with guarded(primary.url, replicas=1) as guard:
-                assert await guard.consume(guard.stamp(b"x")) == b"x"
-                stamped = guard.stamp(b"x")
-                cut(primary, replica)
-                with pytest.raises(InvalidToken, match="store_unavailable"):
-                    await guard.consume(stamped)
-                replica.resume()
-                with pytest.raises(InvalidToken, match="replayed"):
-                    await guard.consume(stamped)
-                eventually(lambda: synced(replica))
-                assert await guard.consume(guard.stamp(b"x")) == b"x"
+    async def scenario() -> None:
+        async with guarded(primary.url, replicas=1) as guard:
+            assert await guard.consume(guard.stamp(b"x")) == b"x"
+            stamped = guard.stamp(b"x")
+            cut(primary, replica)
+            with pytest.raises(InvalidToken, match="store_unavailable"):
+                await guard.consume(stamped)
+            replica.resume()
+            with pytest.raises(InvalidToken, match="replayed"):
+                await guard.consume(stamped)
+            eventually(lambda: synced(replica))
+            assert await guard.consume(guard.stamp(b"x")) == b"x"
 
-        with caplog.at_level(logging.WARNING, "statecodec.single_use"):
-            asyncio.run(scenario())
+    with caplog.at_level(logging.WARNING, "statecodec.single_use"):
+        asyncio.run(scenario())
     assert f"127.0.0.1:{primary.port}: claim not acknowledged by 1 replicas (STATECODEC_STORE_REPLICAS)" in caplog.text
 
 

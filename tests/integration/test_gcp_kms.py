@@ -3,7 +3,6 @@ loopback Cloud KMS server."""
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Iterator
 from functools import partial
@@ -11,7 +10,7 @@ from typing import Any
 
 import pytest
 from tests.integration.kms_support import ATTEMPTS, assert_no_secret_in, capture_every_record
-from tests.plugins.gcp import CORRUPTIONS, FakeCloudKms, key_name
+from tests.plugins.gcp import CORRUPTIONS, FakeCloudKms
 
 from statecodec import EnvelopeCodec, ProviderError
 from statecodec.envelope import canonical_context, default_context, new_wrapped_key
@@ -20,12 +19,10 @@ from statecodec.providers.gcp_kms import GcpKmsWrapper
 
 pytestmark = pytest.mark.integration
 
-_names = itertools.count()
-
 
 @pytest.fixture
 def key(gcp_kms: FakeCloudKms) -> str:
-    return gcp_kms.create_key(key_name("statecodec-test", "ring", f"key-{next(_names)}"))
+    return gcp_kms.create_key()
 
 
 @pytest.fixture

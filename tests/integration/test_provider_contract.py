@@ -8,7 +8,6 @@ client a deployment uses.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,7 +33,6 @@ from statecodec.reload import ReloadingCodec
 
 pytestmark = pytest.mark.integration
 PROVIDERS = ["aws", "gcp", "vault"]
-_names = itertools.count()
 _S = TypeVar("_S", MotoServer, FakeCloudKms)
 
 
@@ -101,12 +99,12 @@ def _gcp(request: pytest.FixtureRequest, fresh: bool) -> Provider:
     server = _own(request, FakeCloudKms()) if fresh else request.getfixturevalue("gcp_kms")
     client = server.client()
     request.addfinalizer(client.transport.close)
-    name = server.create_key(key_name("contract", "ring", f"key-{next(_names)}"))
+    name = server.create_key()
     return Provider(
         key=name,
         make=lambda key=name, retry=None: GcpKmsWrapper(key, client=client, retry=retry, timeout=5),
         calls=lambda: sum(server.calls.values()),
-        new_key=lambda: server.create_key(key_name("contract", "ring", f"key-{next(_names)}")),
+        new_key=server.create_key,
         stop=server.stop,
         down="Cloud KMS unreachable",
         settings={

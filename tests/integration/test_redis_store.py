@@ -14,8 +14,7 @@ import logging
 import re
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 from unittest.mock import ANY
@@ -27,7 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from tests.plugins import free_port
-from tests.plugins.redis import RedisServer
+from tests.plugins.redis import KEY, RedisServer, guarded
 
 from statecodec import ConfigurationError, InvalidToken, StoreError, StoreUnreachable, format_keys
 from statecodec.cli.main import main
@@ -38,7 +37,6 @@ from statecodec.store import Outcome
 
 pytestmark = pytest.mark.integration
 T = TypeVar("T")
-KEY = bytes(range(50, 82))
 PASSWORD = "s3cret/Pa?ss#7@f1e"  # every URL delimiter: it must never become the host:port of a message
 QUOTED = PASSWORD.replace("/", "%2F").replace("?", "%3F").replace("#", "%23").replace("@", "%40")
 # The minimal ACL (docs/single-use.md): what the client sends, and what the scripts call, on the namespace's keys.
@@ -52,28 +50,13 @@ def run(scenario: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kw: Any) 
     return asyncio.run(scenario(*args, **kw))
 
 
-@asynccontextmanager
-async def guarded(url: str, **kw: Any) -> AsyncIterator[SingleUse]:
-    """A guard started on `url`, closed at exit (and when its start fails)."""
-    guard = SingleUse(RedisStore.from_url(url, timeout=kw.pop("timeout", 2)), key=KEY, ttl=600, **kw)
-    try:
-        await guard.start()
-        yield guard
-    finally:
-        await guard.aclose()
-
-
 async def minted(url: str, principal: tuple[str | None, str | None, str | None], namespace: str = "statecodec"
                  ) -> bytes:
     """A token stamped for `principal` as a server mints one: its principal's form recorded before it leaves."""
-    guard = SingleUse(RedisStore.from_url(url, namespace=namespace, timeout=2), key=KEY, ttl=600)
-    try:
-        await guard.start()
+    async with guarded(url, namespace=namespace) as guard:
         stamped = guard.stamp(b"x", principal=principal)
         await guard.start()  # `unrecorded` is not empty: the new form is recorded
         return stamped
-    finally:
-        await guard.aclose()
 
 
 async def opened(url: str, **kw: Any) -> SingleUse:
@@ -84,6 +67,13 @@ async def opened(url: str, **kw: Any) -> SingleUse:
 
 def assert_silent(exc: BaseException) -> None:
     assert "s3cret" not in " ".join((str(exc), repr(exc), str(exc.__context__), str(exc.__cause__)))  # nor QUOTED
+
+
+@pytest.fixture
+def operator(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settings of an operator's `statecodec` commands: the session server, the fleet's store key."""
+    monkeypatch.setenv("STATECODEC_STORE_URL", redis_url)
+    monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([KEY]))
 
 
 @pytest.fixture
@@ -216,7 +206,7 @@ def test_a_batch_that_fails_before_it_is_sent_answers_its_callers_at_once(caplog
         try:
             with pytest.raises(StoreUnreachable, match="is unreachable"):  # a hang fails at 5 s
                 async with asyncio.timeout(5):
-                        await store.claim(fingerprint=b"f", key=b"k", epoch=b"e", issued_ms=1, expires_ms=2,
+                    await store.claim(fingerprint=b"f", key=b"k", epoch=b"e", issued_ms=1, expires_ms=2,
                                       lifetime_ms=1, skew_ms=0, scopes=())
             return time.monotonic() - started
         finally:
@@ -250,10 +240,9 @@ def test_a_store_at_maxclients_or_loading_has_answered_and_is_refused_even_in_ac
     assert not isinstance(info.value, StoreUnreachable)  # a flood cannot switch availability first on
 
 
-
-def evalsha_calls(server: RedisServer) -> int:
-    """How many EVALSHA the server has run since its statistics were reset: its own fact, no clock."""
-    return int(next(iter(re.findall(r"cmdstat_evalsha:calls=(\d+)", server.cli("INFO", "commandstats"))), "0"))
+def calls(server: RedisServer, command: str = "evalsha") -> int:
+    """How many `command` the server has run since its statistics were reset: its own fact, no clock."""
+    return int(next(iter(re.findall(rf"cmdstat_{command}:calls=(\d+)", server.cli("INFO", "commandstats"))), "0"))
 
 
 def test_a_claim_or_keep_that_reaches_the_store_after_its_deadline_records_nothing(
@@ -277,9 +266,9 @@ def test_a_claim_or_keep_that_reaches_the_store_after_its_deadline_records_nothi
             finally:
                 redis_server.resume()
             for _ in range(1000):  # until the store ran both, late (each poll a round trip)
-                if evalsha_calls(redis_server) >= 2:
+                if calls(redis_server) >= 2:
                     break
-            assert evalsha_calls(redis_server) == 2
+            assert calls(redis_server) == 2
             assert await guard.consume(refused) == b"x"  # once, not `replayed`: the late claim recorded nothing
             with pytest.raises(InvalidToken, match="replayed"):
                 await guard.consume(refused)
@@ -287,7 +276,6 @@ def test_a_claim_or_keep_that_reaches_the_store_after_its_deadline_records_nothi
             assert (await guard.claim(kept, retry))[2] == nothing_kept_late
 
     run(scenario)
-
 
 
 def test_each_error_a_store_answers_is_named_as_its_own_cause_and_logged_apart(
@@ -347,7 +335,6 @@ def test_a_redirect_storm_on_a_cluster_is_named(redis_cluster: list[RedisServer]
         owner.cli("CLUSTER", "SETSLOT", str(slot), "STABLE")
 
 
-
 def test_a_burst_on_a_healthy_store_is_served_and_saturation_is_retryable(
     redis_url: str, redis_server: RedisServer
 ) -> None:
@@ -366,7 +353,7 @@ def test_a_burst_on_a_healthy_store_is_served_and_saturation_is_retryable(
             return outcomes
 
     assert run(scenario) == [str(n).encode() for n in range(1000)]
-    assert evalsha_calls(redis_server) == 1050  # one round trip each, none refused before it
+    assert calls(redis_server) == 1050  # one round trip each, none refused before it
     answer = refusal("tools/call", Reason.STORE_BUSY).error
     assert (answer.message, answer.data) == ("requestState not checked, server busy: retry shortly",
                                              {"reason": "store_busy"})
@@ -391,10 +378,8 @@ async def many_revocations_and_a_malformed_one(url: str, server: RedisServer) ->
 
 def test_revoke_and_store_check_on_a_live_store_and_under_the_wrong_settings(
     redis_url: str, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, operator: None,
 ) -> None:
-    monkeypatch.setenv("STATECODEC_STORE_URL", redis_url)
-    monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([KEY]))
     assert main(["revoke", "--principal", "alice"]) == 2  # point 3: no server has used this store yet
     assert "no server has used the store" in capsys.readouterr().err
     assert main(["store", "check"]) == 1  # nor is it "ready": a wrong namespace looks just like this
@@ -406,15 +391,10 @@ def test_revoke_and_store_check_on_a_live_store_and_under_the_wrong_settings(
     assert main(["revoke", "--principal", "alice", "--issuer", "https://idp", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["revoked_until"].startswith(str(datetime.date.today().year))
     stamped = guard.stamp(b"x", principal=("c", "https://idp", "alice"))  # minted now: within the revocation
-
-    async def consume(stamped: bytes) -> bytes:
-        async with guarded(redis_url) as fresh:
-            return await fresh.consume(stamped)
-
     with pytest.raises(InvalidToken, match="revoked"):
-        run(consume, stamped)  # at once, on another instance: no view to wait for
+        run(consume_once, redis_url, stamped)  # at once, on another instance: no view to wait for
     assert main(["revoke", "--principal", "alice", "--issuer", "https://idp", "--lift"]) == 0
-    assert run(consume, guard.stamp(b"y", principal=("c", "https://idp", "alice"))) == b"y"
+    assert run(consume_once, redis_url, guard.stamp(b"y", principal=("c", "https://idp", "alice"))) == b"y"
     assert main(["store", "check"]) == 0
     report = capsys.readouterr().out
     assert "owner             this store key and namespace" in report
@@ -447,12 +427,9 @@ def test_revoke_and_store_check_on_a_live_store_and_under_the_wrong_settings(
 
 
 @pytest.fixture
-def revoke(redis_url: str, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch,
-           capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str]]:
-    """`statecodec revoke ARGS` on an empty store, the fleet's settings but the namespace: (exit status, stdout)."""
-    monkeypatch.setenv("STATECODEC_STORE_URL", redis_url)
-    monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([KEY]))
-    redis_server.cli("FLUSHALL")
+def revoke(operator: None, capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str]]:
+    """`statecodec revoke ARGS` on an empty store (`redis_url` flushed it), the fleet's settings but the namespace:
+    (exit status, stdout)."""
 
     def command(*args: str) -> tuple[int, str]:
         code = main(["revoke", *args])
@@ -609,18 +586,12 @@ def test_a_cluster_keeps_a_namespace_in_one_slot_under_the_minimal_acl(
 
 
 def test_store_check_names_a_malformed_entry_whose_name_is_not_utf8_escaped_and_goes_on(
-    redis_url: str, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    redis_url: str, redis_server: RedisServer, operator: None, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     namespace = f"bytes-{time.monotonic_ns()}"
-    for name, value in (("URL", redis_url), ("KEY", format_keys([KEY])), ("NAMESPACE", namespace)):
-        monkeypatch.setenv(f"STATECODEC_STORE_{name}", value)
-
-    async def serve_once() -> None:  # a server has used it
-        guard = SingleUse(RedisStore.from_url(redis_url, namespace=namespace), key=KEY, ttl=600)
-        await guard.start()
-        await guard.aclose()
-
-    run(serve_once)
+    monkeypatch.setenv("STATECODEC_STORE_NAMESPACE", namespace)
+    run(opened, redis_url, namespace=namespace)  # a server has used it
     client = redis.Redis(port=redis_server.port)
     client.hset(f"{{{namespace}}}:r", b"\xff\x1b[2J", b"?")  # malformed, by one with write access; not UTF-8
     client.close()
@@ -629,12 +600,10 @@ def test_store_check_names_a_malformed_entry_whose_name_is_not_utf8_escaped_and_
 
 
 def test_store_check_and_revoke_work_in_bounded_increments_at_100000_revocations(
-    redis_url: str, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    redis_url: str, redis_server: RedisServer, operator: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """No operator command holds the store: `store check` reads the revocations by HSCAN batches (no command reads
     them all), a `revoke` drops at most 100 expired entries per call; a malformed entry is named and skipped."""
-    monkeypatch.setenv("STATECODEC_STORE_URL", redis_url)
-    monkeypatch.setenv("STATECODEC_STORE_KEY", format_keys([KEY]))
     run(opened, redis_url)  # a server has used it
     client = redis.Redis(port=redis_server.port)
     client.hset("{statecodec}:r", mapping={f"{n:032x}": "1:2" for n in range(100_000)})  # expired long ago
@@ -644,9 +613,8 @@ def test_store_check_and_revoke_work_in_bounded_increments_at_100000_revocations
     assert main(["store", "check", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert (report["revocations"], report["malformed"]) == (100_001, ["\\xffbad"])
-    stats = redis_server.cli("INFO", "commandstats")
-    assert int((re.findall(r"cmdstat_hgetall:calls=(\d+)", stats) or ["0"])[0]) <= 1  # the forms hash: a handful
-    assert int(re.findall(r"cmdstat_hscan:calls=(\d+)", stats)[0]) >= 100  # batches of about 1,000
+    assert calls(redis_server, "hgetall") <= 1  # the forms hash: a handful
+    assert calls(redis_server, "hscan") >= 100  # batches of about 1,000
     assert main(["revoke", "--principal", "alice", "--force"]) == 0  # no token was minted: no form recorded
     assert (client.zcard("{statecodec}:rx"), client.hlen("{statecodec}:r")) == (100_000 - 100 + 1, 100_001 - 100 + 1)
     client.close()

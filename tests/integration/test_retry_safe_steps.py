@@ -10,7 +10,8 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,36 +53,36 @@ def reasons(servers: list[FleetServer]) -> list[str]:
     return [line.partition(REJECTED)[2] for line in text.splitlines() if REJECTED in line]
 
 
-async def retry_each_second(client: httpx.AsyncClient, server: FleetServer, state: str, user: str, name: str,
-                            until: float) -> tuple[list[Any], float]:
-    """The same retry on `server` once a second until it is not `in_progress` or `until` passes: (each answer's
-    result, or its error's reason), and when the last came."""
-    answers: list[Any] = []
-    while time.monotonic() < until:
-        answer = await present(client, server, state, subject=user, name=name)
-        answers.append(answer.get("result") or answer["error"].get("data", {}).get("reason"))
-        if answers[-1] != "in_progress":
-            break
-        await anyio.sleep(1)
-    return answers, time.monotonic()
+def gone_mid_step(first: FleetServer, other: FleetServer, user: str, name: str, within: float,
+                  then: Callable[[], None] = lambda: None) -> tuple[list[Any], float]:
+    """Round 1 on `first`, its retry there given up mid-step (the client drops the connection: the SDK cancels),
+    `then()`, and the same retry on `other` once a second until it is not `in_progress` or `within` s passed since the
+    first: (each answer's result, or its error's reason), and the seconds from the first to the last."""
+
+    async def body() -> tuple[list[Any], float]:
+        async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)) as client:
+            state = await round_one(client, first, subject=user, name=name)
+            started, answers = time.monotonic(), list[Any]()
+            with pytest.raises(httpx.ReadTimeout):
+                await present(client, first, state, subject=user, name=name, timeout=CLIENT_TIMEOUT_S)
+            then()
+            while time.monotonic() < started + within:
+                answer = await present(client, other, state, subject=user, name=name)
+                answers.append(answer.get("result") or answer["error"].get("data", {}).get("reason"))
+                if answers[-1] != "in_progress":
+                    break
+                await anyio.sleep(1)
+            return answers, time.monotonic() - started
+
+    return anyio.run(body)
 
 
 def test_a_client_timing_out_mid_step_gets_the_answer_on_another_instance_and_the_step_ran_once(
     servers: tuple[list[FleetServer], Path],
 ) -> None:
     (first, other, _), runs = servers
-    user, name = f"alice-{uuid.uuid4().hex[:8]}", f"timeout-{uuid.uuid4().hex[:8]}"
-
-    async def body() -> tuple[list[Any], float]:
-        async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)) as client:
-            state = await round_one(client, first, subject=user, name=name)
-            started = time.monotonic()
-            with pytest.raises(httpx.ReadTimeout):  # the client gives up and drops the connection: the SDK cancels
-                await present(client, first, state, subject=user, name=name, timeout=CLIENT_TIMEOUT_S)
-            answers, done = await retry_each_second(client, other, state, user, name, started + 12)
-            return answers, done - started
-
-    answers, took = anyio.run(body)
+    name = f"timeout-{uuid.uuid4().hex[:8]}"
+    answers, took = gone_mid_step(first, other, f"alice-{uuid.uuid4().hex[:8]}", name, 12)
     assert answers[:-1] == ["in_progress"] * (len(answers) - 1)  # while the step ran, then its kept answer
     assert answers[-1]["structuredContent"]["name"] == name, answers
     assert took < STEP_S + 2.5, took  # within one step's time (and a retry's second)
@@ -92,20 +93,9 @@ def test_a_step_whose_instance_died_is_told_lost_within_its_bound_never_in_progr
     servers: tuple[list[FleetServer], Path],
 ) -> None:
     (_, other, dying), runs = servers
-    user, name = f"bob-{uuid.uuid4().hex[:8]}", f"died-{uuid.uuid4().hex[:8]}"
-    bound = STEP_TIMEOUT_S + 2 * 2 * STORE_TIMEOUT_S + 1
-
-    async def body() -> tuple[list[Any], float]:
-        async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)) as client:
-            state = await round_one(client, dying, subject=user, name=name)
-            started = time.monotonic()
-            with pytest.raises(httpx.ReadTimeout):
-                await present(client, dying, state, subject=user, name=name, timeout=CLIENT_TIMEOUT_S)
-            os.killpg(dying.process.pid, signal.SIGKILL)  # mid-step: nothing will keep its answer
-            answers, done = await retry_each_second(client, other, state, user, name, started + bound + 10)
-            return answers, done - started
-
-    answers, took = anyio.run(body)
+    name, bound = f"died-{uuid.uuid4().hex[:8]}", STEP_TIMEOUT_S + 2 * 2 * STORE_TIMEOUT_S + 1
+    kill = partial(os.killpg, dying.process.pid, signal.SIGKILL)  # mid-step: nothing will keep its answer
+    answers, took = gone_mid_step(dying, other, f"bob-{uuid.uuid4().hex[:8]}", name, bound + 10, then=kill)
     assert answers[:-1] == ["in_progress"] * (len(answers) - 1)
     assert answers[-1] == "step_lost", answers
     assert bound < took < bound + 2.5, took  # told within the bound (and a retry's second), not the token's 600 s

@@ -8,25 +8,22 @@ Each test is what an operator or an attacker does to a running fleet. The heartb
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 from mcp.server.request_state import RequestStateSecurity
 from tests.mcp_flows import build_server
 from tests.plugins import Clock
-from tests.plugins.redis import RedisServer
+from tests.plugins.redis import KEY, RedisServer, guard_on, guarded
 
 from statecodec import AESGCMCodec, ConfigurationError, InvalidToken, StoreError
 from statecodec.middleware import SingleUseMiddleware
-from statecodec.redis_store import RedisStore
 from statecodec.single_use import SingleUse, SingleUseCodec
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
-KEY = bytes(range(50, 82))
 AHEAD = 1.35  # the issue's instance: 1.35 s ahead of the store, 1 s (the default clock_skew) allowed
 PAUSE = 0.4  # how long a slow store stays silent (SIGSTOP) at a time
 BEATS = 400  # at most this many heartbeats for what must happen within one: a bound on a loaded machine, not a measure
@@ -42,20 +39,6 @@ def noeviction(redis_server: RedisServer) -> Iterator[None]:
     """The session server's memory policy put back after the test, whatever it did."""
     yield
     redis_server.cli("CONFIG", "SET", "maxmemory-policy", "noeviction")
-
-
-def guard_on(url: str, **kw: Any) -> SingleUse:
-    return SingleUse(RedisStore.from_url(url, timeout=kw.pop("timeout", 2)), key=KEY, ttl=600, **kw)
-
-
-@asynccontextmanager
-async def started(url: str, **kw: Any) -> AsyncIterator[SingleUse]:
-    guard = guard_on(url, **kw)
-    try:
-        await guard.start()
-        yield guard
-    finally:
-        await guard.aclose()
 
 
 async def reason(guard: SingleUse, stamped: bytes) -> str:
@@ -79,10 +62,10 @@ async def silent_by_turns(server: RedisServer) -> None:
         await asyncio.sleep(PAUSE / 50)
 
 
-async def eventually(done: Callable[[], Awaitable[bool]], beat: float) -> int:
-    """How many heartbeats passed until `done`; fails past `BEATS`."""
+async def eventually(done: Callable[[], bool | Awaitable[bool]], beat: float) -> int:
+    """How many heartbeats passed until `done()` (awaited when it is a coroutine); fails past `BEATS`."""
     for beats in range(BEATS):
-        if await done():
+        if (await result) if inspect.isawaitable(result := done()) else result:
             return beats
         await asyncio.sleep(beat)
     raise AssertionError(f"not within {BEATS} heartbeats")
@@ -91,7 +74,7 @@ async def eventually(done: Callable[[], Awaitable[bool]], beat: float) -> int:
 async def test_an_evicting_policy_switched_on_while_running_is_refused_within_one_heartbeat(
     redis_url: str, redis_server: RedisServer, noeviction: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with started(redis_url) as guard:
+    async with guarded(redis_url) as guard:
         consumed = [guard.stamp(b"spent") for _ in range(50)]
         assert [await guard.consume(token) for token in consumed] == [b"spent"] * 50
         unused = guard.stamp(b"unused")
@@ -113,7 +96,7 @@ async def test_an_evicting_policy_switched_on_while_running_is_refused_within_on
 async def test_a_token_minted_one_heartbeat_after_a_flush_is_accepted_by_another_instance(
     redis_url: str, redis_server: RedisServer
 ) -> None:
-    async with started(redis_url) as minter, started(redis_url) as other:
+    async with guarded(redis_url) as minter, guarded(redis_url) as other:
         older = minter.stamp(b"older")
         redis_server.flush()  # or a restart without persistence, or a failover to an empty replica
         within = minter.stamp(b"within")  # the window: minted before this instance learnt of the flush
@@ -149,7 +132,7 @@ async def test_a_clock_that_drifts_beyond_the_allowance_while_running_is_seen_wi
     redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = Clock(time.time())
-    async with started(redis_url, clock=clock) as guard:
+    async with guarded(redis_url, clock=clock) as guard:
         clock.now += AHEAD  # as a clock that drifts: no step between two stamps to notice
         with caplog.at_level(logging.ERROR, "statecodec"):
             await guard.check()
@@ -168,21 +151,13 @@ async def test_the_servers_lifespan_runs_the_heartbeat_and_ends_it_with_the_last
     server = build_server(RequestStateSecurity(codec=AESGCMCodec([KEY])), middleware=[middleware],
                           lifespan=middleware.lifespan)
     guard, tasks = middleware.guard, len(asyncio.all_tasks())
-    async with started(redis_url) as other, middleware.lifespan(server), middleware.lifespan(server):
+    async with guarded(redis_url) as other, middleware.lifespan(server), middleware.lifespan(server):
         assert guard.started
         assert len(asyncio.all_tasks()) == tasks + 1  # one heartbeat for every entry
         redis_server.cli("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
-
-        async def refusing() -> bool:
-            return not guard.started
-
-        await eventually(refusing, beat)
+        await eventually(lambda: not guard.started, beat)
         redis_server.cli("CONFIG", "SET", "maxmemory-policy", "noeviction")
-
-        async def serving() -> bool:
-            return guard.started
-
-        await eventually(serving, beat)
+        await eventually(lambda: guard.started, beat)
         redis_server.flush()
 
         async def minting_under_the_new_epoch() -> bool:

@@ -65,8 +65,10 @@ class FakeCloudKms:
         self.port = 0
 
     # --- administration -------------------------------------------------
-    def create_key(self, name: str) -> str:
+    def create_key(self) -> str:
+        """A new key under a name this server has not used; returns the name."""
         with self._lock:
+            name = key_name("statecodec-test", "ring", f"key-{len(self.keys)}")
             self.keys[name] = _CryptoKey(versions=[os.urandom(32)])
         return name
 

