@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from statecodec import AESGCMCodec, XAESGCMCodec
+from statecodec import AESGCMCodec, BoundCodec, XAESGCMCodec
+from statecodec.binding import mcp_request_context
 from statecodec.errors import ConfigurationError, needs_extra
 
 __all__ = ["CASES", "PAYLOADS", "interleave", "measure", "register"]
@@ -127,12 +128,9 @@ def interleave(
     return values
 
 
-
 def _single_use_ops() -> dict[str, Callable[[], object]]:
     """One `BoundCodec` seal+unseal pair of a 300-byte state with a principal and an MCP request context, and the
     same pair plus what single use adds on the MCP path (a stamp, and a consume over the in-process store)."""
-    from statecodec import BoundCodec
-    from statecodec.binding import mcp_request_context
     from statecodec.single_use import SingleUse
     from statecodec.store import MemoryStore
     from statecodec.sync import finish

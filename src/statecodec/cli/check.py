@@ -45,10 +45,9 @@ def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, 
         from statecodec.mcp import single_use_from_env, store_from_env
 
         cfg.ttl(os.environ)
-        if cfg.single_use_wanted(os.environ) or cfg.store_url(os.environ)[0] is not None:
+        if (guarded := cfg.single_use_wanted(os.environ)) or cfg.store_url(os.environ)[0] is not None:
             import asyncio  # here: only a store setting needs it, and every command's start-up imports this module
 
-            guarded = cfg.single_use_wanted(os.environ)
             asyncio.run((single_use_from_env(os.environ).guard if guarded else store_from_env(os.environ)).aclose())
         if config is None and cfg.reload_interval(os.environ) is not None:
             codec_from_env(os.environ)
@@ -70,8 +69,7 @@ def run_check(config: str | None, instance: str | None) -> tuple[int, dict[str, 
         "context": None if context is None else dict(context),  # what every wrapped key is bound to
     }
     try:
-        opened = codec.unseal(codec.seal(_PROBE))
-        error = None if opened == _PROBE else "the probe unsealed to other bytes"
+        error = None if codec.unseal(codec.seal(_PROBE)) == _PROBE else "the probe unsealed to other bytes"
     except InvalidToken as exc:
         error = f"the probe token was refused: {exc}"
     except StatecodecError as exc:

@@ -22,6 +22,9 @@ from statecodec._settings import named_errors, setting
 from statecodec.cli import check as instance_check
 from statecodec.cli._output import emit, replace, show, store_time
 from statecodec.cli.main import settings_from_flags
+from statecodec.cli.store import on_store
+from statecodec.config import KINDS
+from statecodec.envelope import parse_wrapped_keys, wrapped_key_id
 from statecodec.errors import ConfigurationError
 from statecodec.keys import KeyRing, format_keys, generate_key, read_key_file
 
@@ -213,10 +216,7 @@ def _begin(args: argparse.Namespace) -> int:
 def _pull(args: argparse.Namespace) -> int:
     """Write the key file without `key_id` and a pull line naming it, the override of the drop rule every reloading
     instance reads; then record the pull in the fleet registry, which fences an instance started from an old copy."""
-    from statecodec.cli.store import on_store  # here, as every command's imports: start-up is per command
-    from statecodec.config import KINDS
-    from statecodec.envelope import parse_wrapped_keys, wrapped_key_id
-    from statecodec.registry import Registry, registry_for
+    from statecodec.registry import Registry, registry_for  # here, as every command's imports: start-up is per command
 
     kid, kind = args.key_id.lower(), (setting(os.environ, cfg.CODEC_VAR, required=False) or "aesgcm").lower()
     var = next(v for v in ("STATECODEC_WRAPPED_KEYS", "STATECODEC_KEYS") if v in KINDS.get(kind, KINDS["aesgcm"]).reads)
@@ -258,7 +258,6 @@ def _pull(args: argparse.Namespace) -> int:
 def _fleet_status(args: argparse.Namespace) -> tuple[Path, KeyRing, int, list[str], float, dict[str, Any]]:
     """The key file (ring and marker read from the same bytes), its phase, what blocks the next phase, the wait, and
     the status document."""
-    from statecodec.cli.store import on_store
     from statecodec.registry import Registry, read_fleet, registry_for
 
     name = args.keys_file or setting(os.environ, "STATECODEC_KEYS_FILE", required=False)
