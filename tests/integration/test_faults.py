@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from benchmarks import faults
 
-# The rows whose guarantees hold today; the others print `held? no` until their feature lands (benchmarks/faults.py).
+# The rows short enough for every run of the suite; `python benchmarks/faults.py` runs all of them (docs/single-use.md).
 HOLDING = ("burst-1000", "stall", "big-retry")
 
 
