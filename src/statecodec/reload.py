@@ -82,19 +82,21 @@ class ReloadingCodec(WrapsCodec, HoldsSecrets):
         self._demoted = dict.fromkeys(self.key_ids[1:], clock())
 
     def seal(self, payload: bytes) -> str:
-        return self._in_force().seal(payload)  # one read of the current codec: one ring per token
+        if not self._watched:
+            self._unwatched()
+        return self.codec.seal(payload)  # one read of the current codec: one ring per token
 
     def unseal(self, token: str) -> bytes:
-        return self._in_force().unseal(token)
-
-    def _in_force(self) -> Codec:
-        """The codec in force; says once that its files are not followed if never watched (no lifespan, no `start`)."""
         if not self._watched:
-            self._watched = True
-            logger.error("statecodec: a reloading codec is never watched, so its key files are not followed: build "
-                         "the server with statecodec.mcp.from_env and pass its lifespan (each forked worker runs its "
-                         "own), or call codec.start() in the process that serves")
-        return self.codec
+            self._unwatched()
+        return self.codec.unseal(token)
+
+    def _unwatched(self) -> None:
+        """Say once that its files are not followed: a codec handed to the SDK with no lifespan and no `start`."""
+        self._watched = True
+        logger.error("statecodec: a reloading codec is never watched, so its key files are not followed: build the "
+                     "server with statecodec.mcp.from_env and pass its lifespan (each forked worker runs its own), "
+                     "or call codec.start() in the process that serves")
 
     def __repr__(self) -> str:
         return f"ReloadingCodec({self.codec!r})"
