@@ -114,7 +114,8 @@ async def main() -> None:
 
     show("retry as minted", await retry(server, token, orders), "provisioned orders in eu-west-1 for alice")
     show("other arguments", await retry(server, token, {"name": "payroll"}), REFUSED)
-    show("edited token", await retry(server, token[:-2] + "AA", orders), REFUSED)
+    edited = token[:-2] + ("AA" if token[-2:] != "AA" else "BA")  # never the token itself
+    show("edited token", await retry(server, edited, orders), REFUSED)
     current_user = "mallory"
     show("another user", await retry(server, token, orders), REFUSED)
 

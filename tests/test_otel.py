@@ -30,6 +30,7 @@ from statecodec.middleware import SingleUseMiddleware, sdk_server
 from statecodec.otel import REQUEST_STATE, instrument
 from statecodec.single_use import SingleUse
 from statecodec.store import MemoryStore, Verdict
+from tests.codecs import flip
 from tests.mcp_flows import KINDS, STORE_KEY, build_server, guarded, mint, present, round_one, single_use
 from tests.mcp_flows import client as client_of
 from tests.test_retry_safe import Gone
@@ -112,7 +113,7 @@ def test_the_alerts_fire_and_refusals_are_never_counted_as_accepted(
                 return not isinstance(await present(client, token), ErrorData)
 
             token, tampered, stale, unrevoked = [await mint(client) for _ in range(4)]
-            outcomes = [await accepted(token), await accepted(token), await accepted(tampered[:-2] + "AA")]
+            outcomes = [await accepted(token), await accepted(token), await accepted(flip(tampered))]
             clock.now += TTL + 1
             outcomes.append(await accepted(stale))
             clock.now -= TTL + 1
@@ -148,7 +149,7 @@ def test_the_metrics_the_composition_root_builds_count_the_sdk_boundarys_refusal
     async def body() -> None:
         async with client_of(server) as client_:
             token, tampered = await mint(client_), await mint(client_)
-            for presented in (token, token, tampered[:-2] + "AA"):
+            for presented in (token, token, flip(tampered)):
                 await present(client_, presented)
 
     anyio.run(body)
