@@ -232,7 +232,7 @@ def _pull(args: argparse.Namespace) -> int:
         ring = KeyRing.parse(text) if var == "STATECODEC_KEYS" else None
         items = list(ring) if ring is not None else parse_wrapped_keys(text)
     ids = list(ring.key_ids) if ring is not None else [wrapped_key_id(blob).hex() for blob in items]
-    if kid not in {*ids, *rotation.pulled_ids(text)}:
+    if kid not in {*ids, *(pulled := rotation.pulled_ids(text))}:
         raise ConfigurationError(f"key {kid} is not in {path}, which holds key ids {', '.join(ids)}: nothing pulled "
                                  "(`statecodec check` and the servers' logs name key ids)")
     keep = {i: item for item, i in zip(items, ids, strict=True) if i != kid}
@@ -242,7 +242,7 @@ def _pull(args: argparse.Namespace) -> int:
     if generated := not keep:  # a local ring's only key: a fresh one takes its place, a usable primary
         keep = {(fresh := KeyRing.generate()).key_ids[0]: fresh[0]}
     if kid in ids:  # else a re-run: the file already leaves it out, and its own lines (a rotation's marker) stand
-        lines = [f"# statecodec pulled: {' '.join(sorted({*rotation.pulled_ids(text), kid}))}"]
+        lines = [f"# statecodec pulled: {' '.join(sorted({*pulled, kid}))}"]
         lines += [rotation.marked(2, *reversed(keep))] if len(keep) == 2 else []  # [new, old]: phase 2 of a rotation
         replace(path, "\n".join([*lines, *(format_keys([item]) for item in keep.values())]) + "\n")
     recorded = cfg.store_url(os.environ)[0] not in (None, "memory")
