@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import anyio
 import httpx
 from tests.plugins import free_port as free_port  # tests/test_mcp.py imports it from here
+from tests.plugins import free_ports
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FLEET_SERVER = EXAMPLES / "fleet_server.py"
@@ -119,8 +120,8 @@ def fleet(log_dir: Path, settings: Sequence[Mapping[str, str]], *, workers: int 
         servers: list[FleetServer] = []
         processes: list[subprocess.Popen[bytes]] = []
         stack.callback(_stop, processes)
-        for index, env in enumerate(settings):
-            port = free_port()
+        # Chosen together: one at a time, a port could be chosen again before the first server bound it.
+        for index, (env, port) in enumerate(zip(settings, free_ports(len(settings)), strict=True)):
             log = log_dir / f"fleet-{index}-{port}.log"
             out = stack.enter_context(log.open("wb"))
             cmd = [sys.executable, str(FLEET_SERVER), "--port", str(port), "--workers", str(workers)]
@@ -130,7 +131,12 @@ def fleet(log_dir: Path, settings: Sequence[Mapping[str, str]], *, workers: int 
             processes.append(process)
             servers.append(FleetServer(port, process, log, workers))
         deadline = time.monotonic() + START_DEADLINE_S
-        yield [ready(server, deadline) for server in servers]
+        started = [ready(server, deadline) for server in servers]
+        seen = [instance for server in started for instance in server.instances]
+        if len(seen) != len(set(seen)):  # a server that lost its port to another: that one answered for both
+            logs = "\n".join(server.log_tail() for server in started)
+            raise RuntimeError(f"two fleet servers answered as one process; their logs:\n{logs}")
+        yield started
 
 
 # --- raw 2026-07-28 requests ------------------------------------------------------------------------------------
