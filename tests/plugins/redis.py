@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -40,6 +41,7 @@ class RedisServer:
     further command-line settings, e.g. ``["--aclfile", path]`` or the TLS options."""
 
     def __init__(self, *, extra: list[str] | None = None, port: int | None = None) -> None:
+        self._chosen = port is None  # a port this object chose: another one if someone took it meanwhile
         self.port = port if port is not None else free_port()
         self.url, self.extra = f"redis://127.0.0.1:{self.port}/0", list(extra or [])
         self.dir = Path(tempfile.mkdtemp(prefix="statecodec-redis-"))
@@ -48,14 +50,25 @@ class RedisServer:
     def start(self) -> None:
         if not Path(REDIS_SERVER).exists():
             pytest.skip(NO_SERVER)
-        cmd = [REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no"]
-        cmd += ["--dir", str(self.dir), "--daemonize", "no", "--maxmemory-policy", "noeviction", *self.extra]
-        with (self.dir / "server.log").open("ab") as log:
-            self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
-        if wait_until(self._proc, self.ping, _START_TIMEOUT):
-            return
-        self.stop()
-        raise RuntimeError(f"redis-server did not start: {(self.dir / 'server.log').read_text()[-2000:]}")
+        log = self.dir / "server.log"
+        for _ in range(3):
+            cmd = [REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no"]
+            cmd += ["--dir", str(self.dir), "--daemonize", "no", "--maxmemory-policy", "noeviction", *self.extra]
+            since = log.stat().st_size if log.exists() else 0  # a restart appends to the same log
+            with log.open("ab") as out:
+                self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.dir)
+            if wait_until(self._proc, functools.partial(self._serving, since), _START_TIMEOUT):
+                return
+            self.stop()
+            if not (self._chosen and b"Address already in use" in log.read_bytes()[since:]):
+                break
+            self.port = free_port()
+            self.url = f"redis://127.0.0.1:{self.port}/0"
+        raise RuntimeError(f"redis-server did not start: {log.read_text()[-2000:]}")
+
+    def _serving(self, since: int) -> bool:
+        """It answers, and its own log (past `since`) says it listens: another test's server on the port answers too."""
+        return self.ping() and b"ready to accept" in (self.dir / "server.log").read_bytes()[since:].lower()
 
     def ping(self) -> bool:
         try:
